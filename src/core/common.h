@@ -1,0 +1,33 @@
+/* Internal helpers shared by every module: error reporting and checked
+ * arithmetic. Nothing here is public API. */
+#ifndef KVF_COMMON_H
+#define KVF_COMMON_H
+
+#include "kvfold.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define KVF_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define KVF_PRINTF(a, b)
+#endif
+
+/* Records a message for kvf_last_error() on this thread and returns st, so
+ * that failures read `return err_set(KVF_ERR_FORMAT, "...", ...);`. */
+enum kvf_status err_set(enum kvf_status st, const char *fmt, ...) KVF_PRINTF(2, 3);
+void err_clear(void);
+
+/* Overflow-checked size arithmetic: return false on overflow. */
+static inline bool size_mul(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool size_add(size_t a, size_t b, size_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+
+#define KVF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KVF_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif

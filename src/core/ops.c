@@ -1,0 +1,120 @@
+#include "core/ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* Below this many rows of x a matrix product is a stream of dot products
+ * over the quantised weights; above it, dequantised tiles go through BLAS. */
+#define MATMUL_BLAS_MIN_ROWS 32
+/* Weight rows dequantised per BLAS call. */
+#define MATMUL_TILE_ROWS 256
+
+size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok) {
+    /* F32 is the widest activation type; tiles need MATMUL_TILE_ROWS rows. */
+    return (size_t)KVF_MAX(n_tok, MATMUL_TILE_ROWS) * (size_t)cols * sizeof(float);
+}
+
+static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
+                       int n_threads) {
+    const enum dtype vt = dtype_get(w->type)->vec_dot;
+    const size_t xrow = dtype_row_bytes(vt, w->cols);
+    uint8_t *xq = scratch;
+    for (int t = 0; t < n_tok; t++) quant_quantize_row(vt, x + (size_t)t * w->cols, xq + t * xrow, w->cols);
+
+    const int64_t rows = w->rows;
+    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+        for (int t = 0; t < n_tok; t++)
+            y[(size_t)t * rows + r] = quant_vec_dot(w->type, w->cols, wr, xq + t * xrow);
+    }
+}
+
+static void matmul_blas(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
+                        int n_threads) {
+    openblas_set_num_threads(n_threads);
+    if (w->type == DT_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)w->rows, (int)w->cols, 1.0f,
+                    x, (int)w->cols, w->data, (int)w->cols, 0.0f, y, (int)w->rows);
+        return;
+    }
+    float *tile = scratch;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += MATMUL_TILE_ROWS) {
+        const int64_t nr = KVF_MIN(MATMUL_TILE_ROWS, w->rows - r0);
+        #pragma omp parallel for num_threads(n_threads) schedule(static)
+        for (int64_t r = 0; r < nr; r++)
+            quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                              tile + r * w->cols, w->cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)nr, (int)w->cols, 1.0f, x,
+                    (int)w->cols, tile, (int)w->cols, 0.0f, y + r0, (int)w->rows);
+    }
+}
+
+void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
+                int n_threads) {
+    if (n_tok >= MATMUL_BLAS_MIN_ROWS)
+        matmul_blas(w, x, n_tok, y, scratch, n_threads);
+    else
+        matmul_dot(w, x, n_tok, y, scratch, n_threads);
+}
+
+void ops_get_row(const struct weight *w, int64_t row, float *out) {
+    quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, out, w->cols);
+}
+
+void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float s = 1.0f / sqrtf((float)(ss / n) + eps);
+    for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
+}
+
+void ops_rope(float *x, int n_head, int head_dim, int pos, float base, enum kvf_rope_style style) {
+    const int half = head_dim / 2;
+    float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
+    for (int i = 0; i < half; i++) {
+        const double theta = pos * pow(base, -2.0 * i / head_dim);
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+    for (int h = 0; h < n_head; h++) {
+        float *v = x + (size_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            const int a = style == KVF_ROPE_NEOX ? i : 2 * i;
+            const int b = style == KVF_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cs[i] - x1 * sn[i];
+            v[b] = x0 * sn[i] + x1 * cs[i];
+        }
+    }
+}
+
+void ops_silu_mul(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void ops_gelu_tanh_mul(float *g, const float *u, int64_t n) {
+    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i];
+        g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+}
+
+float ops_softmax(float *x, int n) {
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    if (mx == -INFINITY) {
+        memset(x, 0, sizeof(float) * n);
+        return mx;
+    }
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] *= inv;
+    return mx;
+}

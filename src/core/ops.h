@@ -1,0 +1,29 @@
+/* Dense building blocks of the forward pass: matrix products against stored
+ * (possibly quantised) weights, normalisation, RoPE, activations. */
+#ifndef KVF_OPS_H
+#define KVF_OPS_H
+
+#include "model/model.h"
+
+/* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */
+size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok);
+/* y[t][r] = sum_c W[r][c] x[t][c]   x: [n_tok][W.cols], y: [n_tok][W.rows].
+ * Few rows: activations are quantised to the weight's vec-dot type and each
+ * weight row is streamed once for all rows of x (the decode path). Many rows:
+ * weight tiles are dequantised and multiplied with BLAS (the prefill path). */
+void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
+                int n_threads);
+/* One row of the (possibly quantised) matrix, as floats (embedding lookup). */
+void ops_get_row(const struct weight *w, int64_t row, float *out);
+
+/* out = x / rms(x) * w   over n values; out may alias x. */
+void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* Rotates `n_head` heads of one token at position pos. style NORM rotates
+ * pairs (2i, 2i+1), NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
+void ops_rope(float *x, int n_head, int head_dim, int pos, float base, enum kvf_rope_style style);
+void ops_silu_mul(float *g, const float *u, int64_t n);      /* g = silu(g) * u      */
+void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u */
+/* In-place softmax of n values; -INFINITY entries get 0. Returns max. */
+float ops_softmax(float *x, int n);
+
+#endif

@@ -1,0 +1,61 @@
+/* Weight storage types (numbered as in GGUF / ggml) and their kernels:
+ * dequantisation, quantisation and dot products. A scalar reference exists
+ * for every kernel; AVX2 and AVX-512 variants are chosen at run time. */
+#ifndef KVF_QUANT_H
+#define KVF_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum dtype {
+    DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7,
+    DT_Q8_0 = 8, DT_Q8_1 = 9, DT_Q2_K = 10, DT_Q3_K = 11, DT_Q4_K = 12, DT_Q5_K = 13,
+    DT_Q6_K = 14, DT_Q8_K = 15, DT_BF16 = 30,
+    DT_COUNT = 40 /* upper bound of GGUF type numbers we look up */
+};
+
+struct dtype_traits {
+    const char *name;      /* "q4_K" ... as llama.cpp prints it            */
+    int block;             /* values per block                             */
+    size_t block_bytes;    /* bytes per block                              */
+    enum dtype vec_dot;    /* type the activation vector must be in for quant_vec_dot */
+};
+
+/* NULL for a type number kvfold cannot read (including types >= DT_COUNT). */
+const struct dtype_traits *dtype_get(uint32_t type);
+/* Bytes of a row of n values; 0 when n is not a multiple of the block size
+ * or the type is unknown. */
+size_t dtype_row_bytes(uint32_t type, int64_t n);
+
+float fp16_to_f32(uint16_t h);
+uint16_t f32_to_fp16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+
+enum simd_level { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
+/* Best level this CPU supports (cpuid), capped by KVFOLD_SIMD=scalar|avx2. */
+enum simd_level simd_detect(void);
+/* Level used by the dispatching kernels below; tests force each level. */
+enum simd_level simd_get(void);
+void simd_set(enum simd_level level); /* clamps to what the CPU supports */
+const char *simd_name(enum simd_level level);
+
+/* n must be a multiple of the type's block size. */
+void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
+/* Reference quantiser (round to nearest, per-block scales). Supported for
+ * every readable type, including DT_Q8_K; used for activations and fixtures. */
+void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n);
+/* sum_i w[i] * x[i], with w a row of `type` and x a row of
+ * dtype_get(type)->vec_dot already quantised by quant_quantize_row. */
+float quant_vec_dot(enum dtype type, int64_t n, const void *w, const void *x);
+
+/* The scalar references behind the dispatchers, for tests. */
+void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
+float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x);
+
+/* f32 helpers with SIMD paths. */
+float vec_dot_f32(const float *a, const float *b, int64_t n);
+void vec_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a*x */
+
+#endif

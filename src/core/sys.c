@@ -1,0 +1,37 @@
+#include "core/sys.h"
+#include "kvfold.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+double sys_time_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* VmHWM is the kernel's own high-water mark of resident memory; getrusage's
+ * ru_maxrss (KiB on Linux) is the fallback where /proc is not mounted. */
+size_t kvf_peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib = 0;
+        bool found = false;
+        while (fgets(line, sizeof line, f)) {
+            if (strncmp(line, "VmHWM:", 6) == 0) {
+                found = sscanf(line + 6, "%llu", &kib) == 1;
+                break;
+            }
+        }
+        fclose(f);
+        if (found)
+            return (size_t)kib * 1024;
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0)
+        return (size_t)ru.ru_maxrss * 1024;
+    return 0;
+}

@@ -1,0 +1,956 @@
+/* safetensors reader/writer and config.json parsing.
+ *
+ * A safetensors file is an 8-byte little-endian header length N, N bytes of
+ * JSON ({name: {"dtype", "shape", "data_offsets": [begin, end]}} plus an
+ * optional "__metadata__"), then the data buffer the offsets point into.
+ * Every number in the header is checked against the file before a tensor is
+ * handed out, so a hostile file gives an error instead of an out-of-bounds
+ * pointer. */
+#include "io/safetensors.h"
+
+#include <cjson/cJSON.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The reference implementation refuses headers above 100 MB; real ones are a
+ * few MB at most. */
+#define ST_MAX_HEADER ((uint64_t)100 << 20)
+/* Index and config files are small JSON; anything bigger is not one. */
+#define ST_MAX_JSON_FILE ((size_t)64 << 20)
+/* Integers above 2^53 do not survive cJSON's double representation. */
+#define ST_MAX_JSON_INT 9007199254740992.0
+
+struct st_map {
+    void *addr; /* NULL for a caller-owned buffer */
+    size_t size;
+};
+
+struct st_name { const char *name; int idx; };
+
+struct st_set {
+    struct st_tensor *tensors; /* [n], in file order (shard by shard) */
+    int *shard;                /* [n]: index into maps of each tensor's file */
+    struct st_name *by_name;   /* [n]: sorted by name, for st_find */
+    int n, cap;
+    struct st_map *maps;       /* [n_maps], owned mappings */
+    int n_maps;
+};
+
+/* ----------------------------------------------------------- helpers -- */
+
+static bool json_is_uint(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    return isfinite(d) && d >= 0 && d <= ST_MAX_JSON_INT && d == floor(d);
+}
+
+static bool path_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool path_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Returns a malloc'd "dir/name". */
+static char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+/* Reads a whole small file; *out is malloc'd and NUL-terminated. */
+static enum kvf_status file_read_all(const char *path, size_t cap, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return err_set(KVF_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > cap) {
+        fclose(f);
+        return err_set(KVF_ERR_FORMAT, "%s: %lld bytes is too large for a JSON file of this kind",
+                       path, (long long)st.st_size);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(f);
+        return err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(buf, 1, n, f);
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad || got != n) {
+        free(buf);
+        return err_set(KVF_ERR_IO, "%s: read failed", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return KVF_OK;
+}
+
+static enum kvf_status json_parse(const char *label, const char *text, size_t len, cJSON **out) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= text ? (size_t)(end - text) : 0;
+        return err_set(KVF_ERR_FORMAT, "%s: invalid JSON near byte %zu", label, at);
+    }
+    /* Only padding may follow the value (the writer pads with spaces). */
+    for (const char *p = end; p < text + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            cJSON_Delete(root);
+            return err_set(KVF_ERR_FORMAT, "%s: trailing data after JSON at byte %zu", label,
+                           (size_t)(p - text));
+        }
+    }
+    *out = root;
+    return KVF_OK;
+}
+
+/* ------------------------------------------------------------ dtypes -- */
+
+static const struct {
+    const char *name;
+    enum dtype type;
+    size_t size;
+} st_dtypes[] = {
+    {"F32", DT_F32, 4},
+    {"F16", DT_F16, 2},
+    {"BF16", DT_BF16, 2},
+};
+
+/* Valid safetensors dtypes kvfold does not read: UNSUPPORTED rather than FORMAT. */
+static const char *const st_other_dtypes[] = {
+    "BOOL", "U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64", "F64",
+    "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64",
+};
+
+static int st_dtype_index(enum dtype t) {
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (st_dtypes[i].type == t) return (int)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------ parser -- */
+
+static enum kvf_status set_reserve(struct st_set *s, int more) {
+    if (s->n + more <= s->cap) return KVF_OK;
+    if (more > INT32_MAX / 2 - s->n) return err_set(KVF_ERR_FORMAT, "too many tensors");
+    int cap = KVF_MAX(s->cap * 2, s->n + more);
+    struct st_tensor *t = realloc(s->tensors, (size_t)cap * sizeof *t);
+    if (!t) return err_set(KVF_ERR_NOMEM, "out of memory for the tensor table");
+    s->tensors = t;
+    int *sh = realloc(s->shard, (size_t)cap * sizeof *sh);
+    if (!sh) return err_set(KVF_ERR_NOMEM, "out of memory for the tensor table");
+    s->shard = sh;
+    s->cap = cap;
+    return KVF_OK;
+}
+
+struct st_range { size_t begin, end; const char *name; };
+
+static int range_cmp(const void *a, const void *b) {
+    const struct st_range *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Fills t (except the name) from one header entry; data is the data buffer. */
+static enum kvf_status entry_parse(const char *label, const char *name, const cJSON *e,
+                                   const uint8_t *data, size_t data_len, struct st_tensor *t,
+                                   struct st_range *r) {
+    if (!cJSON_IsObject(e))
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': entry is not an object", label, name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt))
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': missing or non-string \"dtype\"", label, name);
+
+    int di = -1;
+    for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+        if (strcmp(dt->valuestring, st_dtypes[i].name) == 0) di = (int)i;
+    if (di < 0) {
+        for (size_t i = 0; i < sizeof st_other_dtypes / sizeof st_other_dtypes[0]; i++)
+            if (strcmp(dt->valuestring, st_other_dtypes[i]) == 0)
+                return err_set(KVF_ERR_UNSUPPORTED,
+                               "%s: tensor '%.128s': dtype %s is not supported (F32, F16, BF16 are)",
+                               label, name, dt->valuestring);
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': unknown dtype '%.32s'", label, name,
+                       dt->valuestring);
+    }
+
+    if (!cJSON_IsArray(shape))
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': missing or non-array \"shape\"", label, name);
+    int nd = cJSON_GetArraySize(shape);
+    if (nd > ST_MAX_DIMS)
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': %d dimensions (at most %d)", label, name,
+                       nd, ST_MAX_DIMS);
+    size_t nbytes = st_dtypes[di].size;
+    int k = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, shape) {
+        if (!json_is_uint(d))
+            return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': shape[%d] is not a non-negative integer",
+                           label, name, k);
+        t->shape[k] = (int64_t)d->valuedouble;
+        if (!size_mul(nbytes, (size_t)t->shape[k], &nbytes))
+            return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': shape overflows", label, name);
+        k++;
+    }
+    for (int i = nd; i < ST_MAX_DIMS; i++) t->shape[i] = 0;
+
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': \"data_offsets\" must be [begin, end]",
+                       label, name);
+    const cJSON *b = offs->child, *en = b->next;
+    if (!json_is_uint(b) || !json_is_uint(en))
+        return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': data_offsets are not non-negative integers",
+                       label, name);
+    size_t begin = (size_t)b->valuedouble, end = (size_t)en->valuedouble;
+    if (begin > end || end > data_len)
+        return err_set(KVF_ERR_FORMAT,
+                       "%s: tensor '%.128s': data_offsets [%zu, %zu] outside the data buffer (%zu bytes)",
+                       label, name, begin, end, data_len);
+    if (end - begin != nbytes)
+        return err_set(KVF_ERR_FORMAT,
+                       "%s: tensor '%.128s': %zu bytes in data_offsets but dtype and shape need %zu",
+                       label, name, end - begin, nbytes);
+
+    t->type = st_dtypes[di].type;
+    t->n_dims = nd;
+    t->data = data + begin;
+    t->nbytes = nbytes;
+    r->begin = begin;
+    r->end = end;
+    r->name = name;
+    return KVF_OK;
+}
+
+/* Parses one file held in buf[0..size) and appends its tensors to s. */
+static enum kvf_status shard_parse(struct st_set *s, const char *label, const uint8_t *buf,
+                                   size_t size, int shard) {
+    if (size < 8) return err_set(KVF_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", label, size);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
+    if (hlen > size - 8)
+        return err_set(KVF_ERR_FORMAT, "%s: header length %llu exceeds the file (%zu bytes)", label,
+                       (unsigned long long)hlen, size);
+    if (hlen > ST_MAX_HEADER)
+        return err_set(KVF_ERR_FORMAT, "%s: header length %llu is above the %llu-byte limit", label,
+                       (unsigned long long)hlen, (unsigned long long)ST_MAX_HEADER);
+    const char *hdr = (const char *)buf + 8;
+    const uint8_t *data = buf + 8 + hlen;
+    size_t data_len = size - 8 - (size_t)hlen;
+
+    cJSON *root;
+    enum kvf_status st = json_parse(label, hdr, (size_t)hlen, &root);
+    if (st) return st;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return err_set(KVF_ERR_FORMAT, "%s: header is not a JSON object", label);
+    }
+    int n_entries = cJSON_GetArraySize(root);
+    struct st_range *ranges = malloc((size_t)KVF_MAX(n_entries, 1) * sizeof *ranges);
+    if (!ranges) {
+        cJSON_Delete(root);
+        return err_set(KVF_ERR_NOMEM, "%s: out of memory", label);
+    }
+    st = set_reserve(s, n_entries);
+    int n_ranges = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, root) {
+        if (st) break;
+        const char *name = e->string;
+        if (strcmp(name, "__metadata__") == 0) {
+            if (!cJSON_IsObject(e))
+                st = err_set(KVF_ERR_FORMAT, "%s: __metadata__ is not an object", label);
+            continue;
+        }
+        struct st_tensor *t = &s->tensors[s->n];
+        st = entry_parse(label, name, e, data, data_len, t, &ranges[n_ranges]);
+        if (st) break;
+        t->name = strdup(name);
+        if (!t->name) {
+            st = err_set(KVF_ERR_NOMEM, "%s: out of memory", label);
+            break;
+        }
+        ranges[n_ranges].name = t->name;
+        s->shard[s->n++] = shard;
+        n_ranges++;
+    }
+    if (!st) {
+        /* Tensors must not alias each other's bytes; empty tensors cannot. */
+        qsort(ranges, (size_t)n_ranges, sizeof *ranges, range_cmp);
+        size_t prev_end = 0;
+        const char *prev = NULL;
+        for (int i = 0; i < n_ranges; i++) {
+            if (ranges[i].begin == ranges[i].end) continue;
+            if (prev && ranges[i].begin < prev_end) {
+                st = err_set(KVF_ERR_FORMAT, "%s: tensors '%.128s' and '%.128s' overlap", label, prev,
+                             ranges[i].name);
+                break;
+            }
+            prev_end = ranges[i].end;
+            prev = ranges[i].name;
+        }
+    }
+    free(ranges);
+    cJSON_Delete(root);
+    return st;
+}
+
+static int name_cmp(const void *a, const void *b) {
+    return strcmp(((const struct st_name *)a)->name, ((const struct st_name *)b)->name);
+}
+
+/* Builds the sorted name index and rejects duplicate names (cJSON keeps
+ * duplicate keys, and two shards may both claim a tensor). */
+static enum kvf_status set_index(struct st_set *s, const char *label) {
+    s->by_name = malloc((size_t)KVF_MAX(s->n, 1) * sizeof *s->by_name);
+    if (!s->by_name) return err_set(KVF_ERR_NOMEM, "%s: out of memory", label);
+    for (int i = 0; i < s->n; i++) s->by_name[i] = (struct st_name){s->tensors[i].name, i};
+    qsort(s->by_name, (size_t)s->n, sizeof *s->by_name, name_cmp);
+    for (int i = 1; i < s->n; i++)
+        if (strcmp(s->by_name[i - 1].name, s->by_name[i].name) == 0)
+            return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s' appears twice", label, s->by_name[i].name);
+    return KVF_OK;
+}
+
+static int find_index(const struct st_set *s, const char *name) {
+    struct st_name key = {name, 0};
+    const struct st_name *hit = bsearch(&key, s->by_name, (size_t)s->n, sizeof key, name_cmp);
+    return hit ? hit->idx : -1;
+}
+
+/* ------------------------------------------------------ opening files -- */
+
+static struct st_set *set_new(void) { return calloc(1, sizeof(struct st_set)); }
+
+/* Maps path read-only, records the mapping in s and parses it as shard
+ * number s->n_maps. */
+static enum kvf_status shard_open(struct st_set *s, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return err_set(KVF_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size < 8) {
+        close(fd);
+        return err_set(KVF_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", path, size);
+    }
+    void *addr = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (addr == MAP_FAILED) return err_set(KVF_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+    struct st_map *m = realloc(s->maps, (size_t)(s->n_maps + 1) * sizeof *m);
+    if (!m) {
+        munmap(addr, size);
+        return err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    s->maps = m;
+    s->maps[s->n_maps] = (struct st_map){addr, size};
+    int shard = s->n_maps++;
+    return shard_parse(s, path, addr, size, shard);
+}
+
+/* A shard name from an index must stay inside the model directory. */
+static bool shard_name_ok(const char *name) {
+    return name[0] != '\0' && !strchr(name, '/') && !strchr(name, '\\') && !strstr(name, "..");
+}
+
+static int str_ptr_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static enum kvf_status index_open(struct st_set *s, const char *dir, const char *index_path) {
+    char *text;
+    size_t len;
+    enum kvf_status st = file_read_all(index_path, ST_MAX_JSON_FILE, &text, &len);
+    if (st) return st;
+    cJSON *root;
+    st = json_parse(index_path, text, len, &root);
+    free(text);
+    if (st) return st;
+
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
+    const char **files = NULL;
+    int n_files = 0;
+    if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
+        st = err_set(KVF_ERR_FORMAT, "%s: no \"weight_map\" object", index_path);
+        goto done;
+    }
+    int n = cJSON_GetArraySize(wm);
+    if (n == 0) {
+        st = err_set(KVF_ERR_FORMAT, "%s: empty weight_map", index_path);
+        goto done;
+    }
+    files = malloc((size_t)n * sizeof *files);
+    if (!files) {
+        st = err_set(KVF_ERR_NOMEM, "%s: out of memory", index_path);
+        goto done;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        if (!cJSON_IsString(e)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: weight_map['%.128s'] is not a string", index_path, e->string);
+            goto done;
+        }
+        if (!shard_name_ok(e->valuestring)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: shard name '%.128s' is not a plain file name", index_path,
+                         e->valuestring);
+            goto done;
+        }
+        files[n_files++] = e->valuestring;
+    }
+    qsort(files, (size_t)n_files, sizeof *files, str_ptr_cmp);
+    int n_unique = 0;
+    for (int i = 0; i < n_files; i++)
+        if (n_unique == 0 || strcmp(files[n_unique - 1], files[i]) != 0) files[n_unique++] = files[i];
+
+    /* Shard k of the set is files[k], so weight_map entries can be checked
+     * against the shard each tensor was found in. */
+    for (int i = 0; i < n_unique && !st; i++) {
+        char *p = path_join(dir, files[i]);
+        if (!p) {
+            st = err_set(KVF_ERR_NOMEM, "out of memory");
+            break;
+        }
+        st = shard_open(s, p);
+        free(p);
+    }
+    if (!st) st = set_index(s, index_path);
+    if (st) goto done;
+
+    cJSON_ArrayForEach(e, wm) {
+        int ti = find_index(s, e->string);
+        if (ti < 0) {
+            st = err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s' is not in shard %.128s", index_path, e->string,
+                         e->valuestring);
+            goto done;
+        }
+        const char **f = bsearch(&e->valuestring, files, (size_t)n_unique, sizeof *files, str_ptr_cmp);
+        if (f - files != s->shard[ti]) {
+            st = err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s' is listed in %.128s but stored in %.128s",
+                         index_path, e->string, e->valuestring, files[s->shard[ti]]);
+            goto done;
+        }
+    }
+    /* cJSON keeps duplicate keys; a name listed twice is ambiguous. */
+    const char **names = files; /* reuse: n >= number of keys */
+    int k = 0;
+    cJSON_ArrayForEach(e, wm) names[k++] = e->string;
+    qsort(names, (size_t)k, sizeof *names, str_ptr_cmp);
+    for (int i = 1; i < k; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            st = err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s' is listed twice in weight_map", index_path,
+                         names[i]);
+            break;
+        }
+done:
+    free(files);
+    cJSON_Delete(root);
+    return st;
+}
+
+enum kvf_status st_open(const char *path, struct st_set **out) {
+    if (!path || !out) return err_set(KVF_ERR_INVALID_ARG, "st_open: NULL argument");
+    *out = NULL;
+    struct st_set *s = set_new();
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
+    enum kvf_status st;
+    if (path_is_dir(path)) {
+        char *single = path_join(path, "model.safetensors");
+        char *index = path_join(path, "model.safetensors.index.json");
+        if (!single || !index) st = err_set(KVF_ERR_NOMEM, "out of memory");
+        else if (path_is_file(single)) {
+            st = shard_open(s, single);
+            if (!st) st = set_index(s, single);
+        } else if (path_is_file(index)) {
+            st = index_open(s, path, index);
+        } else {
+            st = err_set(KVF_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", path);
+        }
+        free(single);
+        free(index);
+    } else {
+        st = shard_open(s, path);
+        if (!st) st = set_index(s, path);
+    }
+    if (st) {
+        st_close(s);
+        return st;
+    }
+    *out = s;
+    return KVF_OK;
+}
+
+enum kvf_status st_open_buffer(const void *buf, size_t size, struct st_set **out) {
+    if (!out || (!buf && size)) return err_set(KVF_ERR_INVALID_ARG, "st_open_buffer: NULL argument");
+    *out = NULL;
+    struct st_set *s = set_new();
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
+    enum kvf_status st = shard_parse(s, "<buffer>", buf, size, 0);
+    if (!st) st = set_index(s, "<buffer>");
+    if (st) {
+        st_close(s);
+        return st;
+    }
+    *out = s;
+    return KVF_OK;
+}
+
+void st_close(struct st_set *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) free(s->tensors[i].name);
+    for (int i = 0; i < s->n_maps; i++) munmap(s->maps[i].addr, s->maps[i].size);
+    free(s->tensors);
+    free(s->shard);
+    free(s->by_name);
+    free(s->maps);
+    free(s);
+}
+
+int st_count(const struct st_set *s) { return s ? s->n : 0; }
+
+const struct st_tensor *st_at(const struct st_set *s, int i) {
+    return s && i >= 0 && i < s->n ? &s->tensors[i] : NULL;
+}
+
+const struct st_tensor *st_find(const struct st_set *s, const char *name) {
+    if (!s || !name) return NULL;
+    int i = find_index(s, name);
+    return i < 0 ? NULL : &s->tensors[i];
+}
+
+/* ------------------------------------------------------------ writer -- */
+
+static enum kvf_status tensor_check(const struct st_tensor *t, int i) {
+    if (!t->name) return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor %d has no name", i);
+    if (strcmp(t->name, "__metadata__") == 0)
+        return err_set(KVF_ERR_INVALID_ARG, "st_write: '__metadata__' is reserved");
+    int di = st_dtype_index(t->type);
+    if (di < 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "st_write: tensor '%.128s': dtype %d cannot be written",
+                       t->name, (int)t->type);
+    if (t->n_dims < 0 || t->n_dims > ST_MAX_DIMS)
+        return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': %d dimensions", t->name, t->n_dims);
+    size_t nbytes = st_dtypes[di].size;
+    for (int d = 0; d < t->n_dims; d++) {
+        if (t->shape[d] < 0 || (double)t->shape[d] > ST_MAX_JSON_INT ||
+            !size_mul(nbytes, (size_t)t->shape[d], &nbytes))
+            return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': bad shape", t->name);
+    }
+    if (nbytes != t->nbytes)
+        return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': nbytes %zu but shape needs %zu",
+                       t->name, t->nbytes, nbytes);
+    if (nbytes && !t->data)
+        return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': no data", t->name);
+    return KVF_OK;
+}
+
+/* Returns the malloc'd header JSON (unpadded) for the tensors laid out back
+ * to back in the given order. */
+static enum kvf_status header_build(const struct st_tensor *tensors, int n, char **out) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return err_set(KVF_ERR_NOMEM, "st_write: out of memory");
+    size_t off = 0;
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; i < n && !st; i++) {
+        const struct st_tensor *t = &tensors[i];
+        cJSON *e = cJSON_AddObjectToObject(root, t->name);
+        cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        bool ok = e && shape && offs &&
+                  cJSON_AddStringToObject(e, "dtype", st_dtypes[st_dtype_index(t->type)].name);
+        for (int d = 0; ok && d < t->n_dims; d++)
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        size_t end;
+        if (ok && (!size_add(off, t->nbytes, &end) || (double)end > ST_MAX_JSON_INT)) {
+            st = err_set(KVF_ERR_INVALID_ARG, "st_write: total size overflows");
+            break;
+        }
+        ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off)) &&
+             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
+        if (!ok) st = err_set(KVF_ERR_NOMEM, "st_write: out of memory");
+        off = end;
+    }
+    char *text = st ? NULL : cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (st) return st;
+    if (!text) return err_set(KVF_ERR_NOMEM, "st_write: out of memory");
+    *out = text;
+    return KVF_OK;
+}
+
+enum kvf_status st_write(const char *path, const struct st_tensor *tensors, int n) {
+    if (!path || n < 0 || (n > 0 && !tensors))
+        return err_set(KVF_ERR_INVALID_ARG, "st_write: bad arguments");
+    for (int i = 0; i < n; i++) {
+        enum kvf_status st = tensor_check(&tensors[i], i);
+        if (st) return st;
+    }
+    const char **names = malloc((size_t)KVF_MAX(n, 1) * sizeof *names);
+    if (!names) return err_set(KVF_ERR_NOMEM, "st_write: out of memory");
+    for (int i = 0; i < n; i++) names[i] = tensors[i].name;
+    qsort(names, (size_t)n, sizeof *names, str_ptr_cmp);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            enum kvf_status st = err_set(KVF_ERR_INVALID_ARG, "st_write: tensor name '%.128s' repeated", names[i]);
+            free(names);
+            return st;
+        }
+    free(names);
+
+    char *hdr;
+    enum kvf_status st = header_build(tensors, n, &hdr);
+    if (st) return st;
+    /* Pad with spaces so the data buffer starts 8-byte aligned, as the
+     * reference writer does. */
+    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
+    uint8_t lenbuf[8];
+    for (int i = 0; i < 8; i++) lenbuf[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        st = err_set(KVF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        free(hdr);
+        return st;
+    }
+    bool ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+    for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
+    for (int i = 0; ok && i < n; i++)
+        ok = tensors[i].nbytes == 0 || fwrite(tensors[i].data, 1, tensors[i].nbytes, f) == tensors[i].nbytes;
+    ok = (fclose(f) == 0) && ok;
+    free(hdr);
+    if (!ok) {
+        remove(path);
+        return err_set(KVF_ERR_IO, "%s: write failed", path);
+    }
+    return KVF_OK;
+}
+
+/* ------------------------------------------------------- config.json -- */
+
+/* Hugging Face defaults of each family's configuration class
+ * (LlamaConfig, Qwen2Config, Gemma3TextConfig). */
+struct hf_family {
+    const char *arch;
+    int vocab, hidden, inter, layers, heads, max_pos;
+    int head_dim;             /* 0: hidden / heads */
+    float eps, theta;
+    bool tie;
+};
+
+static const struct hf_family hf_llama = {"llama", 32000, 4096, 11008, 32, 32, 2048, 0, 1e-6f, 10000.0f, false};
+static const struct hf_family hf_qwen2 = {"qwen2", 151936, 4096, 22016, 32, 32, 32768, 0, 1e-6f, 10000.0f, false};
+static const struct hf_family hf_gemma3 = {"gemma3", 262208, 2304, 9216, 26, 8, 131072, 256, 1e-6f, 1e6f, true};
+
+/* Where fields are looked up: the text config, then (for a few fields that
+ * multimodal configs keep at the top level) its parent. Missing required
+ * fields are errors unless defaults_ok (LLaVA-1.5 text configs omit them). */
+struct hf_src {
+    const char *path;
+    const cJSON *obj, *parent;
+    bool defaults_ok;
+};
+
+static const cJSON *hf_get(const struct hf_src *c, const char *key, bool parent_too) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->obj, key);
+    if ((!v || cJSON_IsNull(v)) && parent_too && c->parent)
+        v = cJSON_GetObjectItemCaseSensitive(c->parent, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static enum kvf_status hf_int(const struct hf_src *c, const char *key, bool required, bool parent_too,
+                              int def, int *out) {
+    const cJSON *v = hf_get(c, key, parent_too);
+    if (!v) {
+        if (required && !c->defaults_ok)
+            return err_set(KVF_ERR_FORMAT, "%s: missing \"%s\"", c->path, key);
+        *out = def;
+        return KVF_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble) ||
+        v->valuedouble < INT32_MIN || v->valuedouble > INT32_MAX)
+        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be an integer", c->path, key);
+    *out = (int)v->valuedouble;
+    return KVF_OK;
+}
+
+static enum kvf_status hf_float(const struct hf_src *c, const char *key, float def, float *out) {
+    const cJSON *v = hf_get(c, key, false);
+    if (!v) {
+        *out = def;
+        return KVF_OK;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be a number", c->path, key);
+    *out = (float)v->valuedouble;
+    return KVF_OK;
+}
+
+static enum kvf_status hf_bool(const struct hf_src *c, const char *key, bool parent_too, bool def,
+                               bool *out) {
+    const cJSON *v = hf_get(c, key, parent_too);
+    if (!v) {
+        *out = def;
+        return KVF_OK;
+    }
+    if (!cJSON_IsBool(v)) return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be true or false", c->path, key);
+    *out = cJSON_IsTrue(v);
+    return KVF_OK;
+}
+
+/* Token ids may be an int or a list of ints (the first is used). */
+static enum kvf_status hf_token(const struct hf_src *c, const char *key, int *out) {
+    const cJSON *v = hf_get(c, key, true);
+    *out = -1;
+    if (v && cJSON_IsArray(v)) {
+        v = v->child;
+        if (!v) return KVF_OK;
+    }
+    if (!v) return KVF_OK;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+        v->valuedouble > INT32_MAX)
+        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be a non-negative integer or a list of them",
+                       c->path, key);
+    *out = (int)v->valuedouble;
+    return KVF_OK;
+}
+
+/* Older transformers write rope_scaling, newer ones rope_parameters; only the
+ * plain RoPE is implemented, and silently ignoring a scaling would give wrong
+ * outputs. theta/local_theta are updated when rope_parameters carries them. */
+static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *local_theta) {
+    const cJSON *rs = hf_get(c, "rope_scaling", false);
+    const cJSON *rp = hf_get(c, "rope_parameters", false);
+    const cJSON *blocks[3] = {rs, NULL, NULL};
+    float *targets[3] = {NULL, theta, local_theta};
+    if (rp) {
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+        if (cJSON_IsObject(full)) { /* per-layer-type parameters (Gemma 3) */
+            blocks[1] = full;
+            blocks[2] = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+        } else {
+            blocks[1] = rp;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        const cJSON *b = blocks[i];
+        if (!b) continue;
+        if (!cJSON_IsObject(b)) return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters must be an object", c->path);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
+        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "default") != 0))
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling '%.32s' is not supported", c->path,
+                           cJSON_IsString(type) ? type->valuestring : "?");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_theta");
+        if (t && targets[i]) {
+            if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble))
+                return err_set(KVF_ERR_FORMAT, "%s: rope_theta must be a number", c->path);
+            *targets[i] = (float)t->valuedouble;
+        }
+    }
+    return KVF_OK;
+}
+
+/* Checks "layer_types" (newer transformers) against the attention layout:
+ * with pattern > 0 layer i is global when (i + 1) % pattern == 0; with
+ * pattern 0 every layer is alike, windowed when sliding_window > 0. */
+static enum kvf_status hf_layer_types(const struct hf_src *c, int n_layers, int sliding_window,
+                                      int *pattern) {
+    const cJSON *lt = hf_get(c, "layer_types", false);
+    if (!lt) return KVF_OK;
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n_layers)
+        return err_set(KVF_ERR_FORMAT, "%s: \"layer_types\" must list the %d layers", c->path, n_layers);
+    int i = 0, first_global = -1;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, lt) {
+        if (!cJSON_IsString(v) || (strcmp(v->valuestring, "full_attention") != 0 &&
+                                   strcmp(v->valuestring, "sliding_attention") != 0))
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: layer_types[%d] is not full or sliding attention",
+                           c->path, i);
+        if (first_global < 0 && strcmp(v->valuestring, "full_attention") == 0) first_global = i;
+        i++;
+    }
+    /* The first global layer fixes the period (models shorter than one
+     * period have none and keep the configured one). */
+    if (*pattern > 0 && first_global >= 0) *pattern = first_global + 1;
+    i = 0;
+    cJSON_ArrayForEach(v, lt) {
+        bool global = *pattern > 0 ? (i + 1) % *pattern == 0 : sliding_window == 0;
+        if (global != (strcmp(v->valuestring, "full_attention") == 0))
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: layer_types does not follow a supported local/global layout",
+                           c->path);
+        i++;
+    }
+    return KVF_OK;
+}
+
+static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *fam, const char *model_type,
+                               struct hf_config *cfg) {
+    enum kvf_status st;
+    bool gemma = fam == &hf_gemma3, qwen = fam == &hf_qwen2;
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->arch, sizeof cfg->arch, "%s", fam->arch);
+
+#define TRY(x) do { if ((st = (x)) != KVF_OK) return st; } while (0)
+    TRY(hf_int(c, "hidden_size", true, false, fam->hidden, &cfg->hidden_size));
+    TRY(hf_int(c, "intermediate_size", true, false, fam->inter, &cfg->intermediate_size));
+    TRY(hf_int(c, "num_hidden_layers", true, false, fam->layers, &cfg->num_hidden_layers));
+    TRY(hf_int(c, "num_attention_heads", true, false, fam->heads, &cfg->num_attention_heads));
+    TRY(hf_int(c, "vocab_size", true, true, fam->vocab, &cfg->vocab_size));
+    TRY(hf_int(c, "num_key_value_heads", false, false, cfg->num_attention_heads, &cfg->num_key_value_heads));
+    TRY(hf_int(c, "max_position_embeddings", false, false, fam->max_pos, &cfg->max_position_embeddings));
+
+    const char *sizes[] = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                           "vocab_size", "num_key_value_heads", "max_position_embeddings"};
+    const int vals[] = {cfg->hidden_size, cfg->intermediate_size, cfg->num_hidden_layers,
+                        cfg->num_attention_heads, cfg->vocab_size, cfg->num_key_value_heads,
+                        cfg->max_position_embeddings};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
+        if (vals[i] <= 0) return err_set(KVF_ERR_FORMAT, "%s: %s = %d must be positive", c->path, sizes[i], vals[i]);
+
+    bool has_head_dim = hf_get(c, "head_dim", false) != NULL;
+    TRY(hf_int(c, "head_dim", false, false, fam->head_dim, &cfg->head_dim));
+    if (!has_head_dim && fam->head_dim == 0) {
+        if (cfg->hidden_size % cfg->num_attention_heads != 0)
+            return err_set(KVF_ERR_FORMAT, "%s: %d attention heads do not divide hidden_size %d", c->path,
+                           cfg->num_attention_heads, cfg->hidden_size);
+        cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
+    }
+    if (cfg->head_dim <= 0) return err_set(KVF_ERR_FORMAT, "%s: head_dim = %d must be positive", c->path, cfg->head_dim);
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
+        return err_set(KVF_ERR_FORMAT, "%s: %d key/value heads do not divide %d attention heads", c->path,
+                       cfg->num_key_value_heads, cfg->num_attention_heads);
+
+    TRY(hf_float(c, "rms_norm_eps", fam->eps, &cfg->rms_norm_eps));
+    TRY(hf_float(c, "rope_theta", fam->theta, &cfg->rope_theta));
+    /* Non-Gemma families use one RoPE base and scale scores by 1/sqrt(head_dim);
+     * filling the Gemma fields that way lets the decoder treat all alike. */
+    cfg->rope_local_base_freq = gemma ? 10000.0f : cfg->rope_theta;
+    cfg->query_pre_attn_scalar = gemma ? 256.0f : (float)cfg->head_dim;
+    if (gemma) {
+        TRY(hf_float(c, "rope_local_base_freq", cfg->rope_local_base_freq, &cfg->rope_local_base_freq));
+        TRY(hf_float(c, "query_pre_attn_scalar", cfg->query_pre_attn_scalar, &cfg->query_pre_attn_scalar));
+    }
+    TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL));
+    if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
+        !(cfg->query_pre_attn_scalar > 0))
+        return err_set(KVF_ERR_FORMAT, "%s: rms_norm_eps, rope bases and query_pre_attn_scalar must be positive",
+                       c->path);
+
+    /* sliding_window 0 means none; pattern 0 means every layer has the same
+     * attention (windowed when sliding_window > 0, as in Mistral). */
+    if (gemma) {
+        TRY(hf_int(c, "sliding_window", false, false, 4096, &cfg->sliding_window));
+        TRY(hf_int(c, "sliding_window_pattern", false, false, 6, &cfg->sliding_window_pattern));
+        if (!hf_get(c, "sliding_window_pattern", false))
+            TRY(hf_int(c, "_sliding_window_pattern", false, false, 6, &cfg->sliding_window_pattern));
+        if (cfg->sliding_window_pattern <= 0)
+            return err_set(KVF_ERR_FORMAT, "%s: sliding_window_pattern must be positive", c->path);
+    } else if (strcmp(model_type, "mistral") == 0) {
+        TRY(hf_int(c, "sliding_window", false, false, 0, &cfg->sliding_window));
+    } else if (qwen) {
+        bool use_sw;
+        TRY(hf_bool(c, "use_sliding_window", false, false, &use_sw));
+        if (use_sw)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: Qwen2 use_sliding_window is not supported", c->path);
+    }
+    if (cfg->sliding_window < 0)
+        return err_set(KVF_ERR_FORMAT, "%s: sliding_window must not be negative", c->path);
+    TRY(hf_layer_types(c, cfg->num_hidden_layers, cfg->sliding_window, &cfg->sliding_window_pattern));
+
+    TRY(hf_bool(c, "tie_word_embeddings", true, fam->tie, &cfg->tie_word_embeddings));
+    /* Qwen2 always has q/k/v biases; its config has no switch for them. */
+    if (qwen) cfg->attention_bias = true;
+    else TRY(hf_bool(c, "attention_bias", false, false, &cfg->attention_bias));
+    TRY(hf_token(c, "bos_token_id", &cfg->bos_token_id));
+    TRY(hf_token(c, "eos_token_id", &cfg->eos_token_id));
+#undef TRY
+    return KVF_OK;
+}
+
+static const struct hf_family *hf_family_of(const char *model_type) {
+    if (!strcmp(model_type, "llama") || !strcmp(model_type, "mistral")) return &hf_llama;
+    if (!strcmp(model_type, "qwen2")) return &hf_qwen2;
+    if (!strcmp(model_type, "gemma3_text")) return &hf_gemma3;
+    return NULL;
+}
+
+enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
+    if (!path || !cfg) return err_set(KVF_ERR_INVALID_ARG, "hf_config_load: NULL argument");
+    char *file = path_is_dir(path) ? path_join(path, "config.json") : strdup(path);
+    if (!file) return err_set(KVF_ERR_NOMEM, "out of memory");
+    char *text;
+    size_t len;
+    cJSON *root = NULL;
+    enum kvf_status st = file_read_all(file, ST_MAX_JSON_FILE, &text, &len);
+    if (!st) {
+        st = json_parse(file, text, len, &root);
+        free(text);
+    }
+    if (st) goto done;
+    if (!cJSON_IsObject(root)) {
+        st = err_set(KVF_ERR_FORMAT, "%s: not a JSON object", file);
+        goto done;
+    }
+    struct hf_src src = {file, root, NULL, false};
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) {
+        st = err_set(KVF_ERR_FORMAT, "%s: missing or non-string \"model_type\"", file);
+        goto done;
+    }
+    const char *model_type = mt->valuestring;
+    /* Multimodal configs nest the decoder's config in text_config; transformers
+     * fills it with the text class defaults, so missing fields are fine there. */
+    const char *nested_default = !strcmp(model_type, "llava") ? "llama"
+                                 : !strcmp(model_type, "gemma3") ? "gemma3_text" : NULL;
+    if (nested_default) {
+        const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+        if (tc && !cJSON_IsObject(tc)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: \"text_config\" is not an object", file);
+            goto done;
+        }
+        const cJSON *tmt = tc ? cJSON_GetObjectItemCaseSensitive(tc, "model_type") : NULL;
+        if (tmt && !cJSON_IsString(tmt)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: text_config.model_type is not a string", file);
+            goto done;
+        }
+        model_type = tmt ? tmt->valuestring : nested_default;
+        src = (struct hf_src){file, tc, root, true};
+    }
+    const struct hf_family *fam = hf_family_of(model_type);
+    if (!fam) {
+        st = err_set(KVF_ERR_UNSUPPORTED,
+                     "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, gemma3_text, "
+                     "gemma3, llava)", file, model_type);
+        goto done;
+    }
+    st = hf_fill(&src, fam, model_type, cfg);
+done:
+    cJSON_Delete(root);
+    free(file);
+    return st;
+}

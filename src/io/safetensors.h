@@ -1,0 +1,49 @@
+/* Hugging Face safetensors reader (single file or sharded through
+ * model.safetensors.index.json) and writer, plus config.json parsing for the
+ * decoder families kvfold runs. */
+#ifndef KVF_SAFETENSORS_H
+#define KVF_SAFETENSORS_H
+
+#include "core/common.h"
+#include "core/quant.h"
+
+#define ST_MAX_DIMS 8
+struct st_tensor {
+    char *name;
+    enum dtype type;           /* DT_F32, DT_F16 or DT_BF16 */
+    int n_dims;
+    int64_t shape[ST_MAX_DIMS];/* row-major: shape[n_dims-1] varies fastest */
+    const void *data;          /* into the mapping of its shard */
+    size_t nbytes;
+};
+
+struct st_set; /* opaque: mapped shards + tensor table */
+
+/* path: a .safetensors file or a directory holding model.safetensors or
+ * model.safetensors.index.json (+ shards). */
+enum kvf_status st_open(const char *path, struct st_set **out);
+/* Parses one in-memory file the caller keeps alive (tests, fuzzing). */
+enum kvf_status st_open_buffer(const void *buf, size_t size, struct st_set **out);
+void st_close(struct st_set *s);
+int st_count(const struct st_set *s);
+const struct st_tensor *st_at(const struct st_set *s, int i);
+const struct st_tensor *st_find(const struct st_set *s, const char *name);
+
+/* Writes one file; tensor data pointers are read, names must be unique. */
+enum kvf_status st_write(const char *path, const struct st_tensor *tensors, int n);
+
+/* The fields of config.json that kvfold uses (text decoder part; for
+ * LLaVA-style configs, text_config is read). Missing optional fields take
+ * the Hugging Face defaults. */
+struct hf_config {
+    char arch[32];             /* "llama", "qwen2", "gemma3" (model_type)     */
+    int hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads, num_key_value_heads, head_dim;
+    int vocab_size, max_position_embeddings, sliding_window, sliding_window_pattern;
+    float rms_norm_eps, rope_theta, rope_local_base_freq, query_pre_attn_scalar;
+    bool tie_word_embeddings, attention_bias;
+    int bos_token_id, eos_token_id; /* -1 when absent */
+};
+enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
+
+#endif

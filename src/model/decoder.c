@@ -1,0 +1,113 @@
+/* The decoder forward pass for the Llama, Qwen2 and Gemma 3 families:
+ * embeddings -> per layer (norm, QKV, RoPE, cache append, row-blocked
+ * attention, output projection, FFN) -> final norm -> logits. */
+#include "session.h"
+
+#include "attn/attn.h"
+#include "core/ops.h"
+
+#include <string.h>
+
+static void norm_rows(float *out, const float *x, const struct weight *w, int n, int dim, float eps) {
+    for (int t = 0; t < n; t++) ops_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, eps);
+}
+
+static void add_bias(float *y, const struct weight *b, int n, int dim) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += bv[i];
+}
+
+static void add_rows(float *x, const float *y, size_t count) {
+    for (size_t i = 0; i < count; i++) x[i] += y[i];
+}
+
+/* Self-attention of layer l for n tokens: reads s->xn, leaves the projected
+ * output in s->xn. */
+static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
+    const struct kvf_model *m = s->model;
+    const struct hparams *hp = &m->hp;
+    const struct layer_weights *L = &m->layers[l];
+    const int nt = s->params.n_threads, hd = hp->head_dim;
+    const int QD = hp->n_head * hd, KD = hp->n_head_kv * hd;
+
+    ops_matmul(&L->wq, s->xn, n, s->q, s->mm_scratch, nt);
+    ops_matmul(&L->wk, s->xn, n, s->k, s->mm_scratch, nt);
+    ops_matmul(&L->wv, s->xn, n, s->v, s->mm_scratch, nt);
+    add_bias(s->q, &L->bq, n, QD);
+    add_bias(s->k, &L->bk, n, KD);
+    add_bias(s->v, &L->bv, n, KD);
+    if (L->q_norm.data) { /* Gemma: RMSNorm per head before RoPE */
+        norm_rows(s->q, s->q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
+        norm_rows(s->k, s->k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
+    }
+    const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
+    for (int t = 0; t < n; t++) {
+        ops_rope(s->q + (size_t)t * QD, hp->n_head, hd, s->pos[t], base, hp->rope_style);
+        ops_rope(s->k + (size_t)t * KD, hp->n_head_kv, hd, s->pos[t], base, hp->rope_style);
+    }
+
+    enum kvf_status st = kv_cache_reserve(&s->kv, l, n);
+    if (st != KVF_OK) return st;
+    kv_cache_append(&s->kv, l, s->k, s->v, s->pos, n);
+
+    const struct attn_params ap = {
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
+        .scale = hp->attn_scale, .window = L->is_local ? hp->sliding_window : 0,
+    };
+    attn_forward(&ap, s->q, s->pos, n, kv_cache_head(&s->kv, l, 0), s->att, s->attn_scratch, nt);
+    ops_matmul(&L->wo, s->att, n, s->xn, s->mm_scratch, nt);
+    if (L->post_attn_norm.data) norm_rows(s->xn, s->xn, &L->post_attn_norm, n, hp->n_embd, hp->norm_eps);
+    return KVF_OK;
+}
+
+/* Feed-forward of layer l: reads s->xn, leaves the output in s->xn. */
+static void layer_ffn(struct kvf_session *s, int l, int n) {
+    const struct kvf_model *m = s->model;
+    const struct hparams *hp = &m->hp;
+    const struct layer_weights *L = &m->layers[l];
+    const int nt = s->params.n_threads;
+    ops_matmul(&L->w_gate, s->xn, n, s->gate, s->mm_scratch, nt);
+    ops_matmul(&L->w_up, s->xn, n, s->up, s->mm_scratch, nt);
+    if (hp->arch == ARCH_GEMMA3)
+        ops_gelu_tanh_mul(s->gate, s->up, (int64_t)n * hp->n_ff);
+    else
+        ops_silu_mul(s->gate, s->up, (int64_t)n * hp->n_ff);
+    ops_matmul(&L->w_down, s->gate, n, s->xn, s->mm_scratch, nt);
+    if (L->post_ffn_norm.data) norm_rows(s->xn, s->xn, &L->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
+}
+
+enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits) {
+    const struct kvf_model *m = s->model;
+    const struct hparams *hp = &m->hp;
+    const int E = hp->n_embd;
+    for (int t = 0; t < n; t++) {
+        float *x = s->x + (size_t)t * E;
+        ops_get_row(&m->tok_embd, tokens[t], x);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < E; i++) x[i] *= hp->embd_scale;
+        s->pos[t] = s->n_past + t;
+    }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const struct layer_weights *L = &m->layers[l];
+        norm_rows(s->xn, s->x, &L->attn_norm, n, E, hp->norm_eps);
+        enum kvf_status st = layer_attention(s, l, n);
+        if (st != KVF_OK) return st;
+        add_rows(s->x, s->xn, (size_t)n * E);
+        norm_rows(s->xn, s->x, &L->ffn_norm, n, E, hp->norm_eps);
+        layer_ffn(s, l, n);
+        add_rows(s->x, s->xn, (size_t)n * E);
+    }
+    s->n_past += n;
+
+    /* Only the rows asked for go through the (large) output matrix. */
+    const int first = all_logits ? 0 : n - 1;
+    norm_rows(s->xn, s->x + (size_t)first * E, &m->output_norm, n - first, E, hp->norm_eps);
+    float *dst = all_logits ? all_logits : s->logits;
+    ops_matmul(&m->output, s->xn, n - first, dst, s->mm_scratch, s->params.n_threads);
+    if (all_logits) memcpy(s->logits, all_logits + (size_t)(n - 1) * hp->n_vocab, sizeof(float) * hp->n_vocab);
+    s->has_logits = true;
+    return KVF_OK;
+}

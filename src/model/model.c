@@ -1,0 +1,401 @@
+/* Model loading: hyper-parameters and weights from a GGUF file or a Hugging
+ * Face safetensors directory, every tensor checked against the shape the
+ * architecture requires before use. */
+#include "model/model.h"
+
+#include "io/gguf.h"
+#include "io/safetensors.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Limits that keep every later size computation far from overflow. */
+#define MAX_DIM (1 << 20)
+#define MAX_LAYERS 1024
+#define MAX_HEAD_DIM 1024
+
+struct kvf_model_params kvf_model_default_params(void) {
+    struct kvf_model_params p = {.n_threads = 0};
+    return p;
+}
+
+static const char *arch_str(enum arch a) {
+    switch (a) {
+    case ARCH_LLAMA: return "llama";
+    case ARCH_QWEN2: return "qwen2";
+    case ARCH_GEMMA3: return "gemma3";
+    }
+    return "?";
+}
+
+static enum kvf_status arch_parse(const char *s, enum arch *out) {
+    if (!strcmp(s, "llama")) *out = ARCH_LLAMA;
+    else if (!strcmp(s, "qwen2")) *out = ARCH_QWEN2;
+    else if (!strcmp(s, "gemma3")) *out = ARCH_GEMMA3;
+    else return err_set(KVF_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2, gemma3)", s);
+    return KVF_OK;
+}
+
+/* Defaults that depend on the family, then a sanity check of the numbers. */
+static enum kvf_status hparams_finish(struct hparams *hp) {
+    if (hp->n_layer <= 0 || hp->n_layer > MAX_LAYERS || hp->n_embd <= 0 || hp->n_embd > MAX_DIM ||
+        hp->n_head <= 0 || hp->n_head > MAX_DIM || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
+        hp->n_ff > MAX_DIM || hp->n_vocab <= 0 || hp->n_vocab > (1 << 24))
+        return err_set(KVF_ERR_FORMAT, "hyper-parameters out of range (layers %d, embd %d, heads %d/%d, ff %d, vocab %d)",
+                       hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return err_set(KVF_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
+    if (hp->head_dim <= 0) {
+        if (hp->n_embd % hp->n_head) return err_set(KVF_ERR_FORMAT, "embedding %d not divisible by %d heads", hp->n_embd, hp->n_head);
+        hp->head_dim = hp->n_embd / hp->n_head;
+    }
+    if (hp->head_dim > MAX_HEAD_DIM || hp->head_dim % 2)
+        return err_set(KVF_ERR_UNSUPPORTED, "head dimension %d (must be even and <= %d)", hp->head_dim, MAX_HEAD_DIM);
+    if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "rms epsilon %g out of range", hp->norm_eps);
+    if (!(hp->rope_base > 1.0f)) return err_set(KVF_ERR_FORMAT, "rope base %g out of range", hp->rope_base);
+    if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048;
+    if (hp->sliding_window < 0) return err_set(KVF_ERR_FORMAT, "negative sliding window");
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = hp->arch == ARCH_GEMMA3 ? sqrtf((float)hp->n_embd) : 1.0f;
+    if (hp->rope_base_local <= 0.0f) hp->rope_base_local = hp->rope_base;
+    return KVF_OK;
+}
+
+/* ------------------------------------------------------------- tensors -- */
+
+/* Looks a tensor up in whichever container the model came from. */
+struct tensor_ref {
+    bool found;
+    uint32_t type;
+    int n_dims;
+    int64_t ne[4]; /* ne[0] = row length (GGUF order) */
+    const void *data;
+    size_t nbytes;
+};
+
+static struct tensor_ref tensor_lookup(const struct kvf_model *m, const char *name) {
+    struct tensor_ref r = {0};
+    if (m->gguf) {
+        const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+        if (!t) return r;
+        r = (struct tensor_ref){true, t->type, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, t->data, t->nbytes};
+    } else {
+        const struct st_tensor *t = st_find(m->st, name);
+        if (!t) return r;
+        if (t->n_dims > 4) return (struct tensor_ref){.found = true, .n_dims = t->n_dims};
+        r.found = true;
+        r.type = t->type;
+        r.n_dims = t->n_dims;
+        for (int i = 0; i < 4; i++) r.ne[i] = i < t->n_dims ? t->shape[t->n_dims - 1 - i] : 1;
+        r.data = t->data;
+        r.nbytes = t->nbytes;
+    }
+    return r;
+}
+
+/* Binds a 2-D weight [rows][cols] (rows == 1: a vector). Missing optional
+ * tensors leave w->data NULL. */
+static enum kvf_status bind(struct kvf_model *m, struct weight *w, const char *name, int64_t rows,
+                            int64_t cols, bool required) {
+    const struct tensor_ref r = tensor_lookup(m, name);
+    memset(w, 0, sizeof *w);
+    if (!r.found) {
+        if (required) return err_set(KVF_ERR_FORMAT, "missing tensor '%s'", name);
+        return KVF_OK;
+    }
+    const struct dtype_traits *tr = dtype_get(r.type);
+    if (!tr) return err_set(KVF_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %u", name, r.type);
+    const int want_dims = rows == 1 ? 1 : 2;
+    if (r.n_dims != want_dims || r.ne[0] != cols || (want_dims == 2 && r.ne[1] != rows))
+        return err_set(KVF_ERR_SHAPE, "tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]", name,
+                       (long long)r.ne[0], (long long)r.ne[1], r.n_dims, (long long)cols, (long long)rows);
+    const size_t rb = dtype_row_bytes(r.type, cols);
+    size_t total;
+    if (rb == 0 || !size_mul(rb, (size_t)rows, &total) || total != r.nbytes)
+        return err_set(KVF_ERR_SHAPE, "tensor '%s': %zu bytes do not hold [%lld, %lld] of %s", name, r.nbytes,
+                       (long long)rows, (long long)cols, tr->name);
+    *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data};
+    m->n_params += rows * cols;
+    m->weight_bytes += (int64_t)total;
+    return KVF_OK;
+}
+
+/* Vectors (norms, biases) are used as floats: convert them once at load. */
+static enum kvf_status bind_vec(struct kvf_model *m, struct weight *w, const char *name, int64_t n,
+                                bool required, float add) {
+    enum kvf_status st = bind(m, w, name, 1, n, required);
+    if (st != KVF_OK || !w->data) return st;
+    float *f = malloc((size_t)n * sizeof(float));
+    if (!f) return err_set(KVF_ERR_NOMEM, "out of memory converting '%s'", name);
+    quant_dequant_row(w->type, w->data, f, n);
+    for (int64_t i = 0; i < n; i++) f[i] += add;
+    w->type = DT_F32;
+    w->row_bytes = (size_t)n * sizeof(float);
+    w->data = f;
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        float **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        if (!o) { free(f); w->data = NULL; return err_set(KVF_ERR_NOMEM, "out of memory"); }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = f;
+    return KVF_OK;
+}
+
+struct names { /* tensor names of one container convention */
+    const char *embd, *out_norm, *output;
+    const char *fmt[17]; /* per-layer names, %d = layer */
+};
+enum { N_ATTN_NORM, N_Q, N_K, N_V, N_O, N_BQ, N_BK, N_BV, N_QN, N_KN, N_POST_ATTN, N_FFN_NORM, N_POST_FFN,
+       N_GATE, N_UP, N_DOWN, N_GEMMA_FFN_NORM };
+
+static const struct names names_gguf = {
+    "token_embd.weight", "output_norm.weight", "output.weight",
+    {"blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
+     "blk.%d.attn_output.weight", "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias",
+     "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.post_attention_norm.weight",
+     "blk.%d.ffn_norm.weight", "blk.%d.post_ffw_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
+     "blk.%d.ffn_down.weight", "blk.%d.ffn_norm.weight"}};
+
+/* HF names; Gemma 3 calls the pre-FFN norm pre_feedforward_layernorm and uses
+ * post_attention_layernorm after attention (Llama uses it before the FFN). */
+static const struct names names_hf = {
+    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+    {"model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
+     "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+     "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.self_attn.q_proj.bias",
+     "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.v_proj.bias",
+     "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
+     "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_attention_layernorm.weight",
+     "model.layers.%d.post_feedforward_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
+     "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
+     "model.layers.%d.pre_feedforward_layernorm.weight"}};
+
+static const char *lname(char *buf, size_t n, const struct names *nm, int which, int layer) {
+    snprintf(buf, n, nm->fmt[which], layer);
+    return buf;
+}
+
+static enum kvf_status bind_all(struct kvf_model *m, const struct names *nm, bool hf) {
+    const struct hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const bool gemma = hp->arch == ARCH_GEMMA3;
+    /* HF Gemma norms scale by (1 + w); llama.cpp's converter stored w + 1. */
+    const float nadd = gemma && hf ? 1.0f : 0.0f;
+    enum kvf_status st;
+    if ((st = bind(m, &m->tok_embd, nm->embd, V, E, true)) ||
+        (st = bind_vec(m, &m->output_norm, nm->out_norm, E, true, nadd)) ||
+        (st = bind(m, &m->output, nm->output, V, E, false)))
+        return st;
+    if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers) return err_set(KVF_ERR_NOMEM, "out of memory");
+    char b[160];
+    for (int l = 0; l < hp->n_layer; l++) {
+        struct layer_weights *L = &m->layers[l];
+        const bool bias = hp->arch == ARCH_QWEN2;
+        if ((st = bind_vec(m, &L->attn_norm, lname(b, sizeof b, nm, N_ATTN_NORM, l), E, true, nadd)) ||
+            (st = bind(m, &L->wq, lname(b, sizeof b, nm, N_Q, l), QD, E, true)) ||
+            (st = bind(m, &L->wk, lname(b, sizeof b, nm, N_K, l), KD, E, true)) ||
+            (st = bind(m, &L->wv, lname(b, sizeof b, nm, N_V, l), KD, E, true)) ||
+            (st = bind(m, &L->wo, lname(b, sizeof b, nm, N_O, l), E, QD, true)) ||
+            (st = bind_vec(m, &L->bq, lname(b, sizeof b, nm, N_BQ, l), QD, bias, 0)) ||
+            (st = bind_vec(m, &L->bk, lname(b, sizeof b, nm, N_BK, l), KD, bias, 0)) ||
+            (st = bind_vec(m, &L->bv, lname(b, sizeof b, nm, N_BV, l), KD, bias, 0)) ||
+            (st = bind(m, &L->w_gate, lname(b, sizeof b, nm, N_GATE, l), F, E, true)) ||
+            (st = bind(m, &L->w_up, lname(b, sizeof b, nm, N_UP, l), F, E, true)) ||
+            (st = bind(m, &L->w_down, lname(b, sizeof b, nm, N_DOWN, l), E, F, true)))
+            return st;
+        if (gemma) {
+            if ((st = bind_vec(m, &L->q_norm, lname(b, sizeof b, nm, N_QN, l), hp->head_dim, true, nadd)) ||
+                (st = bind_vec(m, &L->k_norm, lname(b, sizeof b, nm, N_KN, l), hp->head_dim, true, nadd)) ||
+                (st = bind_vec(m, &L->post_attn_norm, lname(b, sizeof b, nm, N_POST_ATTN, l), E, true, nadd)) ||
+                (st = bind_vec(m, &L->ffn_norm, lname(b, sizeof b, nm, N_GEMMA_FFN_NORM, l), E, true, nadd)) ||
+                (st = bind_vec(m, &L->post_ffn_norm, lname(b, sizeof b, nm, N_POST_FFN, l), E, true, nadd)))
+                return st;
+            /* Five sliding-window layers, then one global (llama.cpp's swa pattern 6). */
+            L->is_local = hp->sliding_window > 0 && (l + 1) % hp->swa_pattern != 0;
+        } else if ((st = bind_vec(m, &L->ffn_norm, lname(b, sizeof b, nm, N_FFN_NORM, l), E, true, 0))) {
+            return st;
+        }
+    }
+    return KVF_OK;
+}
+
+/* ------------------------------------------------------------- loaders -- */
+
+static enum kvf_status gguf_int(const struct gguf_file *f, const char *arch, const char *key, int *out,
+                                bool required) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    uint32_t v;
+    if (!gguf_get_u32(f, k, &v)) {
+        if (required) return err_set(KVF_ERR_FORMAT, "missing or ill-typed metadata '%s'", k);
+        return KVF_OK;
+    }
+    if (v > (uint32_t)INT32_MAX) return err_set(KVF_ERR_FORMAT, "metadata '%s' = %u out of range", k, v);
+    *out = (int)v;
+    return KVF_OK;
+}
+
+static void gguf_float(const struct gguf_file *f, const char *arch, const char *key, float *out) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.%s", arch, key);
+    gguf_get_f32(f, k, out);
+}
+
+static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
+    enum kvf_status st = gguf_open(path, &m->gguf);
+    if (st != KVF_OK) return st;
+    const struct gguf_file *f = m->gguf;
+    const char *a = gguf_get_str(f, "general.architecture");
+    if (!a) return err_set(KVF_ERR_FORMAT, "%s: no general.architecture", path);
+    struct hparams *hp = &m->hp;
+    if ((st = arch_parse(a, &hp->arch))) return st;
+    hp->norm_eps = 1e-5f;
+    hp->rope_base = 10000.0f;
+    hp->swa_pattern = 6;
+    if ((st = gguf_int(f, a, "block_count", &hp->n_layer, true)) ||
+        (st = gguf_int(f, a, "embedding_length", &hp->n_embd, true)) ||
+        (st = gguf_int(f, a, "feed_forward_length", &hp->n_ff, true)) ||
+        (st = gguf_int(f, a, "attention.head_count", &hp->n_head, true)) ||
+        (st = gguf_int(f, a, "context_length", &hp->n_ctx_train, false)) ||
+        (st = gguf_int(f, a, "attention.key_length", &hp->head_dim, false)) ||
+        (st = gguf_int(f, a, "attention.sliding_window", &hp->sliding_window, false)))
+        return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = gguf_int(f, a, "attention.head_count_kv", &hp->n_head_kv, false))) return st;
+    gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps);
+    gguf_float(f, a, "rope.freq_base", &hp->rope_base);
+    /* llama.cpp's converter permutes Llama's Q/K rows for interleaved RoPE. */
+    hp->rope_style = hp->arch == ARCH_LLAMA ? KVF_ROPE_NORM : KVF_ROPE_NEOX;
+    if (hp->arch == ARCH_GEMMA3) hp->rope_base_local = 10000.0f; /* fixed by the architecture */
+    else hp->sliding_window = 0;
+    int rope_dims = 0;
+    if ((st = gguf_int(f, a, "rope.dimension_count", &rope_dims, false))) return st;
+    const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te || te->n_dims != 2) return err_set(KVF_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
+    if (te->ne[1] > INT32_MAX) return err_set(KVF_ERR_FORMAT, "vocabulary too large");
+    hp->n_vocab = (int)te->ne[1];
+    if ((st = hparams_finish(hp))) return st;
+    if (rope_dims && rope_dims != hp->head_dim)
+        return err_set(KVF_ERR_UNSUPPORTED, "partial rotary embedding (%d of %d dims)", rope_dims, hp->head_dim);
+    if ((st = tok_load_gguf(f, &m->tok))) return st;
+    const char *name = gguf_get_str(f, "general.name");
+    snprintf(m->name, sizeof m->name, "%s", name ? name : path);
+    snprintf(m->source, sizeof m->source, "gguf");
+    return bind_all(m, &names_gguf, false);
+}
+
+static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
+    struct hf_config cfg;
+    enum kvf_status st = hf_config_load(dir, &cfg);
+    if (st != KVF_OK) return st;
+    struct hparams *hp = &m->hp;
+    if ((st = arch_parse(cfg.arch, &hp->arch))) return st;
+    hp->n_layer = cfg.num_hidden_layers;
+    hp->n_embd = cfg.hidden_size;
+    hp->n_ff = cfg.intermediate_size;
+    hp->n_head = cfg.num_attention_heads;
+    hp->n_head_kv = cfg.num_key_value_heads;
+    hp->head_dim = cfg.head_dim;
+    hp->n_vocab = cfg.vocab_size;
+    hp->n_ctx_train = cfg.max_position_embeddings;
+    hp->norm_eps = cfg.rms_norm_eps;
+    hp->rope_base = cfg.rope_theta;
+    hp->rope_base_local = cfg.rope_local_base_freq;
+    hp->rope_style = KVF_ROPE_NEOX; /* HF checkpoints are not permuted */
+    hp->sliding_window = hp->arch == ARCH_GEMMA3 ? cfg.sliding_window : 0;
+    hp->swa_pattern = cfg.sliding_window_pattern > 0 ? cfg.sliding_window_pattern : 6;
+    if ((st = hparams_finish(hp))) return st;
+    if (hp->arch == ARCH_GEMMA3 && cfg.query_pre_attn_scalar > 0.0f)
+        hp->attn_scale = 1.0f / sqrtf(cfg.query_pre_attn_scalar);
+    if ((st = st_open(dir, &m->st)) || (st = tok_load_hf(dir, &m->tok))) return st;
+    const char *base = strrchr(dir, '/');
+    snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
+    snprintf(m->source, sizeof m->source, "safetensors");
+    return bind_all(m, &names_hf, true);
+}
+
+/* "q4_1:30 f32:61": how many tensors of each stored type. */
+static void describe_types(struct kvf_model *m) {
+    int count[DT_COUNT] = {0};
+    const struct weight *w[] = {&m->tok_embd, &m->output};
+    for (int i = 0; i < 2; i++)
+        if (i == 0 || m->output.data != m->tok_embd.data) count[w[i]->type]++;
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const struct layer_weights *L = &m->layers[l];
+        const struct weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lw / sizeof *lw; i++) count[lw[i]->type]++;
+    }
+    size_t off = 0;
+    m->weight_types[0] = '\0';
+    for (int t = 0; t < DT_COUNT; t++)
+        if (count[t] && off < sizeof m->weight_types)
+            off += snprintf(m->weight_types + off, sizeof m->weight_types - off, "%s%s:%d", off ? " " : "",
+                            dtype_get(t)->name, count[t]);
+}
+
+enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *params, struct kvf_model **out) {
+    *out = NULL;
+    if (!path) return err_set(KVF_ERR_INVALID_ARG, "no model path");
+    struct kvf_model_params p = params ? *params : kvf_model_default_params();
+    struct stat sb;
+    if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s'", path);
+    struct kvf_model *m = calloc(1, sizeof *m);
+    if (!m) return err_set(KVF_ERR_NOMEM, "out of memory");
+    enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
+    if (st != KVF_OK) {
+        kvf_model_free(m);
+        return st;
+    }
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_str(m->hp.arch));
+    describe_types(m);
+    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
+    *out = m;
+    return KVF_OK;
+}
+
+void kvf_model_free(struct kvf_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    tok_free(m->tok);
+    if (m->gguf) gguf_close(m->gguf);
+    if (m->st) st_close(m->st);
+    free(m);
+}
+
+static const char *chat_name_of(const struct kvf_model *m);
+
+void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) {
+    const struct hparams *hp = &m->hp;
+    *info = (struct kvf_model_info){
+        .arch = m->arch_name, .name = m->name, .source = m->source,
+        .n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim, .n_ff = hp->n_ff, .n_vocab = hp->n_vocab, .n_ctx_train = hp->n_ctx_train,
+        .sliding_window = hp->sliding_window, .rope_base = hp->rope_base, .rope_base_local = hp->rope_base_local,
+        .norm_eps = hp->norm_eps, .rope_style = hp->rope_style, .n_params = m->n_params,
+        .weight_bytes = m->weight_bytes, .weight_types = m->weight_types, .tokenizer = tok_kind(m->tok),
+        .chat_template_name = chat_name_of(m), .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
+    };
+}
+
+int32_t kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,
+                     bool add_bos, bool parse_special) {
+    return tok_encode(m->tok, text, len, tokens, n_max, add_bos, parse_special);
+}
+
+int32_t kvf_token_to_piece(const struct kvf_model *m, int32_t token, char *buf, int32_t len, bool render_special) {
+    return tok_piece(m->tok, token, buf, len, render_special);
+}
+
+bool kvf_token_is_eog(const struct kvf_model *m, int32_t token) { return tok_is_eog(m->tok, token); }

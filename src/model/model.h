@@ -1,0 +1,62 @@
+/* Internal view of a loaded model: hyper-parameters, weights (pointing into
+ * memory-mapped files) and the tokenizer. Weights are read-only and shared by
+ * every session. */
+#ifndef KVF_MODEL_H
+#define KVF_MODEL_H
+
+#include "core/common.h"
+#include "core/quant.h"
+#include "tok/tokenizer.h"
+
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_GEMMA3 };
+
+/* A 2-D weight: `rows` rows of `cols` values, row-major, stored as `type`
+ * (rows = output features, cols = input features). 1-D weights have rows=1. */
+struct weight {
+    enum dtype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+};
+
+struct layer_weights {
+    struct weight attn_norm, wq, wk, wv, wo;   /* wq: [n_head*head_dim, n_embd] ... */
+    struct weight bq, bk, bv;                  /* qwen2 only (rows=1)               */
+    struct weight q_norm, k_norm;              /* gemma3: [head_dim]                */
+    struct weight post_attn_norm, ffn_norm, post_ffn_norm;
+    struct weight w_gate, w_up, w_down;        /* gate/up: [n_ff, n_embd]; down: [n_embd, n_ff] */
+    bool is_local;                             /* sliding-window layer (gemma3)     */
+};
+
+struct hparams {
+    enum arch arch;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    int sliding_window;        /* tokens; 0 = none */
+    int swa_pattern;           /* gemma3: every swa_pattern-th layer is global */
+    float rope_base, rope_base_local, norm_eps;
+    float attn_scale;          /* multiplies q.k (1/sqrt(head_dim) unless the model says otherwise) */
+    enum kvf_rope_style rope_style;
+    bool norm_plus_one;        /* gemma checkpoints store w with RMSNorm scaling (1 + w) */
+    float embd_scale;          /* gemma: sqrt(n_embd); else 1 */
+};
+
+struct kvf_model {
+    struct hparams hp;
+    struct weight tok_embd;    /* [n_vocab, n_embd] */
+    struct weight output_norm;
+    struct weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
+    struct layer_weights *layers;
+    struct tokenizer *tok;
+    int n_threads;
+    /* Owned storage: the mapped files and names for kvf_model_info. */
+    struct gguf_file *gguf;
+    struct st_set *st;
+    char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
+    int64_t n_params, weight_bytes;
+    float **owned;             /* float copies of vectors (norms, biases) */
+    int n_owned, cap_owned;
+};
+
+static inline const struct tokenizer *model_tokenizer(const struct kvf_model *m) { return m->tok; }
+
+#endif

@@ -1,0 +1,221 @@
+/* Token sampler: greedy, or temperature -> top-k -> top-p -> min-p -> a draw
+ * from a seeded xoshiro256** generator. Temperature is applied first, so the
+ * top-p and min-p cut-offs act on the distribution that is actually sampled.
+ * The same seed and logits always give the same tokens. */
+#include "core/common.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct cand {
+    int32_t id;
+    double p; /* unnormalised probability exp(logit/temp - max) */
+};
+
+struct kvf_sampler {
+    struct kvf_sampler_params params;
+    uint64_t rng[4];      /* xoshiro256** state               */
+    struct cand *cands;   /* scratch, cap entries, grown on demand */
+    int cap;
+};
+
+struct kvf_sampler_params kvf_sampler_default_params(void) {
+    /* llama.cpp's defaults for the truncation stages. */
+    return (struct kvf_sampler_params){
+        .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42,
+    };
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    uint64_t r = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out) {
+    if (!out)
+        return err_set(KVF_ERR_INVALID_ARG, "kvf_sampler_init: out is NULL");
+    *out = NULL;
+    struct kvf_sampler_params p = params ? *params : kvf_sampler_default_params();
+    if (isnan(p.temp) || isnan(p.top_p) || isnan(p.min_p))
+        return err_set(KVF_ERR_INVALID_ARG, "sampler: temp, top_p and min_p must be numbers");
+    struct kvf_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(KVF_ERR_NOMEM, "sampler: out of memory");
+    s->params = p;
+    /* splitmix64 spreads any seed (including 0) over a non-zero state. */
+    uint64_t x = p.seed;
+    for (int i = 0; i < 4; i++)
+        s->rng[i] = splitmix64(&x);
+    *out = s;
+    return KVF_OK;
+}
+
+void kvf_sampler_free(struct kvf_sampler *sampler) {
+    if (!sampler)
+        return;
+    free(sampler->cands);
+    free(sampler);
+}
+
+/* First index of the largest logit; NaN never wins, and an all -inf/NaN row
+ * gives 0 so the caller always gets a valid id. */
+static int32_t argmax(const float *logits, int n) {
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (logits[i] > bv) {
+            bv = logits[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+static int cand_cmp_desc(const void *a, const void *b) {
+    const struct cand *x = a, *y = b;
+    if (x->p != y->p)
+        return x->p < y->p ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id; /* ties: lower id first, for determinism */
+}
+
+static inline bool cand_before(const struct cand *a, const struct cand *b) {
+    return cand_cmp_desc(a, b) < 0;
+}
+
+static inline void cand_swap(struct cand *a, struct cand *b) {
+    struct cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorders c[0..n) so that c[0..k) are the k most probable candidates, sorted.
+ * Quickselect then a sort of the prefix: O(n + k log k), which matters for
+ * 256k-token vocabularies where a full sort per token would cost more than
+ * the forward pass of a small model. */
+static void select_top(struct cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        /* median of three as pivot, moved to hi */
+        int mid = lo + (hi - lo) / 2;
+        if (cand_before(&c[mid], &c[lo])) cand_swap(&c[mid], &c[lo]);
+        if (cand_before(&c[hi], &c[lo])) cand_swap(&c[hi], &c[lo]);
+        if (cand_before(&c[mid], &c[hi])) cand_swap(&c[mid], &c[hi]);
+        struct cand pivot = c[hi];
+        int store = lo;
+        for (int i = lo; i < hi; i++)
+            if (cand_before(&c[i], &pivot))
+                cand_swap(&c[i], &c[store++]);
+        cand_swap(&c[store], &c[hi]);
+        if (store == k - 1 || store == k)
+            break;
+        if (store < k)
+            lo = store + 1;
+        else
+            hi = store - 1;
+    }
+    qsort(c, (size_t)k, sizeof *c, cand_cmp_desc);
+}
+
+int32_t kvf_sampler_sample(struct kvf_sampler *s, const float *logits, int n_vocab) {
+    if (!s || !logits || n_vocab <= 0) {
+        err_set(KVF_ERR_INVALID_ARG, "kvf_sampler_sample: bad arguments (n_vocab %d)", n_vocab);
+        return -1;
+    }
+    const struct kvf_sampler_params *p = &s->params;
+    int32_t best = argmax(logits, n_vocab);
+    /* Greedy cases, and a +inf logit (which would take all the mass). */
+    if (p->temp <= 0 || p->top_k == 1 || n_vocab == 1 || isinf(logits[best]) || isnan(logits[best]))
+        return best;
+
+    if (s->cap < n_vocab) {
+        struct cand *c = realloc(s->cands, (size_t)n_vocab * sizeof *c);
+        if (!c) {
+            err_set(KVF_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
+            return best;
+        }
+        s->cands = c;
+        s->cap = n_vocab;
+    }
+    struct cand *c = s->cands;
+    const float max = logits[best] / p->temp;
+    int n = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        if (!(logits[i] > -INFINITY)) /* -inf and NaN have no mass */
+            continue;
+        c[n++] = (struct cand){ .id = i, .p = exp((double)(logits[i] / p->temp) - max) };
+    }
+    /* n >= 1: logits[best] is finite here. */
+    bool sorted = false;
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(c, n, p->top_k);
+        n = p->top_k;
+        sorted = true;
+    }
+    if (p->top_p < 1) {
+        double total = 0;
+        for (int i = 0; i < n; i++)
+            total += c[i].p;
+        const double target = (double)p->top_p * total;
+        /* Sort only as much of the tail as the nucleus needs: most of a
+         * peaked distribution's mass sits in its first few hundred tokens. */
+        int k = 0, m = 0;
+        double cum = 0;
+        for (;;) {
+            int want = sorted ? n : KVF_MIN(n, k == 0 ? 256 : k * 4);
+            if (!sorted && want > k)
+                select_top(c + k, n - k, want - k);
+            for (; m < want; m++) {
+                cum += c[m].p;
+                if (cum >= target) {
+                    m++;
+                    goto nucleus_done;
+                }
+            }
+            k = want;
+            if (k == n)
+                break; /* rounding: everything is in the nucleus */
+        }
+    nucleus_done:
+        n = KVF_MAX(m, 1);
+    }
+    if (p->min_p > 0) {
+        double pmax = 0;
+        for (int i = 0; i < n; i++)
+            pmax = KVF_MAX(pmax, c[i].p);
+        const double cut = (double)p->min_p * pmax;
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (c[i].p >= cut)
+                c[m++] = c[i];
+        n = m; /* the maximum always survives */
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += c[i].p;
+    double u = rng_uniform(s->rng) * total;
+    for (int i = 0; i < n; i++) {
+        u -= c[i].p;
+        if (u < 0)
+            return c[i].id;
+    }
+    return c[n - 1].id; /* u landed on the rounding slack of the last bucket */
+}

@@ -1,0 +1,115 @@
+#include "session.h"
+
+#include "attn/attn.h"
+#include "core/ops.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SESSION_MAX_CTX_DEFAULT 8192
+
+struct kvf_session_params kvf_session_default_params(void) {
+    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0};
+    return p;
+}
+
+void kvf_session_free(struct kvf_session *s) {
+    if (!s) return;
+    kv_cache_free(&s->kv);
+    free(s->logits);
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->pos);
+    free(s->mm_scratch);
+    free(s->attn_scratch);
+    free(s);
+}
+
+static void *alloc_rows(int rows, int64_t cols, size_t elem, bool *ok) {
+    void *p = malloc((size_t)rows * (size_t)cols * elem);
+    if (!p) *ok = false;
+    return p;
+}
+
+enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
+                                 struct kvf_session **out) {
+    *out = NULL;
+    if (!m) return err_set(KVF_ERR_INVALID_ARG, "no model");
+    struct kvf_session_params p = params ? *params : kvf_session_default_params();
+    const struct hparams *hp = &m->hp;
+    if (p.n_ctx <= 0) p.n_ctx = KVF_MIN(hp->n_ctx_train, SESSION_MAX_CTX_DEFAULT);
+    if (p.n_ctx > (1 << 24)) return err_set(KVF_ERR_INVALID_ARG, "n_ctx %d too large", p.n_ctx);
+    if (p.n_batch <= 0 || p.n_batch > 65536) return err_set(KVF_ERR_INVALID_ARG, "n_batch %d out of range [1, 65536]", p.n_batch);
+    p.n_batch = KVF_MIN(p.n_batch, p.n_ctx);
+    if (p.n_threads <= 0) p.n_threads = m->n_threads;
+    if (p.n_threads > 1024) return err_set(KVF_ERR_INVALID_ARG, "n_threads %d out of range", p.n_threads);
+
+    struct kvf_session *s = calloc(1, sizeof *s);
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
+    s->model = m;
+    s->params = p;
+    enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim);
+    if (st != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    const int B = p.n_batch;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t widest = KVF_MAX(KVF_MAX((int64_t)hp->n_embd, hp->n_ff), QD);
+    bool ok = true;
+    s->logits = alloc_rows(1, hp->n_vocab, sizeof(float), &ok);
+    s->x = alloc_rows(B, hp->n_embd, sizeof(float), &ok);
+    s->xn = alloc_rows(B, hp->n_embd, sizeof(float), &ok);
+    s->q = alloc_rows(B, QD, sizeof(float), &ok);
+    s->k = alloc_rows(B, KD, sizeof(float), &ok);
+    s->v = alloc_rows(B, KD, sizeof(float), &ok);
+    s->att = alloc_rows(B, QD, sizeof(float), &ok);
+    s->gate = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
+    s->up = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
+    s->pos = alloc_rows(B, 1, sizeof(int32_t), &ok);
+    s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B), 1, &ok);
+    s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
+    if (!ok) {
+        kvf_session_free(s);
+        return err_set(KVF_ERR_NOMEM, "out of memory allocating session buffers (batch %d, ctx %d)", B, p.n_ctx);
+    }
+    *out = s;
+    return KVF_OK;
+}
+
+void kvf_session_reset(struct kvf_session *s) {
+    kv_cache_clear(&s->kv);
+    s->n_past = 0;
+    s->has_logits = false;
+}
+
+enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits) {
+    if (!s || (n > 0 && !tokens) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill: bad arguments");
+    if (n == 0) return KVF_OK;
+    if (n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "%d tokens do not fit: %d of %d positions used", n, s->n_past, s->params.n_ctx);
+    const int n_vocab = s->model->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
+    for (int i = 0; i < n; i += s->params.n_batch) {
+        const int nb = KVF_MIN(s->params.n_batch, n - i);
+        enum kvf_status st = decoder_forward(s, tokens + i, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        if (st != KVF_OK) return st;
+    }
+    return KVF_OK;
+}
+
+enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
+    return kvf_session_prefill(s, &token, 1, NULL);
+}
+
+const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
+int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
+size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }

@@ -1,0 +1,34 @@
+/* Tokenizers: SentencePiece-style (GGUF model "llama") and byte-level BPE
+ * (GGUF model "gpt2") with the pre-tokenizers gpt2, llama3 (llama-bpe),
+ * qwen2 and smollm/starcoder. Loaded from GGUF metadata or tokenizer.json. */
+#ifndef KVF_TOKENIZER_H
+#define KVF_TOKENIZER_H
+
+#include "core/common.h"
+#include "io/gguf.h"
+
+struct tokenizer; /* opaque, immutable after load */
+
+enum kvf_status tok_load_gguf(const struct gguf_file *f, struct tokenizer **out);
+/* dir holds tokenizer.json (and optionally tokenizer_config.json). */
+enum kvf_status tok_load_hf(const char *dir, struct tokenizer **out);
+void tok_free(struct tokenizer *t);
+
+/* Same contract as kvf_tokenize. */
+int32_t tok_encode(const struct tokenizer *t, const char *text, size_t len, int32_t *out,
+                   int32_t n_max, bool add_bos, bool parse_special);
+/* Same contract as kvf_token_to_piece. */
+int32_t tok_piece(const struct tokenizer *t, int32_t id, char *buf, int32_t len,
+                  bool render_special);
+int32_t tok_n_vocab(const struct tokenizer *t);
+int32_t tok_bos(const struct tokenizer *t);  /* -1 when absent */
+int32_t tok_eos(const struct tokenizer *t);
+bool tok_is_eog(const struct tokenizer *t, int32_t id); /* eos, eot, <|im_end|>, <end_of_turn>... */
+/* The vocabulary text of a token (as stored), or NULL if out of range. */
+const char *tok_text(const struct tokenizer *t, int32_t id);
+/* "spm" or "bpe:<pre>". */
+const char *tok_kind(const struct tokenizer *t);
+/* tokenizer.chat_template (Jinja text) or NULL. */
+const char *tok_chat_template(const struct tokenizer *t);
+
+#endif
