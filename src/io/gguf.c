@@ -172,7 +172,7 @@ static void *parse_alloc(struct parser *p, size_t n) { return arena_alloc(&p->g-
     } while (0)
 
 static enum kvf_status parse_str(struct parser *p, struct gguf_str *s, const char *what) {
-    uint64_t len;
+    uint64_t len = 0;
     TRY(parse_u64(p, &len, what));
     if (len > parser_left(p))
         return parse_fail(p, KVF_ERR_FORMAT, "%s length %llu exceeds the %zu bytes left", what,
@@ -205,8 +205,8 @@ static enum kvf_status parse_array(struct parser *p, struct gguf_value *v, int d
     if (depth >= GGUF_MAX_DEPTH)
         return parse_fail(p, KVF_ERR_FORMAT, "arrays nested deeper than %d levels",
                           GGUF_MAX_DEPTH);
-    uint32_t et;
-    uint64_t n;
+    uint32_t et = 0;
+    uint64_t n = 0;
     TRY(parse_u32(p, &et, "array element type"));
     size_t min = vtype_min_bytes(et);
     if (min == 0)
@@ -248,29 +248,23 @@ static enum kvf_status parse_array(struct parser *p, struct gguf_value *v, int d
 static enum kvf_status parse_value(struct parser *p, enum gguf_vtype type, struct gguf_value *v,
                                    int depth) {
     v->type = type;
+    if (type == GGUF_STR) return parse_str(p, &v->str, "string value");
+    if (type == GGUF_ARR) return parse_array(p, v, depth);
+    size_t size = vtype_size(type);
+    if (size == 0) return parse_fail(p, KVF_ERR_FORMAT, "unknown value type %u", (unsigned)type);
+    uint64_t raw = 0; /* little-endian: the low `size` bytes hold the value */
+    TRY(parse_bytes(p, &raw, size, "value"));
     switch (type) {
-    case GGUF_U8: case GGUF_U16: case GGUF_U32: case GGUF_U64: {
-        uint64_t u = 0;
-        TRY(parse_bytes(p, &u, vtype_size(type), "value"));
-        v->u = u;
-        return KVF_OK;
+    case GGUF_I8: v->i = (int8_t)raw; break;
+    case GGUF_I16: v->i = (int16_t)raw; break;
+    case GGUF_I32: v->i = (int32_t)raw; break;
+    case GGUF_I64: v->i = (int64_t)raw; break;
+    case GGUF_F32: { float x; memcpy(&x, &raw, 4); v->f = x; break; }
+    case GGUF_F64: memcpy(&v->f, &raw, 8); break;
+    case GGUF_BOOL: v->b = raw != 0; break;
+    default: v->u = raw; break;
     }
-    case GGUF_I8: { int8_t x; TRY(parse_bytes(p, &x, 1, "value")); v->i = x; return KVF_OK; }
-    case GGUF_I16: { int16_t x; TRY(parse_bytes(p, &x, 2, "value")); v->i = x; return KVF_OK; }
-    case GGUF_I32: { int32_t x; TRY(parse_bytes(p, &x, 4, "value")); v->i = x; return KVF_OK; }
-    case GGUF_I64: { int64_t x; TRY(parse_bytes(p, &x, 8, "value")); v->i = x; return KVF_OK; }
-    case GGUF_F32: { float x; TRY(parse_bytes(p, &x, 4, "value")); v->f = x; return KVF_OK; }
-    case GGUF_F64: { double x; TRY(parse_bytes(p, &x, 8, "value")); v->f = x; return KVF_OK; }
-    case GGUF_BOOL: {
-        uint8_t x;
-        TRY(parse_bytes(p, &x, 1, "value"));
-        v->b = x != 0;
-        return KVF_OK;
-    }
-    case GGUF_STR: return parse_str(p, &v->str, "string value");
-    case GGUF_ARR: return parse_array(p, v, depth);
-    }
-    return parse_fail(p, KVF_ERR_FORMAT, "unknown value type %u", (unsigned)type);
+    return KVF_OK;
 }
 
 static int str_cmp(const struct gguf_str *a, const struct gguf_str *b) {
@@ -310,7 +304,7 @@ static enum kvf_status parse_kvs(struct parser *p) {
         snprintf(p->where, sizeof p->where, "key #%llu", (unsigned long long)i);
         TRY(parse_name(p, &kv->key, "key"));
         parser_where(p, "key", &kv->key);
-        uint32_t type;
+        uint32_t type = 0;
         TRY(parse_u32(p, &type, "value type"));
         if (type > GGUF_F64) return parse_fail(p, KVF_ERR_FORMAT, "unknown value type %u", type);
         TRY(parse_value(p, (enum gguf_vtype)type, &kv->val, 0));
@@ -346,7 +340,7 @@ static enum kvf_status parse_tensor_info(struct parser *p, struct gguf_tensor *t
     TRY(parse_name(p, &t->name, "tensor name"));
     parser_where(p, "tensor", &t->name);
 
-    uint32_t n_dims;
+    uint32_t n_dims = 0;
     TRY(parse_u32(p, &n_dims, "n_dims"));
     if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
         return parse_fail(p, KVF_ERR_FORMAT, "n_dims %u is outside 1..%d", n_dims,
@@ -720,16 +714,15 @@ void gguf_writer_free(struct gguf_writer *w) {
     free(w);
 }
 
-/* Grows *arr (of elements of size esz) to hold at least n+1 elements. */
-static bool grow(void *arr, size_t *cap, size_t n, size_t esz) {
-    if (n < *cap) return true;
+/* Room for element n of an array of cap elements of esz bytes: returns the
+ * (possibly moved) array, or NULL with the old one left intact. */
+static void *grow(void *arr, size_t *cap, size_t n, size_t esz) {
+    if (n < *cap) return arr;
     size_t nc = *cap ? *cap * 2 : 16, bytes;
-    if (!size_mul(nc, esz, &bytes)) return false;
-    void *p = realloc(*(void **)arr, bytes);
-    if (!p) return false;
-    *(void **)arr = p;
-    *cap = nc;
-    return true;
+    if (!size_mul(nc, esz, &bytes)) return NULL;
+    void *p = realloc(arr, bytes);
+    if (p) *cap = nc;
+    return p;
 }
 
 /* Checks and records a new key and writes it with its value type; false if
@@ -746,11 +739,13 @@ static bool writer_key(struct gguf_writer *w, const char *key, enum gguf_vtype t
             return false;
         }
     char *copy = strdup(key);
-    if (!copy || !grow(&w->keys, &w->cap_keys, (size_t)w->n_kv, sizeof *w->keys)) {
+    char **keys = copy ? grow(w->keys, &w->cap_keys, (size_t)w->n_kv, sizeof *keys) : NULL;
+    if (!keys) {
         free(copy);
         writer_fail(w, KVF_ERR_NOMEM, "gguf writer: out of memory");
         return false;
     }
+    w->keys = keys;
     w->keys[w->n_kv++] = copy;
     wbuf_str(&w->kv, key, strlen(key));
     wbuf_u32(&w->kv, type);
@@ -883,13 +878,16 @@ void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t ty
     }
     t.name = strdup(name);
     t.data = malloc(t.nbytes);
-    if (!t.name || !t.data || !grow(&w->tensors, &w->cap_tensors, w->n_tensors, sizeof t)) {
+    struct wtensor *ts =
+        t.name && t.data ? grow(w->tensors, &w->cap_tensors, w->n_tensors, sizeof t) : NULL;
+    if (!ts) {
         free(t.name);
         free(t.data);
         writer_fail(w, KVF_ERR_NOMEM, "gguf writer: out of memory for tensor '%s'", name);
         return;
     }
     memcpy(t.data, data, t.nbytes);
+    w->tensors = ts;
     w->tensors[w->n_tensors++] = t;
 }
 

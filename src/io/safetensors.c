@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,7 +249,8 @@ static enum kvf_status entry_parse(const char *label, const char *name, const cJ
 /* Parses one file held in buf[0..size) and appends its tensors to s. */
 static enum kvf_status shard_parse(struct st_set *s, const char *label, const uint8_t *buf,
                                    size_t size, int shard) {
-    if (size < 8) return err_set(KVF_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", label, size);
+    if (size < 8)
+        return err_set(KVF_ERR_FORMAT, "%s: %zu bytes, too short for a safetensors file", label, size);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | buf[i];
     if (hlen > size - 8)
@@ -578,6 +580,11 @@ static enum kvf_status header_build(const struct st_tensor *tensors, int n, char
     enum kvf_status st = KVF_OK;
     for (int i = 0; i < n && !st; i++) {
         const struct st_tensor *t = &tensors[i];
+        size_t end = 0;
+        if (!size_add(off, t->nbytes, &end) || (double)end > ST_MAX_JSON_INT) {
+            st = err_set(KVF_ERR_INVALID_ARG, "st_write: total size overflows");
+            break;
+        }
         cJSON *e = cJSON_AddObjectToObject(root, t->name);
         cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
         cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
@@ -585,11 +592,6 @@ static enum kvf_status header_build(const struct st_tensor *tensors, int n, char
                   cJSON_AddStringToObject(e, "dtype", st_dtypes[st_dtype_index(t->type)].name);
         for (int d = 0; ok && d < t->n_dims; d++)
             ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-        size_t end;
-        if (ok && (!size_add(off, t->nbytes, &end) || (double)end > ST_MAX_JSON_INT)) {
-            st = err_set(KVF_ERR_INVALID_ARG, "st_write: total size overflows");
-            break;
-        }
         ok = ok && cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off)) &&
              cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)end));
         if (!ok) st = err_set(KVF_ERR_NOMEM, "st_write: out of memory");
@@ -616,13 +618,14 @@ enum kvf_status st_write(const char *path, const struct st_tensor *tensors, int 
     qsort(names, (size_t)n, sizeof *names, str_ptr_cmp);
     for (int i = 1; i < n; i++)
         if (strcmp(names[i - 1], names[i]) == 0) {
-            enum kvf_status st = err_set(KVF_ERR_INVALID_ARG, "st_write: tensor name '%.128s' repeated", names[i]);
+            enum kvf_status st =
+                err_set(KVF_ERR_INVALID_ARG, "st_write: tensor name '%.128s' repeated", names[i]);
             free(names);
             return st;
         }
     free(names);
 
-    char *hdr;
+    char *hdr = NULL;
     enum kvf_status st = header_build(tensors, n, &hdr);
     if (st) return st;
     /* Pad with spaces so the data buffer starts 8-byte aligned, as the
@@ -662,9 +665,15 @@ struct hf_family {
     bool tie;
 };
 
-static const struct hf_family hf_llama = {"llama", 32000, 4096, 11008, 32, 32, 2048, 0, 1e-6f, 10000.0f, false};
-static const struct hf_family hf_qwen2 = {"qwen2", 151936, 4096, 22016, 32, 32, 32768, 0, 1e-6f, 10000.0f, false};
-static const struct hf_family hf_gemma3 = {"gemma3", 262208, 2304, 9216, 26, 8, 131072, 256, 1e-6f, 1e6f, true};
+static const struct hf_family hf_llama = {
+    .arch = "llama", .vocab = 32000, .hidden = 4096, .inter = 11008, .layers = 32, .heads = 32,
+    .max_pos = 2048, .head_dim = 0, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
+static const struct hf_family hf_qwen2 = {
+    .arch = "qwen2", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
+    .max_pos = 32768, .head_dim = 0, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
+static const struct hf_family hf_gemma3 = {
+    .arch = "gemma3", .vocab = 262208, .hidden = 2304, .inter = 9216, .layers = 26, .heads = 8,
+    .max_pos = 131072, .head_dim = 256, .eps = 1e-6f, .theta = 1e6f, .tie = true};
 
 /* Where fields are looked up: the text config, then (for a few fields that
  * multimodal configs keep at the top level) its parent. Missing required
@@ -704,8 +713,8 @@ static enum kvf_status hf_float(const struct hf_src *c, const char *key, float d
         *out = def;
         return KVF_OK;
     }
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be a number", c->path, key);
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= FLT_MAX))
+        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be a finite number", c->path, key);
     *out = (float)v->valuedouble;
     return KVF_OK;
 }
@@ -759,7 +768,8 @@ static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *loca
     for (int i = 0; i < 3; i++) {
         const cJSON *b = blocks[i];
         if (!b) continue;
-        if (!cJSON_IsObject(b)) return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters must be an object", c->path);
+        if (!cJSON_IsObject(b))
+            return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters must be an object", c->path);
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
         if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "default") != 0))
@@ -767,7 +777,7 @@ static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *loca
                            cJSON_IsString(type) ? type->valuestring : "?");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_theta");
         if (t && targets[i]) {
-            if (!cJSON_IsNumber(t) || !isfinite(t->valuedouble))
+            if (!cJSON_IsNumber(t) || !(fabs(t->valuedouble) <= FLT_MAX))
                 return err_set(KVF_ERR_FORMAT, "%s: rope_theta must be a number", c->path);
             *targets[i] = (float)t->valuedouble;
         }
@@ -801,8 +811,8 @@ static enum kvf_status hf_layer_types(const struct hf_src *c, int n_layers, int 
     cJSON_ArrayForEach(v, lt) {
         bool global = *pattern > 0 ? (i + 1) % *pattern == 0 : sliding_window == 0;
         if (global != (strcmp(v->valuestring, "full_attention") == 0))
-            return err_set(KVF_ERR_UNSUPPORTED, "%s: layer_types does not follow a supported local/global layout",
-                           c->path);
+            return err_set(KVF_ERR_UNSUPPORTED,
+                           "%s: layer_types does not follow a supported local/global layout", c->path);
         i++;
     }
     return KVF_OK;
@@ -830,7 +840,8 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
                         cfg->num_attention_heads, cfg->vocab_size, cfg->num_key_value_heads,
                         cfg->max_position_embeddings};
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
-        if (vals[i] <= 0) return err_set(KVF_ERR_FORMAT, "%s: %s = %d must be positive", c->path, sizes[i], vals[i]);
+        if (vals[i] <= 0)
+            return err_set(KVF_ERR_FORMAT, "%s: %s = %d must be positive", c->path, sizes[i], vals[i]);
 
     bool has_head_dim = hf_get(c, "head_dim", false) != NULL;
     TRY(hf_int(c, "head_dim", false, false, fam->head_dim, &cfg->head_dim));
@@ -840,7 +851,8 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
                            cfg->num_attention_heads, cfg->hidden_size);
         cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
     }
-    if (cfg->head_dim <= 0) return err_set(KVF_ERR_FORMAT, "%s: head_dim = %d must be positive", c->path, cfg->head_dim);
+    if (cfg->head_dim <= 0)
+        return err_set(KVF_ERR_FORMAT, "%s: head_dim = %d must be positive", c->path, cfg->head_dim);
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0)
         return err_set(KVF_ERR_FORMAT, "%s: %d key/value heads do not divide %d attention heads", c->path,
                        cfg->num_key_value_heads, cfg->num_attention_heads);
@@ -858,16 +870,17 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
     TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL));
     if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
         !(cfg->query_pre_attn_scalar > 0))
-        return err_set(KVF_ERR_FORMAT, "%s: rms_norm_eps, rope bases and query_pre_attn_scalar must be positive",
-                       c->path);
+        return err_set(KVF_ERR_FORMAT,
+                       "%s: rms_norm_eps, rope bases and query_pre_attn_scalar must be positive", c->path);
 
     /* sliding_window 0 means none; pattern 0 means every layer has the same
      * attention (windowed when sliding_window > 0, as in Mistral). */
     if (gemma) {
         TRY(hf_int(c, "sliding_window", false, false, 4096, &cfg->sliding_window));
-        TRY(hf_int(c, "sliding_window_pattern", false, false, 6, &cfg->sliding_window_pattern));
-        if (!hf_get(c, "sliding_window_pattern", false))
-            TRY(hf_int(c, "_sliding_window_pattern", false, false, 6, &cfg->sliding_window_pattern));
+        /* transformers >= 4.53 writes it with a leading underscore. */
+        const char *key = hf_get(c, "sliding_window_pattern", false) ? "sliding_window_pattern"
+                                                                      : "_sliding_window_pattern";
+        TRY(hf_int(c, key, false, false, 6, &cfg->sliding_window_pattern));
         if (cfg->sliding_window_pattern <= 0)
             return err_set(KVF_ERR_FORMAT, "%s: sliding_window_pattern must be positive", c->path);
     } else if (strcmp(model_type, "mistral") == 0) {

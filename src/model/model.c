@@ -5,6 +5,7 @@
 
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "tok/chat.h"
 
 #include <math.h>
 #include <omp.h>
@@ -374,10 +375,9 @@ void kvf_model_free(struct kvf_model *m) {
     free(m);
 }
 
-static const char *chat_name_of(const struct kvf_model *m);
-
 void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) {
     const struct hparams *hp = &m->hp;
+    const char *chat = chat_detect(tok_chat_template(m->tok));
     *info = (struct kvf_model_info){
         .arch = m->arch_name, .name = m->name, .source = m->source,
         .n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
@@ -385,7 +385,7 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
         .sliding_window = hp->sliding_window, .rope_base = hp->rope_base, .rope_base_local = hp->rope_base_local,
         .norm_eps = hp->norm_eps, .rope_style = hp->rope_style, .n_params = m->n_params,
         .weight_bytes = m->weight_bytes, .weight_types = m->weight_types, .tokenizer = tok_kind(m->tok),
-        .chat_template_name = chat_name_of(m), .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
+        .chat_template_name = chat ? chat : "none", .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
     };
 }
 

@@ -1,0 +1,102 @@
+/* Micro-benchmark of quant_vec_dot, the decode hot path: a matrix-vector
+ * product done row by row, single thread, at every SIMD level the CPU has.
+ * Reports weight bytes streamed per second for a matrix that stays in L2
+ * (~1 MiB) and one that does not (~64 MiB).
+ *
+ * Not part of the build. From the repository root:
+ *   F="-std=gnu11 -O2 -D_GNU_SOURCE -Iinclude -Isrc"
+ *   gcc $F -c src/core/quant.c -o /tmp/q.o
+ *   gcc $F -mavx2 -mfma -mf16c -c src/core/quant_avx2.c -o /tmp/q2.o
+ *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2 \
+ *       -c src/core/quant_avx512.c -o /tmp/q5.o
+ *   gcc $F bench/bench_quant.c src/core/common.c /tmp/q.o /tmp/q2.o /tmp/q5.o -lm -lpthread -o /tmp/bench_quant
+ *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
+ */
+#include "core/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GB/s of weights for `reps` passes over `rows` rows of n values. */
+static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, float *y) {
+    const size_t rb = dtype_row_bytes(t, n);
+    int reps = 1;
+    double dt;
+    for (;;) {
+        const double t0 = now_s();
+        for (int r = 0; r < reps; r++)
+            for (int64_t i = 0; i < rows; i++)
+                y[i] = quant_vec_dot(t, n, (const char *)w + i * rb, x);
+        dt = now_s() - t0;
+        if (dt > 0.2)
+            break;
+        reps *= 2;
+    }
+    return (double)rb * (double)rows * reps / dt * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F16};
+    static const size_t sets[] = {1u << 20, 64u << 20};
+    int64_t lens[8] = {576, 1536};
+    int nlens = 2;
+    if (argc > 1) {
+        nlens = 0;
+        for (int a = 1; a < argc && nlens < 8; a++)
+            lens[nlens++] = atoll(argv[a]);
+    }
+    printf("%-6s %6s %8s", "type", "n", "set");
+    for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++)
+        printf(" %10s", simd_name((enum simd_level)lv));
+    printf("   (GB/s of weights, 1 thread)\n");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const enum dtype t = types[ti], vt = dtype_get(t)->vec_dot;
+        for (int li = 0; li < nlens; li++) {
+            const int64_t n = lens[li];
+            const size_t rb = dtype_row_bytes(t, n);
+            if (rb == 0)
+                continue;
+            float *xf = malloc((size_t)n * sizeof *xf);
+            void *x = malloc(dtype_row_bytes(vt, n));
+            for (int64_t i = 0; i < n; i++)
+                xf[i] = (float)rand() / RAND_MAX - 0.5f;
+            quant_quantize_row(vt, xf, x, n);
+            for (size_t si = 0; si < 2; si++) {
+                const int64_t rows = (int64_t)(sets[si] / rb);
+                float *wf = malloc((size_t)n * sizeof *wf), *y = malloc((size_t)rows * sizeof *y);
+                char *w = malloc(rb * (size_t)rows);
+                for (int64_t r = 0; r < rows; r++) {
+                    if (r < 64) {
+                        for (int64_t i = 0; i < n; i++)
+                            wf[i] = (float)rand() / RAND_MAX - 0.5f;
+                        quant_quantize_row(t, wf, w + r * rb, n);
+                    } else {
+                        memcpy(w + r * rb, w + (r % 64) * rb, rb);
+                    }
+                }
+                printf("%-6s %6lld %6zuMi", dtype_get(t)->name, (long long)n, sets[si] >> 20);
+                for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++) {
+                    simd_set((enum simd_level)lv);
+                    if (simd_get() != (enum simd_level)lv) {
+                        printf(" %10s", "-");
+                        continue;
+                    }
+                    printf(" %10.2f", bench_one(t, n, rows, w, x, y));
+                    fflush(stdout);
+                }
+                printf("\n");
+                free(wf), free(y), free(w);
+            }
+            free(xf), free(x);
+        }
+    }
+    return 0;
+}

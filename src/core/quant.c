@@ -1,0 +1,856 @@
+/* Type table, fp16/bf16 conversion, the scalar reference kernels for every
+ * block format, the reference quantisers, and run-time SIMD dispatch.
+ * Block layouts follow ggml exactly (quant_impl.h). The scalar kernels
+ * define the results: SIMD dequantisation must match them bit for bit and
+ * SIMD dots up to float summation order. */
+#include "quant_impl.h"
+
+#include "common.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fp16 / bf16 ---------------------------------------------------- */
+
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+float fp16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    const uint32_t exp = (h >> 10) & 0x1f;
+    const uint32_t mant = h & 0x3ff;
+    if (exp == 0x1f) /* inf, or NaN made quiet the way vcvtph2ps does */
+        return bits_f32(sign | 0x7f800000u | (mant << 13) | (mant ? 0x400000u : 0));
+    if (exp == 0) /* zero or subnormal: mant * 2^-24 is exact in f32 */
+        return bits_f32(sign | f32_bits((float)mant * 0x1p-24f));
+    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/* Round to nearest even, overflow to inf, NaN kept quiet with its top
+ * payload bits (as vcvtps2ph does). */
+uint16_t f32_to_fp16(float f) {
+    uint32_t u = f32_bits(f);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u)
+        return sign | 0x7e00 | (uint16_t)((u >> 13) & 0x3ff);
+    if (u >= 0x47800000u) /* >= 65536 (and inf); 65520..65536 carries below */
+        return sign | 0x7c00;
+    if (u < 0x38800000u) {
+        /* Below 2^-14: adding 0.5f leaves round(|f| * 2^24) in the low
+         * mantissa bits, rounded by the FPU in its default RNE mode. */
+        const float magic = 0.5f;
+        return sign | (uint16_t)(f32_bits(bits_f32(u) + magic) - f32_bits(magic));
+    }
+    const uint32_t odd = (u >> 13) & 1;
+    u += (uint32_t)(15 - 127) * (1u << 23) + 0xfff + odd;
+    return sign | (uint16_t)(u >> 13);
+}
+
+float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t f32_to_bf16(float f) {
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40); /* keep NaN a (quiet) NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+
+/* ---- type table ----------------------------------------------------- */
+
+static const struct dtype_traits type_table[DT_COUNT] = {
+    [DT_F32] = {"f32", 1, 4, DT_F32},
+    [DT_F16] = {"f16", 1, 2, DT_F32},
+    [DT_BF16] = {"bf16", 1, 2, DT_F32},
+    [DT_Q4_0] = {"q4_0", QK4_0, sizeof(struct block_q4_0), DT_Q8_0},
+    [DT_Q4_1] = {"q4_1", QK4_1, sizeof(struct block_q4_1), DT_Q8_1},
+    [DT_Q5_0] = {"q5_0", QK5_0, sizeof(struct block_q5_0), DT_Q8_0},
+    [DT_Q5_1] = {"q5_1", QK5_1, sizeof(struct block_q5_1), DT_Q8_1},
+    [DT_Q8_0] = {"q8_0", QK8_0, sizeof(struct block_q8_0), DT_Q8_0},
+    /* Activation formats: readable, and dotted against f32 if ever used
+     * as weights. */
+    [DT_Q8_1] = {"q8_1", QK8_1, sizeof(struct block_q8_1), DT_F32},
+    [DT_Q8_K] = {"q8_K", QK_K, sizeof(struct block_q8_K), DT_F32},
+    [DT_Q4_K] = {"q4_K", QK_K, sizeof(struct block_q4_K), DT_Q8_K},
+    [DT_Q5_K] = {"q5_K", QK_K, sizeof(struct block_q5_K), DT_Q8_K},
+    [DT_Q6_K] = {"q6_K", QK_K, sizeof(struct block_q6_K), DT_Q8_K},
+};
+
+const struct dtype_traits *dtype_get(uint32_t type) {
+    if (type >= DT_COUNT || type_table[type].name == NULL)
+        return NULL;
+    return &type_table[type];
+}
+
+size_t dtype_row_bytes(uint32_t type, int64_t n) {
+    const struct dtype_traits *t = dtype_get(type);
+    size_t bytes;
+    if (t == NULL || n < 0 || n % t->block != 0)
+        return 0;
+    if (!size_mul((size_t)(n / t->block), t->block_bytes, &bytes))
+        return 0;
+    return bytes;
+}
+
+/* ---- scalar dequantisation ------------------------------------------ */
+
+static void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+static void dequant_f16(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = fp16_to_f32(h[i]);
+}
+
+static void dequant_bf16(const void *src, float *dst, int64_t n) {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = bf16_to_f32(h[i]);
+}
+
+static void dequant_q4_0(const void *src, float *dst, int64_t n) {
+    const struct block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            dst[j] = ((b[i].qs[j] & 0xf) - 8) * d;
+            dst[j + QK4_0 / 2] = ((b[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void dequant_q4_1(const void *src, float *dst, int64_t n) {
+    const struct block_q4_1 *b = src;
+    for (int64_t i = 0; i < n / QK4_1; i++, dst += QK4_1) {
+        const float d = fp16_to_f32(b[i].d), m = fp16_to_f32(b[i].m);
+        for (int j = 0; j < QK4_1 / 2; j++) {
+            dst[j] = (b[i].qs[j] & 0xf) * d + m;
+            dst[j + QK4_1 / 2] = (b[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/* The 5th bits of a Q5 block: bit j of qh belongs to value j. */
+static inline int q5_value(const uint8_t *qs, uint32_t qh, int j) {
+    const int lo = j < 16 ? qs[j] & 0xf : qs[j - 16] >> 4;
+    return lo | (int)((qh >> j) & 1) << 4;
+}
+
+static void dequant_q5_0(const void *src, float *dst, int64_t n) {
+    const struct block_q5_0 *b = src;
+    for (int64_t i = 0; i < n / QK5_0; i++, dst += QK5_0) {
+        const float d = fp16_to_f32(b[i].d);
+        uint32_t qh;
+        memcpy(&qh, b[i].qh, sizeof qh);
+        for (int j = 0; j < QK5_0; j++)
+            dst[j] = (q5_value(b[i].qs, qh, j) - 16) * d;
+    }
+}
+
+static void dequant_q5_1(const void *src, float *dst, int64_t n) {
+    const struct block_q5_1 *b = src;
+    for (int64_t i = 0; i < n / QK5_1; i++, dst += QK5_1) {
+        const float d = fp16_to_f32(b[i].d), m = fp16_to_f32(b[i].m);
+        uint32_t qh;
+        memcpy(&qh, b[i].qh, sizeof qh);
+        for (int j = 0; j < QK5_1; j++)
+            dst[j] = q5_value(b[i].qs, qh, j) * d + m;
+    }
+}
+
+static void dequant_q8_0(const void *src, float *dst, int64_t n) {
+    const struct block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < QK8_0; j++)
+            dst[j] = b[i].qs[j] * d;
+    }
+}
+
+static void dequant_q8_1(const void *src, float *dst, int64_t n) {
+    const struct block_q8_1 *b = src;
+    for (int64_t i = 0; i < n / QK8_1; i++, dst += QK8_1) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < QK8_1; j++)
+            dst[j] = b[i].qs[j] * d;
+    }
+}
+
+static void dequant_q8_K(const void *src, float *dst, int64_t n) {
+    const struct block_q8_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K)
+        for (int j = 0; j < QK_K; j++)
+            dst[j] = b[i].d * b[i].qs[j];
+}
+
+/* Value l of a Q4_K/Q5_K super-block: 64-value chunk c = l/64 holds
+ * sub-block 2c in the low nibbles of qs[32c..32c+31] and sub-block 2c+1 in
+ * the high nibbles; Q5_K's 5th bit is bit (l/32) of qh[l%32]. */
+static inline int k4_nibble(const uint8_t *qs, int l) {
+    const uint8_t b = qs[(l / 64) * 32 + l % 32];
+    return (l / 32) % 2 ? b >> 4 : b & 0xf;
+}
+
+static void dequant_q4_K(const void *src, float *dst, int64_t n) {
+    const struct block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(b[i].scales, sc, mn);
+        for (int l = 0; l < QK_K; l++) {
+            const float ds = d * sc[l / 32], dm = dmin * mn[l / 32];
+            dst[l] = ds * k4_nibble(b[i].qs, l) - dm;
+        }
+    }
+}
+
+static void dequant_q5_K(const void *src, float *dst, int64_t n) {
+    const struct block_q5_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = fp16_to_f32(b[i].d), dmin = fp16_to_f32(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(b[i].scales, sc, mn);
+        for (int l = 0; l < QK_K; l++) {
+            const float ds = d * sc[l / 32], dm = dmin * mn[l / 32];
+            const int q = k4_nibble(b[i].qs, l) | ((b[i].qh[l % 32] >> (l / 32)) & 1) << 4;
+            dst[l] = ds * q - dm;
+        }
+    }
+}
+
+/* Value l of a Q6_K super-block (0..63, offset 32 not yet removed): within
+ * each 128-value half h, quarter k = (l%128)/32 takes the low (k<2) or high
+ * nibble of ql[64h + 32(k%2) + l%32] and bits 2k..2k+1 of qh[32h + l%32]. */
+static inline int q6_value(const struct block_q6_K *b, int l) {
+    const int h = l / 128, k = (l % 128) / 32, r = l % 32;
+    const uint8_t lo = b->ql[64 * h + 32 * (k % 2) + r];
+    const int nib = k < 2 ? lo & 0xf : lo >> 4;
+    return nib | ((b->qh[32 * h + r] >> (2 * k)) & 3) << 4;
+}
+
+static void dequant_q6_K(const void *src, float *dst, int64_t n) {
+    const struct block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int l = 0; l < QK_K; l++)
+            dst[l] = d * b[i].scales[l / 16] * (q6_value(&b[i], l) - 32);
+    }
+}
+
+/* ---- scalar dot products -------------------------------------------- */
+
+static float dot_f32_ref(const float *a, const float *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+static float dot_f32_row(int64_t n, const void *w, const void *x) { return dot_f32_ref(w, x, n); }
+
+static float dot_f16_row(int64_t n, const void *w, const void *x) {
+    const uint16_t *h = w;
+    const float *y = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)fp16_to_f32(h[i]) * y[i];
+    return (float)s;
+}
+
+static float dot_bf16_row(int64_t n, const void *w, const void *x) {
+    const uint16_t *h = w;
+    const float *y = x;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)bf16_to_f32(h[i]) * y[i];
+    return (float)s;
+}
+
+static float dot_q4_0_q8_0(int64_t n, const void *w, const void *x) {
+    const struct block_q4_0 *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK4_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; j++)
+            sumi += ((a[i].qs[j] & 0xf) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
+        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
+    }
+    return s;
+}
+
+static float dot_q4_1_q8_1(int64_t n, const void *w, const void *x) {
+    const struct block_q4_1 *a = w;
+    const struct block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK4_1; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_1 / 2; j++)
+            sumi += (a[i].qs[j] & 0xf) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
+        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi + fp16_to_f32(a[i].m) * fp16_to_f32(b[i].s);
+    }
+    return s;
+}
+
+static float dot_q5_0_q8_0(int64_t n, const void *w, const void *x) {
+    const struct block_q5_0 *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        uint32_t qh;
+        memcpy(&qh, a[i].qh, sizeof qh);
+        int sumi = 0;
+        for (int j = 0; j < QK5_0; j++)
+            sumi += (q5_value(a[i].qs, qh, j) - 16) * b[i].qs[j];
+        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
+    }
+    return s;
+}
+
+static float dot_q5_1_q8_1(int64_t n, const void *w, const void *x) {
+    const struct block_q5_1 *a = w;
+    const struct block_q8_1 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK5_1; i++) {
+        uint32_t qh;
+        memcpy(&qh, a[i].qh, sizeof qh);
+        int sumi = 0;
+        for (int j = 0; j < QK5_1; j++)
+            sumi += q5_value(a[i].qs, qh, j) * b[i].qs[j];
+        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi + fp16_to_f32(a[i].m) * fp16_to_f32(b[i].s);
+    }
+    return s;
+}
+
+static float dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
+    const struct block_q8_0 *a = w;
+    const struct block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++)
+            sumi += a[i].qs[j] * b[i].qs[j];
+        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
+    }
+    return s;
+}
+
+/* Activation formats used as weights (unusual): dequantise and dot. */
+static float dot_q8_1_f32(int64_t n, const void *w, const void *x) {
+    const struct block_q8_1 *a = w;
+    const float *y = x;
+    double s = 0;
+    for (int64_t i = 0; i < n / QK8_1; i++) {
+        float v[QK8_1];
+        dequant_q8_1(&a[i], v, QK8_1);
+        s += dot_f32_ref(v, y + i * QK8_1, QK8_1);
+    }
+    return (float)s;
+}
+
+static float dot_q8_K_f32(int64_t n, const void *w, const void *x) {
+    const struct block_q8_K *a = w;
+    const float *y = x;
+    double s = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        float v[QK_K];
+        dequant_q8_K(&a[i], v, QK_K);
+        s += dot_f32_ref(v, y + i * QK_K, QK_K);
+    }
+    return (float)s;
+}
+
+/* Q4_K/Q5_K: w = d*sc*q - dmin*mn per sub-block of 32, so
+ * sum(w*x) = d*xd*sum_j(sc_j * sum(q*xq)) - dmin*xd*sum_j(mn_j * sum(xq)),
+ * the last sums coming from the Q8_K bsums. */
+static float dot_k4(int64_t n, const void *w, const void *x, int q5) {
+    const struct block_q8_K *b = x;
+    const size_t stride = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    float s = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        /* The two layouts share d, dmin and scales; Q5_K adds qh before qs. */
+        const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
+        const struct block_q4_K *a4 = (const void *)a5;
+        const uint8_t *qs = q5 ? a5->qs : a4->qs;
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(a4->scales, sc, mn);
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int sub = 0;
+            for (int l = 32 * j; l < 32 * j + 32; l++) {
+                int q = k4_nibble(qs, l);
+                if (q5)
+                    q |= ((a5->qh[l % 32] >> j) & 1) << 4;
+                sub += q * b[i].qs[l];
+            }
+            sumi += sc[j] * sub;
+            summ += mn[j] * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        s += fp16_to_f32(a4->d) * b[i].d * (float)sumi - fp16_to_f32(a4->dmin) * b[i].d * (float)summ;
+    }
+    return s;
+}
+
+static float dot_q4_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 0); }
+static float dot_q5_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 1); }
+
+static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
+    const struct block_q6_K *a = w;
+    const struct block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        int sumi = 0;
+        for (int g = 0; g < QK_K / 16; g++) {
+            int sub = 0;
+            for (int l = 16 * g; l < 16 * g + 16; l++)
+                sub += (q6_value(&a[i], l) - 32) * b[i].qs[l];
+            sumi += a[i].scales[g] * sub;
+        }
+        s += fp16_to_f32(a[i].d) * b[i].d * (float)sumi;
+    }
+    return s;
+}
+
+static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* ---- reference quantisers ------------------------------------------- */
+
+/* Nearest integer, clamped to [lo, hi]; NaN goes to lo. */
+static inline int round_clamp(float v, int lo, int hi) {
+    if (!(v > (float)lo))
+        return lo;
+    if (v >= (float)hi)
+        return hi;
+    return (int)lrintf(v);
+}
+
+/* Stores d as fp16 and returns the value dequantisation will see, so the
+ * levels are chosen against the rounded scale. */
+static inline float store_fp16(uint16_t *dst, float d) {
+    *dst = f32_to_fp16(d);
+    return fp16_to_f32(*dst);
+}
+
+/* The element of largest magnitude, sign kept. */
+static float signed_absmax(const float *x, int n) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < n; j++)
+        if (fabsf(x[j]) > amax) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    return max;
+}
+
+static void min_max(const float *x, int n, float *min, float *max) {
+    *min = INFINITY;
+    *max = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        *min = fminf(*min, x[j]);
+        *max = fmaxf(*max, x[j]);
+    }
+}
+
+static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+
+static void quant_f16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = f32_to_fp16(x[i]);
+}
+
+static void quant_bf16(const float *x, void *dst, int64_t n) {
+    uint16_t *h = dst;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = f32_to_bf16(x[i]);
+}
+
+/* Symmetric 2^bits-level quantisation of one 32-value block (Q4_0, Q5_0):
+ * the element of largest magnitude maps to -2^(bits-1) exactly. */
+static float quant_sym32(const float *x, int bits, uint16_t *d, int q[32]) {
+    const int half = 1 << (bits - 1);
+    const float df = store_fp16(d, signed_absmax(x, 32) / -half);
+    const float id = df != 0 ? 1.0f / df : 0;
+    for (int j = 0; j < 32; j++)
+        q[j] = round_clamp(x[j] * id, -half, half - 1) + half;
+    return df;
+}
+
+/* Asymmetric: min + d*q with q in [0, 2^bits - 1] (Q4_1, Q5_1). */
+static void quant_asym32(const float *x, int bits, uint16_t *d, uint16_t *m, int q[32]) {
+    const int top = (1 << bits) - 1;
+    float min, max;
+    min_max(x, 32, &min, &max);
+    const float mf = store_fp16(m, min);
+    const float df = store_fp16(d, (max - mf) / top);
+    const float id = df != 0 ? 1.0f / df : 0;
+    for (int j = 0; j < 32; j++)
+        q[j] = round_clamp((x[j] - mf) * id, 0, top);
+}
+
+static void pack_nibbles(const int q[32], uint8_t qs[16]) {
+    for (int j = 0; j < 16; j++)
+        qs[j] = (uint8_t)((q[j] & 0xf) | (q[j + 16] & 0xf) << 4);
+}
+
+static void pack_q5_high(const int q[32], uint8_t qh[4]) {
+    uint32_t h = 0;
+    for (int j = 0; j < 32; j++)
+        h |= (uint32_t)((q[j] >> 4) & 1) << j;
+    memcpy(qh, &h, sizeof h);
+}
+
+static void quant_q4_0(const float *x, void *dst, int64_t n) {
+    struct block_q4_0 *b = dst;
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        int q[32];
+        quant_sym32(x, 4, &b[i].d, q);
+        pack_nibbles(q, b[i].qs);
+    }
+}
+
+static void quant_q5_0(const float *x, void *dst, int64_t n) {
+    struct block_q5_0 *b = dst;
+    for (int64_t i = 0; i < n / QK5_0; i++, x += QK5_0) {
+        int q[32];
+        quant_sym32(x, 5, &b[i].d, q);
+        pack_nibbles(q, b[i].qs);
+        pack_q5_high(q, b[i].qh);
+    }
+}
+
+static void quant_q4_1(const float *x, void *dst, int64_t n) {
+    struct block_q4_1 *b = dst;
+    for (int64_t i = 0; i < n / QK4_1; i++, x += QK4_1) {
+        int q[32];
+        quant_asym32(x, 4, &b[i].d, &b[i].m, q);
+        pack_nibbles(q, b[i].qs);
+    }
+}
+
+static void quant_q5_1(const float *x, void *dst, int64_t n) {
+    struct block_q5_1 *b = dst;
+    for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
+        int q[32];
+        quant_asym32(x, 5, &b[i].d, &b[i].m, q);
+        pack_nibbles(q, b[i].qs);
+        pack_q5_high(q, b[i].qh);
+    }
+}
+
+/* Q8_0 and Q8_1 stay within [-127, 127], which the sign trick of the SIMD
+ * Q8_0 dot relies on. Returns sum(qs). */
+static int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    const float df = store_fp16(d, amax / 127);
+    const float id = df != 0 ? 1.0f / df : 0;
+    int sum = 0;
+    for (int j = 0; j < 32; j++) {
+        qs[j] = (int8_t)round_clamp(x[j] * id, -127, 127);
+        sum += qs[j];
+    }
+    return sum;
+}
+
+static void quant_q8_0(const float *x, void *dst, int64_t n) {
+    struct block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / QK8_0; i++, x += QK8_0)
+        quant_q8_32(x, &b[i].d, b[i].qs);
+}
+
+static void quant_q8_1(const float *x, void *dst, int64_t n) {
+    struct block_q8_1 *b = dst;
+    for (int64_t i = 0; i < n / QK8_1; i++, x += QK8_1) {
+        const int sum = quant_q8_32(x, &b[i].d, b[i].qs);
+        b[i].s = f32_to_fp16(fp16_to_f32(b[i].d) * (float)sum);
+    }
+}
+
+static void quant_q8_K(const float *x, void *dst, int64_t n) {
+    struct block_q8_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        const float max = signed_absmax(x, QK_K);
+        /* max maps to -128; the other sign reaches at most +128 -> 127. */
+        const float iscale = max != 0 ? -128.0f / max : 0;
+        b[i].d = iscale != 0 ? 1.0f / iscale : 0;
+        for (int j = 0; j < QK_K; j++)
+            b[i].qs[j] = (int8_t)round_clamp(iscale * x[j], -128, 127);
+        for (int g = 0; g < QK_K / 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += b[i].qs[16 * g + l];
+            b[i].bsums[g] = (int16_t)s;
+        }
+    }
+}
+
+/* Q4_K/Q5_K: each sub-block j of 32 gets x ~ d*ls_j*q - dmin*lm_j with
+ * 6-bit ls/lm and q in [0, top]. The mins are rounded up and the scales
+ * chosen (rounded up) after them, so the whole sub-block range is covered
+ * and nothing clips: error <= half a step. Not ggml's optimiser, but
+ * dequantises with exactly ggml's formula. */
+static void quant_k4_block(const float *x, int top, uint16_t *d, uint16_t *dmin, uint8_t scales[K_SCALE_SIZE],
+                           uint8_t q[QK_K]) {
+    float neg[8], max[8], mmax = 0;
+    for (int j = 0; j < 8; j++) {
+        float mn;
+        min_max(x + 32 * j, 32, &mn, &max[j]);
+        neg[j] = fmaxf(0, -mn);
+        mmax = fmaxf(mmax, neg[j]);
+    }
+    const float dminf = store_fp16(dmin, mmax / 63);
+    uint8_t ls[8], lm[8];
+    float off[8], range[8], rmax = 0;
+    for (int j = 0; j < 8; j++) {
+        lm[j] = dminf > 0 ? (uint8_t)round_clamp(ceilf(neg[j] / dminf), 0, 63) : 0;
+        off[j] = dminf * lm[j];
+        range[j] = fmaxf(0, max[j] + off[j]);
+        rmax = fmaxf(rmax, range[j]);
+    }
+    const float df = store_fp16(d, rmax / (63.0f * top));
+    for (int j = 0; j < 8; j++) {
+        ls[j] = df > 0 ? (uint8_t)round_clamp(ceilf(range[j] / (top * df)), 0, 63) : 0;
+        const float step = df * ls[j];
+        const float istep = step > 0 ? 1.0f / step : 0;
+        for (int l = 0; l < 32; l++)
+            q[32 * j + l] = (uint8_t)round_clamp((x[32 * j + l] + off[j]) * istep, 0, top);
+    }
+    /* Inverse of quant_k4_scales. */
+    memset(scales, 0, K_SCALE_SIZE);
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            scales[j] |= ls[j];
+            scales[j + 4] |= lm[j];
+        } else {
+            scales[j + 4] = (uint8_t)((ls[j] & 0xf) | (lm[j] & 0xf) << 4);
+            scales[j - 4] |= (uint8_t)((ls[j] >> 4) << 6);
+            scales[j] |= (uint8_t)((lm[j] >> 4) << 6);
+        }
+    }
+}
+
+/* Packs 256 levels into Q4_K/Q5_K nibble order (see k4_nibble). */
+static void pack_k4_nibbles(const uint8_t q[QK_K], uint8_t qs[QK_K / 2]) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0xf) | (q[64 * c + 32 + l] & 0xf) << 4);
+}
+
+static void quant_q4_K(const float *x, void *dst, int64_t n) {
+    struct block_q4_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t q[QK_K];
+        quant_k4_block(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
+        pack_k4_nibbles(q, b[i].qs);
+    }
+}
+
+static void quant_q5_K(const float *x, void *dst, int64_t n) {
+    struct block_q5_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        uint8_t q[QK_K];
+        quant_k4_block(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
+        pack_k4_nibbles(q, b[i].qs);
+        memset(b[i].qh, 0, sizeof b[i].qh);
+        for (int l = 0; l < QK_K; l++)
+            b[i].qh[l % 32] |= (uint8_t)(((q[l] >> 4) & 1) << (l / 32));
+    }
+}
+
+/* Q6_K: per 16-value group the largest-magnitude element maps to -32; the
+ * int8 group scales are rounded away from zero so nothing but the single
+ * +32 level clips. */
+static void quant_q6_K(const float *x, void *dst, int64_t n) {
+    struct block_q6_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        float scale[16], smax = 0;
+        for (int g = 0; g < 16; g++) {
+            scale[g] = signed_absmax(x + 16 * g, 16) / -32;
+            smax = fmaxf(smax, fabsf(scale[g]));
+        }
+        const float df = store_fp16(&b[i].d, smax / 127);
+        uint8_t q[QK_K];
+        for (int g = 0; g < 16; g++) {
+            const int mag = df > 0 ? round_clamp(ceilf(fabsf(scale[g]) / df), 0, 127) : 0;
+            b[i].scales[g] = (int8_t)(scale[g] < 0 ? -mag : mag);
+            const float step = df * b[i].scales[g];
+            const float istep = step != 0 ? 1.0f / step : 0;
+            for (int l = 16 * g; l < 16 * g + 16; l++)
+                q[l] = (uint8_t)(round_clamp(x[l] * istep, -32, 31) + 32);
+        }
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *v = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                b[i].ql[64 * h + l] = (uint8_t)((v[l] & 0xf) | (v[l + 64] & 0xf) << 4);
+                b[i].ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 0xf) | (v[l + 96] & 0xf) << 4);
+                b[i].qh[32 * h + l] =
+                    (uint8_t)(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/* ---- dispatch ------------------------------------------------------- */
+
+typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
+
+static const quant_quantize_fn quantize_table[DT_COUNT] = {
+    [DT_F32] = quant_f32,   [DT_F16] = quant_f16,   [DT_BF16] = quant_bf16, [DT_Q4_0] = quant_q4_0,
+    [DT_Q4_1] = quant_q4_1, [DT_Q5_0] = quant_q5_0, [DT_Q5_1] = quant_q5_1, [DT_Q8_0] = quant_q8_0,
+    [DT_Q8_1] = quant_q8_1, [DT_Q8_K] = quant_q8_K, [DT_Q4_K] = quant_q4_K, [DT_Q5_K] = quant_q5_K,
+    [DT_Q6_K] = quant_q6_K,
+};
+
+static const struct quant_kernels scalar_kernels = {
+    .dequant =
+        {
+            [DT_F32] = dequant_f32,   [DT_F16] = dequant_f16,   [DT_BF16] = dequant_bf16, [DT_Q4_0] = dequant_q4_0,
+            [DT_Q4_1] = dequant_q4_1, [DT_Q5_0] = dequant_q5_0, [DT_Q5_1] = dequant_q5_1, [DT_Q8_0] = dequant_q8_0,
+            [DT_Q8_1] = dequant_q8_1, [DT_Q8_K] = dequant_q8_K, [DT_Q4_K] = dequant_q4_K, [DT_Q5_K] = dequant_q5_K,
+            [DT_Q6_K] = dequant_q6_K,
+        },
+    .dot =
+        {
+            [DT_F32] = dot_f32_row,    [DT_F16] = dot_f16_row,    [DT_BF16] = dot_bf16_row,
+            [DT_Q4_0] = dot_q4_0_q8_0, [DT_Q4_1] = dot_q4_1_q8_1, [DT_Q5_0] = dot_q5_0_q8_0,
+            [DT_Q5_1] = dot_q5_1_q8_1, [DT_Q8_0] = dot_q8_0_q8_0, [DT_Q8_1] = dot_q8_1_f32,
+            [DT_Q8_K] = dot_q8_K_f32,  [DT_Q4_K] = dot_q4_K_q8_K, [DT_Q5_K] = dot_q5_K_q8_K,
+            [DT_Q6_K] = dot_q6_K_q8_K,
+        },
+    .dot_f32 = dot_f32_ref,
+    .axpy_f32 = axpy_f32_ref,
+};
+
+/* One table per level, each starting as a copy of the level below. */
+static struct quant_kernels level_kernels[3];
+static enum simd_level cpu_level;
+/* Level in use; -1 until the tables are built. Read on every kernel call,
+ * so it is a plain atomic load rather than a pthread_once. */
+static int cur_level = -1;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static enum simd_level cpu_detect(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return SIMD_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return SIMD_AVX2;
+    return SIMD_SCALAR;
+}
+
+/* KVFOLD_SIMD=scalar|avx2|avx512 caps the level (for comparisons and for
+ * working around a misbehaving kernel); other values are ignored. */
+static enum simd_level env_cap(enum simd_level level) {
+    const char *e = getenv("KVFOLD_SIMD");
+    enum simd_level cap = SIMD_AVX512;
+    if (e == NULL)
+        return level;
+    if (strcmp(e, "scalar") == 0)
+        cap = SIMD_SCALAR;
+    else if (strcmp(e, "avx2") == 0)
+        cap = SIMD_AVX2;
+    return KVF_MIN(level, cap);
+}
+
+static void kernels_init(void) {
+    cpu_level = cpu_detect();
+    level_kernels[SIMD_SCALAR] = scalar_kernels;
+    level_kernels[SIMD_AVX2] = scalar_kernels;
+    if (cpu_level >= SIMD_AVX2)
+        quant_kernels_avx2(&level_kernels[SIMD_AVX2]);
+    level_kernels[SIMD_AVX512] = level_kernels[SIMD_AVX2];
+    if (cpu_level >= SIMD_AVX512)
+        quant_kernels_avx512(&level_kernels[SIMD_AVX512]);
+    __atomic_store_n(&cur_level, (int)env_cap(cpu_level), __ATOMIC_RELEASE);
+}
+
+static inline const struct quant_kernels *kernels(void) {
+    int lv = __atomic_load_n(&cur_level, __ATOMIC_ACQUIRE);
+    if (lv < 0) {
+        pthread_once(&init_once, kernels_init);
+        lv = __atomic_load_n(&cur_level, __ATOMIC_ACQUIRE);
+    }
+    return &level_kernels[lv];
+}
+
+enum simd_level simd_detect(void) {
+    pthread_once(&init_once, kernels_init);
+    return env_cap(cpu_level);
+}
+
+enum simd_level simd_get(void) { return (enum simd_level)(kernels() - level_kernels); }
+
+void simd_set(enum simd_level level) {
+    pthread_once(&init_once, kernels_init);
+    if ((int)level < SIMD_SCALAR)
+        level = SIMD_SCALAR;
+    if (level > cpu_level)
+        level = cpu_level;
+    __atomic_store_n(&cur_level, (int)level, __ATOMIC_RELEASE);
+}
+
+const char *simd_name(enum simd_level level) {
+    switch (level) {
+    case SIMD_SCALAR: return "scalar";
+    case SIMD_AVX2: return "avx2";
+    case SIMD_AVX512: return "avx512";
+    }
+    return "unknown";
+}
+
+const char *kvf_simd_level(void) { return simd_name(simd_get()); }
+
+/* Unknown types (callers are expected to have checked dtype_get) give
+ * zeros rather than garbage. */
+void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n) {
+    const quant_dequant_fn f = (unsigned)type < DT_COUNT ? kernels()->dequant[type] : NULL;
+    if (f != NULL)
+        f(src, dst, n);
+    else if (n > 0)
+        memset(dst, 0, (size_t)n * sizeof *dst);
+}
+
+void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n) {
+    const quant_dequant_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dequant[type] : NULL;
+    if (f != NULL)
+        f(src, dst, n);
+    else if (n > 0)
+        memset(dst, 0, (size_t)n * sizeof *dst);
+}
+
+void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n) {
+    if ((unsigned)type < DT_COUNT && quantize_table[type] != NULL)
+        quantize_table[type](src, dst, n);
+}
+
+float quant_vec_dot(enum dtype type, int64_t n, const void *w, const void *x) {
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot[type] : NULL;
+    return f != NULL ? f(n, w, x) : 0.0f;
+}
+
+float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x) {
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dot[type] : NULL;
+    return f != NULL ? f(n, w, x) : 0.0f;
+}
+
+float vec_dot_f32(const float *a, const float *b, int64_t n) { return kernels()->dot_f32(a, b, n); }
+
+void vec_axpy_f32(float *y, float a, const float *x, int64_t n) { kernels()->axpy_f32(y, a, x, n); }

@@ -1,0 +1,369 @@
+/* AVX2 + FMA + F16C kernels. Integer dots follow ggml's scheme: unsigned
+ * weight codes times signed activations with vpmaddubsw (pairs into int16),
+ * vpmaddwd by the per-sub-block scale (into int32), then one float FMA by
+ * the block scale. Only called when cpuid reports the ISA. */
+
+#include "quant_impl.h"
+
+#include "common.h"
+
+#include <immintrin.h>
+
+/* ---- helpers -------------------------------------------------------- */
+
+static inline float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 packed bytes -> 32 codes 0..15: low nibbles first, then high ones
+ * (the Q4_0/Q4_1 order). */
+static inline __m256i nibbles_32(const uint8_t *qs) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f));
+}
+
+/* Sum of u[i]*s[i] (u unsigned, s signed bytes) in 8 int32 lanes. */
+static inline __m256i dot_u8_i8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Broadcast of int16 word k of v (both 128-bit halves hold the same 8
+ * words) to every lane, for k = 0..7. */
+static const uint8_t word_bcast[8][32] = {
+#define W(k) {2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, \
+              2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, \
+              2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1, 2 * k, 2 * k + 1}
+    W(0), W(1), W(2), W(3), W(4), W(5), W(6), W(7),
+#undef W
+};
+
+static inline __m256i word_lane(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_loadu_si256((const __m256i *)word_bcast[k]));
+}
+
+/* Q6_K scale pairs: byte g in the low 8 lanes, g+1 in the high 8, for
+ * g = 0, 2, ..., 14 (index g/2). Sign-extended to words afterwards. */
+static const uint8_t q6_scale_pair[8][16] = {
+#define P(g) {g, g, g, g, g, g, g, g, g + 1, g + 1, g + 1, g + 1, g + 1, g + 1, g + 1, g + 1}
+    P(0), P(2), P(4), P(6), P(8), P(10), P(12), P(14),
+#undef P
+};
+
+/* The four 32-byte code vectors (0..63) of one 128-value half of a Q6_K
+ * block, in output order. */
+static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)qh);
+    const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+    const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m2));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+}
+
+/* Copies a row tail of fewer than `width` elements into a zeroed buffer so
+ * the vector body can finish it. */
+#define TAIL_COPY(buf, src, elem, count) \
+    do {                                  \
+        memset(buf, 0, sizeof buf);       \
+        memcpy(buf, src, (size_t)(count) * (elem)); \
+    } while (0)
+
+/* ---- f32 / f16 / bf16 ----------------------------------------------- */
+
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    if (i < n) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
+    }
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+
+static void axpy_f32(float *y, float a, const float *x, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    if (i < n) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
+    }
+}
+
+static float dot_f32_row(int64_t n, const void *w, const void *x) { return dot_f32(w, x, n); }
+
+static inline __m256 load_f16x8(const uint16_t *h) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
+
+static inline __m256 load_bf16x8(const uint16_t *h) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* f16 and bf16 rows share everything but the 8-lane widening load. */
+#define HALF_ROW_KERNELS(name, load)                                                     \
+    static float dot_##name##_row(int64_t n, const void *w, const void *x) {              \
+        const uint16_t *h = w;                                                            \
+        const float *y = x;                                                               \
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0;                                         \
+        int64_t i = 0;                                                                    \
+        for (; i + 16 <= n; i += 16) {                                                    \
+            s0 = _mm256_fmadd_ps(load(h + i), _mm256_loadu_ps(y + i), s0);                \
+            s1 = _mm256_fmadd_ps(load(h + i + 8), _mm256_loadu_ps(y + i + 8), s1);        \
+        }                                                                                 \
+        for (; i < n; i += 8) {                                                           \
+            uint16_t hb[8];                                                               \
+            float yb[8];                                                                  \
+            const int64_t k = KVF_MIN((int64_t)8, n - i);                                      \
+            TAIL_COPY(hb, h + i, sizeof *h, k);                                           \
+            TAIL_COPY(yb, y + i, sizeof *y, k);                                           \
+            s0 = _mm256_fmadd_ps(load(hb), _mm256_loadu_ps(yb), s0);                      \
+        }                                                                                 \
+        return hsum_ps(_mm256_add_ps(s0, s1));                                            \
+    }                                                                                     \
+    static void dequant_##name(const void *src, float *dst, int64_t n) {                  \
+        const uint16_t *h = src;                                                          \
+        int64_t i = 0;                                                                    \
+        for (; i + 8 <= n; i += 8)                                                        \
+            _mm256_storeu_ps(dst + i, load(h + i));                                       \
+        if (i < n) {                                                                      \
+            uint16_t hb[8];                                                               \
+            float out[8];                                                                 \
+            TAIL_COPY(hb, h + i, sizeof *h, n - i);                                       \
+            _mm256_storeu_ps(out, load(hb));                                              \
+            memcpy(dst + i, out, (size_t)(n - i) * sizeof *dst);                          \
+        }                                                                                 \
+    }
+
+HALF_ROW_KERNELS(f16, load_f16x8)
+HALF_ROW_KERNELS(bf16, load_bf16x8)
+
+/* ---- 32-value blocks ------------------------------------------------ */
+
+/* Integer dot of one 32-value block as 8 float partial sums (exact). */
+static inline __m256 q4_0_block(const struct block_q4_0 *a, const struct block_q8_0 *b) {
+    const __m256i y = _mm256_loadu_si256((const __m256i *)b->qs);
+    /* (q - 8) * y without a signed*signed multiply. */
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles_32(a->qs), y),
+                                       _mm256_maddubs_epi16(_mm256_set1_epi8(8), y));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+static inline __m256 q4_1_block(const struct block_q4_1 *a, const struct block_q8_1 *b) {
+    return _mm256_cvtepi32_ps(dot_u8_i8(nibbles_32(a->qs), _mm256_loadu_si256((const __m256i *)b->qs)));
+}
+
+static inline __m256 q8_0_block(const struct block_q8_0 *a, const struct block_q8_0 *b) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
+    const __m256i y = _mm256_loadu_si256((const __m256i *)b->qs);
+    /* |q| * (y with q's sign): y is within [-127, 127] (quant_q8_32) so
+     * negating it cannot overflow; |q| = 128 is fine as unsigned. */
+    return _mm256_cvtepi32_ps(dot_u8_i8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)));
+}
+
+static inline __m256 lane_ps(__m128 v, int k) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k));
+}
+
+static inline float hsum128_ps(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* Row dots over 32-value blocks, four blocks per step: their scales are
+ * converted together (quant_fp16_mul4) and the last partial group reuses a
+ * valid block under a zero scale. `offsets` gives the four blocks' min
+ * terms m * s (zero for formats without a min), summed on the side. */
+#define ROW_DOT_32(name, wt, xt, block_dot, offsets)                                                        \
+    static float name(int64_t n, const void *w, const void *x) {                                             \
+        const wt *a = w;                                                                                     \
+        const xt *b = x;                                                                                     \
+        const int64_t nb = n / 32;                                                                           \
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                                      \
+        __m128 off = _mm_setzero_ps();                                                                       \
+        for (int64_t i = 0; i < nb; i += 4) {                                                                \
+            const int cnt = nb - i >= 4 ? 4 : (int)(nb - i);                                                 \
+            const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
+            const wt *p = a + i;                                                                             \
+            const xt *q = b + i;                                                                             \
+            const __m128i keep = _mm_loadu_si128((const __m128i *)quant_keep4[cnt]);                         \
+            const __m128 s = quant_fp16_mul4(_mm_and_si128(                                                  \
+                keep, _mm_setr_epi16((short)p[0].d, (short)p[k1].d, (short)p[k2].d, (short)p[k3].d,           \
+                                     (short)q[0].d, (short)q[k1].d, (short)q[k2].d, (short)q[k3].d)));        \
+            acc0 = _mm256_fmadd_ps(lane_ps(s, 0), block_dot(p, q), acc0);                                    \
+            acc1 = _mm256_fmadd_ps(lane_ps(s, 1), block_dot(p + k1, q + k1), acc1);                          \
+            acc0 = _mm256_fmadd_ps(lane_ps(s, 2), block_dot(p + k2, q + k2), acc0);                          \
+            acc1 = _mm256_fmadd_ps(lane_ps(s, 3), block_dot(p + k3, q + k3), acc1);                          \
+            off = _mm_add_ps(off, offsets(p, q, k1, k2, k3, keep));                                          \
+        }                                                                                                    \
+        return hsum_ps(_mm256_add_ps(acc0, acc1)) + hsum128_ps(off);                                         \
+    }
+
+ROW_DOT_32(dot_q4_0_q8_0, struct block_q4_0, struct block_q8_0, q4_0_block, quant_no_offsets4)
+ROW_DOT_32(dot_q4_1_q8_1, struct block_q4_1, struct block_q8_1, q4_1_block, quant_q4_1_offsets4)
+ROW_DOT_32(dot_q8_0_q8_0, struct block_q8_0, struct block_q8_0, q8_0_block, quant_no_offsets4)
+
+static void dequant_q8_0(const void *src, float *dst, int64_t n) {
+    const struct block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+        const __m256 d = _mm256_set1_ps(QUANT_H2F(b[i].d));
+        for (int j = 0; j < QK8_0; j += 8) {
+            const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + j)));
+            _mm256_storeu_ps(dst + j, _mm256_mul_ps(_mm256_cvtepi32_ps(v), d));
+        }
+    }
+}
+
+/* ---- K quants ------------------------------------------------------- */
+
+/* Shared by Q4_K and Q5_K: the min term dmin * sum_j mn_j * (sum of the
+ * 32 activations of sub-block j), from the Q8_K bsums. */
+static inline float k4_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i prod = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)), pair);
+    __m128i s = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return (float)_mm_cvtsi128_si32(s);
+}
+
+/* Q4_K (q5 = 0) and Q5_K (q5 = 1) differ only in the 5th bit OR-ed into the
+ * codes; the branch on the constant argument folds away after inlining. */
+static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5) {
+    const struct block_q8_K *b = x;
+    const size_t stride = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
+        const struct block_q4_K *a4 = (const void *)a5;
+        const uint8_t *qs = q5 ? a5->qs : a4->qs;
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(a4->scales, sc, mn);
+        const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
+        const __m256i scales = _mm256_set_m128i(sc16, sc16);
+        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)a5->qh) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (q5) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j)));
+            const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, word_lane(scales, 2 * j)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, word_lane(scales, 2 * j + 1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a4->d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+        mins += QUANT_H2F(a4->dmin) * b[i].d * k4_min_term(mn, b[i].bsums);
+    }
+    return hsum_ps(acc) - mins;
+}
+
+static float dot_q4_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 0); }
+static float dot_q5_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 1); }
+
+static void dequant_q4_K(const void *src, float *dst, int64_t n) {
+    const struct block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = QUANT_H2F(b[i].d), dmin = QUANT_H2F(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(b[i].scales, sc, mn);
+        for (int j = 0; j < 8; j++, dst += 32) {
+            const __m256 ds = _mm256_set1_ps(d * sc[j]), dm = _mm256_set1_ps(dmin * mn[j]);
+            const uint8_t *qs = b[i].qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l += 8) {
+                __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + l)));
+                v = j % 2 ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0x0f));
+                _mm256_storeu_ps(dst + l, _mm256_sub_ps(_mm256_mul_ps(ds, _mm256_cvtepi32_ps(v)), dm));
+            }
+        }
+    }
+}
+
+static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
+    const struct block_q6_K *a = w;
+    const struct block_q8_K *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)a[i].scales);
+        /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
+        const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)b[i].bsums));
+        __m256i sumi = _mm256_setzero_si256();
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6_codes(a[i].ql + 64 * h, a[i].qh + 32 * h, q);
+            #pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
+                const __m256i s = _mm256_cvtepi8_epi16(
+                    _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)q6_scale_pair[4 * h + k])));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), s));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(bias, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps(acc);
+}
+
+static void dequant_q6_K(const void *src, float *dst, int64_t n) {
+    const struct block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = QUANT_H2F(b[i].d);
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            q6_codes(b[i].ql + 64 * h, b[i].qh + 32 * h, q);
+            for (int k = 0; k < 4; k++, dst += 32) {
+                const __m256i v = _mm256_sub_epi8(q[k], _mm256_set1_epi8(32));
+                const __m128i half[2] = {_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)};
+                for (int g = 0; g < 2; g++) {
+                    const __m256 ds = _mm256_set1_ps(d * b[i].scales[8 * h + 2 * k + g]);
+                    const __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(half[g]));
+                    const __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(half[g], 8)));
+                    _mm256_storeu_ps(dst + 16 * g, _mm256_mul_ps(ds, v0));
+                    _mm256_storeu_ps(dst + 16 * g + 8, _mm256_mul_ps(ds, v1));
+                }
+            }
+        }
+    }
+}
+
+void quant_kernels_avx2(struct quant_kernels *k) {
+    k->dequant[DT_F16] = dequant_f16;
+    k->dequant[DT_BF16] = dequant_bf16;
+    k->dequant[DT_Q8_0] = dequant_q8_0;
+    k->dequant[DT_Q4_K] = dequant_q4_K;
+    k->dequant[DT_Q6_K] = dequant_q6_K;
+    k->dot[DT_F32] = dot_f32_row;
+    k->dot[DT_F16] = dot_f16_row;
+    k->dot[DT_BF16] = dot_bf16_row;
+    k->dot[DT_Q4_0] = dot_q4_0_q8_0;
+    k->dot[DT_Q4_1] = dot_q4_1_q8_1;
+    k->dot[DT_Q8_0] = dot_q8_0_q8_0;
+    k->dot[DT_Q4_K] = dot_q4_K_q8_K;
+    k->dot[DT_Q5_K] = dot_q5_K_q8_K;
+    k->dot[DT_Q6_K] = dot_q6_K_q8_K;
+    k->dot_f32 = dot_f32;
+    k->axpy_f32 = axpy_f32;
+}

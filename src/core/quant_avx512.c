@@ -1,0 +1,355 @@
+/* AVX-512 (F, BW, VL, DQ) kernels: the same integer scheme as
+ * quant_avx2.c on 64-byte vectors, i.e. two 32-value blocks or one 64-value
+ * K-quant chunk per instruction. There is no vpsignb at this width, so
+ * signs are handled with byte masks. Only called when cpuid reports the ISA;
+ * entries not set here keep their AVX2 kernels. */
+
+#include "quant_impl.h"
+
+#include <immintrin.h>
+
+/* ---- helpers -------------------------------------------------------- */
+
+/* Two 256-bit halves, lo in the low half. */
+static inline __m512i join256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Sum of u[i]*s[i] (u unsigned, s signed bytes) in 16 int32 lanes, each
+ * lane covering 4 consecutive bytes. */
+static inline __m512i dot_u8_i8(__m512i u, __m512i s) {
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+}
+
+/* Codes 0..15 of two Q4_0/Q4_1 blocks, in the order of their activations:
+ * [low nibbles of p, high of p, low of q, high of q]. */
+static inline __m512i nibbles_2x32(const uint8_t *p, const uint8_t *q) {
+    const __m256i pq = _mm256_loadu2_m128i((const __m128i *)q, (const __m128i *)p);
+    const __m512i dup = _mm512_shuffle_i64x2(_mm512_castsi256_si512(pq), _mm512_castsi256_si512(pq),
+                                             _MM_SHUFFLE(1, 1, 0, 0));
+    const __m512i shift = _mm512_set_epi64(4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0,
+                                           4 * 0x0001000100010001LL, 4 * 0x0001000100010001LL, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi16(dup, shift), _mm512_set1_epi8(0x0f));
+}
+
+/* 32 activation bytes of each of two blocks. */
+static inline __m512i acts_2x32(const int8_t *p, const int8_t *q) {
+    return join256(_mm256_loadu_si256((const __m256i *)p), _mm256_loadu_si256((const __m256i *)q));
+}
+
+/* ---- f32 / f16 / bf16 ----------------------------------------------- */
+
+static inline __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1); }
+
+static float dot_f32(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 32), _mm512_loadu_ps(b + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 48), _mm512_loadu_ps(b + i + 48), s3);
+    }
+    for (; i + 16 <= n; i += 16)
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+}
+
+static void axpy_f32(float *y, float a, const float *x, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static float dot_f32_row(int64_t n, const void *w, const void *x) { return dot_f32(w, x, n); }
+
+/* 16 halves (masked: the first `m` lanes) widened to f32. */
+static inline __m512 load_f16x16(const uint16_t *h, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h));
+}
+
+static inline __m512 load_bf16x16(const uint16_t *h, __mmask16 m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, h)), 16));
+}
+
+/* f16 and bf16 rows share everything but the 16-lane widening load. */
+#define HALF_ROW_KERNELS(name, load)                                                         \
+    static float dot_##name##_row(int64_t n, const void *w, const void *x) {                  \
+        const uint16_t *h = w;                                                                \
+        const float *y = x;                                                                   \
+        __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                             \
+        int64_t i = 0;                                                                        \
+        for (; i + 32 <= n; i += 32) {                                                        \
+            s0 = _mm512_fmadd_ps(load(h + i, 0xffff), _mm512_loadu_ps(y + i), s0);            \
+            s1 = _mm512_fmadd_ps(load(h + i + 16, 0xffff), _mm512_loadu_ps(y + i + 16), s1);  \
+        }                                                                                     \
+        for (; i < n; i += 16) {                                                              \
+            const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);                      \
+            s0 = _mm512_fmadd_ps(load(h + i, m), _mm512_maskz_loadu_ps(m, y + i), s0);         \
+        }                                                                                     \
+        return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                   \
+    }                                                                                         \
+    static void dequant_##name(const void *src, float *dst, int64_t n) {                      \
+        const uint16_t *h = src;                                                              \
+        for (int64_t i = 0; i < n; i += 16) {                                                 \
+            const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);                      \
+            _mm512_mask_storeu_ps(dst + i, m, load(h + i, m));                                \
+        }                                                                                     \
+    }
+
+HALF_ROW_KERNELS(f16, load_f16x16)
+HALF_ROW_KERNELS(bf16, load_bf16x16)
+
+/* ---- 32-value blocks, two per step ---------------------------------- */
+
+/* Integer dots of two 32-value blocks (a0.b0 in lanes 0..7, a1.b1 in
+ * lanes 8..15) as exact float partial sums. */
+static inline __m512 q4_0_pair(const struct block_q4_0 *a0, const struct block_q4_0 *a1, const struct block_q8_0 *b0,
+                               const struct block_q8_0 *b1) {
+    const __m512i y = acts_2x32(b0->qs, b1->qs);
+    /* (q - 8) * y without a signed*signed multiply. */
+    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(nibbles_2x32(a0->qs, a1->qs), y),
+                                       _mm512_maddubs_epi16(_mm512_set1_epi8(8), y));
+    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+}
+
+static inline __m512 q4_1_pair(const struct block_q4_1 *a0, const struct block_q4_1 *a1, const struct block_q8_1 *b0,
+                               const struct block_q8_1 *b1) {
+    return _mm512_cvtepi32_ps(dot_u8_i8(nibbles_2x32(a0->qs, a1->qs), acts_2x32(b0->qs, b1->qs)));
+}
+
+static inline __m512 q8_0_pair(const struct block_q8_0 *a0, const struct block_q8_0 *a1, const struct block_q8_0 *b0,
+                               const struct block_q8_0 *b1) {
+    const __m512i q = acts_2x32(a0->qs, a1->qs);
+    const __m512i y = acts_2x32(b0->qs, b1->qs);
+    /* |q| * (y with q's sign); y is within [-127, 127] (quant_q8_32). */
+    const __mmask64 neg = _mm512_movepi8_mask(q);
+    const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
+    return _mm512_cvtepi32_ps(dot_u8_i8(_mm512_abs_epi8(q), sy));
+}
+
+/* Row dots over 32-value blocks, four blocks (two vectors) per step, as
+ * ROW_DOT_32 in quant_avx2.c: scales converted together, the last partial
+ * group padded with block 0 under a zero scale, min terms on the side. */
+#define ROW_DOT_32(name, wt, xt, pair_dot, offsets)                                                          \
+    static float name(int64_t n, const void *w, const void *x) {                                             \
+        const wt *a = w;                                                                                     \
+        const xt *b = x;                                                                                     \
+        const int64_t nb = n / 32;                                                                           \
+        const __m512i lo = join256(_mm256_setzero_si256(), _mm256_set1_epi32(1));                            \
+        const __m512i hi = join256(_mm256_set1_epi32(2), _mm256_set1_epi32(3));                              \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                                      \
+        __m128 off = _mm_setzero_ps();                                                                       \
+        for (int64_t i = 0; i < nb; i += 4) {                                                                \
+            const int cnt = nb - i >= 4 ? 4 : (int)(nb - i);                                                 \
+            const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
+            const wt *p = a + i;                                                                             \
+            const xt *q = b + i;                                                                             \
+            const __m128i keep = _mm_loadu_si128((const __m128i *)quant_keep4[cnt]);                         \
+            const __m512 s = _mm512_castps128_ps512(quant_fp16_mul4(_mm_and_si128(                           \
+                keep, _mm_setr_epi16((short)p[0].d, (short)p[k1].d, (short)p[k2].d, (short)p[k3].d,           \
+                                     (short)q[0].d, (short)q[k1].d, (short)q[k2].d, (short)q[k3].d))));       \
+            acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(lo, s), pair_dot(p, p + k1, q, q + k1), acc0);      \
+            acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(hi, s), pair_dot(p + k2, p + k3, q + k2, q + k3), acc1); \
+            off = _mm_add_ps(off, offsets(p, q, k1, k2, k3, keep));                                          \
+        }                                                                                                    \
+        __m128 t = _mm_add_ps(off, _mm_movehl_ps(off, off));                                                 \
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));                                                               \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm_cvtss_f32(t);                           \
+    }
+
+ROW_DOT_32(dot_q4_0_q8_0, struct block_q4_0, struct block_q8_0, q4_0_pair, quant_no_offsets4)
+ROW_DOT_32(dot_q4_1_q8_1, struct block_q4_1, struct block_q8_1, q4_1_pair, quant_q4_1_offsets4)
+ROW_DOT_32(dot_q8_0_q8_0, struct block_q8_0, struct block_q8_0, q8_0_pair, quant_no_offsets4)
+
+static void dequant_q8_0(const void *src, float *dst, int64_t n) {
+    const struct block_q8_0 *b = src;
+    for (int64_t i = 0; i < n / QK8_0; i++, dst += QK8_0) {
+        const __m512 d = _mm512_set1_ps(QUANT_H2F(b[i].d));
+        for (int j = 0; j < QK8_0; j += 16) {
+            const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b[i].qs + j)));
+            _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_cvtepi32_ps(v), d));
+        }
+    }
+}
+
+/* ---- K quants ------------------------------------------------------- */
+
+/* vpermw indices: word c (of 8 or 16) broadcast to each 256-bit half...
+ * k4_index[j]: words 2j in lanes 0..15 and 2j+1 in lanes 16..31 (Q4_K/Q5_K
+ * chunk j: sub-blocks 2j, 2j+1); q6_index[c]: word 4c+L in the 8 lanes of
+ * 128-bit lane L (Q6_K chunk c: groups 4c..4c+3). */
+static inline __m512i k4_index(int j) {
+    return join256(_mm256_set1_epi16((short)(2 * j)), _mm256_set1_epi16((short)(2 * j + 1)));
+}
+
+static inline __m512i q6_index(int c) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16((short)(4 * c + 1)), _mm_set1_epi16((short)(4 * c)))),
+        _mm256_set_m128i(_mm_set1_epi16((short)(4 * c + 3)), _mm_set1_epi16((short)(4 * c + 2))), 1);
+}
+
+/* Min term of Q4_K/Q5_K, as in quant_avx2.c. */
+static inline float k4_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
+    const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+    const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i prod = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn)), pair);
+    __m128i s = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return (float)_mm_cvtsi128_si32(s);
+}
+
+/* Q4_K (q5 = 0) and Q5_K (q5 = 1); one 64-value chunk (two sub-blocks) per
+ * vector: low nibbles in the low half, high nibbles in the high half, which
+ * is exactly the order of the 64 activations. */
+static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5) {
+    const struct block_q8_K *b = x;
+    const size_t stride = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
+    __m512 acc = _mm512_setzero_ps();
+    float mins = 0;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
+        const struct block_q4_K *a4 = (const void *)a5;
+        const uint8_t *qs = q5 ? a5->qs : a4->qs;
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(a4->scales, sc, mn);
+        const __m512i scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+        __m512i hb = _mm512_setzero_si512();
+        if (q5) {
+            /* Bit 2j of qh belongs to the low half of chunk j, bit 2j+1 to
+             * the high half: pre-shift the high copy by one. */
+            const __m256i h = _mm256_loadu_si256((const __m256i *)a5->qh);
+            hb = join256(h, _mm256_srli_epi16(h, 1));
+        }
+        __m512i sumi = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+            __m512i q = _mm512_and_si512(join256(raw, _mm256_srli_epi16(raw, 4)), m4);
+            if (q5) {
+                q = _mm512_or_si512(q, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+                hb = _mm512_srli_epi16(hb, 2);
+            }
+            const __m512i y = _mm512_loadu_si512(b[i].qs + 64 * j);
+            const __m512i s = _mm512_permutexvar_epi16(k4_index(j), scales);
+            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s));
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a4->d) * b[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        mins += QUANT_H2F(a4->dmin) * b[i].d * k4_min_term(mn, b[i].bsums);
+    }
+    return _mm512_reduce_add_ps(acc) - mins;
+}
+
+static float dot_q4_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 0); }
+static float dot_q5_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 1); }
+
+static void dequant_q4_K(const void *src, float *dst, int64_t n) {
+    const struct block_q4_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = QUANT_H2F(b[i].d), dmin = QUANT_H2F(b[i].dmin);
+        uint8_t sc[8], mn[8];
+        quant_k4_scales(b[i].scales, sc, mn);
+        for (int j = 0; j < 8; j++, dst += 32) {
+            const __m512 ds = _mm512_set1_ps(d * sc[j]), dm = _mm512_set1_ps(dmin * mn[j]);
+            const uint8_t *qs = b[i].qs + 32 * (j / 2);
+            for (int l = 0; l < 32; l += 16) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qs + l)));
+                v = j % 2 ? _mm512_srli_epi32(v, 4) : _mm512_and_si512(v, _mm512_set1_epi32(0x0f));
+                _mm512_storeu_ps(dst + l, _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(v)), dm));
+            }
+        }
+    }
+}
+
+/* Codes 0..63 of one 128-value half of a Q6_K block as two vectors:
+ * q[0] = values 0..63, q[1] = values 64..127. */
+static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m512i q[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30);
+    const __m512i l = _mm512_loadu_si512(ql);
+    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)qh));
+    /* Bits 2k..2k+1 of qh go to bits 4..5 of quarter k. */
+    const __m512i up = _mm512_sllv_epi16(h, join256(_mm256_set1_epi16(4), _mm256_set1_epi16(2)));
+    const __m512i down = _mm512_srlv_epi16(h, join256(_mm256_setzero_si256(), _mm256_set1_epi16(2)));
+    q[0] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(up, m2));
+    q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(down, m2));
+}
+
+static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
+    const struct block_q6_K *a = w;
+    const struct block_q8_K *b = x;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
+        const __m512i scales = _mm512_castsi256_si512(sc16);
+        /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
+        const __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)b[i].bsums));
+        __m512i sumi = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), bias), 5));
+        #pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i q[2];
+            q6_codes(a[i].ql + 64 * h, a[i].qh + 32 * h, q);
+            #pragma GCC unroll 2
+            for (int c = 0; c < 2; c++) {
+                const __m512i y = _mm512_loadu_si512(b[i].qs + 128 * h + 64 * c);
+                const __m512i s = _mm512_permutexvar_epi16(q6_index(2 * h + c), scales);
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[c], y), s));
+            }
+        }
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a[i].d) * b[i].d), _mm512_cvtepi32_ps(sumi), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* dst[0..15] = ds * v (16 signed bytes). */
+static inline void q6_store16(float *dst, float ds, __m128i v) {
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_set1_ps(ds), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(v))));
+}
+
+static void dequant_q6_K(const void *src, float *dst, int64_t n) {
+    const struct block_q6_K *b = src;
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        const float d = QUANT_H2F(b[i].d);
+        for (int h = 0; h < 2; h++) {
+            __m512i q[2];
+            q6_codes(b[i].ql + 64 * h, b[i].qh + 32 * h, q);
+            for (int c = 0; c < 2; c++) {
+                const __m512i v = _mm512_sub_epi8(q[c], _mm512_set1_epi8(32));
+                const int8_t *sc = b[i].scales + 8 * h + 4 * c;
+                q6_store16(dst, d * sc[0], _mm512_extracti32x4_epi32(v, 0));
+                q6_store16(dst + 16, d * sc[1], _mm512_extracti32x4_epi32(v, 1));
+                q6_store16(dst + 32, d * sc[2], _mm512_extracti32x4_epi32(v, 2));
+                q6_store16(dst + 48, d * sc[3], _mm512_extracti32x4_epi32(v, 3));
+                dst += 64;
+            }
+        }
+    }
+}
+
+void quant_kernels_avx512(struct quant_kernels *k) {
+    k->dequant[DT_F16] = dequant_f16;
+    k->dequant[DT_BF16] = dequant_bf16;
+    k->dequant[DT_Q8_0] = dequant_q8_0;
+    k->dequant[DT_Q4_K] = dequant_q4_K;
+    k->dequant[DT_Q6_K] = dequant_q6_K;
+    k->dot[DT_F32] = dot_f32_row;
+    k->dot[DT_F16] = dot_f16_row;
+    k->dot[DT_BF16] = dot_bf16_row;
+    k->dot[DT_Q4_0] = dot_q4_0_q8_0;
+    k->dot[DT_Q4_1] = dot_q4_1_q8_1;
+    k->dot[DT_Q8_0] = dot_q8_0_q8_0;
+    k->dot[DT_Q4_K] = dot_q4_K_q8_K;
+    k->dot[DT_Q5_K] = dot_q5_K_q8_K;
+    k->dot[DT_Q6_K] = dot_q6_K_q8_K;
+    k->dot_f32 = dot_f32;
+    k->axpy_f32 = axpy_f32;
+}

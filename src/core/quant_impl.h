@@ -1,0 +1,131 @@
+/* Private to quant.c, quant_avx2.c and quant_avx512.c: the ggml block
+ * layouts (byte-for-byte as GGUF stores them, see ggml-common.h) and the
+ * kernel tables through which the ISA-specific files plug in. */
+#ifndef KVF_QUANT_IMPL_H
+#define KVF_QUANT_IMPL_H
+
+#include "quant.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <string.h>
+
+
+#define QK4_0 32
+#define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
+#define QK8_0 32
+#define QK8_1 32
+#define QK_K 256
+#define K_SCALE_SIZE 12
+
+/* fp16 fields are kept as raw uint16_t bits. */
+struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
+struct block_q4_1 { uint16_t d, m; uint8_t qs[QK4_1 / 2]; };
+struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
+struct block_q5_1 { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
+struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
+/* s = fp16(d * sum(qs)): lets Q4_1/Q5_1 dots fold their offset m in once
+ * per block instead of per element. */
+struct block_q8_1 { uint16_t d, s; int8_t qs[QK8_1]; };
+/* 8 sub-blocks of 32; 6-bit scales and mins packed into `scales`. */
+struct block_q4_K { uint16_t d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
+struct block_q5_K {
+    uint16_t d, dmin;
+    uint8_t scales[K_SCALE_SIZE];
+    uint8_t qh[QK_K / 8];
+    uint8_t qs[QK_K / 2];
+};
+/* 16 sub-blocks of 16; value = d * scales[i/16] * (q - 32), q 6-bit. */
+struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
+/* Activation type of the K dots; bsums[j] = sum of qs[16j .. 16j+15]. */
+struct block_q8_K { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; };
+
+static_assert(sizeof(struct block_q4_0) == 18, "q4_0 layout");
+static_assert(sizeof(struct block_q4_1) == 20, "q4_1 layout");
+static_assert(sizeof(struct block_q5_0) == 22, "q5_0 layout");
+static_assert(sizeof(struct block_q5_1) == 24, "q5_1 layout");
+static_assert(sizeof(struct block_q8_0) == 34, "q8_0 layout");
+static_assert(sizeof(struct block_q8_1) == 36, "q8_1 layout");
+static_assert(sizeof(struct block_q4_K) == 144, "q4_K layout");
+static_assert(sizeof(struct block_q5_K) == 176, "q5_K layout");
+static_assert(sizeof(struct block_q6_K) == 210, "q6_K layout");
+static_assert(sizeof(struct block_q8_K) == 292, "q8_K layout");
+
+#if defined(__F16C__)
+#include <immintrin.h>
+/* One vcvtph2ps; identical to fp16_to_f32 for every input (tested). */
+#define QUANT_H2F(h) _cvtsh_ss(h)
+
+/* Scale products of four blocks from their fp16 fields h = {w0..w3, x0..x3}:
+ * one conversion instead of eight scalar ones. Zeroed entries give 0,
+ * which is how the SIMD dots drop the unused slots of a final group. */
+static inline __m128 quant_fp16_mul4(__m128i h) {
+    const __m256 f = _mm256_cvtph_ps(h);
+    return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+}
+
+/* The min terms m * s of four Q4_1 blocks p[0], p[k1], p[k2], p[k3] and
+ * their Q8_1 activations; `keep` as quant_fp16_mul4's zeroing mask. */
+static inline __m128 quant_q4_1_offsets4(const struct block_q4_1 *p, const struct block_q8_1 *q, int k1, int k2,
+                                         int k3, __m128i keep) {
+    return quant_fp16_mul4(_mm_and_si128(keep, _mm_setr_epi16((short)p[0].m, (short)p[k1].m, (short)p[k2].m,
+                                                               (short)p[k3].m, (short)q[0].s, (short)q[k1].s,
+                                                               (short)q[k2].s, (short)q[k3].s)));
+}
+
+/* The same for formats without a min. */
+static inline __m128 quant_no_offsets4(const void *p, const void *q, int k1, int k2, int k3, __m128i keep) {
+    (void)p, (void)q, (void)k1, (void)k2, (void)k3, (void)keep;
+    return _mm_setzero_ps();
+}
+
+/* For the last group of cnt < 4 blocks: keeps the first cnt of the four
+ * w fields and all x fields. Index cnt. */
+static const int16_t quant_keep4[5][8] = {
+    {0, 0, 0, 0, -1, -1, -1, -1},   {-1, 0, 0, 0, -1, -1, -1, -1},  {-1, -1, 0, 0, -1, -1, -1, -1},
+    {-1, -1, -1, 0, -1, -1, -1, -1}, {-1, -1, -1, -1, -1, -1, -1, -1},
+};
+#else
+#define QUANT_H2F(h) fp16_to_f32(h)
+#endif
+
+/* Unpacks the 12-byte Q4_K/Q5_K scale field into 8 scales and 8 mins
+ * (6 bits each): entries 0..3 are the low 6 bits of bytes 0..3 / 4..7,
+ * entries 4..7 take their low nibble from bytes 8..11 and their top two
+ * bits from the spare top bits of bytes 0..3 / 4..7. Works on whole
+ * words so the SIMD kernels can load sc/mn as vectors. */
+static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w[3], o[4];
+    memcpy(w, packed, sizeof w);
+    o[0] = w[0] & 0x3f3f3f3fu;
+    o[1] = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    o[2] = w[1] & 0x3f3f3f3fu;
+    o[3] = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    memcpy(sc, o, 8);
+    memcpy(mn, o + 2, 8);
+}
+
+/* SIMD dequantisation equals the scalar kernels bit for bit even though
+ * these files are built with -mfma and GCC may fuse d*q - m: every product
+ * there (fp16 scale x 6-bit scale x code) is exact in f32, so fusing
+ * cannot change the rounding.
+ *
+ * n values per row; w and x point at whole blocks. */
+typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
+typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
+
+struct quant_kernels {
+    quant_dequant_fn dequant[DT_COUNT]; /* NULL: type not readable */
+    quant_dot_fn dot[DT_COUNT];
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
+};
+
+/* Each overrides the entries it has a faster kernel for and leaves the rest
+ * (the next lower level's) in place. Only called when the CPU has the ISA. */
+void quant_kernels_avx2(struct quant_kernels *k);
+void quant_kernels_avx512(struct quant_kernels *k);
+
+#endif

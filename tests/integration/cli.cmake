@@ -1,0 +1,21 @@
+# End-to-end tests of the kvfold CLI (tests/cli/cli_test.py, one ctest entry
+# per case; label "cli"). Cases that need the real models or the shared
+# tokenizer vectors exit 77 (skipped) when those files are absent.
+#
+# cli_perplexity's bound: SmolLM2-135M-Instruct Q4_1 on tests/data/ppl_passage.txt
+# (Jane Austen, Pride and Prejudice, 1813, chapters 1-2; public domain) with
+# --ctx 512 --chunks 2 (512 tokens scored) measured PPL = 16.73 +/- 1.81. The
+# bound is that x 1.15: a broken decoder gives PPL in the hundreds or more,
+# while kernel, threading and summation-order changes move it by far less.
+set(KVF_CLI_PPL_MAX 19.2)
+set(KVF_CLI_TEST ${CMAKE_CURRENT_SOURCE_DIR}/cli/cli_test.py)
+foreach(case usage badfiles badfiles_real tokenize info generate generate_json perplexity bench demo)
+  set(extra)
+  if(case STREQUAL "perplexity")
+    set(extra ${KVF_CLI_PPL_MAX})
+  endif()
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${KVF_CLI_TEST} ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case} ${extra})
+  set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()

@@ -1,0 +1,47 @@
+# Logits of the tiny random-weight fixtures (written by make_fixture into the
+# build tree) and of the real models, checked against the numpy reference in
+# tests/ref/. Real-model tests skip (exit 77) when models/ lacks the file.
+
+set(KVF_FIXTURE_DIR "${CMAKE_BINARY_DIR}/fixtures")
+set(KVF_REF_DIR "${CMAKE_SOURCE_DIR}/tests/ref")
+
+add_test(NAME fixtures_make COMMAND make_fixture ${KVF_FIXTURE_DIR})
+set_tests_properties(fixtures_make PROPERTIES FIXTURES_SETUP kvf_fixtures LABELS integration TIMEOUT 60)
+
+# The reference itself: every convention it implements moves the fixtures'
+# logits, and both formats of one fixture model agree.
+add_test(NAME ref_check_fixtures COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/check_ref.py fixtures ${KVF_FIXTURE_DIR})
+set_tests_properties(ref_check_fixtures PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
+# kvf_logits_test(NAME MODEL [compare_logits.py options...])
+function(kvf_logits_test name model)
+  add_test(NAME logits_${name}
+           COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/compare_logits.py --dump $<TARGET_FILE:dump_logits> ${model} ${ARGN})
+  set_tests_properties(logits_${name} PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77)
+endfunction()
+
+foreach(type f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)
+  kvf_logits_test(llama_${type} ${KVF_FIXTURE_DIR}/llama-${type}.gguf)
+  set_tests_properties(logits_llama_${type} PROPERTIES FIXTURES_REQUIRED kvf_fixtures)
+endforeach()
+kvf_logits_test(qwen2_f32 ${KVF_FIXTURE_DIR}/qwen2-f32.gguf)
+kvf_logits_test(gemma3_f32 ${KVF_FIXTURE_DIR}/gemma3-f32.gguf)
+# Each safetensors fixture holds the same weights as a GGUF one (the GGUF
+# side converted as llama.cpp's converter does).
+kvf_logits_test(llama_st ${KVF_FIXTURE_DIR}/llama-st --same-as ${KVF_FIXTURE_DIR}/llama-f32.gguf)
+kvf_logits_test(llama_st_bf16 ${KVF_FIXTURE_DIR}/llama-st-bf16)
+kvf_logits_test(llama_st_sharded ${KVF_FIXTURE_DIR}/llama-st-sharded --same-as ${KVF_FIXTURE_DIR}/llama-st)
+kvf_logits_test(qwen2_st ${KVF_FIXTURE_DIR}/qwen2-st --same-as ${KVF_FIXTURE_DIR}/qwen2-f32.gguf)
+kvf_logits_test(gemma3_st ${KVF_FIXTURE_DIR}/gemma3-st --same-as ${KVF_FIXTURE_DIR}/gemma3-f32.gguf)
+set_tests_properties(logits_qwen2_f32 logits_gemma3_f32 logits_llama_st logits_llama_st_bf16
+                     logits_llama_st_sharded logits_qwen2_st logits_gemma3_st
+                     PROPERTIES FIXTURES_REQUIRED kvf_fixtures)
+
+# Real weights: quantisation-aware bound plus top-1 / top-5 agreement.
+kvf_logits_test(real_smollm2 ${KVF_MODELS_DIR}/smollm2-135m-instruct-q4_1.gguf --real)
+kvf_logits_test(real_gemma3 ${KVF_MODELS_DIR}/gemma3-270m-q4_k_m.gguf --real)
+set_tests_properties(logits_real_smollm2 logits_real_gemma3 PROPERTIES LABELS "integration;real")
+
+add_test(NAME ref_check_real COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/check_ref.py real
+         ${KVF_MODELS_DIR}/smollm2-135m-instruct-q4_1.gguf ${KVF_MODELS_DIR}/gemma3-270m-q4_k_m.gguf)
+set_tests_properties(ref_check_real PROPERTIES LABELS "integration;real" TIMEOUT 300 SKIP_RETURN_CODE 77)

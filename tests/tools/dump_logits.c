@@ -1,0 +1,138 @@
+/* Runs token ids through a model with the public API and writes the logits
+ * after every token as n x n_vocab float32, little-endian, row-major.
+ *
+ * usage: dump_logits [options] MODEL OUT ID...
+ *   --decode OUT2   also reset the session, prefill the first --split ids and
+ *                   decode the rest one at a time, writing those n rows to OUT2
+ *                   (they must equal the prefill rows)
+ *   --split K       ids prefilled before decoding starts (default 0)
+ *   --batch N       session n_batch (default: the library's)
+ *   --threads N     threads (default: the library's)
+ * Prints "n_vocab N" on stdout. */
+#include "kvfold.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int write_rows(const char *path, const float *rows, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    /* The library runs on little-endian x86-64 only, so native order is LE. */
+    size_t w = fwrite(rows, sizeof(float), n, f);
+    if (fclose(f) != 0 || w != n) {
+        fprintf(stderr, "dump_logits: write to %s failed\n", path);
+        return 1;
+    }
+    return 0;
+}
+
+static int fail(const char *what, enum kvf_status st) {
+    fprintf(stderr, "dump_logits: %s: %s: %s\n", what, kvf_status_str(st), kvf_last_error());
+    return 1;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: dump_logits [--decode OUT2] [--split K] [--batch N] [--threads N] MODEL OUT ID...\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *decode_out = NULL;
+    int split = 0, n_batch = 0, n_threads = 0;
+    int a = 1;
+    for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
+        if (!strcmp(argv[a], "--decode")) decode_out = argv[a + 1];
+        else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "--threads")) n_threads = atoi(argv[a + 1]);
+        else return usage();
+    }
+    if (argc - a < 3) return usage();
+    const char *model_path = argv[a], *out = argv[a + 1];
+    int n = argc - a - 2;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return 1;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        long v = strtol(argv[a + 2 + i], &end, 10);
+        if (*end || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "dump_logits: bad token id '%s'\n", argv[a + 2 + i]);
+            free(ids);
+            return 2;
+        }
+        ids[i] = (int32_t)v;
+    }
+    if (split < 0 || split > n) {
+        fprintf(stderr, "dump_logits: --split %d is not in [0, %d]\n", split, n);
+        free(ids);
+        return 2;
+    }
+
+    struct kvf_model_params mp = kvf_model_default_params();
+    if (n_threads > 0) mp.n_threads = n_threads;
+    struct kvf_model *model = NULL;
+    struct kvf_session *s = NULL;
+    float *rows = NULL;
+    int rc = 1;
+    enum kvf_status st = kvf_model_load(model_path, &mp, &model);
+    if (st) {
+        rc = fail(model_path, st);
+        goto done;
+    }
+    struct kvf_model_info info;
+    kvf_model_get_info(model, &info);
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n;
+    if (n_batch > 0) sp.n_batch = n_batch;
+    if (n_threads > 0) sp.n_threads = n_threads;
+    if ((st = kvf_session_init(model, &sp, &s))) {
+        rc = fail("session", st);
+        goto done;
+    }
+    size_t V = (size_t)info.n_vocab;
+    rows = malloc((size_t)n * V * sizeof *rows);
+    if (!rows) goto done;
+    if ((st = kvf_session_prefill(s, ids, n, rows))) {
+        rc = fail("prefill", st);
+        goto done;
+    }
+    if (write_rows(out, rows, (size_t)n * V)) goto done;
+
+    if (decode_out) {
+        memset(rows, 0, (size_t)n * V * sizeof *rows);
+        kvf_session_reset(s);
+        if (split > 0 && (st = kvf_session_prefill(s, ids, split, rows))) {
+            rc = fail("prefill", st);
+            goto done;
+        }
+        for (int i = split; i < n; i++) {
+            if ((st = kvf_session_decode(s, ids[i]))) {
+                rc = fail("decode", st);
+                goto done;
+            }
+            const float *l = kvf_session_logits(s);
+            if (!l) {
+                fprintf(stderr, "dump_logits: no logits after decode\n");
+                goto done;
+            }
+            memcpy(rows + (size_t)i * V, l, V * sizeof *rows);
+        }
+        if (kvf_session_n_past(s) != n) {
+            fprintf(stderr, "dump_logits: n_past %d after %d tokens\n", kvf_session_n_past(s), n);
+            goto done;
+        }
+        if (write_rows(decode_out, rows, (size_t)n * V)) goto done;
+    }
+    printf("n_vocab %d\n", info.n_vocab);
+    rc = 0;
+done:
+    free(rows);
+    free(ids);
+    kvf_session_free(s);
+    kvf_model_free(model);
+    return rc;
+}

@@ -1,0 +1,553 @@
+/* Writes the tiny random-weight models the integration tests run (GGUF in
+ * every weight type kvfold reads, and Hugging Face directories), each with a
+ * 300-token byte-level BPE tokenizer. Same seeds, same bytes, every run.
+ *
+ * usage: make_fixture OUTDIR
+ *
+ * A model's weights are generated once in Hugging Face layout (rows = output
+ * features) and then stored both ways, applying the transformations of
+ * llama.cpp's converter for GGUF (Llama Q/K rows permuted for interleaved
+ * RoPE, Gemma norms stored as w + 1). So llama-f32.gguf and llama-st/ hold the
+ * same model and must give the same logits, as must gemma3-f32.gguf and
+ * gemma3-st/ (tests/ref/compare_logits.py --same-as checks it). */
+#include "core/quant.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define N_VOCAB 300
+#define N_SPECIAL 2  /* <s> = 0, </s> = 1; byte b is token N_SPECIAL + b */
+
+/* Merges of the tokenizer, by rank; "Ġ" is the GPT-2 form of a space. Each
+ * side is a byte or an earlier merge, and there are exactly enough to fill
+ * N_VOCAB. */
+static const char *const bpe_merges[] = {
+    "Ġ t", "h e", "Ġ a", "i n", "Ġt he", "e r", "o n", "Ġ s", "r e", "a t", "e n", "Ġ o", "o r", "Ġ w",
+    "i s", "Ġ c", "a n", "Ġ f", "e s", "Ġ b", "i t", "Ġ p", "a l", "Ġ m", "a r", "Ġ i", "Ġ d", "o u",
+    "Ġa n", "Ġan d", "Ġ h", "Ġo f", "n g", "i ng", "l l", "Ġi s", "Ġ T", "T he", "Ġ l", "l e", "Ġt o",
+    "Ġ n",
+};
+#define N_MERGES ((int)(sizeof bpe_merges / sizeof bpe_merges[0]))
+_Static_assert(N_SPECIAL + 256 + N_MERGES == N_VOCAB, "the merges must fill the vocabulary");
+
+/* ------------------------------------------------------------------ rng -- */
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_gauss(uint64_t *s) { /* Box-Muller */
+    double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* -------------------------------------------------------------- models -- */
+
+enum family { FAM_LLAMA, FAM_QWEN2, FAM_GEMMA3 };
+static const char *const family_name[] = {"llama", "qwen2", "gemma3"};
+
+struct spec {
+    enum family fam;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_ctx;
+    int sliding_window;       /* gemma3: local layers see i - j < sliding_window */
+    float rope_base, eps;
+    bool tied;
+    uint64_t seed;
+};
+
+/* One weight in Hugging Face layout: [rows, cols] (1-D: rows = 1). */
+struct tensor {
+    char hf[96], gg[64];      /* names in both conventions */
+    int64_t rows, cols;
+    bool is_2d;
+    float *data;              /* owned; rows * cols values */
+};
+
+struct model {
+    struct spec sp;
+    struct tensor *t;
+    int n;
+};
+
+static struct tensor *model_add(struct model *m, const char *hf, const char *gg, int64_t rows, int64_t cols,
+                                bool is_2d) {
+    struct tensor *t = &m->t[m->n++];
+    snprintf(t->hf, sizeof t->hf, "%s", hf);
+    snprintf(t->gg, sizeof t->gg, "%s", gg);
+    t->rows = rows;
+    t->cols = cols;
+    t->is_2d = is_2d;
+    t->data = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!t->data) {
+        fprintf(stderr, "make_fixture: out of memory\n");
+        exit(1);
+    }
+    return t;
+}
+
+/* Matrices ~ N(0, 1/cols) keep activations O(1) through the layers. */
+static void fill_matrix(struct tensor *t, uint64_t *rng) {
+    double sd = 1.0 / sqrt((double)t->cols);
+    for (int64_t i = 0; i < t->rows * t->cols; i++) t->data[i] = (float)(sd * rng_gauss(rng));
+}
+
+/* Norm weights stay near 1 but vary enough that a skipped norm shows. For
+ * Gemma the HF checkpoint holds w - 1 because its RMSNorm scales by (1 + w). */
+static void fill_norm(struct tensor *t, uint64_t *rng, bool plus_one_form) {
+    for (int64_t i = 0; i < t->cols; i++) t->data[i] = (float)((plus_one_form ? 0.0 : 1.0) + 0.1 * rng_gauss(rng));
+}
+
+/* Biases of the size of x*W (O(1)) so that a dropped bias shows. */
+static void fill_bias(struct tensor *t, uint64_t *rng) {
+    for (int64_t i = 0; i < t->cols; i++) t->data[i] = (float)(0.5 * rng_gauss(rng));
+}
+
+static void model_build(struct model *m, const struct spec *sp) {
+    memset(m, 0, sizeof *m);
+    m->sp = *sp;
+    m->t = calloc((size_t)(4 + 16 * sp->n_layer), sizeof *m->t);
+    if (!m->t) {
+        fprintf(stderr, "make_fixture: out of memory\n");
+        exit(1);
+    }
+    uint64_t rng = sp->seed;
+    bool gemma = sp->fam == FAM_GEMMA3;
+    int64_t E = sp->n_embd, F = sp->n_ff, Q = (int64_t)sp->n_head * sp->head_dim,
+            KV = (int64_t)sp->n_head_kv * sp->head_dim;
+
+    /* Embeddings about as large as a layer's output (Gemma's are scaled by
+     * sqrt(n_embd) on input), so that the layers, not the token's own tied
+     * embedding, decide the logits. */
+    struct tensor *t = model_add(m, "model.embed_tokens.weight", "token_embd.weight", N_VOCAB, E, true);
+    double embd_sd = gemma ? 2.0 / sqrt((double)E) : 0.5;
+    for (int64_t i = 0; i < N_VOCAB * E; i++) t->data[i] = (float)(embd_sd * rng_gauss(&rng));
+    char hf[96], gg[64];
+    for (int il = 0; il < sp->n_layer; il++) {
+#define ADD(hfname, ggname, rows, cols, is_2d) \
+    (snprintf(hf, sizeof hf, "model.layers.%d.%s", il, hfname), \
+     snprintf(gg, sizeof gg, "blk.%d.%s", il, ggname), model_add(m, hf, gg, rows, cols, is_2d))
+        fill_norm(ADD("input_layernorm.weight", "attn_norm.weight", 1, E, false), &rng, gemma);
+        fill_matrix(ADD("self_attn.q_proj.weight", "attn_q.weight", Q, E, true), &rng);
+        fill_matrix(ADD("self_attn.k_proj.weight", "attn_k.weight", KV, E, true), &rng);
+        fill_matrix(ADD("self_attn.v_proj.weight", "attn_v.weight", KV, E, true), &rng);
+        if (sp->fam == FAM_QWEN2) {
+            fill_bias(ADD("self_attn.q_proj.bias", "attn_q.bias", 1, Q, false), &rng);
+            fill_bias(ADD("self_attn.k_proj.bias", "attn_k.bias", 1, KV, false), &rng);
+            fill_bias(ADD("self_attn.v_proj.bias", "attn_v.bias", 1, KV, false), &rng);
+        }
+        if (gemma) {
+            fill_norm(ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 1, sp->head_dim, false), &rng, true);
+            fill_norm(ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 1, sp->head_dim, false), &rng, true);
+        }
+        fill_matrix(ADD("self_attn.o_proj.weight", "attn_output.weight", E, Q, true), &rng);
+        if (gemma) {
+            fill_norm(ADD("post_attention_layernorm.weight", "post_attention_norm.weight", 1, E, false), &rng, true);
+            fill_norm(ADD("pre_feedforward_layernorm.weight", "ffn_norm.weight", 1, E, false), &rng, true);
+        } else {
+            fill_norm(ADD("post_attention_layernorm.weight", "ffn_norm.weight", 1, E, false), &rng, false);
+        }
+        fill_matrix(ADD("mlp.gate_proj.weight", "ffn_gate.weight", F, E, true), &rng);
+        fill_matrix(ADD("mlp.up_proj.weight", "ffn_up.weight", F, E, true), &rng);
+        fill_matrix(ADD("mlp.down_proj.weight", "ffn_down.weight", E, F, true), &rng);
+        if (gemma)
+            fill_norm(ADD("post_feedforward_layernorm.weight", "post_ffw_norm.weight", 1, E, false), &rng, true);
+#undef ADD
+    }
+    fill_norm(model_add(m, "model.norm.weight", "output_norm.weight", 1, E, false), &rng, gemma);
+    if (!sp->tied) fill_matrix(model_add(m, "lm_head.weight", "output.weight", N_VOCAB, E, true), &rng);
+}
+
+static void model_free(struct model *m) {
+    for (int i = 0; i < m->n; i++) free(m->t[i].data);
+    free(m->t);
+}
+
+/* ----------------------------------------------------------- tokenizer -- */
+
+/* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the
+ * others for U+0100 + n in byte order. Writes the UTF-8 form of byte b. */
+static void byte_token(int b, char out[3]) {
+    int cp;
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
+        cp = b;
+    } else {
+        int n = 0;
+        for (int c = 0; c < b; c++)
+            if (!((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+struct vocab {
+    char text[N_VOCAB][16];
+    int32_t type[N_VOCAB]; /* GGUF token types: 1 normal, 3 control */
+};
+
+static void vocab_build(struct vocab *v) {
+    snprintf(v->text[0], sizeof v->text[0], "<s>");
+    snprintf(v->text[1], sizeof v->text[1], "</s>");
+    v->type[0] = v->type[1] = 3;
+    for (int b = 0; b < 256; b++) {
+        byte_token(b, v->text[N_SPECIAL + b]);
+        v->type[N_SPECIAL + b] = 1;
+    }
+    for (int i = 0; i < N_MERGES; i++) {
+        int id = N_SPECIAL + 256 + i, o = 0;
+        for (const char *p = bpe_merges[i]; *p; p++)
+            if (*p != ' ') v->text[id][o++] = *p;
+        v->text[id][o] = 0;
+        v->type[id] = 1;
+    }
+}
+
+static void gguf_add_tokenizer(struct gguf_writer *w, const struct vocab *v) {
+    const char *tokens[N_VOCAB];
+    for (int i = 0; i < N_VOCAB; i++) tokens[i] = v->text[i];
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt2");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, N_VOCAB);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, v->type, N_VOCAB);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", bpe_merges, N_MERGES);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+}
+
+/* --------------------------------------------------------------- files -- */
+
+static int fail(const char *what, const char *path) {
+    fprintf(stderr, "make_fixture: %s %s: %s\n", what, path, kvf_last_error());
+    return 1;
+}
+
+static int write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "make_fixture: cannot write %s: %s\n", path, strerror(errno));
+        if (f) fclose(f);
+        return 1;
+    }
+    return 0;
+}
+
+static int write_json(const char *path, cJSON *root) {
+    char *text = cJSON_Print(root);
+    int rc = text ? write_text(path, text) : 1;
+    free(text);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* llama.cpp's converter reorders each Llama Q/K head from halves (NeoX) to
+ * interleaved pairs: GGUF row 2i+j of a head is HF row j*head_dim/2 + i. */
+static void permute_rows(const struct tensor *t, int head_dim, float *dst) {
+    int64_t n_head = t->rows / head_dim, half = head_dim / 2;
+    for (int64_t h = 0; h < n_head; h++)
+        for (int64_t i = 0; i < half; i++)
+            for (int j = 0; j < 2; j++)
+                memcpy(dst + (h * head_dim + 2 * i + j) * t->cols, t->data + (h * head_dim + j * half + i) * t->cols,
+                       (size_t)t->cols * sizeof(float));
+}
+
+static int write_gguf(const struct model *m, const struct vocab *v, enum dtype type, const char *path) {
+    const struct spec *sp = &m->sp;
+    const char *arch = family_name[sp->fam];
+    struct gguf_writer *w = gguf_writer_init();
+    if (!w) return fail("out of memory for", path);
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    gguf_writer_set_str(w, "general.architecture", arch);
+    gguf_writer_set_str(w, "general.name", "kvfold fixture");
+    gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)sp->n_ctx);
+    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)sp->n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)sp->n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)sp->n_ff);
+    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)sp->n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sp->n_head_kv);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sp->eps);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), sp->rope_base);
+    if (sp->fam == FAM_GEMMA3) { /* as the real gemma3 files: no rope.dimension_count */
+        gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sp->head_dim);
+        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sp->head_dim);
+        gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sp->sliding_window);
+    } else {
+        gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sp->head_dim);
+    }
+#undef KEY
+    gguf_add_tokenizer(w, v);
+
+    for (int i = 0; i < m->n; i++) {
+        const struct tensor *t = &m->t[i];
+        int64_t n = t->rows * t->cols;
+        float *vals = malloc((size_t)n * sizeof(float));
+        enum dtype tt = t->is_2d ? type : DT_F32;
+        size_t row_bytes = dtype_row_bytes(tt, t->cols);
+        void *q = malloc(row_bytes * (size_t)t->rows);
+        if (!vals || !q || !row_bytes) {
+            fprintf(stderr, "make_fixture: %s: cannot store %s as type %d\n", path, t->gg, (int)tt);
+            free(vals), free(q), gguf_writer_free(w);
+            return 1;
+        }
+        bool qk = strstr(t->gg, "attn_q.weight") || strstr(t->gg, "attn_k.weight");
+        if (sp->fam == FAM_LLAMA && qk) permute_rows(t, sp->head_dim, vals);
+        else memcpy(vals, t->data, (size_t)n * sizeof(float));
+        if (sp->fam == FAM_GEMMA3 && strstr(t->gg, "norm.weight"))
+            for (int64_t k = 0; k < n; k++) vals[k] += 1.0f;
+        for (int64_t r = 0; r < t->rows; r++) {
+            void *dst = (uint8_t *)q + (size_t)r * row_bytes;
+            quant_quantize_row(tt, vals + r * t->cols, dst, t->cols);
+        }
+        int64_t ne[2] = {t->cols, t->rows};
+        gguf_writer_add_tensor(w, t->gg, tt, t->is_2d ? 2 : 1, ne, q);
+        free(vals);
+        free(q);
+    }
+    enum kvf_status st = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    return st ? fail("cannot write", path) : 0;
+}
+
+static cJSON *hf_config_json(const struct spec *sp) {
+    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM"};
+    static const char *const types[] = {"llama", "qwen2", "gemma3_text"};
+    cJSON *c = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(archs[sp->fam]));
+    cJSON_AddStringToObject(c, "model_type", types[sp->fam]);
+    cJSON_AddNumberToObject(c, "hidden_size", sp->n_embd);
+    cJSON_AddNumberToObject(c, "intermediate_size", sp->n_ff);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", sp->n_layer);
+    cJSON_AddNumberToObject(c, "num_attention_heads", sp->n_head);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", sp->n_head_kv);
+    cJSON_AddNumberToObject(c, "head_dim", sp->head_dim);
+    cJSON_AddNumberToObject(c, "vocab_size", N_VOCAB);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", sp->n_ctx);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", sp->eps);
+    cJSON_AddNumberToObject(c, "rope_theta", sp->rope_base);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", sp->tied);
+    cJSON_AddNumberToObject(c, "bos_token_id", 0);
+    cJSON_AddNumberToObject(c, "eos_token_id", 1);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    if (sp->fam == FAM_GEMMA3) {
+        cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+        cJSON_AddNumberToObject(c, "query_pre_attn_scalar", sp->head_dim);
+        cJSON_AddNumberToObject(c, "sliding_window", sp->sliding_window);
+        cJSON_AddNumberToObject(c, "sliding_window_pattern", 6);
+        cJSON_AddNumberToObject(c, "rope_local_base_freq", 10000);
+        cJSON_AddNullToObject(c, "rope_scaling");
+        cJSON_AddNullToObject(c, "final_logit_softcapping");
+        cJSON_AddNullToObject(c, "attn_logit_softcapping");
+        cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+        for (int il = 0; il < sp->n_layer; il++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString((il + 1) % 6 == 0 ? "full_attention" : "sliding_attention"));
+    } else {
+        cJSON_AddStringToObject(c, "hidden_act", "silu");
+        if (sp->fam == FAM_QWEN2) cJSON_AddBoolToObject(c, "use_sliding_window", false);
+        else cJSON_AddBoolToObject(c, "attention_bias", false);
+    }
+    return c;
+}
+
+static cJSON *tokenizer_json(const struct vocab *v) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    for (int i = 0; i < N_SPECIAL; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddNumberToObject(a, "id", i);
+        cJSON_AddStringToObject(a, "content", v->text[i]);
+        cJSON_AddBoolToObject(a, "single_word", false);
+        cJSON_AddBoolToObject(a, "lstrip", false);
+        cJSON_AddBoolToObject(a, "rstrip", false);
+        cJSON_AddBoolToObject(a, "normalized", false);
+        cJSON_AddBoolToObject(a, "special", true);
+        cJSON_AddItemToArray(added, a);
+    }
+    cJSON_AddNullToObject(root, "normalizer");
+    const char *parts[] = {"pre_tokenizer", "post_processor", "decoder"};
+    for (int i = 0; i < 3; i++) {
+        cJSON *p = cJSON_AddObjectToObject(root, parts[i]);
+        cJSON_AddStringToObject(p, "type", "ByteLevel");
+        cJSON_AddBoolToObject(p, "add_prefix_space", false);
+        cJSON_AddBoolToObject(p, "trim_offsets", true);
+        cJSON_AddBoolToObject(p, "use_regex", true);
+    }
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddStringToObject(model, "continuing_subword_prefix", "");
+    cJSON_AddStringToObject(model, "end_of_word_suffix", "");
+    cJSON_AddBoolToObject(model, "fuse_unk", false);
+    cJSON_AddBoolToObject(model, "byte_fallback", false);
+    cJSON_AddBoolToObject(model, "ignore_merges", false);
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    for (int i = 0; i < N_VOCAB; i++) cJSON_AddNumberToObject(vocab, v->text[i], i);
+    cJSON *merges = cJSON_AddArrayToObject(model, "merges");
+    for (int i = 0; i < N_MERGES; i++) cJSON_AddItemToArray(merges, cJSON_CreateString(bpe_merges[i]));
+    return root;
+}
+
+static cJSON *tokenizer_config_json(void) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddBoolToObject(c, "add_bos_token", true);
+    cJSON_AddBoolToObject(c, "add_eos_token", false);
+    cJSON_AddStringToObject(c, "bos_token", "<s>");
+    cJSON_AddStringToObject(c, "eos_token", "</s>");
+    cJSON_AddStringToObject(c, "tokenizer_class", "PreTrainedTokenizerFast");
+    return c;
+}
+
+/* Writes a Hugging Face directory: config.json, tokenizer files and the
+ * weights as `type` (DT_F32 or DT_BF16) in n_shards files (> 1: with
+ * model.safetensors.index.json). */
+static int write_hf(const struct model *m, const struct vocab *v, enum dtype type, int n_shards, const char *dir) {
+    char path[1024];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "make_fixture: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (write_json(path, hf_config_json(&m->sp))) return 1;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (write_json(path, tokenizer_json(v))) return 1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (write_json(path, tokenizer_config_json())) return 1;
+
+    struct st_tensor *st = calloc((size_t)m->n, sizeof *st);
+    void **bufs = calloc((size_t)m->n, sizeof *bufs);
+    int rc = !st || !bufs;
+    size_t esize = type == DT_BF16 ? 2 : 4;
+    for (int i = 0; !rc && i < m->n; i++) {
+        const struct tensor *t = &m->t[i];
+        size_t n = (size_t)(t->rows * t->cols);
+        st[i].name = (char *)t->hf;
+        st[i].type = type;
+        st[i].n_dims = t->is_2d ? 2 : 1;
+        st[i].shape[0] = t->is_2d ? t->rows : t->cols;
+        st[i].shape[1] = t->cols;
+        st[i].nbytes = n * esize;
+        if (type == DT_F32) {
+            st[i].data = t->data;
+            continue;
+        }
+        uint16_t *b = bufs[i] = malloc(n * 2);
+        if (!b) rc = 1;
+        for (size_t k = 0; b && k < n; k++) b[k] = f32_to_bf16(t->data[k]);
+        st[i].data = b;
+    }
+    if (rc) fprintf(stderr, "make_fixture: out of memory\n");
+
+    cJSON *index = n_shards > 1 ? cJSON_CreateObject() : NULL;
+    cJSON *wmap = NULL;
+    if (index) {
+        size_t total = 0;
+        for (int i = 0; i < m->n; i++) total += st ? st[i].nbytes : 0;
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(index, "metadata"), "total_size", (double)total);
+        wmap = cJSON_AddObjectToObject(index, "weight_map");
+    }
+    for (int s = 0; !rc && s < n_shards; s++) {
+        int i0 = m->n * s / n_shards, i1 = m->n * (s + 1) / n_shards;
+        char name[64];
+        if (n_shards > 1) snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        else snprintf(name, sizeof name, "model.safetensors");
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        if (st_write(path, st + i0, i1 - i0) != KVF_OK) rc = fail("cannot write", path);
+        for (int i = i0; wmap && i < i1; i++) cJSON_AddStringToObject(wmap, st[i].name, name);
+    }
+    if (index && !rc) {
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        rc = write_json(path, index);
+    } else {
+        cJSON_Delete(index);
+    }
+    for (int i = 0; bufs && i < m->n; i++) free(bufs[i]);
+    free(bufs);
+    free(st);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main -- */
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_fixture OUTDIR\n");
+        return 2;
+    }
+    const char *out = argv[1];
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "make_fixture: cannot create %s: %s\n", out, strerror(errno));
+        return 1;
+    }
+    struct vocab *v = calloc(1, sizeof *v);
+    if (!v) return 1;
+    vocab_build(v);
+
+    /* Small dims: GQA 4:2, head_dim 16. K-quant blocks need rows of 256. */
+    const struct spec llama = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 256, 0, 10000.0f, 1e-5f, false, 1};
+    const struct spec llama_k = {FAM_LLAMA, 2, 256, 4, 2, 64, 512, 256, 0, 10000.0f, 1e-5f, false, 2};
+    const struct spec qwen2 = {FAM_QWEN2, 2, 64, 4, 2, 16, 96, 256, 0, 1000000.0f, 1e-6f, true, 3};
+    /* Gemma: 6 layers (5 local + 1 global), head_dim 32 != n_embd / n_head,
+     * window 4 so that it bites on a 12-token prompt. */
+    const struct spec gemma3 = {FAM_GEMMA3, 6, 64, 4, 2, 32, 128, 256, 4, 1000000.0f, 1e-6f, true, 4};
+
+    static const struct { const char *name; enum dtype type; bool k; } gguf_types[] = {
+        {"f32", DT_F32, false},   {"f16", DT_F16, false},   {"bf16", DT_BF16, false}, {"q8_0", DT_Q8_0, false},
+        {"q4_0", DT_Q4_0, false}, {"q4_1", DT_Q4_1, false}, {"q5_0", DT_Q5_0, false}, {"q5_1", DT_Q5_1, false},
+        {"q4_k", DT_Q4_K, true},  {"q5_k", DT_Q5_K, true},  {"q6_k", DT_Q6_K, true},
+    };
+    struct model m, mk;
+    model_build(&m, &llama);
+    model_build(&mk, &llama_k);
+    int rc = 0;
+    char path[1024];
+    for (size_t i = 0; !rc && i < sizeof gguf_types / sizeof gguf_types[0]; i++) {
+        snprintf(path, sizeof path, "%s/llama-%s.gguf", out, gguf_types[i].name);
+        rc = write_gguf(gguf_types[i].k ? &mk : &m, v, gguf_types[i].type, path);
+    }
+    snprintf(path, sizeof path, "%s/llama-st", out);
+    rc = rc || write_hf(&m, v, DT_F32, 1, path);
+    snprintf(path, sizeof path, "%s/llama-st-bf16", out);
+    rc = rc || write_hf(&m, v, DT_BF16, 1, path);
+    snprintf(path, sizeof path, "%s/llama-st-sharded", out);
+    rc = rc || write_hf(&m, v, DT_F32, 2, path);
+    model_free(&m);
+    model_free(&mk);
+
+    model_build(&m, &qwen2);
+    snprintf(path, sizeof path, "%s/qwen2-f32.gguf", out);
+    rc = rc || write_gguf(&m, v, DT_F32, path);
+    snprintf(path, sizeof path, "%s/qwen2-st", out);
+    rc = rc || write_hf(&m, v, DT_F32, 1, path);
+    model_free(&m);
+
+    model_build(&m, &gemma3);
+    snprintf(path, sizeof path, "%s/gemma3-f32.gguf", out);
+    rc = rc || write_gguf(&m, v, DT_F32, path);
+    snprintf(path, sizeof path, "%s/gemma3-st", out);
+    rc = rc || write_hf(&m, v, DT_F32, 1, path);
+    model_free(&m);
+    free(v);
+    return rc;
+}

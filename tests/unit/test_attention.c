@@ -1,0 +1,99 @@
+/* Row-blocked attention against a naive full-matrix computation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "attn/attn.h"
+#include "kv/cache.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* out[i][h] = sum_j softmax_j(q_i.k_j*scale masked) v_j, all in double. */
+static void naive(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
+                  const struct kv_head *kv, double *out) {
+    const int d = p->head_dim, group = p->n_head / p->n_head_kv;
+    for (int i = 0; i < n_q; i++)
+        for (int h = 0; h < p->n_head; h++) {
+            const struct kv_head *g = &kv[h / group];
+            double *s = calloc(g->n, sizeof *s), mx = -INFINITY, sum = 0;
+            for (int j = 0; j < g->n; j++) {
+                const bool vis = g->pos[j] <= qpos[i] && (p->window == 0 || qpos[i] - g->pos[j] < p->window);
+                if (!vis) { s[j] = -INFINITY; continue; }
+                double dot = 0;
+                for (int c = 0; c < d; c++) dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * g->k[(size_t)j * d + c];
+                s[j] = dot * p->scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j < g->n; j++) { s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx); sum += s[j]; }
+            for (int c = 0; c < d; c++) {
+                double acc = 0;
+                for (int j = 0; j < g->n; j++) acc += s[j] / sum * g->v[(size_t)j * d + c];
+                out[(size_t)i * p->n_head * d + h * d + c] = acc;
+            }
+            free(s);
+        }
+}
+
+static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+    unsigned seed = 1234u + n_head * 7 + n_q;
+    struct kv_cache c;
+    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d), KVF_OK);
+    const int KD = n_head_kv * d;
+    float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
+    int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
+    for (int i = 0; i < n_ctx * KD; i++) { k[i] = frand(&seed); v[i] = frand(&seed); }
+    for (int i = 0; i < n_ctx; i++) pos[i] = i;
+    assert_int_equal(kv_cache_reserve(&c, 0, n_ctx), KVF_OK);
+    kv_cache_append(&c, 0, k, v, pos, n_ctx);
+
+    const int QD = n_head * d;
+    float *q = malloc(sizeof(float) * n_q * QD), *out = malloc(sizeof(float) * n_q * QD);
+    double *ref = malloc(sizeof(double) * n_q * QD);
+    for (int i = 0; i < n_q * QD; i++) q[i] = 2.0f * frand(&seed);
+    const int32_t *qpos = pos + (n_ctx - n_q); /* the last n_q tokens, as in prefill */
+    struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window};
+    float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
+    attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads);
+    naive(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), ref);
+    double maxerr = 0;
+    for (int i = 0; i < n_q * QD; i++) maxerr = fmax(maxerr, fabs(out[i] - ref[i]));
+    assert_true(maxerr < 1e-5);
+    free(k); free(v); free(pos); free(q); free(out); free(ref); free(scratch);
+    kv_cache_free(&c);
+}
+
+static void test_mha(void **st) { (void)st; check(4, 4, 16, 70, 70, 0, 1); }
+static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); }
+static void test_decode_row(void **st) { (void)st; check(4, 1, 32, 50, 1, 0, 2); }
+static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); check(2, 1, 16, 40, 1, 5, 1); }
+
+static void test_cache_bytes(void **st) {
+    (void)st;
+    struct kv_cache c;
+    assert_int_equal(kv_cache_init(&c, 2, 3, 8), KVF_OK);
+    assert_int_equal(c.bytes, 0);
+    assert_int_equal(kv_cache_reserve(&c, 1, 20), KVF_OK);
+    size_t expect = 0;
+    for (int g = 0; g < 3; g++) expect += (size_t)kv_cache_head(&c, 1, g)->cap * (2 * 8 * sizeof(float) + sizeof(int32_t));
+    assert_int_equal(c.bytes, expect);
+    assert_true(kv_cache_head(&c, 1, 0)->cap >= 20);
+    kv_cache_clear(&c);
+    assert_int_equal(c.bytes, 0);
+    kv_cache_free(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
+        cmocka_unit_test(test_window), cmocka_unit_test(test_cache_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

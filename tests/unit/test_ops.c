@@ -1,0 +1,139 @@
+/* Dense ops against naive references: both matmul paths for every weight
+ * type, RMSNorm, both RoPE styles, activations, softmax. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "core/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* Quantises a random [rows][cols] matrix to `type`; returns the weight and
+ * its dequantised floats (the values the kernel really multiplies). */
+static struct weight make_weight(enum dtype type, int rows, int cols, float **deq, unsigned *seed) {
+    const size_t rb = dtype_row_bytes(type, cols);
+    uint8_t *data = malloc(rb * rows);
+    float *src = malloc(sizeof(float) * cols);
+    *deq = malloc(sizeof(float) * rows * cols);
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) src[c] = frand(seed);
+        quant_quantize_row(type, src, data + r * rb, cols);
+        quant_dequant_row_ref(type, data + r * rb, *deq + (size_t)r * cols, cols);
+    }
+    free(src);
+    return (struct weight){type, rows, cols, rb, data};
+}
+
+static void matmul_case(enum dtype type, int n_tok) {
+    unsigned seed = 99u + type * 31u + n_tok;
+    const int rows = 40, cols = 512;
+    float *deq;
+    struct weight w = make_weight(type, rows, cols, &deq, &seed);
+    float *x = malloc(sizeof(float) * n_tok * cols), *y = malloc(sizeof(float) * n_tok * rows);
+    for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
+    void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok));
+    ops_matmul(&w, x, n_tok, y, scratch, 2);
+    /* The dot path quantises activations to 8 bits (|x| <= 1: step <= 1/127
+     * per value), so it is checked against the exact product within that
+     * rounding; the BLAS path multiplies floats and must be exact. */
+    const bool q8 = n_tok < 32 && dtype_get(type)->vec_dot != DT_F32;
+    for (int t = 0; t < n_tok; t++)
+        for (int r = 0; r < rows; r++) {
+            double ref = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                ref += (double)deq[(size_t)r * cols + c] * x[(size_t)t * cols + c];
+                mag += fabs((double)deq[(size_t)r * cols + c]);
+            }
+            const double tol = q8 ? mag / 127.0 : 1e-4 * (1 + mag);
+            if (fabs(y[(size_t)t * rows + r] - ref) > tol)
+                fail_msg("%s n_tok=%d row %d: %g vs %g", dtype_get(type)->name, n_tok, r, y[(size_t)t * rows + r], ref);
+        }
+    free((void *)w.data); free(deq); free(x); free(y); free(scratch);
+}
+
+static void test_matmul_all_types(void **st) {
+    (void)st;
+    const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        matmul_case(types[i], 1);
+        matmul_case(types[i], 5);
+        matmul_case(types[i], 40);
+    }
+}
+
+static void test_rmsnorm(void **st) {
+    (void)st;
+    float x[7] = {1, -2, 3, 0.5f, 0, 4, -1}, w[7] = {1, 2, 0.5f, 1, 1, -1, 3}, out[7];
+    double ss = 0;
+    for (int i = 0; i < 7; i++) ss += x[i] * x[i];
+    const double r = 1.0 / sqrt(ss / 7 + 1e-5);
+    ops_rmsnorm(out, x, w, 7, 1e-5f);
+    for (int i = 0; i < 7; i++) assert_float_equal(out[i], x[i] * r * w[i], 1e-5);
+}
+
+static void test_rope(void **st) {
+    (void)st;
+    const int d = 8, pos = 5;
+    const float base = 10000.0f;
+    float a[16], b[16];
+    for (int i = 0; i < 16; i++) a[i] = b[i] = (float)(i + 1) * 0.25f;
+    ops_rope(a, 2, d, pos, base, KVF_ROPE_NORM);
+    ops_rope(b, 2, d, pos, base, KVF_ROPE_NEOX);
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < d / 2; i++) {
+            const double th = pos * pow(base, -2.0 * i / d), c = cos(th), s = sin(th);
+            const double x0 = (h * d + 2 * i + 1) * 0.25, x1 = (h * d + 2 * i + 2) * 0.25;
+            assert_float_equal(a[h * d + 2 * i], x0 * c - x1 * s, 1e-5);
+            assert_float_equal(a[h * d + 2 * i + 1], x0 * s + x1 * c, 1e-5);
+            const double y0 = (h * d + i + 1) * 0.25, y1 = (h * d + i + d / 2 + 1) * 0.25;
+            assert_float_equal(b[h * d + i], y0 * c - y1 * s, 1e-5);
+            assert_float_equal(b[h * d + i + d / 2], y0 * s + y1 * c, 1e-5);
+        }
+    float z[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    ops_rope(z, 1, 8, 0, base, KVF_ROPE_NEOX); /* position 0 is the identity */
+    for (int i = 0; i < 8; i++) assert_float_equal(z[i], i + 1, 0);
+}
+
+static void test_activations(void **st) {
+    (void)st;
+    float g[4] = {-3, -0.5f, 0.7f, 2.5f}, u[4] = {1, 2, -1, 0.5f}, h[4];
+    memcpy(h, g, sizeof g);
+    ops_silu_mul(g, u, 4);
+    ops_gelu_tanh_mul(h, u, 4);
+    const double xs[4] = {-3, -0.5, 0.7, 2.5};
+    for (int i = 0; i < 4; i++) {
+        const double x = xs[i];
+        assert_float_equal(g[i], x / (1 + exp(-x)) * u[i], 1e-6);
+        /* erf-GELU differs from the tanh form by < 1e-3 on this range */
+        assert_float_equal(h[i], 0.5 * x * (1 + erf(x / sqrt(2))) * u[i], 2e-3);
+    }
+}
+
+static void test_softmax(void **st) {
+    (void)st;
+    float x[4] = {1, 2, -INFINITY, 3};
+    ops_softmax(x, 4);
+    const double z = exp(-2) + exp(-1) + 1;
+    assert_float_equal(x[0], exp(-2) / z, 1e-6);
+    assert_float_equal(x[2], 0, 0);
+    assert_float_equal(x[3], 1 / z, 1e-6);
+    float m[2] = {-INFINITY, -INFINITY};
+    ops_softmax(m, 2);
+    assert_float_equal(m[0] + m[1], 0, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_activations), cmocka_unit_test(test_softmax),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,670 @@
+/* Block formats and kernels: hand-decoded blocks pin the ggml layouts;
+ * every SIMD level is checked against the scalar reference (dequant bit
+ * for bit, dots within summation-order rounding); the scalar dots against a
+ * naive dot of dequantised rows; quantiser error bounds; fp16/bf16. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+#include "core/quant_impl.h"
+#include "kvfold.h"
+
+/* Every readable type. */
+static const enum dtype all_types[] = {DT_F32,  DT_F16,  DT_BF16, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                                       DT_Q8_0, DT_Q8_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q8_K};
+#define N_TYPES (sizeof all_types / sizeof all_types[0])
+
+/* ---- helpers -------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint32_t rnd_u32(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 32);
+}
+
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd_u32() >> 8) * 0x1p-24f; }
+
+/* Roughly normal, occasionally an outlier, as in real activations. */
+static float rnd_act(void) {
+    float s = 0;
+    for (int k = 0; k < 4; k++)
+        s += rnd_uniform(-1, 1);
+    return rnd_u32() % 64 == 0 ? s * 20 : s;
+}
+
+static uint16_t rnd_finite_fp16(int wild) {
+    for (;;) {
+        const uint16_t h = (uint16_t)rnd_u32();
+        const int exp = (h >> 10) & 0x1f;
+        /* wild: any finite value (subnormals included); else |v| in ~[2^-9, 4) */
+        if (exp != 0x1f && (wild || (exp >= 6 && exp <= 16)))
+            return h;
+    }
+}
+
+static void put_fp16(void *block, size_t off, uint16_t h) { memcpy((uint8_t *)block + off, &h, 2); }
+
+/* Offsets of the fp16 scale fields of each block type (-1 terminated). */
+static const int *fp16_fields(enum dtype t) {
+    static const int d_only[] = {0, -1}, d_m[] = {0, 2, -1}, q6[] = {offsetof(struct block_q6_K, d), -1}, none[] = {-1};
+    switch (t) {
+    case DT_Q4_0: case DT_Q5_0: case DT_Q8_0: return d_only;
+    case DT_Q4_1: case DT_Q5_1: case DT_Q8_1: case DT_Q4_K: case DT_Q5_K: return d_m;
+    case DT_Q6_K: return q6;
+    default: return none;
+    }
+}
+
+/* Random but valid bytes for n values of type t: all code bits random,
+ * scale fields finite (and moderate unless `wild`). */
+static void rnd_row(enum dtype t, void *dst, int64_t n, int wild) {
+    const size_t bytes = dtype_row_bytes(t, n);
+    uint8_t *p = dst;
+    assert_true(bytes > 0);
+    if (t == DT_F32) {
+        for (int64_t i = 0; i < n; i++)
+            ((float *)dst)[i] = rnd_act();
+        return;
+    }
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (uint8_t)rnd_u32();
+    if (t == DT_F16) {
+        for (int64_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = rnd_finite_fp16(1);
+        return;
+    }
+    if (t == DT_BF16) {
+        /* wild: any finite value; else exponents within 2^+-27 */
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t *h = (uint16_t *)dst + i;
+            const unsigned exp = wild ? rnd_u32() % 255 : 100 + rnd_u32() % 55;
+            *h = (uint16_t)((*h & 0x807f) | exp << 7);
+        }
+        return;
+    }
+    const struct dtype_traits *tr = dtype_get(t);
+    for (int64_t b = 0; b < n / tr->block; b++) {
+        uint8_t *blk = p + b * tr->block_bytes;
+        if (t == DT_Q8_K) {
+            const float d = rnd_uniform(-0.05f, 0.05f);
+            memcpy(blk, &d, sizeof d);
+            continue;
+        }
+        for (const int *f = fp16_fields(t); *f >= 0; f++)
+            put_fp16(blk, (size_t)*f, rnd_finite_fp16(wild));
+    }
+}
+
+/* The per-element offsets of a row with mins (Q4_1, Q5_1, Q4_K, Q5_K):
+ * dequantise a copy whose codes are all zero. Zero for other types. Used
+ * to size tolerances, since those dots sum scale and min parts apart. */
+static void row_offsets(enum dtype t, const void *w, int64_t n, float *off) {
+    size_t code_at;
+    switch (t) {
+    case DT_Q4_1: code_at = offsetof(struct block_q4_1, qs); break;
+    case DT_Q5_1: code_at = offsetof(struct block_q5_1, qh); break;
+    case DT_Q4_K: code_at = offsetof(struct block_q4_K, qs); break;
+    case DT_Q5_K: code_at = offsetof(struct block_q5_K, qh); break;
+    default: memset(off, 0, (size_t)n * sizeof *off); return;
+    }
+    const struct dtype_traits *tr = dtype_get(t);
+    const size_t bytes = dtype_row_bytes(t, n);
+    uint8_t *z = malloc(bytes);
+    assert_non_null(z);
+    memcpy(z, w, bytes);
+    for (int64_t b = 0; b < n / tr->block; b++)
+        memset(z + b * tr->block_bytes + code_at, 0, tr->block_bytes - code_at);
+    quant_dequant_row_ref(t, z, off, n);
+    free(z);
+}
+
+/* Levels this CPU can run; simd_set clamps, so a level is available when
+ * it sticks. */
+static int levels(enum simd_level out[3]) {
+    int k = 0;
+    for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++) {
+        simd_set((enum simd_level)lv);
+        if (simd_get() == (enum simd_level)lv)
+            out[k++] = (enum simd_level)lv;
+    }
+    simd_set(SIMD_AVX512);
+    return k;
+}
+
+/* Row lengths: 1..many blocks, odd counts for the paired kernels, and the
+ * decode sizes; f32-like types also get lengths that leave vector tails. */
+static int row_lengths(enum dtype t, int64_t out[10]) {
+    static const int64_t f32_like[] = {1, 7, 17, 33, 100, 576, 1000, 1536};
+    static const int64_t blocks[] = {1, 2, 3, 5, 7, 9};
+    const int blk = dtype_get(t)->block;
+    int k = 0;
+    if (blk == 1) {
+        memcpy(out, f32_like, sizeof f32_like);
+        return 8;
+    }
+    for (int i = 0; i < 6; i++)
+        if (blocks[i] * blk < 1536)
+            out[k++] = blocks[i] * blk;
+    if (576 % blk == 0)
+        out[k++] = 576;
+    out[k++] = 1536;
+    return k;
+}
+
+/* Values, not bits: 0 * negative code is -0.0 in ggml too. */
+static void assert_floats_equal(const float *got, const float *want, int n) {
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i])
+            fail_msg("value %d: got %g, want %g", i, got[i], want[i]);
+}
+
+/* ---- hand-decoded blocks -------------------------------------------- */
+
+static void test_q4_0_layout(void **state) {
+    (void)state;
+    /* d = 0x3800 = 0.5. Byte j holds value j (low nibble) and value j+16
+     * (high nibble), each (code - 8) * d:
+     *   qs[0] = 0x1f: y[0] = (15-8)*0.5 = 3.5,  y[16] = (1-8)*0.5 = -3.5
+     *   qs[1] = 0x80: y[1] = (0-8)*0.5 = -4.0,  y[17] = (8-8)*0.5 = 0
+     *   qs[2..15] = 0x88: zeros. */
+    uint8_t blk[18] = {0x00, 0x38, 0x1f, 0x80};
+    memset(blk + 4, 0x88, 14);
+    float y[32], want[32] = {0};
+    want[0] = 3.5f, want[16] = -3.5f, want[1] = -4.0f;
+    enum simd_level lv[3];
+    for (int k = levels(lv) - 1; k >= 0; k--) {
+        simd_set(lv[k]);
+        quant_dequant_row(DT_Q4_0, blk, y, 32);
+        assert_floats_equal(y, want, (int)(sizeof want / sizeof want[0]));
+    }
+    simd_set(SIMD_AVX512);
+}
+
+static void test_q4_K_layout(void **state) {
+    (void)state;
+    /* d = 1.0 (0x3c00), dmin = 0.5 (0x3800). Scales (6-bit):
+     *   scales[0] = 0x42: sc0 = 0x42 & 63 = 2, top bits 01 -> bits 4..5 of sc4
+     *   scales[1] = 3:    sc1 = 3
+     *   scales[4] = 4:    mn0 = 4
+     *   scales[8] = 0x25: sc4 = 5 | 1<<4 = 21, mn4 = 2 | (scales[4]>>6)<<4 = 2
+     * everything else 0 (sc2,3,5,6,7 = 0, mn1,2,3,5,6,7 = 0).
+     * Value l is sc*q - dmin*mn of sub-block l/32; chunk c = l/64 uses
+     * qs[32c..32c+31], low nibbles for the first 32 values, high for the next:
+     *   qs[0]  = 0x73: y[0]   = 2*3 - 0.5*4 = 4,    y[32] = 3*7 - 0 = 21
+     *   qs[64] = 0x0a: y[128] = 21*10 - 0.5*2 = 209, y[160] = 0
+     *   other codes 0: y[1..31] = -2, y[33..127] = 0, y[129..159] = -1,
+     *                  y[161..255] = 0. */
+    struct block_q4_K b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3c00, b.dmin = 0x3800;
+    b.scales[0] = 0x42, b.scales[1] = 3, b.scales[4] = 4, b.scales[8] = 0x25;
+    b.qs[0] = 0x73, b.qs[64] = 0x0a;
+    float want[256] = {0}, y[256];
+    for (int l = 1; l < 32; l++)
+        want[l] = -2;
+    for (int l = 129; l < 160; l++)
+        want[l] = -1;
+    want[0] = 4, want[32] = 21, want[128] = 209;
+    enum simd_level lv[3];
+    for (int k = levels(lv) - 1; k >= 0; k--) {
+        simd_set(lv[k]);
+        quant_dequant_row(DT_Q4_K, &b, y, 256);
+        assert_floats_equal(y, want, (int)(sizeof want / sizeof want[0]));
+    }
+    simd_set(SIMD_AVX512);
+}
+
+static void test_q6_K_layout(void **state) {
+    (void)state;
+    /* d = 0.5; value l = d * scales[l/16] * (q - 32), q = 4 bits from ql and
+     * 2 from qh (see q6_value in quant.c):
+     *   ql[0] = 0x21, qh[0] = 0x02: q(0)  = 1 | 2<<4 = 33 -> 0.5*2*1 = 1
+     *                               q(64) = 2 | 0    = 2  -> 0.5*3*-30 = -45
+     *   ql[32] = 0, qh bits 2..3 = 0: q(32) = 0 -> 0.5*-1*-32 = 16
+     *   scales[0] = 2, scales[2] = -1, scales[4] = 3, others 0; all other
+     *   codes are 0, i.e. -32: y[1..15] = -32, y[33..47] = 16,
+     *   y[65..79] = -48, everything else 0. */
+    struct block_q6_K b;
+    memset(&b, 0, sizeof b);
+    b.d = 0x3800;
+    b.ql[0] = 0x21, b.qh[0] = 0x02;
+    b.scales[0] = 2, b.scales[2] = -1, b.scales[4] = 3;
+    float want[256] = {0}, y[256];
+    for (int l = 0; l < 16; l++)
+        want[l] = -32, want[32 + l] = 16, want[64 + l] = -48;
+    want[0] = 1, want[64] = -45;
+    enum simd_level lv[3];
+    for (int k = levels(lv) - 1; k >= 0; k--) {
+        simd_set(lv[k]);
+        quant_dequant_row(DT_Q6_K, &b, y, 256);
+        assert_floats_equal(y, want, (int)(sizeof want / sizeof want[0]));
+    }
+    simd_set(SIMD_AVX512);
+}
+
+/* ---- SIMD vs scalar ------------------------------------------------- */
+
+static void test_dequant_matches_ref(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    float *a = malloc(1536 * sizeof *a), *b = malloc(1536 * sizeof *b);
+    void *row = malloc(dtype_row_bytes(DT_F32, 1536));
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        for (size_t t = 0; t < N_TYPES; t++) {
+            int64_t lens[10];
+            const int nn = row_lengths(all_types[t], lens);
+            for (int i = 0; i < nn; i++) {
+                rnd_row(all_types[t], row, lens[i], 1);
+                quant_dequant_row(all_types[t], row, a, lens[i]);
+                quant_dequant_row_ref(all_types[t], row, b, lens[i]);
+                if (memcmp(a, b, (size_t)lens[i] * sizeof *a) != 0)
+                    fail_msg("%s dequant differs at %s, n=%lld", dtype_get(all_types[t])->name, simd_name(lv[k]),
+                             (long long)lens[i]);
+            }
+        }
+    }
+    simd_set(SIMD_AVX512);
+    free(a), free(b), free(row);
+}
+
+/* Every fp16 bit pattern, NaNs included, at every level. */
+static void test_dequant_f16_all_patterns(void **state) {
+    (void)state;
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *a = malloc(65536 * sizeof *a), *b = malloc(65536 * sizeof *b);
+    for (int i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    quant_dequant_row_ref(DT_F16, h, b, 65536);
+    enum simd_level lv[3];
+    for (int k = levels(lv) - 1; k >= 0; k--) {
+        simd_set(lv[k]);
+        quant_dequant_row(DT_F16, h, a, 65536);
+        assert_memory_equal(a, b, 65536 * sizeof *a);
+    }
+    simd_set(SIMD_AVX512);
+    free(h), free(a), free(b);
+}
+
+struct dot_case {
+    double got_simd, got_ref, naive, mag, off_mag;
+};
+
+/* Weights of type t (random codes if `random_codes`, else quantised
+ * activations), activations quantised to the vec_dot type. */
+static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
+    const enum dtype vt = dtype_get(t)->vec_dot;
+    float *xf = malloc(n * sizeof *xf), *wd = malloc(n * sizeof *wd), *xd = malloc(n * sizeof *xd),
+          *off = malloc(n * sizeof *off);
+    void *w = malloc(dtype_row_bytes(t, n)), *x = malloc(dtype_row_bytes(vt, n));
+    for (int64_t i = 0; i < n; i++)
+        xf[i] = rnd_act();
+    if (random_codes) {
+        rnd_row(t, w, n, 0);
+    } else {
+        float *wf = malloc(n * sizeof *wf);
+        for (int64_t i = 0; i < n; i++)
+            wf[i] = rnd_act() * 0.05f;
+        quant_quantize_row(t, wf, w, n);
+        free(wf);
+    }
+    quant_quantize_row(vt, xf, x, n);
+    quant_dequant_row_ref(t, w, wd, n);
+    quant_dequant_row_ref(vt, x, xd, n);
+    row_offsets(t, w, n, off);
+    struct dot_case c = {0};
+    for (int64_t i = 0; i < n; i++) {
+        c.naive += (double)wd[i] * xd[i];
+        c.off_mag += fabs((double)off[i] * xd[i]);
+        c.mag += fabs((double)wd[i] * xd[i]) + fabs((double)off[i] * xd[i]);
+    }
+    c.got_simd = quant_vec_dot(t, n, w, x);
+    c.got_ref = quant_vec_dot_ref(t, n, w, x);
+    free(xf), free(wd), free(xd), free(off), free(w), free(x);
+    return c;
+}
+
+static void test_vec_dot(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        for (size_t t = 0; t < N_TYPES; t++) {
+            const enum dtype ty = all_types[t];
+            int64_t lens[10];
+            const int nn = row_lengths(ty, lens);
+            for (int i = 0; i < nn; i++)
+                for (int random_codes = 0; random_codes < 2; random_codes++) {
+                    const struct dot_case c = dot_case_run(ty, lens[i], random_codes);
+                    /* SIMD vs scalar: only the summation order differs. */
+                    const double tol = 1e-5 * c.mag + 1e-30;
+                    if (fabs(c.got_simd - c.got_ref) > tol)
+                        fail_msg("%s %s n=%lld: simd %.9g ref %.9g", dtype_get(ty)->name, simd_name(lv[k]),
+                                 (long long)lens[i], c.got_simd, c.got_ref);
+                    /* Scalar vs naive: Q8_1's s = fp16(d * sum) adds up to
+                     * 2^-11 of each block's min term. */
+                    const double tol_naive =
+                        tol + (dtype_get(ty)->vec_dot == DT_Q8_1 ? 0x1p-10 * c.off_mag : 0.0);
+                    if (fabs(c.got_ref - c.naive) > tol_naive)
+                        fail_msg("%s n=%lld: ref %.9g naive %.9g", dtype_get(ty)->name, (long long)lens[i],
+                                 c.got_ref, c.naive);
+                }
+        }
+    }
+    simd_set(SIMD_AVX512);
+}
+
+static void test_f32_helpers(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    float a[203], b[203], y[203], want[203];
+    for (int i = 0; i < 203; i++)
+        a[i] = rnd_act(), b[i] = rnd_act(), y[i] = rnd_act();
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        for (int n = 0; n <= 203; n += (n < 40 ? 1 : 37)) {
+            double naive = 0, mag = 0;
+            for (int i = 0; i < n; i++)
+                naive += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]);
+            assert_true(fabs(vec_dot_f32(a, b, n) - naive) <= 1e-6 * mag + 1e-30);
+            float out[203];
+            memcpy(out, y, sizeof y);
+            vec_axpy_f32(out, 0.75f, a, n);
+            for (int i = 0; i < 203; i++) {
+                want[i] = i < n ? (float)(y[i] + 0.75 * a[i]) : y[i];
+                /* fused or not, within one rounding of the exact value */
+                assert_true(fabsf(out[i] - want[i]) <= 0x1p-23f * (fabsf(y[i]) + fabsf(0.75f * a[i])));
+            }
+        }
+    }
+    simd_set(SIMD_AVX512);
+}
+
+/* ---- quantisers ----------------------------------------------------- */
+
+static int has_min(enum dtype t) { return t == DT_Q4_1 || t == DT_Q5_1 || t == DT_Q4_K || t == DT_Q5_K; }
+
+/* Worst error of dequant(quant(x)) per element as a fraction of the
+ * block's range R (max(x,0) - min(x,0) for types with a min, 2 max|x| for
+ * symmetric ones): symmetric types clip the one
+ * level opposite the largest-magnitude element (a full step), the others
+ * round to within half a step; K types add 6-bit scale rounding. */
+static double err_fraction(enum dtype t) {
+    switch (t) {
+    case DT_Q4_0: return 1.0 / 16;
+    case DT_Q5_0: return 1.0 / 32;
+    case DT_Q4_1: return 0.5 / 15;
+    case DT_Q5_1: return 0.5 / 31;
+    case DT_Q8_0: case DT_Q8_1: return 0.5 / 254;
+    case DT_Q8_K: return 1.0 / 256;
+    case DT_Q4_K: return 0.5 / 15 * (1 + 2.0 / 63);
+    case DT_Q5_K: return 0.5 / 31 * (1 + 2.0 / 63);
+    case DT_Q6_K: return 1.0 / 64 * (1 + 1.0 / 127);
+    default: return 0;
+    }
+}
+
+static void fill_pattern(float *x, int n, int pattern) {
+    for (int i = 0; i < n; i++) {
+        switch (pattern) {
+        case 0: x[i] = rnd_act(); break;
+        case 1: x[i] = rnd_uniform(0.5f, 3.0f); break;    /* all positive */
+        case 2: x[i] = rnd_uniform(-3.0f, -0.25f); break; /* all negative */
+        case 3: x[i] = 0; break;
+        case 4: x[i] = 1.25f; break;
+        case 5: x[i] = rnd_act() * 1e-3f * (float)(1 + i % 64); break; /* sub-blocks of differing scale */
+        default: x[i] = (i % 97 == 0) ? 100.0f : rnd_uniform(-0.01f, 0.01f); break;
+        }
+    }
+}
+
+static void test_quantize_error(void **state) {
+    (void)state;
+    enum { N = 2048 };
+    float x[N], y[N];
+    static uint8_t buf[N * 4];
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const enum dtype ty = all_types[t];
+        const int blk = dtype_get(ty)->block;
+        for (int pattern = 0; pattern < 7; pattern++) {
+            fill_pattern(x, N, pattern);
+            quant_quantize_row(ty, x, buf, N);
+            quant_dequant_row_ref(ty, buf, y, N);
+            for (int b = 0; b < N; b += blk) {
+                float lo = 0, hi = 0, amax = 0;
+                for (int i = b; i < b + blk; i++)
+                    lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]), amax = fmaxf(amax, fabsf(x[i]));
+                for (int i = b; i < b + blk; i++) {
+                    double bound;
+                    if (ty == DT_F32)
+                        bound = 0;
+                    else if (ty == DT_F16)
+                        bound = 0x1p-11 * fabsf(x[i]) + 0x1p-25;
+                    else if (ty == DT_BF16)
+                        bound = 0x1p-8 * fabsf(x[i]);
+                    else /* + fp16 rounding of the block scales */
+                        bound = err_fraction(ty) * (has_min(ty) ? hi - lo : 2 * amax) + 0x1p-10 * amax;
+                    if (fabs((double)y[i] - x[i]) > bound)
+                        fail_msg("%s pattern %d: x[%d] = %g -> %g (bound %g)", dtype_get(ty)->name, pattern, i, x[i],
+                                 y[i], bound);
+                }
+            }
+        }
+    }
+}
+
+/* Q8_K's block sums and Q8_1's s are part of the format (the dots use
+ * them), so check them directly. */
+static void test_activation_sums(void **state) {
+    (void)state;
+    float x[512];
+    struct block_q8_K k[2];
+    struct block_q8_1 q[16];
+    fill_pattern(x, 512, 0);
+    quant_quantize_row(DT_Q8_K, x, k, 512);
+    quant_quantize_row(DT_Q8_1, x, q, 512);
+    for (int b = 0; b < 2; b++)
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += k[b].qs[16 * g + l];
+            assert_int_equal(k[b].bsums[g], s);
+        }
+    for (int b = 0; b < 16; b++) {
+        int s = 0;
+        for (int l = 0; l < 32; l++) {
+            s += q[b].qs[l];
+            assert_true(q[b].qs[l] >= -127);
+        }
+        assert_int_equal(q[b].s, f32_to_fp16(fp16_to_f32(q[b].d) * (float)s));
+    }
+}
+
+/* ---- fp16 / bf16 ---------------------------------------------------- */
+
+__attribute__((target("f16c"))) static float hw_h2f(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) static uint16_t hw_f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void test_fp16(void **state) {
+    (void)state;
+    /* Hand-checked values. */
+    assert_int_equal(f32_to_fp16(1.0f), 0x3c00);
+    assert_int_equal(f32_to_fp16(-2.0f), 0xc000);
+    assert_int_equal(f32_to_fp16(65504.0f), 0x7bff);
+    assert_int_equal(f32_to_fp16(65519.0f), 0x7bff);
+    assert_int_equal(f32_to_fp16(65520.0f), 0x7c00); /* rounds up to inf */
+    assert_int_equal(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);     /* tie -> even */
+    assert_int_equal(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie -> even */
+    assert_int_equal(f32_to_fp16(0x1p-24f), 0x0001);            /* smallest subnormal */
+    assert_int_equal(f32_to_fp16(0x1p-25f), 0x0000);            /* tie -> even (0) */
+    assert_int_equal(f32_to_fp16(0x1.8p-24f), 0x0002);          /* tie -> even (2) */
+    assert_int_equal(f32_to_fp16(0x1p-14f), 0x0400);            /* smallest normal */
+    assert_int_equal(f32_to_fp16(-0.0f), 0x8000);
+    assert_int_equal(f32_to_fp16(INFINITY), 0x7c00);
+    assert_int_equal(f32_to_fp16(-INFINITY), 0xfc00);
+    assert_true((f32_to_fp16(NAN) & 0x7e00) == 0x7e00);
+    assert_true(fp16_to_f32(0x0001) == 0x1p-24f);
+    assert_true(fp16_to_f32(0x03ff) == 0x3ffp-24f);
+    assert_true(fp16_to_f32(0xfbff) == -65504.0f);
+    assert_true(isinf(fp16_to_f32(0x7c00)) && fp16_to_f32(0xfc00) < 0);
+    assert_true(isnan(fp16_to_f32(0x7d00)));
+    /* Every pattern round-trips (NaNs stay NaN, made quiet, sign kept). */
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = fp16_to_f32((uint16_t)h);
+        if (isnan(f))
+            assert_int_equal(f32_to_fp16(f), h | 0x0200);
+        else
+            assert_int_equal(f32_to_fp16(f), h);
+    }
+    /* Against the hardware conversion, where there is one. */
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("f16c")) {
+        for (uint32_t h = 0; h < 65536; h++)
+            assert_int_equal(bits_of(fp16_to_f32((uint16_t)h)), bits_of(hw_h2f((uint16_t)h)));
+        for (int i = 0; i < 300000; i++) {
+            uint32_t u = rnd_u32();
+            if (i % 2) /* concentrate on the fp16 range, subnormals included */
+                u = (u & 0x807fffffu) | ((uint32_t)(95 + rnd_u32() % 50) << 23);
+            assert_int_equal(f32_to_fp16(float_of(u)), hw_f2h(float_of(u)));
+        }
+    }
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    assert_true(bf16_to_f32(0x3f80) == 1.0f);
+    assert_true(bf16_to_f32(0xc040) == -3.0f);
+    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);     /* tie -> even */
+    assert_int_equal(f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82); /* tie -> even */
+    assert_int_equal(f32_to_bf16(1.0f + 0x1.8p-8f), 0x3f81);
+    assert_int_equal(f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(f32_to_bf16(-INFINITY), 0xff80);
+    assert_int_equal(f32_to_bf16(float_of(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
+    assert_int_equal(f32_to_bf16(float_of(0x00010000u)), 0x0001); /* subnormal kept */
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(float_of(0x7f800001u))))); /* payload only in low bits */
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = bf16_to_f32((uint16_t)h);
+        if (isnan(f))
+            assert_true(isnan(bf16_to_f32(f32_to_bf16(f))));
+        else
+            assert_int_equal(f32_to_bf16(f), h);
+    }
+}
+
+/* ---- table ---------------------------------------------------------- */
+
+static void test_dtype_table(void **state) {
+    (void)state;
+    assert_null(dtype_get(DT_Q2_K));
+    assert_null(dtype_get(DT_Q3_K));
+    assert_null(dtype_get(4)); /* retired Q4_2 */
+    assert_null(dtype_get(5));
+    assert_null(dtype_get(16)); /* IQ types */
+    assert_null(dtype_get(DT_COUNT));
+    assert_null(dtype_get(1000));
+    assert_null(dtype_get(UINT32_MAX));
+    assert_string_equal(dtype_get(DT_Q4_K)->name, "q4_K");
+    assert_string_equal(dtype_get(DT_BF16)->name, "bf16");
+    assert_int_equal(dtype_get(DT_Q4_0)->vec_dot, DT_Q8_0);
+    assert_int_equal(dtype_get(DT_Q5_0)->vec_dot, DT_Q8_0);
+    assert_int_equal(dtype_get(DT_Q8_0)->vec_dot, DT_Q8_0);
+    assert_int_equal(dtype_get(DT_Q4_1)->vec_dot, DT_Q8_1);
+    assert_int_equal(dtype_get(DT_Q5_1)->vec_dot, DT_Q8_1);
+    assert_int_equal(dtype_get(DT_Q6_K)->vec_dot, DT_Q8_K);
+    assert_int_equal(dtype_get(DT_F16)->vec_dot, DT_F32);
+    /* ggml sizes (bytes per block of 32 or 256). */
+    assert_int_equal(dtype_row_bytes(DT_Q4_0, 32), 18);
+    assert_int_equal(dtype_row_bytes(DT_Q4_1, 64), 40);
+    assert_int_equal(dtype_row_bytes(DT_Q5_0, 32), 22);
+    assert_int_equal(dtype_row_bytes(DT_Q5_1, 32), 24);
+    assert_int_equal(dtype_row_bytes(DT_Q8_0, 4096), 128 * 34);
+    assert_int_equal(dtype_row_bytes(DT_Q8_1, 32), 36);
+    assert_int_equal(dtype_row_bytes(DT_Q4_K, 256), 144);
+    assert_int_equal(dtype_row_bytes(DT_Q5_K, 512), 352);
+    assert_int_equal(dtype_row_bytes(DT_Q6_K, 256), 210);
+    assert_int_equal(dtype_row_bytes(DT_Q8_K, 256), 292);
+    assert_int_equal(dtype_row_bytes(DT_F32, 3), 12);
+    assert_int_equal(dtype_row_bytes(DT_F16, 3), 6);
+    assert_int_equal(dtype_row_bytes(DT_BF16, 5), 10);
+    assert_int_equal(dtype_row_bytes(DT_F32, 0), 0);
+    /* Non-multiples, bad counts, unknown types, overflow. */
+    assert_int_equal(dtype_row_bytes(DT_Q4_0, 33), 0);
+    assert_int_equal(dtype_row_bytes(DT_Q4_K, 128), 0);
+    assert_int_equal(dtype_row_bytes(DT_Q6_K, 255), 0);
+    assert_int_equal(dtype_row_bytes(DT_F32, -4), 0);
+    assert_int_equal(dtype_row_bytes(DT_Q2_K, 256), 0);
+    assert_int_equal(dtype_row_bytes(99, 32), 0);
+    assert_int_equal(dtype_row_bytes(DT_F32, INT64_MAX), 0);
+}
+
+static void test_unknown_type_is_harmless(void **state) {
+    (void)state;
+    float y[32];
+    uint8_t junk[64] = {0};
+    memset(y, 0xff, sizeof y);
+    quant_dequant_row(DT_Q2_K, junk, y, 32);
+    for (int i = 0; i < 32; i++)
+        assert_true(y[i] == 0);
+    assert_true(quant_vec_dot(DT_Q3_K, 256, junk, junk) == 0);
+    assert_true(quant_vec_dot((enum dtype)77, 32, junk, junk) == 0);
+}
+
+static void test_simd_levels(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    assert_int_equal(lv[0], SIMD_SCALAR);
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        assert_int_equal(simd_get(), lv[k]);
+        assert_string_equal(kvf_simd_level(), simd_name(lv[k]));
+    }
+    /* Asking for more than the CPU has gives the most it has. */
+    simd_set(SIMD_AVX512);
+    assert_int_equal(simd_get(), lv[nl - 1]);
+    assert_true(simd_detect() <= lv[nl - 1]);
+    assert_string_equal(simd_name(SIMD_SCALAR), "scalar");
+    assert_string_equal(simd_name(SIMD_AVX2), "avx2");
+    assert_string_equal(simd_name(SIMD_AVX512), "avx512");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_q4_0_layout),         cmocka_unit_test(test_q4_K_layout),
+        cmocka_unit_test(test_q6_K_layout),         cmocka_unit_test(test_dequant_matches_ref),
+        cmocka_unit_test(test_dequant_f16_all_patterns), cmocka_unit_test(test_vec_dot),
+        cmocka_unit_test(test_f32_helpers),         cmocka_unit_test(test_quantize_error),
+        cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
+        cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
+        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1109 @@
+/* kvfold — the command-line front end of libkvfold.
+ *
+ *   kvfold info       -m FILE [--json]
+ *   kvfold tokenize   -m FILE (-p TEXT | -f FILE) [--bos] [--special]
+ *   kvfold generate   -m FILE (-p TEXT | -f FILE) [-n N] [sampling] [--chat] [--json]
+ *   kvfold perplexity -m FILE -f TEXTFILE [--ctx N] [--json]
+ *   kvfold bench      -m FILE [-p N] [-n N] [-r REPS] [--json]
+ *
+ * Exit codes: 0 ok, 1 usage error, 2 bad input (files, formats, context),
+ * 3 runtime failure. Errors are one line on stderr: "kvfold: error: ...".
+ * Unlike the library, this file may print and exit. */
+#include "kvfold.h"
+#include "core/sys.h"
+#include "io/gguf.h"
+#include "tok/tokenizer.h"
+
+#include <assert.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { EXIT_USAGE = 1, EXIT_INPUT = 2, EXIT_RUNTIME = 3 };
+#define MIB (1024.0 * 1024.0)
+
+static void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void print_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvfold: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int exit_code(enum kvf_status st) {
+    switch (st) {
+    case KVF_OK: return 0;
+    case KVF_ERR_NOMEM:
+    case KVF_ERR_INTERNAL: return EXIT_RUNTIME;
+    default: return EXIT_INPUT;
+    }
+}
+
+/* Prints "what: status: last error" and returns the exit code for st. */
+static int fail(enum kvf_status st, const char *what) {
+    const char *msg = kvf_last_error();
+    if (msg[0])
+        print_error("%s: %s: %s", what, kvf_status_str(st), msg);
+    else
+        print_error("%s: %s", what, kvf_status_str(st));
+    return exit_code(st);
+}
+
+/* ------------------------------------------------------------ options -- */
+
+enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_U64, OPT_STR };
+
+struct opt {
+    const char *lng;     /* "--top-k"                       */
+    const char *shrt;    /* "-k" or NULL                    */
+    enum opt_kind kind;
+    void *dst;           /* bool, int, float, uint64_t or const char * */
+    double lo, hi;       /* accepted range of OPT_INT / OPT_FLOAT */
+    const char *metavar;
+    const char *help;
+};
+
+/* Every option of every subcommand; each subcommand's table points into it. */
+struct args {
+    const char *model, *prompt, *file, *chat_template, *system;
+    bool json, bos, special, chat;
+    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks;
+    float temp, top_p, min_p;
+    uint64_t seed;
+};
+
+struct command {
+    const char *name, *summary, *usage, *details;
+    int (*run)(const struct args *a);
+    void (*defaults)(struct args *a);
+    int (*opts)(struct args *a, struct opt *out); /* fills out[OPT_MAX], returns the count */
+};
+
+#define OPT_MAX 24
+
+/* The option tables point into a struct args, so they are built per call. */
+static int opts_set(struct opt *dst, const struct opt *src, size_t n) {
+    assert(n <= OPT_MAX);
+    memcpy(dst, src, n * sizeof *src);
+    return (int)n;
+}
+
+static bool parse_number(const struct opt *o, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    if (o->kind == OPT_INT) {
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || errno || x < o->lo || x > o->hi)
+            return false;
+        *(int *)o->dst = (int)x;
+    } else if (o->kind == OPT_FLOAT) {
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x) || x < o->lo || x > o->hi)
+            return false;
+        *(float *)o->dst = (float)x;
+    } else {
+        while (*v == ' ' || *v == '\t')
+            v++;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*v == '-' || end == v || *end || errno)
+            return false;
+        *(uint64_t *)o->dst = x;
+    }
+    return true;
+}
+
+static void print_help(const struct command *c, const struct opt *opts, int n, FILE *f) {
+    fprintf(f, "usage: kvfold %s %s\n\n%s\n", c->name, c->usage, c->summary);
+    if (c->details)
+        fprintf(f, "\n%s\n", c->details);
+    fputs("\noptions:\n", f);
+    for (int i = 0; i < n; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", opts[i].shrt ? opts[i].shrt : "", opts[i].shrt ? ", " : "    ",
+                 opts[i].lng, opts[i].metavar ? " " : "", opts[i].metavar ? opts[i].metavar : "");
+        fprintf(f, "  %-24s %s\n", left, opts[i].help);
+    }
+    fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
+}
+
+/* Returns -1 to go on, else the exit code (0 after --help). */
+static int parse_args(const struct command *c, struct args *a, int argc, char **argv) {
+    struct opt opts[OPT_MAX];
+    const int n_opts = c->opts(a, opts);
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_help(c, opts, n_opts, stdout);
+            return 0;
+        }
+        if (arg[0] != '-' || arg[1] == '\0') {
+            print_error("%s: unexpected argument '%s' (see kvfold %s --help)", c->name, arg, c->name);
+            return EXIT_USAGE;
+        }
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const struct opt *o = NULL;
+        for (int k = 0; k < n_opts && !o; k++) {
+            const char *names[2] = { opts[k].lng, opts[k].shrt };
+            for (int j = 0; j < 2; j++)
+                if (names[j] && strlen(names[j]) == name_len && strncmp(names[j], arg, name_len) == 0)
+                    o = &opts[k];
+        }
+        if (!o) {
+            print_error("%s: unknown option '%.*s' (see kvfold %s --help)", c->name, (int)name_len, arg, c->name);
+            return EXIT_USAGE;
+        }
+        if (o->kind == OPT_FLAG) {
+            if (eq) {
+                print_error("%s: option '%s' takes no value", c->name, o->lng);
+                return EXIT_USAGE;
+            }
+            *(bool *)o->dst = true;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            print_error("%s: option '%s' needs a value (%s)", c->name, arg, o->metavar);
+            return EXIT_USAGE;
+        }
+        if (o->kind == OPT_STR) {
+            *(const char **)o->dst = v;
+        } else if (!parse_number(o, v)) {
+            if (o->kind == OPT_U64)
+                print_error("%s: option '%s': '%s' is not an unsigned 64-bit integer", c->name, o->lng, v);
+            else
+                print_error("%s: option '%s': '%s' is not %s in [%g, %g]", c->name, o->lng, v,
+                            o->kind == OPT_INT ? "an integer" : "a number", o->lo, o->hi);
+            return EXIT_USAGE;
+        }
+    }
+    if (!a->model) {
+        print_error("%s: missing -m FILE (see kvfold %s --help)", c->name, c->name);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+#define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
+#define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
+#define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
+#define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
+#define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
+#define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
+
+/* ------------------------------------------------------------- helpers -- */
+
+/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+static int read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        print_error("cannot open '%s': %s", path, strerror(errno));
+        return EXIT_INPUT;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf) {
+        print_error("'%s': out of memory", path);
+        return EXIT_RUNTIME;
+    }
+    if (err) {
+        free(buf);
+        print_error("cannot read '%s'", path);
+        return EXIT_INPUT;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* The text given by -p or -f (exactly one of them). */
+static int input_text(const char *cmd, const struct args *a, char **text, size_t *len) {
+    if (!!a->prompt == !!a->file) {
+        print_error("%s: give exactly one of -p TEXT and -f FILE", cmd);
+        return EXIT_USAGE;
+    }
+    if (a->file)
+        return read_file(a->file, text, len);
+    *len = strlen(a->prompt);
+    *text = malloc(*len + 1);
+    if (!*text) {
+        print_error("out of memory");
+        return EXIT_RUNTIME;
+    }
+    memcpy(*text, a->prompt, *len + 1);
+    return 0;
+}
+
+static int load_model(const struct args *a, struct kvf_model **model) {
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.n_threads = a->threads;
+    enum kvf_status st = kvf_model_load(a->model, &mp, model);
+    if (st != KVF_OK) {
+        char what[512];
+        snprintf(what, sizeof what, "cannot load '%s'", a->model);
+        return fail(st, what);
+    }
+    return 0;
+}
+
+/* Tokenizes into a malloc'd array; *n receives the count. */
+static int tokenize(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special,
+                    int32_t **out, int32_t *n) {
+    if (len > INT32_MAX / 2) {
+        print_error("input of %zu bytes is too long", len);
+        return EXIT_INPUT;
+    }
+    int32_t cap = (int32_t)len + 16;
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) {
+            print_error("out of memory for %d tokens", cap);
+            return EXIT_RUNTIME;
+        }
+        int32_t r = kvf_tokenize(m, text, len, ids, cap, bos, special);
+        if (r >= 0) {
+            *out = ids;
+            *n = r;
+            return 0;
+        }
+        free(ids);
+        cap = -r;
+    }
+    print_error("tokenizer: inconsistent token counts");
+    return EXIT_RUNTIME;
+}
+
+/* Appends a token's text to a growing string (render_special false). */
+struct strbuf {
+    char *s;
+    size_t n, cap;
+};
+
+static bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = KVF_MAX(b->cap * 2, b->n + n + 64);
+        char *p = realloc(b->s, cap);
+        if (!p)
+            return false;
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+    return true;
+}
+
+/* Text of one token; returns the byte count or -1. *buf grows as needed. */
+static int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap) {
+    int32_t r = kvf_token_to_piece(m, tok, *buf, *cap, false);
+    if (r < 0) {
+        char *nb = realloc(*buf, (size_t)-r);
+        if (!nb)
+            return -1;
+        *buf = nb;
+        *cap = -r;
+        r = kvf_token_to_piece(m, tok, *buf, *cap, false);
+    }
+    return r;
+}
+
+/* A copy of s[0..n) that is valid UTF-8 without NULs (invalid bytes and NUL
+ * become U+FFFD), so that JSON consumers can parse it: generation can stop
+ * in the middle of a multi-byte character. */
+static char *utf8_sanitize(const char *s, size_t n) {
+    char *out = malloc(n * 3 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = c != 0 && len > 0 && i + len <= n;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+        for (size_t k = 1; ok && k < len; k++) {
+            ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
+            cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+        }
+        /* reject overlong forms, surrogates and values past U+10FFFF */
+        if (ok && len > 1)
+            ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10ffff &&
+                 (cp < 0xd800 || cp > 0xdfff);
+        if (ok) {
+            memcpy(out + o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Prints a cJSON object on stdout and frees it. */
+static int print_json(cJSON *obj) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) {
+        print_error("out of memory while writing JSON");
+        return EXIT_RUNTIME;
+    }
+    puts(s);
+    free(s);
+    return 0;
+}
+
+/* A float option as the user wrote it (0.7, not 0.699999988) in JSON. */
+static double f32_json(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%.7g", x);
+    return strtod(b, NULL);
+}
+
+static double mean_of(const double *x, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    return n ? s / n : 0;
+}
+
+/* Sample standard deviation (0 for fewer than two values). */
+static double std_of(const double *x, int n) {
+    if (n < 2)
+        return 0;
+    double m = mean_of(x, n), s = 0;
+    for (int i = 0; i < n; i++)
+        s += (x[i] - m) * (x[i] - m);
+    return sqrt(s / (n - 1));
+}
+
+/* ---------------------------------------------------------------- info -- */
+
+static int info_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = { OPT_MODEL, OPT_JSON, OPT_THREADS };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+static int cmd_info(const struct args *a) {
+    struct kvf_model *m = NULL;
+    int rc = load_model(a, &m);
+    if (rc)
+        return rc;
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    const char *rope = in.rope_style == KVF_ROPE_NEOX ? "neox" : "norm";
+    if (a->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", a->model);
+        cJSON_AddStringToObject(o, "name", in.name);
+        cJSON_AddStringToObject(o, "arch", in.arch);
+        cJSON_AddStringToObject(o, "source", in.source);
+        cJSON_AddNumberToObject(o, "n_layer", in.n_layer);
+        cJSON_AddNumberToObject(o, "n_embd", in.n_embd);
+        cJSON_AddNumberToObject(o, "n_head", in.n_head);
+        cJSON_AddNumberToObject(o, "n_head_kv", in.n_head_kv);
+        cJSON_AddNumberToObject(o, "head_dim", in.head_dim);
+        cJSON_AddNumberToObject(o, "n_ff", in.n_ff);
+        cJSON_AddNumberToObject(o, "n_vocab", in.n_vocab);
+        cJSON_AddNumberToObject(o, "n_ctx_train", in.n_ctx_train);
+        cJSON_AddNumberToObject(o, "sliding_window", in.sliding_window);
+        cJSON_AddNumberToObject(o, "rope_base", in.rope_base);
+        cJSON_AddNumberToObject(o, "rope_base_local", in.rope_base_local);
+        cJSON_AddStringToObject(o, "rope_style", rope);
+        cJSON_AddNumberToObject(o, "norm_eps", in.norm_eps);
+        cJSON_AddNumberToObject(o, "n_params", (double)in.n_params);
+        cJSON_AddNumberToObject(o, "weight_bytes", (double)in.weight_bytes);
+        cJSON_AddStringToObject(o, "weight_types", in.weight_types);
+        cJSON_AddStringToObject(o, "tokenizer", in.tokenizer);
+        cJSON_AddStringToObject(o, "chat_template", in.chat_template_name);
+        cJSON_AddNumberToObject(o, "bos", in.bos);
+        cJSON_AddNumberToObject(o, "eos", in.eos);
+        cJSON_AddStringToObject(o, "simd", kvf_simd_level());
+        rc = print_json(o);
+    } else {
+        printf("file            %s\n", a->model);
+        printf("name            %s\n", in.name);
+        printf("architecture    %s (%s)\n", in.arch, in.source);
+        printf("layers          %d\n", in.n_layer);
+        printf("embedding       %d\n", in.n_embd);
+        printf("heads           %d (kv heads %d, head dim %d)\n", in.n_head, in.n_head_kv, in.head_dim);
+        printf("feed-forward    %d\n", in.n_ff);
+        printf("vocabulary      %d\n", in.n_vocab);
+        printf("train context   %d\n", in.n_ctx_train);
+        if (in.sliding_window > 0)
+            printf("sliding window  %d (local rope base %g)\n", in.sliding_window, in.rope_base_local);
+        else
+            printf("sliding window  none\n");
+        printf("rope            base %g, %s\n", in.rope_base, rope);
+        printf("norm eps        %g\n", in.norm_eps);
+        printf("parameters      %.1f M\n", (double)in.n_params / 1e6);
+        printf("weights         %.1f MiB (%s)\n", (double)in.weight_bytes / MIB, in.weight_types);
+        printf("tokenizer       %s (bos %d, eos %d)\n", in.tokenizer, in.bos, in.eos);
+        printf("chat template   %s\n", in.chat_template_name);
+        printf("simd            %s\n", kvf_simd_level());
+    }
+    kvf_model_free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------ tokenize -- */
+
+static int tokenize_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_PROMPT, OPT_FILE,
+        { "--bos", NULL, OPT_FLAG, &a->bos, 0, 0, NULL, "start with BOS when the model's tokenizer adds one" },
+        { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "turn special-token text (<|im_start|>...) into ids" },
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+/* Only the vocabulary is loaded (no weights), so vocab-only GGUF files and
+ * directories holding just tokenizer.json work too. */
+static enum kvf_status load_tokenizer(const char *path, struct gguf_file **gf, struct tokenizer **tok) {
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return err_set(KVF_ERR_IO, "%s", strerror(errno));
+    if (S_ISDIR(sb.st_mode))
+        return tok_load_hf(path, tok);
+    enum kvf_status st = gguf_open(path, gf);
+    return st == KVF_OK ? tok_load_gguf(*gf, tok) : st;
+}
+
+static int cmd_tokenize(const struct args *a) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = input_text("tokenize", a, &text, &len);
+    if (rc)
+        return rc;
+    struct gguf_file *gf = NULL;
+    struct tokenizer *tok = NULL;
+    enum kvf_status st = load_tokenizer(a->model, &gf, &tok);
+    if (st != KVF_OK) {
+        char what[512];
+        snprintf(what, sizeof what, "cannot load the tokenizer of '%s'", a->model);
+        rc = fail(st, what);
+    } else if (len > INT32_MAX / 2) {
+        print_error("input of %zu bytes is too long", len);
+        rc = EXIT_INPUT;
+    } else {
+        int32_t cap = (int32_t)len + 16, n = -1;
+        int32_t *ids = NULL;
+        for (int tries = 0; tries < 2 && n < 0; tries++) {
+            free(ids);
+            ids = malloc((size_t)cap * sizeof *ids);
+            n = ids ? tok_encode(tok, text, len, ids, cap, a->bos, a->special) : INT32_MIN;
+            if (n < 0 && n != INT32_MIN)
+                cap = -n;
+        }
+        if (n < 0) {
+            rc = fail(KVF_ERR_NOMEM, "tokenize");
+        } else {
+            for (int32_t i = 0; i < n; i++)
+                printf(i ? " %d" : "%d", ids[i]);
+            putchar('\n');
+        }
+        free(ids);
+    }
+    tok_free(tok);
+    gguf_close(gf);
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------ generate -- */
+
+static void generate_defaults(struct args *a) {
+    struct kvf_sampler_params sp = kvf_sampler_default_params();
+    a->n_predict = 128;
+    a->temp = 0.0f; /* greedy: the same prompt always gives the same text */
+    a->top_k = sp.top_k;
+    a->top_p = sp.top_p;
+    a->min_p = sp.min_p;
+    a->seed = sp.seed;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int generate_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_PROMPT, OPT_FILE,
+        { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 1 << 24, "N", "tokens to generate at most (default 128)" },
+        { "--temp", NULL, OPT_FLOAT, &a->temp, 0, 100, "T", "temperature; 0 = greedy (default 0)" },
+        { "--top-k", NULL, OPT_INT, &a->top_k, 0, 1 << 30, "K", "keep the K most likely tokens, 0 = off (default 40)" },
+        { "--top-p", NULL, OPT_FLOAT, &a->top_p, 0, 1, "P", "nucleus sampling, 1 = off (default 0.95)" },
+        { "--min-p", NULL, OPT_FLOAT, &a->min_p, 0, 1, "P", "drop tokens below P x the best, 0 = off (default 0.05)" },
+        { "--seed", NULL, OPT_U64, &a->seed, 0, 0, "S", "random seed (default 42)" },
+        OPT_THREADS,
+        { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N", "context size (default 0: prompt + n)" },
+        OPT_BATCH,
+        { "--chat", NULL, OPT_FLAG, &a->chat, 0, 0, NULL, "wrap the prompt in the model's chat template" },
+        { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME",
+          "llama2, vicuna, chatml or gemma (implies --chat)" },
+        { "--system", NULL, OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" },
+        { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
+        OPT_JSON,
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+static bool wants_chat(const struct args *a) { return a->chat || a->chat_template || a->system; }
+
+/* The prompt as the model sees it: raw, or wrapped in a chat template. */
+static int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
+    if (!wants_chat(a)) {
+        *out = strdup(text);
+        return *out ? 0 : EXIT_RUNTIME;
+    }
+    struct kvf_chat_message msgs[2];
+    int n = 0;
+    if (a->system)
+        msgs[n++] = (struct kvf_chat_message){ "system", a->system };
+    msgs[n++] = (struct kvf_chat_message){ "user", text };
+    int32_t r = kvf_chat_apply(m, a->chat_template, msgs, n, true, NULL, 0);
+    if (r == INT32_MIN) { /* only without a name: cmd_generate checked it */
+        print_error("generate: no chat template recognised (%s); pass --chat-template NAME (one of %s)",
+                    kvf_last_error(), kvf_chat_templates());
+        return EXIT_INPUT;
+    }
+    int32_t need = r < 0 ? -r : r + 1;
+    *out = malloc((size_t)need);
+    if (!*out || kvf_chat_apply(m, a->chat_template, msgs, n, true, *out, need) < 0) {
+        free(*out);
+        print_error("generate: out of memory for the chat text");
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+static int cmd_generate(const struct args *a) {
+    /* Reject an unknown template name before spending time on the model:
+     * an empty conversation fails only for a name that does not exist. */
+    if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0) == INT32_MIN) {
+        print_error("generate: %s", kvf_last_error());
+        return EXIT_USAGE;
+    }
+    char *text = NULL, *prompt = NULL;
+    size_t len = 0;
+    int rc = input_text("generate", a, &text, &len);
+    if (rc)
+        return rc;
+    struct kvf_model *m = NULL;
+    struct kvf_session *s = NULL;
+    struct kvf_sampler *smp = NULL;
+    int32_t *ids = NULL, n_prompt = 0;
+    char *piece = NULL;
+    int32_t piece_cap = 0;
+    struct strbuf out = { 0 };
+    enum kvf_status st;
+
+    if ((rc = load_model(a, &m)) || (rc = build_prompt(a, m, text, &prompt)))
+        goto done;
+    /* BOS as the model's tokenizer says; chat markup is control-token text. */
+    if ((rc = tokenize(m, prompt, strlen(prompt), true, wants_chat(a) || a->special, &ids, &n_prompt)))
+        goto done;
+    if (n_prompt == 0) {
+        print_error("generate: the prompt has no tokens");
+        rc = EXIT_INPUT;
+        goto done;
+    }
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = a->ctx > 0 ? a->ctx : n_prompt + a->n_predict;
+    sp.n_batch = a->batch;
+    sp.n_threads = a->threads;
+    if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
+        rc = fail(st, "generate: cannot create the session");
+        goto done;
+    }
+    struct kvf_sampler_params smpp = {
+        .temp = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
+    };
+    if ((st = kvf_sampler_init(&smpp, &smp)) != KVF_OK) {
+        rc = fail(st, "generate: sampler");
+        goto done;
+    }
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+
+    double t0 = sys_time_ms();
+    if ((st = kvf_session_prefill(s, ids, n_prompt, NULL)) != KVF_OK) {
+        rc = fail(st, "generate: prompt");
+        goto done;
+    }
+    const double prefill_ms = sys_time_ms() - t0;
+    double decode_ms = 0;
+    int n_gen = 0, n_decoded = 0;
+    const char *stop = "length";
+    for (;;) {
+        int32_t tok = kvf_sampler_sample(smp, kvf_session_logits(s), info.n_vocab);
+        if (tok < 0) {
+            rc = fail(KVF_ERR_INTERNAL, "generate: sampler");
+            goto done;
+        }
+        if (kvf_token_is_eog(m, tok)) {
+            stop = "eog";
+            break;
+        }
+        int32_t np = token_piece(m, tok, &piece, &piece_cap);
+        if (np < 0 || (a->json && !strbuf_put(&out, piece, (size_t)np))) {
+            rc = fail(KVF_ERR_NOMEM, "generate");
+            goto done;
+        }
+        if (!a->json) {
+            fwrite(piece, 1, (size_t)np, stdout);
+            fflush(stdout);
+        }
+        if (++n_gen == a->n_predict)
+            break;
+        if (kvf_session_n_past(s) >= sp.n_ctx) {
+            stop = "context";
+            break;
+        }
+        double t1 = sys_time_ms();
+        if ((st = kvf_session_decode(s, tok)) != KVF_OK) {
+            rc = fail(st, "generate: decode");
+            goto done;
+        }
+        decode_ms += sys_time_ms() - t1;
+        n_decoded++;
+    }
+    const double ms_per_tok = n_decoded ? decode_ms / n_decoded : 0;
+    const size_t kv_bytes = kvf_session_kv_bytes(s), rss = kvf_peak_rss_bytes();
+    if (a->json) {
+        char *clean = utf8_sanitize(out.s ? out.s : "", out.n);
+        if (!clean) {
+            rc = fail(KVF_ERR_NOMEM, "generate");
+            goto done;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "text", clean);
+        free(clean);
+        cJSON_AddStringToObject(o, "model", info.name);
+        cJSON_AddNumberToObject(o, "n_prompt", n_prompt);
+        cJSON_AddNumberToObject(o, "n_gen", n_gen);
+        cJSON_AddStringToObject(o, "stop", stop);
+        cJSON *t = cJSON_AddObjectToObject(o, "timings");
+        cJSON_AddNumberToObject(t, "prefill_ms", prefill_ms);
+        cJSON_AddNumberToObject(t, "prefill_tok_per_s", prefill_ms > 0 ? n_prompt * 1e3 / prefill_ms : 0);
+        cJSON_AddNumberToObject(t, "decode_ms", decode_ms);
+        cJSON_AddNumberToObject(t, "decode_ms_per_token", ms_per_tok);
+        cJSON_AddNumberToObject(t, "decode_tok_per_s", ms_per_tok > 0 ? 1e3 / ms_per_tok : 0);
+        cJSON *kv = cJSON_AddObjectToObject(o, "kv");
+        cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
+        cJSON_AddNumberToObject(kv, "n_ctx", sp.n_ctx);
+        cJSON_AddNumberToObject(kv, "n_past", kvf_session_n_past(s));
+        cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
+        cJSON *sa = cJSON_AddObjectToObject(o, "sampler");
+        cJSON_AddNumberToObject(sa, "temp", f32_json(a->temp));
+        cJSON_AddNumberToObject(sa, "top_k", a->top_k);
+        cJSON_AddNumberToObject(sa, "top_p", f32_json(a->top_p));
+        cJSON_AddNumberToObject(sa, "min_p", f32_json(a->min_p));
+        cJSON_AddNumberToObject(sa, "seed", (double)a->seed);
+        rc = print_json(o);
+    } else {
+        putchar('\n');
+        fflush(stdout);
+        fprintf(stderr,
+                "kvfold: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens, %.2f ms/token "
+                "(%.1f tok/s); stop %s; kv %.2f MiB; peak rss %.1f MiB\n",
+                n_prompt, prefill_ms, prefill_ms > 0 ? n_prompt * 1e3 / prefill_ms : 0, n_gen, ms_per_tok,
+                ms_per_tok > 0 ? 1e3 / ms_per_tok : 0, stop, kv_bytes / MIB, rss / MIB);
+    }
+done:
+    free(out.s);
+    free(piece);
+    free(ids);
+    kvf_sampler_free(smp);
+    kvf_session_free(s);
+    kvf_model_free(m);
+    free(prompt);
+    free(text);
+    return rc;
+}
+
+/* ---------------------------------------------------------- perplexity -- */
+
+static void perplexity_defaults(struct args *a) {
+    a->ctx = 512;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int perplexity_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_FILE,
+        { "--ctx", "-c", OPT_INT, &a->ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)" },
+        { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
+        OPT_BATCH, OPT_THREADS, OPT_JSON,
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+/* -log softmax(row)[target], in double. */
+static double token_nll(const float *row, int n_vocab, int32_t target) {
+    float max = row[0];
+    for (int i = 1; i < n_vocab; i++)
+        max = row[i] > max ? row[i] : max;
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++)
+        sum += exp((double)row[i] - max);
+    return log(sum) + max - row[target];
+}
+
+/* Memory for the logits of one scoring pass: vocabularies of 256k tokens
+ * make a full chunk's logits (ctx x n_vocab floats) too big to keep. */
+#define PPL_LOGITS_BYTES (64u << 20)
+
+static int cmd_perplexity(const struct args *a) {
+    if (!a->file) {
+        print_error("perplexity: missing -f TEXTFILE");
+        return EXIT_USAGE;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_file(a->file, &text, &len);
+    if (rc)
+        return rc;
+    struct kvf_model *m = NULL;
+    struct kvf_session *s = NULL;
+    int32_t *ids = NULL, n_tok = 0, probe[4];
+    float *logits = NULL;
+    double *running = NULL;
+    enum kvf_status st;
+    if ((rc = load_model(a, &m)) || (rc = tokenize(m, text, len, true, false, &ids, &n_tok)))
+        goto done;
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    /* As llama.cpp: every chunk starts with BOS when the model uses one,
+     * written over the chunk's first token. */
+    const bool use_bos = kvf_tokenize(m, "", 0, probe, 4, true, false) == 1 && info.bos >= 0;
+    int ctx = a->ctx, n_chunks = n_tok / ctx, first = ctx / 2;
+    if (a->chunks > 0)
+        n_chunks = KVF_MIN(n_chunks, a->chunks);
+    bool short_text = n_chunks == 0;
+    if (short_text) {
+        if (n_tok < 2) {
+            print_error("perplexity: '%s' has %d tokens; at least 2 are needed", a->file, n_tok);
+            rc = EXIT_INPUT;
+            goto done;
+        }
+        ctx = n_tok, n_chunks = 1, first = 1;
+        if (!a->json)
+            printf("text has %d tokens, fewer than --ctx %d: scoring it as one chunk, all but the first "
+                   "token\n", n_tok, a->ctx);
+    }
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = ctx;
+    sp.n_batch = a->batch;
+    sp.n_threads = a->threads;
+    if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
+        rc = fail(st, "perplexity: cannot create the session");
+        goto done;
+    }
+    const int rows = (int)KVF_MAX(1, KVF_MIN((size_t)a->batch, PPL_LOGITS_BYTES / ((size_t)info.n_vocab * 4)));
+    logits = malloc((size_t)rows * (size_t)info.n_vocab * sizeof *logits);
+    running = malloc((size_t)n_chunks * sizeof *running);
+    if (!logits || !running) {
+        rc = fail(KVF_ERR_NOMEM, "perplexity");
+        goto done;
+    }
+    double nll = 0, nll2 = 0, t_total = 0;
+    long count = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        int32_t *tok = ids + (size_t)c * ctx;
+        const int32_t saved = tok[0];
+        if (use_bos && !short_text)
+            tok[0] = info.bos;
+        kvf_session_reset(s);
+        double t0 = sys_time_ms();
+        /* Logits are needed after tokens first-1 .. ctx-2 (they predict
+         * tokens first .. ctx-1); the tokens before need none. */
+        if (first > 1 && (st = kvf_session_prefill(s, tok, first - 1, NULL)) != KVF_OK)
+            goto chunk_failed;
+        for (int p = first - 1; p < ctx - 1; p += rows) {
+            int n = KVF_MIN(rows, ctx - 1 - p);
+            if ((st = kvf_session_prefill(s, tok + p, n, logits)) != KVF_OK)
+                goto chunk_failed;
+            for (int i = 0; i < n; i++) {
+                double v = token_nll(logits + (size_t)i * info.n_vocab, info.n_vocab, tok[p + i + 1]);
+                nll += v;
+                nll2 += v * v;
+                count++;
+            }
+        }
+        t_total += sys_time_ms() - t0;
+        tok[0] = saved;
+        running[c] = exp(nll / count);
+        if (!a->json) {
+            printf("[%d/%d] %.4f\n", c + 1, n_chunks, running[c]);
+            fflush(stdout);
+        }
+    }
+    /* llama.cpp's estimate: the error of the mean NLL, carried through exp. */
+    const double mean = nll / count, var = nll2 / count - mean * mean;
+    const double ppl = exp(mean), err = count > 1 && var > 0 ? ppl * sqrt(var / (count - 1)) : 0;
+    const double tps = t_total > 0 ? (double)n_chunks * (ctx - 1) * 1e3 / t_total : 0;
+    if (a->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", info.name);
+        cJSON_AddStringToObject(o, "file", a->file);
+        cJSON_AddNumberToObject(o, "ppl", ppl);
+        cJSON_AddNumberToObject(o, "ppl_stderr", err);
+        cJSON_AddNumberToObject(o, "n_tokens", n_tok);
+        cJSON_AddNumberToObject(o, "n_scored", (double)count);
+        cJSON_AddNumberToObject(o, "n_chunks", n_chunks);
+        cJSON_AddNumberToObject(o, "ctx", ctx);
+        cJSON_AddBoolToObject(o, "short_text", short_text);
+        cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(running, n_chunks));
+        cJSON_AddNumberToObject(o, "tok_per_s", tps);
+        cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)kvf_peak_rss_bytes());
+        rc = print_json(o);
+    } else {
+        printf("PPL = %.4f +/- %.4f (%ld tokens scored in %d chunk%s of %d; %.1f tok/s)\n", ppl, err, count,
+               n_chunks, n_chunks == 1 ? "" : "s", ctx, tps);
+    }
+    goto done;
+chunk_failed:
+    rc = fail(st, "perplexity: forward pass");
+done:
+    free(running);
+    free(logits);
+    free(ids);
+    kvf_session_free(s);
+    kvf_model_free(m);
+    free(text);
+    return rc;
+}
+
+/* --------------------------------------------------------------- bench -- */
+
+static void bench_defaults(struct args *a) {
+    a->n_prompt_bench = 512;
+    a->n_predict = 128;
+    a->reps = 3;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int bench_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL,
+        { "--n-prompt", "-p", OPT_INT, &a->n_prompt_bench, 0, 1 << 20, "N", "prefill test length, 0 = skip (default 512)" },
+        { "--n-gen", "-n", OPT_INT, &a->n_predict, 0, 1 << 20, "N", "decode test length, 0 = skip (default 128)" },
+        { "--repetitions", "-r", OPT_INT, &a->reps, 1, 1000, "N", "timed runs of each test (default 3)" },
+        OPT_BATCH, OPT_THREADS, OPT_JSON,
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+struct bench_result {
+    char name[32];
+    int n_tokens;
+    double mean, std;   /* tokens per second */
+    size_t kv_bytes;    /* after the test   */
+};
+
+/* Runs one test (prefill of n tokens, or n single-token decodes) reps + 1
+ * times from an empty cache; the first run warms caches and is not timed. */
+static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int n, bool decode, int reps,
+                                 struct bench_result *r) {
+    double tps[1000];
+    for (int rep = 0; rep <= reps; rep++) {
+        kvf_session_reset(s);
+        double t0 = sys_time_ms();
+        enum kvf_status st = KVF_OK;
+        if (decode) {
+            for (int i = 0; i < n && st == KVF_OK; i++)
+                st = kvf_session_decode(s, tok[i]);
+        } else {
+            st = kvf_session_prefill(s, tok, n, NULL);
+        }
+        if (st != KVF_OK)
+            return st;
+        double ms = sys_time_ms() - t0;
+        if (rep > 0)
+            tps[rep - 1] = ms > 0 ? n * 1e3 / ms : 0;
+    }
+    snprintf(r->name, sizeof r->name, "%s%d", decode ? "tg" : "pp", n);
+    r->n_tokens = n;
+    r->mean = mean_of(tps, reps);
+    r->std = std_of(tps, reps);
+    r->kv_bytes = kvf_session_kv_bytes(s);
+    return KVF_OK;
+}
+
+static int cmd_bench(const struct args *a) {
+    if (a->n_prompt_bench == 0 && a->n_predict == 0) {
+        print_error("bench: nothing to run (-p 0 and -n 0)");
+        return EXIT_USAGE;
+    }
+    struct kvf_model *m = NULL;
+    struct kvf_session *s = NULL;
+    int32_t *tok = NULL;
+    int rc = load_model(a, &m);
+    if (rc)
+        return rc;
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    const int n_max = KVF_MAX(a->n_prompt_bench, a->n_predict);
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n_max;
+    sp.n_batch = a->batch;
+    sp.n_threads = a->threads;
+    enum kvf_status st = kvf_session_init(m, &sp, &s);
+    if (st != KVF_OK) {
+        rc = fail(st, "bench: cannot create the session");
+        goto done;
+    }
+    /* Random ids, as llama-bench: content does not change the work done. */
+    tok = malloc((size_t)n_max * sizeof *tok);
+    if (!tok) {
+        rc = fail(KVF_ERR_NOMEM, "bench");
+        goto done;
+    }
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < n_max; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        tok[i] = (int32_t)(x % (uint64_t)info.n_vocab);
+    }
+    struct bench_result res[2];
+    int n_res = 0;
+    if (a->n_prompt_bench > 0 && (st = bench_run(s, tok, a->n_prompt_bench, false, a->reps, &res[n_res++])))
+        goto failed;
+    if (a->n_predict > 0 && (st = bench_run(s, tok, a->n_predict, true, a->reps, &res[n_res++])))
+        goto failed;
+    const size_t rss = kvf_peak_rss_bytes();
+    if (a->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", info.name);
+        cJSON_AddStringToObject(o, "arch", info.arch);
+        cJSON_AddNumberToObject(o, "n_params", (double)info.n_params);
+        cJSON_AddNumberToObject(o, "weight_bytes", (double)info.weight_bytes);
+        cJSON_AddStringToObject(o, "weight_types", info.weight_types);
+        cJSON_AddNumberToObject(o, "n_threads", a->threads);
+        cJSON_AddNumberToObject(o, "n_batch", a->batch);
+        cJSON_AddStringToObject(o, "simd", kvf_simd_level());
+        cJSON_AddNumberToObject(o, "repetitions", a->reps);
+        cJSON *tests = cJSON_AddArrayToObject(o, "tests");
+        for (int i = 0; i < n_res; i++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddStringToObject(t, "name", res[i].name);
+            cJSON_AddNumberToObject(t, "n_tokens", res[i].n_tokens);
+            cJSON_AddNumberToObject(t, "tok_per_s", res[i].mean);
+            cJSON_AddNumberToObject(t, "tok_per_s_std", res[i].std);
+            cJSON_AddNumberToObject(t, "kv_bytes", (double)res[i].kv_bytes);
+            if (res[i].name[0] == 't')
+                cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)info.weight_bytes * res[i].mean);
+            cJSON_AddItemToArray(tests, t);
+        }
+        cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
+        rc = print_json(o);
+    } else {
+        printf("model %s (%s, %.1f M params, %.1f MiB of weights), %s, batch %d, %d repetitions\n", info.name,
+               info.arch, (double)info.n_params / 1e6, (double)info.weight_bytes / MIB, kvf_simd_level(),
+               a->batch, a->reps);
+        for (int i = 0; i < n_res; i++) {
+            printf("%-8s %10.2f ± %-8.2f tok/s   kv %8.2f MiB", res[i].name, res[i].mean, res[i].std,
+                   res[i].kv_bytes / MIB);
+            if (res[i].name[0] == 't')
+                printf("   weights %.2f GB/s", (double)info.weight_bytes * res[i].mean / 1e9);
+            putchar('\n');
+        }
+        printf("peak rss %.1f MiB\n", rss / MIB);
+    }
+    goto done;
+failed:
+    rc = fail(st, "bench");
+done:
+    free(tok);
+    kvf_session_free(s);
+    kvf_model_free(m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- main -- */
+
+static const struct command commands[] = {
+    { "info", "Print a model's architecture, sizes, weight types, tokenizer and chat template.", "-m FILE [--json]",
+      NULL, cmd_info, NULL, info_opts },
+    { "tokenize", "Print the token ids of a text on one line, space separated.",
+      "-m FILE (-p TEXT | -f FILE) [--bos] [--special]",
+      "Only the vocabulary is loaded, so vocab-only GGUF files work. No BOS/EOS is added\n"
+      "unless --bos, and special-token text is plain text unless --special.",
+      cmd_tokenize, NULL, tokenize_opts },
+    { "generate", "Generate text from a prompt, streaming it to stdout; timings go to stderr.",
+      "-m FILE (-p TEXT | -f FILE) [options]",
+      "Decoding is greedy by default (--temp 0), so runs are reproducible; with --temp > 0 the\n"
+      "sampler applies temperature, then top-k, top-p and min-p, and draws with --seed.\n"
+      "Generation stops at an end-of-generation token or after -n tokens. --json prints one\n"
+      "object (text, n_prompt, n_gen, stop, timings, kv, peak_rss_bytes) instead of streaming.",
+      cmd_generate, generate_defaults, generate_opts },
+    { "perplexity", "Perplexity of a text file, llama.cpp's method.", "-m FILE -f TEXTFILE [options]",
+      "The text is split into chunks of --ctx tokens (BOS first when the model uses one); the\n"
+      "second half of each chunk is scored. A text shorter than one chunk is scored as a\n"
+      "single chunk, all but its first token. Prints the running PPL per chunk and the final\n"
+      "PPL with its standard error.",
+      cmd_perplexity, perplexity_defaults, perplexity_opts },
+    { "bench", "Prefill and decode speed, like llama-bench.", "-m FILE [-p N] [-n N] [-r REPS] [options]",
+      "ppN prefills N random tokens at once; tgN decodes N tokens one at a time. Each runs\n"
+      "once untimed, then -r times; reported as mean ± std tokens/s, with the KV cache size,\n"
+      "peak resident memory, and for tg the weight bytes read per second.",
+      cmd_bench, bench_defaults, bench_opts },
+};
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+static void print_usage(FILE *f) {
+    fprintf(f, "kvfold %s — language-model inference with a compressed KV cache\n\n"
+               "usage: kvfold COMMAND [options]   (kvfold COMMAND --help for details)\n\ncommands:\n",
+            KVF_VERSION_STRING);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fputs("\nexit status: 0 ok, 1 usage error, 2 bad input (file, format, context), 3 runtime failure\n", f);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_error("no command given (see kvfold --help)");
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("kvfold %s\n", KVF_VERSION_STRING);
+        return 0;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++) {
+        const struct command *c = &commands[i];
+        if (strcmp(argv[1], c->name) != 0)
+            continue;
+        struct args a = { 0 };
+        if (c->defaults)
+            c->defaults(&a);
+        int rc = parse_args(c, &a, argc - 2, argv + 2);
+        return rc >= 0 ? rc : c->run(&a);
+    }
+    print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench; see kvfold --help)",
+                argv[1]);
+    return EXIT_USAGE;
+}
