@@ -71,7 +71,7 @@ struct kvf_model_info {
     int64_t weight_bytes;    /* bytes of weights as stored                       */
     const char *weight_types;/* e.g. "q4_1:30 q6_K:1 f32:61" (tensor counts)     */
     const char *tokenizer;   /* "spm" or "bpe:<pre>"                            */
-    const char *chat_template_name; /* recognised template: "llama2", "chatml", "gemma", "none" */
+    const char *chat_template_name; /* recognised template: "llama2", "vicuna", "chatml", "gemma", "none" */
     int32_t bos, eos;        /* -1 when absent                                    */
 };
 /* The strings stay owned by the model. */
@@ -91,11 +91,11 @@ int32_t kvf_token_to_piece(const struct kvf_model *model, int32_t token, char *b
                            int32_t len, bool render_special);
 bool kvf_token_is_eog(const struct kvf_model *model, int32_t token);
 
-/* Chat templates. name: "llama2" (Llama-2 / Vicuna), "vicuna", "chatml",
- * "gemma", or NULL for the one recognised from tokenizer.chat_template.
- * Returns the length written (NUL-terminated), or -(required) if buf is too
- * small; KVF_ERR_* as a negative status is never mixed in: an unknown name
- * returns INT32_MIN. */
+/* Chat templates. name: "llama2" (Llama-2 chat), "vicuna" (Vicuna v1.1 /
+ * LLaVA-1.5), "chatml", "gemma", or NULL for the one recognised from
+ * tokenizer.chat_template. Returns the length written (NUL-terminated), or
+ * -(bytes required, NUL included) if buf is too small; an unknown name or a
+ * model whose template is not recognised returns INT32_MIN. */
 struct kvf_chat_message { const char *role; const char *content; };
 int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
                        const struct kvf_chat_message *msgs, int n_msgs,
@@ -125,7 +125,9 @@ void kvf_session_reset(struct kvf_session *session);
  * token i. The logits after the last token are always kept in the session. */
 enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *tokens, int n,
                                     float *all_logits);
-/* Appends one token (a prefill of length 1). */
+/* Appends one token (a prefill of length 1). After a failure other than
+ * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
+ * session must be reset. */
 enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
 /* n_vocab logits after the last token processed; NULL before the first. */
 const float *kvf_session_logits(const struct kvf_session *session);
@@ -147,6 +149,7 @@ struct kvf_sampler_params {
 struct kvf_sampler_params kvf_sampler_default_params(void);
 enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out);
 void kvf_sampler_free(struct kvf_sampler *sampler);
+/* Returns the chosen token id, or -1 on bad arguments. */
 int32_t kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab);
 
 /* ---------------------------------------------------------------- misc -- */

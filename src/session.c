@@ -73,7 +73,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->gate = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
     s->up = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
     s->pos = alloc_rows(B, 1, sizeof(int32_t), &ok);
-    s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B), 1, &ok);
+    s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B, p.n_threads), 1, &ok);
     s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
     if (!ok) {
         kvf_session_free(s);

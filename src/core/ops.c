@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 /* Below this many rows of x a matrix product is a stream of dot products
@@ -10,9 +11,9 @@
 /* Weight rows dequantised per BLAS call. */
 #define MATMUL_TILE_ROWS 256
 
-size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok) {
-    /* F32 is the widest activation type; tiles need MATMUL_TILE_ROWS rows. */
-    return (size_t)KVF_MAX(n_tok, MATMUL_TILE_ROWS) * (size_t)cols * sizeof(float);
+size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
+    /* F32 is the widest activation type; each thread dequantises its own tile. */
+    return (size_t)KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) * (size_t)cols * sizeof(float);
 }
 
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
@@ -31,21 +32,24 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
     }
 }
 
+/* Our threads split the weight rows into tiles and each calls a one-thread
+ * sgemm: mixing OpenMP workers with BLAS's own thread pool made two threads
+ * slower than one (idle OpenMP workers spin on the cores BLAS needs). */
 static void matmul_blas(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                         int n_threads) {
-    openblas_set_num_threads(n_threads);
-    if (w->type == DT_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)w->rows, (int)w->cols, 1.0f,
-                    x, (int)w->cols, w->data, (int)w->cols, 0.0f, y, (int)w->rows);
-        return;
-    }
-    float *tile = scratch;
-    for (int64_t r0 = 0; r0 < w->rows; r0 += MATMUL_TILE_ROWS) {
-        const int64_t nr = KVF_MIN(MATMUL_TILE_ROWS, w->rows - r0);
-        #pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int64_t r = 0; r < nr; r++)
-            quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
-                              tile + r * w->cols, w->cols);
+    openblas_set_num_threads(1);
+    const int64_t n_tiles = (w->rows + MATMUL_TILE_ROWS - 1) / MATMUL_TILE_ROWS;
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int64_t t = 0; t < n_tiles; t++) {
+        const int64_t r0 = t * MATMUL_TILE_ROWS, nr = KVF_MIN(MATMUL_TILE_ROWS, w->rows - r0);
+        const float *tile = (const float *)((const uint8_t *)w->data + (size_t)r0 * w->row_bytes);
+        if (w->type != DT_F32) {
+            float *buf = (float *)scratch + (size_t)omp_get_thread_num() * MATMUL_TILE_ROWS * w->cols;
+            for (int64_t r = 0; r < nr; r++)
+                quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                                  buf + r * w->cols, w->cols);
+            tile = buf;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)nr, (int)w->cols, 1.0f, x,
                     (int)w->cols, tile, (int)w->cols, 0.0f, y + r0, (int)w->rows);
     }

@@ -6,7 +6,7 @@
 #include "model/model.h"
 
 /* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */
-size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok);
+size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads);
 /* y[t][r] = sum_c W[r][c] x[t][c]   x: [n_tok][W.cols], y: [n_tok][W.rows].
  * Few rows: activations are quantised to the weight's vec-dot type and each
  * weight row is streamed once for all rows of x (the decode path). Many rows:

@@ -39,7 +39,7 @@ static void matmul_case(enum dtype type, int n_tok) {
     struct weight w = make_weight(type, rows, cols, &deq, &seed);
     float *x = malloc(sizeof(float) * n_tok * cols), *y = malloc(sizeof(float) * n_tok * rows);
     for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
-    void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok));
+    void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok, 2));
     ops_matmul(&w, x, n_tok, y, scratch, 2);
     /* The dot path quantises activations to 8 bits (|x| <= 1: step <= 1/127
      * per value), so it is checked against the exact product within that
