@@ -74,14 +74,9 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     for (int i = 0; i < n; i++) out[i] = x[i] * s * w[i];
 }
 
-void ops_rope(float *x, int n_head, int head_dim, int pos, float base, enum kvf_rope_style style) {
+static void rope_heads(float *x, int n_head, int head_dim, const float *cs, const float *sn,
+                       enum kvf_rope_style style) {
     const int half = head_dim / 2;
-    float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
-    for (int i = 0; i < half; i++) {
-        const double theta = pos * pow(base, -2.0 * i / head_dim);
-        cs[i] = (float)cos(theta);
-        sn[i] = (float)sin(theta);
-    }
     for (int h = 0; h < n_head; h++) {
         float *v = x + (size_t)h * head_dim;
         for (int i = 0; i < half; i++) {
@@ -92,6 +87,19 @@ void ops_rope(float *x, int n_head, int head_dim, int pos, float base, enum kvf_
             v[b] = x0 * sn[i] + x1 * cs[i];
         }
     }
+}
+
+void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
+              enum kvf_rope_style style) {
+    const int half = head_dim / 2;
+    float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
+    for (int i = 0; i < half; i++) {
+        const double theta = pos * pow(base, -2.0 * i / head_dim);
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+    rope_heads(q, n_q_heads, head_dim, cs, sn, style);
+    if (k) rope_heads(k, n_k_heads, head_dim, cs, sn, style);
 }
 
 void ops_silu_mul(float *g, const float *u, int64_t n) {

@@ -18,9 +18,12 @@ void ops_get_row(const struct weight *w, int64_t row, float *out);
 
 /* out = x / rms(x) * w   over n values; out may alias x. */
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
-/* Rotates `n_head` heads of one token at position pos. style NORM rotates
- * pairs (2i, 2i+1), NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
-void ops_rope(float *x, int n_head, int head_dim, int pos, float base, enum kvf_rope_style style);
+/* Rotates the query heads q[n_q_heads][head_dim] and key heads
+ * k[n_k_heads][head_dim] (k may be NULL) of one token at position pos, with
+ * the angles computed once for both. Style NORM rotates pairs (2i, 2i+1),
+ * NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
+void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
+              enum kvf_rope_style style);
 void ops_silu_mul(float *g, const float *u, int64_t n);      /* g = silu(g) * u      */
 void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u */
 /* In-place softmax of n values; -INFINITY entries get 0. Returns max. */

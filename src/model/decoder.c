@@ -44,8 +44,8 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
     }
     const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
     for (int t = 0; t < n; t++) {
-        ops_rope(s->q + (size_t)t * QD, hp->n_head, hd, s->pos[t], base, hp->rope_style);
-        ops_rope(s->k + (size_t)t * KD, hp->n_head_kv, hd, s->pos[t], base, hp->rope_style);
+        ops_rope(s->q + (size_t)t * QD, hp->n_head, s->k + (size_t)t * KD, hp->n_head_kv, hd, s->pos[t], base,
+                 hp->rope_style);
     }
 
     enum kvf_status st = kv_cache_reserve(&s->kv, l, n);

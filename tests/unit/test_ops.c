@@ -85,8 +85,8 @@ static void test_rope(void **st) {
     const float base = 10000.0f;
     float a[16], b[16];
     for (int i = 0; i < 16; i++) a[i] = b[i] = (float)(i + 1) * 0.25f;
-    ops_rope(a, 2, d, pos, base, KVF_ROPE_NORM);
-    ops_rope(b, 2, d, pos, base, KVF_ROPE_NEOX);
+    ops_rope(a, 2, NULL, 0, d, pos, base, KVF_ROPE_NORM);
+    ops_rope(b, 1, b + d, 1, d, pos, base, KVF_ROPE_NEOX);
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < d / 2; i++) {
             const double th = pos * pow(base, -2.0 * i / d), c = cos(th), s = sin(th);
@@ -98,7 +98,7 @@ static void test_rope(void **st) {
             assert_float_equal(b[h * d + i + d / 2], y0 * s + y1 * c, 1e-5);
         }
     float z[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    ops_rope(z, 1, 8, 0, base, KVF_ROPE_NEOX); /* position 0 is the identity */
+    ops_rope(z, 1, NULL, 0, 8, 0, base, KVF_ROPE_NEOX); /* position 0 is the identity */
     for (int i = 0; i < 8; i++) assert_float_equal(z[i], i + 1, 0);
 }
 
