@@ -48,6 +48,9 @@ struct kvf_model; /* opaque: weights, hyper-parameters, tokenizer */
 
 struct kvf_model_params {
     int n_threads;          /* threads used by sessions by default (<= 0: all cores) */
+    const char *mmproj;     /* optional: a llama.cpp vision projector GGUF ("mmproj",
+                               general.architecture = clip) for a GGUF decoder; a
+                               Hugging Face LLaVA directory carries its own vision tower */
 };
 struct kvf_model_params kvf_model_default_params(void);
 
@@ -73,6 +76,13 @@ struct kvf_model_info {
     const char *tokenizer;   /* "spm" or "bpe:<pre>"                            */
     const char *chat_template_name; /* recognised template: "llama2", "vicuna", "chatml", "gemma", "none" */
     int32_t bos, eos;        /* -1 when absent                                    */
+    /* Vision tower (zero / NULL when the model has none). */
+    bool has_vision;
+    const char *vision_source;  /* "mmproj" or "safetensors"                      */
+    int vision_image_size, vision_patch_size, vision_n_layer, vision_n_embd, vision_n_head;
+    int vision_n_ff;
+    int image_tokens;        /* embeddings one image becomes (e.g. 576)          */
+    int image_grid;          /* image_tokens = image_grid^2 (CLS dropped)        */
 };
 /* The strings stay owned by the model. */
 void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);
@@ -103,6 +113,92 @@ int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
 /* Comma-separated list of template names accepted by kvf_chat_apply. */
 const char *kvf_chat_templates(void);
 
+/* --------------------------------------------------------------- images -- */
+
+/* A decoded image: 8-bit RGB, row-major, w x h. */
+struct kvf_image;
+
+/* Largest image (in pixels) the loaders accept unless told otherwise. */
+#define KVF_IMAGE_MAX_PIXELS_DEFAULT (64 * 1024 * 1024)
+
+/* PNG, JPEG, BMP, PPM/PGM (and the other formats stb_image reads). max_pixels
+ * <= 0 means KVF_IMAGE_MAX_PIXELS_DEFAULT; larger images are rejected before
+ * their pixels are decoded. Grey and alpha images are converted to RGB (alpha
+ * dropped). */
+enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_image **out);
+enum kvf_status kvf_image_load_memory(const void *data, size_t size, int64_t max_pixels,
+                                      struct kvf_image **out);
+/* Copies w*h*3 bytes of RGB. */
+enum kvf_status kvf_image_from_rgb(int w, int h, const uint8_t *rgb, struct kvf_image **out);
+void kvf_image_free(struct kvf_image *image);
+int kvf_image_width(const struct kvf_image *image);
+int kvf_image_height(const struct kvf_image *image);
+const uint8_t *kvf_image_rgb(const struct kvf_image *image); /* [h][w][3] */
+
+/* ---------------------------------------------------------------- media -- */
+
+/* Token tags: every position of a prompt, and every KV entry, carries one. */
+enum kvf_modality { KVF_MOD_TEXT = 0, KVF_MOD_IMAGE = 1, KVF_MOD_VIDEO = 2 };
+struct kvf_tag {
+    int32_t pos;       /* true sequence position                                   */
+    int16_t modality;  /* enum kvf_modality                                        */
+    int16_t media;     /* image: index among the prompt's images; video: frame index
+                          within its video; text: -1                               */
+    int16_t row, col;  /* grid coordinates inside the image or frame; text: -1     */
+};
+const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" */
+
+/* A segment of embeddings that replaces one marker of a prompt: an encoded
+ * image or video frame, or a synthetic ("pseudo") image. */
+struct kvf_media;
+
+/* Runs the model's vision tower (preprocessing, ViT, projector) on an image.
+ * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video.
+ * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
+enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
+                                       enum kvf_modality modality, int n_threads, struct kvf_media **out);
+/* Pseudo-vision for text models (DESIGN section 8): a rows x cols grid whose
+ * embeddings are the model's input embeddings of the words of `text` taken
+ * in order (repeated to fill the grid), plus Gaussian noise of standard
+ * deviation noise x (the RMS of the embeddings used), seeded. Tagged as an
+ * image; flagged synthetic. */
+enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, const char *text, int rows, int cols,
+                                       float noise, uint64_t seed, struct kvf_media **out);
+/* Caller-made embeddings [rows*cols][n_embd] (copied). */
+enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
+                                    enum kvf_modality modality, struct kvf_media **out);
+void kvf_media_free(struct kvf_media *media);
+int kvf_media_n_tokens(const struct kvf_media *media);
+bool kvf_media_is_synthetic(const struct kvf_media *media);
+enum kvf_modality kvf_media_modality(const struct kvf_media *media);
+/* Wall time spent encoding (ms; 0 for pseudo and caller-made media). */
+double kvf_media_encode_ms(const struct kvf_media *media);
+
+/* --------------------------------------------------------------- prompt -- */
+
+/* A tokenized multimodal prompt: text with markers, each marker replaced by
+ * media. "<image>" takes the next media item (image or pseudo-image);
+ * "<video>" takes the next run of consecutive KVF_MOD_VIDEO items (one video,
+ * frame indices 0..). The number of markers must match the media given. */
+struct kvf_prompt;
+
+#define KVF_MARKER_IMAGE "<image>"
+#define KVF_MARKER_VIDEO "<video>"
+
+/* media: borrowed; must outlive the prompt. */
+enum kvf_status kvf_prompt_init(const struct kvf_model *model, const char *text,
+                                const struct kvf_media *const *media, int n_media, bool add_bos,
+                                bool parse_special, struct kvf_prompt **out);
+void kvf_prompt_free(struct kvf_prompt *prompt);
+int kvf_prompt_n_tokens(const struct kvf_prompt *prompt);
+/* Tags of the prompt's positions, pos counted from 0 (they shift by the
+ * session's n_past when the prompt is evaluated). */
+const struct kvf_tag *kvf_prompt_tags(const struct kvf_prompt *prompt);
+/* Token id at position i, or -1 where the position holds media. */
+int32_t kvf_prompt_token(const struct kvf_prompt *prompt, int i);
+/* True when any media item is synthetic (pseudo-vision). */
+bool kvf_prompt_is_synthetic(const struct kvf_prompt *prompt);
+
 /* -------------------------------------------------------------- session -- */
 
 struct kvf_session; /* opaque: KV cache, logits, scratch */
@@ -125,6 +221,20 @@ void kvf_session_reset(struct kvf_session *session);
  * token i. The logits after the last token are always kept in the session. */
 enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *tokens, int n,
                                     float *all_logits);
+/* Appends a multimodal prompt (token ids and media embeddings, tagged).
+ * all_logits (optional): kvf_prompt_n_tokens x n_vocab floats. */
+enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
+                                           float *all_logits);
+/* Appends rows of input embeddings [n][n_embd] with their tags (the pos
+ * field is ignored: positions continue at n_past). tags NULL: text. */
+enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, const float *embd,
+                                         const struct kvf_tag *tags, int n, float *all_logits);
+/* Tags of every position processed so far, [kvf_session_n_past]. */
+const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
+/* Tags of the entries cached for (layer, kv head), in cache order; *n gets
+ * their count. NULL for an index out of range. */
+const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
+
 /* Appends one token (a prefill of length 1). After a failure other than
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */

@@ -1,5 +1,7 @@
 #include "session.h"
 
+#include "prompt.h"
+
 #include "attn/attn.h"
 #include "core/ops.h"
 
@@ -26,6 +28,8 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->gate);
     free(s->up);
     free(s->pos);
+    free(s->btag);
+    free(s->tags);
     free(s->mm_scratch);
     free(s->attn_scratch);
     free(s);
@@ -73,6 +77,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->gate = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
     s->up = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
     s->pos = alloc_rows(B, 1, sizeof(int32_t), &ok);
+    s->btag = alloc_rows(B, 1, sizeof(struct kvf_tag), &ok);
     s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B, p.n_threads), 1, &ok);
     s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
     if (!ok) {
@@ -89,18 +94,65 @@ void kvf_session_reset(struct kvf_session *s) {
     s->has_logits = false;
 }
 
+static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
+    if (s->n_past + n <= s->tags_cap) return KVF_OK;
+    const int cap = KVF_MIN(s->params.n_ctx, KVF_MAX(s->n_past + n, s->tags_cap * 2));
+    struct kvf_tag *t = realloc(s->tags, (size_t)cap * sizeof *t);
+    if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
+    s->tags = t;
+    s->tags_cap = cap;
+    return KVF_OK;
+}
+
+/* Runs n inputs (ids or embedding rows, already checked) in batches of
+ * n_batch, recording each position's tag. */
+static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
+                                   const struct kvf_tag *tags, int n, float *all_logits) {
+    if (n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
+    enum kvf_status st = tags_reserve(s, n);
+    if (st != KVF_OK) return st;
+    const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    for (int i = 0; i < n; i += s->params.n_batch) {
+        const int nb = KVF_MIN(s->params.n_batch, n - i);
+        st = decoder_forward(s, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL, tags ? tags + i : NULL,
+                             nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        if (st != KVF_OK) return st;
+        memcpy(s->tags + s->n_past - nb, s->btag, (size_t)nb * sizeof *s->btag);
+    }
+    return KVF_OK;
+}
+
 enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits) {
     if (!s || (n > 0 && !tokens) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill: bad arguments");
     if (n == 0) return KVF_OK;
-    if (n > s->params.n_ctx - s->n_past)
-        return err_set(KVF_ERR_CONTEXT, "%d tokens do not fit: %d of %d positions used", n, s->n_past, s->params.n_ctx);
     const int n_vocab = s->model->hp.n_vocab;
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
-    for (int i = 0; i < n; i += s->params.n_batch) {
-        const int nb = KVF_MIN(s->params.n_batch, n - i);
-        enum kvf_status st = decoder_forward(s, tokens + i, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+    return session_run(s, tokens, NULL, NULL, n, all_logits);
+}
+
+enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *embd, const struct kvf_tag *tags, int n,
+                                         float *all_logits) {
+    if (!s || (n > 0 && !embd) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill_embd: bad arguments");
+    if (n == 0) return KVF_OK;
+    return session_run(s, NULL, embd, tags, n, all_logits);
+}
+
+enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
+    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+    if (p->n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
+                       s->params.n_ctx);
+    const int n_vocab = s->model->hp.n_vocab;
+    for (int i = 0; i < p->n; i++)
+        if (p->ids[i] >= n_vocab) return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
+    for (int g = 0; g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
+        const enum kvf_status st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, lg)
+                                             : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, lg);
         if (st != KVF_OK) return st;
     }
     return KVF_OK;
@@ -113,3 +165,12 @@ enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
+const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
+
+const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *s, int layer, int head, int *n) {
+    *n = 0;
+    if (layer < 0 || layer >= s->kv.n_layer || head < 0 || head >= s->kv.n_head_kv) return NULL;
+    const struct kv_head *h = &s->kv.heads[(size_t)layer * s->kv.n_head_kv + head];
+    *n = h->n;
+    return h->tag;
+}

@@ -17,14 +17,20 @@ struct kvf_session {
     float *x, *xn;                    /* [B][n_embd] residual stream, normed copy */
     float *q, *k, *v, *att;           /* [B][n_head*head_dim], [B][n_head_kv*head_dim] x2, [B][n_head*head_dim] */
     float *gate, *up;                 /* [B][n_ff] */
-    int32_t *pos;                     /* [B] */
+    int32_t *pos;                     /* [B] true positions of the batch */
+    struct kvf_tag *btag;             /* [B] tags of the batch */
+    struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
+    int tags_cap;
     void *mm_scratch;                 /* ops_matmul scratch */
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };
 
-/* Runs tokens[0..n) (n <= n_batch, ids already checked) at positions n_past.. through the model,
- * appends their keys/values to the cache and writes logits: every row into
+/* Runs n inputs (n <= n_batch) at positions n_past.. through the model —
+ * token ids (tokens, already checked) or input embeddings (embd
+ * [n][n_embd]) — appends their keys/values with tags[0..n) (pos filled in
+ * here; NULL: text) to the cache and writes logits: every row into
  * all_logits ([n][n_vocab]) when given, the last row into s->logits. */
-enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits);
+enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, const float *embd,
+                                const struct kvf_tag *tags, int n, float *all_logits);
 
 #endif

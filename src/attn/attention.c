@@ -15,7 +15,7 @@ static int visible_end(const struct kv_head *h, int32_t p) {
     int lo = 0, hi = h->n;
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
-        if (h->pos[mid] <= p) lo = mid + 1; else hi = mid;
+        if (h->tag[mid].pos <= p) lo = mid + 1; else hi = mid;
     }
     return lo;
 }
@@ -29,11 +29,12 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
                        int i1, int head, const struct kv_head *h, float *out, float *s) {
     const int d = p->head_dim, qstride = p->n_head * d;
     /* Keys past the block's last query are masked for every row of it. */
-    const int jend = visible_end(h, qpos[i1 - 1]);
+    const int jend = p->bidirectional ? h->n : visible_end(h, qpos[i1 - 1]);
     for (int i = i0; i < i1; i++) {
         float *row = s + (size_t)(i - i0) * jend;
         const float *qi = q + (size_t)i * qstride + head * d;
-        const int jb = visible_begin(h, qpos[i], p->window), je = visible_end(h, qpos[i]);
+        const int jb = p->bidirectional ? 0 : visible_begin(h, qpos[i], p->window);
+        const int je = p->bidirectional ? h->n : visible_end(h, qpos[i]);
         for (int j = 0; j < jend; j++)
             row[j] = j < jb || j >= je ? -INFINITY : vec_dot_f32(qi, h->k + (size_t)j * d, d) * p->scale;
         ops_softmax(row, jend);

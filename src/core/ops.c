@@ -102,6 +102,34 @@ void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, in
     if (k) rope_heads(k, n_k_heads, head_dim, cs, sn, style);
 }
 
+void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    const float inv = (float)(1.0 / sqrt(var / n + eps)), mu = (float)mean;
+    for (int i = 0; i < n; i++) out[i] = (x[i] - mu) * inv * w[i] + b[i];
+}
+
+void ops_add_bias(float *y, const struct weight *b, int n, int dim) {
+    if (!b->data) return;
+    const float *bv = b->data;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += bv[i];
+}
+
+void ops_add(float *x, const float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+void ops_gelu_erf(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void ops_gelu_quick(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+}
+
 void ops_silu_mul(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }

@@ -24,6 +24,13 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
  * NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
 void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
               enum kvf_rope_style style);
+/* out = (x - mean) / sqrt(var + eps) * w + b   over n values; out may alias x. */
+void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
+/* y[t][i] += b[i] for t < n rows of dim values (b: a vector weight; no-op when absent). */
+void ops_add_bias(float *y, const struct weight *b, int n, int dim);
+void ops_add(float *x, const float *y, size_t n);             /* x += y               */
+void ops_gelu_erf(float *x, int64_t n);                       /* exact (erf) GELU     */
+void ops_gelu_quick(float *x, int64_t n);                     /* x * sigmoid(1.702 x) */
 void ops_silu_mul(float *g, const float *u, int64_t n);      /* g = silu(g) * u      */
 void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u */
 /* In-place softmax of n values; -INFINITY entries get 0. Returns max. */

@@ -846,9 +846,9 @@ void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char 
 void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims,
                             const int64_t *ne, const void *data) {
     if (!w || w->st != KVF_OK) return;
-    if (!name || !name[0] || !ne || !data) {
-        writer_fail(w, KVF_ERR_INVALID_ARG, "gguf writer: tensor '%s': missing name, shape or "
-                    "data", name ? name : "(null)");
+    if (!name || !name[0] || !ne) {
+        writer_fail(w, KVF_ERR_INVALID_ARG, "gguf writer: tensor '%s': missing name or shape",
+                    name ? name : "(null)");
         return;
     }
     for (size_t i = 0; i < w->n_tensors; i++)
@@ -877,16 +877,16 @@ void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t ty
         return;
     }
     t.name = strdup(name);
-    t.data = malloc(t.nbytes);
+    t.data = data ? malloc(t.nbytes) : NULL;
     struct wtensor *ts =
-        t.name && t.data ? grow(w->tensors, &w->cap_tensors, w->n_tensors, sizeof t) : NULL;
+        t.name && (t.data || !data) ? grow(w->tensors, &w->cap_tensors, w->n_tensors, sizeof t) : NULL;
     if (!ts) {
         free(t.name);
         free(t.data);
         writer_fail(w, KVF_ERR_NOMEM, "gguf writer: out of memory for tensor '%s'", name);
         return;
     }
-    memcpy(t.data, data, t.nbytes);
+    if (data) memcpy(t.data, data, t.nbytes);
     w->tensors = ts;
     w->tensors[w->n_tensors++] = t;
 }
@@ -929,13 +929,19 @@ enum kvf_status gguf_writer_write(struct gguf_writer *w, const char *path) {
         return err_set(KVF_ERR_IO, "gguf writer: cannot create '%s': %s", path, strerror(errno));
     }
     bool ok = fwrite(h.p, 1, h.n, fp) == h.n;
+    const uint64_t total = h.n + off;
     free(h.p);
     for (size_t i = 0; ok && i < w->n_tensors; i++) {
         const struct wtensor *t = &w->tensors[i];
         size_t pad = pad_to(t->nbytes, align);
+        if (!t->data) { /* a hole: reads as zeros, takes no disk space */
+            ok = fseeko(fp, (off_t)(t->nbytes + pad), SEEK_CUR) == 0;
+            continue;
+        }
         ok = fwrite(t->data, 1, t->nbytes, fp) == t->nbytes &&
              fwrite(zeros, 1, pad, fp) == pad;
     }
+    ok = ok && fflush(fp) == 0 && ftruncate(fileno(fp), (off_t)total) == 0;
     int e = errno;
     if (fclose(fp) != 0 && ok) {
         ok = false;

@@ -99,7 +99,8 @@ void gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype
 void gguf_writer_set_arr_str(struct gguf_writer *w, const char *key, const char *const *v,
                              uint64_t n);
 /* ne as in struct gguf_tensor; data holds dtype_row_bytes(type, ne[0]) * rows
- * bytes and is copied. */
+ * bytes and is copied. data NULL leaves the tensor's bytes a hole in the file
+ * (zeros, no disk space): shape tests of files the size of real models. */
 void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t type, int n_dims,
                             const int64_t *ne, const void *data);
 enum kvf_status gguf_writer_write(struct gguf_writer *w, const char *path);

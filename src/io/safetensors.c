@@ -566,8 +566,6 @@ static enum kvf_status tensor_check(const struct st_tensor *t, int i) {
     if (nbytes != t->nbytes)
         return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': nbytes %zu but shape needs %zu",
                        t->name, t->nbytes, nbytes);
-    if (nbytes && !t->data)
-        return err_set(KVF_ERR_INVALID_ARG, "st_write: tensor '%.128s': no data", t->name);
     return KVF_OK;
 }
 
@@ -642,8 +640,15 @@ enum kvf_status st_write(const char *path, const struct st_tensor *tensors, int 
     }
     bool ok = fwrite(lenbuf, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
     for (size_t i = hlen; ok && i < padded; i++) ok = fputc(' ', f) != EOF;
-    for (int i = 0; ok && i < n; i++)
-        ok = tensors[i].nbytes == 0 || fwrite(tensors[i].data, 1, tensors[i].nbytes, f) == tensors[i].nbytes;
+    size_t total = 8 + padded;
+    for (int i = 0; ok && i < n; i++) {
+        total += tensors[i].nbytes;
+        if (!tensors[i].data) /* a hole: zeros that take no disk space */
+            ok = fseeko(f, (off_t)tensors[i].nbytes, SEEK_CUR) == 0;
+        else
+            ok = tensors[i].nbytes == 0 || fwrite(tensors[i].data, 1, tensors[i].nbytes, f) == tensors[i].nbytes;
+    }
+    ok = ok && fflush(f) == 0 && ftruncate(fileno(f), (off_t)total) == 0;
     ok = (fclose(f) == 0) && ok;
     free(hdr);
     if (!ok) {
@@ -962,6 +967,113 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
         goto done;
     }
     st = hf_fill(&src, fam, model_type, cfg);
+done:
+    cJSON_Delete(root);
+    free(file);
+    return st;
+}
+
+/* ------------------------------------------- LLaVA vision_config -- */
+
+static enum kvf_status json_load_object(const char *file, cJSON **root) {
+    char *text;
+    size_t len;
+    enum kvf_status st = file_read_all(file, ST_MAX_JSON_FILE, &text, &len);
+    if (st) return st;
+    st = json_parse(file, text, len, root);
+    free(text);
+    if (!st && !cJSON_IsObject(*root)) {
+        cJSON_Delete(*root);
+        *root = NULL;
+        return err_set(KVF_ERR_FORMAT, "%s: not a JSON object", file);
+    }
+    return st;
+}
+
+static enum kvf_status hf_str(const struct hf_src *c, const char *key, const char *def, char *out, size_t n) {
+    const cJSON *v = hf_get(c, key, false);
+    if (v && !cJSON_IsString(v)) return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be a string", c->path, key);
+    snprintf(out, n, "%s", v ? v->valuestring : def);
+    return KVF_OK;
+}
+
+static enum kvf_status hf_float3(const struct hf_src *c, const char *key, const float def[3], float out[3]) {
+    const cJSON *v = hf_get(c, key, false);
+    memcpy(out, def, 3 * sizeof(float));
+    if (!v) return KVF_OK;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 3)
+        return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be an array of 3 numbers", c->path, key);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsNumber(e) || !(fabs(e->valuedouble) <= FLT_MAX))
+            return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must hold finite numbers", c->path, key);
+        out[i++] = (float)e->valuedouble;
+    }
+    return KVF_OK;
+}
+
+enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg) {
+    static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    memset(cfg, 0, sizeof *cfg);
+    char *file = path_join(dir, "config.json");
+    if (!file) return err_set(KVF_ERR_NOMEM, "out of memory");
+    cJSON *root = NULL;
+    enum kvf_status st = json_load_object(file, &root);
+    if (st) goto done;
+    const cJSON *vc = cJSON_GetObjectItemCaseSensitive(root, "vision_config");
+    if (vc && !cJSON_IsObject(vc)) {
+        st = err_set(KVF_ERR_FORMAT, "%s: \"vision_config\" is not an object", file);
+        goto done;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava"));
+    if (!cfg->present) goto done;
+    /* LlavaConfig builds CLIP ViT-L/14-336 when vision_config is absent; a
+     * given dict is completed with CLIPVisionConfig's defaults. */
+    const bool vit_l = vc == NULL;
+    struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
+    const cJSON *fl = hf_get(&top, "vision_feature_layer", false);
+    if (fl && !cJSON_IsNumber(fl)) {
+        st = err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_layer must be one integer (several layers are not supported)",
+                     file);
+        goto done;
+    }
+    if ((st = hf_int(&v, "hidden_size", false, false, vit_l ? 1024 : 768, &cfg->hidden_size)) ||
+        (st = hf_int(&v, "intermediate_size", false, false, vit_l ? 4096 : 3072, &cfg->intermediate_size)) ||
+        (st = hf_int(&v, "num_hidden_layers", false, false, vit_l ? 24 : 12, &cfg->num_hidden_layers)) ||
+        (st = hf_int(&v, "num_attention_heads", false, false, vit_l ? 16 : 12, &cfg->num_attention_heads)) ||
+        (st = hf_int(&v, "image_size", false, false, vit_l ? 336 : 224, &cfg->image_size)) ||
+        (st = hf_int(&v, "patch_size", false, false, vit_l ? 14 : 32, &cfg->patch_size)) ||
+        (st = hf_float(&v, "layer_norm_eps", 1e-5f, &cfg->layer_norm_eps)) ||
+        (st = hf_str(&v, "hidden_act", "quick_gelu", cfg->hidden_act, sizeof cfg->hidden_act)) ||
+        (st = hf_int(&top, "vision_feature_layer", false, false, -2, &cfg->feature_layer)) ||
+        (st = hf_str(&top, "vision_feature_select_strategy", "default", cfg->select_strategy,
+                     sizeof cfg->select_strategy)) ||
+        (st = hf_str(&top, "projector_hidden_act", "gelu", cfg->projector_act, sizeof cfg->projector_act)))
+        goto done;
+    const cJSON *pb = hf_get(&top, "multimodal_projector_bias", false);
+    cfg->projector_bias = !pb || cJSON_IsTrue(pb);
+    memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
+    memcpy(cfg->image_std, clip_std, sizeof clip_std);
+    /* The image processor's normalisation lives in preprocessor_config.json. */
+    char *pre = path_join(dir, "preprocessor_config.json");
+    if (!pre) {
+        st = err_set(KVF_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (access(pre, F_OK) == 0) {
+        cJSON *proot = NULL;
+        st = json_load_object(pre, &proot);
+        if (!st) {
+            struct hf_src p = {pre, proot, NULL, true};
+            if (!(st = hf_float3(&p, "image_mean", clip_mean, cfg->image_mean)))
+                st = hf_float3(&p, "image_std", clip_std, cfg->image_std);
+        }
+        cJSON_Delete(proot);
+    }
+    free(pre);
 done:
     cJSON_Delete(root);
     free(file);

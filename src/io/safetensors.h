@@ -29,7 +29,9 @@ int st_count(const struct st_set *s);
 const struct st_tensor *st_at(const struct st_set *s, int i);
 const struct st_tensor *st_find(const struct st_set *s, const char *name);
 
-/* Writes one file; tensor data pointers are read, names must be unique. */
+/* Writes one file; tensor data pointers are read, names must be unique. A
+ * NULL data pointer leaves a hole (zeros, no disk space): shape tests of
+ * files the size of real models. */
 enum kvf_status st_write(const char *path, const struct st_tensor *tensors, int n);
 
 /* The fields of config.json that kvfold uses (text decoder part; for
@@ -45,5 +47,22 @@ struct hf_config {
     int bos_token_id, eos_token_id; /* -1 when absent */
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
+
+/* The vision part of a LLaVA config.json (vision_config and the top-level
+ * vision_feature_* / projector keys, with transformers' defaults) and the
+ * normalisation of preprocessor_config.json (CLIP's when absent). */
+struct hf_vision_config {
+    bool present;              /* the config describes a vision tower */
+    int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
+    int image_size, patch_size;
+    float layer_norm_eps;
+    char hidden_act[32];       /* "quick_gelu", "gelu", ...            */
+    int feature_layer;         /* vision_feature_layer (index into hidden_states) */
+    char select_strategy[32];  /* "default" (drop CLS) or "full"       */
+    char projector_act[32];
+    bool projector_bias;
+    float image_mean[3], image_std[3];
+};
+enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg);
 
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 static size_t head_bytes(const struct kv_cache *c, int cap) {
-    return (size_t)cap * (2 * (size_t)c->head_dim * sizeof(float) + sizeof(int32_t));
+    return (size_t)cap * (2 * (size_t)c->head_dim * sizeof(float) + sizeof(struct kvf_tag));
 }
 
 enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim) {
@@ -22,7 +22,7 @@ void kv_cache_clear(struct kv_cache *c) {
         struct kv_head *h = &c->heads[i];
         free(h->k);
         free(h->v);
-        free(h->pos);
+        free(h->tag);
         memset(h, 0, sizeof *h);
     }
     c->bytes = 0;
@@ -41,9 +41,9 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
     if (k) h->k = k;
     float *v = k ? realloc(h->v, (size_t)cap * row) : NULL;
     if (v) h->v = v;
-    int32_t *p = v ? realloc(h->pos, (size_t)cap * sizeof(int32_t)) : NULL;
-    if (!p) return err_set(KVF_ERR_NOMEM, "kv cache: cannot grow to %d entries", cap);
-    h->pos = p;
+    struct kvf_tag *t = v ? realloc(h->tag, (size_t)cap * sizeof *t) : NULL;
+    if (!t) return err_set(KVF_ERR_NOMEM, "kv cache: cannot grow to %d entries", cap);
+    h->tag = t;
     c->bytes += head_bytes(c, cap) - head_bytes(c, h->cap);
     h->cap = cap;
     return KVF_OK;
@@ -63,15 +63,15 @@ enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {
 }
 
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
-                     const int32_t *pos, int n) {
+                     const struct kvf_tag *tags, int n) {
     const int d = c->head_dim, stride = c->n_head_kv * d;
     for (int g = 0; g < c->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(c, layer, g);
         for (int t = 0; t < n; t++) {
             memcpy(h->k + (size_t)(h->n + t) * d, k + (size_t)t * stride + g * d, d * sizeof(float));
             memcpy(h->v + (size_t)(h->n + t) * d, v + (size_t)t * stride + g * d, d * sizeof(float));
-            h->pos[h->n + t] = pos[t];
         }
+        memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
         h->n += n;
     }
 }

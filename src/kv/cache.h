@@ -1,6 +1,8 @@
 /* The KV cache: one growable store per (layer, kv head), each with its own
  * length, so later work can keep different numbers of entries per layer and
- * head. Keys are stored after RoPE, next to the true position of each entry.
+ * head. Keys are stored after RoPE, next to the tag of each entry (true
+ * position, modality, image / frame index, grid cell): compression methods
+ * read the tags, and they travel with the entries through eviction.
  * Invariant: within a head, entries are in increasing position order. The
  * bytes reported are the bytes allocated. */
 #ifndef KVF_KV_CACHE_H
@@ -11,14 +13,14 @@
 struct kv_head {
     float *k;        /* [cap][head_dim] */
     float *v;        /* [cap][head_dim] */
-    int32_t *pos;    /* [cap] true sequence position of each entry */
+    struct kvf_tag *tag; /* [cap] tag (true position first) of each entry */
     int n, cap;
 };
 
 struct kv_cache {
     int n_layer, n_head_kv, head_dim;
     struct kv_head *heads; /* [n_layer][n_head_kv] */
-    size_t bytes;          /* allocated bytes of k, v and pos over all heads */
+    size_t bytes;          /* allocated bytes of k, v and tags over all heads */
 };
 
 enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim);
@@ -30,8 +32,8 @@ static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int h
 /* Makes room for `extra` more entries in every head of a layer. */
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
- * (the layout of the projection output); pos: [n]. Space must be reserved. */
+ * (the layout of the projection output); tags: [n]. Space must be reserved. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
-                     const int32_t *pos, int n);
+                     const struct kvf_tag *tags, int n);
 
 #endif

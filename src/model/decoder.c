@@ -12,17 +12,6 @@ static void norm_rows(float *out, const float *x, const struct weight *w, int n,
     for (int t = 0; t < n; t++) ops_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, eps);
 }
 
-static void add_bias(float *y, const struct weight *b, int n, int dim) {
-    if (!b->data) return;
-    const float *bv = b->data;
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < dim; i++) y[(size_t)t * dim + i] += bv[i];
-}
-
-static void add_rows(float *x, const float *y, size_t count) {
-    for (size_t i = 0; i < count; i++) x[i] += y[i];
-}
-
 /* Self-attention of layer l for n tokens: reads s->xn, leaves the projected
  * output in s->xn. */
 static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
@@ -35,9 +24,9 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
     ops_matmul(&L->wq, s->xn, n, s->q, s->mm_scratch, nt);
     ops_matmul(&L->wk, s->xn, n, s->k, s->mm_scratch, nt);
     ops_matmul(&L->wv, s->xn, n, s->v, s->mm_scratch, nt);
-    add_bias(s->q, &L->bq, n, QD);
-    add_bias(s->k, &L->bk, n, KD);
-    add_bias(s->v, &L->bv, n, KD);
+    ops_add_bias(s->q, &L->bq, n, QD);
+    ops_add_bias(s->k, &L->bk, n, KD);
+    ops_add_bias(s->v, &L->bv, n, KD);
     if (L->q_norm.data) { /* Gemma: RMSNorm per head before RoPE */
         norm_rows(s->q, s->q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
         norm_rows(s->k, s->k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
@@ -50,7 +39,7 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
 
     enum kvf_status st = kv_cache_reserve(&s->kv, l, n);
     if (st != KVF_OK) return st;
-    kv_cache_append(&s->kv, l, s->k, s->v, s->pos, n);
+    kv_cache_append(&s->kv, l, s->k, s->v, s->btag, n);
 
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
@@ -78,16 +67,26 @@ static void layer_ffn(struct kvf_session *s, int l, int n) {
     if (L->post_ffn_norm.data) norm_rows(s->xn, s->xn, &L->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
 }
 
-enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits) {
+enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, const float *embd,
+                                const struct kvf_tag *tags, int n, float *all_logits) {
     const struct kvf_model *m = s->model;
     const struct hparams *hp = &m->hp;
     const int E = hp->n_embd;
+    if (embd) {
+        /* Media embeddings are already in the embedding layer's output space. */
+        memcpy(s->x, embd, sizeof(float) * (size_t)n * E);
+    } else {
+        for (int t = 0; t < n; t++) {
+            float *x = s->x + (size_t)t * E;
+            ops_get_row(&m->tok_embd, tokens[t], x);
+            if (hp->embd_scale != 1.0f)
+                for (int i = 0; i < E; i++) x[i] *= hp->embd_scale;
+        }
+    }
     for (int t = 0; t < n; t++) {
-        float *x = s->x + (size_t)t * E;
-        ops_get_row(&m->tok_embd, tokens[t], x);
-        if (hp->embd_scale != 1.0f)
-            for (int i = 0; i < E; i++) x[i] *= hp->embd_scale;
         s->pos[t] = s->n_past + t;
+        s->btag[t] = tags ? tags[t] : (struct kvf_tag){.modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
+        s->btag[t].pos = s->pos[t];
     }
 
     for (int l = 0; l < hp->n_layer; l++) {
@@ -95,10 +94,10 @@ enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, in
         norm_rows(s->xn, s->x, &L->attn_norm, n, E, hp->norm_eps);
         enum kvf_status st = layer_attention(s, l, n);
         if (st != KVF_OK) return st;
-        add_rows(s->x, s->xn, (size_t)n * E);
+        ops_add(s->x, s->xn, (size_t)n * E);
         norm_rows(s->xn, s->x, &L->ffn_norm, n, E, hp->norm_eps);
         layer_ffn(s, l, n);
-        add_rows(s->x, s->xn, (size_t)n * E);
+        ops_add(s->x, s->xn, (size_t)n * E);
     }
     s->n_past += n;
 

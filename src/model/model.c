@@ -2,6 +2,7 @@
  * Face safetensors directory, every tensor checked against the shape the
  * architecture requires before use. */
 #include "model/model.h"
+#include "model/vit.h"
 
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -20,7 +21,7 @@
 #define MAX_HEAD_DIM 1024
 
 struct kvf_model_params kvf_model_default_params(void) {
-    struct kvf_model_params p = {.n_threads = 0};
+    struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL};
     return p;
 }
 
@@ -78,14 +79,14 @@ struct tensor_ref {
     size_t nbytes;
 };
 
-static struct tensor_ref tensor_lookup(const struct kvf_model *m, const char *name) {
+static struct tensor_ref tensor_lookup(const struct tensor_src *src, const char *name) {
     struct tensor_ref r = {0};
-    if (m->gguf) {
-        const struct gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (src->gguf) {
+        const struct gguf_tensor *t = gguf_find_tensor(src->gguf, name);
         if (!t) return r;
         r = (struct tensor_ref){true, t->type, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, t->data, t->nbytes};
     } else {
-        const struct st_tensor *t = st_find(m->st, name);
+        const struct st_tensor *t = st_find(src->st, name);
         if (!t) return r;
         if (t->n_dims > 4) return (struct tensor_ref){.found = true, .n_dims = t->n_dims};
         r.found = true;
@@ -98,11 +99,18 @@ static struct tensor_ref tensor_lookup(const struct kvf_model *m, const char *na
     return r;
 }
 
-/* Binds a 2-D weight [rows][cols] (rows == 1: a vector). Missing optional
- * tensors leave w->data NULL. */
-static enum kvf_status bind(struct kvf_model *m, struct weight *w, const char *name, int64_t rows,
-                            int64_t cols, bool required) {
-    const struct tensor_ref r = tensor_lookup(m, name);
+bool tensor_exists(const struct tensor_src *src, const char *name) { return tensor_lookup(src, name).found; }
+
+bool tensor_shape(const struct tensor_src *src, const char *name, int64_t ne[4], int *n_dims) {
+    const struct tensor_ref r = tensor_lookup(src, name);
+    memcpy(ne, r.ne, sizeof r.ne);
+    *n_dims = r.n_dims;
+    return r.found;
+}
+
+enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                               int64_t rows, int64_t cols, int n_dims, bool required) {
+    const struct tensor_ref r = tensor_lookup(src, name);
     memset(w, 0, sizeof *w);
     if (!r.found) {
         if (required) return err_set(KVF_ERR_FORMAT, "missing tensor '%s'", name);
@@ -110,10 +118,14 @@ static enum kvf_status bind(struct kvf_model *m, struct weight *w, const char *n
     }
     const struct dtype_traits *tr = dtype_get(r.type);
     if (!tr) return err_set(KVF_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %u", name, r.type);
-    const int want_dims = rows == 1 ? 1 : 2;
-    if (r.n_dims != want_dims || r.ne[0] != cols || (want_dims == 2 && r.ne[1] != rows))
-        return err_set(KVF_ERR_SHAPE, "tensor '%s' has shape [%lld, %lld] (%d dims), expected [%lld, %lld]", name,
-                       (long long)r.ne[0], (long long)r.ne[1], r.n_dims, (long long)cols, (long long)rows);
+    /* n_dims > 2 (a convolution kernel): every dimension but the last forms a row. */
+    int64_t row_len = 1;
+    for (int i = 0; i < n_dims - 1 && i < 4; i++) row_len *= r.ne[i];
+    if (n_dims == 1) row_len = r.ne[0];
+    if (r.n_dims != n_dims || row_len != cols || (n_dims > 1 && r.ne[n_dims - 1] != rows))
+        return err_set(KVF_ERR_SHAPE, "tensor '%s' has shape [%lld, %lld, %lld, %lld] (%d dims), expected %d dims "
+                       "holding %lld rows of %lld", name, (long long)r.ne[0], (long long)r.ne[1], (long long)r.ne[2],
+                       (long long)r.ne[3], r.n_dims, n_dims, (long long)rows, (long long)cols);
     const size_t rb = dtype_row_bytes(r.type, cols);
     size_t total;
     if (rb == 0 || !size_mul(rb, (size_t)rows, &total) || total != r.nbytes)
@@ -125,10 +137,14 @@ static enum kvf_status bind(struct kvf_model *m, struct weight *w, const char *n
     return KVF_OK;
 }
 
-/* Vectors (norms, biases) are used as floats: convert them once at load. */
-static enum kvf_status bind_vec(struct kvf_model *m, struct weight *w, const char *name, int64_t n,
-                                bool required, float add) {
-    enum kvf_status st = bind(m, w, name, 1, n, required);
+enum kvf_status weight_bind(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                            int64_t rows, int64_t cols, bool required) {
+    return weight_bind_nd(m, src, w, name, rows, cols, rows == 1 ? 1 : 2, required);
+}
+
+enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                                int64_t n, bool required, float add) {
+    enum kvf_status st = weight_bind(m, src, w, name, 1, n, required);
     if (st != KVF_OK || !w->data) return st;
     float *f = malloc((size_t)n * sizeof(float));
     if (!f) return err_set(KVF_ERR_NOMEM, "out of memory converting '%s'", name);
@@ -148,41 +164,49 @@ static enum kvf_status bind_vec(struct kvf_model *m, struct weight *w, const cha
     return KVF_OK;
 }
 
-struct names { /* tensor names of one container convention */
-    const char *embd, *out_norm, *output;
-    const char *fmt[17]; /* per-layer names, %d = layer */
+/* Tensor names of one container convention. Layer names are formats taking
+ * the prefix (HF LLaVA nests the decoder under language_model) and the layer. */
+struct names {
+    const char *embd, *out_norm; /* formats taking the prefix */
+    const char *fmt[17];
 };
 enum { N_ATTN_NORM, N_Q, N_K, N_V, N_O, N_BQ, N_BK, N_BV, N_QN, N_KN, N_POST_ATTN, N_FFN_NORM, N_POST_FFN,
        N_GATE, N_UP, N_DOWN, N_GEMMA_FFN_NORM };
 
 static const struct names names_gguf = {
-    "token_embd.weight", "output_norm.weight", "output.weight",
-    {"blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight", "blk.%d.attn_v.weight",
-     "blk.%d.attn_output.weight", "blk.%d.attn_q.bias", "blk.%d.attn_k.bias", "blk.%d.attn_v.bias",
-     "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.post_attention_norm.weight",
-     "blk.%d.ffn_norm.weight", "blk.%d.post_ffw_norm.weight", "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
-     "blk.%d.ffn_down.weight", "blk.%d.ffn_norm.weight"}};
+    "%stoken_embd.weight", "%soutput_norm.weight",
+    {"%sblk.%d.attn_norm.weight", "%sblk.%d.attn_q.weight", "%sblk.%d.attn_k.weight", "%sblk.%d.attn_v.weight",
+     "%sblk.%d.attn_output.weight", "%sblk.%d.attn_q.bias", "%sblk.%d.attn_k.bias", "%sblk.%d.attn_v.bias",
+     "%sblk.%d.attn_q_norm.weight", "%sblk.%d.attn_k_norm.weight", "%sblk.%d.post_attention_norm.weight",
+     "%sblk.%d.ffn_norm.weight", "%sblk.%d.post_ffw_norm.weight", "%sblk.%d.ffn_gate.weight", "%sblk.%d.ffn_up.weight",
+     "%sblk.%d.ffn_down.weight", "%sblk.%d.ffn_norm.weight"}};
 
 /* HF names; Gemma 3 calls the pre-FFN norm pre_feedforward_layernorm and uses
  * post_attention_layernorm after attention (Llama uses it before the FFN). */
 static const struct names names_hf = {
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-    {"model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
-     "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
-     "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.self_attn.q_proj.bias",
-     "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.v_proj.bias",
-     "model.layers.%d.self_attn.q_norm.weight", "model.layers.%d.self_attn.k_norm.weight",
-     "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.post_attention_layernorm.weight",
-     "model.layers.%d.post_feedforward_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
-     "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
-     "model.layers.%d.pre_feedforward_layernorm.weight"}};
+    "%sembed_tokens.weight", "%snorm.weight",
+    {"%slayers.%d.input_layernorm.weight", "%slayers.%d.self_attn.q_proj.weight",
+     "%slayers.%d.self_attn.k_proj.weight", "%slayers.%d.self_attn.v_proj.weight",
+     "%slayers.%d.self_attn.o_proj.weight", "%slayers.%d.self_attn.q_proj.bias",
+     "%slayers.%d.self_attn.k_proj.bias", "%slayers.%d.self_attn.v_proj.bias",
+     "%slayers.%d.self_attn.q_norm.weight", "%slayers.%d.self_attn.k_norm.weight",
+     "%slayers.%d.post_attention_layernorm.weight", "%slayers.%d.post_attention_layernorm.weight",
+     "%slayers.%d.post_feedforward_layernorm.weight", "%slayers.%d.mlp.gate_proj.weight",
+     "%slayers.%d.mlp.up_proj.weight", "%slayers.%d.mlp.down_proj.weight",
+     "%slayers.%d.pre_feedforward_layernorm.weight"}};
 
-static const char *lname(char *buf, size_t n, const struct names *nm, int which, int layer) {
-    snprintf(buf, n, nm->fmt[which], layer);
+struct layout {
+    const struct names *nm;
+    const char *prefix;  /* in front of every decoder name */
+    const char *output;  /* the output head's full name */
+};
+
+static const char *lname(char *buf, size_t n, const struct layout *lo, int which, int layer) {
+    snprintf(buf, n, lo->nm->fmt[which], lo->prefix, layer);
     return buf;
 }
 
-static enum kvf_status bind_all(struct kvf_model *m, const struct names *nm, bool hf) {
+static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *src, const struct layout *lo, bool hf) {
     const struct hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -190,40 +214,42 @@ static enum kvf_status bind_all(struct kvf_model *m, const struct names *nm, boo
     /* HF Gemma norms scale by (1 + w); llama.cpp's converter stored w + 1. */
     const float nadd = gemma && hf ? 1.0f : 0.0f;
     enum kvf_status st;
-    if ((st = bind(m, &m->tok_embd, nm->embd, V, E, true)) ||
-        (st = bind_vec(m, &m->output_norm, nm->out_norm, E, true, nadd)) ||
-        (st = bind(m, &m->output, nm->output, V, E, false)))
+    char b[192];
+    snprintf(b, sizeof b, lo->nm->embd, lo->prefix);
+    if ((st = weight_bind(m, src, &m->tok_embd, b, V, E, true))) return st;
+    snprintf(b, sizeof b, lo->nm->out_norm, lo->prefix);
+    if ((st = weight_bind_vec(m, src, &m->output_norm, b, E, true, nadd)) ||
+        (st = weight_bind(m, src, &m->output, lo->output, V, E, false)))
         return st;
     if (!m->output.data) m->output = m->tok_embd; /* tied embeddings */
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return err_set(KVF_ERR_NOMEM, "out of memory");
-    char b[160];
     for (int l = 0; l < hp->n_layer; l++) {
         struct layer_weights *L = &m->layers[l];
         const bool bias = hp->arch == ARCH_QWEN2;
-        if ((st = bind_vec(m, &L->attn_norm, lname(b, sizeof b, nm, N_ATTN_NORM, l), E, true, nadd)) ||
-            (st = bind(m, &L->wq, lname(b, sizeof b, nm, N_Q, l), QD, E, true)) ||
-            (st = bind(m, &L->wk, lname(b, sizeof b, nm, N_K, l), KD, E, true)) ||
-            (st = bind(m, &L->wv, lname(b, sizeof b, nm, N_V, l), KD, E, true)) ||
-            (st = bind(m, &L->wo, lname(b, sizeof b, nm, N_O, l), E, QD, true)) ||
-            (st = bind_vec(m, &L->bq, lname(b, sizeof b, nm, N_BQ, l), QD, bias, 0)) ||
-            (st = bind_vec(m, &L->bk, lname(b, sizeof b, nm, N_BK, l), KD, bias, 0)) ||
-            (st = bind_vec(m, &L->bv, lname(b, sizeof b, nm, N_BV, l), KD, bias, 0)) ||
-            (st = bind(m, &L->w_gate, lname(b, sizeof b, nm, N_GATE, l), F, E, true)) ||
-            (st = bind(m, &L->w_up, lname(b, sizeof b, nm, N_UP, l), F, E, true)) ||
-            (st = bind(m, &L->w_down, lname(b, sizeof b, nm, N_DOWN, l), E, F, true)))
+        if ((st = weight_bind_vec(m, src, &L->attn_norm, lname(b, sizeof b, lo, N_ATTN_NORM, l), E, true, nadd)) ||
+            (st = weight_bind(m, src, &L->wq, lname(b, sizeof b, lo, N_Q, l), QD, E, true)) ||
+            (st = weight_bind(m, src, &L->wk, lname(b, sizeof b, lo, N_K, l), KD, E, true)) ||
+            (st = weight_bind(m, src, &L->wv, lname(b, sizeof b, lo, N_V, l), KD, E, true)) ||
+            (st = weight_bind(m, src, &L->wo, lname(b, sizeof b, lo, N_O, l), E, QD, true)) ||
+            (st = weight_bind_vec(m, src, &L->bq, lname(b, sizeof b, lo, N_BQ, l), QD, bias, 0)) ||
+            (st = weight_bind_vec(m, src, &L->bk, lname(b, sizeof b, lo, N_BK, l), KD, bias, 0)) ||
+            (st = weight_bind_vec(m, src, &L->bv, lname(b, sizeof b, lo, N_BV, l), KD, bias, 0)) ||
+            (st = weight_bind(m, src, &L->w_gate, lname(b, sizeof b, lo, N_GATE, l), F, E, true)) ||
+            (st = weight_bind(m, src, &L->w_up, lname(b, sizeof b, lo, N_UP, l), F, E, true)) ||
+            (st = weight_bind(m, src, &L->w_down, lname(b, sizeof b, lo, N_DOWN, l), E, F, true)))
             return st;
         if (gemma) {
-            if ((st = bind_vec(m, &L->q_norm, lname(b, sizeof b, nm, N_QN, l), hp->head_dim, true, nadd)) ||
-                (st = bind_vec(m, &L->k_norm, lname(b, sizeof b, nm, N_KN, l), hp->head_dim, true, nadd)) ||
-                (st = bind_vec(m, &L->post_attn_norm, lname(b, sizeof b, nm, N_POST_ATTN, l), E, true, nadd)) ||
-                (st = bind_vec(m, &L->ffn_norm, lname(b, sizeof b, nm, N_GEMMA_FFN_NORM, l), E, true, nadd)) ||
-                (st = bind_vec(m, &L->post_ffn_norm, lname(b, sizeof b, nm, N_POST_FFN, l), E, true, nadd)))
+            if ((st = weight_bind_vec(m, src, &L->q_norm, lname(b, sizeof b, lo, N_QN, l), hp->head_dim, true, nadd)) ||
+                (st = weight_bind_vec(m, src, &L->k_norm, lname(b, sizeof b, lo, N_KN, l), hp->head_dim, true, nadd)) ||
+                (st = weight_bind_vec(m, src, &L->post_attn_norm, lname(b, sizeof b, lo, N_POST_ATTN, l), E, true, nadd)) ||
+                (st = weight_bind_vec(m, src, &L->ffn_norm, lname(b, sizeof b, lo, N_GEMMA_FFN_NORM, l), E, true, nadd)) ||
+                (st = weight_bind_vec(m, src, &L->post_ffn_norm, lname(b, sizeof b, lo, N_POST_FFN, l), E, true, nadd)))
                 return st;
             /* Five sliding-window layers, then one global (llama.cpp's swa pattern 6). */
             L->is_local = hp->sliding_window > 0 && (l + 1) % hp->swa_pattern != 0;
-        } else if ((st = bind_vec(m, &L->ffn_norm, lname(b, sizeof b, nm, N_FFN_NORM, l), E, true, 0))) {
+        } else if ((st = weight_bind_vec(m, src, &L->ffn_norm, lname(b, sizeof b, lo, N_FFN_NORM, l), E, true, 0))) {
             return st;
         }
     }
@@ -292,7 +318,9 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     const char *name = gguf_get_str(f, "general.name");
     snprintf(m->name, sizeof m->name, "%s", name ? name : path);
     snprintf(m->source, sizeof m->source, "gguf");
-    return bind_all(m, &names_gguf, false);
+    const struct tensor_src src = {.gguf = f};
+    const struct layout lo = {&names_gguf, "", "output.weight"};
+    return bind_all(m, &src, &lo, false);
 }
 
 static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
@@ -322,7 +350,22 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     const char *base = strrchr(dir, '/');
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
     snprintf(m->source, sizeof m->source, "safetensors");
-    return bind_all(m, &names_hf, true);
+    /* LLaVA directories nest the decoder: language_model.model.* (transformers
+     * < 4.52) or model.language_model.* (later). */
+    const struct tensor_src src = {.st = m->st};
+    static const struct layout layouts[] = {
+        {&names_hf, "model.", "lm_head.weight"},
+        {&names_hf, "language_model.model.", "language_model.lm_head.weight"},
+        {&names_hf, "model.language_model.", "lm_head.weight"},
+    };
+    const struct layout *lo = &layouts[0];
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {
+        char b[96];
+        snprintf(b, sizeof b, names_hf.embd, layouts[i].prefix);
+        if (tensor_exists(&src, b)) lo = &layouts[i];
+    }
+    if ((st = bind_all(m, &src, lo, true))) return st;
+    return vision_load_hf(m, dir, &src);
 }
 
 /* "q4_1:30 f32:61": how many tensors of each stored type. */
@@ -353,6 +396,12 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     struct kvf_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(KVF_ERR_NOMEM, "out of memory");
     enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
+    if (st == KVF_OK && p.mmproj) {
+        if (m->vision)
+            st = err_set(KVF_ERR_INVALID_ARG, "'%s' carries its own vision tower; no mmproj file is needed", path);
+        else
+            st = vision_load_mmproj(m, p.mmproj);
+    }
     if (st != KVF_OK) {
         kvf_model_free(m);
         return st;
@@ -370,7 +419,9 @@ void kvf_model_free(struct kvf_model *m) {
     free(m->owned);
     free(m->layers);
     tok_free(m->tok);
+    vision_free(m->vision);
     if (m->gguf) gguf_close(m->gguf);
+    if (m->mmproj) gguf_close(m->mmproj);
     if (m->st) st_close(m->st);
     free(m);
 }
@@ -387,6 +438,7 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
         .weight_bytes = m->weight_bytes, .weight_types = m->weight_types, .tokenizer = tok_kind(m->tok),
         .chat_template_name = chat ? chat : "none", .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
     };
+    if (m->vision) vision_fill_info(m->vision, info);
 }
 
 int32_t kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,

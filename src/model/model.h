@@ -40,6 +40,8 @@ struct hparams {
     float embd_scale;          /* gemma: sqrt(n_embd); else 1 */
 };
 
+struct vision_model; /* model/vit.h */
+
 struct kvf_model {
     struct hparams hp;
     struct weight tok_embd;    /* [n_vocab, n_embd] */
@@ -47,15 +49,44 @@ struct kvf_model {
     struct weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
     struct layer_weights *layers;
     struct tokenizer *tok;
+    struct vision_model *vision; /* NULL for a text-only model */
     int n_threads;
     /* Owned storage: the mapped files and names for kvf_model_info. */
-    struct gguf_file *gguf;
+    struct gguf_file *gguf, *mmproj;
     struct st_set *st;
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
     int64_t n_params, weight_bytes;
     float **owned;             /* float copies of vectors (norms, biases) */
     int n_owned, cap_owned;
 };
+
+/* Where weights are looked up: a GGUF file or a safetensors set. */
+struct tensor_src {
+    const struct gguf_file *gguf;
+    const struct st_set *st;
+};
+bool tensor_exists(const struct tensor_src *src, const char *name);
+/* ne[0] = row length (GGUF order); false when absent. */
+bool tensor_shape(const struct tensor_src *src, const char *name, int64_t ne[4], int *n_dims);
+/* Binds weight `name` as `rows` rows of `cols` values, stored with n_dims
+ * dimensions (n_dims > 2: every dimension but the outermost forms a row, as
+ * for a convolution kernel [out][in][kh][kw]). The shape and byte count are
+ * checked; a missing optional tensor leaves w->data NULL. Counts towards the
+ * model's parameter and byte totals. */
+enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                               int64_t rows, int64_t cols, int n_dims, bool required);
+/* weight_bind_nd with 1 dimension when rows == 1, else 2. */
+enum kvf_status weight_bind(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                            int64_t rows, int64_t cols, bool required);
+/* A vector (norm, bias) converted once to F32 (plus `add`), owned by the model. */
+enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
+                                int64_t n, bool required, float add);
+
+/* Vision towers (model/vit.c): from a llama.cpp mmproj GGUF, or from the
+ * vision_tower of a Hugging Face LLaVA directory (a no-op when it has none). */
+enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path);
+enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src);
+void vision_free(struct vision_model *v);
 
 static inline const struct tokenizer *model_tokenizer(const struct kvf_model *m) { return m->tok; }
 

@@ -19,3 +19,13 @@ foreach(case usage badfiles badfiles_real tokenize info generate generate_json p
             ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case} ${extra})
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
+
+# Multimodal input (tests/cli/mm_test.py): the tiny LLaVA fixture and
+# pseudo-images on the real SmolLM2.
+foreach(case mm_generate mm_video mm_errors pseudo mm_bench)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/mm_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300
+                       FIXTURES_REQUIRED kvf_fixtures)
+endforeach()

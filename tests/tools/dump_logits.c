@@ -8,6 +8,14 @@
  *   --split K       ids prefilled before decoding starts (default 0)
  *   --batch N       session n_batch (default: the library's)
  *   --threads N     threads (default: the library's)
+ *   --prompt TEXT   instead of ids: a multimodal prompt whose <image> markers
+ *                   take the --image files in order (model + --mmproj, or a
+ *                   LLaVA directory); writes a row per position and prints
+ *                   "n_tokens N" and "ids ..." (-1 where an image embedding
+ *                   sits), after checking that every KV entry's tag equals
+ *                   the prompt's tag for its position
+ *   --mmproj FILE   vision projector for a GGUF decoder
+ *   --image FILE    (repeatable) image for the next marker
  * Prints "n_vocab N" on stdout. */
 #include "kvfold.h"
 
@@ -36,20 +44,109 @@ static int fail(const char *what, enum kvf_status st) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: dump_logits [--decode OUT2] [--split K] [--batch N] [--threads N] MODEL OUT ID...\n");
+    fprintf(stderr, "usage: dump_logits [--decode OUT2] [--split K] [--batch N] [--threads N] MODEL OUT ID...\n"
+                    "       dump_logits [--mmproj F] [--image F]... --prompt TEXT MODEL OUT\n");
     return 2;
 }
 
+#define MAX_IMAGES 16
+
+/* Every head of every layer holds one entry per position with its tag. */
+static int check_kv_tags(const struct kvf_session *s, const struct kvf_model_info *info, const struct kvf_prompt *p) {
+    const struct kvf_tag *want = kvf_prompt_tags(p);
+    for (int l = 0; l < info->n_layer; l++)
+        for (int h = 0; h < info->n_head_kv; h++) {
+            int n;
+            const struct kvf_tag *t = kvf_session_kv_tags(s, l, h, &n);
+            if (n != kvf_prompt_n_tokens(p) || memcmp(t, want, (size_t)n * sizeof *t) != 0) {
+                fprintf(stderr, "dump_logits: KV tags of layer %d head %d differ from the prompt's\n", l, h);
+                return 1;
+            }
+        }
+    return memcmp(kvf_session_tags(s), want, (size_t)kvf_prompt_n_tokens(p) * sizeof *want) != 0;
+}
+
+static int run_prompt(struct kvf_model *model, const char *out, const char *text, char **images, int n_images,
+                      int n_batch, int n_threads) {
+    struct kvf_media *media[MAX_IMAGES] = {0};
+    struct kvf_prompt *p = NULL;
+    struct kvf_session *s = NULL;
+    float *rows = NULL;
+    int rc = 1;
+    enum kvf_status st;
+    for (int i = 0; i < n_images; i++) {
+        struct kvf_image *img;
+        if ((st = kvf_image_load(images[i], 0, &img))) {
+            rc = fail(images[i], st);
+            goto done;
+        }
+        st = kvf_media_encode_image(model, img, KVF_MOD_IMAGE, n_threads, &media[i]);
+        kvf_image_free(img);
+        if (st) {
+            rc = fail("encode", st);
+            goto done;
+        }
+    }
+    if ((st = kvf_prompt_init(model, text, (const struct kvf_media *const *)media, n_images, true, false, &p))) {
+        rc = fail("prompt", st);
+        goto done;
+    }
+    struct kvf_model_info info;
+    kvf_model_get_info(model, &info);
+    const int n = kvf_prompt_n_tokens(p);
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n;
+    if (n_batch > 0) sp.n_batch = n_batch;
+    if (n_threads > 0) sp.n_threads = n_threads;
+    if ((st = kvf_session_init(model, &sp, &s))) {
+        rc = fail("session", st);
+        goto done;
+    }
+    const size_t V = (size_t)info.n_vocab;
+    if (!(rows = malloc((size_t)n * V * sizeof *rows))) goto done;
+    if ((st = kvf_session_prefill_prompt(s, p, rows))) {
+        rc = fail("prefill", st);
+        goto done;
+    }
+    if (check_kv_tags(s, &info, p) || write_rows(out, rows, (size_t)n * V)) goto done;
+    printf("n_vocab %d\nn_tokens %d\nids", info.n_vocab, n);
+    for (int i = 0; i < n; i++) printf(" %d", kvf_prompt_token(p, i));
+    printf("\n");
+    rc = 0;
+done:
+    free(rows);
+    kvf_session_free(s);
+    kvf_prompt_free(p);
+    for (int i = 0; i < n_images; i++) kvf_media_free(media[i]);
+    return rc;
+}
+
 int main(int argc, char **argv) {
-    const char *decode_out = NULL;
-    int split = 0, n_batch = 0, n_threads = 0;
+    const char *decode_out = NULL, *mmproj = NULL, *prompt = NULL;
+    char *images[MAX_IMAGES];
+    int split = 0, n_batch = 0, n_threads = 0, n_images = 0;
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
         if (!strcmp(argv[a], "--decode")) decode_out = argv[a + 1];
+        else if (!strcmp(argv[a], "--mmproj")) mmproj = argv[a + 1];
+        else if (!strcmp(argv[a], "--prompt")) prompt = argv[a + 1];
+        else if (!strcmp(argv[a], "--image") && n_images < MAX_IMAGES) images[n_images++] = argv[a + 1];
         else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--threads")) n_threads = atoi(argv[a + 1]);
         else return usage();
+    }
+    if (prompt) {
+        if (argc - a != 2) return usage();
+        struct kvf_model_params mp = kvf_model_default_params();
+        if (n_threads > 0) mp.n_threads = n_threads;
+        mp.mmproj = mmproj;
+        struct kvf_model *model = NULL;
+        enum kvf_status st = kvf_model_load(argv[a], &mp, &model);
+        if (st) return fail(argv[a], st);
+        const int rc = run_prompt(model, argv[a + 1], prompt, images, n_images, n_batch, n_threads);
+        kvf_model_free(model);
+        return rc;
     }
     if (argc - a < 3) return usage();
     const char *model_path = argv[a], *out = argv[a + 1];

@@ -25,7 +25,8 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
             const struct kv_head *g = &kv[h / group];
             double *s = calloc(g->n, sizeof *s), mx = -INFINITY, sum = 0;
             for (int j = 0; j < g->n; j++) {
-                const bool vis = g->pos[j] <= qpos[i] && (p->window == 0 || qpos[i] - g->pos[j] < p->window);
+                const int32_t kp = g->tag[j].pos;
+                const bool vis = p->bidirectional || (kp <= qpos[i] && (p->window == 0 || qpos[i] - kp < p->window));
                 if (!vis) { s[j] = -INFINITY; continue; }
                 double dot = 0;
                 for (int c = 0; c < d; c++) dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * g->k[(size_t)j * d + c];
@@ -42,38 +43,48 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
         }
 }
 
-static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
+                       bool bidirectional) {
     unsigned seed = 1234u + n_head * 7 + n_q;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d), KVF_OK);
     const int KD = n_head_kv * d;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
+    struct kvf_tag *tags = calloc(n_ctx, sizeof *tags);
     for (int i = 0; i < n_ctx * KD; i++) { k[i] = frand(&seed); v[i] = frand(&seed); }
-    for (int i = 0; i < n_ctx; i++) pos[i] = i;
+    for (int i = 0; i < n_ctx; i++) pos[i] = tags[i].pos = i;
     assert_int_equal(kv_cache_reserve(&c, 0, n_ctx), KVF_OK);
-    kv_cache_append(&c, 0, k, v, pos, n_ctx);
+    kv_cache_append(&c, 0, k, v, tags, n_ctx);
+    assert_int_equal(kv_cache_head(&c, 0, n_head_kv - 1)->tag[n_ctx - 1].pos, n_ctx - 1);
 
     const int QD = n_head * d;
     float *q = malloc(sizeof(float) * n_q * QD), *out = malloc(sizeof(float) * n_q * QD);
     double *ref = malloc(sizeof(double) * n_q * QD);
     for (int i = 0; i < n_q * QD; i++) q[i] = 2.0f * frand(&seed);
     const int32_t *qpos = pos + (n_ctx - n_q); /* the last n_q tokens, as in prefill */
-    struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window};
+    struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window, bidirectional};
     float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
     attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads);
     naive(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), ref);
     double maxerr = 0;
     for (int i = 0; i < n_q * QD; i++) maxerr = fmax(maxerr, fabs(out[i] - ref[i]));
     assert_true(maxerr < 1e-5);
-    free(k); free(v); free(pos); free(q); free(out); free(ref); free(scratch);
+    free(k); free(v); free(pos); free(tags); free(q); free(out); free(ref); free(scratch);
     kv_cache_free(&c);
+}
+
+static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+    check_mode(n_head, n_head_kv, d, n_ctx, n_q, window, threads, false);
 }
 
 static void test_mha(void **st) { (void)st; check(4, 4, 16, 70, 70, 0, 1); }
 static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); }
 static void test_decode_row(void **st) { (void)st; check(4, 1, 32, 50, 1, 0, 2); }
 static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); check(2, 1, 16, 40, 1, 5, 1); }
+
+/* Vision encoders: every query sees every key, the first ones included. */
+static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 65, 0, 2, true); check_mode(3, 3, 8, 40, 40, 0, 1, true); }
 
 static void test_cache_bytes(void **st) {
     (void)st;
@@ -82,7 +93,7 @@ static void test_cache_bytes(void **st) {
     assert_int_equal(c.bytes, 0);
     assert_int_equal(kv_cache_reserve(&c, 1, 20), KVF_OK);
     size_t expect = 0;
-    for (int g = 0; g < 3; g++) expect += (size_t)kv_cache_head(&c, 1, g)->cap * (2 * 8 * sizeof(float) + sizeof(int32_t));
+    for (int g = 0; g < 3; g++) expect += (size_t)kv_cache_head(&c, 1, g)->cap * (2 * 8 * sizeof(float) + sizeof(struct kvf_tag));
     assert_int_equal(c.bytes, expect);
     assert_true(kv_cache_head(&c, 1, 0)->cap >= 20);
     kv_cache_clear(&c);
@@ -93,7 +104,7 @@ static void test_cache_bytes(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
-        cmocka_unit_test(test_window), cmocka_unit_test(test_cache_bytes),
+        cmocka_unit_test(test_window), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_cache_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,445 @@
+/* The LLaVA-1.5 vision tower: CLIP ViT and the 2-layer MLP projector.
+ *
+ *   pixels [3][S][S] -> patches [grid^2][3*p*p] -> patch embedding (a
+ *   convolution with stride p is a matrix product) -> [CLS; patches] + learned
+ *   position embeddings -> pre-LN -> n_layer x (x += attn(LN1(x));
+ *   x += fc2(act(fc1(LN2(x))))) -> [post-LN when the file has one] -> drop
+ *   CLS -> linear_1 -> GELU -> linear_2 -> decoder embeddings.
+ *
+ * LLaVA reads the second-to-last layer's output: llama.cpp's converter stores
+ * only the layers up to it (clip.vision.block_count = 23 of 24), while a
+ * Hugging Face directory stores all of them and config.json names the
+ * feature layer. */
+#include "model/vit.h"
+
+#include "attn/attn.h"
+#include "core/ops.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VIT_MAX_DIM (1 << 16)
+#define VIT_MAX_LAYERS 256
+#define VIT_MAX_IMAGE 4096
+
+void vision_free(struct vision_model *v) {
+    if (!v) return;
+    free(v->layers);
+    free(v);
+}
+
+/* Ranges that keep every size computation of the encoder far from overflow. */
+static enum kvf_status vision_check(const struct vision_model *v, const char *what) {
+    if (v->image_size <= 0 || v->image_size > VIT_MAX_IMAGE || v->patch_size <= 0 ||
+        v->image_size % v->patch_size != 0)
+        return err_set(KVF_ERR_FORMAT, "%s: image size %d is not a positive multiple of patch size %d (max %d)", what,
+                       v->image_size, v->patch_size, VIT_MAX_IMAGE);
+    if (v->n_embd <= 0 || v->n_embd > VIT_MAX_DIM || v->n_ff <= 0 || v->n_ff > VIT_MAX_DIM || v->n_head <= 0 ||
+        v->n_embd % v->n_head != 0)
+        return err_set(KVF_ERR_FORMAT, "%s: vision widths out of range (embd %d, ff %d, heads %d)", what, v->n_embd,
+                       v->n_ff, v->n_head);
+    if (v->n_layer <= 0 || v->n_layer > VIT_MAX_LAYERS)
+        return err_set(KVF_ERR_FORMAT, "%s: %d vision layers to run (1..%d)", what, v->n_layer, VIT_MAX_LAYERS);
+    if (!(v->eps > 0.0f && v->eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "%s: layer-norm epsilon %g", what, v->eps);
+    for (int c = 0; c < 3; c++)
+        if (!(v->std[c] > 0.0f) || !isfinite(v->mean[c]))
+            return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
+    return KVF_OK;
+}
+
+static enum kvf_status vision_alloc(const struct vision_model *tmpl, struct vision_model **out) {
+    struct vision_model *v = malloc(sizeof *v);
+    if (!v) return err_set(KVF_ERR_NOMEM, "out of memory");
+    *v = *tmpl;
+    v->grid = v->image_size / v->patch_size;
+    v->n_pos = v->grid * v->grid + 1;
+    v->layers = calloc((size_t)v->n_layer, sizeof *v->layers);
+    if (!v->layers) {
+        free(v);
+        return err_set(KVF_ERR_NOMEM, "out of memory");
+    }
+    *out = v;
+    return KVF_OK;
+}
+
+/* Names of one container convention; %d = layer. */
+struct vit_names {
+    const char *patch, *patch_b, *cls, *pos, *pre_w, *pre_b, *post_w, *post_b;
+    const char *ln1_w, *ln1_b, *ln2_w, *ln2_b, *q, *bq, *k, *bk, *v, *bv, *o, *bo;
+    const char *fc1, *fc1_b, *fc2, *fc2_b;
+    const char *mm0, *mm0_b, *mm2, *mm2_b;
+};
+
+static const struct vit_names names_mmproj = {
+    "v.patch_embd.weight", "v.patch_embd.bias", "v.class_embd", "v.position_embd.weight",
+    "v.pre_ln.weight", "v.pre_ln.bias", "v.post_ln.weight", "v.post_ln.bias",
+    "v.blk.%d.ln1.weight", "v.blk.%d.ln1.bias", "v.blk.%d.ln2.weight", "v.blk.%d.ln2.bias",
+    "v.blk.%d.attn_q.weight", "v.blk.%d.attn_q.bias", "v.blk.%d.attn_k.weight", "v.blk.%d.attn_k.bias",
+    "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
+    /* fc1 / fc2: chosen per file in bind_layers (llama.cpp's legacy quirk) */
+    NULL, NULL, NULL, NULL,
+    "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
+};
+
+/* Hugging Face names below the vision tower / projector prefixes. */
+static const struct vit_names names_hf = {
+    "embeddings.patch_embedding.weight", "embeddings.patch_embedding.bias", "embeddings.class_embedding",
+    "embeddings.position_embedding.weight", "pre_layrnorm.weight", "pre_layrnorm.bias", NULL, NULL,
+    "encoder.layers.%d.layer_norm1.weight", "encoder.layers.%d.layer_norm1.bias",
+    "encoder.layers.%d.layer_norm2.weight", "encoder.layers.%d.layer_norm2.bias",
+    "encoder.layers.%d.self_attn.q_proj.weight", "encoder.layers.%d.self_attn.q_proj.bias",
+    "encoder.layers.%d.self_attn.k_proj.weight", "encoder.layers.%d.self_attn.k_proj.bias",
+    "encoder.layers.%d.self_attn.v_proj.weight", "encoder.layers.%d.self_attn.v_proj.bias",
+    "encoder.layers.%d.self_attn.out_proj.weight", "encoder.layers.%d.self_attn.out_proj.bias",
+    "encoder.layers.%d.mlp.fc1.weight", "encoder.layers.%d.mlp.fc1.bias",
+    "encoder.layers.%d.mlp.fc2.weight", "encoder.layers.%d.mlp.fc2.bias",
+    "linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias",
+};
+
+/* name = prefix + fmt (with the layer number when fmt has %d). */
+static const char *vname(char *buf, size_t n, const char *prefix, const char *fmt, int layer) {
+    const int k = snprintf(buf, n, "%s", prefix);
+    snprintf(buf + k, n - (size_t)k, fmt, layer);
+    return buf;
+}
+
+struct vit_binder {
+    struct kvf_model *m;
+    const struct tensor_src *src;
+    const char *vprefix, *pprefix; /* vision tower, projector */
+    const struct vit_names *nm;
+};
+
+static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_model *v, bool proj_bias) {
+    struct kvf_model *m = b->m;
+    const struct tensor_src *src = b->src;
+    const struct vit_names *nm = b->nm;
+    const int64_t H = v->n_embd, F = v->n_ff;
+    char n[192];
+    enum kvf_status st;
+    if ((st = weight_bind_nd(m, src, &v->patch, vname(n, sizeof n, b->vprefix, nm->patch, 0), H,
+                             3 * (int64_t)v->patch_size * v->patch_size, 4, true)) ||
+        (st = weight_bind_vec(m, src, &v->patch_b, vname(n, sizeof n, b->vprefix, nm->patch_b, 0), H, false, 0)) ||
+        (st = weight_bind_vec(m, src, &v->cls, vname(n, sizeof n, b->vprefix, nm->cls, 0), H, true, 0)) ||
+        (st = weight_bind(m, src, &v->pos, vname(n, sizeof n, b->vprefix, nm->pos, 0), v->n_pos, H, true)) ||
+        (st = weight_bind_vec(m, src, &v->pre_w, vname(n, sizeof n, b->vprefix, nm->pre_w, 0), H, true, 0)) ||
+        (st = weight_bind_vec(m, src, &v->pre_b, vname(n, sizeof n, b->vprefix, nm->pre_b, 0), H, true, 0)))
+        return st;
+    if (nm->post_w && ((st = weight_bind_vec(m, src, &v->post_w, vname(n, sizeof n, b->vprefix, nm->post_w, 0), H,
+                                             false, 0)) ||
+                       (st = weight_bind_vec(m, src, &v->post_b, vname(n, sizeof n, b->vprefix, nm->post_b, 0), H,
+                                             v->post_w.data != NULL, 0))))
+        return st;
+    for (int l = 0; l < v->n_layer; l++) {
+        struct vit_layer *L = &v->layers[l];
+        const char *fc1 = nm->fc1, *fc1_b = nm->fc1_b, *fc2 = nm->fc2, *fc2_b = nm->fc2_b;
+        if (!fc1) {
+            /* llama.cpp's llava converter stored HF's fc1 as ffn_down and fc2
+             * as ffn_up; newer converters name them the other way round. The
+             * shapes tell which: fc1 maps n_embd to n_ff. */
+            int64_t ne[4];
+            int nd;
+            const bool legacy = H == F || !tensor_shape(src, vname(n, sizeof n, "", "v.blk.%d.ffn_up.weight", l), ne, &nd) ||
+                                nd != 2 || ne[0] != H || ne[1] != F;
+            fc1 = legacy ? "v.blk.%d.ffn_down.weight" : "v.blk.%d.ffn_up.weight";
+            fc1_b = legacy ? "v.blk.%d.ffn_down.bias" : "v.blk.%d.ffn_up.bias";
+            fc2 = legacy ? "v.blk.%d.ffn_up.weight" : "v.blk.%d.ffn_down.weight";
+            fc2_b = legacy ? "v.blk.%d.ffn_up.bias" : "v.blk.%d.ffn_down.bias";
+        }
+        const char *p = b->vprefix;
+        if ((st = weight_bind_vec(m, src, &L->ln1_w, vname(n, sizeof n, p, nm->ln1_w, l), H, true, 0)) ||
+            (st = weight_bind_vec(m, src, &L->ln1_b, vname(n, sizeof n, p, nm->ln1_b, l), H, true, 0)) ||
+            (st = weight_bind_vec(m, src, &L->ln2_w, vname(n, sizeof n, p, nm->ln2_w, l), H, true, 0)) ||
+            (st = weight_bind_vec(m, src, &L->ln2_b, vname(n, sizeof n, p, nm->ln2_b, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->wq, vname(n, sizeof n, p, nm->q, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->bq, vname(n, sizeof n, p, nm->bq, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->wk, vname(n, sizeof n, p, nm->k, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->bk, vname(n, sizeof n, p, nm->bk, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->wv, vname(n, sizeof n, p, nm->v, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->bv, vname(n, sizeof n, p, nm->bv, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->wo, vname(n, sizeof n, p, nm->o, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->bo, vname(n, sizeof n, p, nm->bo, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->fc1, vname(n, sizeof n, p, fc1, l), F, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->fc1_b, vname(n, sizeof n, p, fc1_b, l), F, true, 0)) ||
+            (st = weight_bind(m, src, &L->fc2, vname(n, sizeof n, p, fc2, l), H, F, true)) ||
+            (st = weight_bind_vec(m, src, &L->fc2_b, vname(n, sizeof n, p, fc2_b, l), H, true, 0)))
+            return st;
+    }
+    /* The projector must land in the decoder's embedding space. */
+    const int64_t E = m->hp.n_embd;
+    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false))) {
+        if (st == KVF_ERR_SHAPE)
+            return err_set(KVF_ERR_SHAPE, "the projector does not map the vision width %lld to the decoder's "
+                           "embedding width %lld: %s", (long long)H, (long long)E, kvf_last_error());
+        return st;
+    }
+    if (!v->mm0.data) return err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n);
+    if ((st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, proj_bias, 0)) ||
+        (st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)) ||
+        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, proj_bias, 0)))
+        return st;
+    v->n_out = (int)E;
+    return KVF_OK;
+}
+
+static enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required) {
+    uint32_t u;
+    if (!gguf_get_u32(f, key, &u)) {
+        if (required) return err_set(KVF_ERR_FORMAT, "mmproj: missing or ill-typed '%s'", key);
+        return KVF_OK;
+    }
+    if (u > (uint32_t)INT32_MAX) return err_set(KVF_ERR_FORMAT, "mmproj: '%s' = %u out of range", key, u);
+    *out = (int)u;
+    return KVF_OK;
+}
+
+static enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]) {
+    const struct gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return KVF_OK; /* keep CLIP's */
+    const struct gguf_value *a = gguf_get_arr(f, key, GGUF_F32);
+    if (!a || a->arr.n != 3) return err_set(KVF_ERR_FORMAT, "mmproj: '%s' must be 3 f32 values", key);
+    memcpy(out, a->arr.data, 3 * sizeof(float));
+    return KVF_OK;
+}
+
+static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+
+enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
+    enum kvf_status st = gguf_open(path, &m->mmproj);
+    if (st != KVF_OK) return st;
+    const struct gguf_file *f = m->mmproj;
+    const char *arch = gguf_get_str(f, "general.architecture");
+    if (!arch || strcmp(arch, "clip") != 0)
+        return err_set(KVF_ERR_FORMAT, "%s: not a vision projector (general.architecture '%s', expected 'clip')", path,
+                       arch ? arch : "(none)");
+    bool flag;
+    if (gguf_get_bool(f, "clip.has_vision_encoder", &flag) && !flag)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: the file has no vision encoder", path);
+    const char *proj = gguf_get_str(f, "clip.projector_type");
+    if (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag))
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp')", path,
+                       proj ? proj : "(none)");
+    struct vision_model t = {.eps = 1e-5f};
+    memcpy(t.mean, clip_mean, sizeof t.mean);
+    memcpy(t.std, clip_std, sizeof t.std);
+    if ((st = mmproj_u32(f, "clip.vision.image_size", &t.image_size, true)) ||
+        (st = mmproj_u32(f, "clip.vision.patch_size", &t.patch_size, true)) ||
+        (st = mmproj_u32(f, "clip.vision.embedding_length", &t.n_embd, true)) ||
+        (st = mmproj_u32(f, "clip.vision.feed_forward_length", &t.n_ff, true)) ||
+        (st = mmproj_u32(f, "clip.vision.attention.head_count", &t.n_head, true)) ||
+        (st = mmproj_u32(f, "clip.vision.block_count", &t.n_layer, true)) ||
+        (st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
+        (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
+        return st;
+    gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
+    bool gelu = false;
+    gguf_get_bool(f, "clip.use_gelu", &gelu);
+    t.quick_gelu = !gelu;
+    snprintf(t.source, sizeof t.source, "mmproj");
+    if ((st = vision_check(&t, path)) || (st = vision_alloc(&t, &m->vision))) return st;
+    const struct tensor_src src = {.gguf = f};
+    const struct vit_binder b = {m, &src, "", "", &names_mmproj};
+    return bind_layers(&b, m->vision, true);
+}
+
+enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src) {
+    static const char *const vprefixes[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model."};
+    static const char *const pprefixes[] = {"multi_modal_projector.", "model.multi_modal_projector."};
+    int which = -1;
+    char n[192];
+    for (int i = 0; i < 2; i++)
+        if (tensor_exists(src, vname(n, sizeof n, vprefixes[i], names_hf.cls, 0))) which = i;
+    struct hf_vision_config cfg;
+    enum kvf_status st = hf_vision_config_load(dir, &cfg);
+    if (st != KVF_OK) return st;
+    if (which < 0) {
+        if (cfg.present) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a vision tower but no '%s' tensor "
+                                        "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.cls, 0));
+        return KVF_OK;
+    }
+    struct vision_model t = {
+        .image_size = cfg.image_size, .patch_size = cfg.patch_size, .n_embd = cfg.hidden_size,
+        .n_head = cfg.num_attention_heads, .n_ff = cfg.intermediate_size, .eps = cfg.layer_norm_eps,
+    };
+    memcpy(t.mean, cfg.image_mean, sizeof t.mean);
+    memcpy(t.std, cfg.image_std, sizeof t.std);
+    if (!strcmp(cfg.hidden_act, "quick_gelu")) t.quick_gelu = true;
+    else if (strcmp(cfg.hidden_act, "gelu") != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (quick_gelu or gelu)", dir, cfg.hidden_act);
+    if (strcmp(cfg.projector_act, "gelu") != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector_hidden_act '%s' (gelu)", dir, cfg.projector_act);
+    if (!strcmp(cfg.select_strategy, "full")) t.keep_cls = true;
+    else if (strcmp(cfg.select_strategy, "default") != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_select_strategy '%s'", dir, cfg.select_strategy);
+    /* hidden_states holds the embeddings and then each layer's output. */
+    const int L = cfg.num_hidden_layers;
+    t.n_layer = cfg.feature_layer < 0 ? L + 1 + cfg.feature_layer : cfg.feature_layer;
+    if (L <= 0 || t.n_layer <= 0 || t.n_layer > L)
+        return err_set(KVF_ERR_FORMAT, "%s: vision_feature_layer %d outside 1..%d layers", dir, cfg.feature_layer, L);
+    snprintf(t.source, sizeof t.source, "safetensors");
+    if ((st = vision_check(&t, dir)) || (st = vision_alloc(&t, &m->vision))) return st;
+    const struct vit_binder b = {m, src, vprefixes[which], pprefixes[which], &names_hf};
+    return bind_layers(&b, m->vision, cfg.projector_bias);
+}
+
+void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info) {
+    info->has_vision = true;
+    info->vision_source = v->source;
+    info->vision_image_size = v->image_size;
+    info->vision_patch_size = v->patch_size;
+    info->vision_n_layer = v->n_layer;
+    info->vision_n_embd = v->n_embd;
+    info->vision_n_head = v->n_head;
+    info->vision_n_ff = v->n_ff;
+    info->image_tokens = vision_n_tokens(v);
+    info->image_grid = v->grid;
+}
+
+/* ------------------------------------------------------------- forward -- */
+
+/* Scratch of one encoding; n = n_pos rows. */
+struct vit_buf {
+    float *pix;        /* [3][S][S] pixels, then [grid^2][3*p*p] patch rows */
+    float *x, *xn;     /* [n][n_embd] residual stream, normed / projected copy */
+    float *q, *k, *v, *att; /* [n][n_embd] */
+    float *ff;         /* [n][max(n_ff, n_out)] */
+    float *kh, *vh;    /* [n_head][n][head_dim]: keys and values head by head */
+    struct kv_head *heads; /* [n_head] views of kh / vh for the attention kernel */
+    float *attn_scratch;
+    void *mm;
+};
+
+static void vit_buf_free(struct vit_buf *b) {
+    free(b->pix); free(b->x); free(b->xn); free(b->q); free(b->k); free(b->v); free(b->att);
+    free(b->ff); free(b->kh); free(b->vh); free(b->heads); free(b->attn_scratch); free(b->mm);
+}
+
+static enum kvf_status vit_buf_init(struct vit_buf *b, const struct vision_model *v, int nt) {
+    const size_t n = (size_t)v->n_pos, H = (size_t)v->n_embd, S = (size_t)v->image_size;
+    const size_t patch = 3 * (size_t)v->patch_size * v->patch_size;
+    const size_t widest = KVF_MAX(KVF_MAX(H, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out));
+    memset(b, 0, sizeof *b);
+    b->pix = malloc(sizeof(float) * (3 * S * S + (n - 1) * patch));
+    b->x = malloc(sizeof(float) * n * H);
+    b->xn = malloc(sizeof(float) * n * H);
+    b->q = malloc(sizeof(float) * n * H);
+    b->k = malloc(sizeof(float) * n * H);
+    b->v = malloc(sizeof(float) * n * H);
+    b->att = malloc(sizeof(float) * n * H);
+    b->ff = malloc(sizeof(float) * n * KVF_MAX((size_t)v->n_ff, (size_t)v->n_out));
+    b->kh = malloc(sizeof(float) * n * H);
+    b->vh = malloc(sizeof(float) * n * H);
+    b->heads = malloc(sizeof(struct kv_head) * (size_t)v->n_head);
+    b->attn_scratch = malloc(attn_scratch_bytes(v->n_pos, nt));
+    b->mm = malloc(ops_matmul_scratch_bytes((int64_t)widest, v->n_pos, nt));
+    if (!b->pix || !b->x || !b->xn || !b->q || !b->k || !b->v || !b->att || !b->ff || !b->kh || !b->vh ||
+        !b->heads || !b->attn_scratch || !b->mm) {
+        vit_buf_free(b);
+        return err_set(KVF_ERR_NOMEM, "out of memory for the vision encoder");
+    }
+    return KVF_OK;
+}
+
+static void layernorm_rows(float *out, const float *x, const struct weight *w, const struct weight *bias, int n,
+                           int dim, float eps) {
+    for (int t = 0; t < n; t++)
+        ops_layernorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, bias->data, dim, eps);
+}
+
+/* x += attention(LN1(x)): every patch attends to every patch. */
+static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
+    const int n = v->n_pos, H = v->n_embd, nh = v->n_head, hd = H / nh;
+    layernorm_rows(b->xn, b->x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
+    ops_matmul(&L->wq, b->xn, n, b->q, b->mm, nt);
+    ops_matmul(&L->wk, b->xn, n, b->k, b->mm, nt);
+    ops_matmul(&L->wv, b->xn, n, b->v, b->mm, nt);
+    ops_add_bias(b->q, &L->bq, n, H);
+    ops_add_bias(b->k, &L->bk, n, H);
+    ops_add_bias(b->v, &L->bv, n, H);
+    /* The attention kernel reads keys and values head by head. */
+    for (int h = 0; h < nh; h++) {
+        float *kh = b->kh + (size_t)h * n * hd, *vh = b->vh + (size_t)h * n * hd;
+        for (int t = 0; t < n; t++) {
+            memcpy(kh + (size_t)t * hd, b->k + (size_t)t * H + (size_t)h * hd, sizeof(float) * hd);
+            memcpy(vh + (size_t)t * hd, b->v + (size_t)t * H + (size_t)h * hd, sizeof(float) * hd);
+        }
+        b->heads[h] = (struct kv_head){.k = kh, .v = vh, .tag = NULL, .n = n, .cap = n};
+    }
+    const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
+                                   .scale = 1.0f / sqrtf((float)hd), .bidirectional = true};
+    attn_forward(&ap, b->q, NULL, n, b->heads, b->att, b->attn_scratch, nt);
+    ops_matmul(&L->wo, b->att, n, b->xn, b->mm, nt);
+    ops_add_bias(b->xn, &L->bo, n, H);
+    ops_add(b->x, b->xn, (size_t)n * H);
+}
+
+/* x += fc2(act(fc1(LN2(x)))). */
+static void vit_mlp(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
+    const int n = v->n_pos, H = v->n_embd, F = v->n_ff;
+    layernorm_rows(b->xn, b->x, &L->ln2_w, &L->ln2_b, n, H, v->eps);
+    ops_matmul(&L->fc1, b->xn, n, b->ff, b->mm, nt);
+    ops_add_bias(b->ff, &L->fc1_b, n, F);
+    if (v->quick_gelu) ops_gelu_quick(b->ff, (int64_t)n * F);
+    else ops_gelu_erf(b->ff, (int64_t)n * F);
+    ops_matmul(&L->fc2, b->ff, n, b->xn, b->mm, nt);
+    ops_add_bias(b->xn, &L->fc2_b, n, H);
+    ops_add(b->x, b->xn, (size_t)n * H);
+}
+
+/* Rows [CLS; patch 0 .. grid^2-1] of class/patch embeddings plus positions. */
+static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
+    const int p = v->patch_size, S = v->image_size, G = v->grid, H = v->n_embd;
+    const int np = G * G, plen = 3 * p * p;
+    /* Patches as rows in the kernel's (channel, y, x) order, after the CHW pixels. */
+    float *patches = b->pix + (size_t)3 * S * S;
+    float *pix = b->pix;
+    for (int gy = 0; gy < G; gy++)
+        for (int gx = 0; gx < G; gx++) {
+            float *row = patches + (size_t)(gy * G + gx) * plen;
+            for (int c = 0; c < 3; c++)
+                for (int y = 0; y < p; y++)
+                    memcpy(row + (size_t)(c * p + y) * p, pix + ((size_t)c * S + (size_t)gy * p + y) * S + (size_t)gx * p,
+                           sizeof(float) * p);
+        }
+    ops_matmul(&v->patch, patches, np, b->x + H, b->mm, nt);
+    ops_add_bias(b->x + H, &v->patch_b, np, H);
+    memcpy(b->x, v->cls.data, sizeof(float) * H);
+    for (int t = 0; t < v->n_pos; t++) {
+        ops_get_row(&v->pos, t, b->xn);
+        ops_add(b->x + (size_t)t * H, b->xn, H);
+    }
+}
+
+enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
+    struct vit_buf b;
+    enum kvf_status st = vit_buf_init(&b, v, nt);
+    if (st != KVF_OK) return st;
+    st = image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
+    if (st != KVF_OK) {
+        vit_buf_free(&b);
+        return st;
+    }
+    const int H = v->n_embd, n = v->n_pos;
+    vit_embed(v, &b, nt);
+    layernorm_rows(b.x, b.x, &v->pre_w, &v->pre_b, n, H, v->eps);
+    for (int l = 0; l < v->n_layer; l++) {
+        vit_attention(v, &v->layers[l], &b, nt);
+        vit_mlp(v, &v->layers[l], &b, nt);
+    }
+    if (v->post_w.data) layernorm_rows(b.x, b.x, &v->post_w, &v->post_b, n, H, v->eps);
+
+    /* Projector on the kept rows: linear_1 -> GELU -> linear_2. */
+    const int first = v->keep_cls ? 0 : 1, nk = n - first, E = v->n_out;
+    ops_matmul(&v->mm0, b.x + (size_t)first * H, nk, b.ff, b.mm, nt);
+    ops_add_bias(b.ff, &v->mm0_b, nk, E);
+    ops_gelu_erf(b.ff, (int64_t)nk * E);
+    ops_matmul(&v->mm2, b.ff, nk, out, b.mm, nt);
+    ops_add_bias(out, &v->mm2_b, nk, E);
+    vit_buf_free(&b);
+    return KVF_OK;
+}

@@ -1,0 +1,282 @@
+/* Media (encoded images, video frames, pseudo-images) and multimodal
+ * prompts: text with markers split into token runs and media segments, every
+ * position tagged {modality, image / frame index, grid cell}. */
+#include "prompt.h"
+
+#include "model/model.h"
+
+#include "core/ops.h"
+#include "core/sys.h"
+#include "model/vit.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MEDIA_MAX_SIDE 4096
+#define MEDIA_MAX_TOKENS (1 << 20)
+
+const char *kvf_modality_str(enum kvf_modality m) {
+    switch (m) {
+    case KVF_MOD_TEXT: return "text";
+    case KVF_MOD_IMAGE: return "image";
+    case KVF_MOD_VIDEO: return "video";
+    }
+    return "?";
+}
+
+void kvf_media_free(struct kvf_media *md) {
+    if (!md) return;
+    free(md->embd);
+    free(md);
+}
+
+int kvf_media_n_tokens(const struct kvf_media *md) { return md->n_tokens; }
+bool kvf_media_is_synthetic(const struct kvf_media *md) { return md->synthetic; }
+enum kvf_modality kvf_media_modality(const struct kvf_media *md) { return md->modality; }
+double kvf_media_encode_ms(const struct kvf_media *md) { return md->encode_ms; }
+
+static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols, int extra,
+                                   enum kvf_modality mod, struct kvf_media **out) {
+    *out = NULL;
+    if (mod != KVF_MOD_IMAGE && mod != KVF_MOD_VIDEO)
+        return err_set(KVF_ERR_INVALID_ARG, "media modality must be image or video");
+    if (rows <= 0 || cols <= 0 || rows > MEDIA_MAX_SIDE || cols > MEDIA_MAX_SIDE ||
+        (int64_t)rows * cols + extra > MEDIA_MAX_TOKENS)
+        return err_set(KVF_ERR_INVALID_ARG, "media grid %dx%d out of range (sides 1..%d, at most %d tokens)", rows,
+                       cols, MEDIA_MAX_SIDE, MEDIA_MAX_TOKENS);
+    struct kvf_media *md = calloc(1, sizeof *md);
+    if (!md) return err_set(KVF_ERR_NOMEM, "out of memory");
+    md->rows = rows;
+    md->cols = cols;
+    md->n_tokens = rows * cols + extra;
+    md->n_embd = m->hp.n_embd;
+    md->modality = mod;
+    md->embd = malloc(sizeof(float) * (size_t)md->n_tokens * md->n_embd);
+    if (!md->embd) {
+        free(md);
+        return err_set(KVF_ERR_NOMEM, "out of memory for %d media embeddings", rows * cols + extra);
+    }
+    *out = md;
+    return KVF_OK;
+}
+
+enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct kvf_image *img,
+                                       enum kvf_modality mod, int n_threads, struct kvf_media **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    *out = NULL;
+    if (!m || !img) return err_set(KVF_ERR_INVALID_ARG, "encode_image: NULL argument");
+    const struct vision_model *v = m->vision;
+    if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
+    struct kvf_media *md;
+    enum kvf_status st = media_alloc(m, v->grid, v->grid, v->keep_cls ? 1 : 0, mod, &md);
+    if (st != KVF_OK) return st;
+    const double t0 = sys_time_ms();
+    st = vision_encode(v, img, n_threads > 0 ? n_threads : m->n_threads, md->embd);
+    if (st != KVF_OK) {
+        kvf_media_free(md);
+        return st;
+    }
+    md->encode_ms = sys_time_ms() - t0;
+    *out = md;
+    return KVF_OK;
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_gauss(uint64_t *s) { /* Box-Muller */
+    const double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+    const double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+enum kvf_status kvf_media_pseudo_image(const struct kvf_model *m, const char *text, int rows, int cols, float noise,
+                                       uint64_t seed, struct kvf_media **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    *out = NULL;
+    if (!m || !text) return err_set(KVF_ERR_INVALID_ARG, "pseudo_image: NULL argument");
+    if (!(noise >= 0.0f && noise <= 100.0f)) return err_set(KVF_ERR_INVALID_ARG, "pseudo-image noise %g out of [0, 100]", noise);
+    struct kvf_media *md;
+    enum kvf_status st = media_alloc(m, rows, cols, 0, KVF_MOD_IMAGE, &md);
+    if (st != KVF_OK) return st;
+    const size_t len = strlen(text);
+    const int n_max = (int)KVF_MIN(len + 1, (size_t)MEDIA_MAX_TOKENS);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_max);
+    const int32_t n_ids = ids ? kvf_tokenize(m, text, len, ids, n_max, false, false) : 0;
+    if (!ids || n_ids <= 0) {
+        free(ids);
+        kvf_media_free(md);
+        return ids ? err_set(KVF_ERR_INVALID_ARG, "pseudo-image: the text has no tokens")
+                   : err_set(KVF_ERR_NOMEM, "out of memory");
+    }
+    /* The words in order, repeated to fill the grid, as the embedding layer outputs them. */
+    const int E = md->n_embd;
+    double sq = 0.0;
+    for (int t = 0; t < md->n_tokens; t++) {
+        float *row = md->embd + (size_t)t * E;
+        ops_get_row(&m->tok_embd, ids[t % n_ids], row);
+        for (int i = 0; i < E; i++) {
+            row[i] *= m->hp.embd_scale;
+            sq += (double)row[i] * row[i];
+        }
+    }
+    free(ids);
+    const double sigma = noise * sqrt(sq / ((double)md->n_tokens * E));
+    uint64_t rng = seed;
+    if (sigma > 0.0)
+        for (size_t i = 0; i < (size_t)md->n_tokens * E; i++) md->embd[i] += (float)(sigma * rng_gauss(&rng));
+    md->synthetic = true;
+    *out = md;
+    return KVF_OK;
+}
+
+enum kvf_status kvf_media_from_embd(const struct kvf_model *m, const float *embd, int rows, int cols,
+                                    enum kvf_modality mod, struct kvf_media **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    *out = NULL;
+    if (!m || !embd) return err_set(KVF_ERR_INVALID_ARG, "media_from_embd: NULL argument");
+    struct kvf_media *md;
+    enum kvf_status st = media_alloc(m, rows, cols, 0, mod, &md);
+    if (st != KVF_OK) return st;
+    memcpy(md->embd, embd, sizeof(float) * (size_t)md->n_tokens * md->n_embd);
+    *out = md;
+    return KVF_OK;
+}
+
+/* --------------------------------------------------------------- prompt -- */
+
+void kvf_prompt_free(struct kvf_prompt *p) {
+    if (!p) return;
+    free(p->ids);
+    free(p->tags);
+    free(p->segs);
+    free(p);
+}
+
+int kvf_prompt_n_tokens(const struct kvf_prompt *p) { return p->n; }
+const struct kvf_tag *kvf_prompt_tags(const struct kvf_prompt *p) { return p->tags; }
+int32_t kvf_prompt_token(const struct kvf_prompt *p, int i) { return i >= 0 && i < p->n ? p->ids[i] : -1; }
+bool kvf_prompt_is_synthetic(const struct kvf_prompt *p) { return p->synthetic; }
+
+/* Grows the position arrays for `extra` more positions and one more segment. */
+static enum kvf_status prompt_grow(struct kvf_prompt *p, int extra, int *cap) {
+    struct prompt_seg *sg = realloc(p->segs, sizeof *sg * (size_t)(p->n_segs + 1));
+    if (!sg) return err_set(KVF_ERR_NOMEM, "out of memory");
+    p->segs = sg;
+    if (p->n + extra <= *cap) return KVF_OK;
+    if (extra > INT32_MAX / 2 - p->n) return err_set(KVF_ERR_CONTEXT, "prompt too long");
+    const int c = KVF_MAX(p->n + extra, *cap * 2);
+    int32_t *ids = realloc(p->ids, sizeof *ids * (size_t)c);
+    if (ids) p->ids = ids;
+    struct kvf_tag *tags = ids ? realloc(p->tags, sizeof *tags * (size_t)c) : NULL;
+    if (!tags) return err_set(KVF_ERR_NOMEM, "out of memory");
+    p->tags = tags;
+    *cap = c;
+    return KVF_OK;
+}
+
+static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_model *m, const char *text, size_t len,
+                                       bool add_bos, bool parse_special, int *cap) {
+    /* With no room the tokenizer returns -(ids needed). */
+    const int32_t need = -kvf_tokenize(m, text, len, NULL, 0, add_bos, parse_special);
+    if (need <= 0) return KVF_OK;
+    enum kvf_status st = prompt_grow(p, need, cap);
+    if (st != KVF_OK) return st;
+    const int32_t got = kvf_tokenize(m, text, len, p->ids + p->n, need, add_bos, parse_special);
+    if (got != need) return err_set(KVF_ERR_INTERNAL, "tokenizer returned %d of %d ids", got, need);
+    for (int i = 0; i < got; i++)
+        p->tags[p->n + i] = (struct kvf_tag){.pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL};
+    p->n += got;
+    return KVF_OK;
+}
+
+static enum kvf_status prompt_add_media(struct kvf_prompt *p, const struct kvf_model *m, const struct kvf_media *md,
+                                        int index, int *cap) {
+    if (md->n_embd != m->hp.n_embd)
+        return err_set(KVF_ERR_SHAPE, "media of width %d given to a model of width %d", md->n_embd, m->hp.n_embd);
+    enum kvf_status st = prompt_grow(p, md->n_tokens, cap);
+    if (st != KVF_OK) return st;
+    const int lead = md->n_tokens - md->rows * md->cols; /* a class token has no grid cell */
+    for (int t = 0; t < md->n_tokens; t++) {
+        const int g = t - lead;
+        p->ids[p->n + t] = -1;
+        p->tags[p->n + t] = (struct kvf_tag){.pos = p->n + t, .modality = (int16_t)md->modality,
+                                             .media = (int16_t)KVF_MIN(index, INT16_MAX),
+                                             .row = (int16_t)(g < 0 ? -1 : g / md->cols),
+                                             .col = (int16_t)(g < 0 ? -1 : g % md->cols)};
+    }
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, md->n_tokens, md};
+    p->n += md->n_tokens;
+    p->synthetic |= md->synthetic;
+    return KVF_OK;
+}
+
+/* Next marker at or after s: its start, or NULL. */
+static const char *marker_next(const char *s, bool *video) {
+    const char *i = strstr(s, KVF_MARKER_IMAGE), *v = strstr(s, KVF_MARKER_VIDEO);
+    *video = v && (!i || v < i);
+    return *video ? v : i;
+}
+
+static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model *m, const char *text,
+                                    const struct kvf_media *const *media, int n_media, bool add_bos,
+                                    bool parse_special) {
+    int cap = 0, used = 0, n_images = 0, n_markers = 0;
+    enum kvf_status st;
+    const char *s = text;
+    bool first = true;
+    for (;;) {
+        bool video;
+        const char *mk = marker_next(s, &video);
+        const size_t len = mk ? (size_t)(mk - s) : strlen(s);
+        if ((st = prompt_add_text(p, m, s, len, add_bos && first, parse_special, &cap))) return st;
+        first = false;
+        if (!mk) break;
+        n_markers++;
+        if (video) {
+            int frames = 0;
+            while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO) {
+                if ((st = prompt_add_media(p, m, media[used], frames++, &cap))) return st;
+                used++;
+            }
+            if (frames == 0)
+                return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is not a video frame", n_markers,
+                               KVF_MARKER_VIDEO, used);
+        } else {
+            if (used >= n_media)
+                return err_set(KVF_ERR_INVALID_ARG, "the prompt has more markers than the %d media items given", n_media);
+            if (!media[used] || media[used]->modality != KVF_MOD_IMAGE)
+                return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is a video frame (use %s)",
+                               n_markers, KVF_MARKER_IMAGE, used, KVF_MARKER_VIDEO);
+            if ((st = prompt_add_media(p, m, media[used++], n_images++, &cap))) return st;
+        }
+        s = mk + (video ? strlen(KVF_MARKER_VIDEO) : strlen(KVF_MARKER_IMAGE));
+    }
+    if (used != n_media)
+        return err_set(KVF_ERR_INVALID_ARG, "%d media items given but the prompt's %d markers take %d", n_media,
+                       n_markers, used);
+    return KVF_OK;
+}
+
+enum kvf_status kvf_prompt_init(const struct kvf_model *m, const char *text, const struct kvf_media *const *media,
+                                int n_media, bool add_bos, bool parse_special, struct kvf_prompt **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    *out = NULL;
+    if (!m || !text || n_media < 0 || (n_media > 0 && !media))
+        return err_set(KVF_ERR_INVALID_ARG, "prompt_init: bad arguments");
+    struct kvf_prompt *p = calloc(1, sizeof *p);
+    if (!p) return err_set(KVF_ERR_NOMEM, "out of memory");
+    enum kvf_status st = prompt_build(p, m, text, media, n_media, add_bos, parse_special);
+    if (st != KVF_OK) {
+        kvf_prompt_free(p);
+        return st;
+    }
+    *out = p;
+    return KVF_OK;
+}

@@ -1,0 +1,201 @@
+"""End-to-end tests of the kvfold CLI's multimodal input, one case per ctest entry.
+
+usage: mm_test.py CASE KVFOLD_BINARY MODELS_DIR FIXTURE_DIR TMP_DIR
+
+The tiny LLaVA fixture (llava-f32.gguf + llava-mmproj-*.gguf, llava-st/) comes
+from make_fixture; pseudo-image cases use the real SmolLM2 file. Exit status
+0 = pass, 1 = fail, 77 = skipped (a file is absent). Standard library only.
+"""
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import SMOL, Ctx, Skip, check, expect_error  # noqa: E402
+
+SKIP = 77
+GRID = 8  # the fixture's CLIP: image 32, patch 4
+PROMPT = "USER: <image>\n<image>\nWhat changed? ASSISTANT:"
+
+
+def write_ppm(path, w, h, seed):
+    rnd = random.Random(seed)
+    with open(path, "wb") as f:
+        f.write(b"P6\n%d %d\n255\n" % (w, h))
+        f.write(bytes(rnd.randrange(256) for _ in range(w * h * 3)))
+    return path
+
+
+class MM(Ctx):
+    def __init__(self, binary, models, fixtures, tmp):
+        super().__init__(binary, models, "", tmp)
+        self.fixtures = fixtures
+
+    def fixture(self, name):
+        path = os.path.join(self.fixtures, name)
+        if not os.path.exists(path):
+            raise Skip(f"{path} is absent (the fixtures_make test writes it)")
+        return path
+
+    def llava(self):
+        return ["-m", self.fixture("llava-f32.gguf"), "--mmproj", self.fixture("llava-mmproj-f32.gguf")]
+
+    def images(self, n):
+        return [write_ppm(os.path.join(self.tmp, f"img{i}.ppm"), 20 + 7 * i, 13 + 5 * i, i) for i in range(n)]
+
+
+def tags_of(ctx, args):
+    rc, out, err = ctx.run("generate", *args, "-n", "3", "--json", "--dump-tags")
+    check(rc == 0, f"generate {args}: exit {rc}: {err}")
+    return json.loads(out)
+
+
+def check_image_tags(tags, first, n_images, modality="image"):
+    """n_images runs of GRID*GRID positions starting at `first`, row-major grid cells."""
+    for k in range(n_images):
+        run = tags[first + k * GRID * GRID: first + (k + 1) * GRID * GRID]
+        for t, (pos, mod, media, row, col, tok) in enumerate(run):
+            check(mod == modality and media == k and row == t // GRID and col == t % GRID and tok == -1,
+                  f"position {pos}: tag {mod} {media} {row} {col} {tok}, want {modality} {k} {t // GRID} {t % GRID}")
+
+
+def case_mm_generate(ctx):
+    a, b = ctx.images(2)
+    o = tags_of(ctx, [*ctx.llava(), "-p", PROMPT, "--image", a, "--image", b])
+    tags = o["tags"]
+    check(o["n_media"] == 2 and not o["synthetic"], f"n_media / synthetic: {o['n_media']} {o['synthetic']}")
+    check(len(tags) == o["n_prompt"], "one tag per prompt position")
+    check([t[0] for t in tags] == list(range(len(tags))), "positions 0..n-1")
+    first = next(i for i, t in enumerate(tags) if t[1] == "image")
+    check(tags[0][1] == "text" and tags[0][5] >= 0, "the prompt starts with text")
+    check_image_tags(tags, first, 2)
+    n_img = sum(t[1] == "image" for t in tags)
+    check(n_img == 2 * GRID * GRID, f"{n_img} image positions, want {2 * GRID * GRID}")
+    check(all(t[2] == -1 and t[3] == -1 for t in tags if t[1] == "text"), "text tags carry no media index or cell")
+    check(o["timings"]["vision_encode_ms"] > 0, "vision encoding time is reported")
+    # The HF directory holds the same model: the same tags and the same greedy text.
+    o2 = tags_of(ctx, ["-m", ctx.fixture("llava-st"), "-p", PROMPT, "--image", a, "--image", b])
+    check(o2["tags"] == tags and o2["text"] == o["text"], "llava-st agrees with the GGUF pair")
+    # Plain-text output mode prints the table.
+    rc, out, err = ctx.run("generate", *ctx.llava(), "-p", PROMPT, "--image", a, "--image", b, "-n", "2", "--dump-tags")
+    check(rc == 0 and out.startswith("# pos modality media row col token"), f"--dump-tags table: {rc} {err}")
+    check(f"{first} image 0 0 0" in out, "the table lists the first image cell")
+    # A text-only prompt still works with a vision model loaded.
+    rc, out, err = ctx.run("generate", *ctx.llava(), "-p", "hello there", "-n", "2")
+    check(rc == 0, f"text-only prompt: {err}")
+
+
+def case_mm_video(ctx):
+    vdir = os.path.join(ctx.tmp, "video")
+    os.makedirs(vdir, exist_ok=True)
+    for i in range(3):  # out of order on purpose: frames are read in name order
+        write_ppm(os.path.join(vdir, f"frame_{2 - i:03d}.ppm"), 24, 18, 10 + i)
+    with open(os.path.join(vdir, "notes.txt"), "w") as f:
+        f.write("not a frame")
+    o = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> What happens?", "--video", vdir])
+    tags = o["tags"]
+    first = next(i for i, t in enumerate(tags) if t[1] == "video")
+    check_image_tags(tags, first, 3, modality="video")
+    # The same frames one by one.
+    frames = [os.path.join(vdir, f"frame_{i:03d}.ppm") for i in range(3)]
+    o2 = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> What happens?",
+                       *[x for f in frames for x in ("--frame", f)]])
+    check(o2["tags"] == tags and o2["text"] == o["text"], "--frame x3 equals --video DIR")
+
+
+def case_mm_errors(ctx):
+    a, b = ctx.images(2)
+    llava = ctx.llava()
+    bad = os.path.join(ctx.tmp, "corrupt.png")
+    with open(bad, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40)
+    text = os.path.join(ctx.tmp, "text.jpg")
+    with open(text, "w") as f:
+        f.write("this is not an image\n")
+    empty = os.path.join(ctx.tmp, "empty.ppm")
+    open(empty, "wb").close()
+    big = write_ppm(os.path.join(ctx.tmp, "big.ppm"), 400, 300, 3)
+    cases = [
+        (2, ["-p", "<image> <image> <image>", "--image", a, "--image", b], "more markers than images"),
+        (2, ["-p", "<image> only one", "--image", a, "--image", b], "more images than markers"),
+        (2, ["-p", "no marker", "--image", a], "image without a marker"),
+        (2, ["-p", "<image>", "--image", bad], "corrupt PNG"),
+        (2, ["-p", "<image>", "--image", text], "not an image"),
+        (2, ["-p", "<image>", "--image", empty], "empty file"),
+        (2, ["-p", "<image>", "--image", os.path.join(ctx.tmp, "missing.png")], "missing file"),
+        (2, ["-p", "<image>", "--image", big, "--max-image-mpix", "0.1"], "over the pixel limit"),
+        (2, ["-p", "<video>", "--image", a], "<video> given an image"),
+        (2, ["-p", "<image>", "--frame", a], "<image> given a frame"),
+        (2, ["-p", "<video>", "--video", os.path.join(ctx.tmp, "no-such-dir")], "missing video directory"),
+    ]
+    for code, args, what in cases:
+        expect_error(ctx, code, ["generate", *llava, "-n", "1", *args], what)
+    m = ctx.fixture("llava-f32.gguf")
+    line = expect_error(ctx, 2, ["generate", "-m", m, "--mmproj", ctx.fixture("llava-mmproj-badproj.gguf"),
+                                 "-p", "<image>", "--image", a], "projector width mismatch")
+    check("projector" in line, f"the error names the projector: {line}")
+    expect_error(ctx, 2, ["generate", "-m", m, "-p", "<image>", "--image", a], "image for a text-only model")
+    expect_error(ctx, 2, ["generate", "-m", m, "--mmproj", m, "-p", "hi"], "a decoder given as mmproj")
+    expect_error(ctx, 2, ["generate", "-m", ctx.fixture("llava-st"), "--mmproj",
+                          ctx.fixture("llava-mmproj-f32.gguf"), "-p", "hi"], "mmproj for a directory with a vision tower")
+    expect_error(ctx, 1, ["generate", *llava, "-p", "<image>", "--pseudo-image", "words.txt"], "pseudo-image without RxC")
+
+
+def case_pseudo(ctx):
+    smol = ctx.model(SMOL)
+    words = os.path.join(ctx.tmp, "words.txt")
+    with open(words, "w") as f:
+        f.write("red apple on a wooden table near the window")
+    o = tags_of(ctx, ["-m", smol, "-p", "Look: <image>\nWhat fruit is it?", "--pseudo-image", f"{words}:4x6",
+                      "--pseudo-noise", "0.1"])
+    check(o["synthetic"] is True, "pseudo-images mark the output synthetic")
+    tags = o["tags"]
+    img = [t for t in tags if t[1] == "image"]
+    check(len(img) == 24, f"{len(img)} image positions, want 4x6")
+    check([(t[3], t[4]) for t in img] == [(r, c) for r in range(4) for c in range(6)], "row-major 4x6 cells")
+    rc, out, err = ctx.run("generate", "-m", smol, "-p", "<image> hi", "--pseudo-image", f"{words}:2x2", "-n", "2")
+    check(rc == 0 and "synthetic" in err, f"the text mode says synthetic: {err}")
+    expect_error(ctx, 1, ["generate", "-m", smol, "-p", "<image>", "--pseudo-image", f"{words}:0x3"], "0 rows")
+    expect_error(ctx, 2, ["generate", "-m", smol, "-p", "<image>", "--pseudo-image",
+                          os.path.join(ctx.tmp, "nope.txt") + ":2x2"], "missing words file")
+
+
+def case_mm_bench(ctx):
+    rc, out, err = ctx.run("bench", *ctx.llava(), "--images", "2", "-p", "0", "-n", "0", "-r", "1", "--json")
+    check(rc == 0, f"bench --images: {err}")
+    mm = json.loads(out)["multimodal"]
+    check(mm["n_media"] == 2 and mm["n_encoded"] == 2 and mm["n_tokens"] > 2 * GRID * GRID, f"bench: {mm}")
+    check(mm["encode_ms_per_image"] > 0 and mm["ttft_ms"] >= mm["prefill_ms"] > 0 and mm["kv_bytes"] > 0,
+          f"bench timings: {mm}")
+    smol = ctx.model(SMOL)
+    words = os.path.join(ctx.tmp, "w.txt")
+    with open(words, "w") as f:
+        f.write("a cat sat on the mat")
+    rc, out, err = ctx.run("bench", "-m", smol, "--pseudo-image", f"{words}:8x8", "-p", "0", "-n", "0", "-r", "1",
+                           "--json")
+    check(rc == 0 and json.loads(out)["multimodal"]["synthetic"] is True, f"bench pseudo: {err}")
+    expect_error(ctx, 2, ["bench", "-m", smol, "--images", "1", "-p", "0", "-n", "0"], "--images on a text model")
+
+
+def main():
+    if len(sys.argv) != 6:
+        print(__doc__, file=sys.stderr)
+        return 2
+    name, ctx = sys.argv[1], MM(*sys.argv[2:6])
+    cases = {"mm_generate": case_mm_generate, "mm_video": case_mm_video, "mm_errors": case_mm_errors,
+             "pseudo": case_pseudo, "mm_bench": case_mm_bench}
+    try:
+        cases[name](ctx)
+    except Skip as e:
+        print(f"SKIP: {e}")
+        return SKIP
+    except AssertionError as e:
+        print(f"FAIL: {e}")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
