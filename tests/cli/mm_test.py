@@ -51,10 +51,15 @@ def tags_of(ctx, args):
     return json.loads(out)
 
 
-def check_image_tags(tags, first, n_images, modality="image"):
-    """n_images runs of GRID*GRID positions starting at `first`, row-major grid cells."""
-    for k in range(n_images):
-        run = tags[first + k * GRID * GRID: first + (k + 1) * GRID * GRID]
+def check_image_tags(tags, n_images, modality="image", contiguous=False):
+    """n_images runs of GRID*GRID positions of `modality` (media index k for the
+    k-th run), row-major grid cells; contiguous: the runs follow each other."""
+    starts = [i for i, t in enumerate(tags) if t[1] == modality and (i == 0 or tags[i - 1][1] != modality)]
+    if contiguous:
+        starts = [starts[0] + k * GRID * GRID for k in range(n_images)] if starts else []
+    check(len(starts) == n_images, f"{len(starts)} {modality} runs, want {n_images}")
+    for k, first in enumerate(starts):
+        run = tags[first: first + GRID * GRID]
         for t, (pos, mod, media, row, col, tok) in enumerate(run):
             check(mod == modality and media == k and row == t // GRID and col == t % GRID and tok == -1,
                   f"position {pos}: tag {mod} {media} {row} {col} {tok}, want {modality} {k} {t // GRID} {t % GRID}")
@@ -69,7 +74,7 @@ def case_mm_generate(ctx):
     check([t[0] for t in tags] == list(range(len(tags))), "positions 0..n-1")
     first = next(i for i, t in enumerate(tags) if t[1] == "image")
     check(tags[0][1] == "text" and tags[0][5] >= 0, "the prompt starts with text")
-    check_image_tags(tags, first, 2)
+    check_image_tags(tags, 2)
     n_img = sum(t[1] == "image" for t in tags)
     check(n_img == 2 * GRID * GRID, f"{n_img} image positions, want {2 * GRID * GRID}")
     check(all(t[2] == -1 and t[3] == -1 for t in tags if t[1] == "text"), "text tags carry no media index or cell")
@@ -95,8 +100,7 @@ def case_mm_video(ctx):
         f.write("not a frame")
     o = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> What happens?", "--video", vdir])
     tags = o["tags"]
-    first = next(i for i, t in enumerate(tags) if t[1] == "video")
-    check_image_tags(tags, first, 3, modality="video")
+    check_image_tags(tags, 3, modality="video", contiguous=True)
     # The same frames one by one.
     frames = [os.path.join(vdir, f"frame_{i:03d}.ppm") for i in range(3)]
     o2 = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> What happens?",

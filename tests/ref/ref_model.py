@@ -9,7 +9,11 @@ between the two means something.
 
 MODEL is a .gguf file (weights read with the `gguf` package; quantised blocks
 dequantised with gguf.quants.dequantize) or a Hugging Face directory
-(config.json + model.safetensors or model.safetensors.index.json).
+(config.json + model.safetensors or model.safetensors.index.json), including
+the decoder of a LLaVA directory (text_config; language_model.* names of
+either transformers layout). RefModel.logits also runs from input embeddings
+(ids < 0 take rows of a matrix): tests/ref/ref_llava.py feeds image
+embeddings that way.
 
 Conventions implemented (see DESIGN.md section 4):
   llama  RMSNorm, GQA attention, RoPE, SwiGLU FFN, final norm, output (or tied
@@ -127,6 +131,14 @@ class SafetensorsWeights:
 
     @staticmethod
     def _gguf_name(n, arch):
+        # A LLaVA checkpoint nests the decoder: language_model.model.* and
+        # language_model.lm_head (transformers < 4.52) or model.language_model.*
+        # and lm_head (later). Its vision tower keeps its own names.
+        for nested, plain in (("language_model.model.", "model."), ("language_model.lm_head.", "lm_head."),
+                              ("model.language_model.", "model.")):
+            if n.startswith(nested):
+                n = plain + n[len(nested):]
+                break
         top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
                "lm_head.weight": "output.weight"}
         if n in top:
@@ -204,7 +216,9 @@ class RefModel:
         with open(os.path.join(path, "config.json")) as fh:
             cfg = json.load(fh)
         if "text_config" in cfg:
-            cfg = cfg["text_config"]
+            # LLaVA: the decoder's config; LlavaConfig's text_config defaults to Llama.
+            cfg = dict(cfg["text_config"])
+            cfg.setdefault("model_type", "llama")
         mt = cfg["model_type"]
         arch = {"llama": "llama", "qwen2": "qwen2", "gemma3": "gemma3", "gemma3_text": "gemma3"}.get(mt)
         if arch is None:
@@ -369,16 +383,37 @@ class RefModel:
             act = g / (1.0 + np.exp(-g))
         return self.linear(act * u, p + "ffn_down")
 
-    def hidden(self, ids):
-        """Final-normed hidden states [T, n_embd] for token ids at positions 0..T-1."""
+    def embed(self, ids, extra=None):
+        """Input embeddings [T, n_embd] float64. ids < 0 take the rows of
+        `extra` in order (a VLM's image embeddings, fed to the decoder as they
+        are: Gemma's sqrt(n_embd) scale belongs to its token embedding)."""
         c = self.c
         ids = np.asarray(ids, dtype=np.int64)
-        if ids.min() < 0 or ids.max() >= c["n_vocab"]:
+        text = ids >= 0
+        n_extra = int((~text).sum())
+        if n_extra != (0 if extra is None else len(extra)):
+            raise ValueError("%d positions without a token id for %d embedding rows"
+                             % (n_extra, 0 if extra is None else len(extra)))
+        if text.any() and ids[text].max() >= c["n_vocab"]:
             raise ValueError("token id out of range")
-        x = self.w.rows("token_embd.weight", ids).astype(np.float64)
-        if c["arch"] == "gemma3":
-            x = x * math.sqrt(c["n_embd"])
-        pos = np.arange(len(ids), dtype=np.float64)
+        x = np.empty((len(ids), c["n_embd"]))
+        if text.any():
+            x[text] = self.w.rows("token_embd.weight", ids[text]).astype(np.float64)
+            if c["arch"] == "gemma3":
+                x[text] *= math.sqrt(c["n_embd"])
+        if n_extra:
+            x[~text] = np.asarray(extra, dtype=np.float64)
+        return x
+
+    def hidden(self, ids, extra=None):
+        """Final-normed hidden states [T, n_embd] for token ids at positions
+        0..T-1 (ids < 0: rows of `extra`, see embed)."""
+        return self.hidden_embd(self.embed(ids, extra))
+
+    def hidden_embd(self, x):
+        """Final-normed hidden states [T, n_embd] for input embeddings x."""
+        c = self.c
+        pos = np.arange(len(x), dtype=np.float64)
         for il in range(c["n_layer"]):
             p = "blk.%d." % il
             if c["arch"] == "gemma3":
@@ -389,9 +424,14 @@ class RefModel:
                 x = h + self.ffn(self.norm(h, p + "ffn_norm.weight"), il)
         return self.norm(x, "output_norm.weight")
 
-    def logits(self, ids):
-        """[T, n_vocab] float64 logits after each token."""
-        h = self.hidden(ids)
+    def logits(self, ids, extra=None):
+        """[T, n_vocab] float64 logits after each token (ids < 0: rows of
+        `extra`, see embed)."""
+        return self.logits_embd(self.embed(ids, extra))
+
+    def logits_embd(self, x):
+        """[T, n_vocab] float64 logits for input embeddings x [T, n_embd]."""
+        h = self.hidden_embd(x)
         name = "output.weight" if self.w.has("output.weight") else "token_embd.weight"
         if self.act_quant:
             h = self.quantize_act(h, self.w.kind(name))

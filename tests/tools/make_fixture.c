@@ -9,7 +9,14 @@
  * llama.cpp's converter for GGUF (Llama Q/K rows permuted for interleaved
  * RoPE, Gemma norms stored as w + 1). So llama-f32.gguf and llama-st/ hold the
  * same model and must give the same logits, as must gemma3-f32.gguf and
- * gemma3-st/ (tests/ref/compare_logits.py --same-as checks it). */
+ * gemma3-st/ (tests/ref/compare_logits.py --same-as checks it).
+ *
+ * The tiny LLaVA is stored three ways: llava-f32.gguf + llava-mmproj-f32.gguf
+ * (llama.cpp's legacy llava layout: the last CLIP layer dropped, HF's fc1
+ * stored as ffn_down), llava-st/ (transformers < 4.52 names) and
+ * llava-st-new/ (>= 4.52 names). llava-mmproj-f16.gguf holds the same vision
+ * weights in F16 with exact GELU and the newer ffn naming;
+ * llava-mmproj-badproj.gguf projects to a width the decoder does not have. */
 #include "core/quant.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
@@ -71,7 +78,8 @@ struct tensor {
     char hf[96], gg[64];      /* names in both conventions */
     int64_t rows, cols;
     bool is_2d;
-    float *data;              /* owned; rows * cols values */
+    int conv;                 /* > 0: a conv kernel [rows, 3, conv, conv]; cols = 3 * conv^2 */
+    float *data;              /* owned (write_llava_hf's joined copy borrows); rows * cols values */
 };
 
 struct model {
@@ -88,6 +96,7 @@ static struct tensor *model_add(struct model *m, const char *hf, const char *gg,
     t->rows = rows;
     t->cols = cols;
     t->is_2d = is_2d;
+    t->conv = 0;
     t->data = malloc((size_t)(rows * cols) * sizeof(float));
     if (!t->data) {
         fprintf(stderr, "make_fixture: out of memory\n");
@@ -419,17 +428,24 @@ static cJSON *tokenizer_config_json(void) {
     return c;
 }
 
-/* Writes a Hugging Face directory: config.json, tokenizer files and the
- * weights as `type` (DT_F32 or DT_BF16) in n_shards files (> 1: with
+/* Writes a Hugging Face directory: config.json (and preprocessor_config.json
+ * when given; both consumed), tokenizer files and the tensors of m as `type`
+ * (DT_F32 or DT_BF16) in n_shards files (> 1: with
  * model.safetensors.index.json). */
-static int write_hf(const struct model *m, const struct vocab *v, enum dtype type, int n_shards, const char *dir) {
+static int write_hf_dir(const char *dir, cJSON *config, cJSON *preproc, const struct vocab *v, const struct model *m,
+                        enum dtype type, int n_shards) {
     char path[1024];
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "make_fixture: cannot create %s: %s\n", dir, strerror(errno));
+        cJSON_Delete(config);
+        cJSON_Delete(preproc);
         return 1;
     }
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (write_json(path, hf_config_json(&m->sp))) return 1;
+    int bad = write_json(path, config);
+    snprintf(path, sizeof path, "%s/preprocessor_config.json", dir);
+    if (preproc) bad |= write_json(path, preproc);
+    if (bad) return 1;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (write_json(path, tokenizer_json(v))) return 1;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
@@ -444,9 +460,16 @@ static int write_hf(const struct model *m, const struct vocab *v, enum dtype typ
         size_t n = (size_t)(t->rows * t->cols);
         st[i].name = (char *)t->hf;
         st[i].type = type;
-        st[i].n_dims = t->is_2d ? 2 : 1;
-        st[i].shape[0] = t->is_2d ? t->rows : t->cols;
-        st[i].shape[1] = t->cols;
+        if (t->conv) {
+            st[i].n_dims = 4;
+            st[i].shape[0] = t->rows;
+            st[i].shape[1] = 3;
+            st[i].shape[2] = st[i].shape[3] = t->conv;
+        } else {
+            st[i].n_dims = t->is_2d ? 2 : 1;
+            st[i].shape[0] = t->is_2d ? t->rows : t->cols;
+            st[i].shape[1] = t->cols;
+        }
         st[i].nbytes = n * esize;
         if (type == DT_F32) {
             st[i].data = t->data;
@@ -485,6 +508,265 @@ static int write_hf(const struct model *m, const struct vocab *v, enum dtype typ
     for (int i = 0; bufs && i < m->n; i++) free(bufs[i]);
     free(bufs);
     free(st);
+    return rc;
+}
+
+static int write_hf(const struct model *m, const struct vocab *v, enum dtype type, int n_shards, const char *dir) {
+    return write_hf_dir(dir, hf_config_json(&m->sp), NULL, v, m, type, n_shards);
+}
+
+/* --------------------------------------------------------------- llava -- */
+
+/* The CLIP vision tower and LLaVA projector of the tiny LLaVA. */
+struct vspec {
+    int image_size, patch_size, n_embd, n_ff, n_head;
+    int n_layer;    /* all of HF's layers; LLaVA reads the second-to-last one's output */
+    int n_out;      /* projector width: the decoder's n_embd */
+    double eps;
+    uint64_t seed;
+};
+
+/* config.json's image_token_index, the id transformers expects at image
+ * positions of input_ids: the token of byte 0, which no prompt contains. */
+#define IMAGE_TOKEN_ID N_SPECIAL
+
+static const double clip_mean[3] = {0.48145466, 0.4578275, 0.40821073};
+static const double clip_std[3] = {0.26862954, 0.26130258, 0.27577711};
+
+/* dst = a + b; the fixture's names are fixed, so a name that does not fit is a bug here. */
+static void name_join(char *dst, size_t n, const char *a, const char *b) {
+    if ((size_t)snprintf(dst, n, "%s%s", a, b) >= n) {
+        fprintf(stderr, "make_fixture: name %s%s too long\n", a, b);
+        exit(1);
+    }
+}
+
+static void fill_gauss(struct tensor *t, uint64_t *rng, double mean, double sd) {
+    for (int64_t i = 0; i < t->rows * t->cols; i++) t->data[i] = (float)(mean + sd * rng_gauss(rng));
+}
+
+static struct tensor *vision_layer_add(struct model *m, int il, const char *hf, const char *gg, int64_t rows,
+                                       int64_t cols, bool is_2d) {
+    char hn[96], gn[64];
+    if ((size_t)snprintf(hn, sizeof hn, "vision_tower.vision_model.encoder.layers.%d.%s", il, hf) >= sizeof hn ||
+        (size_t)snprintf(gn, sizeof gn, "v.blk.%d.%s", il, gg) >= sizeof gn) {
+        fprintf(stderr, "make_fixture: name of layer %d %s too long\n", il, hf);
+        exit(1);
+    }
+    return model_add(m, hn, gn, rows, cols, is_2d);
+}
+
+/* HF names in the transformers < 4.52 layout of LlavaForConditionalGeneration;
+ * GGUF names in llama.cpp's legacy llava layout (HF's fc1 stored as ffn_down,
+ * fc2 as ffn_up; post_layernorm not stored, LLaVA never applies it). */
+static void vision_build(struct model *m, const struct vspec *vs) {
+    memset(m, 0, sizeof *m);
+    m->t = calloc((size_t)(11 + 16 * vs->n_layer), sizeof *m->t);
+    if (!m->t) {
+        fprintf(stderr, "make_fixture: out of memory\n");
+        exit(1);
+    }
+    uint64_t rng = vs->seed;
+    const int64_t H = vs->n_embd, F = vs->n_ff, E = vs->n_out, grid = vs->image_size / vs->patch_size;
+    char hf[96];
+#define VADD(hfname, ggname, rows, cols, is_2d) \
+    (name_join(hf, sizeof hf, "vision_tower.vision_model.", hfname), model_add(m, hf, ggname, rows, cols, is_2d))
+    /* Class and position embeddings of the size of a patch embedding, so
+     * that dropping or misplacing either shows after the pre-LN. */
+    fill_gauss(VADD("embeddings.class_embedding", "v.class_embd", 1, H, false), &rng, 0.0, 0.5);
+    struct tensor *t = VADD("embeddings.patch_embedding.weight", "v.patch_embd.weight", H,
+                            3 * (int64_t)vs->patch_size * vs->patch_size, true);
+    t->conv = vs->patch_size;
+    fill_matrix(t, &rng);
+    fill_gauss(VADD("embeddings.position_embedding.weight", "v.position_embd.weight", grid * grid + 1, H, true), &rng,
+               0.0, 0.5);
+    fill_gauss(VADD("pre_layrnorm.weight", "v.pre_ln.weight", 1, H, false), &rng, 1.0, 0.1);
+    fill_gauss(VADD("pre_layrnorm.bias", "v.pre_ln.bias", 1, H, false), &rng, 0.0, 0.1);
+    for (int il = 0; il < vs->n_layer; il++) {
+#define LADD(hfname, ggname, rows, cols, is_2d) vision_layer_add(m, il, hfname, ggname, rows, cols, is_2d)
+        fill_gauss(LADD("layer_norm1.weight", "ln1.weight", 1, H, false), &rng, 1.0, 0.1);
+        fill_gauss(LADD("layer_norm1.bias", "ln1.bias", 1, H, false), &rng, 0.0, 0.1);
+        static const char *const proj[4][2] = {{"q_proj", "attn_q"}, {"k_proj", "attn_k"}, {"v_proj", "attn_v"},
+                                               {"out_proj", "attn_out"}};
+        for (int k = 0; k < 4; k++) {
+            char hp[48], gp[32];
+            snprintf(hp, sizeof hp, "self_attn.%s.weight", proj[k][0]);
+            snprintf(gp, sizeof gp, "%s.weight", proj[k][1]);
+            fill_matrix(LADD(hp, gp, H, H, true), &rng);
+            snprintf(hp, sizeof hp, "self_attn.%s.bias", proj[k][0]);
+            snprintf(gp, sizeof gp, "%s.bias", proj[k][1]);
+            fill_bias(LADD(hp, gp, 1, H, false), &rng);
+        }
+        fill_gauss(LADD("layer_norm2.weight", "ln2.weight", 1, H, false), &rng, 1.0, 0.1);
+        fill_gauss(LADD("layer_norm2.bias", "ln2.bias", 1, H, false), &rng, 0.0, 0.1);
+        fill_matrix(LADD("mlp.fc1.weight", "ffn_down.weight", F, H, true), &rng);
+        fill_bias(LADD("mlp.fc1.bias", "ffn_down.bias", 1, F, false), &rng);
+        fill_matrix(LADD("mlp.fc2.weight", "ffn_up.weight", H, F, true), &rng);
+        fill_bias(LADD("mlp.fc2.bias", "ffn_up.bias", 1, H, false), &rng);
+#undef LADD
+    }
+    fill_gauss(VADD("post_layernorm.weight", "", 1, H, false), &rng, 1.0, 0.1);
+    fill_gauss(VADD("post_layernorm.bias", "", 1, H, false), &rng, 0.0, 0.1);
+#undef VADD
+    fill_matrix(model_add(m, "multi_modal_projector.linear_1.weight", "mm.0.weight", E, H, true), &rng);
+    fill_bias(model_add(m, "multi_modal_projector.linear_1.bias", "mm.0.bias", 1, E, false), &rng);
+    fill_matrix(model_add(m, "multi_modal_projector.linear_2.weight", "mm.2.weight", E, E, true), &rng);
+    fill_bias(model_add(m, "multi_modal_projector.linear_2.bias", "mm.2.bias", 1, E, false), &rng);
+}
+
+/* Newer llama.cpp converters name HF's fc1 ffn_up and fc2 ffn_down. */
+static void ffn_name_swap(const char *in, char *out, size_t n) {
+    const char *d = strstr(in, "ffn_down"), *u = strstr(in, "ffn_up");
+    if (d) snprintf(out, n, "%.*sffn_up%s", (int)(d - in), in, d + strlen("ffn_down"));
+    else if (u) snprintf(out, n, "%.*sffn_down%s", (int)(u - in), in, u + strlen("ffn_up"));
+    else snprintf(out, n, "%s", in);
+}
+
+/* A llama.cpp llava mmproj file: every layer but the last (the one LLaVA's
+ * feature layer -2 never reaches), 2-D and conv weights as `type`. */
+static int write_mmproj(const struct model *m, const struct vspec *vs, enum dtype type, bool use_gelu, bool new_names,
+                        const char *path) {
+    struct gguf_writer *w = gguf_writer_init();
+    if (!w) return fail("out of memory for", path);
+    const int n_keep = vs->n_layer - 1;
+    float mean[3], sd[3];
+    for (int c = 0; c < 3; c++) mean[c] = (float)clip_mean[c], sd[c] = (float)clip_std[c];
+    gguf_writer_set_str(w, "general.architecture", "clip");
+    gguf_writer_set_str(w, "general.name", "kvfold fixture");
+    gguf_writer_set_str(w, "general.description", "image encoder for LLaVA");
+    gguf_writer_set_u32(w, "general.file_type", type == DT_F16 ? 1 : 0);
+    gguf_writer_set_bool(w, "clip.has_text_encoder", false);
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
+    gguf_writer_set_bool(w, "clip.has_llava_projector", true);
+    gguf_writer_set_str(w, "clip.projector_type", "mlp");
+    gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)vs->image_size);
+    gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)vs->patch_size);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)vs->n_embd);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)vs->n_ff);
+    /* CLIP's own text-image projection width: present in real files, unused by LLaVA. */
+    gguf_writer_set_u32(w, "clip.vision.projection_dim", 768);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)vs->n_head);
+    gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", (float)vs->eps);
+    gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)n_keep);
+    gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_F32, mean, 3);
+    gguf_writer_set_arr(w, "clip.vision.image_std", GGUF_F32, sd, 3);
+    gguf_writer_set_bool(w, "clip.use_gelu", use_gelu);
+
+    for (int i = 0; i < m->n; i++) {
+        const struct tensor *t = &m->t[i];
+        int il;
+        if (!t->gg[0] || (sscanf(t->gg, "v.blk.%d.", &il) == 1 && il >= n_keep)) continue;
+        char name[64];
+        if (new_names) ffn_name_swap(t->gg, name, sizeof name);
+        else snprintf(name, sizeof name, "%s", t->gg);
+        const enum dtype tt = t->is_2d ? type : DT_F32;
+        const size_t row_bytes = dtype_row_bytes(tt, t->cols);
+        void *q = malloc(row_bytes * (size_t)t->rows);
+        if (!q || !row_bytes) {
+            fprintf(stderr, "make_fixture: %s: cannot store %s as type %d\n", path, name, (int)tt);
+            free(q), gguf_writer_free(w);
+            return 1;
+        }
+        for (int64_t r = 0; r < t->rows; r++)
+            quant_quantize_row(tt, t->data + r * t->cols, (uint8_t *)q + (size_t)r * row_bytes, t->cols);
+        if (t->conv) { /* ne = [kx, ky, channel, out]: the bytes of HF's [out, 3, ky, kx] */
+            const int64_t ne[4] = {t->conv, t->conv, 3, t->rows};
+            gguf_writer_add_tensor(w, name, tt, 4, ne, q);
+        } else {
+            const int64_t ne[2] = {t->cols, t->rows};
+            gguf_writer_add_tensor(w, name, tt, t->is_2d ? 2 : 1, ne, q);
+        }
+        free(q);
+    }
+    enum kvf_status st = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    return st ? fail("cannot write", path) : 0;
+}
+
+static cJSON *float3_json(const double v[3]) {
+    cJSON *a = cJSON_CreateArray();
+    for (int c = 0; c < 3; c++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[c]));
+    return a;
+}
+
+static cJSON *llava_config_json(const struct spec *sp, const struct vspec *vs) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"),
+                         cJSON_CreateString("LlavaForConditionalGeneration"));
+    cJSON_AddStringToObject(c, "model_type", "llava");
+    cJSON_AddNumberToObject(c, "ignore_index", -100);
+    cJSON_AddNumberToObject(c, "image_token_index", IMAGE_TOKEN_ID);
+    const int grid = vs->image_size / vs->patch_size;
+    cJSON_AddNumberToObject(c, "image_seq_length", grid * grid);
+    cJSON_AddStringToObject(c, "projector_hidden_act", "gelu");
+    cJSON_AddNumberToObject(c, "vision_feature_layer", -2);
+    cJSON_AddStringToObject(c, "vision_feature_select_strategy", "default");
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", sp->tied);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    cJSON_AddItemToObject(c, "text_config", hf_config_json(sp));
+    cJSON *v = cJSON_AddObjectToObject(c, "vision_config");
+    cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
+    cJSON_AddNumberToObject(v, "hidden_size", vs->n_embd);
+    cJSON_AddNumberToObject(v, "intermediate_size", vs->n_ff);
+    cJSON_AddNumberToObject(v, "num_attention_heads", vs->n_head);
+    cJSON_AddNumberToObject(v, "num_hidden_layers", vs->n_layer);
+    cJSON_AddNumberToObject(v, "num_channels", 3);
+    cJSON_AddNumberToObject(v, "image_size", vs->image_size);
+    cJSON_AddNumberToObject(v, "patch_size", vs->patch_size);
+    cJSON_AddStringToObject(v, "hidden_act", "quick_gelu");
+    cJSON_AddNumberToObject(v, "layer_norm_eps", vs->eps);
+    cJSON_AddNumberToObject(v, "projection_dim", 768);
+    return c;
+}
+
+static cJSON *clip_preprocessor_json(const struct vspec *vs) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON *crop = cJSON_AddObjectToObject(c, "crop_size");
+    cJSON_AddNumberToObject(crop, "height", vs->image_size);
+    cJSON_AddNumberToObject(crop, "width", vs->image_size);
+    cJSON_AddBoolToObject(c, "do_center_crop", true);
+    cJSON_AddBoolToObject(c, "do_convert_rgb", true);
+    cJSON_AddBoolToObject(c, "do_normalize", true);
+    cJSON_AddBoolToObject(c, "do_rescale", true);
+    cJSON_AddBoolToObject(c, "do_resize", true);
+    cJSON_AddItemToObject(c, "image_mean", float3_json(clip_mean));
+    cJSON_AddStringToObject(c, "image_processor_type", "CLIPImageProcessor");
+    cJSON_AddItemToObject(c, "image_std", float3_json(clip_std));
+    cJSON_AddStringToObject(c, "processor_class", "LlavaProcessor");
+    cJSON_AddNumberToObject(c, "resample", 3); /* PIL.Image.BICUBIC */
+    cJSON_AddNumberToObject(c, "rescale_factor", 1.0 / 255.0);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(c, "size"), "shortest_edge", vs->image_size);
+    return c;
+}
+
+/* Decoder and vision tower as one LlavaForConditionalGeneration checkpoint:
+ * language_model.model.* / language_model.lm_head / vision_tower.* /
+ * multi_modal_projector.* (transformers < 4.52) or, with new_layout,
+ * model.language_model.* / lm_head / model.vision_tower.* /
+ * model.multi_modal_projector.*. */
+static int write_llava_hf(const struct model *dec, const struct model *vis, const struct vspec *vs,
+                          const struct vocab *v, bool new_layout, const char *dir) {
+    struct model all = {.sp = dec->sp, .n = dec->n + vis->n};
+    all.t = calloc((size_t)all.n, sizeof *all.t);
+    if (!all.t) {
+        fprintf(stderr, "make_fixture: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < dec->n; i++) {
+        const struct tensor *s = &dec->t[i];
+        struct tensor *d = &all.t[i];
+        *d = *s; /* shares the data */
+        if (!new_layout) name_join(d->hf, sizeof d->hf, "language_model.", s->hf);
+        else if (!strncmp(s->hf, "model.", 6)) name_join(d->hf, sizeof d->hf, "model.language_model.", s->hf + 6);
+    }
+    for (int i = 0; i < vis->n; i++) {
+        const struct tensor *s = &vis->t[i];
+        struct tensor *d = &all.t[dec->n + i];
+        *d = *s;
+        if (new_layout) name_join(d->hf, sizeof d->hf, "model.", s->hf);
+    }
+    int rc = write_hf_dir(dir, llava_config_json(&dec->sp, vs), clip_preprocessor_json(vs), v, &all, DT_F32, 1);
+    free(all.t);
     return rc;
 }
 
@@ -547,6 +829,34 @@ int main(int argc, char **argv) {
     rc = rc || write_gguf(&m, v, DT_F32, path);
     snprintf(path, sizeof path, "%s/gemma3-st", out);
     rc = rc || write_hf(&m, v, DT_F32, 1, path);
+    model_free(&m);
+
+    /* LLaVA: a Llama decoder with room for 16 images of 64 tokens; CLIP on a
+     * 32x32 image in 4x4 patches (8x8 grid + CLS), 3 layers of which LLaVA
+     * runs 2. The bad projector maps to 80 != the decoder's 64. */
+    const struct spec llava = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 4096, 0, 10000.0f, 1e-5f, false, 5};
+    const struct vspec clip = {.image_size = 32, .patch_size = 4, .n_embd = 48, .n_ff = 96, .n_head = 4,
+                               .n_layer = 3, .n_out = 64, .eps = 1e-5, .seed = 6};
+    struct vspec clip_bad = clip;
+    clip_bad.n_out = 80;
+    struct model vm;
+    model_build(&m, &llava);
+    vision_build(&vm, &clip);
+    snprintf(path, sizeof path, "%s/llava-f32.gguf", out);
+    rc = rc || write_gguf(&m, v, DT_F32, path);
+    snprintf(path, sizeof path, "%s/llava-mmproj-f32.gguf", out);
+    rc = rc || write_mmproj(&vm, &clip, DT_F32, false, false, path);
+    snprintf(path, sizeof path, "%s/llava-mmproj-f16.gguf", out);
+    rc = rc || write_mmproj(&vm, &clip, DT_F16, true, true, path);
+    snprintf(path, sizeof path, "%s/llava-st", out);
+    rc = rc || write_llava_hf(&m, &vm, &clip, v, false, path);
+    snprintf(path, sizeof path, "%s/llava-st-new", out);
+    rc = rc || write_llava_hf(&m, &vm, &clip, v, true, path);
+    model_free(&vm);
+    vision_build(&vm, &clip_bad);
+    snprintf(path, sizeof path, "%s/llava-mmproj-badproj.gguf", out);
+    rc = rc || write_mmproj(&vm, &clip_bad, DT_F32, false, false, path);
+    model_free(&vm);
     model_free(&m);
     free(v);
     return rc;
