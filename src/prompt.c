@@ -9,6 +9,7 @@
 #include "core/sys.h"
 #include "model/vit.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,8 +184,10 @@ static enum kvf_status prompt_grow(struct kvf_prompt *p, int extra, int *cap) {
 static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_model *m, const char *text, size_t len,
                                        bool add_bos, bool parse_special, int *cap) {
     /* With no room the tokenizer returns -(ids needed). */
-    const int32_t need = -kvf_tokenize(m, text, len, NULL, 0, add_bos, parse_special);
-    if (need <= 0) return KVF_OK;
+    const int32_t r = kvf_tokenize(m, text, len, NULL, 0, add_bos, parse_special);
+    if (r == INT32_MIN) return KVF_ERR_NOMEM; /* the tokenizer set the message */
+    if (r == 0) return KVF_OK;
+    const int32_t need = -r;
     enum kvf_status st = prompt_grow(p, need, cap);
     if (st != KVF_OK) return st;
     const int32_t got = kvf_tokenize(m, text, len, p->ids + p->n, need, add_bos, parse_special);

@@ -1,0 +1,599 @@
+/* Image loading (stb_image) and LLaVA-1.5 preprocessing: every format we
+ * promise, grey and alpha conversion, hostile and broken files, the pixel
+ * limit checked from the header alone, and the padding / normalisation /
+ * resize against naive references. The resize itself is checked against
+ * Pillow in tests/ref/image_ref.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "io/image.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <stb/stb_image_write.h>
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char tmp_dir[512];
+
+static int tmp_setup(void **state) {
+    (void)state;
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/image_test_XXXXXX", KVF_TEST_TMP);
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static const char *created[64];
+static int n_created;
+
+static int tmp_teardown(void **state) {
+    (void)state;
+    for (int i = 0; i < n_created; i++) {
+        unlink(created[i]);
+        free((void *)created[i]);
+    }
+    n_created = 0;
+    rmdir(tmp_dir);
+    return 0;
+}
+
+/* A path in the test directory, removed at the end. */
+static const char *tmp_path(const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", tmp_dir, name);
+    for (int i = 0; i < n_created; i++)
+        if (!strcmp(created[i], p)) return created[i];
+    assert_true(n_created < 64);
+    char *s = strdup(p);
+    assert_non_null(s);
+    created[n_created++] = s;
+    return s;
+}
+
+static const char *write_bytes(const char *name, const void *data, size_t n) {
+    const char *p = tmp_path(name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+    return p;
+}
+
+static uint8_t *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long len = ftell(f);
+    assert_true(len > 0);
+    rewind(f);
+    uint8_t *b = malloc((size_t)len);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+/* A reproducible RGB pattern with every channel distinct. */
+static uint8_t *pattern(int w, int h, int comp, uint32_t seed) {
+    uint8_t *p = malloc((size_t)w * h * comp);
+    assert_non_null(p);
+    uint32_t s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < (size_t)w * h * comp; i++) {
+        s = s * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(s >> 24);
+    }
+    return p;
+}
+
+static struct kvf_image *load_ok(const char *path) {
+    struct kvf_image *img = NULL;
+    enum kvf_status st = kvf_image_load(path, 0, &img);
+    if (st) fail_msg("%s: %s", path, kvf_last_error());
+    assert_non_null(img);
+    return img;
+}
+
+static void assert_load_fails(const char *path, int64_t max_pixels, enum kvf_status want) {
+    struct kvf_image *img = (struct kvf_image *)&img; /* must be reset to NULL */
+    assert_int_equal(kvf_image_load(path, max_pixels, &img), want);
+    assert_null(img);
+    /* The message names the file. */
+    if (!strstr(kvf_last_error(), path)) fail_msg("message without the path: %s", kvf_last_error());
+}
+
+static void assert_rgb(const struct kvf_image *img, int w, int h, const uint8_t *rgb) {
+    assert_int_equal(kvf_image_width(img), w);
+    assert_int_equal(kvf_image_height(img), h);
+    assert_memory_equal(kvf_image_rgb(img), rgb, (size_t)w * h * 3);
+}
+
+/* Netpbm files written by hand (stb_image_write has no PPM writer). */
+static const char *write_pnm(const char *name, const char *magic, int w, int h, const uint8_t *px, size_t n) {
+    char hdr[64];
+    const int k = snprintf(hdr, sizeof hdr, "%s\n# a comment\n%d %d\n255\n", magic, w, h);
+    uint8_t *buf = malloc((size_t)k + n);
+    assert_non_null(buf);
+    memcpy(buf, hdr, (size_t)k);
+    if (n) memcpy(buf + k, px, n);
+    const char *p = write_bytes(name, buf, (size_t)k + n);
+    free(buf);
+    return p;
+}
+
+/* PNG chunks need their CRC (stb_image ignores it, other decoders do not). */
+static uint32_t crc32_png(const uint8_t *p, size_t n) {
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+    }
+    return c ^ 0xffffffffu;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* A PNG signature and IHDR chunk claiming w x h (colour type 2: RGB, or 0:
+ * grey), followed by a tiny IDAT and IEND: the header is valid, the pixels
+ * are not there. */
+static size_t png_header_only(uint8_t *buf, uint32_t w, uint32_t h, int colour) {
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    size_t n = 0;
+    memcpy(buf, sig, 8);
+    n = 8;
+    put_be32(buf + n, 13);
+    memcpy(buf + n + 4, "IHDR", 4);
+    put_be32(buf + n + 8, w);
+    put_be32(buf + n + 12, h);
+    buf[n + 16] = 8; /* bit depth */
+    buf[n + 17] = (uint8_t)colour;
+    buf[n + 18] = buf[n + 19] = buf[n + 20] = 0;
+    put_be32(buf + n + 21, crc32_png(buf + n + 4, 17));
+    n += 25;
+    static const uint8_t idat[] = {0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01};
+    put_be32(buf + n, sizeof idat);
+    memcpy(buf + n + 4, "IDAT", 4);
+    memcpy(buf + n + 8, idat, sizeof idat);
+    put_be32(buf + n + 8 + sizeof idat, crc32_png(buf + n + 4, 4 + sizeof idat));
+    n += 12 + sizeof idat;
+    put_be32(buf + n, 0);
+    memcpy(buf + n + 4, "IEND", 4);
+    put_be32(buf + n + 8, crc32_png(buf + n + 4, 4));
+    return n + 12;
+}
+
+struct membuf {
+    uint8_t *p;
+    size_t n;
+};
+
+static void membuf_write(void *ctx, void *data, int size) {
+    struct membuf *m = ctx;
+    m->p = realloc(m->p, m->n + (size_t)size);
+    assert_non_null(m->p);
+    memcpy(m->p + m->n, data, (size_t)size);
+    m->n += (size_t)size;
+}
+
+/* -------------------------------------------------------------- loading -- */
+
+static void test_lossless_formats(void **state) {
+    (void)state;
+    const int w = 13, h = 7;
+    uint8_t *rgb = pattern(w, h, 3, 1);
+    const char *png = tmp_path("a.png"), *bmp = tmp_path("a.bmp");
+    assert_true(stbi_write_png(png, w, h, 3, rgb, w * 3));
+    assert_true(stbi_write_bmp(bmp, w, h, 3, rgb));
+    const char *ppm = write_pnm("a.ppm", "P6", w, h, rgb, (size_t)w * h * 3);
+    const char *paths[] = {png, bmp, ppm};
+    for (int i = 0; i < 3; i++) {
+        struct kvf_image *img = load_ok(paths[i]);
+        assert_rgb(img, w, h, rgb);
+        kvf_image_free(img);
+    }
+    /* The same bytes from memory. */
+    size_t n;
+    uint8_t *bytes = read_all(png, &n);
+    struct kvf_image *img = NULL;
+    assert_int_equal(kvf_image_load_memory(bytes, n, 0, &img), KVF_OK);
+    assert_rgb(img, w, h, rgb);
+    kvf_image_free(img);
+    free(bytes);
+    free(rgb);
+}
+
+static void test_jpeg(void **state) {
+    (void)state;
+    /* A smooth image survives JPEG at quality 95 within a few levels. */
+    const int w = 48, h = 32;
+    uint8_t *rgb = malloc((size_t)w * h * 3);
+    assert_non_null(rgb);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *p = rgb + ((size_t)y * w + x) * 3;
+            p[0] = (uint8_t)(40 + 4 * x);
+            p[1] = (uint8_t)(200 - 5 * y);
+            p[2] = (uint8_t)(100 + 2 * x + 2 * y);
+        }
+    const char *jpg = tmp_path("a.jpg");
+    assert_true(stbi_write_jpg(jpg, w, h, 3, rgb, 95));
+    struct kvf_image *img = load_ok(jpg);
+    assert_int_equal(kvf_image_width(img), w);
+    assert_int_equal(kvf_image_height(img), h);
+    const uint8_t *got = kvf_image_rgb(img);
+    double sum = 0;
+    int worst = 0;
+    for (size_t i = 0; i < (size_t)w * h * 3; i++) {
+        const int d = abs((int)got[i] - (int)rgb[i]);
+        sum += d;
+        worst = d > worst ? d : worst;
+    }
+    assert_true(sum / (w * h * 3) < 3.0);
+    assert_true(worst <= 24);
+    kvf_image_free(img);
+    free(rgb);
+}
+
+static void test_grey_to_rgb(void **state) {
+    (void)state;
+    const int w = 9, h = 5;
+    uint8_t *g = pattern(w, h, 1, 2);
+    uint8_t *want = malloc((size_t)w * h * 3);
+    assert_non_null(want);
+    for (size_t i = 0; i < (size_t)w * h; i++) want[3 * i] = want[3 * i + 1] = want[3 * i + 2] = g[i];
+    const char *png = tmp_path("g.png");
+    assert_true(stbi_write_png(png, w, h, 1, g, w));
+    const char *pgm = write_pnm("g.pgm", "P5", w, h, g, (size_t)w * h);
+    const char *paths[] = {png, pgm};
+    for (int i = 0; i < 2; i++) {
+        struct kvf_image *img = load_ok(paths[i]);
+        assert_rgb(img, w, h, want);
+        kvf_image_free(img);
+    }
+    free(g);
+    free(want);
+}
+
+static void test_alpha_dropped(void **state) {
+    (void)state;
+    /* RGBA and grey+alpha: the colour stays as stored (not blended with a
+     * background, not premultiplied), as PIL's convert("RGB") keeps it. */
+    const int w = 6, h = 4;
+    uint8_t *rgba = pattern(w, h, 4, 3), *ga = pattern(w, h, 2, 4);
+    uint8_t *want_rgb = malloc((size_t)w * h * 3), *want_g = malloc((size_t)w * h * 3);
+    assert_non_null(want_rgb);
+    assert_non_null(want_g);
+    for (size_t i = 0; i < (size_t)w * h; i++) {
+        memcpy(want_rgb + 3 * i, rgba + 4 * i, 3);
+        want_g[3 * i] = want_g[3 * i + 1] = want_g[3 * i + 2] = ga[2 * i];
+    }
+    const char *p4 = tmp_path("a4.png"), *p2 = tmp_path("a2.png");
+    assert_true(stbi_write_png(p4, w, h, 4, rgba, w * 4));
+    assert_true(stbi_write_png(p2, w, h, 2, ga, w * 2));
+    struct kvf_image *img = load_ok(p4);
+    assert_rgb(img, w, h, want_rgb);
+    kvf_image_free(img);
+    img = load_ok(p2);
+    assert_rgb(img, w, h, want_g);
+    kvf_image_free(img);
+    free(rgba);
+    free(ga);
+    free(want_rgb);
+    free(want_g);
+}
+
+static void test_broken_files(void **state) {
+    (void)state;
+    /* Truncated PNG: a valid header, half the compressed data. */
+    const int w = 40, h = 30;
+    uint8_t *rgb = pattern(w, h, 3, 5);
+    struct membuf m = {0};
+    assert_true(stbi_write_png_to_func(membuf_write, &m, w, h, 3, rgb, w * 3));
+    assert_true(m.n > 200);
+    assert_load_fails(write_bytes("trunc.png", m.p, m.n / 2), 0, KVF_ERR_FORMAT);
+    /* A header and nothing else. */
+    assert_load_fails(write_bytes("hdr.png", m.p, 33), 0, KVF_ERR_FORMAT);
+    free(m.p);
+    free(rgb);
+
+    uint8_t garbage[300];
+    uint32_t s = 7;
+    for (size_t i = 0; i < sizeof garbage; i++) garbage[i] = (uint8_t)((s = s * 1103515245u + 12345u) >> 16);
+    assert_load_fails(write_bytes("garbage.png", garbage, sizeof garbage), 0, KVF_ERR_FORMAT);
+    assert_load_fails(write_bytes("empty.png", "", 0), 0, KVF_ERR_FORMAT);
+    /* Truncated PPM pixels. */
+    uint8_t px[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    assert_load_fails(write_pnm("short.ppm", "P6", 8, 8, px, sizeof px), 0, KVF_ERR_FORMAT);
+
+    /* Formats stb_image does not read: TIFF and WebP signatures. */
+    static const uint8_t tiff[] = {'I', 'I', 42, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t webp[] = {'R', 'I', 'F', 'F', 26, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', ' ',
+                                   14,  0,   0,   0,   0,  0, 0, 0, 0,   0,   0,   0,   0,   0,   0,   0};
+    assert_load_fails(write_bytes("a.tiff", tiff, sizeof tiff), 0, KVF_ERR_FORMAT);
+    assert_load_fails(write_bytes("a.webp", webp, sizeof webp), 0, KVF_ERR_FORMAT);
+    /* stb's own reason is passed on. */
+    assert_non_null(strstr(kvf_last_error(), "("));
+
+    /* Missing file, a directory. */
+    assert_load_fails(tmp_path("missing.png"), 0, KVF_ERR_IO);
+    assert_load_fails(tmp_dir, 0, KVF_ERR_IO);
+
+    /* From memory. */
+    struct kvf_image *img = NULL;
+    assert_int_equal(kvf_image_load_memory(garbage, sizeof garbage, 0, &img), KVF_ERR_FORMAT);
+    assert_int_equal(kvf_image_load_memory(NULL, 10, 0, &img), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_image_load_memory("", 0, 0, &img), KVF_ERR_FORMAT);
+    assert_null(img);
+    assert_int_equal(kvf_image_load_memory(garbage, sizeof garbage, 0, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_image_load(NULL, 0, &img), KVF_ERR_INVALID_ARG);
+}
+
+static void test_truncated_tga(void **state) {
+    (void)state;
+    /* stb_image does not report a truncated uncompressed TGA; the missing
+     * rows must come back as zeros, never as uninitialised memory (ASan
+     * fills fresh allocations with 0xbe, so this fails without the reader's
+     * zero fill). */
+    const int w = 16, h = 16;
+    uint8_t *rgb = pattern(w, h, 3, 8);
+    for (size_t i = 0; i < (size_t)w * h * 3; i++) rgb[i] |= 1; /* no zero bytes of its own */
+    stbi_write_tga_with_rle = 0;
+    struct membuf m = {0};
+    assert_true(stbi_write_tga_to_func(membuf_write, &m, w, h, 3, rgb));
+    stbi_write_tga_with_rle = 1;
+    const size_t keep = 18 + (size_t)w * 3 * 5; /* header and 5 rows */
+    assert_true(m.n > keep);
+    struct kvf_image *img = NULL;
+    if (kvf_image_load_memory(m.p, keep, 0, &img) == KVF_OK) {
+        const uint8_t *got = kvf_image_rgb(img);
+        size_t zeros = 0;
+        for (size_t i = 0; i < (size_t)w * h * 3; i++) {
+            if (got[i] == 0) zeros++;
+            else assert_int_equal(got[i], rgb[i]);
+        }
+        assert_int_equal(zeros, (size_t)w * (h - 5) * 3);
+        kvf_image_free(img);
+    } else {
+        assert_null(img);
+    }
+    free(m.p);
+    free(rgb);
+}
+
+static void test_pixel_limit(void **state) {
+    (void)state;
+    /* PPM headers claiming huge or empty images, with 3 bytes of pixels. A
+     * decoder that read past the header would fail with KVF_ERR_FORMAT (or
+     * try to allocate 30 GB); the header check says KVF_ERR_INVALID_ARG. */
+    uint8_t px[3] = {0};
+    assert_load_fails(write_pnm("huge.ppm", "P6", 100000, 100000, px, 3), 0, KVF_ERR_INVALID_ARG);
+    assert_non_null(strstr(kvf_last_error(), "limit"));
+    assert_load_fails(write_pnm("wide.ppm", "P6", 70000, 1, px, 3), 0, KVF_ERR_INVALID_ARG);
+    assert_load_fails(write_pnm("big.ppm", "P6", 9000, 9000, px, 3), 0, KVF_ERR_INVALID_ARG);
+    const char *zero = write_pnm("zero.ppm", "P6", 0, 5, px, 3);
+    struct kvf_image *img = NULL;
+    const enum kvf_status st = kvf_image_load(zero, 0, &img);
+    assert_true(st == KVF_ERR_FORMAT || st == KVF_ERR_INVALID_ARG);
+    assert_null(img);
+
+    /* PNG headers: 100000^2 RGB (stb_image itself refuses it from the
+     * header), 20000^2 grey (over our default limit). */
+    uint8_t png[128];
+    size_t n = png_header_only(png, 100000, 100000, 2);
+    const char *p = write_bytes("huge.png", png, n);
+    assert_int_not_equal(kvf_image_load(p, 0, &img), KVF_OK);
+    assert_null(img);
+    assert_non_null(strstr(kvf_last_error(), p));
+    n = png_header_only(png, 20000, 20000, 0);
+    assert_load_fails(write_bytes("big.png", png, n), 0, KVF_ERR_INVALID_ARG);
+    n = png_header_only(png, 0, 10, 2);
+    p = write_bytes("zero.png", png, n);
+    const enum kvf_status st2 = kvf_image_load(p, 0, &img);
+    assert_true(st2 == KVF_ERR_FORMAT || st2 == KVF_ERR_INVALID_ARG);
+
+    /* The caller's limit: exactly at it loads, one pixel under refuses. */
+    const int w = 64, h = 64;
+    uint8_t *rgb = pattern(w, h, 3, 6);
+    const char *ok = tmp_path("64.png");
+    assert_true(stbi_write_png(ok, w, h, 3, rgb, w * 3));
+    assert_int_equal(kvf_image_load(ok, w * h, &img), KVF_OK);
+    kvf_image_free(img);
+    assert_load_fails(ok, w * h - 1, KVF_ERR_INVALID_ARG);
+    free(rgb);
+}
+
+static void test_from_rgb(void **state) {
+    (void)state;
+    uint8_t rgb[2 * 3 * 3];
+    for (int i = 0; i < (int)sizeof rgb; i++) rgb[i] = (uint8_t)(i * 7);
+    struct kvf_image *img = NULL;
+    assert_int_equal(kvf_image_from_rgb(3, 2, rgb, &img), KVF_OK);
+    assert_rgb(img, 3, 2, rgb);
+    assert_ptr_not_equal(kvf_image_rgb(img), rgb); /* a copy */
+    kvf_image_free(img);
+    const int bad[][2] = {{0, 2}, {3, 0}, {-1, 2}, {3, -5}, {70000, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        img = (struct kvf_image *)&img;
+        assert_int_equal(kvf_image_from_rgb(bad[i][0], bad[i][1], rgb, &img), KVF_ERR_INVALID_ARG);
+        assert_null(img);
+    }
+    assert_int_equal(kvf_image_from_rgb(3, 2, NULL, &img), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_image_from_rgb(3, 2, rgb, NULL), KVF_ERR_INVALID_ARG);
+    kvf_image_free(NULL);
+    assert_int_equal(kvf_image_width(NULL), 0);
+    assert_null(kvf_image_rgb(NULL));
+}
+
+/* -------------------------------------------------------- preprocessing -- */
+
+static const float MEAN[3] = {0.5f, 0.4578275f, 0.40821073f};
+static const float STD[3] = {0.25f, 0.26130258f, 0.27577711f};
+
+/* expand2square + normalisation written out directly, for images that are
+ * size x size once padded (no resample in Pillow). */
+static void naive_pad_normalise(const uint8_t *rgb, int w, int h, int size, float *out) {
+    const int side = w > h ? w : h;
+    assert_int_equal(side, size);
+    const int ox = (side - w) / 2, oy = (side - h) / 2;
+    for (int c = 0; c < 3; c++) {
+        const int bg = (int)(MEAN[c] * 255.0); /* Python's int(x * 255) */
+        for (int y = 0; y < size; y++)
+            for (int x = 0; x < size; x++) {
+                const bool in = x >= ox && x < ox + w && y >= oy && y < oy + h;
+                const int v = in ? rgb[((size_t)(y - oy) * w + (x - ox)) * 3 + c] : bg;
+                out[((size_t)c * size + y) * size + x] = ((float)(v / 255.0) - MEAN[c]) / STD[c];
+            }
+    }
+}
+
+static void check_pad(int w, int h) {
+    const int size = w > h ? w : h;
+    uint8_t *rgb = pattern(w, h, 3, (uint32_t)(w * 100 + h));
+    struct kvf_image *img;
+    assert_int_equal(kvf_image_from_rgb(w, h, rgb, &img), KVF_OK);
+    const size_t n = (size_t)3 * size * size;
+    float *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
+    assert_non_null(got);
+    assert_non_null(want);
+    assert_int_equal(image_preprocess_llava(img, size, MEAN, STD, got), KVF_OK);
+    naive_pad_normalise(rgb, w, h, size, want);
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(got[i] - want[i]) > 1e-6f) fail_msg("%dx%d: element %zu: %g, want %g", w, h, i, got[i], want[i]);
+    kvf_image_free(img);
+    free(rgb);
+    free(got);
+    free(want);
+}
+
+static void test_preprocess_pad(void **state) {
+    (void)state;
+    check_pad(3, 5);  /* tall, even padding: 1 column each side */
+    check_pad(5, 2);  /* wide, odd padding: 1 row above, 2 below */
+    check_pad(2, 7);  /* 2 columns left, 3 right */
+    check_pad(6, 6);  /* already square */
+    check_pad(1, 1);
+    check_pad(9, 1);
+    /* The background of the real CLIP mean: (122, 116, 104). */
+    static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float one[3] = {1, 1, 1};
+    const uint8_t px[1 * 3 * 3] = {0}; /* 1 x 3, black */
+    struct kvf_image *img;
+    assert_int_equal(kvf_image_from_rgb(1, 3, px, &img), KVF_OK);
+    float out[3 * 9];
+    assert_int_equal(image_preprocess_llava(img, 3, clip_mean, one, out), KVF_OK);
+    static const int bg[3] = {122, 116, 104};
+    for (int c = 0; c < 3; c++) {
+        assert_float_equal(out[c * 9 + 0] + clip_mean[c], bg[c] / 255.0f, 1e-6); /* left column */
+        assert_float_equal(out[c * 9 + 1] + clip_mean[c], 0.0f, 1e-6);          /* the image */
+    }
+    kvf_image_free(img);
+}
+
+static void test_preprocess_resize(void **state) {
+    (void)state;
+    /* A constant image stays exactly constant through the resize (the
+     * coefficients of each output sum to one), up and down, and padding in
+     * the background colour is invisible. */
+    const int sizes[] = {1, 7, 16, 23, 64, 100};
+    const int dims[][2] = {{40, 40}, {37, 23}, {5, 50}, {3, 3}};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+        const int w = dims[d][0], h = dims[d][1];
+        uint8_t *rgb = malloc((size_t)w * h * 3);
+        assert_non_null(rgb);
+        const uint8_t col[3] = {127, 116, 104}; /* the background of MEAN */
+        for (size_t i = 0; i < (size_t)w * h; i++) memcpy(rgb + 3 * i, col, 3);
+        struct kvf_image *img;
+        assert_int_equal(kvf_image_from_rgb(w, h, rgb, &img), KVF_OK);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            const int size = sizes[s];
+            float *out = malloc((size_t)3 * size * size * sizeof *out);
+            assert_non_null(out);
+            assert_int_equal(image_preprocess_llava(img, size, MEAN, STD, out), KVF_OK);
+            for (int c = 0; c < 3; c++) {
+                const float want = ((float)(col[c] / 255.0) - MEAN[c]) / STD[c];
+                for (int i = 0; i < size * size; i++)
+                    if (out[(size_t)c * size * size + i] != want)
+                        fail_msg("%dx%d -> %d: channel %d pixel %d: %g, want %g", w, h, size, c, i,
+                                 out[(size_t)c * size * size + i], want);
+            }
+            free(out);
+        }
+        kvf_image_free(img);
+        free(rgb);
+    }
+
+    /* Outputs stay within the normalised 0..255 range, and a black and white
+     * step stays ordered (dark side darker) after an upscale. */
+    const int w = 8, h = 8, size = 20;
+    uint8_t rgb[8 * 8 * 3];
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) memset(rgb + ((size_t)y * w + x) * 3, x < 4 ? 0 : 255, 3);
+    struct kvf_image *img;
+    assert_int_equal(kvf_image_from_rgb(w, h, rgb, &img), KVF_OK);
+    float out[3 * 20 * 20];
+    assert_int_equal(image_preprocess_llava(img, size, MEAN, STD, out), KVF_OK);
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < size * size; i++) {
+            const float v = out[c * size * size + i] * STD[c] + MEAN[c];
+            assert_true(v >= -1e-6f && v <= 1.0f + 1e-6f);
+        }
+    for (int y = 0; y < size; y++) {
+        assert_true(out[y * size + 0] < out[y * size + size - 1]);
+        assert_float_equal(out[y * size + 0] * STD[0] + MEAN[0], 0.0f, 1e-6);
+        assert_float_equal(out[y * size + size - 1] * STD[0] + MEAN[0], 1.0f, 1e-6);
+    }
+    kvf_image_free(img);
+
+    /* A thin, wide image: the square is 3000 x 3000 but only its 2 middle
+     * rows hold pixels. */
+    uint8_t *thin = pattern(3000, 2, 3, 9);
+    assert_int_equal(kvf_image_from_rgb(3000, 2, thin, &img), KVF_OK);
+    float *o = malloc((size_t)3 * 336 * 336 * sizeof *o);
+    assert_non_null(o);
+    assert_int_equal(image_preprocess_llava(img, 336, MEAN, STD, o), KVF_OK);
+    /* The first row is far from the image: pure background. */
+    assert_float_equal(o[0] * STD[0] + MEAN[0], 127 / 255.0f, 1e-6);
+    free(o);
+    free(thin);
+    kvf_image_free(img);
+}
+
+static void test_preprocess_args(void **state) {
+    (void)state;
+    const uint8_t px[3] = {1, 2, 3};
+    struct kvf_image *img;
+    assert_int_equal(kvf_image_from_rgb(1, 1, px, &img), KVF_OK);
+    float out[3 * 4];
+    const float zero[3] = {0.25f, 0.0f, 0.25f};
+    assert_int_equal(image_preprocess_llava(img, 0, MEAN, STD, out), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_preprocess_llava(img, -3, MEAN, STD, out), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_preprocess_llava(img, 2, MEAN, zero, out), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_preprocess_llava(NULL, 2, MEAN, STD, out), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_preprocess_llava(img, 2, MEAN, STD, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_preprocess_llava(img, 2, MEAN, STD, out), KVF_OK);
+    kvf_image_free(img);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lossless_formats), cmocka_unit_test(test_jpeg),
+        cmocka_unit_test(test_grey_to_rgb),      cmocka_unit_test(test_alpha_dropped),
+        cmocka_unit_test(test_broken_files),     cmocka_unit_test(test_truncated_tga),
+        cmocka_unit_test(test_pixel_limit),
+        cmocka_unit_test(test_from_rgb),         cmocka_unit_test(test_preprocess_pad),
+        cmocka_unit_test(test_preprocess_resize), cmocka_unit_test(test_preprocess_args),
+    };
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
+}
