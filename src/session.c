@@ -137,6 +137,9 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
                                          float *all_logits) {
     if (!s || (n > 0 && !embd) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill_embd: bad arguments");
     if (n == 0) return KVF_OK;
+    for (int i = 0; tags && i < n; i++)
+        if (tags[i].modality < KVF_MOD_TEXT || tags[i].modality > KVF_MOD_VIDEO)
+            return err_set(KVF_ERR_INVALID_ARG, "tag %d: modality %d is not text, image or video", i, tags[i].modality);
     return session_run(s, NULL, embd, tags, n, all_logits);
 }
 
