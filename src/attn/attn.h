@@ -15,13 +15,35 @@ struct attn_params {
     bool bidirectional; /* every query sees every key (vision encoders); qpos unused */
 };
 
+/* Statistics gathered while a block's softmax rows are in hand (DESIGN
+ * section 6), so that no method needs the N x N matrix. Every array is
+ * [n_head_kv][stride] floats indexed by cache entry and is added to; NULL
+ * arrays are not computed. GQA: a kv head's value is the mean over the query
+ * heads that share it. */
+enum { ATTN_STAT_SUM, ATTN_STAT_SQ, ATTN_STAT_COUNT, ATTN_STAT_TEXT, ATTN_STAT_IMAGE, ATTN_STAT_VIDEO,
+       ATTN_STAT_WIN, ATTN_STAT_WIN_NSM, ATTN_STAT_N };
+struct attn_stats {
+    int stride;                  /* >= the entry count of every head                      */
+    float *a[ATTN_STAT_N];       /* SUM:   sum_i A[i,j] over every query (H2O, LOOK-M...)
+                                    SQ:    sum_i A[i,j]^2; COUNT: queries that saw j (RoCo)
+                                    TEXT / IMAGE / VIDEO: SUM split by the query's modality
+                                    WIN:   SUM over the window queries only (SnapKV, CSP)
+                                    WIN_NSM: WIN with n-softmax exp(x_j) / (n + sum_k exp(x_k)) */
+    const struct kvf_tag *qtag;  /* [n_q] query tags: needed for TEXT / IMAGE / VIDEO      */
+    int win_first;               /* queries i >= win_first of the call form the window    */
+    float nsm_n;                 /* n of the n-softmax                                    */
+};
+
 /* Bytes of scratch attn_forward needs for n_kv keys and n_threads threads. */
 size_t attn_scratch_bytes(int n_kv, int n_threads);
 /* q:   [n_q][n_head*head_dim] after RoPE; qpos: [n_q] true positions.
  * kv:  the layer's heads (kv_cache_head(cache, layer, 0 .. n_head_kv-1)).
  * out: [n_q][n_head*head_dim]. Query head h reads kv head h / (n_head/n_head_kv).
  * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (and inside the window). */
-void attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
-                  const struct kv_head *kv, float *out, float *scratch, int n_threads);
+/* stats (optional): accumulated as described above; its per-thread partial
+ * sums are allocated here (O(threads x heads x entries)), hence the status. */
+enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
+                             const struct kv_head *kv, float *out, float *scratch, int n_threads,
+                             const struct attn_stats *stats);
 
 #endif

@@ -142,9 +142,10 @@ void ops_gelu_tanh_mul(float *g, const float *u, int64_t n) {
     }
 }
 
-float ops_softmax(float *x, int n) {
+float ops_softmax_sum(float *x, int n, double *sum_out) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    *sum_out = 0.0;
     if (mx == -INFINITY) {
         memset(x, 0, sizeof(float) * n);
         return mx;
@@ -156,5 +157,11 @@ float ops_softmax(float *x, int n) {
     }
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) x[i] *= inv;
+    *sum_out = sum;
     return mx;
+}
+
+float ops_softmax(float *x, int n) {
+    double sum;
+    return ops_softmax_sum(x, n, &sum);
 }

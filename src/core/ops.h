@@ -35,5 +35,7 @@ void ops_silu_mul(float *g, const float *u, int64_t n);      /* g = silu(g) * u 
 void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u */
 /* In-place softmax of n values; -INFINITY entries get 0. Returns max. */
 float ops_softmax(float *x, int n);
+/* The same, also giving sum_j exp(x_j - max) (0 when every entry is -INFINITY). */
+float ops_softmax_sum(float *x, int n, double *sum);
 
 #endif

@@ -49,6 +49,33 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
     return KVF_OK;
 }
 
+enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep) {
+    struct kv_head *h = kv_cache_head(c, layer, head);
+    if (n_keep < 0 || n_keep > h->n) return err_set(KVF_ERR_INTERNAL, "kv keep: %d of %d entries", n_keep, h->n);
+    for (int i = 0; i < n_keep; i++)
+        if (keep[i] < 0 || keep[i] >= h->n || (i > 0 && keep[i] <= keep[i - 1]))
+            return err_set(KVF_ERR_INTERNAL, "kv keep: index %d (%d) out of order or range", i, keep[i]);
+    const size_t d = (size_t)c->head_dim;
+    for (int i = 0; i < n_keep; i++) {
+        if (keep[i] == i) continue;
+        memcpy(h->k + i * d, h->k + keep[i] * d, d * sizeof(float));
+        memcpy(h->v + i * d, h->v + keep[i] * d, d * sizeof(float));
+        h->tag[i] = h->tag[keep[i]];
+    }
+    h->n = n_keep;
+    if (n_keep == 0) {
+        free(h->k);
+        free(h->v);
+        free(h->tag);
+        c->bytes -= head_bytes(c, h->cap);
+        h->k = h->v = NULL;
+        h->tag = NULL;
+        h->cap = 0;
+        return KVF_OK;
+    }
+    return head_grow(c, h, n_keep); /* a shrinking realloc */
+}
+
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {
     for (int g = 0; g < c->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(c, layer, g);

@@ -31,6 +31,10 @@ static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int h
 }
 /* Makes room for `extra` more entries in every head of a layer. */
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
+/* Keeps entries keep[0..n_keep) of one head (strictly increasing indices,
+ * so position order holds), moves them to the front and shrinks the storage
+ * to exactly n_keep entries: evicted memory is returned, never masked. */
+enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * (the layout of the projection output); tags: [n]. Space must be reserved. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,

@@ -372,7 +372,7 @@ static void vit_attention(const struct vision_model *v, const struct vit_layer *
     }
     const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
                                    .scale = 1.0f / sqrtf((float)hd), .bidirectional = true};
-    attn_forward(&ap, b->q, NULL, n, b->heads, b->att, b->attn_scratch, nt);
+    attn_forward(&ap, b->q, NULL, n, b->heads, b->att, b->attn_scratch, nt, NULL); /* no statistics: cannot fail */
     ops_matmul(&L->wo, b->att, n, b->xn, b->mm, nt);
     ops_add_bias(b->xn, &L->bo, n, H);
     ops_add(b->x, b->xn, (size_t)n * H);

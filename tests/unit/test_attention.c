@@ -65,7 +65,7 @@ static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int
     const int32_t *qpos = pos + (n_ctx - n_q); /* the last n_q tokens, as in prefill */
     struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window, bidirectional};
     float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
-    attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads);
+    assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, NULL), KVF_OK);
     naive(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), ref);
     double maxerr = 0;
     for (int i = 0; i < n_q * QD; i++) maxerr = fmax(maxerr, fabs(out[i] - ref[i]));
@@ -86,6 +86,78 @@ static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); ch
 /* Vision encoders: every query sees every key, the first ones included. */
 static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 65, 0, 2, true); check_mode(3, 3, 8, 40, 40, 0, 1, true); }
 
+/* Every statistic against the full attention matrix in double: A[h][i][j]
+ * (softmax and n-softmax), folded into kv heads as the mean of their query
+ * heads. */
+static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+    unsigned seed = 99u + n_head * 3 + n_q;
+    struct kv_cache c;
+    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d), KVF_OK);
+    const int KD = n_head_kv * d, QD = n_head * d, group = n_head / n_head_kv, W = 5;
+    float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
+    struct kvf_tag *tags = calloc(n_ctx, sizeof *tags);
+    int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
+    for (int i = 0; i < n_ctx * KD; i++) { k[i] = frand(&seed); v[i] = frand(&seed); }
+    for (int i = 0; i < n_ctx; i++) {
+        pos[i] = tags[i].pos = i;
+        tags[i].modality = (int16_t)((i / 7) % 3); /* runs of text, image and video */
+    }
+    assert_int_equal(kv_cache_reserve(&c, 0, n_ctx), KVF_OK);
+    kv_cache_append(&c, 0, k, v, tags, n_ctx);
+    float *q = malloc(sizeof(float) * n_q * QD), *out = malloc(sizeof(float) * n_q * QD);
+    for (int i = 0; i < n_q * QD; i++) q[i] = 2.0f * frand(&seed);
+    const int32_t *qpos = pos + (n_ctx - n_q);
+    const struct kvf_tag *qtag = tags + (n_ctx - n_q);
+    const int stride = n_ctx + 3;
+    float *arrays = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(float));
+    struct attn_stats st = {.stride = stride, .qtag = qtag, .win_first = n_q - W, .nsm_n = 1.0f};
+    for (int a = 0; a < ATTN_STAT_N; a++) st.a[a] = arrays + (size_t)a * n_head_kv * stride;
+    const struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window, false};
+    float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
+    assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, &st), KVF_OK);
+
+    double *ref = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(double)), *x = calloc(n_ctx, sizeof(double));
+    for (int h = 0; h < n_head; h++) {
+        const int g = h / group;
+        const struct kv_head *kh = kv_cache_head(&c, 0, g);
+        for (int i = 0; i < n_q; i++) {
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n_ctx; j++) {
+                const bool vis = pos[j] <= qpos[i] && (window == 0 || qpos[i] - pos[j] < window);
+                double dot = 0;
+                for (int e = 0; e < d; e++) dot += (double)q[(size_t)i * QD + h * d + e] * kh->k[(size_t)j * d + e];
+                x[j] = vis ? dot * p.scale : -INFINITY;
+                mx = fmax(mx, x[j]);
+            }
+            for (int j = 0; j < n_ctx; j++) sum += x[j] == -INFINITY ? 0 : exp(x[j]);
+            for (int j = 0; j < n_ctx; j++) {
+                if (x[j] == -INFINITY) continue;
+                const double a = exp(x[j]) / sum, nsm = exp(x[j]) / (1.0 + sum), w = 1.0 / group;
+                double *r = ref + (size_t)g * stride + j;
+                const size_t A = (size_t)n_head_kv * stride;
+                r[ATTN_STAT_SUM * A] += w * a;
+                r[ATTN_STAT_SQ * A] += w * a * a;
+                r[ATTN_STAT_COUNT * A] += w;
+                r[(ATTN_STAT_TEXT + qtag[i].modality) * A] += w * a;
+                if (i >= n_q - W) {
+                    r[ATTN_STAT_WIN * A] += w * a;
+                    r[ATTN_STAT_WIN_NSM * A] += w * nsm;
+                }
+            }
+        }
+    }
+    for (size_t e = 0; e < (size_t)ATTN_STAT_N * n_head_kv * stride; e++)
+        if (fabs(arrays[e] - ref[e]) > 1e-4 * fmax(1.0, fabs(ref[e])))
+            fail_msg("statistic %zu (array %zu): %g vs naive %g", e, e / ((size_t)n_head_kv * stride), arrays[e], ref[e]);
+    free(k); free(v); free(tags); free(pos); free(q); free(out); free(arrays); free(scratch); free(ref); free(x);
+    kv_cache_free(&c);
+}
+
+static void test_stats_mha(void **st) { (void)st; check_stats(4, 4, 16, 70, 70, 0, 2); }
+static void test_stats_gqa(void **st) { (void)st; check_stats(6, 2, 8, 100, 65, 0, 2); check_stats(4, 1, 8, 45, 45, 0, 1); }
+static void test_stats_decode(void **st) { (void)st; check_stats(4, 2, 16, 50, 1, 0, 2); check_stats(4, 2, 16, 60, 3, 0, 1); }
+static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 40, 7, 2); }
+
 static void test_cache_bytes(void **st) {
     (void)st;
     struct kv_cache c;
@@ -101,10 +173,47 @@ static void test_cache_bytes(void **st) {
     kv_cache_free(&c);
 }
 
+/* Eviction compacts and frees: the kept entries (data and tags) move to the
+ * front in order and the allocation shrinks to exactly what is kept. */
+static void test_cache_keep(void **st) {
+    (void)st;
+    struct kv_cache c;
+    const int d = 8, n = 40, H = 2;
+    assert_int_equal(kv_cache_init(&c, 1, H, d), KVF_OK);
+    float k[40 * 2 * 8], v[40 * 2 * 8];
+    struct kvf_tag tags[40];
+    for (int i = 0; i < n * H * d; i++) { k[i] = (float)i; v[i] = -(float)i; }
+    for (int i = 0; i < n; i++) tags[i] = (struct kvf_tag){.pos = 100 + i, .modality = (int16_t)(i % 2), .media = 3, .row = (int16_t)i, .col = 1};
+    assert_int_equal(kv_cache_reserve(&c, 0, n), KVF_OK);
+    kv_cache_append(&c, 0, k, v, tags, n);
+    const int keep[] = {0, 3, 4, 17, 39};
+    assert_int_equal(kv_cache_keep(&c, 0, 1, keep, 5), KVF_OK);
+    const struct kv_head *h = kv_cache_head(&c, 0, 1);
+    assert_int_equal(h->n, 5);
+    assert_int_equal(h->cap, 5);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(h->tag[i].pos, 100 + keep[i]);
+        assert_int_equal(h->tag[i].row, keep[i]);
+        for (int e = 0; e < d; e++) {
+            assert_true(h->k[i * d + e] == k[(size_t)keep[i] * H * d + d + e]);
+            assert_true(h->v[i * d + e] == v[(size_t)keep[i] * H * d + d + e]);
+        }
+    }
+    const size_t entry = 2 * d * sizeof(float) + sizeof(struct kvf_tag);
+    assert_int_equal(c.bytes, (size_t)(kv_cache_head(&c, 0, 0)->cap + 5) * entry);
+    const int bad[] = {3, 2};
+    assert_int_equal(kv_cache_keep(&c, 0, 1, bad, 2), KVF_ERR_INTERNAL);
+    assert_int_equal(kv_cache_keep(&c, 0, 0, NULL, 0), KVF_OK);
+    assert_int_equal(c.bytes, 5 * entry);
+    kv_cache_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
-        cmocka_unit_test(test_window), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_cache_bytes),
+        cmocka_unit_test(test_window), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
+        cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_cache_bytes),
+        cmocka_unit_test(test_cache_keep),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
