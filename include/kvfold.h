@@ -207,6 +207,8 @@ struct kvf_session_params {
     int n_ctx;       /* maximum number of positions; <= 0: the model's training context (capped at 8192) */
     int n_batch;     /* prompt tokens processed per forward pass (>= 1)          */
     int n_threads;   /* <= 0: the model's default                                */
+    const char *kv_spec; /* KV cache policy, e.g. "snapkv:budget=0.2"; NULL or "" = full
+                            (applied by kvf_session_compress; see kvf_kv_policy_get) */
 };
 struct kvf_session_params kvf_session_default_params(void);
 
@@ -235,6 +237,11 @@ const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
  * their count. NULL for an index out of range. */
 const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
 
+/* Applies the session's KV policy to the cache now (after the prompt):
+ * every (layer, kv head) keeps the entries its rule scores best, evicted
+ * entries are freed. Decoding then appends to the compressed cache. */
+enum kvf_status kvf_session_compress(struct kvf_session *session);
+
 /* Appends one token (a prefill of length 1). After a failure other than
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */
@@ -244,6 +251,15 @@ const float *kvf_session_logits(const struct kvf_session *session);
 int kvf_session_n_past(const struct kvf_session *session);
 /* Bytes of KV cache currently allocated (all layers, keys and values). */
 size_t kvf_session_kv_bytes(const struct kvf_session *session);
+
+/* KV cache policies (presets) known to kvf_session_params.kv_spec. */
+struct kvf_kv_policy_info {
+    const char *name, *summary, *paper;
+    const char *keys;      /* accepted keys, space-separated          */
+    const char *defaults;  /* "budget=0.2,window=32,kernel=5"          */
+};
+int kvf_kv_policy_count(void);
+enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info);
 
 /* -------------------------------------------------------------- sampler -- */
 

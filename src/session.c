@@ -32,6 +32,8 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->tags);
     free(s->mm_scratch);
     free(s->attn_scratch);
+    free(s->qwin);
+    free(s->qwin_pos);
     free(s);
 }
 
@@ -54,10 +56,15 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     if (p.n_threads <= 0) p.n_threads = m->n_threads;
     if (p.n_threads > 1024) return err_set(KVF_ERR_INVALID_ARG, "n_threads %d out of range", p.n_threads);
 
+    struct kv_policy policy;
+    enum kvf_status pst = kv_policy_parse(p.kv_spec, &policy);
+    if (pst != KVF_OK) return pst;
+    p.kv_spec = NULL; /* not kept: the caller owns the string */
     struct kvf_session *s = calloc(1, sizeof *s);
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
     s->model = m;
     s->params = p;
+    s->policy = policy;
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim);
     if (st != KVF_OK) {
         kvf_session_free(s);
@@ -80,6 +87,10 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->btag = alloc_rows(B, 1, sizeof(struct kvf_tag), &ok);
     s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B, p.n_threads), 1, &ok);
     s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
+    if (kv_policy_needs_window(&policy) && policy.window > 0) {
+        s->qwin = alloc_rows(hp->n_layer * policy.window, QD, sizeof(float), &ok);
+        s->qwin_pos = alloc_rows(policy.window, 1, sizeof(int32_t), &ok);
+    }
     if (!ok) {
         kvf_session_free(s);
         return err_set(KVF_ERR_NOMEM, "out of memory allocating session buffers (batch %d, ctx %d)", B, p.n_ctx);
@@ -91,6 +102,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
 void kvf_session_reset(struct kvf_session *s) {
     kv_cache_clear(&s->kv);
     s->n_past = 0;
+    s->qwin_n = 0;
     s->has_logits = false;
 }
 
@@ -163,6 +175,69 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
 
 enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
     return kvf_session_prefill(s, &token, 1, NULL);
+}
+
+/* Attention the held window queries pay each entry of layer l, per kv head:
+ * win[g][j] (mean over the query heads of g). */
+static enum kvf_status window_attention(struct kvf_session *s, int l, float *win, int stride, float *out) {
+    const struct hparams *hp = &s->model->hp;
+    const int W = s->policy.window, QD = hp->n_head * hp->head_dim;
+    memset(win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    if (s->qwin_n == 0) return KVF_OK;
+    struct attn_stats st = {.stride = stride, .win_first = 0, .nsm_n = 1.0f};
+    st.a[ATTN_STAT_WIN] = win;
+    const struct attn_params ap = {
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
+        .window = s->model->layers[l].is_local ? hp->sliding_window : 0,
+    };
+    return attn_forward(&ap, s->qwin + (size_t)l * W * QD, s->qwin_pos, s->qwin_n, kv_cache_head(&s->kv, l, 0), out,
+                        s->attn_scratch, s->params.n_threads, &st);
+}
+
+static void score_head(const struct kvf_session *s, int l, int g, int keep, const float *win, float *score) {
+    const struct kv_score_in in = {
+        .p = &s->policy, .h = &s->kv.heads[(size_t)l * s->kv.n_head_kv + g], .head_dim = s->kv.head_dim,
+        .keep = keep, .win_attn = win, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
+    };
+    switch (s->policy.method) {
+    case KV_FULL: break;
+    case KV_STREAMING: kv_score_streaming(&in, score); break;
+    case KV_SNAPKV: kv_score_snapkv(&in, score); break;
+    case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
+    case KV_KNORM: kv_score_knorm(&in, score); break;
+    case KV_RANDOM:
+    case KV_IMGRAND: kv_score_random(&in, score); break;
+    case KV_METHOD_COUNT: break;
+    }
+}
+
+enum kvf_status kvf_session_compress(struct kvf_session *s) {
+    if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
+    if (s->policy.method == KV_FULL) return KVF_OK;
+    const struct hparams *hp = &s->model->hp;
+    int n_max = 1;
+    for (size_t i = 0; i < (size_t)hp->n_layer * hp->n_head_kv; i++) n_max = KVF_MAX(n_max, s->kv.heads[i].n);
+    float *score = malloc(sizeof(float) * (size_t)n_max);
+    int *idx = malloc(sizeof(int) * (size_t)n_max);
+    const bool win = kv_policy_needs_window(&s->policy);
+    float *wa = win ? malloc(sizeof(float) * (size_t)hp->n_head_kv * n_max) : NULL;
+    float *out = win ? malloc(sizeof(float) * (size_t)KVF_MAX(s->policy.window, 1) * hp->n_head * hp->head_dim) : NULL;
+    enum kvf_status st = KVF_OK;
+    if (!score || !idx || (win && (!wa || !out))) st = err_set(KVF_ERR_NOMEM, "out of memory compressing the cache");
+    for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
+        if (win) st = window_attention(s, l, wa, n_max, out);
+        for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
+            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n, keep = kv_policy_keep_count(&s->policy, n);
+            if (keep >= n) continue;
+            score_head(s, l, g, keep, wa ? wa + (size_t)g * n_max : NULL, score);
+            st = kv_select_keep(&s->kv, l, g, score, keep, idx);
+        }
+    }
+    free(score);
+    free(idx);
+    free(wa);
+    free(out);
+    return st;
 }
 
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }

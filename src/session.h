@@ -3,6 +3,7 @@
 #define KVF_SESSION_H
 
 #include "kv/cache.h"
+#include "kv/policy.h"
 #include "model/model.h"
 
 struct kvf_session {
@@ -21,6 +22,13 @@ struct kvf_session {
     struct kvf_tag *btag;             /* [B] tags of the batch */
     struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
     int tags_cap;
+
+    struct kv_policy policy;
+    /* The latest `policy.window` queries of every layer (after RoPE), for
+     * policies scored by the attention of the prompt's last queries. */
+    float *qwin;                      /* [n_layer][window][n_head*head_dim] or NULL */
+    int32_t *qwin_pos;                /* [window] their positions */
+    int qwin_n;                       /* rows held (<= window) */
     void *mm_scratch;                 /* ops_matmul scratch */
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };

@@ -12,6 +12,20 @@ static void norm_rows(float *out, const float *x, const struct weight *w, int n,
     for (int t = 0; t < n; t++) ops_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, eps);
 }
 
+/* Keeps the latest `window` queries of layer l (rows of s->q after RoPE);
+ * s->qwin_n, the rows held before this batch, moves on after the last layer. */
+static void qwin_push(struct kvf_session *s, int l, int n) {
+    const int W = s->policy.window, QD = s->model->hp.n_head * s->model->hp.head_dim;
+    float *dst = s->qwin + (size_t)l * W * QD;
+    if (n >= W) {
+        memcpy(dst, s->q + (size_t)(n - W) * QD, sizeof(float) * (size_t)W * QD);
+        return;
+    }
+    const int keep = KVF_MIN(s->qwin_n, W - n);
+    memmove(dst, dst + (size_t)(s->qwin_n - keep) * QD, sizeof(float) * (size_t)keep * QD);
+    memcpy(dst + (size_t)keep * QD, s->q, sizeof(float) * (size_t)n * QD);
+}
+
 /* Self-attention of layer l for n tokens: reads s->xn, leaves the projected
  * output in s->xn. */
 static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
@@ -36,6 +50,8 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
         ops_rope(s->q + (size_t)t * QD, hp->n_head, s->k + (size_t)t * KD, hp->n_head_kv, hd, s->pos[t], base,
                  hp->rope_style);
     }
+
+    if (s->qwin) qwin_push(s, l, n);
 
     enum kvf_status st = kv_cache_reserve(&s->kv, l, n);
     if (st != KVF_OK) return st;
@@ -99,6 +115,12 @@ enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, co
         norm_rows(s->xn, s->x, &L->ffn_norm, n, E, hp->norm_eps);
         layer_ffn(s, l, n);
         ops_add(s->x, s->xn, (size_t)n * E);
+    }
+    if (s->qwin) { /* the positions of the rows qwin_push kept */
+        const int W = s->policy.window, keep = n >= W ? 0 : KVF_MIN(s->qwin_n, W - n), add = KVF_MIN(n, W);
+        memmove(s->qwin_pos, s->qwin_pos + (s->qwin_n - keep), sizeof(int32_t) * (size_t)keep);
+        memcpy(s->qwin_pos + keep, s->pos + (n - add), sizeof(int32_t) * (size_t)add);
+        s->qwin_n = keep + add;
     }
     s->n_past += n;
 

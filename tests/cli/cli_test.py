@@ -295,6 +295,47 @@ def case_demo(ctx):
     check(p.returncode == 0 and "Paris" in out and "tok/s" in out, f"demo: {p.returncode} {out!r}")
 
 
+def case_kv(ctx):
+    """--kv policies on the real SmolLM2: budget 1.0 changes nothing; a ratio
+    keeps exactly round(ratio x prompt) entries per head, frees the rest."""
+    smol = ctx.model(SMOL)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppl_passage.txt")) as f:
+        text = f.read()[:2500]
+    passage = os.path.join(ctx.tmp, "passage.txt")
+    with open(passage, "w") as f:
+        f.write(text)
+    base = ["generate", "-m", smol, "-f", passage, "-n", "6", "--json", "-c", "2048"]
+    rc, out, err = ctx.run(*base)
+    check(rc == 0, f"full: {err}")
+    full = json.loads(out)
+    n_prompt = full["n_prompt"]
+    rc, out, _ = ctx.run("policies", "--json")
+    names = [p["name"] for p in json.loads(out)]
+    check({"full", "streaming", "snapkv", "keydiff", "knorm", "random", "imgrand"} <= set(names), f"policies: {names}")
+    for name in names:
+        spec = name if name == "full" else f"{name}:budget=1.0"
+        rc, out, err = ctx.run(*base, "--kv", spec)
+        check(rc == 0, f"{spec}: {err}")
+        o = json.loads(out)
+        check(o["text"] == full["text"] and o["kv"]["bytes_kept"] == o["kv"]["bytes_full"], f"{spec} changed the output")
+        if name == "full":
+            continue
+        rc, out, err = ctx.run(*base, "--kv", f"{name}:budget=0.2")
+        check(rc == 0, f"{name}:budget=0.2: {err}")
+        kv = json.loads(out)["kv"]
+        keep = int(0.2 * n_prompt + 0.5)
+        n_gen = json.loads(out)["n_gen"]
+        # Entries per head after decoding: the kept prompt entries plus the decoded tokens.
+        want = keep + max(n_gen - 1, 0)
+        if name == "imgrand":  # a text-only prompt has no image entries to drop
+            want = n_prompt + max(n_gen - 1, 0)
+        check(all(x == want for x in kv["per_layer"]), f"{name}: per-layer entries {kv['per_layer'][:4]}, want {want}")
+        check(kv["bytes_kept"] <= kv["bytes_full"] * (0.25 if name != "imgrand" else 1.0), f"{name}: kv bytes {kv}")
+    expect_error(ctx, 1, [*base, "--kv", "nosuch"], "unknown policy")
+    expect_error(ctx, 1, [*base, "--kv", "snapkv:budget=2.5"], "fractional budget over 1")
+    expect_error(ctx, 1, [*base, "--kv", "snapkv:nosuchkey=1"], "unknown key")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -303,7 +344,7 @@ def main():
     cases = {
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
-        "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo,
+        "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
     try:

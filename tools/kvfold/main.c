@@ -77,7 +77,7 @@ struct opt {
 
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
-    const char *model, *prompt, *file, *chat_template, *system, *mmproj;
+    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv;
     bool json, bos, special, chat, dump_tags;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix;
@@ -91,6 +91,7 @@ struct command {
     int (*run)(const struct args *a);
     void (*defaults)(struct args *a);
     int (*opts)(struct args *a, struct opt *out); /* fills out[OPT_MAX], returns the count */
+    bool no_model;  /* runs without -m */
 };
 
 #define OPT_MAX 32
@@ -198,7 +199,7 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
             return EXIT_USAGE;
         }
     }
-    if (!a->model) {
+    if (!a->model && !c->no_model) {
         print_error("%s: missing -m FILE (see kvfold %s --help)", c->name, c->name);
         return EXIT_USAGE;
     }
@@ -783,6 +784,8 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
         OPTS_MEDIA,
         { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
+          "(see kvfold policies)" },
         OPT_JSON,
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
@@ -902,8 +905,11 @@ static int cmd_generate(const struct args *a) {
     sp.n_ctx = a->ctx > 0 ? a->ctx : n_prompt + a->n_predict;
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
+    sp.kv_spec = a->kv;
     if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
-        rc = fail(st, "generate: cannot create the session");
+        rc = fail(st, st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED ? "generate: --kv" : "generate: cannot create the session");
+        if (st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED)
+            rc = EXIT_USAGE;
         goto done;
     }
     struct kvf_sampler_params smpp = {
@@ -922,6 +928,14 @@ static int cmd_generate(const struct args *a) {
         goto done;
     }
     const double prefill_ms = sys_time_ms() - t0;
+    const size_t kv_full = kvf_session_kv_bytes(s);
+    t0 = sys_time_ms();
+    if ((st = kvf_session_compress(s)) != KVF_OK) {
+        rc = fail(st, "generate: kv compression");
+        goto done;
+    }
+    const double compress_ms = sys_time_ms() - t0;
+    const size_t kv_kept = kvf_session_kv_bytes(s);
     double decode_ms = 0;
     int n_gen = 0, n_decoded = 0;
     const char *stop = "length";
@@ -982,8 +996,23 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddNumberToObject(t, "decode_ms", decode_ms);
         cJSON_AddNumberToObject(t, "decode_ms_per_token", ms_per_tok);
         cJSON_AddNumberToObject(t, "decode_tok_per_s", ms_per_tok > 0 ? 1e3 / ms_per_tok : 0);
+        cJSON_AddNumberToObject(t, "compress_ms", compress_ms);
         cJSON *kv = cJSON_AddObjectToObject(o, "kv");
+        cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
         cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
+        cJSON_AddNumberToObject(kv, "bytes_full", (double)kv_full);
+        cJSON_AddNumberToObject(kv, "bytes_kept", (double)kv_kept);
+        cJSON_AddNumberToObject(kv, "ratio", kv_full ? (double)kv_kept / (double)kv_full : 1.0);
+        cJSON *pl = cJSON_AddArrayToObject(kv, "per_layer");
+        for (int l = 0; l < info.n_layer; l++) {
+            int kept = 0;
+            for (int g = 0; g < info.n_head_kv; g++) {
+                int n;
+                kvf_session_kv_tags(s, l, g, &n);
+                kept += n;
+            }
+            cJSON_AddItemToArray(pl, cJSON_CreateNumber((double)kept / info.n_head_kv));
+        }
         cJSON_AddNumberToObject(kv, "n_ctx", sp.n_ctx);
         cJSON_AddNumberToObject(kv, "n_past", kvf_session_n_past(s));
         cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
@@ -1434,34 +1463,68 @@ done:
     return rc;
 }
 
+/* ------------------------------------------------------------ policies -- */
+
+static int policies_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = { OPT_JSON };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+static int cmd_policies(const struct args *a) {
+    cJSON *arr = a->json ? cJSON_CreateArray() : NULL;
+    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+        struct kvf_kv_policy_info p;
+        kvf_kv_policy_get(i, &p);
+        if (!a->json) {
+            printf("%-10s %s\n           defaults: %s\n           from: %s\n", p.name, p.summary,
+                   p.defaults[0] ? p.defaults : "(no parameters)", p.paper);
+            continue;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", p.name);
+        cJSON_AddStringToObject(o, "summary", p.summary);
+        cJSON_AddStringToObject(o, "paper", p.paper);
+        cJSON_AddStringToObject(o, "keys", p.keys);
+        cJSON_AddStringToObject(o, "defaults", p.defaults);
+        cJSON_AddItemToArray(arr, o);
+    }
+    if (!a->json)
+        printf("\nbudget: a ratio of the prompt's entries (0.2) or a count per head (1024).\n");
+    return a->json ? print_json(arr) : 0;
+}
+
 /* ---------------------------------------------------------------- main -- */
 
 static const struct command commands[] = {
     { "info", "Print a model's architecture, sizes, weight types, tokenizer and chat template.", "-m FILE [--json]",
-      NULL, cmd_info, NULL, info_opts },
+      NULL, cmd_info, NULL, info_opts, false },
     { "tokenize", "Print the token ids of a text on one line, space separated.",
       "-m FILE (-p TEXT | -f FILE) [--bos] [--special]",
       "Only the vocabulary is loaded, so vocab-only GGUF files work. No BOS/EOS is added\n"
       "unless --bos, and special-token text is plain text unless --special.",
-      cmd_tokenize, NULL, tokenize_opts },
+      cmd_tokenize, NULL, tokenize_opts, false },
     { "generate", "Generate text from a prompt, streaming it to stdout; timings go to stderr.",
       "-m FILE (-p TEXT | -f FILE) [options]",
       "Decoding is greedy by default (--temp 0), so runs are reproducible; with --temp > 0 the\n"
       "sampler applies temperature, then top-k, top-p and min-p, and draws with --seed.\n"
       "Generation stops at an end-of-generation token or after -n tokens. --json prints one\n"
       "object (text, n_prompt, n_gen, stop, timings, kv, peak_rss_bytes) instead of streaming.",
-      cmd_generate, generate_defaults, generate_opts },
+      cmd_generate, generate_defaults, generate_opts, false },
     { "perplexity", "Perplexity of a text file, llama.cpp's method.", "-m FILE -f TEXTFILE [options]",
       "The text is split into chunks of --ctx tokens (BOS first when the model uses one); the\n"
       "second half of each chunk is scored. A text shorter than one chunk is scored as a\n"
       "single chunk, all but its first token. Prints the running PPL per chunk and the final\n"
       "PPL with its standard error.",
-      cmd_perplexity, perplexity_defaults, perplexity_opts },
+      cmd_perplexity, perplexity_defaults, perplexity_opts, false },
     { "bench", "Prefill and decode speed, like llama-bench.", "-m FILE [-p N] [-n N] [-r REPS] [options]",
       "ppN prefills N random tokens at once; tgN decodes N tokens one at a time. Each runs\n"
       "once untimed, then -r times; reported as mean ± std tokens/s, with the KV cache size,\n"
       "peak resident memory, and for tg the weight bytes read per second.",
-      cmd_bench, bench_defaults, bench_opts },
+      cmd_bench, bench_defaults, bench_opts, false },
+    { "policies", "List the KV cache policies --kv accepts, with their parameters and defaults.", "[--json]",
+      "Every (layer, kv head) keeps the entries its rule scores best once the prompt is in;\n"
+      "evicted entries are freed. Syntax: --kv NAME[:key=value,...].",
+      cmd_policies, NULL, policies_opts, true },
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
@@ -1497,7 +1560,7 @@ int main(int argc, char **argv) {
         int rc = parse_args(c, &a, argc - 2, argv + 2);
         return rc >= 0 ? rc : c->run(&a);
     }
-    print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench; see kvfold --help)",
+    print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench, policies; see kvfold --help)",
                 argv[1]);
     return EXIT_USAGE;
 }

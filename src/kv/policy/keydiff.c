@@ -1,0 +1,28 @@
+/* KeyDiff (Park et al., 2025): keys that differ most from the head's mean
+ * direction carry the most distinct information; needs no attention, so it
+ * works with any attention kernel. score = -cos(k_j, mean_i k_i/|k_i|). */
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void kv_score_keydiff(const struct kv_score_in *in, float *score) {
+    const int n = in->h->n, d = in->head_dim;
+    double anchor[1024] = {0}; /* head_dim <= 1024 is checked at load */
+    for (int j = 0; j < n; j++) {
+        const float *k = in->h->k + (size_t)j * d;
+        double nn = 0.0;
+        for (int e = 0; e < d; e++) nn += (double)k[e] * k[e];
+        const double inv = nn > 0 ? 1.0 / sqrt(nn) : 0.0;
+        for (int e = 0; e < d; e++) anchor[e] += k[e] * inv;
+    }
+    double an = 0.0;
+    for (int e = 0; e < d; e++) an += anchor[e] * anchor[e];
+    an = sqrt(an);
+    for (int j = 0; j < n; j++) {
+        const float *k = in->h->k + (size_t)j * d;
+        double dot = 0.0, nn = 0.0;
+        for (int e = 0; e < d; e++) dot += k[e] * anchor[e], nn += (double)k[e] * k[e];
+        score[j] = nn > 0 && an > 0 ? (float)(-dot / (sqrt(nn) * an)) : 0.0f;
+    }
+}

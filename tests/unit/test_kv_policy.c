@@ -1,0 +1,207 @@
+/* KV policies: spec parsing, budgets, and every scoring rule and the
+ * selection against naive computations on small heads. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void test_parse(void **st) {
+    (void)st;
+    struct kv_policy p;
+    assert_int_equal(kv_policy_parse(NULL, &p), KVF_OK);
+    assert_int_equal(p.method, KV_FULL);
+    assert_int_equal(kv_policy_parse("snapkv", &p), KVF_OK);
+    assert_int_equal(p.method, KV_SNAPKV);
+    assert_true(p.budget == 0.2 && p.window == 32 && p.kernel == 5);
+    assert_int_equal(kv_policy_parse("snapkv:budget=1024,window=16,kernel=7", &p), KVF_OK);
+    assert_true(p.budget == 1024 && p.window == 16 && p.kernel == 7);
+    assert_int_equal(kv_policy_parse("streaming:sinks=2,budget=0.5", &p), KVF_OK);
+    assert_true(p.sinks == 2 && p.budget == 0.5);
+    assert_int_equal(kv_policy_parse("random:seed=7", &p), KVF_OK);
+    assert_true(p.seed == 7);
+    const char *bad[] = {"nosuch", "snapkv:window", "snapkv:bogus=1", "snapkv:budget=0", "snapkv:budget=1.5",
+                         "snapkv:budget=-3", "snapkv:kernel=4", "snapkv:window=x", "full:budget=0.5",
+                         "keydiff:sinks=3", "random:seed=-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (kv_policy_parse(bad[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad[i]);
+        assert_true(strlen(kvf_last_error()) > 0);
+    }
+    assert_int_equal(kv_policy_parse("nosuch", &p), KVF_ERR_INVALID_ARG);
+    assert_non_null(strstr(kvf_last_error(), "snapkv")); /* the message lists the valid names */
+    assert_int_equal(kv_policy_parse("snapkv+decode=h2o", &p), KVF_ERR_UNSUPPORTED);
+    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+        struct kvf_kv_policy_info info;
+        assert_int_equal(kvf_kv_policy_get(i, &info), KVF_OK);
+        assert_int_equal(kv_policy_parse(info.name, &p), KVF_OK); /* every listed name parses */
+    }
+}
+
+static void test_keep_count(void **st) {
+    (void)st;
+    struct kv_policy p;
+    kv_policy_parse("snapkv:budget=0.2", &p);
+    assert_int_equal(kv_policy_keep_count(&p, 100), 20);
+    assert_int_equal(kv_policy_keep_count(&p, 7), 1);    /* 1.4 rounds to 1 */
+    kv_policy_parse("snapkv:budget=64", &p);
+    assert_int_equal(kv_policy_keep_count(&p, 100), 64);
+    assert_int_equal(kv_policy_keep_count(&p, 40), 40);  /* never more than there is */
+    kv_policy_parse("snapkv:budget=1", &p);
+    assert_int_equal(kv_policy_keep_count(&p, 100), 100);
+}
+
+/* A head of n entries with random keys and alternating text/image tags. */
+static void make_head(struct kv_cache *c, int n, int d, unsigned seed) {
+    assert_int_equal(kv_cache_init(c, 1, 1, d), KVF_OK);
+    float *k = malloc(sizeof(float) * n * d), *v = malloc(sizeof(float) * n * d);
+    struct kvf_tag *t = calloc(n, sizeof *t);
+    for (int i = 0; i < n * d; i++) k[i] = frand(&seed) + (i % d == 0 ? 0.5f : 0.0f), v[i] = frand(&seed);
+    for (int i = 0; i < n; i++) t[i] = (struct kvf_tag){.pos = i, .modality = (int16_t)((i / 5) % 2), .media = -1};
+    assert_int_equal(kv_cache_reserve(c, 0, n), KVF_OK);
+    kv_cache_append(c, 0, k, v, t, n);
+    free(k), free(v), free(t);
+}
+
+/* Indices of the `keep` largest of x (ties: earlier first), ascending. */
+static void naive_top(const double *x, int n, int keep, int *out) {
+    char *taken = calloc(n, 1);
+    for (int r = 0; r < keep; r++) {
+        int best = -1;
+        for (int j = 0; j < n; j++)
+            if (!taken[j] && (best < 0 || x[j] > x[best])) best = j;
+        taken[best] = 1;
+    }
+    for (int j = 0, o = 0; j < n; j++)
+        if (taken[j]) out[o++] = j;
+    free(taken);
+}
+
+/* Runs a rule, keeps `keep` and checks that positions want[0..n_want) survive. */
+static void check_kept(struct kv_cache *c, const struct kv_policy *p, const float *win, int keep, const int *want,
+                       int n_want) {
+    struct kv_head *h = kv_cache_head(c, 0, 0);
+    const int n = h->n;
+    float *score = malloc(sizeof(float) * n);
+    int *idx = malloc(sizeof(int) * n);
+    const struct kv_score_in in = {.p = p, .h = h, .head_dim = c->head_dim, .keep = keep, .win_attn = win, .seed = 5};
+    switch (p->method) {
+    case KV_STREAMING: kv_score_streaming(&in, score); break;
+    case KV_SNAPKV: kv_score_snapkv(&in, score); break;
+    case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
+    case KV_KNORM: kv_score_knorm(&in, score); break;
+    default: kv_score_random(&in, score); break;
+    }
+    assert_int_equal(kv_select_keep(c, 0, 0, score, keep, idx), KVF_OK);
+    assert_int_equal(h->n, n_want);
+    for (int i = 0; i < n_want; i++)
+        if (h->tag[i].pos != want[i]) fail_msg("kept entry %d is position %d, want %d", i, h->tag[i].pos, want[i]);
+    free(score), free(idx);
+}
+
+static void test_streaming(void **st) {
+    (void)st;
+    struct kv_cache c;
+    make_head(&c, 30, 8, 1);
+    struct kv_policy p;
+    kv_policy_parse("streaming:sinks=4,budget=10", &p);
+    const int want[] = {0, 1, 2, 3, 24, 25, 26, 27, 28, 29};
+    check_kept(&c, &p, NULL, 10, want, 10);
+    kv_cache_free(&c);
+    /* Always-kept entries win over the budget: 6 sinks with a budget of 3. */
+    make_head(&c, 30, 8, 1);
+    kv_policy_parse("streaming:sinks=6,budget=3", &p);
+    const int sinks[] = {0, 1, 2, 3, 4, 5};
+    check_kept(&c, &p, NULL, 3, sinks, 6);
+    kv_cache_free(&c);
+}
+
+static void test_snapkv(void **st) {
+    (void)st;
+    const int n = 40, W = 6, K = 5, keep = 15;
+    struct kv_cache c;
+    make_head(&c, n, 8, 2);
+    unsigned s = 3;
+    float win[40];
+    for (int j = 0; j < n; j++) win[j] = fabsf(frand(&s));
+    /* Naive: avg_pool1d(kernel 5, padding 2, count_include_pad) over the
+     * entries before the window; the window is kept. */
+    double pooled[40];
+    for (int j = 0; j < n - W; j++) {
+        double a = 0;
+        for (int t = j - K / 2; t <= j + K / 2; t++) a += t >= 0 && t < n - W ? win[t] : 0.0;
+        pooled[j] = a / K;
+    }
+    int want[40];
+    naive_top(pooled, n - W, keep - W, want);
+    for (int i = 0; i < W; i++) want[keep - W + i] = n - W + i;
+    struct kv_policy p;
+    kv_policy_parse("snapkv:budget=15,window=6,kernel=5", &p);
+    check_kept(&c, &p, win, keep, want, keep);
+    kv_cache_free(&c);
+}
+
+static void test_key_rules(void **st) {
+    (void)st;
+    const int n = 33, d = 8, keep = 9;
+    for (int rule = 0; rule < 2; rule++) {
+        struct kv_cache c;
+        make_head(&c, n, d, 4 + rule);
+        const float *k = kv_cache_head(&c, 0, 0)->k;
+        double x[33], anchor[8] = {0};
+        for (int j = 0; j < n; j++) {
+            double nn = 0;
+            for (int e = 0; e < d; e++) nn += (double)k[j * d + e] * k[j * d + e];
+            for (int e = 0; e < d; e++) anchor[e] += k[j * d + e] / sqrt(nn);
+        }
+        for (int j = 0; j < n; j++) {
+            double nn = 0, dot = 0, an = 0;
+            for (int e = 0; e < d; e++)
+                nn += (double)k[j * d + e] * k[j * d + e], dot += k[j * d + e] * anchor[e], an += anchor[e] * anchor[e];
+            x[j] = rule == 0 ? -dot / (sqrt(nn) * sqrt(an)) : -sqrt(nn);
+        }
+        int want[33];
+        naive_top(x, n, keep, want);
+        struct kv_policy p;
+        kv_policy_parse(rule == 0 ? "keydiff:budget=9" : "knorm:budget=9", &p);
+        check_kept(&c, &p, NULL, keep, want, keep);
+        kv_cache_free(&c);
+    }
+}
+
+static void test_imgrand(void **st) {
+    (void)st;
+    struct kv_cache c;
+    make_head(&c, 40, 8, 6); /* modality alternates in runs of 5: 20 text, 20 image */
+    struct kv_policy p;
+    kv_policy_parse("imgrand:budget=26", &p);
+    struct kv_head *h = kv_cache_head(&c, 0, 0);
+    float score[40];
+    int idx[40];
+    const struct kv_score_in in = {.p = &p, .h = h, .head_dim = 8, .keep = 26, .seed = 11};
+    kv_score_random(&in, score);
+    assert_int_equal(kv_select_keep(&c, 0, 0, score, 26, idx), KVF_OK);
+    int text = 0, image = 0;
+    for (int i = 0; i < h->n; i++) *(h->tag[i].modality == KVF_MOD_TEXT ? &text : &image) += 1;
+    assert_int_equal(text, 20); /* every text entry survives */
+    assert_int_equal(image, 6);
+    for (int i = 1; i < h->n; i++) assert_true(h->tag[i].pos > h->tag[i - 1].pos);
+    kv_cache_free(&c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
+        cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_key_rules),  cmocka_unit_test(test_imgrand),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
