@@ -225,6 +225,12 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
     enum kvf_status st = KVF_OK;
     if (!score || !idx || (win && (!wa || !out))) st = err_set(KVF_ERR_NOMEM, "out of memory compressing the cache");
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
+        bool evicts = false;
+        for (int g = 0; g < hp->n_head_kv; g++) {
+            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n;
+            evicts |= kv_policy_keep_count(&s->policy, n) < n;
+        }
+        if (!evicts) continue;
         if (win) st = window_attention(s, l, wa, n_max, out);
         for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
             const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n, keep = kv_policy_keep_count(&s->policy, n);

@@ -1217,6 +1217,7 @@ static int bench_opts(struct args *a, struct opt *out) {
         { "--repetitions", "-r", OPT_INT, &a->reps, 1, 1000, "N", "timed runs of each test (default 3)" },
         OPT_BATCH, OPT_THREADS, OPT_JSON, OPTS_MEDIA,
         { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: tgN then decodes after a -p prompt compressed by it" },
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
 }
@@ -1226,21 +1227,32 @@ struct bench_result {
     int n_tokens;
     double mean, std;   /* tokens per second */
     size_t kv_bytes;    /* after the test   */
+    double compress_ms; /* tg after a compressed prompt: mean kvf_session_compress time */
 };
 
 /* Runs one test (prefill of n tokens, or n single-token decodes) reps + 1
- * times from an empty cache; the first run warms caches and is not timed. */
-static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int n, bool decode, int reps,
-                                 struct bench_result *r) {
-    double tps[1000];
+ * times; the first run warms caches and is not timed. Decodes follow a
+ * prefilled and compressed context of n_ctx_pre tokens (0: an empty cache),
+ * so that policies can be compared at the same prompt length. */
+static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int n, bool decode, int n_ctx_pre,
+                                 int reps, struct bench_result *r) {
+    double tps[1000], compress = 0;
     for (int rep = 0; rep <= reps; rep++) {
         kvf_session_reset(s);
-        double t0 = sys_time_ms();
         enum kvf_status st = KVF_OK;
+        if (decode && n_ctx_pre > 0) {
+            st = kvf_session_prefill(s, tok, n_ctx_pre, NULL);
+            const double t0 = sys_time_ms();
+            if (st == KVF_OK)
+                st = kvf_session_compress(s);
+            if (rep > 0)
+                compress += sys_time_ms() - t0;
+        }
+        double t0 = sys_time_ms();
         if (decode) {
             for (int i = 0; i < n && st == KVF_OK; i++)
-                st = kvf_session_decode(s, tok[i]);
-        } else {
+                st = kvf_session_decode(s, tok[n_ctx_pre + i]);
+        } else if (st == KVF_OK) {
             st = kvf_session_prefill(s, tok, n, NULL);
         }
         if (st != KVF_OK)
@@ -1249,11 +1261,15 @@ static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int 
         if (rep > 0)
             tps[rep - 1] = ms > 0 ? n * 1e3 / ms : 0;
     }
-    snprintf(r->name, sizeof r->name, "%s%d", decode ? "tg" : "pp", n);
+    if (decode && n_ctx_pre > 0)
+        snprintf(r->name, sizeof r->name, "tg%d@%d", n, n_ctx_pre);
+    else
+        snprintf(r->name, sizeof r->name, "%s%d", decode ? "tg" : "pp", n);
     r->n_tokens = n;
     r->mean = mean_of(tps, reps);
     r->std = std_of(tps, reps);
     r->kv_bytes = kvf_session_kv_bytes(s);
+    r->compress_ms = compress / reps;
     return KVF_OK;
 }
 
@@ -1369,14 +1385,19 @@ static int cmd_bench(const struct args *a) {
         return rc;
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
-    const int n_max = KVF_MAX(KVF_MAX(a->n_prompt_bench, a->n_predict), 1);
+    /* With --kv, decoding follows the compressed -p prompt. */
+    const int n_pre = a->kv ? a->n_prompt_bench : 0;
+    const int n_max = KVF_MAX(KVF_MAX(a->n_prompt_bench, n_pre + a->n_predict), 1);
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = n_max;
+    sp.kv_spec = a->kv;
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
     enum kvf_status st = kvf_session_init(m, &sp, &s);
     if (st != KVF_OK) {
         rc = fail(st, "bench: cannot create the session");
+        if (st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED)
+            rc = EXIT_USAGE;
         goto done;
     }
     /* Random ids, as llama-bench: content does not change the work done. */
@@ -1395,9 +1416,9 @@ static int cmd_bench(const struct args *a) {
     struct bench_mm mmr = { 0 };
     if (mm && (rc = bench_media(a, m, &sp, &mmr)))
         goto done;
-    if (a->n_prompt_bench > 0 && (st = bench_run(s, tok, a->n_prompt_bench, false, a->reps, &res[n_res++])))
+    if (a->n_prompt_bench > 0 && (st = bench_run(s, tok, a->n_prompt_bench, false, 0, a->reps, &res[n_res++])))
         goto failed;
-    if (a->n_predict > 0 && (st = bench_run(s, tok, a->n_predict, true, a->reps, &res[n_res++])))
+    if (a->n_predict > 0 && (st = bench_run(s, tok, a->n_predict, true, n_pre, a->reps, &res[n_res++])))
         goto failed;
     const size_t rss = kvf_peak_rss_bytes();
     if (a->json) {
@@ -1411,6 +1432,7 @@ static int cmd_bench(const struct args *a) {
         cJSON_AddNumberToObject(o, "n_batch", a->batch);
         cJSON_AddStringToObject(o, "simd", kvf_simd_level());
         cJSON_AddNumberToObject(o, "repetitions", a->reps);
+        cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
         cJSON *tests = cJSON_AddArrayToObject(o, "tests");
         for (int i = 0; i < n_res; i++) {
             cJSON *t = cJSON_CreateObject();
@@ -1419,6 +1441,10 @@ static int cmd_bench(const struct args *a) {
             cJSON_AddNumberToObject(t, "tok_per_s", res[i].mean);
             cJSON_AddNumberToObject(t, "tok_per_s_std", res[i].std);
             cJSON_AddNumberToObject(t, "kv_bytes", (double)res[i].kv_bytes);
+            if (res[i].name[0] == 't') {
+                cJSON_AddNumberToObject(t, "decode_ms_per_token", res[i].mean > 0 ? 1e3 / res[i].mean : 0);
+                cJSON_AddNumberToObject(t, "compress_ms", res[i].compress_ms);
+            }
             if (res[i].name[0] == 't')
                 cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)info.weight_bytes * res[i].mean);
             cJSON_AddItemToArray(tests, t);
@@ -1444,7 +1470,10 @@ static int cmd_bench(const struct args *a) {
             printf("%-8s %10.2f ± %-8.2f tok/s   kv %8.2f MiB", res[i].name, res[i].mean, res[i].std,
                    res[i].kv_bytes / MIB);
             if (res[i].name[0] == 't')
-                printf("   weights %.2f GB/s", (double)info.weight_bytes * res[i].mean / 1e9);
+                printf("   weights %.2f GB/s   %.3f ms/token", (double)info.weight_bytes * res[i].mean / 1e9,
+                       res[i].mean > 0 ? 1e3 / res[i].mean : 0);
+            if (res[i].compress_ms > 0)
+                printf("   compress %.2f ms", res[i].compress_ms);
             putchar('\n');
         }
         if (mm)
