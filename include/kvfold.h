@@ -260,6 +260,9 @@ struct kvf_kv_policy_info {
 };
 int kvf_kv_policy_count(void);
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info);
+/* Checks a kv_spec without a session: KVF_OK, or an error whose message
+ * lists what is valid. */
+enum kvf_status kvf_kv_policy_check(const char *spec);
 
 /* -------------------------------------------------------------- sampler -- */
 

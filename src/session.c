@@ -194,10 +194,10 @@ static enum kvf_status window_attention(struct kvf_session *s, int l, float *win
                         s->attn_scratch, s->params.n_threads, &st);
 }
 
-static void score_head(const struct kvf_session *s, int l, int g, int keep, const float *win, float *score) {
+static void score_head(const struct kvf_session *s, int l, int g, const float *win, float *score) {
     const struct kv_score_in in = {
         .p = &s->policy, .h = &s->kv.heads[(size_t)l * s->kv.n_head_kv + g], .head_dim = s->kv.head_dim,
-        .keep = keep, .win_attn = win, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
+        .win_attn = win, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
     switch (s->policy.method) {
     case KV_FULL: break;
@@ -235,7 +235,7 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
         for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
             const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n, keep = kv_policy_keep_count(&s->policy, n);
             if (keep >= n) continue;
-            score_head(s, l, g, keep, wa ? wa + (size_t)g * n_max : NULL, score);
+            score_head(s, l, g, wa ? wa + (size_t)g * n_max : NULL, score);
             st = kv_select_keep(&s->kv, l, g, score, keep, idx);
         }
     }

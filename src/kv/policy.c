@@ -9,48 +9,37 @@
 struct preset {
     const char *name, *summary, *paper;
     const char *keys;   /* accepted keys, space-separated */
+    const char *shown;  /* the defaults below, as `kvfold policies` prints them */
     struct kv_policy defaults;
 };
 
 static const struct preset presets[KV_METHOD_COUNT] = {
-    [KV_FULL] = {"full", "keep every entry (the reference)", "-", "", {KV_FULL, 1.0, 0, 0, 0, 0}},
-    [KV_STREAMING] = {"streaming", "attention sinks + the most recent entries",
-                      "StreamingLLM (Xiao et al., 2023)", "budget sinks", {KV_STREAMING, 0.2, 4, 0, 0, 0}},
+    [KV_FULL] = {"full", "keep every entry (the reference)", "-", "", "", {KV_FULL, 1.0, 0, 0, 0, 0}},
+    [KV_STREAMING] = {"streaming", "attention sinks + the most recent entries", "StreamingLLM (Xiao et al., 2023)",
+                      "budget sinks", "budget=0.2,sinks=4", {KV_STREAMING, 0.2, 4, 0, 0, 0}},
     [KV_SNAPKV] = {"snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
-                   "SnapKV (Li et al., 2024)", "budget window kernel", {KV_SNAPKV, 0.2, 0, 32, 5, 0}},
+                   "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
+                   {KV_SNAPKV, 0.2, 0, 32, 5, 0}},
     [KV_KEYDIFF] = {"keydiff", "keys least similar (cosine) to the mean normalised key", "KeyDiff (Park et al., 2025)",
-                    "budget", {KV_KEYDIFF, 0.2, 0, 0, 0, 0}},
-    [KV_KNORM] = {"knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget",
+                    "budget", "budget=0.2", {KV_KEYDIFF, 0.2, 0, 0, 0, 0}},
+    [KV_KNORM] = {"knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget", "budget=0.2",
                   {KV_KNORM, 0.2, 0, 0, 0, 0}},
-    [KV_RANDOM] = {"random", "a uniform random subset (seeded)", "baseline", "budget seed",
+    [KV_RANDOM] = {"random", "a uniform random subset (seeded)", "baseline", "budget seed", "budget=0.2,seed=1",
                    {KV_RANDOM, 0.2, 0, 0, 0, 1}},
     [KV_IMGRAND] = {"imgrand", "every non-image entry; image entries dropped at random (seeded)", "baseline",
-                    "budget seed", {KV_IMGRAND, 0.2, 0, 0, 0, 1}},
+                    "budget seed", "budget=0.2,seed=1", {KV_IMGRAND, 0.2, 0, 0, 0, 1}},
 };
 
 int kvf_kv_policy_count(void) { return KV_METHOD_COUNT; }
 
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     if (i < 0 || i >= KV_METHOD_COUNT || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
-    static char defaults[KV_METHOD_COUNT][96];
     const struct preset *p = &presets[i];
-    const struct kv_policy *d = &p->defaults;
-    int o = snprintf(defaults[i], sizeof defaults[i], "budget=%g", d->budget);
-    if (strstr(p->keys, "sinks")) o += snprintf(defaults[i] + o, sizeof defaults[i] - o, ",sinks=%d", d->sinks);
-    if (strstr(p->keys, "window"))
-        o += snprintf(defaults[i] + o, sizeof defaults[i] - o, ",window=%d,kernel=%d", d->window, d->kernel);
-    if (strstr(p->keys, "seed")) snprintf(defaults[i] + o, sizeof defaults[i] - o, ",seed=%llu", (unsigned long long)d->seed);
-    *info = (struct kvf_kv_policy_info){p->name, p->summary, p->paper, p->keys, defaults[i]};
+    *info = (struct kvf_kv_policy_info){p->name, p->summary, p->paper, p->keys, p->shown};
     return KVF_OK;
 }
 
-static const char *valid_names(void) {
-    static char buf[256];
-    if (!buf[0])
-        for (int i = 0, o = 0; i < KV_METHOD_COUNT; i++)
-            o += snprintf(buf + o, sizeof buf - o, "%s%s", i ? ", " : "", presets[i].name);
-    return buf;
-}
+#define POLICY_NAMES "full, streaming, snapkv, keydiff, knorm, random, imgrand"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -106,7 +95,7 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     const struct preset *pr = NULL;
     for (int i = 0; i < KV_METHOD_COUNT; i++)
         if (!strcmp(buf, presets[i].name)) pr = &presets[i];
-    if (!pr) return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: %s)", buf, valid_names());
+    if (!pr) return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: " POLICY_NAMES ")", buf);
     struct kv_policy p = pr->defaults;
     for (char *kv = args, *next; kv && *kv; kv = next) {
         next = strchr(kv, ',');
@@ -119,6 +108,11 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     }
     *out = p;
     return KVF_OK;
+}
+
+enum kvf_status kvf_kv_policy_check(const char *spec) {
+    struct kv_policy p;
+    return kv_policy_parse(spec, &p);
 }
 
 int kv_policy_keep_count(const struct kv_policy *p, int n) {

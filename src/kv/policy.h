@@ -31,7 +31,6 @@ struct kv_score_in {
     const struct kv_policy *p;
     const struct kv_head *h;
     int head_dim;
-    int keep;              /* entries the head will keep                       */
     const float *win_attn; /* snapkv: attention of the window queries [h->n]   */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
 };

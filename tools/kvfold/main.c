@@ -907,9 +907,7 @@ static int cmd_generate(const struct args *a) {
     sp.n_threads = a->threads;
     sp.kv_spec = a->kv;
     if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
-        rc = fail(st, st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED ? "generate: --kv" : "generate: cannot create the session");
-        if (st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED)
-            rc = EXIT_USAGE;
+        rc = fail(st, "generate: cannot create the session");
         goto done;
     }
     struct kvf_sampler_params smpp = {
@@ -1396,8 +1394,6 @@ static int cmd_bench(const struct args *a) {
     enum kvf_status st = kvf_session_init(m, &sp, &s);
     if (st != KVF_OK) {
         rc = fail(st, "bench: cannot create the session");
-        if (st == KVF_ERR_INVALID_ARG || st == KVF_ERR_UNSUPPORTED)
-            rc = EXIT_USAGE;
         goto done;
     }
     /* Random ids, as llama-bench: content does not change the work done. */
@@ -1587,6 +1583,10 @@ int main(int argc, char **argv) {
         if (c->defaults)
             c->defaults(&a);
         int rc = parse_args(c, &a, argc - 2, argv + 2);
+        if (rc < 0 && a.kv && kvf_kv_policy_check(a.kv) != KVF_OK) {
+            print_error("%s: --kv: %s (see kvfold policies)", c->name, kvf_last_error());
+            rc = EXIT_USAGE;
+        }
         return rc >= 0 ? rc : c->run(&a);
     }
     print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench, policies; see kvfold --help)",

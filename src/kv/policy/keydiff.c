@@ -4,7 +4,6 @@
 #include "kv/policy.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 void kv_score_keydiff(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, d = in->head_dim;
