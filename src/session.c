@@ -34,6 +34,7 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->attn_scratch);
     free(s->qwin);
     free(s->qwin_pos);
+    free(s->attn_sum);
     free(s);
 }
 
@@ -41,6 +42,17 @@ static void *alloc_rows(int rows, int64_t cols, size_t elem, bool *ok) {
     void *p = malloc((size_t)rows * (size_t)cols * elem);
     if (!p) *ok = false;
     return p;
+}
+
+/* A fresh, zeroed attn_sum when the policy scores by it. */
+static enum kvf_status attn_sum_reset(struct kvf_session *s) {
+    if (!kv_policy_needs_attn_sum(&s->policy)) return KVF_OK;
+    const struct hparams *hp = &s->model->hp;
+    const size_t n = (size_t)hp->n_layer * hp->n_head_kv * s->params.n_ctx;
+    if (!s->attn_sum && !(s->attn_sum = malloc(sizeof(float) * n)))
+        return err_set(KVF_ERR_NOMEM, "out of memory for attention scores (%zu floats)", n);
+    memset(s->attn_sum, 0, sizeof(float) * n);
+    return KVF_OK;
 }
 
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
@@ -95,6 +107,10 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
         kvf_session_free(s);
         return err_set(KVF_ERR_NOMEM, "out of memory allocating session buffers (batch %d, ctx %d)", B, p.n_ctx);
     }
+    if ((st = attn_sum_reset(s)) != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
     *out = s;
     return KVF_OK;
 }
@@ -103,6 +119,10 @@ void kvf_session_reset(struct kvf_session *s) {
     kv_cache_clear(&s->kv);
     s->n_past = 0;
     s->qwin_n = 0;
+    if (attn_sum_reset(s) != KVF_OK) { /* scoring falls back to none; compress reports it */
+        free(s->attn_sum);
+        s->attn_sum = NULL;
+    }
     s->has_logits = false;
 }
 
@@ -194,14 +214,16 @@ static enum kvf_status window_attention(struct kvf_session *s, int l, float *win
                         s->attn_scratch, s->params.n_threads, &st);
 }
 
-static void score_head(const struct kvf_session *s, int l, int g, const float *win, float *score) {
+static void score_head(const struct kvf_session *s, int l, int g, int keep, const float *win, float *score) {
+    const size_t hi = (size_t)l * s->kv.n_head_kv + g;
     const struct kv_score_in in = {
-        .p = &s->policy, .h = &s->kv.heads[(size_t)l * s->kv.n_head_kv + g], .head_dim = s->kv.head_dim,
-        .win_attn = win, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
+        .p = &s->policy, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep, .win_attn = win,
+        .attn_sum = s->attn_sum ? s->attn_sum + hi * s->params.n_ctx : NULL, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
     switch (s->policy.method) {
     case KV_FULL: break;
     case KV_STREAMING: kv_score_streaming(&in, score); break;
+    case KV_H2O: kv_score_h2o(&in, score); break;
     case KV_SNAPKV: kv_score_snapkv(&in, score); break;
     case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
     case KV_KNORM: kv_score_knorm(&in, score); break;
@@ -214,6 +236,9 @@ static void score_head(const struct kvf_session *s, int l, int g, const float *w
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
     if (s->policy.method == KV_FULL) return KVF_OK;
+    if (kv_policy_needs_attn_sum(&s->policy) && !s->attn_sum)
+        return err_set(KVF_ERR_INVALID_ARG, "the policy scores by the prompt's attention, which is gone once the "
+                       "cache was compressed: compress once per prompt (after kvf_session_reset)");
     const struct hparams *hp = &s->model->hp;
     int n_max = 1;
     for (size_t i = 0; i < (size_t)hp->n_layer * hp->n_head_kv; i++) n_max = KVF_MAX(n_max, s->kv.heads[i].n);
@@ -235,7 +260,7 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
         for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
             const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n, keep = kv_policy_keep_count(&s->policy, n);
             if (keep >= n) continue;
-            score_head(s, l, g, wa ? wa + (size_t)g * n_max : NULL, score);
+            score_head(s, l, g, keep, wa ? wa + (size_t)g * n_max : NULL, score);
             st = kv_select_keep(&s->kv, l, g, score, keep, idx);
         }
     }
@@ -243,6 +268,9 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
     free(idx);
     free(wa);
     free(out);
+    /* The sums were indexed by the entries before compaction. */
+    free(s->attn_sum);
+    s->attn_sum = NULL;
     return st;
 }
 

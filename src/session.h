@@ -29,6 +29,10 @@ struct kvf_session {
     float *qwin;                      /* [n_layer][window][n_head*head_dim] or NULL */
     int32_t *qwin_pos;                /* [window] their positions */
     int qwin_n;                       /* rows held (<= window) */
+    /* Attention every query paid each entry, for policies scored by it:
+     * [n_layer][n_head_kv][n_ctx]; NULL when not needed, and after
+     * compression (the entries have moved). */
+    float *attn_sum;
     void *mm_scratch;                 /* ops_matmul scratch */
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };

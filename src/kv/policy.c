@@ -14,20 +14,23 @@ struct preset {
 };
 
 static const struct preset presets[KV_METHOD_COUNT] = {
-    [KV_FULL] = {"full", "keep every entry (the reference)", "-", "", "", {KV_FULL, 1.0, 0, 0, 0, 0}},
+    [KV_FULL] = {"full", "keep every entry (the reference)", "-", "", "", {.method = KV_FULL, .budget = 1.0}},
     [KV_STREAMING] = {"streaming", "attention sinks + the most recent entries", "StreamingLLM (Xiao et al., 2023)",
-                      "budget sinks", "budget=0.2,sinks=4", {KV_STREAMING, 0.2, 4, 0, 0, 0}},
+                      "budget sinks", "budget=0.2,sinks=4", {.method = KV_STREAMING, .budget = 0.2, .sinks = 4}},
+    [KV_H2O] = {"h2o", "heavy hitters (attention summed over every prompt query) + the most recent entries",
+                "H2O (Zhang et al., 2023); prompt scores only so far", "budget recent", "budget=0.2,recent=0.5",
+                {.method = KV_H2O, .budget = 0.2, .recent = 0.5}},
     [KV_SNAPKV] = {"snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
                    "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
-                   {KV_SNAPKV, 0.2, 0, 32, 5, 0}},
+                   {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5}},
     [KV_KEYDIFF] = {"keydiff", "keys least similar (cosine) to the mean normalised key", "KeyDiff (Park et al., 2025)",
-                    "budget", "budget=0.2", {KV_KEYDIFF, 0.2, 0, 0, 0, 0}},
+                    "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2}},
     [KV_KNORM] = {"knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget", "budget=0.2",
-                  {KV_KNORM, 0.2, 0, 0, 0, 0}},
+                  {.method = KV_KNORM, .budget = 0.2}},
     [KV_RANDOM] = {"random", "a uniform random subset (seeded)", "baseline", "budget seed", "budget=0.2,seed=1",
-                   {KV_RANDOM, 0.2, 0, 0, 0, 1}},
+                   {.method = KV_RANDOM, .budget = 0.2, .seed = 1}},
     [KV_IMGRAND] = {"imgrand", "every non-image entry; image entries dropped at random (seeded)", "baseline",
-                    "budget seed", "budget=0.2,seed=1", {KV_IMGRAND, 0.2, 0, 0, 0, 1}},
+                    "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1}},
 };
 
 int kvf_kv_policy_count(void) { return KV_METHOD_COUNT; }
@@ -39,7 +42,7 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, snapkv, keydiff, knorm, random, imgrand"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, keydiff, knorm, random, imgrand"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -64,6 +67,10 @@ static enum kvf_status set_key(const struct preset *pr, struct kv_policy *p, con
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget '%s' is neither a ratio in (0, 1] nor a "
                            "whole number of entries", pr->name, val);
         p->budget = x;
+    } else if (!strcmp(key, "recent")) {
+        if (!parse_num(val, 0.0, 1.0, &x))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent '%s' is not a share in [0, 1]", pr->name, val);
+        p->recent = x;
     } else if (!strcmp(key, "seed")) {
         if (!parse_num(val, 0, 9007199254740992.0, &x) || x != floor(x))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", pr->name, val);

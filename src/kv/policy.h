@@ -7,12 +7,13 @@
 
 #include "kv/cache.h"
 
-enum kv_method { KV_FULL, KV_STREAMING, KV_SNAPKV, KV_KEYDIFF, KV_KNORM, KV_RANDOM, KV_IMGRAND, KV_METHOD_COUNT };
+enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_KEYDIFF, KV_KNORM, KV_RANDOM, KV_IMGRAND, KV_METHOD_COUNT };
 
 struct kv_policy {
     enum kv_method method;
     double budget;      /* <= 1: a ratio of the entries; > 1: a count of entries per head */
     int sinks;          /* streaming: first entries always kept                           */
+    double recent;      /* h2o: share of the kept entries that are the most recent        */
     int window;         /* snapkv: observation window (last queries of the prompt)        */
     int kernel;         /* snapkv: average-pooling width (odd)                            */
     uint64_t seed;      /* random, imgrand                                                */
@@ -24,17 +25,23 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out);
 int kv_policy_keep_count(const struct kv_policy *p, int n);
 /* Whether compression needs the last `window` prompt queries of each layer. */
 static inline bool kv_policy_needs_window(const struct kv_policy *p) { return p->method == KV_SNAPKV; }
+/* Whether compression needs the attention every prompt query paid each entry. */
+static inline bool kv_policy_needs_attn_sum(const struct kv_policy *p) { return p->method == KV_H2O; }
 
 /* One head's scores: higher is kept first; INFINITY marks entries that are
- * always kept (sinks, the observation window, text under imgrand). */
+ * always kept (sinks, the observation window, recent entries, text under
+ * imgrand). */
 struct kv_score_in {
     const struct kv_policy *p;
     const struct kv_head *h;
     int head_dim;
+    int keep;              /* entries the head keeps (h2o splits them)         */
     const float *win_attn; /* snapkv: attention of the window queries [h->n]   */
+    const float *attn_sum; /* h2o: attention summed over every prompt query [h->n] */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
 };
 void kv_score_streaming(const struct kv_score_in *in, float *score);
+void kv_score_h2o(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
 void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);

@@ -61,7 +61,10 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scale = hp->attn_scale, .window = L->is_local ? hp->sliding_window : 0,
     };
-    if ((st = attn_forward(&ap, s->q, s->pos, n, kv_cache_head(&s->kv, l, 0), s->att, s->attn_scratch, nt, NULL)))
+    struct attn_stats stats = {.stride = s->params.n_ctx};
+    if (s->attn_sum) stats.a[ATTN_STAT_SUM] = s->attn_sum + (size_t)l * hp->n_head_kv * s->params.n_ctx;
+    if ((st = attn_forward(&ap, s->q, s->pos, n, kv_cache_head(&s->kv, l, 0), s->att, s->attn_scratch, nt,
+                           s->attn_sum ? &stats : NULL)))
         return st;
     ops_matmul(&L->wo, s->att, n, s->xn, s->mm_scratch, nt);
     if (L->post_attn_norm.data) norm_rows(s->xn, s->xn, &L->post_attn_norm, n, hp->n_embd, hp->norm_eps);

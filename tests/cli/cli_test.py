@@ -311,7 +311,7 @@ def case_kv(ctx):
     n_prompt = full["n_prompt"]
     rc, out, _ = ctx.run("policies", "--json")
     names = [p["name"] for p in json.loads(out)]
-    check({"full", "streaming", "snapkv", "keydiff", "knorm", "random", "imgrand"} <= set(names), f"policies: {names}")
+    check({"full", "streaming", "h2o", "snapkv", "keydiff", "knorm", "random", "imgrand"} <= set(names), f"policies: {names}")
     for name in names:
         spec = name if name == "full" else f"{name}:budget=1.0"
         rc, out, err = ctx.run(*base, "--kv", spec)

@@ -100,9 +100,11 @@ static void check_kept(struct kv_cache *c, const struct kv_policy *p, const floa
     const int n = h->n;
     float *score = malloc(sizeof(float) * n);
     int *idx = malloc(sizeof(int) * n);
-    const struct kv_score_in in = {.p = p, .h = h, .head_dim = c->head_dim, .win_attn = win, .seed = 5};
+    const struct kv_score_in in = {.p = p, .h = h, .head_dim = c->head_dim, .keep = keep, .win_attn = win,
+                                   .attn_sum = win, .seed = 5};
     switch (p->method) {
     case KV_STREAMING: kv_score_streaming(&in, score); break;
+    case KV_H2O: kv_score_h2o(&in, score); break;
     case KV_SNAPKV: kv_score_snapkv(&in, score); break;
     case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
     case KV_KNORM: kv_score_knorm(&in, score); break;
@@ -157,6 +159,26 @@ static void test_snapkv(void **st) {
     kv_cache_free(&c);
 }
 
+/* H2O: the last recent x keep entries, then the largest attention sums. */
+static void test_h2o(void **st) {
+    (void)st;
+    const int n = 50, keep = 10;
+    struct kv_cache c;
+    make_head(&c, n, 8, 9);
+    unsigned s = 21;
+    float sum[50];
+    double x[50];
+    for (int j = 0; j < n; j++) x[j] = sum[j] = fabsf(frand(&s)) * 3.0f;
+    int want[50];
+    naive_top(x, n - 5, keep - 5, want); /* recent=0.5 of 10: the last 5 are kept anyway */
+    for (int i = 0; i < 5; i++) want[5 + i] = n - 5 + i;
+    struct kv_policy p;
+    kv_policy_parse("h2o:budget=10,recent=0.5", &p);
+    check_kept(&c, &p, sum, keep, want, keep);
+    kv_cache_free(&c);
+    assert_int_equal(kv_policy_parse("h2o:recent=1.5", &p), KVF_ERR_INVALID_ARG);
+}
+
 static void test_key_rules(void **st) {
     (void)st;
     const int n = 33, d = 8, keep = 9;
@@ -208,7 +230,8 @@ static void test_imgrand(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
-        cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_key_rules),  cmocka_unit_test(test_imgrand),
+        cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_h2o),        cmocka_unit_test(test_key_rules),
+        cmocka_unit_test(test_imgrand),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
