@@ -144,6 +144,22 @@ def case_mm_errors(ctx):
     expect_error(ctx, 2, ["generate", "-m", ctx.fixture("llava-st"), "--mmproj",
                           ctx.fixture("llava-mmproj-f32.gguf"), "-p", "hi"], "mmproj for a directory with a vision tower")
     expect_error(ctx, 1, ["generate", *llava, "-p", "<image>", "--pseudo-image", "words.txt"], "pseudo-image without RxC")
+    # Damaged mmproj files, made from the good one by same-length byte edits.
+    with open(ctx.fixture("llava-mmproj-f32.gguf"), "rb") as f:
+        good = f.read()
+    key = b"clip.vision.patch_size"
+    at = good.index(key) + len(key) + 4  # then the u32 type tag and the value
+    damaged = [
+        (good[: len(good) // 2], "truncated mmproj"),
+        (good.replace(b"mlp", b"ldp", 1), "unknown projector type"),
+        (good.replace(b"v.blk.0.attn_q.weight", b"v.blk.0.attn_x.weight", 1), "missing tensor"),
+        (good[:at] + (5).to_bytes(4, "little") + good[at + 4:], "image size not a multiple of the patch"),
+    ]
+    for i, (data, what) in enumerate(damaged):
+        path = os.path.join(ctx.tmp, f"mmproj-bad{i}.gguf")
+        with open(path, "wb") as f:
+            f.write(data)
+        expect_error(ctx, 2, ["generate", "-m", m, "--mmproj", path, "-p", "hi", "-n", "1"], what)
 
 
 def case_pseudo(ctx):
