@@ -224,7 +224,8 @@ static void score_head(const struct kvf_session *s, int l, int g, int keep, cons
     case KV_FULL: break;
     case KV_STREAMING: kv_score_streaming(&in, score); break;
     case KV_H2O: kv_score_h2o(&in, score); break;
-    case KV_SNAPKV: kv_score_snapkv(&in, score); break;
+    case KV_SNAPKV:
+    case KV_PYRAMIDKV: kv_score_snapkv(&in, score); break;
     case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
     case KV_KNORM: kv_score_knorm(&in, score); break;
     case KV_RANDOM:
@@ -253,12 +254,13 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
         bool evicts = false;
         for (int g = 0; g < hp->n_head_kv; g++) {
             const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n;
-            evicts |= kv_policy_keep_count(&s->policy, n) < n;
+            evicts |= kv_policy_layer_keep(&s->policy, n, l, hp->n_layer) < n;
         }
         if (!evicts) continue;
         if (win) st = window_attention(s, l, wa, n_max, out);
         for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
-            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n, keep = kv_policy_keep_count(&s->policy, n);
+            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n;
+            const int keep = kv_policy_layer_keep(&s->policy, n, l, hp->n_layer);
             if (keep >= n) continue;
             score_head(s, l, g, keep, wa ? wa + (size_t)g * n_max : NULL, score);
             st = kv_select_keep(&s->kv, l, g, score, keep, idx);

@@ -23,6 +23,10 @@ static const struct preset presets[KV_METHOD_COUNT] = {
     [KV_SNAPKV] = {"snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
                    "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
                    {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5}},
+    [KV_PYRAMIDKV] = {"pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
+                      "PyramidKV (Cai et al., 2024)", "budget window kernel beta",
+                      "budget=0.2,window=32,kernel=5,beta=20",
+                      {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, .beta = 20}},
     [KV_KEYDIFF] = {"keydiff", "keys least similar (cosine) to the mean normalised key", "KeyDiff (Park et al., 2025)",
                     "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2}},
     [KV_KNORM] = {"knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget", "budget=0.2",
@@ -42,7 +46,7 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, keydiff, knorm, random, imgrand"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, keydiff, knorm, random, imgrand"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -76,12 +80,13 @@ static enum kvf_status set_key(const struct preset *pr, struct kv_policy *p, con
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", pr->name, val);
         p->seed = (uint64_t)x;
     } else {
-        const bool kernel = !strcmp(key, "kernel");
-        if (!parse_num(val, kernel ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
+        const bool kernel = !strcmp(key, "kernel"), beta = !strcmp(key, "beta");
+        if (!parse_num(val, kernel || beta ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", pr->name, key, val,
-                           kernel ? "an odd integer >= 1" : "a non-negative integer");
+                           kernel ? "an odd integer >= 1" : beta ? "an integer >= 1" : "a non-negative integer");
         if (!strcmp(key, "sinks")) p->sinks = (int)x;
         else if (!strcmp(key, "window")) p->window = (int)x;
+        else if (beta) p->beta = (int)x;
         else p->kernel = (int)x;
     }
     return KVF_OK;
@@ -126,6 +131,11 @@ int kv_policy_keep_count(const struct kv_policy *p, int n) {
     if (p->method == KV_FULL) return n;
     const double k = p->budget <= 1.0 ? floor(p->budget * n + 0.5) : p->budget;
     return k >= n ? n : (int)k;
+}
+
+int kv_policy_layer_keep(const struct kv_policy *p, int n, int layer, int n_layer) {
+    const int keep = kv_policy_keep_count(p, n);
+    return p->method == KV_PYRAMIDKV ? kv_pyramid_keep(p, n, keep, layer, n_layer) : keep;
 }
 
 /* Order: higher score first; ties: earlier entry first. */

@@ -7,7 +7,8 @@
 
 #include "kv/cache.h"
 
-enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_KEYDIFF, KV_KNORM, KV_RANDOM, KV_IMGRAND, KV_METHOD_COUNT };
+enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_KEYDIFF, KV_KNORM, KV_RANDOM, KV_IMGRAND,
+                 KV_METHOD_COUNT };
 
 struct kv_policy {
     enum kv_method method;
@@ -16,6 +17,7 @@ struct kv_policy {
     double recent;      /* h2o: share of the kept entries that are the most recent        */
     int window;         /* snapkv: observation window (last queries of the prompt)        */
     int kernel;         /* snapkv: average-pooling width (odd)                            */
+    int beta;           /* pyramidkv: the top layer keeps (budget - window) / beta         */
     uint64_t seed;      /* random, imgrand                                                */
 };
 
@@ -23,8 +25,14 @@ struct kv_policy {
 enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out);
 /* Entries a head of n entries keeps under the policy's budget. */
 int kv_policy_keep_count(const struct kv_policy *p, int n);
+/* The same in layer `layer` of n_layer: the budget allocation (uniform, or
+ * PyramidKV's pyramid, src/kv/policy/pyramid.c). */
+int kv_policy_layer_keep(const struct kv_policy *p, int n, int layer, int n_layer);
+int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
 /* Whether compression needs the last `window` prompt queries of each layer. */
-static inline bool kv_policy_needs_window(const struct kv_policy *p) { return p->method == KV_SNAPKV; }
+static inline bool kv_policy_needs_window(const struct kv_policy *p) {
+    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV;
+}
 /* Whether compression needs the attention every prompt query paid each entry. */
 static inline bool kv_policy_needs_attn_sum(const struct kv_policy *p) { return p->method == KV_H2O; }
 

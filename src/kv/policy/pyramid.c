@@ -1,0 +1,15 @@
+/* PyramidKV (Cai et al., 2024): lower layers attend broadly and upper layers
+ * narrowly, so the budget is spread as a linear pyramid over the layers,
+ * with SnapKV's scores choosing the entries. With C the uniform budget and W
+ * the window: min = (C-W)/beta, max = 2(C-W) - min, step = (max-min)/(L-1),
+ * layer l keeps max - l*step + W (integer division, as the authors' code);
+ * a prompt shorter than 2(C-W) gives every layer C. */
+#include "kv/policy.h"
+
+int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer) {
+    const int w = p->window < keep ? p->window : keep, cw = keep - w;
+    if (n_layer < 2 || cw <= 0 || n < 2 * cw) return keep;
+    const int lo = cw / p->beta, hi = 2 * cw - lo, step = (hi - lo) / (n_layer - 1);
+    const int k = hi - layer * step + w;
+    return k < n ? k : n;
+}
