@@ -171,17 +171,19 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
     }
     /* The projector must land in the decoder's embedding space. */
     const int64_t E = m->hp.n_embd;
-    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false))) {
-        if (st == KVF_ERR_SHAPE)
-            return err_set(KVF_ERR_SHAPE, "the projector does not map the vision width %lld to the decoder's "
-                           "embedding width %lld: %s", (long long)H, (long long)E, kvf_last_error());
-        return st;
-    }
-    if (!v->mm0.data) return err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n);
-    if ((st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, proj_bias, 0)) ||
+    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false)) ||
+        (!v->mm0.data && (st = err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n))) ||
+        (st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, proj_bias, 0)) ||
         (st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)) ||
-        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, proj_bias, 0)))
-        return st;
+        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, proj_bias, 0))) {
+        if (st != KVF_ERR_SHAPE) return st;
+        /* Say what the shapes mean, keeping the binder's message (copied:
+         * err_set writes into the buffer kvf_last_error returns). */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kvf_last_error());
+        return err_set(st, "the projector does not map the vision width %lld to the decoder's embedding width %lld: "
+                       "%s", (long long)H, (long long)E, msg);
+    }
     v->n_out = (int)E;
     return KVF_OK;
 }

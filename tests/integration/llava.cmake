@@ -38,9 +38,3 @@ add_test(NAME hf_llava_st COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/hf_llava_check.py
 set_tests_properties(hf_llava_st PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
                      SKIP_RETURN_CODE 77)
 
-# LLaVA-1.5-7B's real shapes (llama.cpp Q4_K_M GGUF + F16 mmproj, and the
-# llava-hf directory) as sparse files: every name, shape and offset the
-# loaders check, without the 7 GB of weights (tests/tools/llava7b_shapes.c).
-add_test(NAME llava7b_shapes COMMAND llava7b_shapes ${CMAKE_CURRENT_BINARY_DIR}/llava7b_tmp
-         ${KVF_FIXTURE_DIR}/llava-st/tokenizer.json)
-set_tests_properties(llava7b_shapes PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)

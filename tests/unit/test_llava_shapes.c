@@ -1,0 +1,929 @@
+/* LLaVA loading.
+ *
+ * LLaVA-1.5-7B with its real shapes, written as sparse files whose matrices
+ * are holes (no disk space, never read): llava-v1.5-7b.Q4_K_M.gguf +
+ * mmproj-model-f16.gguf as llama.cpp ships them, and the
+ * llava-hf/llava-1.5-7b-hf directory (three shards). Every name, shape, type
+ * and offset the loaders check is exercised without 7 GB of weights.
+ *
+ * Then tiny files with real data: a vision tower that loads and encodes (both
+ * of llama.cpp's fc1/fc2 namings give the same logits), and mmproj files
+ * broken one way each, which must fail with a clear status and never crash. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/quant.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "kvfold.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ helpers -- */
+
+static char tmp_dir[512];
+
+static int group_setup(void **state) {
+    (void)state;
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/llava_shapes_XXXXXX", KVF_TEST_TMP);
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+/* Removes what is inside dir (files and nested directories). */
+static void tree_clean(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            tree_clean(p);
+            rmdir(p);
+        } else {
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* Each test starts from an empty directory, even after a failed one: a
+ * failed 7B test must not leave 4 GB (apparent) files behind. */
+static int test_teardown(void **state) {
+    (void)state;
+    tree_clean(tmp_dir);
+    return 0;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    tree_clean(tmp_dir);
+    rmdir(tmp_dir);
+    return 0;
+}
+
+/* Rotates through a few buffers so that several results can be used together. */
+static const char *tmp_path(const char *name) {
+    static char p[8][1024];
+    static int next;
+    char *r = p[next++ % 8];
+    snprintf(r, sizeof p[0], "%s/%s", tmp_dir, name);
+    return r;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+#define assert_ok(expr)                                                                                            \
+    do {                                                                                                           \
+        const enum kvf_status st_ = (expr);                                                                        \
+        if (st_ != KVF_OK) print_error("%s: %s\n", #expr, kvf_last_error());                                      \
+        assert_int_equal(st_, KVF_OK);                                                                             \
+    } while (0)
+
+/* Bytes the file really occupies on disk, and its apparent size. */
+static void file_sizes(const char *path, double *disk, double *apparent) {
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    *disk = (double)sb.st_blocks * 512.0;
+    *apparent = (double)sb.st_size;
+}
+
+/* Deterministic values: each tensor's come from its own seed, so that two
+ * files storing one tensor under different names hold the same numbers. */
+static uint64_t seed_of(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static float rng_uniform(uint64_t *s) { /* splitmix64 -> [-1, 1) */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* -------------------------------------------------------- GGUF writing -- */
+
+/* Adds a tensor with ne[0] = row length. Matrices of a sparse file are holes;
+ * vectors always hold data (norms must be finite and are small). Values:
+ * vectors 1 +- 0.1, matrices +- 0.1, drawn from seed_of(key). */
+static void gguf_add(struct gguf_writer *w, const char *name, const char *key, enum dtype type, int n_dims,
+                     int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3, bool holes) {
+    const int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    if (holes && n_dims > 1) {
+        gguf_writer_add_tensor(w, name, type, n_dims, ne, NULL);
+        return;
+    }
+    assert_true(type == DT_F32 || type == DT_F16);
+    const size_t n = (size_t)(ne0 * ne1 * ne2 * ne3);
+    void *data = malloc(n * (type == DT_F32 ? 4 : 2));
+    assert_non_null(data);
+    uint64_t s = seed_of(key ? key : name);
+    for (size_t i = 0; i < n; i++) {
+        const float v = (n_dims == 1 ? 1.0f : 0.0f) + 0.1f * rng_uniform(&s);
+        if (type == DT_F32) ((float *)data)[i] = v;
+        else ((uint16_t *)data)[i] = f32_to_fp16(v);
+    }
+    gguf_writer_add_tensor(w, name, type, n_dims, ne, data);
+    free(data);
+}
+
+static void gguf_add2(struct gguf_writer *w, const char *name, enum dtype type, int64_t ne0, int64_t ne1,
+                      bool holes) {
+    gguf_add(w, name, NULL, type, ne1 > 1 ? 2 : 1, ne0, ne1, 1, 1, holes);
+}
+
+/* blk.<layer>.<suffix> */
+static void blk_add(struct gguf_writer *w, int layer, const char *suffix, enum dtype type, int64_t ne0, int64_t ne1,
+                    bool holes) {
+    char n[96];
+    snprintf(n, sizeof n, "blk.%d.%s", layer, suffix);
+    gguf_add2(w, n, type, ne0, ne1, holes);
+}
+
+/* Llama's SentencePiece layout: <unk> <s> </s>, the 256 byte pieces, words. */
+static void spm_piece(int i, char *buf, size_t n) {
+    if (i < 3) snprintf(buf, n, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+    else if (i < 3 + 256) snprintf(buf, n, "<0x%02X>", i - 3);
+    else snprintf(buf, n, "\xe2\x96\x81tok%d", i);
+}
+
+struct dec_spec {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
+    enum dtype mat, down, out; /* token_embd and attention / gate / up: mat */
+    bool holes;
+};
+
+/* llava-v1.5-7b.Q4_K_M.gguf (Vicuna-7B v1.5 = Llama-2-7B shapes). */
+static const struct dec_spec dec_7b = {32, 4096, 11008, 32, 32, 32000, DT_Q4_K, DT_Q6_K, DT_Q6_K, true};
+static const struct dec_spec dec_tiny = {2, 64, 128, 4, 2, 300, DT_F32, DT_F32, DT_F32, false};
+
+static void write_decoder(const char *path, const struct dec_spec *d) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "general.name", "LLaMA v2");
+    gguf_writer_set_u32(w, "llama.context_length", 4096);
+    gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)d->n_embd);
+    gguf_writer_set_u32(w, "llama.block_count", (uint32_t)d->n_layer);
+    gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)d->n_ff);
+    gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)(d->n_embd / d->n_head));
+    gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)d->n_head);
+    gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)d->n_head_kv);
+    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    gguf_writer_set_u32(w, "general.file_type", 15); /* MOSTLY_Q4_K_M */
+
+    const int V = d->n_vocab;
+    char *text = malloc((size_t)V * 24);
+    const char **tok = malloc(sizeof *tok * (size_t)V);
+    float *scores = malloc(sizeof *scores * (size_t)V);
+    int32_t *types = malloc(sizeof *types * (size_t)V);
+    assert_true(text && tok && scores && types);
+    for (int i = 0; i < V; i++) {
+        spm_piece(i, text + (size_t)i * 24, 24);
+        tok[i] = text + (size_t)i * 24;
+        scores[i] = i < 3 + 256 ? 0.0f : -(float)(i - 259);
+        types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 3 + 256 ? 6 : 1; /* unknown, control, byte, normal */
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, (uint64_t)V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, (uint64_t)V);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    free(text);
+    free(tok);
+    free(scores);
+    free(types);
+
+    const int64_t E = d->n_embd, F = d->n_ff, KD = (int64_t)d->n_head_kv * (E / d->n_head);
+    gguf_add2(w, "token_embd.weight", d->mat, E, V, d->holes);
+    gguf_add2(w, "output_norm.weight", DT_F32, E, 1, d->holes);
+    gguf_add2(w, "output.weight", d->out, E, V, d->holes);
+    for (int l = 0; l < d->n_layer; l++) {
+        blk_add(w, l, "attn_norm.weight", DT_F32, E, 1, d->holes);
+        blk_add(w, l, "attn_q.weight", d->mat, E, E, d->holes);
+        blk_add(w, l, "attn_k.weight", d->mat, E, KD, d->holes);
+        blk_add(w, l, "attn_v.weight", d->mat, E, KD, d->holes);
+        blk_add(w, l, "attn_output.weight", d->mat, E, E, d->holes);
+        blk_add(w, l, "ffn_norm.weight", DT_F32, E, 1, d->holes);
+        blk_add(w, l, "ffn_gate.weight", d->mat, E, F, d->holes);
+        blk_add(w, l, "ffn_up.weight", d->mat, E, F, d->holes);
+        blk_add(w, l, "ffn_down.weight", d->down, F, E, d->holes);
+    }
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+/* A llama.cpp llava vision projector ("mmproj"), optionally broken. */
+struct mm_spec {
+    const char *arch, *proj_type;
+    bool has_encoder;
+    int image_size, patch_size, n_embd, n_ff, n_head;
+    int n_layer;        /* clip.vision.block_count */
+    int n_layer_file;   /* layers whose tensors are written */
+    int proj_in;        /* mm.0 row length (the vision width when right) */
+    int proj_mid;       /* mm.0 rows = mm.2 row length */
+    int proj_out;       /* mm.2 rows (the decoder width when right) */
+    int pos_rows;       /* 0: grid^2 + 1 */
+    int mean_len;       /* values of clip.vision.image_mean */
+    bool new_ffn_names; /* fc1 stored as ffn_up (newer converters), else as ffn_down */
+    const char *omit;   /* a tensor left out */
+    enum dtype mat;
+    bool holes;
+};
+
+/* mmproj-model-f16.gguf of llava-v1.5-7b: CLIP ViT-L/14-336 up to layer 23
+ * of 24 (the feature layer), F16 matrices, F32 vectors. */
+static const struct mm_spec mm_7b = {"clip", "mlp", true, 336, 14, 1024, 4096, 16, 23, 23, 1024, 4096, 4096, 0, 3,
+                                     false, NULL, DT_F16, true};
+/* 28 / 14: a 2 x 2 grid. */
+static const struct mm_spec mm_tiny = {"clip", "mlp", true, 28, 14, 32, 48, 2, 2, 2, 32, 64, 64, 0, 3,
+                                       false, NULL, DT_F32, false};
+
+static void mm_add(struct gguf_writer *w, const struct mm_spec *s, const char *name, const char *key,
+                   enum dtype type, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
+    if (s->omit && !strcmp(s->omit, name)) return;
+    gguf_add(w, name, key, type, n_dims, ne0, ne1, ne2, ne3, s->holes);
+}
+
+static void write_mmproj(const char *path, const struct mm_spec *s) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", s->arch);
+    gguf_writer_set_str(w, "general.description", "image encoder for LLaVA");
+    gguf_writer_set_u32(w, "general.file_type", 1);
+    gguf_writer_set_bool(w, "clip.has_text_encoder", false);
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", s->has_encoder);
+    if (s->proj_type) gguf_writer_set_str(w, "clip.projector_type", s->proj_type);
+    gguf_writer_set_bool(w, "clip.has_llava_projector", s->proj_type != NULL);
+    gguf_writer_set_bool(w, "clip.use_gelu", false);
+    gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)s->image_size);
+    gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)s->patch_size);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)s->n_embd);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)s->n_ff);
+    gguf_writer_set_u32(w, "clip.vision.projection_dim", 768);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)s->n_head);
+    gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-5f);
+    gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)s->n_layer);
+    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_F32, mean, (uint64_t)s->mean_len);
+    gguf_writer_set_arr(w, "clip.vision.image_std", GGUF_F32, std, 3);
+
+    const int64_t H = s->n_embd, F = s->n_ff, p = s->patch_size, g = s->patch_size ? s->image_size / p : 0;
+    const int64_t npos = s->pos_rows ? s->pos_rows : g * g + 1;
+    mm_add(w, s, "mm.0.weight", NULL, s->mat, 2, s->proj_in, s->proj_mid, 1, 1);
+    mm_add(w, s, "mm.0.bias", NULL, DT_F32, 1, s->proj_mid, 1, 1, 1);
+    mm_add(w, s, "mm.2.weight", NULL, s->mat, 2, s->proj_mid, s->proj_out, 1, 1);
+    mm_add(w, s, "mm.2.bias", NULL, DT_F32, 1, s->proj_out, 1, 1, 1);
+    mm_add(w, s, "v.class_embd", NULL, DT_F32, 1, H, 1, 1, 1);
+    if (p > 0) mm_add(w, s, "v.patch_embd.weight", NULL, s->mat, 4, p, p, 3, H);
+    mm_add(w, s, "v.position_embd.weight", NULL, s->mat, 2, H, npos, 1, 1);
+    mm_add(w, s, "v.pre_ln.weight", NULL, DT_F32, 1, H, 1, 1, 1);
+    mm_add(w, s, "v.pre_ln.bias", NULL, DT_F32, 1, H, 1, 1, 1);
+    char n[96], k[96];
+    static const char *const att[] = {"attn_q", "attn_k", "attn_v", "attn_out"};
+    /* fc1 maps H to F; the legacy converter named it ffn_down. */
+    const char *fc1 = s->new_ffn_names ? "ffn_up" : "ffn_down", *fc2 = s->new_ffn_names ? "ffn_down" : "ffn_up";
+    for (int l = 0; l < s->n_layer_file; l++) {
+#define NAME(fmt, ...) (snprintf(n, sizeof n, fmt, __VA_ARGS__), n)
+#define KEY(fmt, ...) (snprintf(k, sizeof k, fmt, __VA_ARGS__), k)
+        for (int a = 0; a < 4; a++) {
+            mm_add(w, s, NAME("v.blk.%d.%s.weight", l, att[a]), NULL, s->mat, 2, H, H, 1, 1);
+            mm_add(w, s, NAME("v.blk.%d.%s.bias", l, att[a]), NULL, DT_F32, 1, H, 1, 1, 1);
+        }
+        for (int ln = 1; ln <= 2; ln++) {
+            mm_add(w, s, NAME("v.blk.%d.ln%d.weight", l, ln), NULL, DT_F32, 1, H, 1, 1, 1);
+            mm_add(w, s, NAME("v.blk.%d.ln%d.bias", l, ln), NULL, DT_F32, 1, H, 1, 1, 1);
+        }
+        mm_add(w, s, NAME("v.blk.%d.%s.weight", l, fc1), KEY("v.blk.%d.fc1.weight", l), s->mat, 2, H, F, 1, 1);
+        mm_add(w, s, NAME("v.blk.%d.%s.bias", l, fc1), KEY("v.blk.%d.fc1.bias", l), DT_F32, 1, F, 1, 1, 1);
+        mm_add(w, s, NAME("v.blk.%d.%s.weight", l, fc2), KEY("v.blk.%d.fc2.weight", l), s->mat, 2, F, H, 1, 1);
+        mm_add(w, s, NAME("v.blk.%d.%s.bias", l, fc2), KEY("v.blk.%d.fc2.bias", l), DT_F32, 1, H, 1, 1, 1);
+#undef NAME
+#undef KEY
+    }
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+/* ---------------------------------------------- Hugging Face directory -- */
+
+struct st_list {
+    struct st_tensor *t;
+    int n, cap;
+};
+
+/* Appends an F16 tensor of the given row-major shape (data: a hole). */
+static void st_push(struct st_list *s, const char *name, int n_dims, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        s->t = realloc(s->t, sizeof *s->t * (size_t)s->cap);
+        assert_non_null(s->t);
+    }
+    const int64_t d[4] = {d0, d1, d2, d3};
+    struct st_tensor *t = &s->t[s->n++];
+    *t = (struct st_tensor){.name = strdup(name), .type = DT_F16, .n_dims = n_dims, .data = NULL};
+    assert_non_null(t->name);
+    size_t nb = 2;
+    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], nb *= (size_t)d[i];
+    t->nbytes = nb;
+}
+
+static void st_list_free(struct st_list *s) {
+    for (int i = 0; i < s->n; i++) free(s->t[i].name);
+    free(s->t);
+}
+
+/* Names of transformers < 4.52 (language_model.model.*, vision_tower.*,
+ * multi_modal_projector.*); n_vision_layers: all the tower's layers. */
+static void hf_tensors(struct st_list *s, const struct dec_spec *d, int n_vocab, const struct mm_spec *v,
+                       int n_vision_layers) {
+    const int64_t E = d->n_embd, F = d->n_ff, KD = (int64_t)d->n_head_kv * (E / d->n_head);
+    char n[160];
+    st_push(s, "language_model.model.embed_tokens.weight", 2, n_vocab, E, 0, 0);
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    for (int l = 0; l < d->n_layer; l++) {
+        const char *pre = "language_model.model.layers";
+        snprintf(n, sizeof n, "%s.%d.input_layernorm.weight", pre, l), st_push(s, n, 1, E, 0, 0, 0);
+        for (int k = 0; k < 4; k++)
+            snprintf(n, sizeof n, "%s.%d.self_attn.%s.weight", pre, l, proj[k]),
+                st_push(s, n, 2, k == 1 || k == 2 ? KD : E, E, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.post_attention_layernorm.weight", pre, l), st_push(s, n, 1, E, 0, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.gate_proj.weight", pre, l), st_push(s, n, 2, F, E, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.up_proj.weight", pre, l), st_push(s, n, 2, F, E, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.down_proj.weight", pre, l), st_push(s, n, 2, E, F, 0, 0);
+    }
+    st_push(s, "language_model.model.norm.weight", 1, E, 0, 0, 0);
+    st_push(s, "language_model.lm_head.weight", 2, n_vocab, E, 0, 0);
+
+    const int64_t H = v->n_embd, VF = v->n_ff, p = v->patch_size, g = v->image_size / p;
+    const char *vp = "vision_tower.vision_model";
+    snprintf(n, sizeof n, "%s.embeddings.class_embedding", vp), st_push(s, n, 1, H, 0, 0, 0);
+    snprintf(n, sizeof n, "%s.embeddings.patch_embedding.weight", vp), st_push(s, n, 4, H, 3, p, p);
+    snprintf(n, sizeof n, "%s.embeddings.position_embedding.weight", vp), st_push(s, n, 2, g * g + 1, H, 0, 0);
+    snprintf(n, sizeof n, "%s.pre_layrnorm.weight", vp), st_push(s, n, 1, H, 0, 0, 0);
+    snprintf(n, sizeof n, "%s.pre_layrnorm.bias", vp), st_push(s, n, 1, H, 0, 0, 0);
+    static const char *const vproj[] = {"k_proj", "v_proj", "q_proj", "out_proj"};
+    for (int l = 0; l < n_vision_layers; l++) {
+        const char *pre = "vision_tower.vision_model.encoder.layers";
+        for (int k = 0; k < 4; k++) {
+            snprintf(n, sizeof n, "%s.%d.self_attn.%s.weight", pre, l, vproj[k]), st_push(s, n, 2, H, H, 0, 0);
+            snprintf(n, sizeof n, "%s.%d.self_attn.%s.bias", pre, l, vproj[k]), st_push(s, n, 1, H, 0, 0, 0);
+        }
+        for (int k = 1; k <= 2; k++) {
+            snprintf(n, sizeof n, "%s.%d.layer_norm%d.weight", pre, l, k), st_push(s, n, 1, H, 0, 0, 0);
+            snprintf(n, sizeof n, "%s.%d.layer_norm%d.bias", pre, l, k), st_push(s, n, 1, H, 0, 0, 0);
+        }
+        snprintf(n, sizeof n, "%s.%d.mlp.fc1.weight", pre, l), st_push(s, n, 2, VF, H, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.fc1.bias", pre, l), st_push(s, n, 1, VF, 0, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.fc2.weight", pre, l), st_push(s, n, 2, H, VF, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.mlp.fc2.bias", pre, l), st_push(s, n, 1, H, 0, 0, 0);
+    }
+    snprintf(n, sizeof n, "%s.post_layernorm.weight", vp), st_push(s, n, 1, H, 0, 0, 0);
+    snprintf(n, sizeof n, "%s.post_layernorm.bias", vp), st_push(s, n, 1, H, 0, 0, 0);
+    st_push(s, "multi_modal_projector.linear_1.weight", 2, E, H, 0, 0);
+    st_push(s, "multi_modal_projector.linear_1.bias", 1, E, 0, 0, 0);
+    st_push(s, "multi_modal_projector.linear_2.weight", 2, E, E, 0, 0);
+    st_push(s, "multi_modal_projector.linear_2.bias", 1, E, 0, 0, 0);
+}
+
+/* A tokenizer.json of Llama's kind as transformers converts it (BPE with
+ * byte_fallback, "▁" for spaces): n_vocab pieces plus LLaVA's added <image>
+ * and <pad> right after them. */
+static void write_tokenizer_json(const char *path, int n_vocab) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fprintf(f, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
+    static const char *const special[] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++)
+        fprintf(f, "{\"id\":%d,\"content\":\"%s\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+                   "\"normalized\":false,\"special\":true},", i, special[i]);
+    fprintf(f, "{\"id\":%d,\"content\":\"<image>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+               "\"normalized\":false,\"special\":true},", n_vocab);
+    fprintf(f, "{\"id\":%d,\"content\":\"<pad>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+               "\"normalized\":false,\"special\":true}],", n_vocab + 1);
+    fprintf(f, "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":"
+               "\"\xe2\x96\x81\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":"
+               "\"\xe2\x96\x81\"}]},\"pre_tokenizer\":null,\"post_processor\":null,");
+    fprintf(f, "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":"
+               "\"\xe2\x96\x81\"},\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},"
+               "{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}]},");
+    fprintf(f, "\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":\"<unk>\",\"continuing_subword_prefix\":"
+               "null,\"end_of_word_suffix\":null,\"fuse_unk\":true,\"byte_fallback\":true,\"vocab\":{");
+    char piece[32];
+    for (int i = 0; i < n_vocab; i++) {
+        spm_piece(i, piece, sizeof piece);
+        fprintf(f, "%s\"%s\":%d", i ? "," : "", piece, i);
+    }
+    fprintf(f, "},\"merges\":[]}}");
+    assert_int_equal(fclose(f), 0);
+}
+
+static const char *const tokenizer_config_json =
+    "{\"add_bos_token\":true,\"add_eos_token\":false,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\","
+    "\"pad_token\":\"<pad>\",\"unk_token\":\"<unk>\",\"padding_side\":\"left\","
+    "\"processor_class\":\"LlavaProcessor\",\"tokenizer_class\":\"LlamaTokenizer\"}";
+
+/* llava-hf/llava-1.5-7b-hf's files. */
+static const char *const config_7b =
+    "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"model_type\":\"llava\",\"ignore_index\":-100,"
+    "\"image_token_index\":32000,\"projector_hidden_act\":\"gelu\",\"vision_feature_layer\":-2,"
+    "\"vision_feature_select_strategy\":\"default\",\"text_config\":{\"_name_or_path\":\"lmsys/vicuna-7b-v1.5\","
+    "\"architectures\":[\"LlamaForCausalLM\"],\"max_position_embeddings\":4096,\"model_type\":\"llama\","
+    "\"rms_norm_eps\":1e-05,\"torch_dtype\":\"float16\",\"vocab_size\":32064},\"vision_config\":{"
+    "\"hidden_size\":1024,\"image_size\":336,\"intermediate_size\":4096,\"model_type\":\"clip_vision_model\","
+    "\"num_attention_heads\":16,\"num_hidden_layers\":24,\"patch_size\":14,\"projection_dim\":768,"
+    "\"vocab_size\":32000},\"torch_dtype\":\"float16\"}";
+
+static const char *const preprocessor_7b =
+    "{\"crop_size\":{\"height\":336,\"width\":336},\"do_center_crop\":true,\"do_convert_rgb\":true,"
+    "\"do_normalize\":true,\"do_rescale\":true,\"do_resize\":true,\"image_mean\":[0.48145466,0.4578275,"
+    "0.40821073],\"image_processor_type\":\"CLIPImageProcessor\",\"image_std\":[0.26862954,0.26130258,"
+    "0.27577711],\"processor_class\":\"LlavaProcessor\",\"resample\":3,\"rescale_factor\":0.00392156862745098,"
+    "\"size\":{\"shortest_edge\":336}}";
+
+/* Writes the tensors as model.safetensors, or as n_shards shards of
+ * contiguous runs with model.safetensors.index.json. */
+static void write_safetensors(const char *dir, const struct st_list *s, int n_shards) {
+    char p[1100];
+    if (n_shards <= 1) {
+        snprintf(p, sizeof p, "%s/model.safetensors", dir);
+        assert_ok(st_write(p, s->t, s->n));
+        return;
+    }
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    FILE *idx = fopen(p, "wb");
+    assert_non_null(idx);
+    double total = 0;
+    for (int i = 0; i < s->n; i++) total += (double)s->t[i].nbytes;
+    fprintf(idx, "{\"metadata\":{\"total_size\":%.0f},\"weight_map\":{", total);
+    const int per = (s->n + n_shards - 1) / n_shards;
+    for (int k = 0; k < n_shards; k++) {
+        const int a = k * per, b = a + per < s->n ? a + per : s->n;
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n_shards);
+        snprintf(p, sizeof p, "%s/%s", dir, name);
+        assert_ok(st_write(p, s->t + a, b - a));
+        for (int i = a; i < b; i++) fprintf(idx, "%s\"%s\":\"%s\"", i ? "," : "", s->t[i].name, name);
+    }
+    fprintf(idx, "}}");
+    assert_int_equal(fclose(idx), 0);
+}
+
+static void write_hf_dir(const char *dir, const struct dec_spec *d, int n_vocab, const struct mm_spec *v,
+                         int n_vision_layers, const char *config, const char *preproc, int n_shards) {
+    assert_int_equal(mkdir(dir, 0755), 0);
+    struct st_list s = {0};
+    hf_tensors(&s, d, n_vocab, v, n_vision_layers);
+    write_safetensors(dir, &s, n_shards);
+    st_list_free(&s);
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir), write_text(p, config);
+    if (preproc) snprintf(p, sizeof p, "%s/preprocessor_config.json", dir), write_text(p, preproc);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir), write_text(p, tokenizer_config_json);
+    /* The tokenizer's pieces stop at the SentencePiece vocabulary; the
+     * embedding table is padded past <image> and <pad>. */
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir), write_tokenizer_json(p, d->n_vocab);
+}
+
+/* Sums the sizes of the files in dir. */
+static void dir_sizes(const char *dir, double *disk, double *apparent) {
+    *disk = *apparent = 0;
+    DIR *dd = opendir(dir);
+    assert_non_null(dd);
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(dd)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        double a, b;
+        file_sizes(p, &a, &b);
+        *disk += a;
+        *apparent += b;
+    }
+    closedir(dd);
+}
+
+/* ------------------------------------------------- LLaVA-1.5-7B shapes -- */
+
+enum { E7 = 4096, F7 = 11008, L7 = 32, VE7 = 1024, VF7 = 4096 };
+
+/* Weights a loaded LLaVA-1.5-7B binds, counted from the architecture:
+ * Llama-2-7B, CLIP ViT-L/14-336 up to its 23rd layer (no post-LN: LLaVA reads
+ * hidden_states[-2]), the 2-layer projector. */
+static int64_t llava7b_params(int64_t n_vocab) {
+    const int64_t E = E7, F = F7, H = VE7, VF = VF7;
+    const int64_t dec = 2 * n_vocab * E + E + L7 * (2 * E + 4 * E * E + 3 * E * F);
+    const int64_t vis = H * 3 * 14 * 14 + H + 577 * H + 2 * H + 23 * (4 * (H * H + H) + 4 * H + 2 * H * VF + VF + H);
+    const int64_t proj = H * E + E + E * E + E;
+    return dec + vis + proj;
+}
+
+static void check_7b_info(const struct kvf_model *m, int n_vocab, bool gguf) {
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    print_message("    %s: %s, %d layers x %d, vocab %d, %lld params (%.3f B), %.2f GB of weights (%s); vision %s: "
+                  "%d layers x %d, %d tokens (%dx%d)\n",
+                  in.source, in.arch, in.n_layer, in.n_embd, in.n_vocab, (long long)in.n_params,
+                  (double)in.n_params / 1e9, (double)in.weight_bytes / 1e9, in.weight_types, in.vision_source,
+                  in.vision_n_layer, in.vision_n_embd, in.image_tokens, in.image_grid, in.image_grid);
+    assert_string_equal(in.arch, "llama");
+    assert_string_equal(in.source, gguf ? "gguf" : "safetensors");
+    assert_int_equal(in.n_layer, 32);
+    assert_int_equal(in.n_embd, 4096);
+    assert_int_equal(in.n_head, 32);
+    assert_int_equal(in.n_head_kv, 32);
+    assert_int_equal(in.head_dim, 128);
+    assert_int_equal(in.n_ff, 11008);
+    assert_int_equal(in.n_vocab, n_vocab);
+    assert_int_equal(in.n_ctx_train, 4096);
+    assert_int_equal(in.sliding_window, 0);
+    assert_float_equal(in.rope_base, 10000.0f, 0.0f);
+    assert_float_equal(in.norm_eps, 1e-5f, 1e-12f);
+    assert_int_equal(in.rope_style, gguf ? KVF_ROPE_NORM : KVF_ROPE_NEOX);
+    assert_string_equal(in.tokenizer, "spm");
+    assert_int_equal(in.bos, 1);
+    assert_int_equal(in.eos, 2);
+
+    assert_true(in.has_vision);
+    assert_string_equal(in.vision_source, gguf ? "mmproj" : "safetensors");
+    assert_int_equal(in.vision_n_layer, 23);
+    assert_int_equal(in.vision_n_embd, 1024);
+    assert_int_equal(in.vision_n_head, 16);
+    assert_int_equal(in.vision_n_ff, 4096);
+    assert_int_equal(in.vision_image_size, 336);
+    assert_int_equal(in.vision_patch_size, 14);
+    assert_int_equal(in.image_tokens, 576);
+    assert_int_equal(in.image_grid, 24);
+
+    /* 6.74 B (Llama-2-7B) + 0.29 B (ViT-L to layer 23) + 0.02 B (projector). */
+    assert_true(in.n_params > 7.0e9 && in.n_params < 7.1e9);
+    assert_int_equal(in.n_params, llava7b_params(n_vocab));
+    if (gguf) {
+        /* Q4_K: 144 bytes per 256 values; Q6_K: 210. Vision: F16 matrices
+         * (2 bytes), F32 vectors (4). */
+        const int64_t E = E7, F = F7, V = n_vocab, H = VE7, VF = VF7;
+        const int64_t q4 = 144 * (V * E + L7 * (4 * E * E + 2 * E * F)) / 256;
+        const int64_t q6 = 210 * (V * E + L7 * F * E) / 256;
+        const int64_t norms = 4 * E * (1 + 2 * L7);
+        const int64_t vis16 = 2 * (H * 588 + 577 * H + 23 * (4 * H * H + 2 * H * VF) + H * E + E * E);
+        const int64_t vis32 = 4 * (H + 2 * H + 23 * (4 * H + 4 * H + VF + H) + 2 * E);
+        assert_int_equal(in.weight_bytes, q4 + q6 + norms + vis16 + vis32);
+        assert_string_equal(in.weight_types, "q4_K:193 q6_K:33");
+    } else {
+        assert_int_equal(in.weight_bytes, 2 * in.n_params);
+        assert_string_equal(in.weight_types, "f16:226");
+    }
+}
+
+static void test_llava7b_gguf_mmproj(void **state) {
+    (void)state;
+    const char *dec = tmp_path("llava-v1.5-7b.Q4_K_M.gguf"), *mmp = tmp_path("mmproj-model-f16.gguf");
+    write_decoder(dec, &dec_7b);
+    write_mmproj(mmp, &mm_7b);
+    double disk, size, mdisk, msize;
+    file_sizes(dec, &disk, &size);
+    file_sizes(mmp, &mdisk, &msize);
+    print_message("    decoder GGUF %.3f GB apparent, %.2f MB on disk; mmproj %.3f GB apparent, %.2f MB on disk\n",
+                  size / 1e9, disk / 1e6, msize / 1e9, mdisk / 1e6);
+    /* 4.20 GB (the published file, 4.08 GB, mixes Q4_K and Q6_K in attn_v
+     * and ffn_down layer by layer); the mmproj 624 MB as published. */
+    assert_true(size > 4.15e9 && size < 4.25e9);
+    assert_true(msize > 0.6e9 && msize < 0.65e9);
+    assert_true(disk < 4e6 && mdisk < 2e6);
+
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    check_7b_info(m, 32000, true);
+    kvf_model_free(m);
+
+    /* Without the projector: the same decoder, text only. */
+    assert_ok(kvf_model_load(dec, NULL, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    assert_false(in.has_vision);
+    assert_null(in.vision_source);
+    assert_int_equal(in.image_tokens, 0);
+    assert_int_equal(in.n_params, 2 * 32000LL * E7 + E7 + L7 * (2LL * E7 + 4LL * E7 * E7 + 3LL * E7 * F7));
+    kvf_model_free(m);
+}
+
+static void test_llava7b_hf(void **state) {
+    (void)state;
+    const char *dir = tmp_path("llava-1.5-7b-hf");
+    write_hf_dir(dir, &dec_7b, 32064, &mm_7b, 24, config_7b, preprocessor_7b, 3);
+    double disk, size;
+    dir_sizes(dir, &disk, &size);
+    print_message("    llava-hf directory %.3f GB apparent, %.2f MB on disk\n", size / 1e9, disk / 1e6);
+    /* The published shards: 14.1 GB of F16. */
+    assert_true(size > 14.0e9 && size < 14.2e9);
+    assert_true(disk < 4e6);
+
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dir, NULL, &m));
+    check_7b_info(m, 32064, false);
+    /* image_token_index 32000 lies past the SentencePiece pieces but inside
+     * the padded embedding table. */
+    int32_t ids[4];
+    assert_int_equal(kvf_tokenize(m, "<image>", 7, ids, 4, false, true), 1);
+    assert_int_equal(ids[0], 32000);
+    kvf_model_free(m);
+
+    /* The directory carries its own tower: an mmproj as well is a mistake. */
+    const char *mmp = tmp_path("mmproj-model-f16.gguf");
+    write_mmproj(mmp, &mm_7b);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    m = (struct kvf_model *)1;
+    assert_int_equal(kvf_model_load(dir, &mp, &m), KVF_ERR_INVALID_ARG);
+    assert_null(m);
+}
+
+/* --------------------------------------------- tiny files, real data -- */
+
+static struct kvf_image *test_image(void) {
+    enum { W = 40, H = 30 };
+    static uint8_t rgb[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) rgb[i] = (uint8_t)(i * 37 + i / 97);
+    struct kvf_image *img = NULL;
+    assert_ok(kvf_image_from_rgb(W, H, rgb, &img));
+    return img;
+}
+
+/* Logits after "<s> <image>" through the tiny decoder with this mmproj. */
+static void tiny_logits(const char *dec, const char *mmp, float *logits, int n_vocab) {
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    mp.n_threads = 2;
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    assert_true(in.has_vision);
+    assert_string_equal(in.vision_source, "mmproj");
+    assert_int_equal(in.vision_n_layer, 2);
+    assert_int_equal(in.vision_n_embd, 32);
+    assert_int_equal(in.vision_n_ff, 48);
+    assert_int_equal(in.image_grid, 2);
+    assert_int_equal(in.image_tokens, 4);
+
+    struct kvf_image *img = test_image();
+    struct kvf_media *md = NULL;
+    assert_ok(kvf_media_encode_image(m, img, KVF_MOD_IMAGE, 0, &md));
+    assert_int_equal(kvf_media_n_tokens(md), 4);
+    assert_int_equal(kvf_media_modality(md), KVF_MOD_IMAGE);
+    assert_false(kvf_media_is_synthetic(md));
+    const struct kvf_media *list[1] = {md};
+    struct kvf_prompt *p = NULL;
+    assert_ok(kvf_prompt_init(m, KVF_MARKER_IMAGE, list, 1, true, false, &p));
+    assert_int_equal(kvf_prompt_n_tokens(p), 5);
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = 16;
+    struct kvf_session *s = NULL;
+    assert_ok(kvf_session_init(m, &sp, &s));
+    assert_ok(kvf_session_prefill_prompt(s, p, NULL));
+    const float *lg = kvf_session_logits(s);
+    assert_non_null(lg);
+    for (int i = 0; i < n_vocab; i++) assert_true(isfinite(lg[i]));
+    memcpy(logits, lg, sizeof(float) * (size_t)n_vocab);
+    kvf_session_free(s);
+    kvf_prompt_free(p);
+    kvf_media_free(md);
+    kvf_image_free(img);
+    kvf_model_free(m);
+}
+
+/* llama.cpp's legacy converter stored HF's fc1 as ffn_down, newer ones as
+ * ffn_up: the same weights under either naming give the same logits. */
+static void test_tiny_encode(void **state) {
+    (void)state;
+    const char *dec = tmp_path("tiny.gguf"), *legacy = tmp_path("mmproj-legacy.gguf");
+    const char *renamed = tmp_path("mmproj-new.gguf");
+    write_decoder(dec, &dec_tiny);
+    write_mmproj(legacy, &mm_tiny);
+    struct mm_spec s = mm_tiny;
+    s.new_ffn_names = true;
+    write_mmproj(renamed, &s);
+    const int V = dec_tiny.n_vocab;
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+    assert_true(a && b);
+    tiny_logits(dec, legacy, a, V);
+    tiny_logits(dec, renamed, b, V);
+    assert_memory_equal(a, b, sizeof(float) * (size_t)V);
+    free(a);
+    free(b);
+}
+
+/* Loads the tiny decoder with an mmproj written from spec: expects status
+ * want and a message holding `needle` (if given). */
+static void expect_mmproj_error(const char *dec, const struct mm_spec *spec, const char *file, enum kvf_status want,
+                                const char *needle) {
+    const char *path = tmp_path(file);
+    write_mmproj(path, spec);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = path;
+    struct kvf_model *m = (struct kvf_model *)1;
+    const enum kvf_status st = kvf_model_load(dec, &mp, &m);
+    print_message("    %-22s -> %s: %s\n", file, kvf_status_str(st), kvf_last_error());
+    assert_int_equal(st, want);
+    assert_null(m);
+    if (needle && !strstr(kvf_last_error(), needle)) fail_msg("message '%s' lacks '%s'", kvf_last_error(), needle);
+}
+
+static void test_bad_mmproj(void **state) {
+    (void)state;
+    char dec[1024]; /* outlives tmp_path's rotation */
+    snprintf(dec, sizeof dec, "%s", tmp_path("tiny.gguf"));
+    write_decoder(dec, &dec_tiny);
+    struct mm_spec s;
+
+    /* A projector made for a wider decoder (as LLaVA-13B's, 5120, on a 7B). */
+    s = mm_tiny, s.proj_mid = 80, s.proj_out = 80;
+    expect_mmproj_error(dec, &s, "proj-width.gguf", KVF_ERR_SHAPE, "projector");
+    /* Only the second layer's output is off. */
+    s = mm_tiny, s.proj_out = 80;
+    expect_mmproj_error(dec, &s, "proj-out.gguf", KVF_ERR_SHAPE, "mm.2.weight");
+    /* The projector's input is not the vision width. */
+    s = mm_tiny, s.proj_in = 40;
+    expect_mmproj_error(dec, &s, "proj-in.gguf", KVF_ERR_SHAPE, "projector");
+
+    s = mm_tiny, s.arch = "llama";
+    expect_mmproj_error(dec, &s, "arch-llama.gguf", KVF_ERR_FORMAT, "clip");
+    s = mm_tiny, s.proj_type = "ldp";
+    expect_mmproj_error(dec, &s, "proj-ldp.gguf", KVF_ERR_UNSUPPORTED, "ldp");
+    s = mm_tiny, s.proj_type = NULL; /* nor clip.has_llava_projector */
+    expect_mmproj_error(dec, &s, "proj-none.gguf", KVF_ERR_UNSUPPORTED, NULL);
+    s = mm_tiny, s.has_encoder = false;
+    expect_mmproj_error(dec, &s, "no-encoder.gguf", KVF_ERR_UNSUPPORTED, NULL);
+
+    s = mm_tiny, s.omit = "v.blk.0.attn_q.weight";
+    expect_mmproj_error(dec, &s, "no-attn-q.gguf", KVF_ERR_FORMAT, "v.blk.0.attn_q.weight");
+    s = mm_tiny, s.omit = "mm.2.bias";
+    expect_mmproj_error(dec, &s, "no-mm2-bias.gguf", KVF_ERR_FORMAT, "mm.2.bias");
+    s = mm_tiny, s.omit = "v.class_embd";
+    expect_mmproj_error(dec, &s, "no-cls.gguf", KVF_ERR_FORMAT, "v.class_embd");
+    /* block_count names a layer the file does not hold. */
+    s = mm_tiny, s.n_layer = 3;
+    expect_mmproj_error(dec, &s, "short-layers.gguf", KVF_ERR_FORMAT, "v.blk.2.");
+
+    s = mm_tiny, s.image_size = 30;
+    expect_mmproj_error(dec, &s, "image-30.gguf", KVF_ERR_FORMAT, "patch");
+    s = mm_tiny, s.patch_size = 0;
+    expect_mmproj_error(dec, &s, "patch-0.gguf", KVF_ERR_FORMAT, "patch");
+    s = mm_tiny, s.image_size = 300 * 14, s.pos_rows = 5; /* past the largest accepted (4096) */
+    expect_mmproj_error(dec, &s, "image-huge.gguf", KVF_ERR_FORMAT, NULL);
+    s = mm_tiny, s.n_head = 3;
+    expect_mmproj_error(dec, &s, "heads-3.gguf", KVF_ERR_FORMAT, NULL);
+    s = mm_tiny, s.n_layer = 0, s.n_layer_file = 0;
+    expect_mmproj_error(dec, &s, "layers-0.gguf", KVF_ERR_FORMAT, NULL);
+    s = mm_tiny, s.mean_len = 2;
+    expect_mmproj_error(dec, &s, "mean-2.gguf", KVF_ERR_FORMAT, "image_mean");
+    /* 2 x 2 patches need 5 positions (with CLS). */
+    s = mm_tiny, s.pos_rows = 4;
+    expect_mmproj_error(dec, &s, "pos-4.gguf", KVF_ERR_SHAPE, "v.position_embd.weight");
+
+    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model *m = (struct kvf_model *)1;
+    mp.mmproj = tmp_path("absent.gguf");
+    assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_IO);
+    assert_null(m);
+    mp.mmproj = tmp_dir; /* a directory */
+    assert_int_not_equal(kvf_model_load(dec, &mp, &m), KVF_OK);
+    assert_null(m);
+}
+
+/* Every prefix of a good mmproj file is rejected, none read out of bounds. */
+static void test_truncated_mmproj(void **state) {
+    (void)state;
+    const char *dec = tmp_path("tiny.gguf"), *good = tmp_path("good.gguf"), *cut = tmp_path("cut.gguf");
+    write_decoder(dec, &dec_tiny);
+    write_mmproj(good, &mm_tiny);
+    FILE *f = fopen(good, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    const long size = ftell(f);
+    assert_true(size > 0);
+    uint8_t *bytes = malloc((size_t)size);
+    assert_non_null(bytes);
+    rewind(f);
+    assert_int_equal(fread(bytes, 1, (size_t)size, f), (size_t)size);
+    fclose(f);
+
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = cut;
+    struct kvf_model *m = NULL;
+    int n_cuts = 0;
+    /* Half first (the brief case), then cuts across the header and data. */
+    for (long k = -1; k < 80; k++) {
+        const long len = k < 0 ? size / 2 : k < 48 ? k * 53 : size - 1 - (k - 48) * (size / 40);
+        if (len < 0 || len >= size) continue;
+        f = fopen(cut, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(bytes, 1, (size_t)len, f), (size_t)len);
+        assert_int_equal(fclose(f), 0);
+        m = (struct kvf_model *)1;
+        const enum kvf_status st = kvf_model_load(dec, &mp, &m);
+        if (st == KVF_OK) fail_msg("mmproj cut to %ld of %ld bytes was accepted", len, size);
+        assert_true(st == KVF_ERR_FORMAT || st == KVF_ERR_IO);
+        assert_null(m);
+        n_cuts++;
+    }
+    print_message("    %d cuts of a %ld-byte mmproj rejected\n", n_cuts, size);
+    free(bytes);
+    mp.mmproj = good;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    kvf_model_free(m);
+}
+
+static void test_text_only(void **state) {
+    (void)state;
+    const char *dec = tmp_path("tiny.gguf");
+    write_decoder(dec, &dec_tiny);
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dec, NULL, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    assert_false(in.has_vision);
+    assert_null(in.vision_source);
+    assert_int_equal(in.image_tokens, 0);
+    assert_int_equal(in.image_grid, 0);
+    struct kvf_image *img = test_image();
+    struct kvf_media *md = (struct kvf_media *)1;
+    assert_int_equal(kvf_media_encode_image(m, img, KVF_MOD_IMAGE, 0, &md), KVF_ERR_UNSUPPORTED);
+    assert_null(md);
+    kvf_image_free(img);
+    kvf_model_free(m);
+}
+
+/* A tiny llava-hf directory: its tower is read from the safetensors, and
+ * an mmproj on top of it is refused. */
+static void test_tiny_hf(void **state) {
+    (void)state;
+    const char *dir = tmp_path("llava-tiny-hf");
+    static const char config[] =
+        "{\"architectures\":[\"LlavaForConditionalGeneration\"],\"model_type\":\"llava\","
+        "\"image_token_index\":300,\"projector_hidden_act\":\"gelu\",\"vision_feature_layer\":-2,"
+        "\"vision_feature_select_strategy\":\"default\",\"text_config\":{\"model_type\":\"llama\","
+        "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":2,\"max_position_embeddings\":256,\"rms_norm_eps\":1e-05,\"vocab_size\":320},"
+        "\"vision_config\":{\"model_type\":\"clip_vision_model\",\"hidden_size\":32,\"intermediate_size\":48,"
+        "\"num_attention_heads\":2,\"num_hidden_layers\":3,\"image_size\":28,\"patch_size\":14,"
+        "\"projection_dim\":16}}";
+    write_hf_dir(dir, &dec_tiny, 320, &mm_tiny, 3, config, NULL, 1);
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dir, NULL, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    assert_int_equal(in.n_vocab, 320);
+    assert_true(in.has_vision);
+    assert_string_equal(in.vision_source, "safetensors");
+    assert_int_equal(in.vision_n_layer, 2);
+    assert_int_equal(in.image_tokens, 4);
+    kvf_model_free(m);
+
+    const char *mmp = tmp_path("mmproj.gguf");
+    write_mmproj(mmp, &mm_tiny);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    m = (struct kvf_model *)1;
+    assert_int_equal(kvf_model_load(dir, &mp, &m), KVF_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_non_null(strstr(kvf_last_error(), "vision tower"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_llava7b_gguf_mmproj, test_teardown),
+        cmocka_unit_test_teardown(test_llava7b_hf, test_teardown),
+        cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
+        cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
+        cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),
+        cmocka_unit_test_teardown(test_text_only, test_teardown),
+        cmocka_unit_test_teardown(test_tiny_hf, test_teardown),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
