@@ -83,19 +83,6 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     return KVF_OK;
 }
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_gauss(uint64_t *s) { /* Box-Muller */
-    const double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
-    const double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
 enum kvf_status kvf_media_pseudo_image(const struct kvf_model *m, const char *text, int rows, int cols, float noise,
                                        uint64_t seed, struct kvf_media **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");

@@ -26,13 +26,6 @@ struct kvf_sampler_params kvf_sampler_default_params(void) {
     };
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 static uint64_t rng_next(uint64_t s[4]) {
@@ -64,7 +57,7 @@ enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct
     /* splitmix64 spreads any seed (including 0) over a non-zero state. */
     uint64_t x = p.seed;
     for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+        s->rng[i] = rng_splitmix64(&x);
     *out = s;
     return KVF_OK;
 }

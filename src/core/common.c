@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -30,4 +31,10 @@ const char *kvf_status_str(enum kvf_status st) {
     case KVF_ERR_INTERNAL: return "internal error";
     }
     return "unknown status";
+}
+
+double rng_gauss(uint64_t *s) {
+    const double u1 = ((double)(rng_splitmix64(s) >> 11) + 0.5) / 9007199254740992.0;
+    const double u2 = (double)(rng_splitmix64(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }

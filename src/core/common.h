@@ -30,4 +30,15 @@ static inline bool size_add(size_t a, size_t b, size_t *out) {
 #define KVF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KVF_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* splitmix64: a full-period stream from any seed (0 included); used for
+ * sampler seeding, pseudo-image noise and the random policies. */
+static inline uint64_t rng_splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* A standard normal draw (Box-Muller over two splitmix64 draws). */
+double rng_gauss(uint64_t *s);
+
 #endif

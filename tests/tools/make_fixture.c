@@ -44,20 +44,7 @@ static const char *const bpe_merges[] = {
 #define N_MERGES ((int)(sizeof bpe_merges / sizeof bpe_merges[0]))
 _Static_assert(N_SPECIAL + 256 + N_MERGES == N_VOCAB, "the merges must fill the vocabulary");
 
-/* ------------------------------------------------------------------ rng -- */
-
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_gauss(uint64_t *s) { /* Box-Muller */
-    double u1 = ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(rng_next(s) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
+/* Random numbers: rng_splitmix64 and rng_gauss from core/common.h. */
 
 /* -------------------------------------------------------------- models -- */
 
