@@ -239,7 +239,9 @@ const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
- * entries are freed. Decoding then appends to the compressed cache. */
+ * entries are freed. From then on each kvf_session_decode keeps the cache
+ * within budget by the policy's decode stage (the budget applies to the
+ * tokens seen so far). May be called again (it compresses to the budget). */
 enum kvf_status kvf_session_compress(struct kvf_session *session);
 
 /* Appends one token (a prefill of length 1). After a failure other than
@@ -249,11 +251,16 @@ enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
 /* n_vocab logits after the last token processed; NULL before the first. */
 const float *kvf_session_logits(const struct kvf_session *session);
 int kvf_session_n_past(const struct kvf_session *session);
-/* Bytes of KV cache currently allocated (all layers, keys and values). */
+/* Bytes of KV cache currently allocated (all layers: keys, values, tags and
+ * per-entry statistics), and the most allocated at any moment since the
+ * session started or was reset (prefill included). */
 size_t kvf_session_kv_bytes(const struct kvf_session *session);
+size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
 
-/* KV cache policies (presets) known to kvf_session_params.kv_spec. */
+/* What kvf_session_params.kv_spec accepts: presets ("snapkv:budget=0.2"),
+ * each optionally followed by stage options ("+decode=h2o:recent=0.5"). */
 struct kvf_kv_policy_info {
+    const char *stage;     /* "preset", or the stage an option belongs to: "budget", "decode" */
     const char *name, *summary, *paper;
     const char *keys;      /* accepted keys, space-separated          */
     const char *defaults;  /* "budget=0.2,window=32,kernel=5"          */

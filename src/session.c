@@ -34,7 +34,13 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->attn_scratch);
     free(s->qwin);
     free(s->qwin_pos);
-    free(s->attn_sum);
+    free(s->acc_tmp);
+    free(s->n0);
+    free(s->c_score);
+    free(s->c_tmp);
+    free(s->c_win);
+    free(s->c_out);
+    free(s->c_idx);
     free(s);
 }
 
@@ -42,17 +48,6 @@ static void *alloc_rows(int rows, int64_t cols, size_t elem, bool *ok) {
     void *p = malloc((size_t)rows * (size_t)cols * elem);
     if (!p) *ok = false;
     return p;
-}
-
-/* A fresh, zeroed attn_sum when the policy scores by it. */
-static enum kvf_status attn_sum_reset(struct kvf_session *s) {
-    if (!kv_policy_needs_attn_sum(&s->policy)) return KVF_OK;
-    const struct hparams *hp = &s->model->hp;
-    const size_t n = (size_t)hp->n_layer * hp->n_head_kv * s->params.n_ctx;
-    if (!s->attn_sum && !(s->attn_sum = malloc(sizeof(float) * n)))
-        return err_set(KVF_ERR_NOMEM, "out of memory for attention scores (%zu floats)", n);
-    memset(s->attn_sum, 0, sizeof(float) * n);
-    return KVF_OK;
 }
 
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
@@ -77,7 +72,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->model = m;
     s->params = p;
     s->policy = policy;
-    enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim);
+    enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, kv_policy_needs_acc(&policy));
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -102,14 +97,19 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     if (kv_policy_needs_window(&policy) && policy.window > 0) {
         s->qwin = alloc_rows(hp->n_layer * policy.window, QD, sizeof(float), &ok);
         s->qwin_pos = alloc_rows(policy.window, 1, sizeof(int32_t), &ok);
+        s->c_win = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
+        s->c_out = alloc_rows(policy.window, QD, sizeof(float), &ok);
+    }
+    if (s->kv.has_acc) s->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * p.n_ctx, sizeof(float)), ok &= s->acc_tmp != NULL;
+    if (policy.method != KV_FULL) {
+        s->n0 = alloc_rows(hp->n_layer, hp->n_head_kv, sizeof(int), &ok);
+        s->c_score = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
+        s->c_tmp = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
+        s->c_idx = alloc_rows(1, p.n_ctx, sizeof(int), &ok);
     }
     if (!ok) {
         kvf_session_free(s);
         return err_set(KVF_ERR_NOMEM, "out of memory allocating session buffers (batch %d, ctx %d)", B, p.n_ctx);
-    }
-    if ((st = attn_sum_reset(s)) != KVF_OK) {
-        kvf_session_free(s);
-        return st;
     }
     *out = s;
     return KVF_OK;
@@ -119,10 +119,8 @@ void kvf_session_reset(struct kvf_session *s) {
     kv_cache_clear(&s->kv);
     s->n_past = 0;
     s->qwin_n = 0;
-    if (attn_sum_reset(s) != KVF_OK) { /* scoring falls back to none; compress reports it */
-        free(s->attn_sum);
-        s->attn_sum = NULL;
-    }
+    s->compressed = false;
+    s->decode_steps = 0;
     s->has_logits = false;
 }
 
@@ -193,92 +191,100 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     return KVF_OK;
 }
 
-enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
-    return kvf_session_prefill(s, &token, 1, NULL);
-}
-
 /* Attention the held window queries pay each entry of layer l, per kv head:
- * win[g][j] (mean over the query heads of g). */
-static enum kvf_status window_attention(struct kvf_session *s, int l, float *win, int stride, float *out) {
+ * s->c_win[g][j] (mean over the query heads of g). */
+static enum kvf_status window_attention(struct kvf_session *s, int l) {
     const struct hparams *hp = &s->model->hp;
-    const int W = s->policy.window, QD = hp->n_head * hp->head_dim;
-    memset(win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    const int W = s->policy.window, QD = hp->n_head * hp->head_dim, stride = s->params.n_ctx;
+    memset(s->c_win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     if (s->qwin_n == 0) return KVF_OK;
     struct attn_stats st = {.stride = stride, .win_first = 0, .nsm_n = 1.0f};
-    st.a[ATTN_STAT_WIN] = win;
+    st.a[ATTN_STAT_WIN] = s->c_win;
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
         .window = s->model->layers[l].is_local ? hp->sliding_window : 0,
     };
-    return attn_forward(&ap, s->qwin + (size_t)l * W * QD, s->qwin_pos, s->qwin_n, kv_cache_head(&s->kv, l, 0), out,
-                        s->attn_scratch, s->params.n_threads, &st);
+    return attn_forward(&ap, s->qwin + (size_t)l * W * QD, s->qwin_pos, s->qwin_n, kv_cache_head(&s->kv, l, 0),
+                        s->c_out, s->attn_scratch, s->params.n_threads, &st);
 }
 
-static void score_head(const struct kvf_session *s, int l, int g, int keep, const float *win, float *score) {
+static struct kv_score_in score_in(const struct kvf_session *s, int l, int g, int keep) {
     const size_t hi = (size_t)l * s->kv.n_head_kv + g;
-    const struct kv_score_in in = {
-        .p = &s->policy, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep, .win_attn = win,
-        .attn_sum = s->attn_sum ? s->attn_sum + hi * s->params.n_ctx : NULL, .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
+    return (struct kv_score_in){
+        .p = &s->policy, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
+        .win_attn = s->c_win ? s->c_win + (size_t)g * s->params.n_ctx : NULL, .scratch = s->c_tmp,
+        .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
-    switch (s->policy.method) {
+}
+
+/* The preset's own rule (the score stage) for one head. */
+static void score_head(const struct kv_score_in *in, float *score) {
+    switch (in->p->method) {
     case KV_FULL: break;
-    case KV_STREAMING: kv_score_streaming(&in, score); break;
-    case KV_H2O: kv_score_h2o(&in, score); break;
+    case KV_STREAMING: kv_score_streaming(in, score); break;
+    case KV_H2O: kv_score_h2o(in, score); break;
     case KV_SNAPKV:
-    case KV_PYRAMIDKV: kv_score_snapkv(&in, score); break;
-    case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
-    case KV_KNORM: kv_score_knorm(&in, score); break;
+    case KV_PYRAMIDKV: kv_score_snapkv(in, score); break;
+    case KV_ROCO: kv_score_roco(in, score); break;
+    case KV_KEYDIFF: kv_score_keydiff(in, score); break;
+    case KV_KNORM: kv_score_knorm(in, score); break;
     case KV_RANDOM:
-    case KV_IMGRAND: kv_score_random(&in, score); break;
+    case KV_IMGRAND: kv_score_random(in, score); break;
     case KV_METHOD_COUNT: break;
     }
+}
+
+/* Brings every head over its layer's budget for n_seen tokens down to it,
+ * by the preset's rule (compress) or the decode stage's (maintain). */
+static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) {
+    const struct hparams *hp = &s->model->hp;
+    const int H = hp->n_head_kv;
+    for (int l = 0; l < hp->n_layer; l++) {
+        const int target = kv_policy_layer_keep(&s->policy, s->n_past, l, hp->n_layer);
+        bool over = false;
+        for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
+        if (!over) continue;
+        enum kvf_status st = !decode_rule && s->qwin ? window_attention(s, l) : KVF_OK;
+        for (int g = 0; st == KVF_OK && g < H; g++) {
+            if (s->kv.heads[(size_t)l * H + g].n <= target) continue;
+            const struct kv_score_in in = score_in(s, l, g, target);
+            if (decode_rule) kv_decode_score(&in, s->n0[(size_t)l * H + g], s->c_score);
+            else score_head(&in, s->c_score);
+            st = kv_select_keep(&s->kv, l, g, s->c_score, target, s->c_idx);
+        }
+        if (st != KVF_OK) return st;
+    }
+    return KVF_OK;
 }
 
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
     if (s->policy.method == KV_FULL) return KVF_OK;
-    if (kv_policy_needs_attn_sum(&s->policy) && !s->attn_sum)
-        return err_set(KVF_ERR_INVALID_ARG, "the policy scores by the prompt's attention, which is gone once the "
-                       "cache was compressed: compress once per prompt (after kvf_session_reset)");
-    const struct hparams *hp = &s->model->hp;
-    int n_max = 1;
-    for (size_t i = 0; i < (size_t)hp->n_layer * hp->n_head_kv; i++) n_max = KVF_MAX(n_max, s->kv.heads[i].n);
-    float *score = malloc(sizeof(float) * (size_t)n_max);
-    int *idx = malloc(sizeof(int) * (size_t)n_max);
-    const bool win = kv_policy_needs_window(&s->policy);
-    float *wa = win ? malloc(sizeof(float) * (size_t)hp->n_head_kv * n_max) : NULL;
-    float *out = win ? malloc(sizeof(float) * (size_t)KVF_MAX(s->policy.window, 1) * hp->n_head * hp->head_dim) : NULL;
-    enum kvf_status st = KVF_OK;
-    if (!score || !idx || (win && (!wa || !out))) st = err_set(KVF_ERR_NOMEM, "out of memory compressing the cache");
-    for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
-        bool evicts = false;
-        for (int g = 0; g < hp->n_head_kv; g++) {
-            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n;
-            evicts |= kv_policy_layer_keep(&s->policy, n, l, hp->n_layer) < n;
-        }
-        if (!evicts) continue;
-        if (win) st = window_attention(s, l, wa, n_max, out);
-        for (int g = 0; st == KVF_OK && g < hp->n_head_kv; g++) {
-            const int n = s->kv.heads[(size_t)l * hp->n_head_kv + g].n;
-            const int keep = kv_policy_layer_keep(&s->policy, n, l, hp->n_layer);
-            if (keep >= n) continue;
-            score_head(s, l, g, keep, wa ? wa + (size_t)g * n_max : NULL, score);
-            st = kv_select_keep(&s->kv, l, g, score, keep, idx);
-        }
-    }
-    free(score);
-    free(idx);
-    free(wa);
-    free(out);
-    /* The sums were indexed by the entries before compaction. */
-    free(s->attn_sum);
-    s->attn_sum = NULL;
+    const enum kvf_status st = evict_to_budget(s, false);
+    for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->n0[i] = s->kv.heads[i].n;
+    s->compressed = true;
+    s->decode_steps = 0;
     return st;
+}
+
+/* The decode stage, after each decoded token. */
+static enum kvf_status decode_maintain(struct kvf_session *s) {
+    switch (s->policy.decode) {
+    case KV_DECODE_GROW: return KVF_OK;
+    case KV_DECODE_RECOMPRESS: return ++s->decode_steps % s->policy.every ? KVF_OK : evict_to_budget(s, false);
+    default: return evict_to_budget(s, true);
+    }
+}
+
+enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
+    enum kvf_status st = kvf_session_prefill(s, &token, 1, NULL);
+    return st == KVF_OK && s->compressed ? decode_maintain(s) : st;
 }
 
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
+size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
 
 const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *s, int layer, int head, int *n) {

@@ -29,10 +29,18 @@ struct kvf_session {
     float *qwin;                      /* [n_layer][window][n_head*head_dim] or NULL */
     int32_t *qwin_pos;                /* [window] their positions */
     int qwin_n;                       /* rows held (<= window) */
-    /* Attention every query paid each entry, for policies scored by it:
-     * [n_layer][n_head_kv][n_ctx]; NULL when not needed, and after
-     * compression (the entries have moved). */
-    float *attn_sum;
+    /* Attention statistics of one layer's call, before they are added to the
+     * entries' running sums (kv.has_acc): [KV_ACC_N][n_head_kv][n_ctx]. */
+    float *acc_tmp;
+    /* Compression state: after kvf_session_compress the decode stage keeps
+     * each head within budget. n0: [n_layer][n_head_kv] sizes right after it. */
+    bool compressed;
+    int *n0;
+    int decode_steps;
+    /* Compression scratch, sized for n_ctx entries: scores, indices, work
+     * space, window attention [n_head_kv][n_ctx], window output. */
+    float *c_score, *c_tmp, *c_win, *c_out;
+    int *c_idx;
     void *mm_scratch;                 /* ops_matmul scratch */
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };

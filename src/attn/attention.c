@@ -27,16 +27,17 @@ static int visible_begin(const struct kv_head *h, int32_t p, int window) {
     return window > 0 ? visible_end(h, p - window) : 0;
 }
 
-/* A thread's partial statistics: [ATTN_STAT_N][n_head_kv][stride], only the
- * requested arrays used. */
+/* A thread's partial statistics: [requested arrays][n_head_kv][len]; slot[k]
+ * is where statistic k sits among the requested ones. */
 struct stats_part {
     const struct attn_stats *st;
     float *buf;
-    int n_head_kv;
+    int n_head_kv, len;
+    const int *slot;
 };
 
 static float *part_array(const struct stats_part *sp, int k, int g) {
-    return sp->buf + ((size_t)k * sp->n_head_kv + g) * sp->st->stride;
+    return sp->buf + ((size_t)sp->slot[k] * sp->n_head_kv + g) * sp->len;
 }
 
 static void add_row(float *a, const float *row, int jb, int je, float w) {
@@ -123,10 +124,13 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         return err_set(KVF_ERR_INTERNAL, "attention statistics of stride %d for %d entries", stats->stride, n_kv_max);
 
     /* Threads add into private partial sums (blocks of one head run on
-     * several threads), folded into the caller's arrays at the end. */
+     * several threads), folded into the caller's arrays at the end; only the
+     * requested statistics, over the entries there are. */
+    int slot[ATTN_STAT_N], n_req = 0;
+    for (int k = 0; stats && k < ATTN_STAT_N; k++) slot[k] = stats->a[k] ? n_req++ : -1;
     float *parts = NULL;
-    const size_t part_len = stats ? (size_t)ATTN_STAT_N * p->n_head_kv * (size_t)stats->stride : 0;
-    if (stats && !(parts = calloc((size_t)n_threads * part_len, sizeof(float))))
+    const size_t part_len = (size_t)n_req * p->n_head_kv * (size_t)n_kv_max;
+    if (stats && !(parts = calloc((size_t)n_threads * part_len + 1, sizeof(float))))
         return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics");
 
     /* Each of our threads runs one-thread BLAS calls (see ops_matmul). */
@@ -136,13 +140,13 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         const int head = t / n_blocks, b = t % n_blocks, th = omp_get_thread_num();
         const int i0 = b * ATTN_BLOCK, i1 = KVF_MIN(n_q, i0 + ATTN_BLOCK);
         float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
-        const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv};
+        const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
         attn_block(p, q, qpos, i0, i1, head, &kv[head / group], out, s, stats ? &sp : NULL);
     }
     for (int k = 0; stats && k < ATTN_STAT_N; k++) {
         if (!stats->a[k]) continue;
         for (int th = 0; th < n_threads; th++) {
-            const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv};
+            const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
             for (int g = 0; g < p->n_head_kv; g++) {
                 const float *src = part_array(&sp, k, g);
                 float *dst = stats->a[k] + (size_t)g * stats->stride;

@@ -4,16 +4,23 @@
 #include <string.h>
 
 static size_t head_bytes(const struct kv_cache *c, int cap) {
-    return (size_t)cap * (2 * (size_t)c->head_dim * sizeof(float) + sizeof(struct kvf_tag));
+    const size_t acc = c->has_acc ? KV_ACC_N * sizeof(float) : 0;
+    return (size_t)cap * (2 * (size_t)c->head_dim * sizeof(float) + sizeof(struct kvf_tag) + acc);
 }
 
-enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim) {
+static void bytes_add(struct kv_cache *c, size_t add, size_t sub) {
+    c->bytes += add - sub;
+    c->peak_bytes = KVF_MAX(c->peak_bytes, c->bytes);
+}
+
+enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim, bool has_acc) {
     memset(c, 0, sizeof *c);
     c->heads = calloc((size_t)n_layer * n_head_kv, sizeof *c->heads);
     if (!c->heads) return err_set(KVF_ERR_NOMEM, "kv cache: out of memory");
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
+    c->has_acc = has_acc;
     return KVF_OK;
 }
 
@@ -23,9 +30,11 @@ void kv_cache_clear(struct kv_cache *c) {
         free(h->k);
         free(h->v);
         free(h->tag);
+        free(h->acc);
         memset(h, 0, sizeof *h);
     }
     c->bytes = 0;
+    c->peak_bytes = 0;
 }
 
 void kv_cache_free(struct kv_cache *c) {
@@ -42,9 +51,11 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
     float *v = k ? realloc(h->v, (size_t)cap * row) : NULL;
     if (v) h->v = v;
     struct kvf_tag *t = v ? realloc(h->tag, (size_t)cap * sizeof *t) : NULL;
-    if (!t) return err_set(KVF_ERR_NOMEM, "kv cache: cannot grow to %d entries", cap);
-    h->tag = t;
-    c->bytes += head_bytes(c, cap) - head_bytes(c, h->cap);
+    if (t) h->tag = t;
+    float *a = t && c->has_acc ? realloc(h->acc, (size_t)cap * KV_ACC_N * sizeof(float)) : NULL;
+    if (a) h->acc = a;
+    if (!t || (c->has_acc && !a)) return err_set(KVF_ERR_NOMEM, "kv cache: cannot grow to %d entries", cap);
+    bytes_add(c, head_bytes(c, cap), head_bytes(c, h->cap));
     h->cap = cap;
     return KVF_OK;
 }
@@ -55,25 +66,34 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
     for (int i = 0; i < n_keep; i++)
         if (keep[i] < 0 || keep[i] >= h->n || (i > 0 && keep[i] <= keep[i - 1]))
             return err_set(KVF_ERR_INTERNAL, "kv keep: index %d (%d) out of order or range", i, keep[i]);
+    /* Runs of consecutive kept entries move in one go. */
     const size_t d = (size_t)c->head_dim;
-    for (int i = 0; i < n_keep; i++) {
+    for (int i = 0, r; i < n_keep; i = r) {
+        for (r = i + 1; r < n_keep && keep[r] == keep[r - 1] + 1;) r++;
         if (keep[i] == i) continue;
-        memcpy(h->k + i * d, h->k + keep[i] * d, d * sizeof(float));
-        memcpy(h->v + i * d, h->v + keep[i] * d, d * sizeof(float));
-        h->tag[i] = h->tag[keep[i]];
+        const size_t len = (size_t)(r - i);
+        memmove(h->k + i * d, h->k + keep[i] * d, len * d * sizeof(float));
+        memmove(h->v + i * d, h->v + keep[i] * d, len * d * sizeof(float));
+        memmove(h->tag + i, h->tag + keep[i], len * sizeof *h->tag);
+        if (h->acc) memmove(h->acc + (size_t)i * KV_ACC_N, h->acc + (size_t)keep[i] * KV_ACC_N, len * KV_ACC_N * sizeof(float));
     }
     h->n = n_keep;
     if (n_keep == 0) {
         free(h->k);
         free(h->v);
         free(h->tag);
-        c->bytes -= head_bytes(c, h->cap);
+        free(h->acc);
+        bytes_add(c, 0, head_bytes(c, h->cap));
         h->k = h->v = NULL;
         h->tag = NULL;
+        h->acc = NULL;
         h->cap = 0;
         return KVF_OK;
     }
-    return head_grow(c, h, n_keep); /* a shrinking realloc */
+    /* Storage shrinks (a shrinking realloc) unless it is only a little over:
+     * a decode step evicts one entry and appends the next, which must not
+     * reallocate every time. Whatever stays allocated is counted. */
+    return h->cap > n_keep + n_keep / 4 + 16 ? head_grow(c, h, n_keep) : KVF_OK;
 }
 
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {
@@ -99,6 +119,7 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
             memcpy(h->v + (size_t)(h->n + t) * d, v + (size_t)t * stride + g * d, d * sizeof(float));
         }
         memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
+        if (h->acc) memset(h->acc + (size_t)h->n * KV_ACC_N, 0, (size_t)n * KV_ACC_N * sizeof(float));
         h->n += n;
     }
 }

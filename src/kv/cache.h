@@ -14,16 +14,23 @@ struct kv_head {
     float *k;        /* [cap][head_dim] */
     float *v;        /* [cap][head_dim] */
     struct kvf_tag *tag; /* [cap] tag (true position first) of each entry */
+    float *acc;          /* [cap][KV_ACC_N] attention each entry received so far
+                            (online scores: H2O, RoCo); NULL unless the cache keeps them */
     int n, cap;
 };
 
+/* The running statistics of an entry, over every query that saw it. */
+enum { KV_ACC_SUM, KV_ACC_SQ, KV_ACC_COUNT, KV_ACC_N };
+
 struct kv_cache {
     int n_layer, n_head_kv, head_dim;
+    bool has_acc;          /* entries carry KV_ACC_N running statistics */
     struct kv_head *heads; /* [n_layer][n_head_kv] */
-    size_t bytes;          /* allocated bytes of k, v and tags over all heads */
+    size_t bytes;          /* allocated bytes of k, v, tags and statistics over all heads */
+    size_t peak_bytes;     /* the largest `bytes` so far */
 };
 
-enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim);
+enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim, bool has_acc);
 void kv_cache_free(struct kv_cache *c);
 void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the storage */
 static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int head) {
@@ -36,7 +43,8 @@ enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
  * to exactly n_keep entries: evicted memory is returned, never masked. */
 enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
- * (the layout of the projection output); tags: [n]. Space must be reserved. */
+ * (the layout of the projection output); tags: [n]; statistics start at 0.
+ * Space must be reserved. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);
 

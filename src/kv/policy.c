@@ -6,47 +6,90 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct preset {
+/* A preset, or one option of a stage ("decode=h2o"): what `kvfold
+ * policies` lists and what a spec item may name. */
+struct option {
+    const char *stage;  /* "preset", "budget" or "decode" */
     const char *name, *summary, *paper;
     const char *keys;   /* accepted keys, space-separated */
     const char *shown;  /* the defaults below, as `kvfold policies` prints them */
-    struct kv_policy defaults;
+    struct kv_policy defaults; /* presets: the whole policy; stages: the values of `keys` */
 };
 
-static const struct preset presets[KV_METHOD_COUNT] = {
-    [KV_FULL] = {"full", "keep every entry (the reference)", "-", "", "", {.method = KV_FULL, .budget = 1.0}},
-    [KV_STREAMING] = {"streaming", "attention sinks + the most recent entries", "StreamingLLM (Xiao et al., 2023)",
-                      "budget sinks", "budget=0.2,sinks=4", {.method = KV_STREAMING, .budget = 0.2, .sinks = 4}},
-    [KV_H2O] = {"h2o", "heavy hitters (attention summed over every prompt query) + the most recent entries",
-                "H2O (Zhang et al., 2023); prompt scores only so far", "budget recent", "budget=0.2,recent=0.5",
-                {.method = KV_H2O, .budget = 0.2, .recent = 0.5}},
-    [KV_SNAPKV] = {"snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
+/* Stage defaults every preset starts from. */
+/* (alloc and decode default to uniform and grow: the zero values) */
+#define STAGES .sinks = 4, .beta = 20, .distance = 25, .every = 32
+
+static const struct option presets[KV_METHOD_COUNT] = {
+    [KV_FULL] = {"preset", "full", "keep every entry (the reference)", "-", "", "", {.method = KV_FULL, .budget = 1.0, STAGES}},
+    [KV_STREAMING] = {"preset", "streaming", "attention sinks + the most recent entries, also while decoding",
+                      "StreamingLLM (Xiao et al., 2023)", "budget sinks", "budget=0.2,sinks=4 +decode=window",
+                      {.method = KV_STREAMING, .budget = 0.2, STAGES, .decode = KV_DECODE_WINDOW}},
+    [KV_H2O] = {"preset", "h2o", "heavy hitters (attention summed over every query so far) + the most recent "
+                "entries; one eviction per decode step", "H2O (Zhang et al., 2023)", "budget recent",
+                "budget=0.2,recent=0.5 +decode=h2o",
+                {.method = KV_H2O, .budget = 0.2, .recent = 0.5, STAGES, .decode = KV_DECODE_H2O}},
+    [KV_SNAPKV] = {"preset", "snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
                    "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
-                   {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5}},
-    [KV_PYRAMIDKV] = {"pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
+                   {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5, STAGES}},
+    [KV_PYRAMIDKV] = {"preset", "pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
                       "PyramidKV (Cai et al., 2024)", "budget window kernel beta",
-                      "budget=0.2,window=32,kernel=5,beta=20",
-                      {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, .beta = 20}},
-    [KV_KEYDIFF] = {"keydiff", "keys least similar (cosine) to the mean normalised key", "KeyDiff (Park et al., 2025)",
-                    "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2}},
-    [KV_KNORM] = {"knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget", "budget=0.2",
-                  {.method = KV_KNORM, .budget = 0.2}},
-    [KV_RANDOM] = {"random", "a uniform random subset (seeded)", "baseline", "budget seed", "budget=0.2,seed=1",
-                   {.method = KV_RANDOM, .budget = 0.2, .seed = 1}},
-    [KV_IMGRAND] = {"imgrand", "every non-image entry; image entries dropped at random (seeded)", "baseline",
-                    "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1}},
+                      "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
+                      {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, STAGES,
+                       .alloc = KV_ALLOC_PYRAMID}},
+    [KV_ROCO] = {"preset", "roco", "smallest mean attention received, among entries whose attention varies least",
+                 "RoCo (Ren & Zhu, 2024)", "budget recent", "budget=0.2,recent=0.3",
+                 {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, STAGES}},
+    [KV_KEYDIFF] = {"preset", "keydiff", "keys least similar (cosine) to the mean normalised key",
+                    "KeyDiff (Park et al., 2025)", "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2, STAGES}},
+    [KV_KNORM] = {"preset", "knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget",
+                  "budget=0.2", {.method = KV_KNORM, .budget = 0.2, STAGES}},
+    [KV_RANDOM] = {"preset", "random", "a uniform random subset (seeded)", "baseline", "budget seed",
+                   "budget=0.2,seed=1", {.method = KV_RANDOM, .budget = 0.2, .seed = 1, STAGES}},
+    [KV_IMGRAND] = {"preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)",
+                    "baseline", "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, STAGES}},
 };
 
-int kvf_kv_policy_count(void) { return KV_METHOD_COUNT; }
+static const struct option allocs[KV_ALLOC_COUNT] = {
+    [KV_ALLOC_UNIFORM] = {"budget", "uniform", "every layer keeps the same share", "-", "", "", {.alloc = KV_ALLOC_UNIFORM}},
+    [KV_ALLOC_PYRAMID] = {"budget", "pyramid", "a linear pyramid: lower layers keep more", "PyramidKV (Cai et al., 2024)",
+                          "beta", "beta=20", {.alloc = KV_ALLOC_PYRAMID, .beta = 20}},
+};
+
+static const struct option decodes[KV_DECODE_COUNT] = {
+    [KV_DECODE_GROW] = {"decode", "grow", "decoded tokens are all kept (the cache grows)", "-", "", "",
+                        {.decode = KV_DECODE_GROW}},
+    [KV_DECODE_WINDOW] = {"decode", "window", "over budget: evict the oldest entry after the sinks",
+                          "StreamingLLM (Xiao et al., 2023)", "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4}},
+    [KV_DECODE_H2O] = {"decode", "h2o", "over budget: evict the entry with the least attention so far, outside "
+                       "the recent share", "H2O (Zhang et al., 2023)", "recent", "recent=0.5",
+                       {.decode = KV_DECODE_H2O, .recent = 0.5}},
+    [KV_DECODE_FIXED] = {"decode", "fixed-distance", "over budget: evict the entry `distance` before the end of "
+                         "the compressed prompt", "Elastic Cache (Liu et al., 2024)", "distance", "distance=25",
+                         {.decode = KV_DECODE_FIXED, .distance = 25}},
+    [KV_DECODE_RECOMPRESS] = {"decode", "recompress", "every `every` steps, rerun the preset's rule down to budget",
+                              "kvpress DecodingPress", "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32}},
+};
+
+/* Presets first, then each stage's options. */
+static const struct option *option_at(int i) {
+    if (i < KV_METHOD_COUNT) return &presets[i];
+    if ((i -= KV_METHOD_COUNT) < KV_ALLOC_COUNT) return &allocs[i];
+    if ((i -= KV_ALLOC_COUNT) < KV_DECODE_COUNT) return &decodes[i];
+    return NULL;
+}
+
+int kvf_kv_policy_count(void) { return KV_METHOD_COUNT + KV_ALLOC_COUNT + KV_DECODE_COUNT; }
 
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
-    if (i < 0 || i >= KV_METHOD_COUNT || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
-    const struct preset *p = &presets[i];
-    *info = (struct kvf_kv_policy_info){p->name, p->summary, p->paper, p->keys, p->shown};
+    const struct option *o = i >= 0 ? option_at(i) : NULL;
+    if (!o || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
+    *info = (struct kvf_kv_policy_info){o->stage, o->name, o->summary, o->paper, o->keys, o->shown};
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, keydiff, knorm, random, imgrand"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand"
+#define STAGE_ITEMS "budget=uniform|pyramid, decode=grow|window|h2o|fixed-distance|recompress"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -56,40 +99,87 @@ static bool parse_num(const char *v, double lo, double hi, double *out) {
     return true;
 }
 
-static enum kvf_status set_key(const struct preset *pr, struct kv_policy *p, const char *key, const char *val) {
-    char k[40];
+static bool has_key(const char *keys, const char *key) {
+    char k[40], all[128];
     snprintf(k, sizeof k, " %s ", key);
-    char keys[128];
-    snprintf(keys, sizeof keys, " %s ", pr->keys);
-    if (!key[0] || !strstr(keys, k))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': unknown key '%s' (valid: %s)", pr->name, key,
-                       pr->keys[0] ? pr->keys : "none");
+    snprintf(all, sizeof all, " %s ", keys);
+    return strstr(all, k) != NULL;
+}
+
+/* Sets key=val for option o (a preset or a stage option named `what`). */
+static enum kvf_status set_key(const struct option *o, const char *what, struct kv_policy *p, const char *key,
+                               const char *val) {
+    if (!key[0] || !has_key(o->keys, key))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': unknown key '%s' (valid: %s)", what, key,
+                       o->keys[0] ? o->keys : "none");
     double x;
     if (!strcmp(key, "budget")) {
         /* A ratio in (0, 1], or a whole number of entries. */
         if (!parse_num(val, 1e-6, 1e9, &x) || (x > 1.0 && x != floor(x)))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget '%s' is neither a ratio in (0, 1] nor a "
-                           "whole number of entries", pr->name, val);
+                           "whole number of entries", what, val);
         p->budget = x;
     } else if (!strcmp(key, "recent")) {
         if (!parse_num(val, 0.0, 1.0, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent '%s' is not a share in [0, 1]", pr->name, val);
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent '%s' is not a share in [0, 1]", what, val);
         p->recent = x;
     } else if (!strcmp(key, "seed")) {
         if (!parse_num(val, 0, 9007199254740992.0, &x) || x != floor(x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", pr->name, val);
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", what, val);
         p->seed = (uint64_t)x;
     } else {
-        const bool kernel = !strcmp(key, "kernel"), beta = !strcmp(key, "beta");
-        if (!parse_num(val, kernel || beta ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", pr->name, key, val,
-                           kernel ? "an odd integer >= 1" : beta ? "an integer >= 1" : "a non-negative integer");
-        if (!strcmp(key, "sinks")) p->sinks = (int)x;
-        else if (!strcmp(key, "window")) p->window = (int)x;
-        else if (beta) p->beta = (int)x;
-        else p->kernel = (int)x;
+        const bool kernel = !strcmp(key, "kernel"), positive = kernel || !strcmp(key, "beta") || !strcmp(key, "every");
+        if (!parse_num(val, positive ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", what, key, val,
+                           kernel ? "an odd integer >= 1" : positive ? "an integer >= 1" : "a non-negative integer");
+        int *field = !strcmp(key, "sinks") ? &p->sinks : !strcmp(key, "window") ? &p->window
+                     : !strcmp(key, "beta") ? &p->beta : !strcmp(key, "distance") ? &p->distance
+                     : !strcmp(key, "every") ? &p->every : &p->kernel;
+        *field = (int)x;
     }
     return KVF_OK;
+}
+
+/* Applies "k=v,k=v" (args, modified in place) for option o. */
+static enum kvf_status set_keys(const struct option *o, const char *what, struct kv_policy *p, char *args) {
+    for (char *kv = args, *next; kv && *kv; kv = next) {
+        next = strchr(kv, ',');
+        if (next) *next++ = '\0';
+        char *eq = strchr(kv, '=');
+        if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': '%s' is not key=value", what, kv);
+        *eq = '\0';
+        enum kvf_status st = set_key(o, what, p, kv, eq + 1);
+        if (st != KVF_OK) return st;
+    }
+    return KVF_OK;
+}
+
+/* One "+stage=option[:keys]" item; the option's defaults fill the keys the
+ * preset does not have (decode=h2o's recent share under snapkv). */
+static enum kvf_status parse_stage(char *item, const struct option *preset, struct kv_policy *p) {
+    char *args = strchr(item, ':');
+    if (args) *args++ = '\0';
+    char *eq = strchr(item, '=');
+    if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy: '%s' after '+' is not a stage (valid: " STAGE_ITEMS ")", item);
+    *eq++ = '\0';
+    const struct option *table = NULL;
+    int n = 0;
+    if (!strcmp(item, "budget")) table = allocs, n = KV_ALLOC_COUNT;
+    else if (!strcmp(item, "decode")) table = decodes, n = KV_DECODE_COUNT;
+    else return err_set(KVF_ERR_INVALID_ARG, "kv policy: unknown stage '%s' (valid: " STAGE_ITEMS ")", item);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(eq, table[i].name)) continue;
+        const struct kv_policy *d = &table[i].defaults;
+        if (table == allocs) p->alloc = d->alloc;
+        else p->decode = d->decode;
+        if (has_key(table[i].keys, "recent") && !has_key(preset->keys, "recent")) p->recent = d->recent;
+        char what[64];
+        snprintf(what, sizeof what, "%s=%s", item, eq);
+        return set_keys(&table[i], what, p, args);
+    }
+    return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s)", item, eq,
+                   table == allocs ? "uniform, pyramid; a budget size goes in the preset: snapkv:budget=0.2"
+                                   : "grow, window, h2o, fixed-distance, recompress");
 }
 
 enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
@@ -97,27 +187,28 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
         *out = presets[KV_FULL].defaults;
         return KVF_OK;
     }
-    if (strchr(spec, '+'))
-        return err_set(KVF_ERR_UNSUPPORTED, "kv policy '%s': composing stages with '+' is not supported yet", spec);
     char buf[256];
     if (strlen(spec) >= sizeof buf) return err_set(KVF_ERR_INVALID_ARG, "kv policy spec too long");
     snprintf(buf, sizeof buf, "%s", spec);
+    char *rest = strchr(buf, '+');
+    if (rest) *rest++ = '\0';
     char *args = strchr(buf, ':');
     if (args) *args++ = '\0';
-    const struct preset *pr = NULL;
+    const struct option *pr = NULL;
     for (int i = 0; i < KV_METHOD_COUNT; i++)
         if (!strcmp(buf, presets[i].name)) pr = &presets[i];
-    if (!pr) return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: " POLICY_NAMES ")", buf);
+    if (!pr) return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: " POLICY_NAMES
+                            "; stages follow with +: " STAGE_ITEMS ")", buf);
     struct kv_policy p = pr->defaults;
-    for (char *kv = args, *next; kv && *kv; kv = next) {
-        next = strchr(kv, ',');
+    enum kvf_status st = set_keys(pr, pr->name, &p, args);
+    for (char *item = rest, *next; st == KVF_OK && item; item = next) {
+        next = strchr(item, '+');
         if (next) *next++ = '\0';
-        char *eq = strchr(kv, '=');
-        if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': '%s' is not key=value", pr->name, kv);
-        *eq = '\0';
-        enum kvf_status st = set_key(pr, &p, kv, eq + 1);
-        if (st != KVF_OK) return st;
+        st = parse_stage(item, pr, &p);
     }
+    if (st == KVF_OK && p.method == KV_FULL && p.decode != KV_DECODE_GROW)
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': full keeps every entry, so it has no decode stage", spec);
+    if (st != KVF_OK) return st;
     *out = p;
     return KVF_OK;
 }
@@ -129,13 +220,14 @@ enum kvf_status kvf_kv_policy_check(const char *spec) {
 
 int kv_policy_keep_count(const struct kv_policy *p, int n) {
     if (p->method == KV_FULL) return n;
+    /* A ratio applies to the tokens seen so far, so 1.0 never evicts. */
     const double k = p->budget <= 1.0 ? floor(p->budget * n + 0.5) : p->budget;
     return k >= n ? n : (int)k;
 }
 
 int kv_policy_layer_keep(const struct kv_policy *p, int n, int layer, int n_layer) {
     const int keep = kv_policy_keep_count(p, n);
-    return p->method == KV_PYRAMIDKV ? kv_pyramid_keep(p, n, keep, layer, n_layer) : keep;
+    return p->alloc == KV_ALLOC_PYRAMID ? kv_pyramid_keep(p, n, keep, layer, n_layer) : keep;
 }
 
 /* Order: higher score first; ties: earlier entry first. */
@@ -147,12 +239,35 @@ static int by_score(const void *a, const void *b, void *arg) {
 }
 static int by_index(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
 
+/* Evicting a few entries (a decode step) is a few linear scans, not a sort. */
+#define SELECT_SCAN_MAX 8
+
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch) {
     const int n = kv_cache_head(c, layer, head)->n;
     int always = 0;
     for (int j = 0; j < n; j++) always += score[j] == INFINITY;
     keep = always > keep ? always : keep;
     if (keep >= n) return KVF_OK;
+    if (n - keep <= SELECT_SCAN_MAX) {
+        /* The worst entry is the lowest score, the later one on ties. */
+        int evict[SELECT_SCAN_MAX], ne = 0;
+        for (; ne < n - keep; ne++) {
+            int worst = -1;
+            for (int j = 0; j < n; j++) {
+                bool taken = false;
+                for (int e = 0; e < ne; e++) taken |= evict[e] == j;
+                if (!taken && (worst < 0 || score[j] <= score[worst])) worst = j;
+            }
+            evict[ne] = worst;
+        }
+        int o = 0;
+        for (int j = 0; j < n; j++) {
+            bool out = false;
+            for (int e = 0; e < ne; e++) out |= evict[e] == j;
+            if (!out) scratch[o++] = j;
+        }
+        return kv_cache_keep(c, layer, head, scratch, keep);
+    }
     for (int j = 0; j < n; j++) scratch[j] = j;
     qsort_r(scratch, (size_t)n, sizeof *scratch, by_score, (void *)score);
     qsort(scratch, (size_t)keep, sizeof *scratch, by_index);

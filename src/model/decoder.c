@@ -61,11 +61,25 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scale = hp->attn_scale, .window = L->is_local ? hp->sliding_window : 0,
     };
+    /* Entries that carry running statistics get this call's added. */
+    const size_t plane = (size_t)hp->n_head_kv * s->params.n_ctx;
     struct attn_stats stats = {.stride = s->params.n_ctx};
-    if (s->attn_sum) stats.a[ATTN_STAT_SUM] = s->attn_sum + (size_t)l * hp->n_head_kv * s->params.n_ctx;
+    if (s->kv.has_acc) {
+        stats.a[ATTN_STAT_SUM] = s->acc_tmp + KV_ACC_SUM * plane;
+        stats.a[ATTN_STAT_SQ] = s->acc_tmp + KV_ACC_SQ * plane;
+        stats.a[ATTN_STAT_COUNT] = s->acc_tmp + KV_ACC_COUNT * plane;
+    }
     if ((st = attn_forward(&ap, s->q, s->pos, n, kv_cache_head(&s->kv, l, 0), s->att, s->attn_scratch, nt,
-                           s->attn_sum ? &stats : NULL)))
+                           s->kv.has_acc ? &stats : NULL)))
         return st;
+    for (int g = 0; s->kv.has_acc && g < hp->n_head_kv; g++) {
+        struct kv_head *h = kv_cache_head(&s->kv, l, g);
+        for (int k = 0; k < KV_ACC_N; k++) {
+            float *t = s->acc_tmp + k * plane + (size_t)g * s->params.n_ctx;
+            for (int j = 0; j < h->n; j++) h->acc[(size_t)j * KV_ACC_N + k] += t[j];
+            memset(t, 0, sizeof(float) * (size_t)h->n);
+        }
+    }
     ops_matmul(&L->wo, s->att, n, s->xn, s->mm_scratch, nt);
     if (L->post_attn_norm.data) norm_rows(s->xn, s->xn, &L->post_attn_norm, n, hp->n_embd, hp->norm_eps);
     return KVF_OK;

@@ -310,8 +310,12 @@ def case_kv(ctx):
     full = json.loads(out)
     n_prompt = full["n_prompt"]
     rc, out, _ = ctx.run("policies", "--json")
-    names = [p["name"] for p in json.loads(out)]
-    check({"full", "streaming", "h2o", "snapkv", "pyramidkv", "keydiff", "knorm", "random", "imgrand"} <= set(names), f"policies: {names}")
+    listed = json.loads(out)
+    names = [p["name"] for p in listed if p["stage"] == "preset"]
+    check({"full", "streaming", "h2o", "snapkv", "pyramidkv", "roco", "keydiff", "knorm", "random", "imgrand"} <= set(names), f"policies: {names}")
+    check({"budget=uniform", "budget=pyramid", "decode=grow", "decode=window", "decode=h2o", "decode=fixed-distance",
+           "decode=recompress"} <= {f"{p['stage']}={p['name']}" for p in listed}, f"stages: {listed}")
+    dump = os.path.join(ctx.tmp, "kv.json")
     for name in names:
         spec = name if name == "full" else f"{name}:budget=1.0"
         rc, out, err = ctx.run(*base, "--kv", spec)
@@ -320,25 +324,67 @@ def case_kv(ctx):
         check(o["text"] == full["text"] and o["kv"]["bytes_kept"] == o["kv"]["bytes_full"], f"{spec} changed the output")
         if name == "full":
             continue
-        rc, out, err = ctx.run(*base, "--kv", f"{name}:budget=0.2")
+        rc, out, err = ctx.run(*base, "--kv", f"{name}:budget=0.2", "--dump-kv", dump)
         check(rc == 0, f"{name}:budget=0.2: {err}")
-        kv = json.loads(out)["kv"]
+        o = json.loads(out)
+        kv, n_gen = o["kv"], o["n_gen"]
         keep = int(0.2 * n_prompt + 0.5)
-        n_gen = json.loads(out)["n_gen"]
-        # Entries per head after decoding: the kept prompt entries plus the decoded tokens.
-        want = keep + max(n_gen - 1, 0)
+        n_seen = n_prompt + max(n_gen - 1, 0)
+        # After decoding: streaming and h2o keep the budget of the tokens seen
+        # (their decode stage), the others keep every decoded token.
+        want_final = int(0.2 * n_seen + 0.5) if name in ("streaming", "h2o") else keep + n_seen - n_prompt
         if name == "imgrand":  # a text-only prompt has no image entries to drop
-            want = n_prompt + max(n_gen - 1, 0)
+            keep, want_final = n_prompt, n_seen
         per_layer = kv["per_layer"]
         if name == "pyramidkv":  # a linear pyramid around the uniform budget (its integer step overspends a little)
             check(per_layer == sorted(per_layer, reverse=True) and per_layer[0] > per_layer[-1]
-                  and abs(sum(per_layer) / len(per_layer) - want) < 0.1 * want, f"pyramidkv: {per_layer}")
+                  and abs(sum(per_layer) / len(per_layer) - keep) < 0.1 * keep, f"pyramidkv: {per_layer}")
         else:
-            check(all(x == want for x in per_layer), f"{name}: per-layer entries {per_layer[:4]}, want {want}")
+            check(all(x == keep for x in per_layer), f"{name}: per-layer entries {per_layer[:4]}, want {keep}")
+            check(all(x == want_final for x in kv["per_layer_final"]),
+                  f"{name}: after decoding {kv['per_layer_final'][:4]}, want {want_final}")
         check(kv["bytes_kept"] <= kv["bytes_full"] * (0.25 if name != "imgrand" else 1.0), f"{name}: kv bytes {kv}")
+        check(kv["bytes_full"] <= kv["peak_bytes"], f"{name}: peak {kv['peak_bytes']} below the prompt's {kv['bytes_full']}")
+        with open(dump) as f:
+            d = json.load(f)
+        check(d["n_prompt"] == n_prompt and d["n_past"] == n_seen, f"{name}: dump {d['n_prompt']} {d['n_past']}")
+        for l, heads in enumerate(d["compressed"]):
+            for g, pos in enumerate(heads):
+                check(pos == sorted(set(pos)) and (name == "pyramidkv" or len(pos) == keep),
+                      f"{name}: layer {l} head {g} holds {len(pos)} positions")
+                if name == "streaming":
+                    check(pos == [0, 1, 2, 3] + list(range(n_prompt - keep + 4, n_prompt)), f"streaming kept {pos}")
+                if name in ("snapkv", "pyramidkv"):  # the observation window is always kept
+                    check(pos[-32:] == list(range(n_prompt - 32, n_prompt)), f"{name}: window not kept")
+    # Decode stages on one preset: each holds the budget of the tokens seen.
+    keep = int(0.2 * n_prompt + 0.5)
+    for stage, want in (("decode=window", int(0.2 * n_seen + 0.5)), ("decode=h2o", int(0.2 * n_seen + 0.5)),
+                        ("decode=fixed-distance:distance=8", int(0.2 * n_seen + 0.5)), ("decode=grow", keep + n_seen - n_prompt)):
+        rc, out, err = ctx.run(*base, "--kv", f"knorm:budget=0.2+{stage}", "--dump-kv", dump)
+        check(rc == 0, f"{stage}: {err}")
+        check(all(x == want for x in json.loads(out)["kv"]["per_layer_final"]), f"{stage}: want {want}")
+        with open(dump) as f:
+            d = json.load(f)
+        for comp, fin in zip(d["compressed"][0], d["final"][0]):
+            new = list(range(n_prompt, n_seen))
+            if stage == "decode=window":  # sinks, then the newest
+                check(fin == comp[:4] + (comp + new)[-(want - 4):], f"{stage}: {fin}")
+            elif stage.startswith("decode=fixed"):  # frozen start, the window from n0 - 8 on slides
+                check(fin[:keep - 8] == comp[:keep - 8] and fin[-len(new):] == new, f"{stage}: {fin}")
+            elif stage == "decode=h2o":  # the recent half of the budget is kept
+                check(fin[-(want // 2):] == (comp + new)[-(want // 2):], f"{stage}: {fin}")
+    rc, out, err = ctx.run(*base, "--kv", "knorm:budget=0.2+decode=recompress:every=2")
+    check(rc == 0, f"recompress: {err}")
+    o = json.loads(out)
+    # After the last decode step the cache was recompressed when the step count is even.
+    steps = o["n_gen"] - 1
+    want = int(0.2 * n_seen + 0.5) if steps % 2 == 0 else int(0.2 * (n_seen - 1) + 0.5) + 1
+    check(all(x == want for x in o["kv"]["per_layer_final"]), f"recompress: {o['kv']['per_layer_final'][:3]} want {want}")
     expect_error(ctx, 1, [*base, "--kv", "nosuch"], "unknown policy")
     expect_error(ctx, 1, [*base, "--kv", "snapkv:budget=2.5"], "fractional budget over 1")
     expect_error(ctx, 1, [*base, "--kv", "snapkv:nosuchkey=1"], "unknown key")
+    expect_error(ctx, 1, [*base, "--kv", "snapkv+decode=nosuch"], "unknown decode option")
+    expect_error(ctx, 1, [*base, "--kv", "snapkv+schedule=blocks"], "unknown stage")
 
 
 def main():

@@ -47,7 +47,7 @@ static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int
                        bool bidirectional) {
     unsigned seed = 1234u + n_head * 7 + n_q;
     struct kv_cache c;
-    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d), KVF_OK);
+    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
     const int KD = n_head_kv * d;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
@@ -92,7 +92,7 @@ static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 6
 static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
     unsigned seed = 99u + n_head * 3 + n_q;
     struct kv_cache c;
-    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d), KVF_OK);
+    assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
     const int KD = n_head_kv * d, QD = n_head * d, group = n_head / n_head_kv, W = 5;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     struct kvf_tag *tags = calloc(n_ctx, sizeof *tags);
@@ -161,7 +161,7 @@ static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 4
 static void test_cache_bytes(void **st) {
     (void)st;
     struct kv_cache c;
-    assert_int_equal(kv_cache_init(&c, 2, 3, 8), KVF_OK);
+    assert_int_equal(kv_cache_init(&c, 2, 3, 8, false), KVF_OK);
     assert_int_equal(c.bytes, 0);
     assert_int_equal(kv_cache_reserve(&c, 1, 20), KVF_OK);
     size_t expect = 0;
@@ -179,7 +179,7 @@ static void test_cache_keep(void **st) {
     (void)st;
     struct kv_cache c;
     const int d = 8, n = 40, H = 2;
-    assert_int_equal(kv_cache_init(&c, 1, H, d), KVF_OK);
+    assert_int_equal(kv_cache_init(&c, 1, H, d, false), KVF_OK);
     float k[40 * 2 * 8], v[40 * 2 * 8];
     struct kvf_tag tags[40];
     for (int i = 0; i < n * H * d; i++) { k[i] = (float)i; v[i] = -(float)i; }

@@ -46,11 +46,37 @@ static void test_parse(void **st) {
         kvf_kv_policy_get(i, &info);
         if (!strstr(msg, info.name)) fail_msg("'%s' is missing from: %s", info.name, msg);
     }
-    assert_int_equal(kv_policy_parse("snapkv+decode=h2o", &p), KVF_ERR_UNSUPPORTED);
-    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+    assert_int_equal(kvf_kv_policy_get(kvf_kv_policy_count(), &(struct kvf_kv_policy_info){0}), KVF_ERR_INVALID_ARG);
+    /* Stages after '+'. */
+    assert_int_equal(kv_policy_parse("snapkv:budget=0.1+decode=h2o:recent=0.25+budget=pyramid:beta=4", &p), KVF_OK);
+    assert_true(p.method == KV_SNAPKV && p.budget == 0.1 && p.decode == KV_DECODE_H2O && p.recent == 0.25 &&
+                p.alloc == KV_ALLOC_PYRAMID && p.beta == 4);
+    assert_int_equal(kv_policy_parse("keydiff+decode=fixed-distance:distance=7", &p), KVF_OK);
+    assert_true(p.decode == KV_DECODE_FIXED && p.distance == 7);
+    assert_int_equal(kv_policy_parse("knorm+decode=recompress:every=5", &p), KVF_OK);
+    assert_true(p.decode == KV_DECODE_RECOMPRESS && p.every == 5);
+    assert_int_equal(kv_policy_parse("h2o", &p), KVF_OK);
+    assert_true(p.decode == KV_DECODE_H2O && kv_policy_needs_acc(&p));
+    assert_int_equal(kv_policy_parse("h2o+decode=grow", &p), KVF_OK);
+    assert_true(p.decode == KV_DECODE_GROW);
+    assert_int_equal(kv_policy_parse("streaming", &p), KVF_OK);
+    assert_true(p.decode == KV_DECODE_WINDOW && !kv_policy_needs_acc(&p));
+    assert_int_equal(kv_policy_parse("pyramidkv", &p), KVF_OK);
+    assert_true(p.alloc == KV_ALLOC_PYRAMID && p.beta == 20);
+    const char *bad_stage[] = {"snapkv+", "snapkv+decode", "snapkv+decode=slide", "snapkv+reduce=fastv",
+                               "snapkv+budget=0.3", "snapkv+decode=h2o:every=3", "snapkv+decode=recompress:every=0",
+                               "full+decode=h2o", "decode=h2o", "snapkv+decode=window:sinks=x"};
+    for (size_t i = 0; i < sizeof bad_stage / sizeof *bad_stage; i++) {
+        if (kv_policy_parse(bad_stage[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad_stage[i]);
+        assert_true(strlen(kvf_last_error()) > 0);
+    }
+    for (int i = 0; i < kvf_kv_policy_count(); i++) { /* every listed preset and stage option parses */
         struct kvf_kv_policy_info info;
         assert_int_equal(kvf_kv_policy_get(i, &info), KVF_OK);
-        assert_int_equal(kv_policy_parse(info.name, &p), KVF_OK); /* every listed name parses */
+        char spec[96];
+        if (strcmp(info.stage, "preset")) snprintf(spec, sizeof spec, "knorm+%s=%s", info.stage, info.name);
+        else snprintf(spec, sizeof spec, "%s", info.name);
+        assert_int_equal(kv_policy_parse(spec, &p), KVF_OK);
     }
 }
 
@@ -69,7 +95,7 @@ static void test_keep_count(void **st) {
 
 /* A head of n entries with random keys and alternating text/image tags. */
 static void make_head(struct kv_cache *c, int n, int d, unsigned seed) {
-    assert_int_equal(kv_cache_init(c, 1, 1, d), KVF_OK);
+    assert_int_equal(kv_cache_init(c, 1, 1, d, true), KVF_OK);
     float *k = malloc(sizeof(float) * n * d), *v = malloc(sizeof(float) * n * d);
     struct kvf_tag *t = calloc(n, sizeof *t);
     for (int i = 0; i < n * d; i++) k[i] = frand(&seed) + (i % d == 0 ? 0.5f : 0.0f), v[i] = frand(&seed);
@@ -98,13 +124,16 @@ static void check_kept(struct kv_cache *c, const struct kv_policy *p, const floa
                        int n_want) {
     struct kv_head *h = kv_cache_head(c, 0, 0);
     const int n = h->n;
-    float *score = malloc(sizeof(float) * n);
+    float *score = malloc(sizeof(float) * n), *tmp = malloc(sizeof(float) * n);
     int *idx = malloc(sizeof(int) * n);
     const struct kv_score_in in = {.p = p, .h = h, .head_dim = c->head_dim, .keep = keep, .win_attn = win,
-                                   .attn_sum = win, .seed = 5};
+                                   .seed = 5, .scratch = tmp};
+    if (p->method == KV_H2O) /* the attention sums live next to the entries */
+        for (int j = 0; j < n; j++) h->acc[j * KV_ACC_N + KV_ACC_SUM] = win[j];
     switch (p->method) {
     case KV_STREAMING: kv_score_streaming(&in, score); break;
     case KV_H2O: kv_score_h2o(&in, score); break;
+    case KV_ROCO: kv_score_roco(&in, score); break;
     case KV_SNAPKV: kv_score_snapkv(&in, score); break;
     case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
     case KV_KNORM: kv_score_knorm(&in, score); break;
@@ -114,7 +143,7 @@ static void check_kept(struct kv_cache *c, const struct kv_policy *p, const floa
     assert_int_equal(h->n, n_want);
     for (int i = 0; i < n_want; i++)
         if (h->tag[i].pos != want[i]) fail_msg("kept entry %d is position %d, want %d", i, h->tag[i].pos, want[i]);
-    free(score), free(idx);
+    free(score), free(tmp), free(idx);
 }
 
 static void test_streaming(void **st) {
@@ -247,12 +276,104 @@ static void test_imgrand(void **st) {
     kv_cache_free(&c);
 }
 
+/* RoCo: the last 10 and the largest standard deviations (recent x keep in
+ * all) are protected; the rest compete by mean attention. */
+static void test_roco(void **st) {
+    (void)st;
+    const int n = 60, keep = 20;
+    struct kv_cache c;
+    make_head(&c, n, 8, 13);
+    struct kv_head *h = kv_cache_head(&c, 0, 0);
+    unsigned s = 77;
+    double sd[60], mean[60];
+    for (int j = 0; j < n; j++) {
+        float *a = h->acc + j * KV_ACC_N;
+        a[KV_ACC_COUNT] = (float)(n - j);
+        a[KV_ACC_SUM] = fabsf(frand(&s)) * a[KV_ACC_COUNT] * 0.1f;
+        mean[j] = a[KV_ACC_SUM] / a[KV_ACC_COUNT];
+        a[KV_ACC_SQ] = (float)(a[KV_ACC_COUNT] * (mean[j] * mean[j] + 0.01 * fabsf(frand(&s))));
+        const double v = a[KV_ACC_SQ] / a[KV_ACC_COUNT] - mean[j] * mean[j];
+        sd[j] = j >= n - 10 ? 1e30 : sqrt(v > 0 ? v : 0);
+    }
+    /* Naive: protect the 6 (0.3 x 20) largest deviations (the last 10 among
+     * them, and beyond 6 since they are always kept), keep the rest by mean. */
+    int prot[60], want[60], nw = 0;
+    naive_top(sd, n, 6, prot);
+    char is_prot[60] = {0};
+    for (int i = 0; i < 6; i++) is_prot[prot[i]] = 1;
+    for (int j = n - 10; j < n; j++) is_prot[j] = 1;
+    int n_prot = 0;
+    for (int j = 0; j < n; j++) n_prot += is_prot[j];
+    double m2[60];
+    for (int j = 0; j < n; j++) m2[j] = is_prot[j] ? 1e30 : mean[j];
+    naive_top(m2, n, keep > n_prot ? keep : n_prot, want);
+    nw = keep > n_prot ? keep : n_prot;
+    struct kv_policy p;
+    kv_policy_parse("roco:budget=20,recent=0.3", &p);
+    check_kept(&c, &p, NULL, keep, want, nw);
+    kv_cache_free(&c);
+}
+
+/* Decode stage rules on one head, and that a few evictions (the linear
+ * scan) choose what the full sort chooses. */
+static void test_decode_rules(void **st) {
+    (void)st;
+    const int n = 30, target = 27;
+    struct kv_policy p;
+    struct kv_cache c;
+    float score[30], tmp[30];
+    int idx[30];
+    /* window: sinks, then the newest. */
+    kv_policy_parse("snapkv+decode=window:sinks=2", &p);
+    make_head(&c, n, 8, 1);
+    struct kv_head *h = kv_cache_head(&c, 0, 0);
+    struct kv_score_in in = {.p = &p, .h = h, .head_dim = 8, .keep = target, .scratch = tmp};
+    kv_decode_score(&in, 20, score);
+    assert_int_equal(kv_select_keep(&c, 0, 0, score, target, idx), KVF_OK);
+    assert_int_equal(h->n, target);
+    assert_int_equal(h->tag[0].pos, 0);
+    assert_int_equal(h->tag[1].pos, 1);
+    assert_int_equal(h->tag[2].pos, 5);
+    kv_cache_free(&c);
+    /* fixed-distance: n0 = 20, distance 4 -> entries 16, 17, 18 go. */
+    kv_policy_parse("snapkv+decode=fixed-distance:distance=4", &p);
+    make_head(&c, n, 8, 1);
+    h = kv_cache_head(&c, 0, 0);
+    in.h = h;
+    kv_decode_score(&in, 20, score);
+    assert_int_equal(kv_select_keep(&c, 0, 0, score, target, idx), KVF_OK);
+    for (int i = 0; i < target; i++) assert_int_equal(h->tag[i].pos, i < 16 ? i : i + 3);
+    kv_cache_free(&c);
+    /* h2o: the smallest sums outside the recent share (0.5 x 27 -> 14). */
+    kv_policy_parse("snapkv+decode=h2o", &p);
+    for (int evict = 1; evict <= 12; evict++) { /* scan (<= 8) and sort paths */
+        make_head(&c, n, 8, 1);
+        h = kv_cache_head(&c, 0, 0);
+        in.h = h;
+        in.keep = n - evict;
+        unsigned s = 5;
+        double x[30];
+        for (int j = 0; j < n; j++) {
+            h->acc[j * KV_ACC_N + KV_ACC_SUM] = (float)(int)(fabsf(frand(&s)) * 6); /* many ties */
+            x[j] = j >= n - (int)floor(in.keep * 0.5 + 0.5) ? 1e30 : h->acc[j * KV_ACC_N + KV_ACC_SUM];
+        }
+        int want[30];
+        naive_top(x, n, n - evict, want);
+        kv_decode_score(&in, 0, score);
+        assert_int_equal(kv_select_keep(&c, 0, 0, score, n - evict, idx), KVF_OK);
+        assert_int_equal(h->n, n - evict);
+        for (int i = 0; i < n - evict; i++)
+            if (h->tag[i].pos != want[i]) fail_msg("evict %d: entry %d is %d, want %d", evict, i, h->tag[i].pos, want[i]);
+        kv_cache_free(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_h2o),        cmocka_unit_test(test_key_rules),
         cmocka_unit_test(test_pyramid),
-        cmocka_unit_test(test_imgrand),
+        cmocka_unit_test(test_imgrand),  cmocka_unit_test(test_roco),       cmocka_unit_test(test_decode_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

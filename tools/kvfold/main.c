@@ -77,7 +77,7 @@ struct opt {
 
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
-    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv;
+    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv;
     bool json, bos, special, chat, dump_tags;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix;
@@ -784,6 +784,7 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
         OPTS_MEDIA,
         { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
+        { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
         OPT_JSON,
@@ -852,6 +853,39 @@ static void print_tags(const struct kvf_model *m, const struct kvf_prompt *pr) {
 }
 
 /* [[pos, "modality", media, row, col, token], ...] */
+/* Per layer, per kv head: the true positions the cache holds. */
+static cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *layers = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        cJSON *heads = cJSON_CreateArray();
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            const struct kvf_tag *t = kvf_session_kv_tags(s, l, g, &n);
+            cJSON *pos = cJSON_CreateArray();
+            for (int i = 0; i < n; i++)
+                cJSON_AddItemToArray(pos, cJSON_CreateNumber(t[i].pos));
+            cJSON_AddItemToArray(heads, pos);
+        }
+        cJSON_AddItemToArray(layers, heads);
+    }
+    return layers;
+}
+
+/* Mean entries per kv head, per layer. */
+static cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *pl = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        int kept = 0;
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            kvf_session_kv_tags(s, l, g, &n);
+            kept += n;
+        }
+        cJSON_AddItemToArray(pl, cJSON_CreateNumber((double)kept / info->n_head_kv));
+    }
+    return pl;
+}
+
 static cJSON *tags_json(const struct kvf_prompt *pr) {
     cJSON *arr = cJSON_CreateArray();
     const struct kvf_tag *t = kvf_prompt_tags(pr);
@@ -889,6 +923,7 @@ static int cmd_generate(const struct args *a) {
     struct strbuf out = { 0 };
     struct media_set media = { 0 };
     struct kvf_prompt *pr = NULL;
+    cJSON *per_layer = NULL, *dump = NULL;
     enum kvf_status st;
 
     if ((rc = load_model(a, &m)) || (rc = build_prompt(a, m, text, &prompt)) || (rc = media_build(a, m, &media)))
@@ -934,6 +969,13 @@ static int cmd_generate(const struct args *a) {
     }
     const double compress_ms = sys_time_ms() - t0;
     const size_t kv_kept = kvf_session_kv_bytes(s);
+    per_layer = kv_per_layer_json(s, &info);
+    if (a->dump_kv) {
+        dump = cJSON_CreateObject();
+        cJSON_AddStringToObject(dump, "policy", a->kv ? a->kv : "full");
+        cJSON_AddNumberToObject(dump, "n_prompt", n_prompt);
+        cJSON_AddItemToObject(dump, "compressed", kv_positions_json(s, &info));
+    }
     double decode_ms = 0;
     int n_gen = 0, n_decoded = 0;
     const char *stop = "length";
@@ -972,6 +1014,19 @@ static int cmd_generate(const struct args *a) {
     }
     const double ms_per_tok = n_decoded ? decode_ms / n_decoded : 0;
     const size_t kv_bytes = kvf_session_kv_bytes(s), rss = kvf_peak_rss_bytes();
+    if (dump) {
+        cJSON_AddNumberToObject(dump, "n_past", kvf_session_n_past(s));
+        cJSON_AddItemToObject(dump, "final", kv_positions_json(s, &info));
+        char *txt = cJSON_PrintUnformatted(dump);
+        FILE *f = txt ? fopen(a->dump_kv, "w") : NULL;
+        const bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+        if ((f && fclose(f) != 0) || !ok) {
+            free(txt);
+            rc = fail(KVF_ERR_IO, "generate: cannot write --dump-kv");
+            goto done;
+        }
+        free(txt);
+    }
     if (a->json) {
         char *clean = utf8_sanitize(out.s ? out.s : "", out.n);
         if (!clean) {
@@ -1001,16 +1056,10 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddNumberToObject(kv, "bytes_full", (double)kv_full);
         cJSON_AddNumberToObject(kv, "bytes_kept", (double)kv_kept);
         cJSON_AddNumberToObject(kv, "ratio", kv_full ? (double)kv_kept / (double)kv_full : 1.0);
-        cJSON *pl = cJSON_AddArrayToObject(kv, "per_layer");
-        for (int l = 0; l < info.n_layer; l++) {
-            int kept = 0;
-            for (int g = 0; g < info.n_head_kv; g++) {
-                int n;
-                kvf_session_kv_tags(s, l, g, &n);
-                kept += n;
-            }
-            cJSON_AddItemToArray(pl, cJSON_CreateNumber((double)kept / info.n_head_kv));
-        }
+        cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(s));
+        cJSON_AddItemToObject(kv, "per_layer", per_layer);
+        per_layer = NULL;
+        cJSON_AddItemToObject(kv, "per_layer_final", kv_per_layer_json(s, &info));
         cJSON_AddNumberToObject(kv, "n_ctx", sp.n_ctx);
         cJSON_AddNumberToObject(kv, "n_past", kvf_session_n_past(s));
         cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
@@ -1033,6 +1082,8 @@ static int cmd_generate(const struct args *a) {
                 ms_per_tok > 0 ? 1e3 / ms_per_tok : 0, stop, kv_bytes / MIB, rss / MIB);
     }
 done:
+    cJSON_Delete(per_layer);
+    cJSON_Delete(dump);
     free(out.s);
     free(piece);
     kvf_prompt_free(pr);
@@ -1225,7 +1276,9 @@ struct bench_result {
     int n_tokens;
     double mean, std;   /* tokens per second */
     size_t kv_bytes;    /* after the test   */
-    double compress_ms; /* tg after a compressed prompt: mean kvf_session_compress time */
+    size_t kv_peak;     /* the most allocated during the test, prefill included */
+    double prefill_ms;  /* tg after a compressed prompt: mean prefill time of that prompt */
+    double compress_ms; /*   and mean kvf_session_compress time */
 };
 
 /* Runs one test (prefill of n tokens, or n single-token decodes) reps + 1
@@ -1234,13 +1287,16 @@ struct bench_result {
  * so that policies can be compared at the same prompt length. */
 static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int n, bool decode, int n_ctx_pre,
                                  int reps, struct bench_result *r) {
-    double tps[1000], compress = 0;
+    double tps[1000], compress = 0, prefill = 0;
     for (int rep = 0; rep <= reps; rep++) {
         kvf_session_reset(s);
         enum kvf_status st = KVF_OK;
         if (decode && n_ctx_pre > 0) {
+            double t0 = sys_time_ms();
             st = kvf_session_prefill(s, tok, n_ctx_pre, NULL);
-            const double t0 = sys_time_ms();
+            if (rep > 0)
+                prefill += sys_time_ms() - t0;
+            t0 = sys_time_ms();
             if (st == KVF_OK)
                 st = kvf_session_compress(s);
             if (rep > 0)
@@ -1267,6 +1323,8 @@ static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int 
     r->mean = mean_of(tps, reps);
     r->std = std_of(tps, reps);
     r->kv_bytes = kvf_session_kv_bytes(s);
+    r->kv_peak = kvf_session_kv_peak_bytes(s);
+    r->prefill_ms = prefill / reps;
     r->compress_ms = compress / reps;
     return KVF_OK;
 }
@@ -1437,8 +1495,10 @@ static int cmd_bench(const struct args *a) {
             cJSON_AddNumberToObject(t, "tok_per_s", res[i].mean);
             cJSON_AddNumberToObject(t, "tok_per_s_std", res[i].std);
             cJSON_AddNumberToObject(t, "kv_bytes", (double)res[i].kv_bytes);
+            cJSON_AddNumberToObject(t, "kv_peak_bytes", (double)res[i].kv_peak);
             if (res[i].name[0] == 't') {
                 cJSON_AddNumberToObject(t, "decode_ms_per_token", res[i].mean > 0 ? 1e3 / res[i].mean : 0);
+                cJSON_AddNumberToObject(t, "prefill_ms", res[i].prefill_ms);
                 cJSON_AddNumberToObject(t, "compress_ms", res[i].compress_ms);
             }
             if (res[i].name[0] == 't')
@@ -1469,7 +1529,8 @@ static int cmd_bench(const struct args *a) {
                 printf("   weights %.2f GB/s   %.3f ms/token", (double)info.weight_bytes * res[i].mean / 1e9,
                        res[i].mean > 0 ? 1e3 / res[i].mean : 0);
             if (res[i].compress_ms > 0)
-                printf("   compress %.2f ms", res[i].compress_ms);
+                printf("   compress %.2f ms (%.1f%% of the %.0f ms prefill)", res[i].compress_ms,
+                       res[i].prefill_ms > 0 ? 100 * res[i].compress_ms / res[i].prefill_ms : 0, res[i].prefill_ms);
             putchar('\n');
         }
         if (mm)
@@ -1497,15 +1558,22 @@ static int policies_opts(struct args *a, struct opt *out) {
 
 static int cmd_policies(const struct args *a) {
     cJSON *arr = a->json ? cJSON_CreateArray() : NULL;
+    const char *stage = "";
     for (int i = 0; i < kvf_kv_policy_count(); i++) {
         struct kvf_kv_policy_info p;
         kvf_kv_policy_get(i, &p);
         if (!a->json) {
-            printf("%-10s %s\n           defaults: %s\n           from: %s\n", p.name, p.summary,
-                   p.defaults[0] ? p.defaults : "(no parameters)", p.paper);
+            const bool preset = !strcmp(p.stage, "preset");
+            if (strcmp(stage, p.stage))
+                printf(preset ? "presets (--kv NAME[:key=value,...]):\n"
+                              : "\n%s stage (append +%s=OPTION[:key=value,...]):\n", p.stage, p.stage);
+            stage = p.stage;
+            printf("  %-15s %s\n  %-15s defaults: %s\n  %-15s from: %s\n", p.name, p.summary, "",
+                   p.defaults[0] ? p.defaults : "(no parameters)", "", p.paper);
             continue;
         }
         cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "stage", p.stage);
         cJSON_AddStringToObject(o, "name", p.name);
         cJSON_AddStringToObject(o, "summary", p.summary);
         cJSON_AddStringToObject(o, "paper", p.paper);
@@ -1514,7 +1582,8 @@ static int cmd_policies(const struct args *a) {
         cJSON_AddItemToArray(arr, o);
     }
     if (!a->json)
-        printf("\nbudget: a ratio of the prompt's entries (0.2) or a count per head (1024).\n");
+        printf("\nbudget: a ratio of the tokens seen (0.2; 1.0 never evicts) or a count per head (1024).\n"
+               "example: --kv snapkv:budget=0.2+decode=h2o\n");
     return a->json ? print_json(arr) : 0;
 }
 
