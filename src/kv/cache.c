@@ -100,8 +100,10 @@ enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {
     for (int g = 0; g < c->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(c, layer, g);
         if (h->n + extra <= h->cap) continue;
-        /* Geometric growth keeps appends amortised O(1) during decode. */
-        int cap = KVF_MAX(h->n + extra, h->cap + h->cap / 2);
+        /* Geometric growth keeps appends amortised O(1) during decode; a
+         * small factor (1/8) keeps a compressed head within 1/8 + 16 entries
+         * of its budget, below the slack at which kv_cache_keep shrinks. */
+        int cap = KVF_MAX(h->n + extra, h->cap + h->cap / 8);
         cap = KVF_MAX(cap, 16);
         enum kvf_status st = head_grow(c, h, cap);
         if (st != KVF_OK) return st;
