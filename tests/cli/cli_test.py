@@ -281,6 +281,15 @@ def case_bench(ctx):
     check(abs(tg["weight_bytes_per_s"] - o["weight_bytes"] * tg["tok_per_s"]) < 1e-6 * tg["weight_bytes_per_s"],
           f"effective bandwidth {tg}")
     check(o["peak_rss_bytes"] > 0, "peak rss")
+    # Decoding after a compressed context of --depth tokens, no warm-up run.
+    rc, out, err = ctx.run("bench", "-m", smol, "-p", "0", "-d", "200", "-n", "4", "-r", "1", "-t", "1", "--no-warmup",
+                           "--kv", "knorm:budget=0.25", "--json")
+    check(rc == 0, f"bench --depth: {err}")
+    o = json.loads(out)
+    check([t["name"] for t in o["tests"]] == ["tg4@200"], f"tests {o['tests']}")
+    kv = o["tests"][0]["kv"]
+    check(kv["per_layer"] == [50] * len(kv["per_layer"]) and kv["bytes_kept"] < 0.3 * kv["bytes_full"]
+          and kv["peak_bytes"] >= kv["bytes_full"] and o["tests"][0]["prefill_ms"] > 0, f"bench kv {kv}")
     rc, out, _ = ctx.run("bench", "-m", smol, "-p", "16", "-n", "4", "-r", "2", "-t", "1")
     lines = out.strip().splitlines()
     check(rc == 0 and any(l.startswith("pp16") for l in lines) and any(l.startswith("tg4") for l in lines),

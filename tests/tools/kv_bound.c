@@ -3,7 +3,10 @@
  * policy; after compression and after every decode step the inspection API
  * (kvf_session_kv_tags) says how many entries each (layer, kv head) holds,
  * which must follow the policy's decode stage, and the allocated KV bytes
- * must stay within the entries held plus the cache's growth slack.
+ * must stay within the entries held plus the cache's growth slack. First,
+ * on a shorter prompt, every preset at budget=1.0 (which never evicts) must
+ * give the full cache's logits bit for bit, after the prompt and at every
+ * decode step.
  *
  * usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE
  * Exit 0 when every policy keeps its bound, 1 otherwise, 77 (skip) without
@@ -164,6 +167,52 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
     return bad;
 }
 
+static const char *const full_budget[] = {
+    "streaming:budget=1.0", "h2o:budget=1.0", "snapkv:budget=1.0", "pyramidkv:budget=1.0", "roco:budget=1.0",
+    "keydiff:budget=1.0", "knorm:budget=1.0", "random:budget=1.0", "imgrand:budget=1.0",
+    "snapkv:budget=1.0+decode=h2o", "knorm:budget=1.0+decode=recompress:every=2", "keydiff:budget=1.0+decode=fixed-distance",
+};
+
+/* Greedy decoding of n tokens under spec (NULL: full); logits [(n+1)][n_vocab]. */
+static int run_logits(const struct kvf_model *m, int n_vocab, const struct kvf_prompt *pr, const char *spec, int n,
+                      float *logits) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = kvf_prompt_n_tokens(pr) + n;
+    sp.kv_spec = spec;
+    struct kvf_session *s = NULL;
+    enum kvf_status st = kvf_session_init(m, &sp, &s);
+    if (st == KVF_OK) st = kvf_session_prefill_prompt(s, pr, NULL);
+    if (st == KVF_OK) st = kvf_session_compress(s);
+    for (int t = 0; st == KVF_OK && t <= n; t++) {
+        const float *lg = kvf_session_logits(s);
+        memcpy(logits + (size_t)t * n_vocab, lg, sizeof(float) * (size_t)n_vocab);
+        int32_t tok = 0;
+        for (int v = 1; v < n_vocab; v++) tok = lg[v] > lg[tok] ? v : tok;
+        if (t < n) st = kvf_session_decode(s, tok);
+    }
+    kvf_session_free(s);
+    if (st != KVF_OK) fprintf(stderr, "%s: %s\n", spec ? spec : "full", kvf_last_error());
+    return st != KVF_OK;
+}
+
+static int check_full_budget(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr) {
+    const int n = 6;
+    float *want = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab), *got = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab);
+    int bad = !want || !got || run_logits(m, mi->n_vocab, pr, NULL, n, want);
+    for (size_t i = 0; !bad && i < sizeof full_budget / sizeof *full_budget; i++) {
+        bad = run_logits(m, mi->n_vocab, pr, full_budget[i], n, got);
+        if (!bad && memcmp(want, got, sizeof(float) * (size_t)(n + 1) * mi->n_vocab)) {
+            fprintf(stderr, "%s: logits differ from the full cache's\n", full_budget[i]);
+            bad = 1;
+        }
+        printf("%-46s %s  logits of the prompt and %d decode steps %s the full cache's\n", full_budget[i],
+               bad ? "FAIL" : "ok  ", n, bad ? "differ from" : "equal");
+    }
+    free(want);
+    free(got);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE\n");
@@ -175,6 +224,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kv_bound: bad arguments or unreadable %s\n", argv[2]);
         return 2;
     }
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress lines as they come */
     FILE *probe = fopen(argv[1], "rb");
     if (!probe) {
         printf("SKIP: %s is absent (scripts/models.sh downloads it)\n", argv[1]);
@@ -191,23 +241,30 @@ int main(int argc, char **argv) {
     }
     struct kvf_model_info mi;
     kvf_model_get_info(m, &mi);
-    char *text = make_text(passage, n_words);
-    struct kvf_media *img = NULL;
-    struct kvf_prompt *pr = NULL;
+    char *text = make_text(passage, n_words), *short_text = make_text(passage, 100);
+    struct kvf_media *img = NULL, *small = NULL;
+    struct kvf_prompt *pr = NULL, *short_pr = NULL;
     const struct kvf_media *media[1];
-    if (text && (st = kvf_media_pseudo_image(m, "a red square", 24, 24, 0.1f, 7, &img)) == KVF_OK) {
+    if (text && short_text && (st = kvf_media_pseudo_image(m, "a red square", 24, 24, 0.1f, 7, &img)) == KVF_OK &&
+        (st = kvf_media_pseudo_image(m, "a blue circle", 4, 6, 0.1f, 3, &small)) == KVF_OK) {
+        media[0] = small;
+        st = kvf_prompt_init(m, short_text, media, 1, true, false, &short_pr);
         media[0] = img;
-        st = kvf_prompt_init(m, text, media, 1, true, false, &pr);
+        if (st == KVF_OK) st = kvf_prompt_init(m, text, media, 1, true, false, &pr);
     }
     int *n0 = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv), *n = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv);
     int rc = !text || st != KVF_OK || !n0 || !n;
     if (rc) fprintf(stderr, "kv_bound: prompt: %s\n", kvf_last_error());
+    if (!rc) rc = check_full_budget(m, &mi, short_pr);
     for (size_t i = 0; !rc && i < sizeof cases / sizeof *cases; i++) rc |= run_case(m, &mi, pr, &cases[i], n_decode, n0, n);
     free(n0);
     free(n);
     kvf_prompt_free(pr);
+    kvf_prompt_free(short_pr);
     kvf_media_free(img);
+    kvf_media_free(small);
     free(text);
+    free(short_text);
     free(passage);
     kvf_model_free(m);
     return rc;

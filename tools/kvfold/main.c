@@ -78,8 +78,8 @@ struct opt {
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv;
-    bool json, bos, special, chat, dump_tags;
-    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images;
+    bool json, bos, special, chat, dump_tags, no_warmup;
+    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix;
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
@@ -1264,6 +1264,8 @@ static int bench_opts(struct args *a, struct opt *out) {
         { "--n-prompt", "-p", OPT_INT, &a->n_prompt_bench, 0, 1 << 20, "N", "prefill test length, 0 = skip (default 512)" },
         { "--n-gen", "-n", OPT_INT, &a->n_predict, 0, 1 << 20, "N", "decode test length, 0 = skip (default 128)" },
         { "--repetitions", "-r", OPT_INT, &a->reps, 1, 1000, "N", "timed runs of each test (default 3)" },
+        { "--no-warmup", NULL, OPT_FLAG, &a->no_warmup, 0, 0, NULL, "skip the untimed first run of each test" },
+        { "--depth", "-d", OPT_INT, &a->depth, 0, 1 << 24, "N", "decode after a prefilled (and, with --kv, compressed) context of N tokens (default: -p with --kv, else 0)" },
         OPT_BATCH, OPT_THREADS, OPT_JSON, OPTS_MEDIA,
         { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: tgN then decodes after a -p prompt compressed by it" },
@@ -1278,17 +1280,19 @@ struct bench_result {
     size_t kv_bytes;    /* after the test   */
     size_t kv_peak;     /* the most allocated during the test, prefill included */
     double prefill_ms;  /* tg after a compressed prompt: mean prefill time of that prompt */
-    double compress_ms; /*   and mean kvf_session_compress time */
+    double compress_ms; /*   and mean kvf_session_compress time, */
+    size_t kv_full, kv_kept; /* KV bytes before and after compressing it, */
+    cJSON *per_layer;   /*   entries per kv head of each layer after it (owned) */
 };
 
 /* Runs one test (prefill of n tokens, or n single-token decodes) reps + 1
- * times; the first run warms caches and is not timed. Decodes follow a
+ * times; the first run warms caches and is not timed (unless !warmup). Decodes follow a
  * prefilled and compressed context of n_ctx_pre tokens (0: an empty cache),
  * so that policies can be compared at the same prompt length. */
-static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int n, bool decode, int n_ctx_pre,
-                                 int reps, struct bench_result *r) {
+static enum kvf_status bench_run(struct kvf_session *s, const struct kvf_model_info *info, const int32_t *tok, int n,
+                                 bool decode, int n_ctx_pre, int reps, bool warmup, struct bench_result *r) {
     double tps[1000], compress = 0, prefill = 0;
-    for (int rep = 0; rep <= reps; rep++) {
+    for (int rep = warmup ? 0 : 1; rep <= reps; rep++) {
         kvf_session_reset(s);
         enum kvf_status st = KVF_OK;
         if (decode && n_ctx_pre > 0) {
@@ -1296,11 +1300,15 @@ static enum kvf_status bench_run(struct kvf_session *s, const int32_t *tok, int 
             st = kvf_session_prefill(s, tok, n_ctx_pre, NULL);
             if (rep > 0)
                 prefill += sys_time_ms() - t0;
+            r->kv_full = kvf_session_kv_bytes(s);
             t0 = sys_time_ms();
             if (st == KVF_OK)
                 st = kvf_session_compress(s);
             if (rep > 0)
                 compress += sys_time_ms() - t0;
+            r->kv_kept = kvf_session_kv_bytes(s);
+            if (!r->per_layer)
+                r->per_layer = kv_per_layer_json(s, info);
         }
         double t0 = sys_time_ms();
         if (decode) {
@@ -1401,7 +1409,7 @@ static int bench_media(const struct args *a, const struct kvf_model *m, const st
     sp.n_ctx = kvf_prompt_n_tokens(pr);
     enum kvf_status st = kvf_session_init(m, &sp, &s);
     double best = 0;
-    for (int rep = 0; st == KVF_OK && rep <= a->reps; rep++) {
+    for (int rep = a->no_warmup ? 1 : 0; st == KVF_OK && rep <= a->reps; rep++) {
         kvf_session_reset(s);
         const double t0 = sys_time_ms();
         st = kvf_session_prefill_prompt(s, pr, NULL);
@@ -1436,13 +1444,16 @@ static int cmd_bench(const struct args *a) {
     struct kvf_model *m = NULL;
     struct kvf_session *s = NULL;
     int32_t *tok = NULL;
+    struct bench_result res[2] = { 0 };
+    int n_res = 0;
     int rc = load_model(a, &m);
     if (rc)
         return rc;
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
-    /* With --kv, decoding follows the compressed -p prompt. */
-    const int n_pre = a->kv ? a->n_prompt_bench : 0;
+    /* Decoding follows a context of --depth tokens, by default (with --kv)
+     * the compressed -p prompt. */
+    const int n_pre = a->depth > 0 ? a->depth : a->kv ? a->n_prompt_bench : 0;
     const int n_max = KVF_MAX(KVF_MAX(a->n_prompt_bench, n_pre + a->n_predict), 1);
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = n_max;
@@ -1465,14 +1476,12 @@ static int cmd_bench(const struct args *a) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         tok[i] = (int32_t)(x % (uint64_t)info.n_vocab);
     }
-    struct bench_result res[2];
-    int n_res = 0;
     struct bench_mm mmr = { 0 };
     if (mm && (rc = bench_media(a, m, &sp, &mmr)))
         goto done;
-    if (a->n_prompt_bench > 0 && (st = bench_run(s, tok, a->n_prompt_bench, false, 0, a->reps, &res[n_res++])))
+    if (a->n_prompt_bench > 0 && (st = bench_run(s, &info, tok, a->n_prompt_bench, false, 0, a->reps, !a->no_warmup, &res[n_res++])))
         goto failed;
-    if (a->n_predict > 0 && (st = bench_run(s, tok, a->n_predict, true, n_pre, a->reps, &res[n_res++])))
+    if (a->n_predict > 0 && (st = bench_run(s, &info, tok, a->n_predict, true, n_pre, a->reps, !a->no_warmup, &res[n_res++])))
         goto failed;
     const size_t rss = kvf_peak_rss_bytes();
     if (a->json) {
@@ -1500,6 +1509,16 @@ static int cmd_bench(const struct args *a) {
                 cJSON_AddNumberToObject(t, "decode_ms_per_token", res[i].mean > 0 ? 1e3 / res[i].mean : 0);
                 cJSON_AddNumberToObject(t, "prefill_ms", res[i].prefill_ms);
                 cJSON_AddNumberToObject(t, "compress_ms", res[i].compress_ms);
+            }
+            if (res[i].per_layer) { /* the context the decode test followed */
+                cJSON *kv = cJSON_AddObjectToObject(t, "kv");
+                cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
+                cJSON_AddNumberToObject(kv, "bytes_full", (double)res[i].kv_full);
+                cJSON_AddNumberToObject(kv, "bytes_kept", (double)res[i].kv_kept);
+                cJSON_AddNumberToObject(kv, "ratio", res[i].kv_full ? (double)res[i].kv_kept / (double)res[i].kv_full : 1.0);
+                cJSON_AddNumberToObject(kv, "peak_bytes", (double)res[i].kv_peak);
+                cJSON_AddItemToObject(kv, "per_layer", res[i].per_layer);
+                res[i].per_layer = NULL;
             }
             if (res[i].name[0] == 't')
                 cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)info.weight_bytes * res[i].mean);
@@ -1543,6 +1562,8 @@ static int cmd_bench(const struct args *a) {
 failed:
     rc = fail(st, "bench");
 done:
+    for (int i = 0; i < n_res; i++)
+        cJSON_Delete(res[i].per_layer);
     free(tok);
     kvf_session_free(s);
     kvf_model_free(m);
