@@ -38,7 +38,7 @@ static const struct option presets[KV_METHOD_COUNT] = {
                       {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, STAGES,
                        .alloc = KV_ALLOC_PYRAMID}},
     [KV_ROCO] = {"preset", "roco", "smallest mean attention received, among entries whose attention varies least",
-                 "RoCo (Ren & Zhu, 2024)", "budget recent", "budget=0.2,recent=0.3",
+                 "RoCo (Ren & Zhu, 2024)", "budget recent sinks", "budget=0.2,recent=0.3,sinks=4",
                  {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, STAGES}},
     [KV_KEYDIFF] = {"preset", "keydiff", "keys least similar (cosine) to the mean normalised key",
                     "KeyDiff (Park et al., 2025)", "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2, STAGES}},

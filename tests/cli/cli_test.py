@@ -260,6 +260,22 @@ def case_perplexity(ctx, ppl_max):
     check(len(o["running_ppl"]) == 2 and o["running_ppl"][1] == o["ppl"], f"running {o['running_ppl']}")
     check(1.0 < o["ppl"] < ppl_max, f"ppl {o['ppl']} not below {ppl_max}")
     check(0 < o["ppl_stderr"] < o["ppl"], f"stderr {o['ppl_stderr']}")
+    # Under a KV policy each chunk's first half is compressed and the second
+    # half decoded token by token: budget 1.0 equals full exactly, and the
+    # single-token path stays within the decode path's known drift (Q8
+    # activations in matrix-vector products) of the batched one.
+    ppl = {}
+    for spec in ("full", "snapkv:budget=1.0", "h2o:budget=0.2"):
+        rc, out, err = ctx.run("perplexity", "-m", smol, "-f", passage, "--ctx", "512", "--chunks", "2", "-t", "1",
+                               "--json", "--kv", spec)
+        check(rc == 0, f"perplexity --kv {spec}: {err}")
+        q = json.loads(out)
+        check(q["kv"] == spec and q["n_scored"] == o["n_scored"], f"{spec}: {q}")
+        ppl[spec] = q["ppl"]
+    print(f"ppl under --kv: {ppl}")
+    check(ppl["snapkv:budget=1.0"] == ppl["full"], f"budget 1.0 changed the perplexity: {ppl}")
+    check(abs(ppl["full"] - o["ppl"]) < 0.01 * o["ppl"], f"decode path {ppl['full']} vs batched {o['ppl']}")
+    check(ppl["h2o:budget=0.2"] != ppl["full"] and 1.0 < ppl["h2o:budget=0.2"] < 2 * ppl_max, f"h2o: {ppl}")
     # A text shorter than one chunk is scored as one chunk.
     short = os.path.join(ctx.tmp, "short.txt")
     with open(short, "w") as f:

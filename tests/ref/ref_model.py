@@ -184,6 +184,11 @@ class RefModel:
         else:
             self._init_gguf(path)
         self.cache = {}
+        # A list to record into: attention() appends, per layer, a dict with
+        # "attn" (softmax probabilities [n_head][T][T]) and "k" (post-RoPE
+        # keys [T][n_head_kv][head_dim], the cache layout) - what
+        # tests/ref/ref_kv.py scores KV cache policies from. None: no record.
+        self.record = None
 
     def _init_gguf(self, path):
         w = GGUFWeights(path)
@@ -361,6 +366,7 @@ class RefModel:
             allowed &= (i - j) < c["sliding_window"]
         group = nh // nkv
         out = np.empty((T, nh, hd))
+        probs = np.empty((nh, T, T)) if self.record is not None else None
         for h in range(nh):
             # Query head h shares kv head h // group (consecutive query heads
             # per kv head); check_ref.py tries the interleaved mapping to show
@@ -371,6 +377,10 @@ class RefModel:
             s = np.exp(s - s.max(axis=1, keepdims=True))
             s /= s.sum(axis=1, keepdims=True)
             out[:, h, :] = s @ v[:, kvh, :]
+            if probs is not None:
+                probs[h] = s
+        if probs is not None:
+            self.record.append({"layer": il, "attn": probs, "k": k})
         return self.linear(out.reshape(T, nh * hd), p + "attn_output")
 
     def ffn(self, x, il):

@@ -293,15 +293,14 @@ static void test_roco(void **st) {
         mean[j] = a[KV_ACC_SUM] / a[KV_ACC_COUNT];
         a[KV_ACC_SQ] = (float)(a[KV_ACC_COUNT] * (mean[j] * mean[j] + 0.01 * fabsf(frand(&s))));
         const double v = a[KV_ACC_SQ] / a[KV_ACC_COUNT] - mean[j] * mean[j];
-        sd[j] = j >= n - 10 ? 1e30 : sqrt(v > 0 ? v : 0);
+        sd[j] = j >= n - 10 || j < 4 ? 1e30 : sqrt(v > 0 ? v : 0);
     }
-    /* Naive: protect the 6 (0.3 x 20) largest deviations (the last 10 among
-     * them, and beyond 6 since they are always kept), keep the rest by mean. */
+    /* Naive: the 4 sinks and the last 10 are protected, then the largest
+     * deviations up to 18 (0.9 x 20) in all; the rest are kept by mean. */
     int prot[60], want[60], nw = 0;
-    naive_top(sd, n, 6, prot);
+    naive_top(sd, n, 18, prot);
     char is_prot[60] = {0};
-    for (int i = 0; i < 6; i++) is_prot[prot[i]] = 1;
-    for (int j = n - 10; j < n; j++) is_prot[j] = 1;
+    for (int i = 0; i < 18; i++) is_prot[prot[i]] = 1;
     int n_prot = 0;
     for (int j = 0; j < n; j++) n_prot += is_prot[j];
     double m2[60];
@@ -309,7 +308,7 @@ static void test_roco(void **st) {
     naive_top(m2, n, keep > n_prot ? keep : n_prot, want);
     nw = keep > n_prot ? keep : n_prot;
     struct kv_policy p;
-    kv_policy_parse("roco:budget=20,recent=0.3", &p);
+    kv_policy_parse("roco:budget=20,recent=0.9", &p);
     check_kept(&c, &p, NULL, keep, want, nw);
     kv_cache_free(&c);
 }

@@ -1108,6 +1108,8 @@ static int perplexity_opts(struct args *a, struct opt *out) {
         OPT_MODEL, OPT_FILE,
         { "--ctx", "-c", OPT_INT, &a->ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)" },
         { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: each chunk's first half is compressed by it, then "
+          "the second half is scored token by token (decode stage active)" },
         OPT_BATCH, OPT_THREADS, OPT_JSON,
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
@@ -1170,6 +1172,7 @@ static int cmd_perplexity(const struct args *a) {
     sp.n_ctx = ctx;
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
+    sp.kv_spec = a->kv;
     if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
         rc = fail(st, "perplexity: cannot create the session");
         goto done;
@@ -1190,11 +1193,27 @@ static int cmd_perplexity(const struct args *a) {
             tok[0] = info.bos;
         kvf_session_reset(s);
         double t0 = sys_time_ms();
+        if (a->kv) {
+            /* The first half is the prompt, compressed; each later token is
+             * decoded against the compressed cache, as in generation. */
+            if ((st = kvf_session_prefill(s, tok, first, NULL)) != KVF_OK || (st = kvf_session_compress(s)) != KVF_OK)
+                goto chunk_failed;
+            for (int p = first;; p++) {
+                const double v = token_nll(kvf_session_logits(s), info.n_vocab, tok[p]);
+                nll += v;
+                nll2 += v * v;
+                count++;
+                if (p == ctx - 1)
+                    break;
+                if ((st = kvf_session_decode(s, tok[p])) != KVF_OK)
+                    goto chunk_failed;
+            }
+        }
         /* Logits are needed after tokens first-1 .. ctx-2 (they predict
          * tokens first .. ctx-1); the tokens before need none. */
-        if (first > 1 && (st = kvf_session_prefill(s, tok, first - 1, NULL)) != KVF_OK)
+        if (!a->kv && first > 1 && (st = kvf_session_prefill(s, tok, first - 1, NULL)) != KVF_OK)
             goto chunk_failed;
-        for (int p = first - 1; p < ctx - 1; p += rows) {
+        for (int p = first - 1; !a->kv && p < ctx - 1; p += rows) {
             int n = KVF_MIN(rows, ctx - 1 - p);
             if ((st = kvf_session_prefill(s, tok + p, n, logits)) != KVF_OK)
                 goto chunk_failed;
@@ -1227,6 +1246,7 @@ static int cmd_perplexity(const struct args *a) {
         cJSON_AddNumberToObject(o, "n_scored", (double)count);
         cJSON_AddNumberToObject(o, "n_chunks", n_chunks);
         cJSON_AddNumberToObject(o, "ctx", ctx);
+        cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
         cJSON_AddBoolToObject(o, "short_text", short_text);
         cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(running, n_chunks));
         cJSON_AddNumberToObject(o, "tok_per_s", tps);

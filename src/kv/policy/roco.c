@@ -2,9 +2,11 @@
  * constrained generative language model inference"): an entry's importance is
  * the mean attention it received (sum / number of queries that saw it), and
  * entries whose attention varies most are not evicted yet, since they may
- * matter again. The authors' code (EasyKV, h2o_head_std_avg) protects the
- * last 10 entries and the `recent` share of the budget with the largest
- * standard deviation, then evicts by the smallest mean among the rest. */
+ * matter again. As the authors' code (EasyKV, h2o_head_std_avg), the last 10
+ * entries and the largest standard deviations are protected, `recent` x
+ * budget entries in all, and the rest are evicted by the smallest mean; as
+ * DESIGN section 7 (and EasyKV's prompt mode), the first `sinks` entries are
+ * protected too, within the same share. */
 #include "kv/policy.h"
 
 #include <math.h>
@@ -21,25 +23,28 @@ void kv_score_roco(const struct kv_score_in *in, float *score) {
     const struct kv_head *h = in->h;
     const int n = h->n, protect = (int)floor(in->keep * in->p->recent + 0.5);
     float *sd = in->scratch;
+    int protected_n = 0;
     for (int j = 0; j < n; j++) {
         const float *a = h->acc + (size_t)j * KV_ACC_N;
         const double cnt = a[KV_ACC_COUNT] > 0 ? a[KV_ACC_COUNT] : 1.0, mean = a[KV_ACC_SUM] / cnt;
         const double var = a[KV_ACC_SQ] / cnt - mean * mean;
-        score[j] = j >= n - ROCO_LAST ? INFINITY : (float)sqrt(var > 0 ? var : 0);
+        const bool fixed = j < in->p->sinks || j >= n - ROCO_LAST;
+        score[j] = fixed ? INFINITY : (float)sqrt(var > 0 ? var : 0);
         sd[j] = score[j];
+        protected_n += fixed;
     }
-    /* The protected entries: the last ones, then the largest deviations
-     * (ties: the earlier entry) up to `protect` in all. */
+    /* The deviation at the cut: entries above it are protected, then those
+     * at it, earlier first, until `protect` entries are. */
     float cut = INFINITY;
     if (protect > 0 && n > 0) {
         qsort(sd, (size_t)n, sizeof *sd, by_desc);
         cut = sd[(protect < n ? protect : n) - 1];
     }
-    int protected_n = n < ROCO_LAST ? n : ROCO_LAST;
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < n && protected_n < protect; j++)
+            if (score[j] != INFINITY && (pass == 0 ? score[j] > cut : score[j] == cut)) score[j] = INFINITY, protected_n++;
     for (int j = 0; j < n; j++) {
         const float *a = h->acc + (size_t)j * KV_ACC_N;
-        bool keep = score[j] == INFINITY;
-        if (!keep && score[j] >= cut && protected_n < protect) keep = true, protected_n++;
-        score[j] = keep ? INFINITY : a[KV_ACC_SUM] / (a[KV_ACC_COUNT] > 0 ? a[KV_ACC_COUNT] : 1.0f);
+        if (score[j] != INFINITY) score[j] = a[KV_ACC_SUM] / (a[KV_ACC_COUNT] > 0 ? a[KV_ACC_COUNT] : 1.0f);
     }
 }
