@@ -236,6 +236,19 @@ const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
 /* Tags of the entries cached for (layer, kv head), in cache order; *n gets
  * their count. NULL for an index out of range. */
 const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
+/* What a merging policy (lookm, elastic) folded where: for one (layer, kv
+ * head), every evicted entry's true position and the true position of the
+ * kept entry it was merged into, in the order they happened. NULL and *n = 0
+ * when nothing was merged. Valid until the session changes. */
+struct kvf_kv_merge {
+    int32_t from, into;
+};
+const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *session, int layer, int head, int *n);
+/* A layer's budget as a share of the tokens seen and the Gini coefficient
+ * of its priority curve (0: attention spread evenly, near 1: on a few
+ * entries), where the policy searched them (prefixkv, budget=prefix);
+ * false (and nothing written) otherwise. */
+bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, double *ratio, double *gini);
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted

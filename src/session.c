@@ -5,6 +5,9 @@
 #include "attn/attn.h"
 #include "core/ops.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +44,51 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->c_win);
     free(s->c_out);
     free(s->c_idx);
+    free(s->c_layer);
+    free(s->c_into);
+    free(s->layer_ratio);
+    free(s->layer_gini);
+    for (size_t i = 0; s->merges && i < (size_t)s->model->hp.n_layer * s->model->hp.n_head_kv; i++) free(s->merges[i].m);
+    free(s->merges);
     free(s);
+}
+
+/* Layer ratios made by `kvfold profile` for this model:
+ * {"model", "n_layer", "budget", "ratios": [n_layer shares in (0, 1]], ...}.
+ * The spec's budget must be the profile's (it is taken when not given). */
+static enum kvf_status profile_load(struct kvf_session *s, const char *path) {
+    const int L = s->model->hp.n_layer;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(KVF_ERR_IO, "prefixkv profile '%s': cannot open", path);
+    char buf[1 << 16];
+    const size_t len = fread(buf, 1, sizeof buf - 1, f);
+    const bool whole = feof(f);
+    fclose(f);
+    buf[len] = '\0';
+    cJSON *o = whole ? cJSON_Parse(buf) : NULL;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    enum kvf_status st = KVF_OK;
+    if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
+        st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
+    else if (nl->valuedouble != L || cJSON_GetArraySize(r) != L)
+        st = err_set(KVF_ERR_SHAPE, "prefixkv profile '%s' is for %g layers, the model has %d", path, nl->valuedouble, L);
+    else if ((s->policy.shares & 4) && fabs(b->valuedouble - s->policy.budget) > 1e-9)
+        st = err_set(KVF_ERR_INVALID_ARG, "prefixkv profile '%s' was made for budget %g, the spec asks %g", path,
+                     b->valuedouble, s->policy.budget);
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        const cJSON *x = cJSON_GetArrayItem(r, l);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble <= 1))
+            st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': ratio %d is not in (0, 1]", path, l);
+        else
+            s->layer_ratio[l] = x->valuedouble;
+    }
+    if (st == KVF_OK) {
+        s->policy.budget = b->valuedouble;
+        s->have_ratio = true;
+    }
+    cJSON_Delete(o);
+    return st;
 }
 
 static void *alloc_rows(int rows, int64_t cols, size_t elem, bool *ok) {
@@ -106,10 +153,19 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
         s->c_score = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
         s->c_tmp = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
         s->c_idx = alloc_rows(1, p.n_ctx, sizeof(int), &ok);
+        s->c_layer = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
+        s->c_into = alloc_rows(1, p.n_ctx, sizeof(int), &ok);
+        s->layer_ratio = alloc_rows(1, hp->n_layer, sizeof(double), &ok);
+        s->layer_gini = alloc_rows(1, hp->n_layer, sizeof(double), &ok);
+        s->merges = calloc((size_t)hp->n_layer * hp->n_head_kv, sizeof *s->merges), ok &= s->merges != NULL;
     }
     if (!ok) {
         kvf_session_free(s);
         return err_set(KVF_ERR_NOMEM, "out of memory allocating session buffers (batch %d, ctx %d)", B, p.n_ctx);
+    }
+    if (policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] && (st = profile_load(s, policy.profile)) != KVF_OK) {
+        kvf_session_free(s);
+        return st;
     }
     *out = s;
     return KVF_OK;
@@ -122,6 +178,8 @@ void kvf_session_reset(struct kvf_session *s) {
     s->compressed = false;
     s->decode_steps = 0;
     s->has_logits = false;
+    s->have_ratio = s->have_ratio && !s->policy.online; /* online ratios belong to the prompt */
+    for (size_t i = 0; s->merges && i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->merges[i].n = 0;
 }
 
 static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
@@ -217,8 +275,9 @@ static struct kv_score_in score_in(const struct kvf_session *s, int l, int g, in
     };
 }
 
-/* The preset's own rule (the score stage) for one head. */
-static void score_head(const struct kv_score_in *in, float *score) {
+/* The preset's own rule (the score stage) for one head; rules chosen per
+ * layer (elastic, prefixkv) read s->c_layer, scored once for the layer. */
+static void score_head(const struct kvf_session *s, const struct kv_score_in *in, float *score) {
     switch (in->p->method) {
     case KV_FULL: break;
     case KV_STREAMING: kv_score_streaming(in, score); break;
@@ -230,31 +289,98 @@ static void score_head(const struct kv_score_in *in, float *score) {
     case KV_KNORM: kv_score_knorm(in, score); break;
     case KV_RANDOM:
     case KV_IMGRAND: kv_score_random(in, score); break;
+    case KV_LOOKM: kv_score_lookm(in, score); break;
+    case KV_ELASTIC:
+    case KV_PREFIXKV: memcpy(score, s->c_layer, sizeof(float) * (size_t)in->h->n); break;
     case KV_METHOD_COUNT: break;
     }
 }
 
+/* Entries layer l keeps n_past tokens in: the budget stage. */
+static int layer_target(const struct kvf_session *s, int l) {
+    if (!s->have_ratio) return kv_policy_layer_keep(&s->policy, s->n_past, l, s->model->hp.n_layer);
+    const int k = (int)floor(s->layer_ratio[l] * s->n_past + 0.5);
+    return KVF_MAX(1, KVF_MIN(k, s->n_past));
+}
+
+/* PrefixKV online: the layer ratios searched on the prompt itself. */
+static enum kvf_status prefix_search(struct kvf_session *s) {
+    const int L = s->model->hp.n_layer, n = s->kv.heads[0].n;
+    float *imp = malloc(sizeof(float) * (size_t)L * KVF_MAX(n, 1));
+    int *keep = malloc(sizeof(int) * (size_t)L);
+    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        if (s->kv.heads[(size_t)l * s->kv.n_head_kv].n != n)
+            st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: layers hold different entry counts; search before any eviction");
+        else
+            kv_score_layer(&s->kv, l, 0, imp + (size_t)l * n);
+    }
+    double p;
+    if (st == KVF_OK && n > 0)
+        st = kv_prefix_budgets(imp, L, n, (long)L * kv_policy_keep_count(&s->policy, n), 5.0, keep, s->layer_gini, &p);
+    for (int l = 0; st == KVF_OK && l < L; l++) s->layer_ratio[l] = n > 0 ? (double)keep[l] / n : 1.0;
+    s->have_ratio = st == KVF_OK;
+    free(imp);
+    free(keep);
+    return st;
+}
+
+static enum kvf_status merge_record(struct merge_log *log, const struct kv_head *h, const int *keep, int n_keep,
+                                    const int *into, const char *is_kept) {
+    const int add = h->n - n_keep;
+    if (log->n + add > log->cap) {
+        const int cap = KVF_MAX(log->n + add, log->cap * 2);
+        struct kvf_kv_merge *m = realloc(log->m, sizeof *m * (size_t)cap);
+        if (!m) return err_set(KVF_ERR_NOMEM, "out of memory recording merges");
+        log->m = m, log->cap = cap;
+    }
+    for (int j = 0; j < h->n; j++)
+        if (!is_kept[j]) log->m[log->n++] = (struct kvf_kv_merge){h->tag[j].pos, h->tag[keep[into[j]]].pos};
+    return KVF_OK;
+}
+
+/* One head down to the entries in s->c_idx[0..n_keep): merged into them
+ * first when the policy merges (and recorded), then compacted. */
+static enum kvf_status head_evict(struct kvf_session *s, int l, int g, int n_keep, bool merge) {
+    struct kv_head *h = kv_cache_head(&s->kv, l, g);
+    if (merge && s->policy.merge != KV_MERGE_NONE) {
+        enum kvf_status st = kv_merge_head(&s->policy, h, s->kv.head_dim, s->c_idx, n_keep, s->c_into);
+        /* c_score is free now: it marks the kept entries for the record. */
+        char *is_kept = (char *)s->c_score;
+        memset(is_kept, 0, (size_t)h->n);
+        for (int c = 0; c < n_keep; c++) is_kept[s->c_idx[c]] = 1;
+        if (st == KVF_OK) st = merge_record(&s->merges[(size_t)l * s->kv.n_head_kv + g], h, s->c_idx, n_keep, s->c_into, is_kept);
+        if (st != KVF_OK) return st;
+    }
+    return kv_cache_keep(&s->kv, l, g, s->c_idx, n_keep);
+}
+
 /* Brings every head over its layer's budget for n_seen tokens down to it,
- * by the preset's rule (compress) or the decode stage's (maintain). */
+ * by the preset's rule and merge (compress) or the decode stage's rule
+ * (maintain). */
 static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) {
     const struct hparams *hp = &s->model->hp;
     const int H = hp->n_head_kv;
-    for (int l = 0; l < hp->n_layer; l++) {
-        const int target = kv_policy_layer_keep(&s->policy, s->n_past, l, hp->n_layer);
+    enum kvf_status st = !decode_rule && s->policy.alloc == KV_ALLOC_PREFIX && s->policy.online && !s->have_ratio
+                             ? prefix_search(s) : KVF_OK;
+    for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
+        const int target = layer_target(s, l);
         bool over = false;
         for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
         if (!over) continue;
-        enum kvf_status st = !decode_rule && s->qwin ? window_attention(s, l) : KVF_OK;
+        if (!decode_rule && s->qwin) st = window_attention(s, l);
+        if (!decode_rule && kv_policy_per_layer(&s->policy)) kv_score_layer(&s->kv, l, s->policy.sinks, s->c_layer);
         for (int g = 0; st == KVF_OK && g < H; g++) {
-            if (s->kv.heads[(size_t)l * H + g].n <= target) continue;
+            const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
+            if (h->n <= target) continue;
             const struct kv_score_in in = score_in(s, l, g, target);
             if (decode_rule) kv_decode_score(&in, s->n0[(size_t)l * H + g], s->c_score);
-            else score_head(&in, s->c_score);
-            st = kv_select_keep(&s->kv, l, g, s->c_score, target, s->c_idx);
+            else score_head(s, &in, s->c_score);
+            const int n_keep = kv_select(h->n, s->c_score, target, s->c_idx);
+            if (n_keep < h->n) st = head_evict(s, l, g, n_keep, !decode_rule);
         }
-        if (st != KVF_OK) return st;
     }
-    return KVF_OK;
+    return st;
 }
 
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
@@ -286,6 +412,21 @@ int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
+
+const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *s, int layer, int head, int *n) {
+    *n = 0;
+    if (!s->merges || layer < 0 || layer >= s->kv.n_layer || head < 0 || head >= s->kv.n_head_kv) return NULL;
+    const struct merge_log *log = &s->merges[(size_t)layer * s->kv.n_head_kv + head];
+    *n = log->n;
+    return log->n ? log->m : NULL;
+}
+
+bool kvf_session_kv_layer_budget(const struct kvf_session *s, int layer, double *ratio, double *gini) {
+    if (!s->have_ratio || layer < 0 || layer >= s->kv.n_layer) return false;
+    *ratio = s->layer_ratio[layer];
+    *gini = s->policy.online ? s->layer_gini[layer] : NAN;
+    return true;
+}
 
 const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *s, int layer, int head, int *n) {
     *n = 0;

@@ -39,8 +39,17 @@ struct kvf_session {
     int decode_steps;
     /* Compression scratch, sized for n_ctx entries: scores, indices, work
      * space, window attention [n_head_kv][n_ctx], window output. */
-    float *c_score, *c_tmp, *c_win, *c_out;
-    int *c_idx;
+    float *c_score, *c_tmp, *c_win, *c_out, *c_layer;
+    int *c_idx, *c_into;
+    /* Per-layer budgets as shares of the tokens seen (budget=prefix), and
+     * the Gini coefficient of each layer's priority curve when searched. */
+    double *layer_ratio, *layer_gini;
+    bool have_ratio;
+    /* Merges done, per (layer, kv head). */
+    struct merge_log {
+        struct kvf_kv_merge *m;
+        int n, cap;
+    } *merges;
     void *mm_scratch;                 /* ops_matmul scratch */
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };

@@ -48,12 +48,32 @@ static const struct option presets[KV_METHOD_COUNT] = {
                    "budget=0.2,seed=1", {.method = KV_RANDOM, .budget = 0.2, .seed = 1, STAGES}},
     [KV_IMGRAND] = {"preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)",
                     "baseline", "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, STAGES}},
+    [KV_LOOKM] = {"preset", "lookm", "text kept, recent kept, image entries by attention received; evicted entries "
+                  "merged into the most similar kept key (merge=none|avg|pivotal|weighted)",
+                  "LOOK-M (Wan et al., 2024; paper 000)", "budget recent important merge text_prior",
+                  "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
+                  {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL, .text_prior = true, STAGES}},
+    [KV_ELASTIC] = {"preset", "elastic", "attention received (mean over heads), one kept set per layer, the first "
+                    "`sinks` entries and the last one kept; evicted entries merged into the kept entry nearest in "
+                    "position", "Elastic Cache (Liu et al., 2024)", "budget sinks distance",
+                    "budget=0.2,sinks=4 +decode=fixed-distance:distance=25",
+                    {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, STAGES, .decode = KV_DECODE_FIXED}},
+    [KV_PREFIXKV] = {"preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary "
+                     "search), one kept set per layer, the first `sinks` entries and the last one kept; profile=FILE (kvfold "
+                     "profile) or online=1",
+                     "PrefixKV (Wang et al., 2024; paper 001)", "budget profile online sinks distance",
+                     "budget=0.2,online=1,sinks=4 +budget=prefix +decode=fixed-distance:distance=25",
+                     {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, STAGES,
+                      .decode = KV_DECODE_FIXED}},
 };
 
 static const struct option allocs[KV_ALLOC_COUNT] = {
     [KV_ALLOC_UNIFORM] = {"budget", "uniform", "every layer keeps the same share", "-", "", "", {.alloc = KV_ALLOC_UNIFORM}},
     [KV_ALLOC_PYRAMID] = {"budget", "pyramid", "a linear pyramid: lower layers keep more", "PyramidKV (Cai et al., 2024)",
                           "beta", "beta=20", {.alloc = KV_ALLOC_PYRAMID, .beta = 20}},
+    [KV_ALLOC_PREFIX] = {"budget", "prefix", "per-layer ratios where every layer keeps the same share of its attention "
+                         "(binary search), online or from profile=FILE", "PrefixKV (Wang et al., 2024; paper 001)",
+                         "profile online", "online=1", {.alloc = KV_ALLOC_PREFIX, .online = true}},
 };
 
 static const struct option decodes[KV_DECODE_COUNT] = {
@@ -88,8 +108,8 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand"
-#define STAGE_ITEMS "budget=uniform|pyramid, decode=grow|window|h2o|fixed-distance|recompress"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv"
+#define STAGE_ITEMS "budget=uniform|pyramid|prefix, decode=grow|window|h2o|fixed-distance|recompress"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -118,11 +138,28 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
         if (!parse_num(val, 1e-6, 1e9, &x) || (x > 1.0 && x != floor(x)))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget '%s' is neither a ratio in (0, 1] nor a "
                            "whole number of entries", what, val);
-        p->budget = x;
-    } else if (!strcmp(key, "recent")) {
+        p->budget = x, p->shares |= 4;
+    } else if (!strcmp(key, "recent") || !strcmp(key, "important")) {
         if (!parse_num(val, 0.0, 1.0, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent '%s' is not a share in [0, 1]", what, val);
-        p->recent = x;
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' is not a share in [0, 1]", what, key, val);
+        if (key[0] == 'r') p->recent = x, p->shares |= 1;
+        else p->important = x, p->shares |= 2;
+    } else if (!strcmp(key, "merge")) {
+        static const char *const names[] = {"none", "avg", "pivotal", "weighted"};
+        int m = -1;
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(val, names[i])) m = i;
+        if (m < 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': merge '%s' (valid: none, avg, pivotal, weighted)", what, val);
+        p->merge = (enum kv_merge)m;
+    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online")) {
+        if (strcmp(val, "0") && strcmp(val, "1"))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be 0 or 1", what, key, val);
+        *(key[0] == 't' ? &p->text_prior : &p->online) = val[0] == '1';
+    } else if (!strcmp(key, "profile")) {
+        if (!val[0] || strlen(val) >= sizeof p->profile)
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': profile path empty or too long", what);
+        snprintf(p->profile, sizeof p->profile, "%s", val);
+        p->online = false;
     } else if (!strcmp(key, "seed")) {
         if (!parse_num(val, 0, 9007199254740992.0, &x) || x != floor(x))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", what, val);
@@ -173,12 +210,14 @@ static enum kvf_status parse_stage(char *item, const struct option *preset, stru
         if (table == allocs) p->alloc = d->alloc;
         else p->decode = d->decode;
         if (has_key(table[i].keys, "recent") && !has_key(preset->keys, "recent")) p->recent = d->recent;
+        if (table == allocs && d->alloc == KV_ALLOC_PREFIX && !has_key(preset->keys, "online"))
+            p->online = d->online, p->profile[0] = '\0';
         char what[64];
         snprintf(what, sizeof what, "%s=%s", item, eq);
         return set_keys(&table[i], what, p, args);
     }
     return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s)", item, eq,
-                   table == allocs ? "uniform, pyramid; a budget size goes in the preset: snapkv:budget=0.2"
+                   table == allocs ? "uniform, pyramid, prefix; a budget size goes in the preset: snapkv:budget=0.2"
                                    : "grow, window, h2o, fixed-distance, recompress");
 }
 
@@ -208,6 +247,16 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     }
     if (st == KVF_OK && p.method == KV_FULL && p.decode != KV_DECODE_GROW)
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': full keeps every entry, so it has no decode stage", spec);
+    /* Recent and important shares of the budget: one gives the other. */
+    if (st == KVF_OK && p.shares == 3 && p.recent + p.important <= 0)
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent and important shares are both 0", spec);
+    if (st == KVF_OK && p.shares == 3) p.recent /= p.recent + p.important;
+    else if (st == KVF_OK && p.shares == 2) p.recent = 1.0 - p.important;
+    if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && p.online == (p.profile[0] != '\0'))
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or online=1", spec);
+    if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(&p))
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
+                     "prefixkv, elastic, h2o or lookm", spec);
     if (st != KVF_OK) return st;
     *out = p;
     return KVF_OK;
@@ -242,12 +291,14 @@ static int by_index(const void *a, const void *b) { return *(const int *)a - *(c
 /* Evicting a few entries (a decode step) is a few linear scans, not a sort. */
 #define SELECT_SCAN_MAX 8
 
-enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch) {
-    const int n = kv_cache_head(c, layer, head)->n;
+int kv_select(int n, const float *score, int keep, int *out) {
     int always = 0;
     for (int j = 0; j < n; j++) always += score[j] == INFINITY;
     keep = always > keep ? always : keep;
-    if (keep >= n) return KVF_OK;
+    if (keep >= n) {
+        for (int j = 0; j < n; j++) out[j] = j;
+        return n;
+    }
     if (n - keep <= SELECT_SCAN_MAX) {
         /* The worst entry is the lowest score, the later one on ties. */
         int evict[SELECT_SCAN_MAX], ne = 0;
@@ -262,14 +313,20 @@ enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const fl
         }
         int o = 0;
         for (int j = 0; j < n; j++) {
-            bool out = false;
-            for (int e = 0; e < ne; e++) out |= evict[e] == j;
-            if (!out) scratch[o++] = j;
+            bool gone = false;
+            for (int e = 0; e < ne; e++) gone |= evict[e] == j;
+            if (!gone) out[o++] = j;
         }
-        return kv_cache_keep(c, layer, head, scratch, keep);
+        return keep;
     }
-    for (int j = 0; j < n; j++) scratch[j] = j;
-    qsort_r(scratch, (size_t)n, sizeof *scratch, by_score, (void *)score);
-    qsort(scratch, (size_t)keep, sizeof *scratch, by_index);
-    return kv_cache_keep(c, layer, head, scratch, keep);
+    for (int j = 0; j < n; j++) out[j] = j;
+    qsort_r(out, (size_t)n, sizeof *out, by_score, (void *)score);
+    qsort(out, (size_t)keep, sizeof *out, by_index);
+    return keep;
+}
+
+enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch) {
+    const int n = kv_cache_head(c, layer, head)->n;
+    const int kept = kv_select(n, score, keep, scratch);
+    return kept == n ? KVF_OK : kv_cache_keep(c, layer, head, scratch, kept);
 }

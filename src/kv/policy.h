@@ -12,9 +12,12 @@
 /* Presets; each one is a score rule (pyramidkv: SnapKV's rule with the
  * pyramid budget allocation). */
 enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_ROCO, KV_KEYDIFF, KV_KNORM, KV_RANDOM,
-                 KV_IMGRAND, KV_METHOD_COUNT };
-/* Budget stage: how the entries are spread over the layers. */
-enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_COUNT };
+                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_METHOD_COUNT };
+/* Budget stage: how the entries are spread over the layers (prefix:
+ * PrefixKV's searched per-layer ratios, online or from a profile). */
+enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
+/* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
+enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
 /* Decode stage: how the cache is kept within budget while generating. */
 enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXED, KV_DECODE_RECOMPRESS,
                  KV_DECODE_COUNT };
@@ -34,6 +37,12 @@ struct kv_policy {
     int distance;       /* decode=fixed-distance: the evicted index is this far from the end
                            of the compressed prompt                                        */
     int every;          /* decode=recompress: decode steps between compressions           */
+    enum kv_merge merge;
+    double important;   /* lookm: the important share (recent = 1 - important when alone) */
+    int shares;         /* which of recent (1), important (2) and budget (4) the spec gave */
+    bool text_prior;    /* lookm: every text entry is kept                               */
+    bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
+    char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
 
 /* Parses a spec; on failure the message lists what is valid. */
@@ -50,7 +59,12 @@ static inline bool kv_policy_needs_window(const struct kv_policy *p) {
 }
 /* Whether cache entries carry the attention they received (KV_ACC_*). */
 static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
-    return p->method == KV_H2O || p->method == KV_ROCO || p->decode == KV_DECODE_H2O;
+    return p->method == KV_H2O || p->method == KV_ROCO || p->method == KV_LOOKM || p->method == KV_ELASTIC ||
+           p->method == KV_PREFIXKV || p->decode == KV_DECODE_H2O;
+}
+/* Whether one kept set is chosen per layer, shared by its kv heads. */
+static inline bool kv_policy_per_layer(const struct kv_policy *p) {
+    return p->method == KV_ELASTIC || p->method == KV_PREFIXKV;
 }
 
 /* One head's scores: higher is kept first; INFINITY marks entries that are
@@ -68,16 +82,29 @@ struct kv_score_in {
 void kv_score_streaming(const struct kv_score_in *in, float *score);
 void kv_score_h2o(const struct kv_score_in *in, float *score);
 void kv_score_roco(const struct kv_score_in *in, float *score);
+void kv_score_lookm(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
 void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);
 void kv_score_random(const struct kv_score_in *in, float *score);  /* random and imgrand */
 
-/* Keeps the `keep` best-scored entries of one head (ties: the earlier
- * entry), compacting the cache; entries scored INFINITY are kept even when
- * they alone exceed `keep` (the real count is what the cache then holds).
- * scratch: h->n ints. */
+/* The `keep` best-scored entries of a head of n (ties: the earlier entry):
+ * their indices, ascending, into out[] (room for n), and their count;
+ * entries scored INFINITY are kept even when they alone exceed `keep` (the
+ * real count is what the cache then holds). */
+int kv_select(int n, const float *score, int keep, int *out);
+/* kv_select, then compacts the head to the kept entries. scratch: h->n ints. */
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
+/* Layer importance (PrefixKV, Elastic Cache): the attention each entry
+ * received over every query, averaged over the layer's kv heads (whose
+ * entries are the same positions). protect > 0: the first `protect` entries
+ * and the last one always stay (the authors' start_size and protect_size). */
+void kv_score_layer(const struct kv_cache *c, int layer, int protect, float *score);
+/* Merge stage: folds the entries of a head not in keep[0..n_keep) into kept
+ * ones (rows changed in place; compact afterwards). into: [h->n] the index
+ * in keep[] each entry went to (kept entries: their own). */
+enum kvf_status kv_merge_head(const struct kv_policy *p, struct kv_head *h, int head_dim, const int *keep, int n_keep,
+                              int *into);
 
 /* Decode stage: scores for one head that holds more than `target` entries
  * during decoding (window: StreamingLLM's; h2o: H2O's over the attention
@@ -85,5 +112,15 @@ enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const fl
  * n0 - distance on, n0 being the head's size right after compression), for
  * kv_select_keep(..., target, ...). Not for decode=grow or recompress. */
 void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
+
+/* PrefixKV's layer budgets (src/kv/policy/prefixkv.c). imp: [n_layer][n]
+ * importance of each entry of each layer (>= 0). Binary search for the
+ * threshold p (returned in *p_out) at which the layers' shortest prefixes
+ * reaching p add up to `total` within `tol` entries (or the iterations run
+ * out), then scaled so that keep[0..n_layer) (each in [1, n]) sums to total
+ * exactly. gini (optional): [n_layer] Gini coefficient of each layer's
+ * priority curve (0: uniform importance, near 1: concentrated). */
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, double tol, int *keep,
+                                  double *gini, double *p_out);
 
 #endif

@@ -47,6 +47,23 @@ static void test_parse(void **st) {
         if (!strstr(msg, info.name)) fail_msg("'%s' is missing from: %s", info.name, msg);
     }
     assert_int_equal(kvf_kv_policy_get(kvf_kv_policy_count(), &(struct kvf_kv_policy_info){0}), KVF_ERR_INVALID_ARG);
+    /* LOOK-M's recent and important shares; PrefixKV's budget source. */
+    assert_int_equal(kv_policy_parse("lookm", &p), KVF_OK);
+    assert_true(p.method == KV_LOOKM && p.recent == 0.5 && p.merge == KV_MERGE_PIVOTAL && p.text_prior);
+    assert_int_equal(kv_policy_parse("lookm:important=0.75,merge=avg,text_prior=0", &p), KVF_OK);
+    assert_true(fabs(p.recent - 0.25) < 1e-12 && p.merge == KV_MERGE_AVG && !p.text_prior);
+    assert_int_equal(kv_policy_parse("lookm:recent=0.1,important=0.3,merge=weighted", &p), KVF_OK);
+    assert_true(fabs(p.recent - 0.25) < 1e-12 && p.merge == KV_MERGE_WEIGHTED);
+    assert_int_equal(kv_policy_parse("prefixkv:budget=0.1", &p), KVF_OK);
+    assert_true(p.alloc == KV_ALLOC_PREFIX && p.online && p.decode == KV_DECODE_FIXED && kv_policy_per_layer(&p));
+    assert_int_equal(kv_policy_parse("prefixkv:profile=x.json", &p), KVF_OK);
+    assert_true(!p.online && !strcmp(p.profile, "x.json"));
+    assert_int_equal(kv_policy_parse("elastic", &p), KVF_OK);
+    assert_true(p.merge == KV_MERGE_POSITION && p.decode == KV_DECODE_FIXED && kv_policy_needs_acc(&p));
+    const char *bad_m[] = {"lookm:merge=sum", "lookm:text_prior=2", "lookm:recent=0,important=0", "prefixkv:online=0",
+                           "prefixkv:profile=x.json,online=1", "knorm+budget=prefix", "snapkv:merge=avg"};
+    for (size_t i = 0; i < sizeof bad_m / sizeof *bad_m; i++)
+        if (kv_policy_parse(bad_m[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad_m[i]);
     /* Stages after '+'. */
     assert_int_equal(kv_policy_parse("snapkv:budget=0.1+decode=h2o:recent=0.25+budget=pyramid:beta=4", &p), KVF_OK);
     assert_true(p.method == KV_SNAPKV && p.budget == 0.1 && p.decode == KV_DECODE_H2O && p.recent == 0.25 &&
@@ -74,7 +91,7 @@ static void test_parse(void **st) {
         struct kvf_kv_policy_info info;
         assert_int_equal(kvf_kv_policy_get(i, &info), KVF_OK);
         char spec[96];
-        if (strcmp(info.stage, "preset")) snprintf(spec, sizeof spec, "knorm+%s=%s", info.stage, info.name);
+        if (strcmp(info.stage, "preset")) snprintf(spec, sizeof spec, "h2o+%s=%s", info.stage, info.name);
         else snprintf(spec, sizeof spec, "%s", info.name);
         assert_int_equal(kv_policy_parse(spec, &p), KVF_OK);
     }
@@ -367,12 +384,74 @@ static void test_decode_rules(void **st) {
     }
 }
 
+/* Merge stage against a naive computation in double: the assignment
+ * (cosine of keys, or nearest position) and each formula of LOOK-M /
+ * Elastic Cache on small vectors. */
+static void test_merge(void **st) {
+    (void)st;
+    const int n = 23, d = 8, keep[] = {0, 4, 5, 11, 19, 22}, nk = 6;
+    const enum kv_merge kinds[] = {KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION};
+    for (int t = 0; t < 4; t++) {
+        struct kv_cache c;
+        make_head(&c, n, d, 31 + t);
+        struct kv_head *h = kv_cache_head(&c, 0, 0);
+        double k0[23][8], v0[23][8];
+        for (int j = 0; j < n; j++)
+            for (int e = 0; e < d; e++) k0[j][e] = h->k[j * d + e], v0[j][e] = h->v[j * d + e];
+        /* Naive assignment. */
+        int into[23];
+        double sim[23];
+        char kept[23] = {0};
+        for (int c2 = 0; c2 < nk; c2++) kept[keep[c2]] = 1;
+        for (int j = 0; j < n; j++) {
+            if (kept[j]) continue;
+            int best = -1;
+            double bs = -2;
+            for (int c2 = 0; c2 < nk; c2++) {
+                const int q = keep[c2];
+                double dot = 0, na = 0, nb = 0;
+                for (int e = 0; e < d; e++) dot += k0[j][e] * k0[q][e], na += k0[j][e] * k0[j][e], nb += k0[q][e] * k0[q][e];
+                const double cs = dot / sqrt(na * nb);
+                const int dist = abs(j - q), bdist = best < 0 ? 1 << 30 : abs(j - keep[best]);
+                if (kinds[t] == KV_MERGE_POSITION ? dist < bdist : cs > bs) best = c2, bs = cs;
+            }
+            into[j] = best, sim[j] = bs;
+        }
+        double want_k[6][8] = {{0}}, want_v[6][8] = {{0}}, cnt[6] = {0};
+        for (int j = 0; j < n; j++) {
+            if (kept[j]) continue;
+            const int c2 = into[j], q = keep[c2];
+            for (int e = 0; e < d; e++) {
+                const double w = kinds[t] == KV_MERGE_WEIGHTED ? sim[j] : 1.0;
+                want_k[c2][e] += kinds[t] == KV_MERGE_PIVOTAL ? (k0[j][e] + k0[q][e]) / 2 : w * k0[j][e];
+                want_v[c2][e] += kinds[t] == KV_MERGE_PIVOTAL ? (v0[j][e] + v0[q][e]) / 2 : w * v0[j][e];
+            }
+            cnt[c2] += 1;
+        }
+        struct kv_policy p = {.merge = kinds[t]};
+        int got_into[23];
+        assert_int_equal(kv_merge_head(&p, h, d, keep, nk, got_into), KVF_OK);
+        for (int j = 0; j < n; j++)
+            if (!kept[j] && got_into[j] != into[j]) fail_msg("merge %d: entry %d went to %d, want %d", t, j, got_into[j], into[j]);
+        for (int c2 = 0; c2 < nk; c2++)
+            for (int e = 0; e < d; e++) {
+                const int q = keep[c2];
+                const double wk = (k0[q][e] + want_k[c2][e]) / (1 + cnt[c2]), wv = (v0[q][e] + want_v[c2][e]) / (1 + cnt[c2]);
+                assert_true(fabs(h->k[q * d + e] - wk) < 1e-5 && fabs(h->v[q * d + e] - wv) < 1e-5);
+            }
+        for (int j = 0; j < n; j++) /* evicted rows are left alone (compaction drops them) */
+            if (!kept[j]) assert_true(h->k[j * d] == (float)k0[j][0]);
+        kv_cache_free(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_h2o),        cmocka_unit_test(test_key_rules),
         cmocka_unit_test(test_pyramid),
         cmocka_unit_test(test_imgrand),  cmocka_unit_test(test_roco),       cmocka_unit_test(test_decode_rules),
+        cmocka_unit_test(test_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -871,6 +871,42 @@ static cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_mo
     return layers;
 }
 
+/* Per layer, per kv head: [evicted position, position it was merged into]. */
+static cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *layers = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        cJSON *heads = cJSON_CreateArray();
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            const struct kvf_kv_merge *mg = kvf_session_kv_merges(s, l, g, &n);
+            cJSON *pairs = cJSON_CreateArray();
+            for (int i = 0; i < n; i++) {
+                const int pair[2] = { mg[i].from, mg[i].into };
+                cJSON_AddItemToArray(pairs, cJSON_CreateIntArray(pair, 2));
+            }
+            cJSON_AddItemToArray(heads, pairs);
+        }
+        cJSON_AddItemToArray(layers, heads);
+    }
+    return layers;
+}
+
+/* The searched per-layer budgets (prefixkv): [{ratio, gini}], or NULL. */
+static cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    double ratio, gini;
+    if (!kvf_session_kv_layer_budget(s, 0, &ratio, &gini))
+        return NULL;
+    cJSON *arr = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer && kvf_session_kv_layer_budget(s, l, &ratio, &gini); l++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "ratio", ratio);
+        if (isfinite(gini))
+            cJSON_AddNumberToObject(o, "gini", gini);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
 /* Mean entries per kv head, per layer. */
 static cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     cJSON *pl = cJSON_CreateArray();
@@ -975,6 +1011,7 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddStringToObject(dump, "policy", a->kv ? a->kv : "full");
         cJSON_AddNumberToObject(dump, "n_prompt", n_prompt);
         cJSON_AddItemToObject(dump, "compressed", kv_positions_json(s, &info));
+        cJSON_AddItemToObject(dump, "merged", kv_merges_json(s, &info));
     }
     double decode_ms = 0;
     int n_gen = 0, n_decoded = 0;
@@ -1060,6 +1097,9 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddItemToObject(kv, "per_layer", per_layer);
         per_layer = NULL;
         cJSON_AddItemToObject(kv, "per_layer_final", kv_per_layer_json(s, &info));
+        cJSON *budgets = kv_layer_budgets_json(s, &info);
+        if (budgets)
+            cJSON_AddItemToObject(kv, "layer_budgets", budgets);
         cJSON_AddNumberToObject(kv, "n_ctx", sp.n_ctx);
         cJSON_AddNumberToObject(kv, "n_past", kvf_session_n_past(s));
         cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);

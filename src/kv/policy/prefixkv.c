@@ -1,0 +1,94 @@
+/* PrefixKV (Wang et al., paper 001, section 3.3): layers differ in how
+ * concentrated their attention is, so each layer keeps the shortest prefix
+ * of its priority sequence (entries by importance, descending) whose
+ * cumulative normalised importance reaches one threshold p shared by all
+ * layers; p is found by binary search so that the layer sizes add up to the
+ * budget (Algorithm 1), then the sizes are scaled to the budget exactly. */
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define PREFIX_MAX_ITERS 64
+
+void kv_score_layer(const struct kv_cache *c, int layer, int protect, float *score) {
+    const struct kv_head *h = &c->heads[(size_t)layer * c->n_head_kv];
+    const int n = h[0].n;
+    for (int j = 0; j < n; j++) {
+        double s = 0.0;
+        for (int g = 0; g < c->n_head_kv; g++) s += h[g].acc[(size_t)j * KV_ACC_N + KV_ACC_SUM];
+        score[j] = j < protect || (protect > 0 && j == n - 1) ? INFINITY : (float)(s / c->n_head_kv);
+    }
+}
+
+static int by_desc(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+/* Smallest k in [1, n] with cum[k-1] >= p (cum: non-decreasing, cum[n-1] = 1). */
+static int prefix_len(const double *cum, int n, double p) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (cum[mid] >= p) hi = mid; else lo = mid + 1;
+    }
+    return lo + 1;
+}
+
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, double tol, int *keep,
+                                  double *gini, double *p_out) {
+    if (n_layer <= 0 || n <= 0 || total < n_layer || total > (long)n_layer * n)
+        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %d", total,
+                       n_layer, n);
+    /* cum[l][k]: the share of layer l's importance in its k+1 most important entries. */
+    double *cum = malloc(sizeof(double) * (size_t)n_layer * n);
+    if (!cum) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory for %d x %d priorities", n_layer, n);
+    for (int l = 0; l < n_layer; l++) {
+        double *c = cum + (size_t)l * n, sum = 0.0;
+        for (int j = 0; j < n; j++) sum += c[j] = imp[(size_t)l * n + j] > 0 ? imp[(size_t)l * n + j] : 0.0;
+        qsort(c, (size_t)n, sizeof *c, by_desc);
+        double run = 0.0;
+        for (int j = 0; j < n; j++) c[j] = sum > 0 ? (run += c[j]) / sum : (double)(j + 1) / n; /* no signal: uniform */
+        c[n - 1] = 1.0;
+        if (gini) { /* twice the area between the priority curve and the diagonal */
+            double area = 0.0, prev = 0.0;
+            for (int j = 0; j < n; j++) area += (prev + c[j]) / 2.0, prev = c[j];
+            gini[l] = 2.0 * area / n - 1.0;
+        }
+    }
+    double lo = 0.0, hi = 1.0, p = 0.5;
+    long sum = 0;
+    for (int it = 0; it < PREFIX_MAX_ITERS; it++) {
+        p = (lo + hi) / 2.0;
+        sum = 0;
+        for (int l = 0; l < n_layer; l++) sum += keep[l] = prefix_len(cum + (size_t)l * n, n, p);
+        const double delta = (double)(sum - total);
+        if (fabs(delta) < tol) break;
+        if (delta < 0) lo = p; else hi = p;
+    }
+    free(cum);
+    if (p_out) *p_out = p;
+    /* Scale to the budget exactly: largest remainders first, each layer in [1, n]. */
+    double *rem = malloc(sizeof(double) * (size_t)n_layer);
+    if (!rem) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
+    long got = 0;
+    for (int l = 0; l < n_layer; l++) {
+        const double x = (double)keep[l] * (double)total / (double)sum;
+        keep[l] = KVF_MIN(n, KVF_MAX(1, (int)floor(x)));
+        rem[l] = x - keep[l];
+        got += keep[l];
+    }
+    while (got != total) {
+        int best = -1;
+        for (int l = 0; l < n_layer; l++) {
+            const bool room = got < total ? keep[l] < n : keep[l] > 1;
+            if (room && (best < 0 || (got < total ? rem[l] > rem[best] : rem[l] < rem[best]))) best = l;
+        }
+        keep[best] += got < total ? 1 : -1;
+        rem[best] += got < total ? -1.0 : 1.0;
+        got += got < total ? 1 : -1;
+    }
+    free(rem);
+    return KVF_OK;
+}

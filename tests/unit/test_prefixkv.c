@@ -1,0 +1,89 @@
+/* PrefixKV's layer budgets on hand-made importance curves: the threshold
+ * found by the binary search, the exact total after scaling (also where no
+ * threshold meets the budget), and the Gini coefficient of each curve. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Layer 0 concentrated (one entry holds 0.91), layer 1 uniform: keeping 10 of
+ * 20 entries leaves layer 0 one entry and layer 1 nine (p ~ 0.9: the
+ * threshold at which both keep the same share of their information). */
+static void test_concentrated_vs_uniform(void **st) {
+    (void)st;
+    float imp[2][10];
+    for (int j = 0; j < 10; j++) imp[0][j] = j == 3 ? 0.91f : 0.01f, imp[1][j] = 1.0f;
+    int keep[2];
+    double gini[2], p;
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, 10, 0.5, keep, gini, &p), KVF_OK);
+    assert_int_equal(keep[0], 1);
+    assert_int_equal(keep[1], 9);
+    assert_true(p > 0.8 && p <= 0.91);
+    assert_true(fabs(gini[1]) < 1e-9);             /* uniform */
+    /* Concentrated: 2 x (sum of the curve's trapezoids)/n - 1, by hand. */
+    double area = 0, prev = 0;
+    for (int k = 1; k <= 10; k++) {
+        const double c = (0.91 + 0.01 * (k - 1)) / 1.0;
+        area += (prev + c) / 2, prev = c;
+    }
+    assert_true(fabs(gini[0] - (2 * area / 10 - 1)) < 1e-6);
+    assert_true(gini[0] > 0.7);
+}
+
+/* Two identical step curves: every p gives both layers the same size, so an
+ * odd total is never met by the search; scaling still spends it exactly. */
+static void test_no_exact_threshold(void **st) {
+    (void)st;
+    float imp[2][8];
+    for (int l = 0; l < 2; l++)
+        for (int j = 0; j < 8; j++) imp[l][j] = (float)(8 - j);
+    for (long total = 2; total <= 16; total++) {
+        int keep[2];
+        double p;
+        assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 8, total, 0.5, keep, NULL, &p), KVF_OK);
+        assert_int_equal(keep[0] + keep[1], total);
+        assert_true(abs(keep[0] - keep[1]) <= 1);
+    }
+}
+
+/* The tolerance stops the search early: with tol 5 the first p whose total
+ * is within 5 entries is taken, and the result still sums exactly. */
+static void test_tolerance_and_bounds(void **st) {
+    (void)st;
+    enum { L = 4, N = 100 };
+    static float imp[L][N];
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < N; j++) imp[l][j] = powf((float)(j + 1), -(float)(l + 1) * 0.7f); /* steeper per layer */
+    int keep[L];
+    double p;
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, 80, 5.0, keep, NULL, &p), KVF_OK);
+    int sum = 0;
+    for (int l = 0; l < L; l++) sum += keep[l], assert_true(keep[l] >= 1 && keep[l] <= N);
+    assert_int_equal(sum, 80);
+    assert_true(keep[0] > keep[1] && keep[1] > keep[2] && keep[2] >= keep[3]); /* flatter layers keep more */
+    /* Every layer whole, and every layer one entry. */
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, L * N, 0.5, keep, NULL, &p), KVF_OK);
+    for (int l = 0; l < L; l++) assert_int_equal(keep[l], N);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, L, 0.5, keep, NULL, &p), KVF_OK);
+    for (int l = 0; l < L; l++) assert_int_equal(keep[l], 1);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, L - 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, L * N + 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    /* A layer with no importance at all counts as uniform. */
+    for (int j = 0; j < N; j++) imp[1][j] = 0.0f;
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, 80, 0.5, keep, NULL, &p), KVF_OK);
+    assert_true(keep[1] >= keep[0]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concentrated_vs_uniform),
+        cmocka_unit_test(test_no_exact_threshold),
+        cmocka_unit_test(test_tolerance_and_bounds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
