@@ -60,12 +60,18 @@ static enum kvf_status profile_load(struct kvf_session *s, const char *path) {
     const int L = s->model->hp.n_layer;
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(KVF_ERR_IO, "prefixkv profile '%s': cannot open", path);
-    char buf[1 << 16];
-    const size_t len = fread(buf, 1, sizeof buf - 1, f);
-    const bool whole = feof(f);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf && (len += fread(buf + len, 1, cap - len - 1, f)) == cap - 1 && cap < (16u << 20)) {
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    const bool whole = buf && feof(f);
     fclose(f);
-    buf[len] = '\0';
+    if (buf) buf[len] = '\0';
     cJSON *o = whole ? cJSON_Parse(buf) : NULL;
+    free(buf);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
     const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
     enum kvf_status st = KVF_OK;

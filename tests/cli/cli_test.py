@@ -414,6 +414,105 @@ def case_kv(ctx):
     expect_error(ctx, 1, [*base, "--kv", "snapkv+schedule=blocks"], "unknown stage")
 
 
+def case_kv_mm(ctx):
+    """LOOK-M, Elastic Cache and PrefixKV on the real SmolLM2 with a pseudo-image
+    segment, checked through --dump-kv: what each rule keeps, where the evicted
+    entries were merged, the searched layer budgets, and the profile file."""
+    smol = ctx.model(SMOL)
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "data", "ppl_passage.txt")) as f:
+        text = f.read()
+    words = os.path.join(ctx.tmp, "words.txt")
+    with open(words, "w") as f:
+        f.write(text[:400])
+    prompt = text[:700] + " <image> " + text[700:1100] + " What is in the picture?"
+    base = ["generate", "-m", smol, "-p", prompt, "--pseudo-image", f"{words}:8x8", "-n", "4", "--json", "-t", "2"]
+    dump = os.path.join(ctx.tmp, "kv.json")
+
+    def run(spec):
+        rc, out, err = ctx.run(*base, "--kv", spec, "--dump-kv", dump)
+        check(rc == 0, f"{spec}: {err}")
+        with open(dump) as f:
+            return json.loads(out), json.load(f)
+
+    full, dfull = run("full")
+    n = full["n_prompt"]
+    rc, out, _ = ctx.run(*base, "--dump-tags")
+    image = {t[0] for t in json.loads(out)["tags"] if t[1] == "image"}  # [pos, modality, media, row, col, id]
+    check(len(image) == 64, f"{len(image)} image positions")
+    for spec in ("lookm:budget=1.0", "elastic:budget=1.0", "prefixkv:budget=1.0"):
+        o, d = run(spec)
+        check(o["text"] == full["text"] and not any(p for layer in d["merged"] for p in layer), f"{spec} changed the output")
+
+    # LOOK-M, text prior: every text entry and the recent share stay; image
+    # entries fill what is left; each evicted entry is merged exactly once,
+    # into a kept entry.
+    keep = int(0.3 * n + 0.5)
+    recent = int(keep * 0.5 + 0.5)
+    for spec, merging in (("lookm:budget=0.3", True), ("lookm:budget=0.3,merge=none", False),
+                          ("lookm:budget=0.3,merge=weighted,text_prior=0,important=0.8", True)):
+        o, d = run(spec)
+        prior = "text_prior=0" not in spec
+        rec = recent if "important" not in spec else int(keep * 0.2 + 0.5)
+        for heads, merged in zip(d["compressed"], d["merged"]):
+            for pos, mg in zip(heads, merged):
+                s = set(pos)
+                if prior:
+                    check({p for p in range(n) if p not in image} <= s, f"{spec}: text evicted")
+                    check(len(pos) == max(keep, n - len(image) + len([p for p in range(n - rec, n) if p in image])),
+                          f"{spec}: {len(pos)} kept")
+                else:
+                    check(len(pos) == keep and set(range(n - rec, n)) <= s, f"{spec}: {len(pos)} kept")
+                if merging:
+                    check(sorted(m[0] for m in mg) == sorted(set(range(n)) - s) and all(m[1] in s for m in mg),
+                          f"{spec}: merges {mg[:5]}")
+                else:
+                    check(mg == [], f"{spec}: merged with merge=none")
+
+    # Elastic Cache: one kept set per layer (sinks and the last entry in it),
+    # evicted entries merged into the nearest kept position.
+    o, d = run("elastic:budget=0.3")
+    for heads, merged in zip(d["compressed"], d["merged"]):
+        check(all(h == heads[0] for h in heads) and len(heads[0]) == keep, f"elastic: {len(heads[0])} kept")
+        check(heads[0][:4] == [0, 1, 2, 3] and heads[0][-1] == n - 1, "elastic: sinks or last evicted")
+        kept = heads[0]
+        for e, into in merged[0]:
+            best = min(kept, key=lambda k: (abs(k - e), k))
+            check(into == best, f"elastic: {e} merged into {into}, nearest kept is {best}")
+
+    # PrefixKV online: per-layer budgets whose sum is the uniform one, each
+    # layer keeping round(ratio x N), with a Gini coefficient per layer.
+    o, d = run("prefixkv:budget=0.3,sinks=2")
+    lb = o["kv"]["layer_budgets"]
+    counts = [len(h[0]) for h in d["compressed"]]
+    check(len(lb) == len(counts) and all(c == int(b["ratio"] * n + 0.5) for c, b in zip(counts, lb)), f"prefixkv {counts} {lb}")
+    check(abs(sum(counts) - len(counts) * keep) <= len(counts), f"prefixkv spends {sum(counts)}, want {len(counts) * keep}")
+    check(len(set(counts)) > 1 and all(0 <= b["gini"] < 1 for b in lb), "prefixkv: layer budgets all equal")
+    check(all(h[0][:2] == [0, 1] and h[0][-1] == n - 1 for h in d["compressed"]), "prefixkv: sinks")
+
+    # kvfold profile -> prefixkv:profile=FILE.
+    samples = os.path.join(ctx.tmp, "samples.jsonl")
+    with open(samples, "w") as f:
+        for i in range(2):
+            f.write(json.dumps({"prompt": text[i * 500:i * 500 + 500] + " <image> Describe it.",
+                                "media": [{"pseudo": "words.txt:8x8"}]}) + "\n")
+    prof = os.path.join(ctx.tmp, "prefix.json")
+    rc, out, err = ctx.run("profile", "-m", smol, "--samples", samples, "--budget", "0.3", "-o", prof, "-t", "2")
+    check(rc == 0, f"profile: {err}")
+    with open(prof) as f:
+        pj = json.load(f)
+    check(pj["n_layer"] == len(counts) and pj["samples"] == 2 and pj["budget"] == 0.3 and len(pj["ratios"]) == len(counts),
+          f"profile {pj}")
+    o, d = run(f"prefixkv:profile={prof}")
+    counts = [len(h[0]) for h in d["compressed"]]
+    check(all(c == int(r * n + 0.5) for c, r in zip(counts, pj["ratios"])), f"profiled counts {counts}")
+    plain = ["generate", "-m", smol, "-p", "Hello there", "-n", "1"]
+    expect_error(ctx, 2, [*plain, "--kv", f"prefixkv:profile={prof},budget=0.2"], "profile for another budget")
+    expect_error(ctx, 2, [*plain, "--kv", f"prefixkv:profile={samples}"], "not a profile")
+    expect_error(ctx, 1, [*plain, "--kv", "lookm:merge=sum"], "bad merge")
+    expect_error(ctx, 1, ["profile", "-m", smol, "--samples", samples], "profile without -o")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -423,6 +522,7 @@ def main():
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
+        "kv_mm": case_kv_mm,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
     try:

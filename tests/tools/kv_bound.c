@@ -40,6 +40,10 @@ static const struct policy_case cases[] = {
     {"knorm:budget=0.2+decode=recompress:every=8", 0.2, RECOMPRESSES, 8, true},
     {"random:budget=128+decode=window:sinks=8", 128, EVICTS, 0, true},
     {"imgrand:budget=0.5", 0.5, GROWS, 0, false},
+    {"lookm:budget=0.2", 0.2, GROWS, 0, false},
+    {"lookm:budget=0.2,merge=weighted,text_prior=0+decode=h2o", 0.2, EVICTS, 0, true},
+    {"elastic:budget=0.1", 0.1, EVICTS, 0, true},
+    {"prefixkv:budget=0.2", 0.2, EVICTS, 0, false}, /* per-layer ratios: checked against each layer's own */
 };
 
 static int target_of(double budget, int n_seen) {
@@ -134,13 +138,20 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
                 hi = pc->uniform ? target_of(pc->budget, n_seen - t % pc->every) + t % pc->every : hi;
                 lo = hi;
                 break;
-            case EVICTS:
-                /* The budget of the tokens seen; under a pyramid a layer's share
-                 * is at most twice the uniform one (its widest layer). */
-                hi = pc->uniform ? target_of(pc->budget, n_seen)
-                                 : n0[g] + (pc->budget <= 1.0 ? (int)ceil(2 * pc->budget * t) + 2 : 0);
-                lo = pc->uniform ? hi : 0;
+            case EVICTS: {
+                /* The budget of the tokens seen: the layer's own share where the
+                 * policy searched one, else under a pyramid at most twice the
+                 * uniform share (its widest layer). */
+                double ratio, gini;
+                if (kvf_session_kv_layer_budget(s, g / mi->n_head_kv, &ratio, &gini)) {
+                    lo = hi = (int)floor(ratio * n_seen + 0.5);
+                } else {
+                    hi = pc->uniform ? target_of(pc->budget, n_seen)
+                                     : n0[g] + (pc->budget <= 1.0 ? (int)ceil(2 * pc->budget * t) + 2 : 0);
+                    lo = pc->uniform ? hi : 0;
+                }
                 break;
+            }
             }
             if (n[g] < lo || n[g] > hi) {
                 fprintf(stderr, "%s: step %d: head %d holds %d entries, want [%d, %d]\n", pc->spec, t, g, n[g], lo, hi);
@@ -171,6 +182,7 @@ static const char *const full_budget[] = {
     "streaming:budget=1.0", "h2o:budget=1.0", "snapkv:budget=1.0", "pyramidkv:budget=1.0", "roco:budget=1.0",
     "keydiff:budget=1.0", "knorm:budget=1.0", "random:budget=1.0", "imgrand:budget=1.0",
     "snapkv:budget=1.0+decode=h2o", "knorm:budget=1.0+decode=recompress:every=2", "keydiff:budget=1.0+decode=fixed-distance",
+    "lookm:budget=1.0", "lookm:budget=1.0,merge=weighted,text_prior=0", "elastic:budget=1.0", "prefixkv:budget=1.0",
 };
 
 /* Greedy decoding of n tokens under spec (NULL: full); logits [(n+1)][n_vocab]. */

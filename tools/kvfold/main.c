@@ -77,10 +77,10 @@ struct opt {
 
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
-    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv;
+    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
     bool json, bos, special, chat, dump_tags, no_warmup;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
-    float temp, top_p, min_p, pseudo_noise, max_image_mpix;
+    float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
     int n_media;
@@ -1630,6 +1630,176 @@ done:
     return rc;
 }
 
+/* ------------------------------------------------------------- profile -- */
+
+static void profile_defaults(struct args *a) {
+    a->budget = 0.2f;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int profile_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL,
+        { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" },
+        { "--samples", NULL, OPT_STR, &a->samples, 0, 0, "FILE", "sample prompts: one JSON object per line, "
+          "{\"prompt\": TEXT, \"media\": [{\"image\"|\"frame\"|\"pseudo\": PATH}, ...]}, paths relative to FILE" },
+        { "--budget", NULL, OPT_FLOAT, &a->budget, 0.001, 1, "R", "share of the KV cache kept (default 0.2)" },
+        { "--output", "-o", OPT_STR, &a->output, 0, 0, "FILE", "where to write the profile (JSON)" },
+        { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" },
+        OPT_BATCH, OPT_THREADS, OPT_JSON,
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+/* One sample line's media, in marker order; paths relative to dir. */
+static int profile_media(const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
+                         int line, struct media_set *ms) {
+    const cJSON *it;
+    int rc = 0, i = 0;
+    cJSON_ArrayForEach(it, list) {
+        const cJSON *v = it->child;
+        if (!cJSON_IsObject(it) || !v || v->next || !cJSON_IsString(v)) {
+            print_error("profile: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", line, i);
+            return EXIT_INPUT;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", v->valuestring[0] == '/' ? "" : dir, v->valuestring);
+        if (!strcmp(v->string, "image")) rc = media_image_file(a, m, path, KVF_MOD_IMAGE, ms);
+        else if (!strcmp(v->string, "frame")) rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
+        else if (!strcmp(v->string, "pseudo")) rc = media_pseudo(a, m, path, i, ms);
+        else {
+            print_error("profile: samples line %d: unknown media kind '%s' (image, frame, pseudo)", line, v->string);
+            return EXIT_INPUT;
+        }
+        if (rc)
+            return rc;
+        i++;
+    }
+    return 0;
+}
+
+/* PrefixKV's offline estimation: the per-layer budgets searched on each
+ * sample (prefixkv online), averaged, written for prefixkv:profile=FILE. */
+static int cmd_profile(const struct args *a) {
+    if (!a->samples || !a->output) {
+        print_error("profile: --samples FILE and -o FILE are required");
+        return EXIT_USAGE;
+    }
+    char *text = NULL, spec[64], dir[4096];
+    size_t len = 0;
+    int rc = read_file(a->samples, &text, &len);
+    if (rc)
+        return rc;
+    const char *slash = strrchr(a->samples, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->samples + 1) : 0, a->samples);
+    snprintf(spec, sizeof spec, "prefixkv:budget=%.6g,online=1", (double)a->budget);
+    struct kvf_model *m = NULL;
+    struct kvf_model_info info;
+    double *ratio = NULL, *gini = NULL;
+    cJSON *per_sample = cJSON_CreateArray();
+    int n = 0, line = 0;
+    if ((rc = load_model(a, &m)))
+        goto done;
+    kvf_model_get_info(m, &info);
+    ratio = calloc((size_t)info.n_layer, sizeof *ratio);
+    gini = calloc((size_t)info.n_layer, sizeof *gini);
+    if (!ratio || !gini) {
+        rc = fail(KVF_ERR_NOMEM, "profile");
+        goto done;
+    }
+    for (char *ln = text, *next; ln && *ln && !rc; ln = next) {
+        next = strchr(ln, '\n');
+        if (next)
+            *next++ = '\0';
+        line++;
+        if (!ln[strspn(ln, " \t\r")])
+            continue;
+        cJSON *o = cJSON_Parse(ln);
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+        const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
+        struct media_set ms = { 0 };
+        struct kvf_prompt *pr = NULL;
+        struct kvf_session *s = NULL;
+        if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
+            print_error("profile: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]}", a->samples, line);
+            rc = EXIT_INPUT;
+        }
+        if (!rc)
+            rc = profile_media(a, m, media, dir, line, &ms);
+        if (!rc)
+            rc = prompt_make(m, pt->valuestring, &ms, false, &pr);
+        struct kvf_session_params sp = kvf_session_default_params();
+        sp.n_ctx = pr ? kvf_prompt_n_tokens(pr) : 0;
+        sp.n_batch = a->batch;
+        sp.n_threads = a->threads;
+        sp.kv_spec = spec;
+        enum kvf_status st = KVF_OK;
+        if (!rc && ((st = kvf_session_init(m, &sp, &s)) != KVF_OK || (st = kvf_session_prefill_prompt(s, pr, NULL)) != KVF_OK ||
+                    (st = kvf_session_compress(s)) != KVF_OK))
+            rc = fail(st, "profile: sample");
+        if (!rc) {
+            cJSON *rs = cJSON_CreateArray();
+            for (int l = 0; l < info.n_layer; l++) {
+                double r, g;
+                kvf_session_kv_layer_budget(s, l, &r, &g);
+                ratio[l] += r;
+                gini[l] += g;
+                cJSON_AddItemToArray(rs, cJSON_CreateNumber(r));
+            }
+            cJSON_AddItemToArray(per_sample, rs);
+            n++;
+            if (!a->json)
+                fprintf(stderr, "kvfold: sample %d (line %d): %d positions\n", n, line, kvf_prompt_n_tokens(pr));
+        }
+        kvf_session_free(s);
+        kvf_prompt_free(pr);
+        media_set_free(&ms);
+        cJSON_Delete(o);
+    }
+    if (!rc && n == 0) {
+        print_error("profile: '%s' holds no samples", a->samples);
+        rc = EXIT_INPUT;
+    }
+    if (rc)
+        goto done;
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "model", info.name);
+    cJSON_AddStringToObject(out, "arch", info.arch);
+    cJSON_AddNumberToObject(out, "n_layer", info.n_layer);
+    cJSON_AddNumberToObject(out, "budget", f32_json(a->budget));
+    cJSON_AddNumberToObject(out, "samples", n);
+    cJSON *jr = cJSON_AddArrayToObject(out, "ratios"), *jg = cJSON_AddArrayToObject(out, "gini");
+    for (int l = 0; l < info.n_layer; l++) {
+        cJSON_AddItemToArray(jr, cJSON_CreateNumber(ratio[l] / n));
+        cJSON_AddItemToArray(jg, cJSON_CreateNumber(gini[l] / n));
+    }
+    cJSON_AddItemToObject(out, "per_sample", per_sample);
+    per_sample = NULL;
+    char *txt = cJSON_Print(out);
+    FILE *f = txt ? fopen(a->output, "w") : NULL;
+    const bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF;
+    if ((f && fclose(f) != 0) || !ok)
+        rc = fail(KVF_ERR_IO, "profile: cannot write the output file");
+    if (!rc && a->json)
+        rc = print_json(out);
+    else {
+        if (!rc) {
+            printf("layer  ratio   gini   (budget %.3g, %d sample%s) -> %s\n", (double)a->budget, n, n == 1 ? "" : "s", a->output);
+            for (int l = 0; l < info.n_layer; l++)
+                printf("%5d  %.3f   %.3f\n", l, ratio[l] / n, gini[l] / n);
+        }
+        cJSON_Delete(out);
+    }
+    free(txt);
+done:
+    cJSON_Delete(per_sample);
+    free(ratio);
+    free(gini);
+    kvf_model_free(m);
+    free(text);
+    return rc;
+}
+
 /* ------------------------------------------------------------ policies -- */
 
 static int policies_opts(struct args *a, struct opt *out) {
@@ -1696,6 +1866,13 @@ static const struct command commands[] = {
       "once untimed, then -r times; reported as mean ± std tokens/s, with the KV cache size,\n"
       "peak resident memory, and for tg the weight bytes read per second.",
       cmd_bench, bench_defaults, bench_opts, false },
+    { "profile", "Search PrefixKV's per-layer KV budgets on sample prompts and write them to a file.",
+      "-m FILE --samples FILE --budget R -o FILE [options]",
+      "Each sample runs with prefixkv online (a binary search for the retention threshold at\n"
+      "which the layers' budgets add up to R); the per-layer ratios averaged over the samples\n"
+      "are written as JSON, with the Gini coefficient of each layer's priority curve, for\n"
+      "--kv prefixkv:profile=FILE.",
+      cmd_profile, profile_defaults, profile_opts, false },
     { "policies", "List the KV cache policies --kv accepts, with their parameters and defaults.", "[--json]",
       "Every (layer, kv head) keeps the entries its rule scores best once the prompt is in;\n"
       "evicted entries are freed. Syntax: --kv NAME[:key=value,...].",
