@@ -203,12 +203,23 @@ bool kvf_prompt_is_synthetic(const struct kvf_prompt *prompt);
 
 struct kvf_session; /* opaque: KV cache, logits, scratch */
 
+/* How the KV cache stores keys and values. Q8_0 (as in GGML: blocks of 32
+ * values sharing one fp16 scale, 8-bit codes) needs a head dimension that
+ * is a multiple of 32. */
+enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0 };
+/* "f32", "f16", "q8_0"; NULL for a value outside the enum. */
+const char *kvf_kv_type_name(enum kvf_kv_type type);
+/* The type of that name; otherwise KVF_ERR_INVALID_ARG with a message
+ * listing the valid names. */
+enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out);
+
 struct kvf_session_params {
     int n_ctx;       /* maximum number of positions; <= 0: the model's training context (capped at 8192) */
     int n_batch;     /* prompt tokens processed per forward pass (>= 1)          */
     int n_threads;   /* <= 0: the model's default                                */
     const char *kv_spec; /* KV cache policy, e.g. "snapkv:budget=0.2"; NULL or "" = full
                             (applied by kvf_session_compress; see kvf_kv_policy_get) */
+    enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F32) */
 };
 struct kvf_session_params kvf_session_default_params(void);
 

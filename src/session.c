@@ -14,7 +14,7 @@
 #define SESSION_MAX_CTX_DEFAULT 8192
 
 struct kvf_session_params kvf_session_default_params(void) {
-    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0};
+    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = KVF_KV_F32};
     return p;
 }
 
@@ -37,6 +37,8 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->attn_scratch);
     free(s->qwin);
     free(s->qwin_pos);
+    free(s->qwin_tag);
+    free(s->c_win2);
     free(s->acc_tmp);
     free(s->n0);
     free(s->c_score);
@@ -126,6 +128,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->params = p;
     s->policy = policy;
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, kv_policy_needs_acc(&policy));
+    if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p.kv_type);
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -147,11 +150,16 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->btag = alloc_rows(B, 1, sizeof(struct kvf_tag), &ok);
     s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B, p.n_threads), 1, &ok);
     s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
-    if (kv_policy_needs_window(&policy) && policy.window > 0) {
-        s->qwin = alloc_rows(hp->n_layer * policy.window, QD, sizeof(float), &ok);
-        s->qwin_pos = alloc_rows(policy.window, 1, sizeof(int32_t), &ok);
+    /* CSP's default window is as many queries as recent entries kept. */
+    s->qwin_cap = policy.window > 0 ? policy.window
+                  : policy.method == KV_CSP ? (int)floor(kv_policy_keep_count(&policy, p.n_ctx) * policy.recent + 0.5) : 0;
+    if (kv_policy_needs_window(&policy) && s->qwin_cap > 0) {
+        s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
+        s->qwin_pos = alloc_rows(s->qwin_cap, 1, sizeof(int32_t), &ok);
+        s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
         s->c_win = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
-        s->c_out = alloc_rows(policy.window, QD, sizeof(float), &ok);
+        s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
+        if (policy.method == KV_CSP) s->c_win2 = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
     }
     if (s->kv.has_acc) s->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * p.n_ctx, sizeof(float)), ok &= s->acc_tmp != NULL;
     if (policy.method != KV_FULL) {
@@ -255,15 +263,23 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     return KVF_OK;
 }
 
-/* Attention the held window queries pay each entry of layer l, per kv head:
- * s->c_win[g][j] (mean over the query heads of g). */
-static enum kvf_status window_attention(struct kvf_session *s, int l) {
+/* Attention the held window queries pay each entry of layer l, per kv head
+ * (mean over the query heads of g): s->c_win[g][j]; for CSP the last
+ * window (or `target` x recent) queries' n-softmax attention from the
+ * entry's own modality in c_win and from the other in c_win2. */
+static enum kvf_status window_attention(struct kvf_session *s, int l, int target) {
     const struct hparams *hp = &s->model->hp;
-    const int W = s->policy.window, QD = hp->n_head * hp->head_dim, stride = s->params.n_ctx;
+    const int W = s->qwin_cap, QD = hp->n_head * hp->head_dim, stride = s->params.n_ctx;
+    const bool csp = s->policy.method == KV_CSP;
     memset(s->c_win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    if (csp) memset(s->c_win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     if (s->qwin_n == 0) return KVF_OK;
-    struct attn_stats st = {.stride = stride, .win_first = 0, .nsm_n = 1.0f};
-    st.a[ATTN_STAT_WIN] = s->c_win;
+    const int obs = s->policy.window > 0 ? s->policy.window : (int)floor(target * s->policy.recent + 0.5);
+    struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, s->qwin_n - obs), .nsm_n = (float)s->policy.nsm_n,
+                            .qtag = s->qwin_tag};
+    for (int i = 0; i < s->qwin_n; i++) s->qwin_tag[i] = s->tags[s->qwin_pos[i]];
+    if (csp) st.a[ATTN_STAT_WIN_NSM_SELF] = s->c_win, st.a[ATTN_STAT_WIN_NSM_CROSS] = s->c_win2;
+    else st.a[ATTN_STAT_WIN] = s->c_win;
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
         .window = s->model->layers[l].is_local ? hp->sliding_window : 0,
@@ -276,7 +292,8 @@ static struct kv_score_in score_in(const struct kvf_session *s, int l, int g, in
     const size_t hi = (size_t)l * s->kv.n_head_kv + g;
     return (struct kv_score_in){
         .p = &s->policy, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
-        .win_attn = s->c_win ? s->c_win + (size_t)g * s->params.n_ctx : NULL, .scratch = s->c_tmp,
+        .win_attn = s->c_win ? s->c_win + (size_t)g * s->params.n_ctx : NULL,
+        .win_cross = s->c_win2 ? s->c_win2 + (size_t)g * s->params.n_ctx : NULL, .scratch = s->c_tmp, .iscratch = s->c_into,
         .seed = s->policy.seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
 }
@@ -296,6 +313,7 @@ static void score_head(const struct kvf_session *s, const struct kv_score_in *in
     case KV_RANDOM:
     case KV_IMGRAND: kv_score_random(in, score); break;
     case KV_LOOKM: kv_score_lookm(in, score); break;
+    case KV_CSP: kv_score_csp(in, score); break;
     case KV_ELASTIC:
     case KV_PREFIXKV: memcpy(score, s->c_layer, sizeof(float) * (size_t)in->h->n); break;
     case KV_METHOD_COUNT: break;
@@ -319,7 +337,7 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
         if (s->kv.heads[(size_t)l * s->kv.n_head_kv].n != n)
             st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: layers hold different entry counts; search before any eviction");
         else
-            kv_score_layer(&s->kv, l, 0, imp + (size_t)l * n);
+            kv_score_layer(&s->kv, l, 0, false, imp + (size_t)l * n);
     }
     double p;
     if (st == KVF_OK && n > 0)
@@ -374,8 +392,8 @@ static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) 
         bool over = false;
         for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
         if (!over) continue;
-        if (!decode_rule && s->qwin) st = window_attention(s, l);
-        if (!decode_rule && kv_policy_per_layer(&s->policy)) kv_score_layer(&s->kv, l, s->policy.sinks, s->c_layer);
+        if (!decode_rule && s->qwin) st = window_attention(s, l, target);
+        if (!decode_rule && kv_policy_per_layer(&s->policy)) kv_score_layer(&s->kv, l, s->policy.sinks, true, s->c_layer);
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
             if (h->n <= target) continue;

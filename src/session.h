@@ -26,9 +26,11 @@ struct kvf_session {
     struct kv_policy policy;
     /* The latest `policy.window` queries of every layer (after RoPE), for
      * policies scored by the attention of the prompt's last queries. */
-    float *qwin;                      /* [n_layer][window][n_head*head_dim] or NULL */
-    int32_t *qwin_pos;                /* [window] their positions */
-    int qwin_n;                       /* rows held (<= window) */
+    float *qwin;                      /* [n_layer][qwin_cap][n_head*head_dim] or NULL */
+    int32_t *qwin_pos;                /* [qwin_cap] their positions */
+    struct kvf_tag *qwin_tag;         /* [qwin_cap] their tags, for window_attention */
+    int qwin_n, qwin_cap;             /* rows held (<= qwin_cap: the policy's window, or for
+                                         csp with window=0 the most recent entries it can keep) */
     /* Attention statistics of one layer's call, before they are added to the
      * entries' running sums (kv.has_acc): [KV_ACC_N][n_head_kv][n_ctx]. */
     float *acc_tmp;
@@ -39,7 +41,7 @@ struct kvf_session {
     int decode_steps;
     /* Compression scratch, sized for n_ctx entries: scores, indices, work
      * space, window attention [n_head_kv][n_ctx], window output. */
-    float *c_score, *c_tmp, *c_win, *c_out, *c_layer;
+    float *c_score, *c_tmp, *c_win, *c_win2, *c_out, *c_layer;
     int *c_idx, *c_into;
     /* Per-layer budgets as shares of the tokens seen (budget=prefix), and
      * the Gini coefficient of each layer's priority curve when searched. */

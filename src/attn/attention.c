@@ -46,9 +46,9 @@ static void add_row(float *a, const float *row, int jb, int je, float w) {
 
 /* Adds query i's softmax row (visible columns [jb, je)) to kv head g's
  * partial sums; w = 1/group averages the query heads sharing g. nsm: the
- * row's n-softmax / softmax ratio, S / (S + n e^-max). */
+ * row's n-softmax / softmax ratio, S / (S + n e^-max). ktag: the entries' tags. */
 static void stats_row(const struct stats_part *sp, int g, int i, const float *row, int jb, int je, float w,
-                      float nsm) {
+                      float nsm, const struct kvf_tag *ktag) {
     const struct attn_stats *st = sp->st;
     if (st->a[ATTN_STAT_SUM]) add_row(part_array(sp, ATTN_STAT_SUM, g), row, jb, je, w);
     if (st->a[ATTN_STAT_SQ]) {
@@ -64,25 +64,58 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *ro
     if (i < st->win_first) return;
     if (st->a[ATTN_STAT_WIN]) add_row(part_array(sp, ATTN_STAT_WIN, g), row, jb, je, w);
     if (st->a[ATTN_STAT_WIN_NSM]) add_row(part_array(sp, ATTN_STAT_WIN_NSM, g), row, jb, je, w * nsm);
+    if (st->a[ATTN_STAT_WIN_NSM_SELF] && st->a[ATTN_STAT_WIN_NSM_CROSS]) {
+        float *self = part_array(sp, ATTN_STAT_WIN_NSM_SELF, g), *cross = part_array(sp, ATTN_STAT_WIN_NSM_CROSS, g);
+        for (int j = jb; j < je; j++) (ktag[j].modality == st->qtag[i].modality ? self : cross)[j] += w * nsm * row[j];
+    }
 }
 
 /* Below this many queries in a block, scores and outputs are dot products
- * and axpys; from it on, two BLAS calls (decode is one query per head, where
- * a BLAS call's overhead costs more than it saves). */
+ * and axpys on the stored rows (any type); from it on, two BLAS calls
+ * (decode is one query per head, where a BLAS call's overhead costs more
+ * than it saves), on float32 copies of the rows for F16 / Q8_0 caches. */
 #define ATTN_BLAS_MIN_ROWS 4
+
+/* A thread's float32 copy of the leading rows of one kv head (blocked path,
+ * F16 / Q8_0 caches). A head's blocks come in order of growing visible
+ * length and query heads sharing a kv head are adjacent, so each row is
+ * converted about once per thread and kv head, not once per block. */
+struct rows_f32 {
+    const struct kv_head *h; /* whose rows are held; NULL: none */
+    int n;                   /* rows [0, n) are held */
+    float *k, *v;            /* [n_kv_max][head_dim] each */
+};
+
+static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, int n) {
+    if (r->h != h) r->h = h, r->n = 0;
+    if (n <= r->n) return;
+    /* Rows are whole blocks of the type, so a run of rows is one row of (n - r->n) * d values. */
+    const size_t rb = dtype_row_bytes(h->type, d), off = (size_t)r->n * d;
+    quant_dequant_row(h->type, (const uint8_t *)h->k + r->n * rb, r->k + off, (int64_t)(n - r->n) * d);
+    quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + off, (int64_t)(n - r->n) * d);
+    r->n = n;
+}
 
 /* One block of queries of one head: scores = scale * Q K^T, masked and
  * softmaxed row by row (statistics taken from the rows), then O = S V. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int head,
-                       const struct kv_head *h, float *out, float *s, const struct stats_part *sp) {
+                       const struct kv_head *h, float *out, float *s, struct rows_f32 *conv,
+                       const struct stats_part *sp) {
     const int d = p->head_dim, qstride = p->n_head * d, nb = i1 - i0;
     const int group = p->n_head / p->n_head_kv;
+    const size_t rb = dtype_row_bytes(h->type, d);
+    const uint8_t *kr = h->k, *vr = h->v;
     /* Keys past the block's last query are masked for every row of it. */
     const int jend = p->bidirectional ? h->n : visible_end(h, qpos[i1 - 1]);
     const size_t qoff = (size_t)i0 * qstride + (size_t)head * d;
     const bool blas = nb >= ATTN_BLAS_MIN_ROWS && jend > 0;
+    const float *K = h->k, *V = h->v;
+    if (blas && h->type != DT_F32) {
+        rows_f32_fill(conv, h, d, jend);
+        K = conv->k, V = conv->v;
+    }
     if (blas)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, jend, d, p->scale, q + qoff, qstride, h->k, d,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, jend, d, p->scale, q + qoff, qstride, K, d,
                     0.0f, s, jend);
     for (int i = i0; i < i1; i++) {
         float *row = s + (size_t)(i - i0) * jend;
@@ -92,23 +125,27 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         for (int j = 0; j < jb; j++) row[j] = -INFINITY;
         for (int j = je; j < jend; j++) row[j] = -INFINITY;
         if (!blas)
-            for (int j = jb; j < je; j++) row[j] = vec_dot_f32(qi, h->k + (size_t)j * d, d) * p->scale;
+            for (int j = jb; j < je; j++) row[j] = quant_row_dot_f32(h->type, d, kr + j * rb, qi) * p->scale;
         double sum;
         const float mx = ops_softmax_sum(row, jend, &sum);
+        /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
         if (sp && je > jb) {
-            /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
             const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
-            stats_row(sp, head / group, i, row, jb, je, 1.0f / group, nsm);
+            stats_row(sp, head / group, i, row, jb, je, 1.0f / group, nsm, h->tag);
+        }
+        if (p->nsm_n > 0 && je > jb) {
+            const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
+            for (int j = jb; j < je; j++) row[j] *= nsm;
         }
         if (!blas) {
             float *o = out + (size_t)i * qstride + (size_t)head * d;
             memset(o, 0, sizeof(float) * d);
             for (int j = jb; j < je; j++)
-                if (row[j] != 0.0f) vec_axpy_f32(o, row[j], h->v + (size_t)j * d, d);
+                if (row[j] != 0.0f) quant_row_axpy(h->type, o, row[j], vr + j * rb, d);
         }
     }
     if (blas)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, jend, 1.0f, s, jend, h->v, d, 0.0f,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, jend, 1.0f, s, jend, V, d, 0.0f,
                     out + qoff, qstride);
 }
 
@@ -132,16 +169,31 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     const size_t part_len = (size_t)n_req * p->n_head_kv * (size_t)n_kv_max;
     if (stats && !(parts = calloc((size_t)n_threads * part_len + 1, sizeof(float))))
         return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics");
+    /* Float32 copies of F16 / Q8_0 rows for the blocked path: O(threads x
+     * entries x head_dim), allocated only when a block will use BLAS. */
+    float *rows = NULL;
+    const size_t rows_len = 2 * (size_t)n_kv_max * p->head_dim;
+    if (kv[0].type != DT_F32 && n_q >= ATTN_BLAS_MIN_ROWS &&
+        !(rows = malloc((size_t)n_threads * rows_len * sizeof(float)))) {
+        free(parts);
+        return err_set(KVF_ERR_NOMEM, "out of memory for attention rows (%d entries)", n_kv_max);
+    }
 
     /* Each of our threads runs one-thread BLAS calls (see ops_matmul). */
     openblas_set_num_threads(1);
-    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-    for (int t = 0; t < n_tasks; t++) {
-        const int head = t / n_blocks, b = t % n_blocks, th = omp_get_thread_num();
-        const int i0 = b * ATTN_BLOCK, i1 = KVF_MIN(n_q, i0 + ATTN_BLOCK);
-        float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
-        const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
-        attn_block(p, q, qpos, i0, i1, head, &kv[head / group], out, s, stats ? &sp : NULL);
+    #pragma omp parallel num_threads(n_threads)
+    {
+        const int th = omp_get_thread_num();
+        float *mine = rows ? rows + (size_t)th * rows_len : NULL;
+        struct rows_f32 conv = {NULL, 0, mine, mine ? mine + rows_len / 2 : NULL};
+        #pragma omp for schedule(dynamic, 1)
+        for (int t = 0; t < n_tasks; t++) {
+            const int head = t / n_blocks, b = t % n_blocks;
+            const int i0 = b * ATTN_BLOCK, i1 = KVF_MIN(n_q, i0 + ATTN_BLOCK);
+            float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
+            const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
+            attn_block(p, q, qpos, i0, i1, head, &kv[head / group], out, s, &conv, stats ? &sp : NULL);
+        }
     }
     for (int k = 0; stats && k < ATTN_STAT_N; k++) {
         if (!stats->a[k]) continue;
@@ -155,5 +207,6 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         }
     }
     free(parts);
+    free(rows);
     return KVF_OK;
 }

@@ -13,6 +13,8 @@ struct attn_params {
     float scale;   /* multiplies q.k */
     int window;    /* sliding window in positions (query sees pos > qpos - window); 0 = none */
     bool bidirectional; /* every query sees every key (vision encoders); qpos unused */
+    float nsm_n;   /* > 0: the output weights are the n-softmax exp(x_j) / (n + sum_k exp(x_k))
+                      (CSP eq. 7, after pruning); 0: softmax */
 };
 
 /* Statistics gathered while a block's softmax rows are in hand (DESIGN
@@ -21,15 +23,17 @@ struct attn_params {
  * arrays are not computed. GQA: a kv head's value is the mean over the query
  * heads that share it. */
 enum { ATTN_STAT_SUM, ATTN_STAT_SQ, ATTN_STAT_COUNT, ATTN_STAT_TEXT, ATTN_STAT_IMAGE, ATTN_STAT_VIDEO,
-       ATTN_STAT_WIN, ATTN_STAT_WIN_NSM, ATTN_STAT_N };
+       ATTN_STAT_WIN, ATTN_STAT_WIN_NSM, ATTN_STAT_WIN_NSM_SELF, ATTN_STAT_WIN_NSM_CROSS, ATTN_STAT_N };
 struct attn_stats {
     int stride;                  /* >= the entry count of every head                      */
     float *a[ATTN_STAT_N];       /* SUM:   sum_i A[i,j] over every query (H2O, LOOK-M...)
                                     SQ:    sum_i A[i,j]^2; COUNT: queries that saw j (RoCo)
                                     TEXT / IMAGE / VIDEO: SUM split by the query's modality
                                     WIN:   SUM over the window queries only (SnapKV, CSP)
-                                    WIN_NSM: WIN with n-softmax exp(x_j) / (n + sum_k exp(x_k)) */
-    const struct kvf_tag *qtag;  /* [n_q] query tags: needed for TEXT / IMAGE / VIDEO      */
+                                    WIN_NSM: WIN with n-softmax exp(x_j) / (n + sum_k exp(x_k))
+                                    WIN_NSM_SELF / CROSS: WIN_NSM split by whether entry j has
+                                    the query's modality (CSP; both or neither) */
+    const struct kvf_tag *qtag;  /* [n_q] query tags: needed for TEXT / IMAGE / VIDEO, SELF / CROSS */
     int win_first;               /* queries i >= win_first of the call form the window    */
     float nsm_n;                 /* n of the n-softmax                                    */
 };
@@ -40,8 +44,11 @@ size_t attn_scratch_bytes(int n_kv, int n_threads);
  * kv:  the layer's heads (kv_cache_head(cache, layer, 0 .. n_head_kv-1)).
  * out: [n_q][n_head*head_dim]. Query head h reads kv head h / (n_head/n_head_kv).
  * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (and inside the window). */
-/* stats (optional): accumulated as described above; its per-thread partial
- * sums are allocated here (O(threads x heads x entries)), hence the status. */
+/* Rows may be stored as any cache type (kv->type). Small blocks (decode)
+ * read them in place; blocks of F16 / Q8_0 rows large enough for BLAS use
+ * float32 copies, allocated here (O(threads x entries x head_dim)).
+ * stats (optional): accumulated as described above; its per-thread partial
+ * sums are allocated here too (O(threads x heads x entries)), hence the status. */
 enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
                              const struct kv_head *kv, float *out, float *scratch, int n_threads,
                              const struct attn_stats *stats);

@@ -427,6 +427,40 @@ static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
         y[i] += a * x[i];
 }
 
+/* ---- KV cache rows against f32 -------------------------------------- */
+
+/* Attention reads cached keys and values against the float32 query and
+ * softmax weights as they are: quantising those as well would add a second
+ * error on top of the cache's own. */
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+    const struct block_q8_0 *a = w;
+    const float *y = x;
+    double s = 0;
+    for (int64_t i = 0; i < n / QK8_0; i++) {
+        float v[QK8_0];
+        dequant_q8_0(&a[i], v, QK8_0);
+        s += dot_f32_ref(v, y + i * QK8_0, QK8_0);
+    }
+    return (float)s;
+}
+
+static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32_ref(y, a, x, n); }
+
+static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
+    const uint16_t *h = x;
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * fp16_to_f32(h[i]);
+}
+
+static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
+    const struct block_q8_0 *b = x;
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        const float ad = a * fp16_to_f32(b[i].d);
+        for (int j = 0; j < QK8_0; j++)
+            y[j] += ad * b[i].qs[j];
+    }
+}
+
 /* ---- reference quantisers ------------------------------------------- */
 
 /* Nearest integer, clamped to [lo, hi]; NaN goes to lo. */
@@ -735,6 +769,8 @@ static const struct quant_kernels scalar_kernels = {
         },
     .dot_f32 = dot_f32_ref,
     .axpy_f32 = axpy_f32_ref,
+    .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
+    .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row},
 };
 
 /* One table per level, each starting as a copy of the level below. */
@@ -851,6 +887,26 @@ float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x
     return f != NULL ? f(n, w, x) : 0.0f;
 }
 
-float vec_dot_f32(const float *a, const float *b, int64_t n) { return kernels()->dot_f32(a, b, n); }
+/* Unsupported types give 0 and leave y, like quant_vec_dot. */
+float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x) {
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot_f32x[type] : NULL;
+    return f != NULL ? f(n, w, x) : 0.0f;
+}
 
-void vec_axpy_f32(float *y, float a, const float *x, int64_t n) { kernels()->axpy_f32(y, a, x, n); }
+float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x) {
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dot_f32x[type] : NULL;
+    return f != NULL ? f(n, w, x) : 0.0f;
+}
+
+void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n) {
+    const quant_axpy_fn f = (unsigned)type < DT_COUNT ? kernels()->axpy[type] : NULL;
+    if (f != NULL)
+        f(y, a, w, n);
+}
+
+void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
+    const quant_axpy_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.axpy[type] : NULL;
+    if (f != NULL)
+        f(y, a, w, n);
+}
+

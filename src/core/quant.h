@@ -54,8 +54,12 @@ float quant_vec_dot(enum dtype type, int64_t n, const void *w, const void *x);
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
 float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x);
 
-/* f32 helpers with SIMD paths. */
-float vec_dot_f32(const float *a, const float *b, int64_t n);
-void vec_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a*x */
+/* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0) against plain f32,
+ * nothing quantised on the f32 side: sum_i w[i] * x[i], and y += a * w.
+ * n: a multiple of the type's block size. Other types: 0 / y unchanged. */
+float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x);
+void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
+float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x);
+void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n);
 
 #endif

@@ -227,6 +227,52 @@ static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- KV cache rows against f32 -------------------------------------- */
+
+/* Values 8k .. 8k+7 of a Q8_0 block as floats (the code, not yet scaled). */
+static inline __m256 q8_0_codes8(const struct block_q8_0 *b, int k) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * k))));
+}
+
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+    const struct block_q8_0 *a = w;
+    const float *y = x;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        __m256 s = _mm256_mul_ps(q8_0_codes8(&a[i], 0), _mm256_loadu_ps(y));
+        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 1), _mm256_loadu_ps(y + 8), s);
+        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 2), _mm256_loadu_ps(y + 16), s);
+        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 3), _mm256_loadu_ps(y + 24), s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a[i].d)), s, acc);
+    }
+    return hsum_ps(acc);
+}
+
+static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
+
+static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
+    const uint16_t *h = x;
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, load_f16x8(h + i), _mm256_loadu_ps(y + i)));
+    if (i < n) {
+        uint16_t hb[8];
+        TAIL_COPY(hb, h + i, sizeof *h, n - i);
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, load_f16x8(hb), _mm256_maskload_ps(y + i, m)));
+    }
+}
+
+static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
+    const struct block_q8_0 *b = x;
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        const __m256 ad = _mm256_set1_ps(a * QUANT_H2F(b[i].d));
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, q8_0_codes8(&b[i], k), _mm256_loadu_ps(y + 8 * k)));
+    }
+}
+
 /* ---- K quants ------------------------------------------------------- */
 
 /* Shared by Q4_K and Q5_K: the min term dmin * sum_j mn_j * (sum of the
@@ -366,4 +412,10 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->dot[DT_Q6_K] = dot_q6_K_q8_K;
     k->dot_f32 = dot_f32;
     k->axpy_f32 = axpy_f32;
+    k->dot_f32x[DT_F32] = dot_f32_row;
+    k->dot_f32x[DT_F16] = dot_f16_row;
+    k->dot_f32x[DT_Q8_0] = dot_q8_0_f32;
+    k->axpy[DT_F32] = axpy_f32_row;
+    k->axpy[DT_F16] = axpy_f16_row;
+    k->axpy[DT_Q8_0] = axpy_q8_0_row;
 }

@@ -182,6 +182,45 @@ static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- KV cache rows against f32 -------------------------------------- */
+
+/* Values 16k .. 16k+15 of a Q8_0 block as floats (the code, not yet scaled). */
+static inline __m512 q8_0_codes16(const struct block_q8_0 *b, int k) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k))));
+}
+
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+    const struct block_q8_0 *a = w;
+    const float *y = x;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        __m512 s = _mm512_mul_ps(q8_0_codes16(&a[i], 0), _mm512_loadu_ps(y));
+        s = _mm512_fmadd_ps(q8_0_codes16(&a[i], 1), _mm512_loadu_ps(y + 16), s);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a[i].d)), s, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
+
+static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
+    const uint16_t *h = x;
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, load_f16x16(h + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
+    const struct block_q8_0 *b = x;
+    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
+        const __m512 ad = _mm512_set1_ps(a * QUANT_H2F(b[i].d));
+        _mm512_storeu_ps(y, _mm512_fmadd_ps(ad, q8_0_codes16(&b[i], 0), _mm512_loadu_ps(y)));
+        _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(ad, q8_0_codes16(&b[i], 1), _mm512_loadu_ps(y + 16)));
+    }
+}
+
 /* ---- K quants ------------------------------------------------------- */
 
 /* vpermw indices: word c (of 8 or 16) broadcast to each 256-bit half...
@@ -352,4 +391,10 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dot[DT_Q6_K] = dot_q6_K_q8_K;
     k->dot_f32 = dot_f32;
     k->axpy_f32 = axpy_f32;
+    k->dot_f32x[DT_F32] = dot_f32_row;
+    k->dot_f32x[DT_F16] = dot_f16_row;
+    k->dot_f32x[DT_Q8_0] = dot_q8_0_f32;
+    k->axpy[DT_F32] = axpy_f32_row;
+    k->axpy[DT_F16] = axpy_f16_row;
+    k->axpy[DT_Q8_0] = axpy_q8_0_row;
 }

@@ -115,12 +115,17 @@ static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t s
  * n values per row; w and x point at whole blocks. */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
+typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
 
 struct quant_kernels {
     quant_dequant_fn dequant[DT_COUNT]; /* NULL: type not readable */
     quant_dot_fn dot[DT_COUNT];
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
+    /* KV cache rows (F32, F16, Q8_0) against plain f32 vectors:
+     * dot_f32x[t](n, row, x) and axpy[t](y, a, row, n). */
+    quant_dot_fn dot_f32x[DT_COUNT];
+    quant_axpy_fn axpy[DT_COUNT];
 };
 
 /* Each overrides the entries it has a faster kernel for and leaves the rest

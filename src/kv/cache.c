@@ -3,9 +3,29 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Indexed by enum kvf_kv_type. */
+static const struct {
+    const char *name;
+    enum dtype type;
+} kv_types[] = {{"f32", DT_F32}, {"f16", DT_F16}, {"q8_0", DT_Q8_0}};
+#define KV_TYPE_COUNT ((int)(sizeof kv_types / sizeof kv_types[0]))
+
+const char *kvf_kv_type_name(enum kvf_kv_type type) {
+    return (unsigned)type < (unsigned)KV_TYPE_COUNT ? kv_types[type].name : NULL;
+}
+
+enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out) {
+    for (int t = 0; name && t < KV_TYPE_COUNT; t++)
+        if (strcmp(name, kv_types[t].name) == 0) {
+            *out = (enum kvf_kv_type)t;
+            return KVF_OK;
+        }
+    return err_set(KVF_ERR_INVALID_ARG, "unknown KV cache type '%s' (valid: f32, f16, q8_0)", name ? name : "(null)");
+}
+
 static size_t head_bytes(const struct kv_cache *c, int cap) {
     const size_t acc = c->has_acc ? KV_ACC_N * sizeof(float) : 0;
-    return (size_t)cap * (2 * (size_t)c->head_dim * sizeof(float) + sizeof(struct kvf_tag) + acc);
+    return (size_t)cap * (2 * c->row_bytes + sizeof(struct kvf_tag) + acc);
 }
 
 static void bytes_add(struct kv_cache *c, size_t add, size_t sub) {
@@ -15,12 +35,29 @@ static void bytes_add(struct kv_cache *c, size_t add, size_t sub) {
 
 enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim, bool has_acc) {
     memset(c, 0, sizeof *c);
-    c->heads = calloc((size_t)n_layer * n_head_kv, sizeof *c->heads);
+    c->heads = calloc((size_t)n_layer * n_head_kv, sizeof *c->heads); /* zeroed: F32 heads */
     if (!c->heads) return err_set(KVF_ERR_NOMEM, "kv cache: out of memory");
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
+    c->type = DT_F32;
+    c->row_bytes = dtype_row_bytes(DT_F32, head_dim);
     c->has_acc = has_acc;
+    return KVF_OK;
+}
+
+enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type) {
+    const char *name = kvf_kv_type_name(type);
+    if (!name) return err_set(KVF_ERR_INVALID_ARG, "KV cache type %d (valid: f32, f16, q8_0)", (int)type);
+    const enum dtype t = kv_types[type].type;
+    const size_t row = dtype_row_bytes(t, c->head_dim);
+    if (row == 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "KV cache type %s needs a head dimension that is a multiple of %d (the model's is %d)",
+                       name, dtype_get(t)->block, c->head_dim);
+    if (c->bytes != 0) return err_set(KVF_ERR_INTERNAL, "kv cache: type changed while holding entries");
+    c->type = t;
+    c->row_bytes = row;
+    for (size_t i = 0; i < (size_t)c->n_layer * c->n_head_kv; i++) c->heads[i].type = t;
     return KVF_OK;
 }
 
@@ -32,6 +69,7 @@ void kv_cache_clear(struct kv_cache *c) {
         free(h->tag);
         free(h->acc);
         memset(h, 0, sizeof *h);
+        h->type = c->type;
     }
     c->bytes = 0;
     c->peak_bytes = 0;
@@ -45,10 +83,10 @@ void kv_cache_free(struct kv_cache *c) {
 }
 
 static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap) {
-    const size_t row = (size_t)c->head_dim * sizeof(float);
-    float *k = realloc(h->k, (size_t)cap * row);
+    const size_t row = c->row_bytes;
+    void *k = realloc(h->k, (size_t)cap * row);
     if (k) h->k = k;
-    float *v = k ? realloc(h->v, (size_t)cap * row) : NULL;
+    void *v = k ? realloc(h->v, (size_t)cap * row) : NULL;
     if (v) h->v = v;
     struct kvf_tag *t = v ? realloc(h->tag, (size_t)cap * sizeof *t) : NULL;
     if (t) h->tag = t;
@@ -67,13 +105,14 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
         if (keep[i] < 0 || keep[i] >= h->n || (i > 0 && keep[i] <= keep[i - 1]))
             return err_set(KVF_ERR_INTERNAL, "kv keep: index %d (%d) out of order or range", i, keep[i]);
     /* Runs of consecutive kept entries move in one go. */
-    const size_t d = (size_t)c->head_dim;
+    const size_t row = c->row_bytes;
+    uint8_t *k = h->k, *v = h->v;
     for (int i = 0, r; i < n_keep; i = r) {
         for (r = i + 1; r < n_keep && keep[r] == keep[r - 1] + 1;) r++;
         if (keep[i] == i) continue;
         const size_t len = (size_t)(r - i);
-        memmove(h->k + i * d, h->k + keep[i] * d, len * d * sizeof(float));
-        memmove(h->v + i * d, h->v + keep[i] * d, len * d * sizeof(float));
+        memmove(k + i * row, k + keep[i] * row, len * row);
+        memmove(v + i * row, v + keep[i] * row, len * row);
         memmove(h->tag + i, h->tag + keep[i], len * sizeof *h->tag);
         if (h->acc) memmove(h->acc + (size_t)i * KV_ACC_N, h->acc + (size_t)keep[i] * KV_ACC_N, len * KV_ACC_N * sizeof(float));
     }
@@ -116,12 +155,28 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
     const int d = c->head_dim, stride = c->n_head_kv * d;
     for (int g = 0; g < c->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(c, layer, g);
-        for (int t = 0; t < n; t++) {
-            memcpy(h->k + (size_t)(h->n + t) * d, k + (size_t)t * stride + g * d, d * sizeof(float));
-            memcpy(h->v + (size_t)(h->n + t) * d, v + (size_t)t * stride + g * d, d * sizeof(float));
-        }
+        for (int t = 0; t < n; t++)
+            kv_head_set_row(h, d, h->n + t, k + (size_t)t * stride + g * d, v + (size_t)t * stride + g * d);
         memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
         if (h->acc) memset(h->acc + (size_t)h->n * KV_ACC_N, 0, (size_t)n * KV_ACC_N * sizeof(float));
         h->n += n;
     }
+}
+
+static size_t row_offset(const struct kv_head *h, int head_dim, int j) {
+    return (size_t)j * dtype_row_bytes(h->type, head_dim);
+}
+
+void kv_head_key_row(const struct kv_head *h, int head_dim, int j, float *out) {
+    quant_dequant_row(h->type, (const uint8_t *)h->k + row_offset(h, head_dim, j), out, head_dim);
+}
+
+void kv_head_value_row(const struct kv_head *h, int head_dim, int j, float *out) {
+    quant_dequant_row(h->type, (const uint8_t *)h->v + row_offset(h, head_dim, j), out, head_dim);
+}
+
+void kv_head_set_row(struct kv_head *h, int head_dim, int j, const float *k, const float *v) {
+    const size_t off = row_offset(h, head_dim, j);
+    quant_quantize_row(h->type, k, (uint8_t *)h->k + off, head_dim);
+    quant_quantize_row(h->type, v, (uint8_t *)h->v + off, head_dim);
 }

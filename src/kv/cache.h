@@ -3,20 +3,26 @@
  * head. Keys are stored after RoPE, next to the tag of each entry (true
  * position, modality, image / frame index, grid cell): compression methods
  * read the tags, and they travel with the entries through eviction.
+ * Keys and values are stored as float32, fp16 or Q8_0 rows (chosen per
+ * session); code that needs float32 reads them with kv_head_key_row /
+ * kv_head_value_row and writes with kv_head_set_row.
  * Invariant: within a head, entries are in increasing position order. The
  * bytes reported are the bytes allocated. */
 #ifndef KVF_KV_CACHE_H
 #define KVF_KV_CACHE_H
 
 #include "core/common.h"
+#include "core/quant.h"
 
 struct kv_head {
-    float *k;        /* [cap][head_dim] */
-    float *v;        /* [cap][head_dim] */
+    void *k;             /* [cap] key rows: head_dim values each, stored as `type` */
+    void *v;             /* [cap] value rows, likewise */
     struct kvf_tag *tag; /* [cap] tag (true position first) of each entry */
     float *acc;          /* [cap][KV_ACC_N] attention each entry received so far
                             (online scores: H2O, RoCo); NULL unless the cache keeps them */
     int n, cap;
+    enum dtype type;     /* the cache's DT_F32, DT_F16 or DT_Q8_0: each head carries it, as readers
+                            (attention, policies) are handed heads; a zeroed view is F32 */
 };
 
 /* The running statistics of an entry, over every query that saw it. */
@@ -24,15 +30,22 @@ enum { KV_ACC_SUM, KV_ACC_SQ, KV_ACC_COUNT, KV_ACC_N };
 
 struct kv_cache {
     int n_layer, n_head_kv, head_dim;
+    enum dtype type;       /* storage of keys and values, as in every head */
+    size_t row_bytes;      /* bytes of one key (or value) row */
     bool has_acc;          /* entries carry KV_ACC_N running statistics */
     struct kv_head *heads; /* [n_layer][n_head_kv] */
     size_t bytes;          /* allocated bytes of k, v, tags and statistics over all heads */
     size_t peak_bytes;     /* the largest `bytes` so far */
 };
 
+/* An empty float32 cache. */
 enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim, bool has_acc);
+/* Chooses how an empty cache (just initialised or cleared) stores keys and
+ * values: KVF_ERR_INVALID_ARG for a value outside enum kvf_kv_type,
+ * KVF_ERR_UNSUPPORTED for Q8_0 when head_dim is not a multiple of 32. */
+enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type);
 void kv_cache_free(struct kv_cache *c);
-void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the storage */
+void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the storage; the type stays */
 static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int head) {
     return &c->heads[(size_t)layer * c->n_head_kv + head];
 }
@@ -43,9 +56,16 @@ enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
  * to exactly n_keep entries: evicted memory is returned, never masked. */
 enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
- * (the layout of the projection output); tags: [n]; statistics start at 0.
- * Space must be reserved. */
+ * float32 (the layout of the projection output), converted to the cache's
+ * type; tags: [n]; statistics start at 0. Space must be reserved. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);
+
+/* Entry j (< h->n) of a head as float32: its key, its value (head_dim floats). */
+void kv_head_key_row(const struct kv_head *h, int head_dim, int j, float *out);
+void kv_head_value_row(const struct kv_head *h, int head_dim, int j, float *out);
+/* Overwrites entry j's key and value with float32 rows, stored in the
+ * head's type (for methods that merge entries). */
+void kv_head_set_row(struct kv_head *h, int head_dim, int j, const float *k, const float *v);
 
 #endif

@@ -65,6 +65,11 @@ static const struct option presets[KV_METHOD_COUNT] = {
                      "budget=0.2,online=1,sinks=4 +budget=prefix +decode=fixed-distance:distance=25",
                      {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, STAGES,
                       .decode = KV_DECODE_FIXED}},
+    [KV_CSP] = {"preset", "csp", "top entries by same-modality and by cross-modality n-softmax attention of the "
+                "observation window (window=0: as many queries as recent entries), their union, the recent window",
+                "Cross-Self Pruning (Pei et al., 2024; paper 004)", "budget recent important cross_ratio n window decode_softmax",
+                "budget=0.2,recent=0.5,cross_ratio=0.5,n=1,window=0,decode_softmax=0",
+                {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, STAGES}},
 };
 
 static const struct option allocs[KV_ALLOC_COUNT] = {
@@ -108,7 +113,7 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv, csp"
 #define STAGE_ITEMS "budget=uniform|pyramid|prefix, decode=grow|window|h2o|fixed-distance|recompress"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
@@ -151,10 +156,18 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
             if (!strcmp(val, names[i])) m = i;
         if (m < 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': merge '%s' (valid: none, avg, pivotal, weighted)", what, val);
         p->merge = (enum kv_merge)m;
-    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online")) {
+    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online") || !strcmp(key, "decode_softmax")) {
         if (strcmp(val, "0") && strcmp(val, "1"))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be 0 or 1", what, key, val);
-        *(key[0] == 't' ? &p->text_prior : &p->online) = val[0] == '1';
+        *(key[0] == 't' ? &p->text_prior : key[0] == 'o' ? &p->online : &p->decode_softmax) = val[0] == '1';
+    } else if (!strcmp(key, "cross_ratio")) {
+        if (!parse_num(val, 0.0, 1.0, &x))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': cross_ratio '%s' is not a share in [0, 1]", what, val);
+        p->cross_ratio = x;
+    } else if (!strcmp(key, "n")) {
+        if (!parse_num(val, 0.0, 1e6, &x))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': n '%s' is not a number in [0, 1e6]", what, val);
+        p->nsm_n = x;
     } else if (!strcmp(key, "profile")) {
         if (!val[0] || strlen(val) >= sizeof p->profile)
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': profile path empty or too long", what);
@@ -248,10 +261,11 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     if (st == KVF_OK && p.method == KV_FULL && p.decode != KV_DECODE_GROW)
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': full keeps every entry, so it has no decode stage", spec);
     /* Recent and important shares of the budget: one gives the other. */
-    if (st == KVF_OK && p.shares == 3 && p.recent + p.important <= 0)
+    const int shares = p.shares & 3;
+    if (st == KVF_OK && shares == 3 && p.recent + p.important <= 0)
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent and important shares are both 0", spec);
-    if (st == KVF_OK && p.shares == 3) p.recent /= p.recent + p.important;
-    else if (st == KVF_OK && p.shares == 2) p.recent = 1.0 - p.important;
+    if (st == KVF_OK && shares == 3) p.recent /= p.recent + p.important;
+    else if (st == KVF_OK && shares == 2) p.recent = 1.0 - p.important;
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && p.online == (p.profile[0] != '\0'))
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or online=1", spec);
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(&p))

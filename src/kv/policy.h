@@ -12,7 +12,7 @@
 /* Presets; each one is a score rule (pyramidkv: SnapKV's rule with the
  * pyramid budget allocation). */
 enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_ROCO, KV_KEYDIFF, KV_KNORM, KV_RANDOM,
-                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_METHOD_COUNT };
+                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_METHOD_COUNT };
 /* Budget stage: how the entries are spread over the layers (prefix:
  * PrefixKV's searched per-layer ratios, online or from a profile). */
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
@@ -41,6 +41,9 @@ struct kv_policy {
     double important;   /* lookm: the important share (recent = 1 - important when alone) */
     int shares;         /* which of recent (1), important (2) and budget (4) the spec gave */
     bool text_prior;    /* lookm: every text entry is kept                               */
+    double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
+    double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
+    bool decode_softmax; /* csp: n-softmax also inside attention once compressed (eq. 7)  */
     bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
@@ -55,7 +58,7 @@ int kv_policy_layer_keep(const struct kv_policy *p, int n_seen, int layer, int n
 int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
 /* Whether compression needs the last `window` queries of each layer. */
 static inline bool kv_policy_needs_window(const struct kv_policy *p) {
-    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV;
+    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV || p->method == KV_CSP;
 }
 /* Whether cache entries carry the attention they received (KV_ACC_*). */
 static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
@@ -75,14 +78,18 @@ struct kv_score_in {
     const struct kv_head *h;
     int head_dim;
     int keep;              /* entries the head keeps (h2o splits them)         */
-    const float *win_attn; /* snapkv: attention of the window queries [h->n]   */
+    const float *win_attn; /* snapkv: attention of the window queries [h->n];
+                              csp: their n-softmax attention from the same modality */
+    const float *win_cross; /* csp: ... and from the other modality [h->n]     */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
     float *scratch;        /* [h->n] work space                                 */
+    int *iscratch;         /* [h->n] work space                                 */
 };
 void kv_score_streaming(const struct kv_score_in *in, float *score);
 void kv_score_h2o(const struct kv_score_in *in, float *score);
 void kv_score_roco(const struct kv_score_in *in, float *score);
 void kv_score_lookm(const struct kv_score_in *in, float *score);
+void kv_score_csp(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
 void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);
@@ -97,9 +104,10 @@ int kv_select(int n, const float *score, int keep, int *out);
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
 /* Layer importance (PrefixKV, Elastic Cache): the attention each entry
  * received over every query, averaged over the layer's kv heads (whose
- * entries are the same positions). protect > 0: the first `protect` entries
- * and the last one always stay (the authors' start_size and protect_size). */
-void kv_score_layer(const struct kv_cache *c, int layer, int protect, float *score);
+ * entries are the same positions). The first `sinks` entries and, with
+ * `last`, the last one always stay (the authors' start_size and
+ * protect_size). */
+void kv_score_layer(const struct kv_cache *c, int layer, int sinks, bool last, float *score);
 /* Merge stage: folds the entries of a head not in keep[0..n_keep) into kept
  * ones (rows changed in place; compact afterwards). into: [h->n] the index
  * in keep[] each entry went to (kept entries: their own). */

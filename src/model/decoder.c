@@ -15,7 +15,7 @@ static void norm_rows(float *out, const float *x, const struct weight *w, int n,
 /* Keeps the latest `window` queries of layer l (rows of s->q after RoPE);
  * s->qwin_n, the rows held before this batch, moves on after the last layer. */
 static void qwin_push(struct kvf_session *s, int l, int n) {
-    const int W = s->policy.window, QD = s->model->hp.n_head * s->model->hp.head_dim;
+    const int W = s->qwin_cap, QD = s->model->hp.n_head * s->model->hp.head_dim;
     float *dst = s->qwin + (size_t)l * W * QD;
     if (n >= W) {
         memcpy(dst, s->q + (size_t)(n - W) * QD, sizeof(float) * (size_t)W * QD);
@@ -60,6 +60,7 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scale = hp->attn_scale, .window = L->is_local ? hp->sliding_window : 0,
+        .nsm_n = s->compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
     /* Entries that carry running statistics get this call's added. */
     const size_t plane = (size_t)hp->n_head_kv * s->params.n_ctx;
@@ -134,7 +135,7 @@ enum kvf_status decoder_forward(struct kvf_session *s, const int32_t *tokens, co
         ops_add(s->x, s->xn, (size_t)n * E);
     }
     if (s->qwin) { /* the positions of the rows qwin_push kept */
-        const int W = s->policy.window, keep = n >= W ? 0 : KVF_MIN(s->qwin_n, W - n), add = KVF_MIN(n, W);
+        const int W = s->qwin_cap, keep = n >= W ? 0 : KVF_MIN(s->qwin_n, W - n), add = KVF_MIN(n, W);
         memmove(s->qwin_pos, s->qwin_pos + (s->qwin_n - keep), sizeof(int32_t) * (size_t)keep);
         memcpy(s->qwin_pos + keep, s->pos + (n - add), sizeof(int32_t) * (size_t)add);
         s->qwin_n = keep + add;

@@ -440,7 +440,7 @@ def case_kv_mm(ctx):
     rc, out, _ = ctx.run(*base, "--dump-tags")
     image = {t[0] for t in json.loads(out)["tags"] if t[1] == "image"}  # [pos, modality, media, row, col, id]
     check(len(image) == 64, f"{len(image)} image positions")
-    for spec in ("lookm:budget=1.0", "elastic:budget=1.0", "prefixkv:budget=1.0"):
+    for spec in ("lookm:budget=1.0", "elastic:budget=1.0", "prefixkv:budget=1.0", "csp:budget=1.0"):
         o, d = run(spec)
         check(o["text"] == full["text"] and not any(p for layer in d["merged"] for p in layer), f"{spec} changed the output")
 
@@ -489,6 +489,21 @@ def case_kv_mm(ctx):
     check(abs(sum(counts) - len(counts) * keep) <= len(counts), f"prefixkv spends {sum(counts)}, want {len(counts) * keep}")
     check(len(set(counts)) > 1 and all(0 <= b["gini"] < 1 for b in lb), "prefixkv: layer budgets all equal")
     check(all(h[0][:2] == [0, 1] and h[0][-1] == n - 1 for h in d["compressed"]), "prefixkv: sinks")
+
+    # CSP: exactly the budget, the recent window in it; the cross ratio and
+    # the window change the choice; n-softmax in decoding changes only the
+    # output, not what the prompt kept.
+    sets = {}
+    for spec in ("csp:budget=0.3", "csp:budget=0.3,cross_ratio=1", "csp:budget=0.3,window=8",
+                 "csp:budget=0.3,decode_softmax=1,n=8"):
+        o, d = run(spec)
+        sets[spec] = d["compressed"]
+        rec = int(keep * 0.5 + 0.5)
+        for heads in d["compressed"]:
+            for pos in heads:
+                check(len(pos) == keep and pos[-rec:] == list(range(n - rec, n)), f"{spec}: {len(pos)} kept")
+    check(sets["csp:budget=0.3"] != sets["csp:budget=0.3,cross_ratio=1"], "cross_ratio changed nothing")
+    check(sets["csp:budget=0.3"] != sets["csp:budget=0.3,window=8"], "window changed nothing")
 
     # kvfold profile -> prefixkv:profile=FILE.
     samples = os.path.join(ctx.tmp, "samples.jsonl")

@@ -1,6 +1,8 @@
 # KV cache policies: the entries each method keeps after compressing a
 # fixture prompt, against a brute-force numpy reference built from the full
-# attention matrices (tests/ref/ref_kv.py), with the kept count per head.
+# attention matrices (tests/ref/ref_kv.py), with the kept count per head; for
+# the merging methods (lookm, elastic) the kept entry each evicted one went
+# into, for prefixkv the searched layer budgets and their Gini coefficients.
 add_test(NAME kv_ref COMMAND ${KVF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/ref_kv.py $<TARGET_FILE:kvfold_cli>
                              ${CMAKE_BINARY_DIR}/fixtures)
 set_tests_properties(kv_ref PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300)

@@ -22,6 +22,26 @@ Where the two differed, DESIGN.md decided: its RoCo never evicts the sinks
 deviations; fixed). imgrand runs on a pseudo-image prompt (llama), whose
 image positions follow from the token counts of the text around the marker.
 
+The merging and per-layer methods (DESIGN.md section 7, src/kv/policy/
+lookm.c, merge.c, prefixkv.c):
+  lookm     H2O's score per kv head; text_prior=1 keeps every text entry, the
+            recent share of the budget is kept; `important` is the other
+            share (alone: recent = 1 - important; both: recent / (recent +
+            important)). Every evicted entry is merged into the kept entry
+            whose post-RoPE key is most similar (cosine; ties: the earlier):
+            the dump's "merged" pairs are checked against that assignment
+            (near-ties in cosine within CTOL accepted and counted). Runs on
+            text prompts (text_prior=0) and on a pseudo-image prompt (llama),
+            whose image rows are the token embeddings of the words file.
+  elastic   one kept set per layer from the layer score (attention sums
+            averaged over the layer's kv heads), the first `sinks` and the
+            last entry kept; evicted entries merge into the kept entry nearest
+            in position (ties: the earlier).
+  prefixkv  the same selection with per-layer budgets from PrefixKV's binary
+            search on the layers' cumulative priority curves, scaled to L x
+            keep exactly by largest remainders; generate --json's
+            kv.layer_budgets (ratio, Gini) are checked against it too.
+
 C computes in float32, the reference in float64, so entries whose reference
 scores differ by less than TOL x (the head's largest |score|) may swap at the
 cut; such swaps are accepted and counted. Everything else must match, and
@@ -35,6 +55,7 @@ deliberately wrong rules (no pooling, no GQA mean, reversed ties, ...) do
 NOT match kvfold, so the comparison can fail.
 """
 import argparse
+import copy
 import itertools
 import json
 import math
@@ -49,6 +70,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ref_model import RefModel  # noqa: E402
 
 TOL = 1e-4
+CTOL = 1e-4    # cosine near-ties (merge assignment), absolute
+GTOL = 1e-6    # Gini coefficients of the layers' priority curves, absolute
+PTOL = 1e-6    # PrefixKV's search: a cumulative share this close to the threshold may flip in float32
+PREFIX_TOL, PREFIX_ITERS = 5, 64  # src/session.c prefix_search, src/kv/policy/prefixkv.c
 M64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 ROCO_LAST = 10  # RoCo protects the last 10 entries (EasyKV)
@@ -61,7 +86,8 @@ IMAGE_PREFIX, IMAGE_SUFFIX, IMAGE_GRID = "Describe what you see in ", " in a few
 IMAGE_WORDS = "apple river stone cloud green light window mountain"
 
 # Preset defaults (src/kv/policy.c; every preset starts from sinks 4, beta 20).
-BASE = dict(budget=0.2, sinks=4, recent=0.0, window=0, kernel=0, seed=0, alloc="uniform", beta=20)
+BASE = dict(budget=0.2, sinks=4, recent=0.0, window=0, kernel=0, seed=0, alloc="uniform", beta=20,
+            important=0.0, merge="none", text_prior=0, online=1)
 PRESETS = {
     "full": dict(budget=1.0),
     "streaming": dict(),
@@ -73,7 +99,15 @@ PRESETS = {
     "knorm": dict(),
     "random": dict(seed=1),
     "imgrand": dict(seed=1),
+    "lookm": dict(recent=0.5, merge="pivotal", text_prior=1),
+    "elastic": dict(merge="position"),
+    "prefixkv": dict(alloc="prefix"),
 }
+INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online")
+# Merge modes that share the cosine assignment (they differ only in the
+# arithmetic of the merged rows, which the dump does not show; that is
+# test_kv_policy's test_merge).
+COSINE = ("avg", "pivotal", "weighted")
 # Rules whose scores C computes exactly (integers, or the splitmix64 stream):
 # no tolerance.
 EXACT = ("streaming", "random", "imgrand")
@@ -84,9 +118,11 @@ def parse_spec(spec):
     head, *stages = spec.split("+")
     name, _, args = head.partition(":")
     p = dict(BASE, method=name, **PRESETS[name])
+    given = set()
     for kv in filter(None, args.split(",")):
         k, v = kv.split("=")
-        p[k] = int(v) if k in ("sinks", "window", "kernel", "seed", "beta") else float(v)
+        p[k] = int(v) if k in INT_KEYS else v if k == "merge" else float(v)
+        given.add(k)
     for st in stages:
         what, _, args = st.partition(":")
         if what != "budget=pyramid":
@@ -95,12 +131,29 @@ def parse_spec(spec):
         for kv in filter(None, args.split(",")):
             k, v = kv.split("=")
             p[k] = int(v)
+    # LOOK-M's recent and important shares of the budget: one gives the other
+    # (DESIGN.md section 7: recent 0.1N + important 0.1N), whether or not
+    # the budget is given too. recent_only: the recent share as if
+    # `important` were not there (a wrong rule's).
+    p["recent_only"] = p["recent"]
+    if "important" in given:
+        p["recent"] = p["recent"] / (p["recent"] + p["important"]) if "recent" in given else 1.0 - p["important"]
     return p
 
 
 def spec_keys(spec):
     """The keys a spec sets explicitly."""
     return [kv.split("=")[0] for part in spec.split("+") for kv in part.partition(":")[2].split(",") if kv]
+
+
+def spec_without(spec, key):
+    """The spec with `key` left to its default."""
+    parts = []
+    for part in spec.split("+"):
+        head, _, args = part.partition(":")
+        args = ",".join(kv for kv in args.split(",") if kv and kv.split("=")[0] != key)
+        parts.append(head + (":" + args if args else ""))
+    return "+".join(parts)
 
 
 # ---------------------------------------------------------------- the rules --
@@ -134,6 +187,53 @@ def layer_keep(p, n, layer, n_layer, wrong=None):
     if wrong == "pyramid-reversed":
         layer = n_layer - 1 - layer
     return pyramid_keep(p, n, keep, layer, n_layer)
+
+
+def prefix_budgets(imp, total, noscale=False):
+    """PrefixKV's layer budgets (paper 001 Algorithm 1, src/kv/policy/
+    prefixkv.c): imp [L][n] importance (>= 0). Each layer's priority curve is
+    the cumulative share of its importance in its k most important entries;
+    binary search for the threshold p in [0, 1] at which the shortest
+    prefixes reaching p add up to `total` within PREFIX_TOL entries (or the
+    iterations run out), then scale to `total` exactly: floor of the scaled
+    size in [1, n], the rest by largest remainder (ties: the lower layer).
+    -> dict(keep, gini, margin: how close a cumulative share came to a
+    threshold the search compared it with)."""
+    n_layer, n = imp.shape
+    cum, gini = [], []
+    for l in range(n_layer):
+        c = np.sort(np.maximum(imp[l], 0.0))[::-1]
+        tot = c.sum()
+        c = np.cumsum(c) / tot if tot > 0 else np.arange(1, n + 1) / n
+        c[-1] = 1.0
+        cum.append(c)
+        # Gini: twice the area between the curve and the diagonal (trapezoids).
+        gini.append(2.0 * ((np.concatenate(([0.0], c[:-1])) + c) / 2.0).sum() / n - 1.0)
+    lo, hi, margin = 0.0, 1.0, np.inf
+    for _ in range(PREFIX_ITERS):
+        p = (lo + hi) / 2.0
+        keep = []
+        for c in cum:
+            k = min(int(np.searchsorted(c, p, side="left")) + 1, n)  # smallest k with c[k-1] >= p
+            keep.append(k)
+            margin = min(margin, abs(c[k - 1] - p), abs(c[k - 2] - p) if k >= 2 else np.inf)
+        got = sum(keep)
+        if abs(got - total) < PREFIX_TOL:
+            break
+        lo, hi = (p, hi) if got < total else (lo, p)
+    if not noscale:
+        x = [k * total / got for k in keep]
+        keep = [min(n, max(1, math.floor(v))) for v in x]
+        rem = [v - k for v, k in zip(x, keep)]
+        have = sum(keep)
+        while have != total:
+            up = have < total
+            room = [l for l in range(n_layer) if (keep[l] < n if up else keep[l] > 1)]
+            best = max(room, key=lambda l: (rem[l], -l)) if up else min(room, key=lambda l: (rem[l], l))
+            keep[best] += 1 if up else -1
+            rem[best] += -1.0 if up else 1.0
+            have += 1 if up else -1
+    return dict(keep=keep, gini=gini, margin=margin)
 
 
 def splitmix64(state, count):
@@ -194,9 +294,60 @@ class Ref:
 
     def __init__(self, stats, image=None, wrong=None):
         self.st, self.image, self.wrong = stats, image, wrong
+        self.budgets = {}  # PrefixKV's layer budgets by budget
 
     def target(self, p, l):
+        if p["alloc"] == "prefix" and self.wrong != "prefix-uniform":
+            return self.prefix(p)["keep"][l]
         return layer_keep(p, self.st.n, l, self.st.n_layer, self.wrong)
+
+    def prefix(self, p):
+        """PrefixKV online: the layer budgets searched on the prompt's layer
+        importance (no protected entries in the search)."""
+        if p["budget"] not in self.budgets:
+            imp = np.array([self.st.layers[l]["sum"][0] if self.wrong == "layer-head0"
+                            else self.st.layers[l]["sum"].mean(axis=0) for l in range(self.st.n_layer)])
+            self.budgets[p["budget"]] = prefix_budgets(imp, self.st.n_layer * keep_count(p, self.st.n),
+                                                       self.wrong == "prefix-noscale")
+        return self.budgets[p["budget"]]
+
+    def layer_score(self, l, g):
+        """Elastic Cache's and PrefixKV's importance: the attention sums
+        averaged over the layer's kv heads (one set per layer)."""
+        L = self.st.layers[l]
+        if self.wrong == "layer-head0":
+            return L["sum"][0].copy()
+        if self.wrong == "layer-perhead":
+            return L["sum"][g].copy()
+        return L["sum"].mean(axis=0)
+
+    def merges(self, p, l, g, kept):
+        """The merge stage for the kept positions `kept` of head (l, g):
+        {evicted position: (the kept position it goes to, the set of kept
+        positions within CTOL of the best cosine)}; {} without merging."""
+        n, w = self.st.n, self.wrong
+        if p["merge"] == "none" or len(kept) == n:
+            return {}
+        kept = np.asarray(kept)
+        ev = np.setdiff1d(np.arange(n), kept)
+        if p["merge"] == "position":
+            out = {}
+            for e in ev:
+                d = np.abs(kept - e)
+                near = kept[d == d.min()]
+                c = int(near.max() if w == "merge-tie-later" else near.min())
+                out[int(e)] = (c, {c})
+            return out
+        k = self.st.layers[l]["k"][:, g, :]
+        if w == "merge-dot":
+            sim, tol = k[ev] @ k[kept].T, 0.0
+        else:
+            nn = np.sqrt((k * k).sum(axis=1))
+            u = k / np.where(nn > 0, nn, 1.0)[:, None]
+            sim, tol = u[ev] @ u[kept].T, CTOL
+        best = sim.argmax(axis=1)  # the first maximum: ties go to the earlier kept entry
+        return {int(e): (int(kept[b]), set(kept[sim[i] >= sim[i, b] - tol].tolist()))
+                for i, (e, b) in enumerate(zip(ev, best))}
 
     def scores(self, p, l, g, keep):
         """Score arrays for one head: the reference first, then (RoCo only,
@@ -237,6 +388,21 @@ class Ref:
             anchor = unit.sum(axis=0)
             an = np.sqrt(anchor @ anchor)
             return [np.where((nn > 0) & (an > 0), -(k @ anchor) / np.maximum(nn * an, 1e-300), 0.0)]
+        if m == "lookm":
+            share = p["recent_only"] if w == "lookm-noimportant" else p["recent"]
+            recent = 0 if w == "lookm-norecent" else math.floor(keep * share + 0.5)
+            s = (L["a"][g, 0].sum(axis=0) if w == "h2o-head0" else L["sum"][g]).copy()
+            if p["text_prior"] and w != "lookm-noprior":
+                s[np.ones(n, bool) if self.image is None else ~self.image] = np.inf
+            if recent > 0:
+                s[n - recent:] = np.inf
+            return [s]
+        if m in ("elastic", "prefixkv"):
+            s = self.layer_score(l, g)
+            s[: p["sinks"]] = np.inf
+            if w != "layer-nolast":
+                s[n - 1] = np.inf
+            return [s]
         if m in ("random", "imgrand"):
             mix = 1 if w == "random-oneseed" else (GOLDEN * (l * 4099 + g + 1)) & M64
             s = np.array([(z >> 40) / 16777216.0 for z in splitmix64(p["seed"] ^ mix, n)])
@@ -316,6 +482,34 @@ def judge(ref, p, l, g, kept):
     return "bad", want, swapped
 
 
+def judge_merge(ref, p, l, g, kept, pairs):
+    """kvfold's [evicted, merged into] pairs of head (l, g) against the merge
+    rule applied to kvfold's own kept set -> ("exact" | "near" | "bad",
+    message, entries accepted as cosine near-ties)."""
+    want = ref.merges(p, l, g, kept)
+    got = {}
+    for e, c in pairs:
+        if e in got:
+            return "bad", "entry %d merged twice" % e, 0
+        got[e] = c
+    if set(got) != set(want):
+        return "bad", ("merged %d entries for %d evicted: merged but not evicted %s, evicted but not merged %s"
+                       % (len(got), len(want), sorted(set(got) - set(want))[:8],
+                          sorted(set(want) - set(got))[:8])), 0
+    off = [e for e in sorted(want) if got[e] not in want[e][1]]
+    near = sum(1 for e in want if got[e] != want[e][0] and got[e] in want[e][1])
+    if off:
+        e = off[0]
+        msg = "%d of %d evicted entries merged elsewhere, e.g. %d into %d, rule: into %d" % (
+            len(off), len(want), e, got[e], want[e][0])
+        if p["merge"] in COSINE:
+            k = ref.st.layers[l]["k"][:, g, :]
+            cos = [float(k[e] @ k[c] / np.sqrt((k[e] @ k[e]) * (k[c] @ k[c]))) for c in (got[e], want[e][0])]
+            msg += " (reference cosines %.7f vs %.7f)" % tuple(cos)
+        return "bad", msg, near
+    return ("near" if near else "exact"), "", near
+
+
 # ------------------------------------------------------------------- kvfold --
 
 def run(cmd):
@@ -332,19 +526,20 @@ def tokenize(kvfold, model, text, bos):
     return [int(x) for x in out.split()]
 
 
-def prompt_ids(kvfold, model, text):
-    """The token ids generate runs, from its --dump-tags lines
+def prompt_ids(kvfold, model, text, extra=()):
+    """The text token ids generate runs, from its --dump-tags lines
     ("pos text media row col id piece")."""
-    out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--dump-tags", "-t", "1"])
+    out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--dump-tags", "-t", "1"] + list(extra))
     return [int(f[5]) for f in (line.split() for line in out.splitlines()) if len(f) > 5 and f[1] == "text"]
 
 
 def generate(kvfold, model, text, spec, tmp, extra=()):
+    """-> (the --dump-kv JSON, generate --json's output)."""
     path = os.path.join(tmp, "kv.json")
-    run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1"]
-        + list(extra))
+    out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
+               "--json"] + list(extra))
     with open(path) as fh:
-        return json.load(fh)
+        return json.load(fh), json.loads(out)
 
 
 # -------------------------------------------------------------------- cases --
@@ -385,6 +580,40 @@ def cases(n):
         ("knorm:budget=" + odd, []),
         ("random:budget=0.3", []),
         ("random:budget=40,seed=7", []),
+        # LOOK-M on text: with the text prior every entry is text (all kept,
+        # nothing merged); without it, H2O's rule and a merge by cosine.
+        ("lookm", []),
+        ("lookm:budget=0.3,text_prior=0", []),
+        ("lookm:budget=40,recent=0.2,text_prior=0,merge=none", []),
+        ("lookm:important=0.8,text_prior=0,merge=avg", []),             # recent = 1 - important
+        ("lookm:budget=0.3,important=0.3,text_prior=0,merge=weighted", []),  # with a budget too: recent 0.7
+        ("lookm:budget=0.3,text_prior=0", ["-b", "7", "-t", "2"]),
+        # Elastic Cache: one set per layer, merged by position.
+        # (The first entries are heavy hitters anyway: sinks change the
+        # choice only where the budget is small.)
+        ("elastic:budget=0.3", []),
+        ("elastic:budget=0.5", []),
+        ("elastic:budget=5,sinks=2", []),
+        ("elastic:budget=%d" % (n - 4), []),           # scan path: 4 evictions, each merged
+        ("elastic:budget=4,sinks=0", []),              # no sinks: the last entry is still kept
+        # PrefixKV: per-layer budgets searched on the prompt.
+        ("prefixkv:budget=0.3", []),
+        ("prefixkv:budget=0.5", []),
+        ("prefixkv:budget=0.03,sinks=2", []),
+        ("prefixkv:budget=0.3", ["-b", "7"]),
+    ]
+
+
+def image_cases(n, n_text):
+    """The same for the pseudo-image prompt of n tokens, n_text of them text."""
+    return [
+        ("imgrand:budget=0.8", []),
+        ("imgrand:budget=%d,seed=3" % (n_text + 20), []),
+        ("lookm:budget=0.6", []),                      # text + recent kept, image entries by score
+        ("lookm", []),                                 # the text alone exceeds the budget: all text kept
+        ("lookm:budget=0.6,recent=0.6,important=0.2,merge=weighted", []),  # recent 0.75
+        ("lookm:budget=0.6,text_prior=0", []),
+        ("lookm:budget=%d,merge=none" % (n_text + 30), []),
     ]
 
 
@@ -392,7 +621,7 @@ def cases(n):
 # match kvfold in at least one case.
 WRONG = {
     "tie-later": None,                   # ties kept for the later entry (every method)
-    "h2o-head0": ("h2o",),               # no GQA mean: the first query head only
+    "h2o-head0": ("h2o", "lookm"),       # no GQA mean: the first query head only
     "snapkv-nopool": ("snapkv", "pyramidkv"),
     "pyramid-reversed": ("snapkv", "pyramidkv"),
     "roco-noprotect": ("roco",),
@@ -401,16 +630,65 @@ WRONG = {
     "streaming-nosinks": ("streaming",),
     "random-oneseed": ("random", "imgrand"),  # the same stream for every head
     "budget-floor": ("knorm",),          # floor(budget N) instead of floor(budget N + 0.5)
+    "lookm-noprior": ("lookm",),         # text entries compete like image entries
+    "lookm-norecent": ("lookm",),        # no recent window
+    "lookm-noimportant": ("lookm",),     # the important share ignored (recent as given or default)
+    "merge-dot": ("lookm",),             # merged into the largest dot product, not cosine
+    "merge-tie-later": ("elastic",),     # an entry midway between two kept ones goes to the later
+    "layer-head0": ("elastic", "prefixkv"),    # the layer score from the first kv head only
+    "layer-perhead": ("elastic", "prefixkv"),  # a set per kv head from its own score
+    "layer-nolast": ("elastic", "prefixkv"),   # the last entry left to compete
+    "prefix-uniform": ("prefixkv",),     # every layer the same budget
+    "prefix-noscale": ("prefixkv",),     # the searched sizes, not scaled to the total
 }
 
 
 class Report:
     def __init__(self, verbose):
         self.verbose, self.fail, self.near, self.swapped, self.heads = verbose, [], 0, 0, 0
+        self.merged, self.merge_near, self.budget_near, self.layers_budgeted, self.gini_diff = 0, 0, 0, 0, 0.0
         self.wrong_hits = {k: 0 for k in WRONG}
 
-    def check(self, name, ref, refs_wrong, spec, extra, dump, n_layer, n_kv):
+    def budgets(self, case, ref, p, js):
+        """PrefixKV's layer budgets (generate --json kv.layer_budgets) against
+        the reference search -> the Ref to judge the kept sets with (its
+        budgets replaced by kvfold's where they differ by a float32 near-tie
+        of the search), or None after a failure."""
+        lb = js["kv"].get("layer_budgets")
+        if p["alloc"] != "prefix":
+            if lb is not None:
+                self.fail.append("%s: kv.layer_budgets reported without budget=prefix" % case)
+            return ref
+        n, n_layer = ref.st.n, ref.st.n_layer
+        if not lb or len(lb) != n_layer or any("gini" not in b for b in lb):
+            self.fail.append("%s: kv.layer_budgets is %r, not %d layers of {ratio, gini}" % (case, lb, n_layer))
+            return None
+        # src/session.c layer_target: floor(ratio x n + 0.5) in [1, n].
+        got = [max(1, min(n, math.floor(b["ratio"] * n + 0.5))) for b in lb]
+        want = ref.prefix(p)
+        self.layers_budgeted += n_layer
+        gini = [abs(b["gini"] - w) for b, w in zip(lb, want["gini"])]
+        self.gini_diff = max(self.gini_diff, max(gini))
+        if max(gini) > GTOL:
+            self.fail.append("%s: Gini coefficients %s, reference %s" % (
+                case, [round(b["gini"], 7) for b in lb], np.round(want["gini"], 7).tolist()))
+        if got != want["keep"]:
+            if want["margin"] >= PTOL:
+                self.fail.append("%s: layer budgets %s (total %d), reference %s (total %d; search margin %.2g)" % (
+                    case, got, sum(got), want["keep"], sum(want["keep"]), want["margin"]))
+                return None
+            self.budget_near += 1
+            if self.verbose:
+                print("    layer budgets %s accepted for %s: a search near-tie (margin %.2g)"
+                      % (got, want["keep"], want["margin"]))
+            ref = copy.copy(ref)
+            ref.budgets = dict(ref.budgets)
+            ref.budgets[p["budget"]] = dict(want, keep=got)
+        return ref
+
+    def check(self, name, ref, refs_wrong, spec, extra, dump, js):
         p = parse_spec(spec)
+        n_layer, n_kv = ref.st.n_layer, ref.st.n_head_kv
         case = " ".join([name, "--kv", spec] + list(extra))
         if dump["n_prompt"] != ref.st.n:
             self.fail.append("%s: kvfold's prompt has %d tokens, the reference %d"
@@ -418,11 +696,18 @@ class Report:
             return
         if dump["final"] != dump["compressed"] or dump["n_past"] != dump["n_prompt"]:
             self.fail.append("%s: -n 1 decoded a token (final differs from compressed)" % case)
-        comp = dump["compressed"]
-        if len(comp) != n_layer or any(len(h) != n_kv for h in comp):
+        comp, merged = dump["compressed"], dump["merged"]
+        if any(len(x) != n_layer or any(len(h) != n_kv for h in x) for x in (comp, merged)):
             self.fail.append("%s: dump shape is not [%d][%d]" % (case, n_layer, n_kv))
             return
-        counts, bad = [], []
+        ref = self.budgets(case, ref, p, js)
+        if ref is None:
+            return
+        counts, bad, bad_heads = [], [], set()
+        if p["method"] in ("elastic", "prefixkv"):
+            for l in range(n_layer):
+                if any(comp[l][g] != comp[l][0] for g in range(n_kv)):
+                    bad.append("layer %d: the kv heads keep different sets (one set per layer)" % l)
         for l in range(n_layer):
             for g in range(n_kv):
                 kept = comp[l][g]
@@ -440,12 +725,23 @@ class Report:
                         print("    near-tie accepted, layer %d head %d: %s" % (l, g, diff))
                 elif verdict == "bad":
                     bad.append("layer %d head %d: %s" % (l, g, diff))
+                    bad_heads.add((l, g))
+                mv, msg, mnear = judge_merge(ref, p, l, g, kept, merged[l][g])
+                self.merged += len(merged[l][g])
+                self.merge_near += mnear
+                if mv == "bad":
+                    bad.append("layer %d head %d merge: %s" % (l, g, msg))
+                    bad_heads.add((l, g))
+                elif mv == "near" and self.verbose:
+                    print("    %d cosine near-ties accepted in the merge, layer %d head %d" % (mnear, l, g))
         hits = []
         for wname, r in refs_wrong.items():
             methods = WRONG[wname]
             if methods is not None and p["method"] not in methods:
                 continue
-            verdicts = [judge(r, p, l, g, comp[l][g])[0] for l in range(n_layer) for g in range(n_kv)]
+            verdicts = [v for l in range(n_layer) for g in range(n_kv)
+                        for v in (judge(r, p, l, g, comp[l][g])[0],
+                                  judge_merge(r, p, l, g, comp[l][g], merged[l][g])[0])]
             if "bad" not in verdicts:
                 if bad:
                     bad.insert(0, "kvfold's sets are what the wrong rule %r picks" % wname)
@@ -454,28 +750,44 @@ class Report:
                 hits.append(wname)
         if bad:
             self.fail.append("%s: %d of %d heads differ from the rule\n      %s"
-                             % (case, len([b for b in bad if b.startswith("layer")]), n_layer * n_kv,
-                                "\n      ".join(bad[:4])))
+                             % (case, len(bad_heads), n_layer * n_kv, "\n      ".join(bad[:4])))
         if self.verbose:
-            print("  %-60s kept per head %s; wrong rules caught: %s"
-                  % (" ".join([spec] + list(extra)), counts, ", ".join(hits) or "-"))
+            nm = sum(len(merged[l][g]) for l in range(n_layer) for g in range(n_kv))
+            print("  %-60s kept per head %s%s; wrong rules caught: %s"
+                  % (" ".join([spec] + list(extra)), counts, ", %d merged" % nm if nm else "", ", ".join(hits) or "-"))
+
+
+def choice(ref, p):
+    """What the rule picks for every head: kept set and merge assignment."""
+    out = []
+    for l in range(ref.st.n_layer):
+        keep = ref.target(p, l)
+        for g in range(ref.st.n_head_kv):
+            kept = select(ref.scores(p, l, g, keep)[0], keep)
+            out.append((kept, sorted((e, c) for e, (c, _) in ref.merges(p, l, g, kept).items())))
+    return out
 
 
 def params_matter(name, ref, spec, rep):
     """Each key the spec sets to a non-default value changes the reference's
     choice somewhere, so that matching kvfold proves kvfold honours it."""
     p = parse_spec(spec)
+    mine = None
     for key in spec_keys(spec):
-        q = dict(p)
-        q[key] = parse_spec(spec.split(":")[0] + ("+budget=pyramid" if p["alloc"] == "pyramid" else ""))[key]
-        if q[key] == p[key]:
-            continue
-        same = all(select(ref.scores(p, l, g, ref.target(p, l))[0], ref.target(p, l))
-                   == select(ref.scores(q, l, g, ref.target(q, l))[0], ref.target(q, l))
-                   for l in range(ref.st.n_layer) for g in range(ref.st.n_head_kv))
-        if same:
+        q = parse_spec(spec_without(spec, key))
+        if q[key] == p[key] or (key == "merge" and p[key] in COSINE and q[key] in COSINE):
+            continue  # a default; or the same cosine assignment (test_kv_policy's test_merge checks the rest)
+        mine = mine or choice(ref, p)
+        if choice(ref, q) == mine:
             rep.fail.append("%s %s: %s=%s chooses the same entries as the default %s; the case proves nothing"
                             % (name, spec, key, p[key], q[key]))
+
+
+def run_cases(kvfold, path, name, text, ref, wrong, specs, tmp, rep):
+    for spec, extra in specs:
+        params_matter(name, ref, spec, rep)
+        dump, js = generate(kvfold, path, text, spec, tmp, extra)
+        rep.check(name, ref, wrong, spec, extra, dump, js)
 
 
 def main():
@@ -499,39 +811,40 @@ def main():
             st = Stats(model, ids)
             print("%s: %d layers, %d heads on %d kv heads, prompt %d tokens"
                   % (fx, c["n_layer"], c["n_head"], c["n_head_kv"], st.n))
-            ref = Ref(st)
-            wrong = {w: Ref(st, wrong=w) for w in WRONG}
-            for spec, extra in cases(st.n):
-                params_matter(fx, ref, spec, rep)
-                rep.check(fx, ref, wrong, spec, extra, generate(a.kvfold, path, PROMPT, spec, tmp, extra),
-                          c["n_layer"], c["n_head_kv"])
+            run_cases(a.kvfold, path, fx, PROMPT, Ref(st), {w: Ref(st, wrong=w) for w in WRONG}, cases(st.n),
+                      tmp, rep)
 
             if fx == FIXTURES[0]:
-                # imgrand on a pseudo-image: text entries always kept, image
-                # entries by the seeded stream. Image positions from the token
-                # counts of the text around the marker.
+                # A pseudo-image: image positions from the token counts of the
+                # text around the marker; its rows are the token embeddings of
+                # the words file's tokens in order, repeated (src/prompt.c;
+                # llama scales no embedding), so the reference runs them as
+                # those tokens. Text entries: imgrand and LOOK-M's text prior
+                # keep them all.
                 words = os.path.join(tmp, "words.txt")
                 with open(words, "w") as fh:
                     fh.write(IMAGE_WORDS)
-                text = IMAGE_PREFIX + "<image>" + IMAGE_SUFFIX
-                start = len(tokenize(a.kvfold, path, IMAGE_PREFIX, True))
-                n_img = IMAGE_GRID[0] * IMAGE_GRID[1]
-                n = start + n_img + len(tokenize(a.kvfold, path, IMAGE_SUFFIX, False))
-                image = np.zeros(n, bool)
-                image[start: start + n_img] = True
-                ist = argparse.Namespace(n=n, n_layer=c["n_layer"], n_head_kv=c["n_head_kv"],
-                                         layers=[None] * c["n_layer"])
-                iref = Ref(ist, image=image)
-                iwrong = {w: Ref(ist, image=image, wrong=w) for w in ("tie-later", "random-oneseed")}
-                print("%s: imgrand, %d text + %d image tokens" % (fx, n - n_img, n_img))
                 media = ["--pseudo-image", "%s:%dx%d" % (words, *IMAGE_GRID)]
-                for spec in ("imgrand:budget=0.8", "imgrand:budget=%d,seed=3" % (n - n_img + 20)):
-                    params_matter(fx, iref, spec, rep)
-                    rep.check(fx, iref, iwrong, spec, media, generate(a.kvfold, path, text, spec, tmp, media),
-                              c["n_layer"], c["n_head_kv"])
+                text = IMAGE_PREFIX + "<image>" + IMAGE_SUFFIX
+                pre, suf = tokenize(a.kvfold, path, IMAGE_PREFIX, True), tokenize(a.kvfold, path, IMAGE_SUFFIX, False)
+                if prompt_ids(a.kvfold, path, text, media) != pre + suf:
+                    sys.exit("ref_kv: %s: generate's text tokens around the image are not tokenize's" % fx)
+                wid = tokenize(a.kvfold, path, IMAGE_WORDS, False)
+                n_img = IMAGE_GRID[0] * IMAGE_GRID[1]
+                ist = Stats(model, pre + [wid[t % len(wid)] for t in range(n_img)] + suf)
+                image = np.zeros(ist.n, bool)
+                image[len(pre): len(pre) + n_img] = True
+                print("%s: pseudo-image prompt, %d text + %d image tokens" % (fx, ist.n - n_img, n_img))
+                run_cases(a.kvfold, path, fx, text, Ref(ist, image=image),
+                          {w: Ref(ist, image=image, wrong=w) for w in WRONG},
+                          [(spec, extra + media) for spec, extra in image_cases(ist.n, ist.n - n_img)], tmp, rep)
 
     print("%d heads checked; %d matched up to float32 near-ties (%d entries swapped at the cut, |score diff| < %g "
           "of the head's scale)" % (rep.heads, rep.near, rep.swapped, TOL))
+    print("%d merged entries checked; %d went to a kept entry within %g of the best cosine but not the best"
+          % (rep.merged, rep.merge_near, CTOL))
+    print("%d layer budgets checked; %d case(s) accepted on a search near-tie (margin < %g); Gini within %.2g"
+          % (rep.layers_budgeted, rep.budget_near, PTOL, rep.gini_diff))
     for w, hits in rep.wrong_hits.items():
         print("  wrong rule %-18s mismatches kvfold in %d case(s)" % (w, hits))
         if hits == 0:

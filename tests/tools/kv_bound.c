@@ -44,6 +44,7 @@ static const struct policy_case cases[] = {
     {"lookm:budget=0.2,merge=weighted,text_prior=0+decode=h2o", 0.2, EVICTS, 0, true},
     {"elastic:budget=0.1", 0.1, EVICTS, 0, true},
     {"prefixkv:budget=0.2", 0.2, EVICTS, 0, false}, /* per-layer ratios: checked against each layer's own */
+    {"csp:budget=0.2,decode_softmax=1+decode=window", 0.2, EVICTS, 0, true},
 };
 
 static int target_of(double budget, int n_seen) {
@@ -183,6 +184,7 @@ static const char *const full_budget[] = {
     "keydiff:budget=1.0", "knorm:budget=1.0", "random:budget=1.0", "imgrand:budget=1.0",
     "snapkv:budget=1.0+decode=h2o", "knorm:budget=1.0+decode=recompress:every=2", "keydiff:budget=1.0+decode=fixed-distance",
     "lookm:budget=1.0", "lookm:budget=1.0,merge=weighted,text_prior=0", "elastic:budget=1.0", "prefixkv:budget=1.0",
+    "csp:budget=1.0",
 };
 
 /* Greedy decoding of n tokens under spec (NULL: full); logits [(n+1)][n_vocab]. */

@@ -16,38 +16,52 @@ static float frand(unsigned *s) {
     return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-/* out[i][h] = sum_j softmax_j(q_i.k_j*scale masked) v_j, all in double. */
+/* The rows a head stores (keys or values), decoded by the scalar reference
+ * kernels: [n][d] floats, to be freed. */
+static float *decoded(const struct kv_head *h, const void *rows, int d) {
+    float *f = malloc(sizeof(float) * ((size_t)h->n * d + 1));
+    quant_dequant_row_ref(h->type, rows, f, (int64_t)h->n * d);
+    return f;
+}
+
+/* out[i][h] = sum_j softmax_j(q_i.k_j*scale masked) v_j, all in double,
+ * on the keys and values as stored (decoded when not float32). */
 static void naive(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
                   const struct kv_head *kv, double *out) {
     const int d = p->head_dim, group = p->n_head / p->n_head_kv;
     for (int i = 0; i < n_q; i++)
         for (int h = 0; h < p->n_head; h++) {
             const struct kv_head *g = &kv[h / group];
+            float *gk = decoded(g, g->k, d), *gv = decoded(g, g->v, d);
             double *s = calloc(g->n, sizeof *s), mx = -INFINITY, sum = 0;
             for (int j = 0; j < g->n; j++) {
                 const int32_t kp = g->tag[j].pos;
                 const bool vis = p->bidirectional || (kp <= qpos[i] && (p->window == 0 || qpos[i] - kp < p->window));
                 if (!vis) { s[j] = -INFINITY; continue; }
                 double dot = 0;
-                for (int c = 0; c < d; c++) dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * g->k[(size_t)j * d + c];
+                for (int c = 0; c < d; c++) dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * gk[(size_t)j * d + c];
                 s[j] = dot * p->scale;
                 mx = s[j] > mx ? s[j] : mx;
             }
             for (int j = 0; j < g->n; j++) { s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx); sum += s[j]; }
+            sum += p->nsm_n * exp(-mx); /* n-softmax: exp(x_j) / (n + sum_k exp(x_k)) */
             for (int c = 0; c < d; c++) {
                 double acc = 0;
-                for (int j = 0; j < g->n; j++) acc += s[j] / sum * g->v[(size_t)j * d + c];
+                for (int j = 0; j < g->n; j++) acc += s[j] / sum * gv[(size_t)j * d + c];
                 out[(size_t)i * p->n_head * d + h * d + c] = acc;
             }
-            free(s);
+            free(s), free(gk), free(gv);
         }
 }
 
+static float g_nsm_n; /* the attn_params.nsm_n check_mode runs with */
+
 static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
-                       bool bidirectional) {
+                       bool bidirectional, enum kvf_kv_type type) {
     unsigned seed = 1234u + n_head * 7 + n_q;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, type), KVF_OK);
     const int KD = n_head_kv * d;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
@@ -63,19 +77,21 @@ static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int
     double *ref = malloc(sizeof(double) * n_q * QD);
     for (int i = 0; i < n_q * QD; i++) q[i] = 2.0f * frand(&seed);
     const int32_t *qpos = pos + (n_ctx - n_q); /* the last n_q tokens, as in prefill */
-    struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window, bidirectional};
+    struct attn_params p = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = d, .scale = 1.0f / sqrtf((float)d),
+                            .window = window, .bidirectional = bidirectional, .nsm_n = g_nsm_n};
     float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
     assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, NULL), KVF_OK);
     naive(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), ref);
     double maxerr = 0;
-    for (int i = 0; i < n_q * QD; i++) maxerr = fmax(maxerr, fabs(out[i] - ref[i]));
+    for (int i = 0; i < n_q * QD; i++) /* a NaN counts as the largest error (fmax would skip it) */
+        maxerr = fabs(out[i] - ref[i]) <= maxerr ? maxerr : isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]);
     assert_true(maxerr < 1e-5);
     free(k); free(v); free(pos); free(tags); free(q); free(out); free(ref); free(scratch);
     kv_cache_free(&c);
 }
 
 static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
-    check_mode(n_head, n_head_kv, d, n_ctx, n_q, window, threads, false);
+    check_mode(n_head, n_head_kv, d, n_ctx, n_q, window, threads, false, KVF_KV_F32);
 }
 
 static void test_mha(void **st) { (void)st; check(4, 4, 16, 70, 70, 0, 1); }
@@ -83,16 +99,31 @@ static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); }
 static void test_decode_row(void **st) { (void)st; check(4, 1, 32, 50, 1, 0, 2); }
 static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); check(2, 1, 16, 40, 1, 5, 1); }
 
+/* CSP's n-softmax in the output (eq. 7), decode rows and blocks, with n
+ * large enough to matter: the naive reference divides by n + sum exp. */
+static void test_nsoftmax(void **st) {
+    (void)st;
+    for (int t = 0; t < 2; t++) {
+        g_nsm_n = t ? 4.0f : 1.0f;
+        check(4, 2, 16, 50, 1, 0, 2);
+        check(4, 2, 16, 60, 40, 0, 1);
+        check_mode(4, 2, 32, 45, 9, 0, 2, false, KVF_KV_F16);
+    }
+    g_nsm_n = 0.0f;
+}
+
 /* Vision encoders: every query sees every key, the first ones included. */
-static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 65, 0, 2, true); check_mode(3, 3, 8, 40, 40, 0, 1, true); }
+static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 65, 0, 2, true, KVF_KV_F32); check_mode(3, 3, 8, 40, 40, 0, 1, true, KVF_KV_F32); }
 
 /* Every statistic against the full attention matrix in double: A[h][i][j]
  * (softmax and n-softmax), folded into kv heads as the mean of their query
  * heads. */
-static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
+                              enum kvf_kv_type type) {
     unsigned seed = 99u + n_head * 3 + n_q;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, type), KVF_OK);
     const int KD = n_head_kv * d, QD = n_head * d, group = n_head / n_head_kv, W = 5;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     struct kvf_tag *tags = calloc(n_ctx, sizeof *tags);
@@ -112,7 +143,8 @@ static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, in
     float *arrays = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(float));
     struct attn_stats st = {.stride = stride, .qtag = qtag, .win_first = n_q - W, .nsm_n = 1.0f};
     for (int a = 0; a < ATTN_STAT_N; a++) st.a[a] = arrays + (size_t)a * n_head_kv * stride;
-    const struct attn_params p = {n_head, n_head_kv, d, 1.0f / sqrtf((float)d), window, false};
+    const struct attn_params p = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = d,
+                                  .scale = 1.0f / sqrtf((float)d), .window = window};
     float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
     assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, &st), KVF_OK);
 
@@ -120,12 +152,13 @@ static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, in
     for (int h = 0; h < n_head; h++) {
         const int g = h / group;
         const struct kv_head *kh = kv_cache_head(&c, 0, g);
+        float *kf = decoded(kh, kh->k, d);
         for (int i = 0; i < n_q; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < n_ctx; j++) {
                 const bool vis = pos[j] <= qpos[i] && (window == 0 || qpos[i] - pos[j] < window);
                 double dot = 0;
-                for (int e = 0; e < d; e++) dot += (double)q[(size_t)i * QD + h * d + e] * kh->k[(size_t)j * d + e];
+                for (int e = 0; e < d; e++) dot += (double)q[(size_t)i * QD + h * d + e] * kf[(size_t)j * d + e];
                 x[j] = vis ? dot * p.scale : -INFINITY;
                 mx = fmax(mx, x[j]);
             }
@@ -142,15 +175,21 @@ static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, in
                 if (i >= n_q - W) {
                     r[ATTN_STAT_WIN * A] += w * a;
                     r[ATTN_STAT_WIN_NSM * A] += w * nsm;
+                    r[(tags[j].modality == qtag[i].modality ? ATTN_STAT_WIN_NSM_SELF : ATTN_STAT_WIN_NSM_CROSS) * A] += w * nsm;
                 }
             }
         }
+        free(kf);
     }
     for (size_t e = 0; e < (size_t)ATTN_STAT_N * n_head_kv * stride; e++)
-        if (fabs(arrays[e] - ref[e]) > 1e-4 * fmax(1.0, fabs(ref[e])))
+        if (!(fabs(arrays[e] - ref[e]) <= 1e-4 * fmax(1.0, fabs(ref[e])))) /* NaN fails too */
             fail_msg("statistic %zu (array %zu): %g vs naive %g", e, e / ((size_t)n_head_kv * stride), arrays[e], ref[e]);
     free(k); free(v); free(tags); free(pos); free(q); free(out); free(arrays); free(scratch); free(ref); free(x);
     kv_cache_free(&c);
+}
+
+static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads) {
+    check_stats_typed(n_head, n_head_kv, d, n_ctx, n_q, window, threads, KVF_KV_F32);
 }
 
 static void test_stats_mha(void **st) { (void)st; check_stats(4, 4, 16, 70, 70, 0, 2); }
@@ -195,8 +234,8 @@ static void test_cache_keep(void **st) {
         assert_int_equal(h->tag[i].pos, 100 + keep[i]);
         assert_int_equal(h->tag[i].row, keep[i]);
         for (int e = 0; e < d; e++) {
-            assert_true(h->k[i * d + e] == k[(size_t)keep[i] * H * d + d + e]);
-            assert_true(h->v[i * d + e] == v[(size_t)keep[i] * H * d + d + e]);
+            assert_true(((const float *)h->k)[i * d + e] == k[(size_t)keep[i] * H * d + d + e]);
+            assert_true(((const float *)h->v)[i * d + e] == v[(size_t)keep[i] * H * d + d + e]);
         }
     }
     const size_t entry = 2 * d * sizeof(float) + sizeof(struct kvf_tag);
@@ -208,12 +247,172 @@ static void test_cache_keep(void **st) {
     kv_cache_free(&c);
 }
 
+/* F16 and Q8_0 caches: the same kernel against the naive computation on
+ * the keys and values as stored, on every SIMD level (the decode path reads
+ * rows in place with the typed kernels; blocks of >= 4 queries use BLAS on
+ * float32 copies; 65 queries make blocks of 32, 32 and 1, so one call takes
+ * both paths). */
+static const enum kvf_kv_type typed[] = {KVF_KV_F16, KVF_KV_Q8_0};
+
+static void test_typed_attention(void **st) {
+    (void)st;
+    const enum simd_level top = simd_get();
+    for (int lv = SIMD_SCALAR; lv <= (int)top; lv++) {
+        simd_set((enum simd_level)lv);
+        for (int t = 0; t < 2; t++) {
+            check_mode(4, 4, 32, 70, 70, 0, 1, false, typed[t]);   /* MHA, blocked */
+            check_mode(6, 2, 64, 100, 65, 0, 2, false, typed[t]);  /* GQA, blocked + decode row */
+            check_mode(4, 1, 32, 50, 1, 0, 2, false, typed[t]);    /* decode */
+            check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t]);    /* a block below the BLAS size */
+            check_mode(4, 2, 32, 90, 90, 7, 2, false, typed[t]);   /* sliding window */
+            check_mode(2, 1, 32, 40, 1, 5, 1, false, typed[t]);
+        }
+        /* fp16 rows of a width with a SIMD tail */
+        check_mode(4, 2, 12, 45, 45, 0, 2, false, KVF_KV_F16);
+        check_mode(4, 2, 20, 45, 1, 0, 1, false, KVF_KV_F16);
+    }
+    simd_set(top);
+}
+
+static void test_typed_stats(void **st) {
+    (void)st;
+    for (int t = 0; t < 2; t++) {
+        check_stats_typed(4, 4, 32, 70, 70, 0, 2, typed[t]);
+        check_stats_typed(6, 2, 32, 100, 65, 0, 2, typed[t]);
+        check_stats_typed(4, 2, 64, 50, 1, 0, 2, typed[t]);
+        check_stats_typed(4, 2, 32, 60, 3, 0, 1, typed[t]);
+        check_stats_typed(4, 2, 32, 90, 40, 7, 2, typed[t]);
+    }
+}
+
+/* Bytes per entry of a cache: key and value rows, tag, statistics. */
+static size_t entry_bytes(enum kvf_kv_type type, int d, bool acc) {
+    const size_t row = type == KVF_KV_F32 ? 4 * (size_t)d : type == KVF_KV_F16 ? 2 * (size_t)d : (size_t)d / 32 * 34;
+    return 2 * row + sizeof(struct kvf_tag) + (acc ? KV_ACC_N * sizeof(float) : 0);
+}
+
+/* Every storage type: rows are stored converted (fp16 rounding, Q8_0 within
+ * half a step of its block scale), eviction moves the stored bytes
+ * unchanged, and the bytes counted are those allocated at the type's row
+ * size (tags and statistics included). */
+static void test_cache_types(void **st) {
+    (void)st;
+    const int d = 64, n = 40, H = 2;
+    float k[40 * 2 * 64], v[40 * 2 * 64];
+    struct kvf_tag tags[40];
+    unsigned seed = 7;
+    for (int i = 0; i < n * H * d; i++) { k[i] = 3.0f * frand(&seed); v[i] = frand(&seed) * 0.01f; }
+    for (int i = 0; i < n; i++) tags[i] = (struct kvf_tag){.pos = 10 + i, .row = (int16_t)i};
+    const enum kvf_kv_type all[] = {KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0};
+    size_t bytes[3];
+    for (int t = 0; t < 3; t++) {
+        struct kv_cache c;
+        assert_int_equal(kv_cache_init(&c, 1, H, d, true), KVF_OK);
+        assert_int_equal(kv_cache_set_type(&c, all[t]), KVF_OK);
+        assert_int_equal(kv_cache_reserve(&c, 0, n), KVF_OK);
+        kv_cache_append(&c, 0, k, v, tags, n);
+        const struct kv_head *h = kv_cache_head(&c, 0, 1);
+        assert_int_equal(h->type, c.type);
+        assert_int_equal(c.bytes, (size_t)(kv_cache_head(&c, 0, 0)->cap + h->cap) * entry_bytes(all[t], d, true));
+        bytes[t] = c.bytes;
+        /* What is stored is the input, converted. */
+        for (int j = 0; j < n; j++) {
+            float kr[64], vr[64];
+            kv_head_key_row(h, d, j, kr);
+            kv_head_value_row(h, d, j, vr);
+            for (int b = 0; b < d; b += 32) {
+                const float *ks = k + (size_t)j * H * d + d + b, *vs = v + (size_t)j * H * d + d + b;
+                float kmax = 0, vmax = 0;
+                for (int e = 0; e < 32; e++) kmax = fmaxf(kmax, fabsf(ks[e])), vmax = fmaxf(vmax, fabsf(vs[e]));
+                for (int e = 0; e < 32; e++) {
+                    const double ktol = all[t] == KVF_KV_F32 ? 0 : all[t] == KVF_KV_F16 ? fabs(ks[e]) / 2048 + 1e-7 : kmax / 127 * 0.5001;
+                    const double vtol = all[t] == KVF_KV_F32 ? 0 : all[t] == KVF_KV_F16 ? fabs(vs[e]) / 2048 + 1e-7 : vmax / 127 * 0.5001;
+                    if (fabs(kr[b + e] - ks[e]) > ktol || fabs(vr[b + e] - vs[e]) > vtol)
+                        fail_msg("%s entry %d dim %d: %g/%g stored as %g/%g", kvf_kv_type_name(all[t]), j, b + e, ks[e], vs[e],
+                                 kr[b + e], vr[b + e]);
+                }
+            }
+        }
+        /* Eviction moves the stored rows as they are. */
+        const int keep[] = {0, 3, 4, 17, 38, 39};
+        uint8_t *before = malloc(2 * c.row_bytes * 6);
+        for (int i = 0; i < 6; i++) {
+            memcpy(before + 2 * i * c.row_bytes, (const uint8_t *)h->k + keep[i] * c.row_bytes, c.row_bytes);
+            memcpy(before + (2 * i + 1) * c.row_bytes, (const uint8_t *)h->v + keep[i] * c.row_bytes, c.row_bytes);
+            kv_cache_head(&c, 0, 1)->acc[keep[i] * KV_ACC_N + KV_ACC_SUM] = (float)keep[i];
+        }
+        assert_int_equal(kv_cache_keep(&c, 0, 1, keep, 6), KVF_OK);
+        assert_int_equal(h->n, 6);
+        assert_int_equal(h->cap, 6);
+        for (int i = 0; i < 6; i++) {
+            assert_memory_equal((const uint8_t *)h->k + i * c.row_bytes, before + 2 * i * c.row_bytes, c.row_bytes);
+            assert_memory_equal((const uint8_t *)h->v + i * c.row_bytes, before + (2 * i + 1) * c.row_bytes, c.row_bytes);
+            assert_int_equal(h->tag[i].pos, 10 + keep[i]);
+            assert_true(h->acc[i * KV_ACC_N + KV_ACC_SUM] == (float)keep[i]);
+        }
+        free(before);
+        assert_int_equal(c.bytes, (size_t)(kv_cache_head(&c, 0, 0)->cap + 6) * entry_bytes(all[t], d, true));
+        /* A merge's write: stored in the type, read back as that conversion. */
+        float nk[64], nv[64], rk[64], rv[64], qk[64], qv[64];
+        for (int e = 0; e < d; e++) nk[e] = 0.5f - e * 0.01f, nv[e] = e * 0.25f;
+        kv_head_set_row(kv_cache_head(&c, 0, 1), d, 2, nk, nv);
+        kv_head_key_row(h, d, 2, rk);
+        kv_head_value_row(h, d, 2, rv);
+        const enum dtype dt = all[t] == KVF_KV_F32 ? DT_F32 : all[t] == KVF_KV_F16 ? DT_F16 : DT_Q8_0;
+        uint8_t enc[256];
+        quant_quantize_row(dt, nk, enc, d);
+        quant_dequant_row_ref(dt, enc, qk, d);
+        quant_quantize_row(dt, nv, enc, d);
+        quant_dequant_row_ref(dt, enc, qv, d);
+        assert_memory_equal(rk, qk, sizeof rk);
+        assert_memory_equal(rv, qv, sizeof rv);
+        assert_int_equal(h->tag[2].pos, 10 + keep[2]);
+        assert_int_equal(kv_cache_keep(&c, 0, 1, NULL, 0), KVF_OK);
+        assert_int_equal(c.bytes, (size_t)kv_cache_head(&c, 0, 0)->cap * entry_bytes(all[t], d, true));
+        /* Clearing keeps the type for the next prompt. */
+        kv_cache_clear(&c);
+        assert_int_equal(c.bytes, 0);
+        assert_int_equal(kv_cache_head(&c, 0, 1)->type, dt);
+        kv_cache_free(&c);
+    }
+    /* Same capacities, so the ratios are those of the entry sizes: 16 + 256 + 12 vs 16 + 512 + 12 for f16. */
+    assert_int_equal(bytes[1] * entry_bytes(KVF_KV_F32, d, true), bytes[0] * entry_bytes(KVF_KV_F16, d, true));
+    assert_int_equal(bytes[2] * entry_bytes(KVF_KV_F32, d, true), bytes[0] * entry_bytes(KVF_KV_Q8_0, d, true));
+}
+
+static void test_cache_type_errors(void **st) {
+    (void)st;
+    struct kv_cache c;
+    assert_int_equal(kv_cache_init(&c, 1, 1, 48, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q8_0), KVF_ERR_UNSUPPORTED); /* 48 is not a multiple of 32 */
+    assert_non_null(strstr(kvf_last_error(), "multiple of 32"));
+    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)3), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)-1), KVF_ERR_INVALID_ARG);
+    assert_int_equal(c.type, DT_F32);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16), KVF_OK);
+    assert_int_equal(c.row_bytes, 96);
+    assert_int_equal(kv_cache_reserve(&c, 0, 1), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F32), KVF_ERR_INTERNAL); /* storage already allocated */
+    kv_cache_free(&c);
+
+    enum kvf_kv_type t;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(kvf_kv_type_parse(kvf_kv_type_name((enum kvf_kv_type)i), &t), KVF_OK);
+        assert_int_equal(t, i);
+    }
+    assert_null(kvf_kv_type_name((enum kvf_kv_type)3));
+    assert_int_equal(kvf_kv_type_parse("q8", &t), KVF_ERR_INVALID_ARG);
+    assert_non_null(strstr(kvf_last_error(), "f32, f16, q8_0"));
+    assert_int_equal(kvf_kv_type_parse(NULL, &t), KVF_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
-        cmocka_unit_test(test_window), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
+        cmocka_unit_test(test_window), cmocka_unit_test(test_nsoftmax), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
         cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_cache_bytes),
-        cmocka_unit_test(test_cache_keep),
+        cmocka_unit_test(test_cache_keep), cmocka_unit_test(test_typed_attention), cmocka_unit_test(test_typed_stats),
+        cmocka_unit_test(test_cache_types), cmocka_unit_test(test_cache_type_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

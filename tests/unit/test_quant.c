@@ -380,10 +380,10 @@ static void test_f32_helpers(void **state) {
             double naive = 0, mag = 0;
             for (int i = 0; i < n; i++)
                 naive += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]);
-            assert_true(fabs(vec_dot_f32(a, b, n) - naive) <= 1e-6 * mag + 1e-30);
+            assert_true(fabs(quant_row_dot_f32(DT_F32, n, a, b) - naive) <= 1e-6 * mag + 1e-30);
             float out[203];
             memcpy(out, y, sizeof y);
-            vec_axpy_f32(out, 0.75f, a, n);
+            quant_row_axpy(DT_F32, out, 0.75f, a, n);
             for (int i = 0; i < 203; i++) {
                 want[i] = i < n ? (float)(y[i] + 0.75 * a[i]) : y[i];
                 /* fused or not, within one rounding of the exact value */

@@ -78,6 +78,8 @@ struct opt {
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
+    const char *kv_type;          /* --kv-type as given */
+    enum kvf_kv_type kv_type_id;  /* ... and parsed (main checks it) */
     bool json, bos, special, chat, dump_tags, no_warmup;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
@@ -209,6 +211,7 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
 #define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
+#define OPT_KV_TYPE { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", "how the KV cache stores keys and values: f32 (default), f16 or q8_0" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
@@ -787,6 +790,7 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
+        OPT_KV_TYPE,
         OPT_JSON,
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
@@ -977,6 +981,7 @@ static int cmd_generate(const struct args *a) {
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
     sp.kv_spec = a->kv;
+    sp.kv_type = a->kv_type_id;
     if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
         rc = fail(st, "generate: cannot create the session");
         goto done;
@@ -1089,6 +1094,7 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddNumberToObject(t, "compress_ms", compress_ms);
         cJSON *kv = cJSON_AddObjectToObject(o, "kv");
         cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
+        cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(a->kv_type_id));
         cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
         cJSON_AddNumberToObject(kv, "bytes_full", (double)kv_full);
         cJSON_AddNumberToObject(kv, "bytes_kept", (double)kv_kept);
@@ -1150,7 +1156,7 @@ static int perplexity_opts(struct args *a, struct opt *out) {
         { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: each chunk's first half is compressed by it, then "
           "the second half is scored token by token (decode stage active)" },
-        OPT_BATCH, OPT_THREADS, OPT_JSON,
+        OPT_KV_TYPE, OPT_BATCH, OPT_THREADS, OPT_JSON,
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
 }
@@ -1213,6 +1219,7 @@ static int cmd_perplexity(const struct args *a) {
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
     sp.kv_spec = a->kv;
+    sp.kv_type = a->kv_type_id;
     if ((st = kvf_session_init(m, &sp, &s)) != KVF_OK) {
         rc = fail(st, "perplexity: cannot create the session");
         goto done;
@@ -1287,6 +1294,7 @@ static int cmd_perplexity(const struct args *a) {
         cJSON_AddNumberToObject(o, "n_chunks", n_chunks);
         cJSON_AddNumberToObject(o, "ctx", ctx);
         cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
+        cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
         cJSON_AddBoolToObject(o, "short_text", short_text);
         cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(running, n_chunks));
         cJSON_AddNumberToObject(o, "tok_per_s", tps);
@@ -1329,6 +1337,7 @@ static int bench_opts(struct args *a, struct opt *out) {
         OPT_BATCH, OPT_THREADS, OPT_JSON, OPTS_MEDIA,
         { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: tgN then decodes after a -p prompt compressed by it" },
+        OPT_KV_TYPE,
     };
     return opts_set(out, t, sizeof t / sizeof t[0]);
 }
@@ -1518,6 +1527,7 @@ static int cmd_bench(const struct args *a) {
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = n_max;
     sp.kv_spec = a->kv;
+    sp.kv_type = a->kv_type_id;
     sp.n_batch = a->batch;
     sp.n_threads = a->threads;
     enum kvf_status st = kvf_session_init(m, &sp, &s);
@@ -1556,6 +1566,7 @@ static int cmd_bench(const struct args *a) {
         cJSON_AddStringToObject(o, "simd", kvf_simd_level());
         cJSON_AddNumberToObject(o, "repetitions", a->reps);
         cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
+        cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
         cJSON *tests = cJSON_AddArrayToObject(o, "tests");
         for (int i = 0; i < n_res; i++) {
             cJSON *t = cJSON_CreateObject();
@@ -1598,9 +1609,9 @@ static int cmd_bench(const struct args *a) {
         cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
         rc = print_json(o);
     } else {
-        printf("model %s (%s, %.1f M params, %.1f MiB of weights), %s, batch %d, %d repetitions\n", info.name,
+        printf("model %s (%s, %.1f M params, %.1f MiB of weights), %s, batch %d, kv %s, %d repetitions\n", info.name,
                info.arch, (double)info.n_params / 1e6, (double)info.weight_bytes / MIB, kvf_simd_level(),
-               a->batch, a->reps);
+               a->batch, kvf_kv_type_name(a->kv_type_id), a->reps);
         for (int i = 0; i < n_res; i++) {
             printf("%-8s %10.2f ± %-8.2f tok/s   kv %8.2f MiB", res[i].name, res[i].mean, res[i].std,
                    res[i].kv_bytes / MIB);
@@ -1912,6 +1923,10 @@ int main(int argc, char **argv) {
         int rc = parse_args(c, &a, argc - 2, argv + 2);
         if (rc < 0 && a.kv && kvf_kv_policy_check(a.kv) != KVF_OK) {
             print_error("%s: --kv: %s (see kvfold policies)", c->name, kvf_last_error());
+            rc = EXIT_USAGE;
+        }
+        if (rc < 0 && a.kv_type && kvf_kv_type_parse(a.kv_type, &a.kv_type_id) != KVF_OK) {
+            print_error("%s: --kv-type: %s", c->name, kvf_last_error());
             rc = EXIT_USAGE;
         }
         return rc >= 0 ? rc : c->run(&a);

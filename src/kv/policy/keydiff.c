@@ -8,8 +8,9 @@
 void kv_score_keydiff(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, d = in->head_dim;
     double anchor[1024] = {0}; /* head_dim <= 1024 is checked at load */
+    float k[1024];
     for (int j = 0; j < n; j++) {
-        const float *k = in->h->k + (size_t)j * d;
+        kv_head_key_row(in->h, d, j, k);
         double nn = 0.0;
         for (int e = 0; e < d; e++) nn += (double)k[e] * k[e];
         const double inv = nn > 0 ? 1.0 / sqrt(nn) : 0.0;
@@ -19,7 +20,7 @@ void kv_score_keydiff(const struct kv_score_in *in, float *score) {
     for (int e = 0; e < d; e++) an += anchor[e] * anchor[e];
     an = sqrt(an);
     for (int j = 0; j < n; j++) {
-        const float *k = in->h->k + (size_t)j * d;
+        kv_head_key_row(in->h, d, j, k);
         double dot = 0.0, nn = 0.0;
         for (int e = 0; e < d; e++) dot += k[e] * anchor[e], nn += (double)k[e] * k[e];
         score[j] = nn > 0 && an > 0 ? (float)(-dot / (sqrt(nn) * an)) : 0.0f;

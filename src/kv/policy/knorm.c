@@ -6,8 +6,9 @@
 
 void kv_score_knorm(const struct kv_score_in *in, float *score) {
     const int d = in->head_dim;
+    float k[1024]; /* head_dim <= 1024 is checked at load */
     for (int j = 0; j < in->h->n; j++) {
-        const float *k = in->h->k + (size_t)j * d;
+        kv_head_key_row(in->h, d, j, k);
         double nn = 0.0;
         for (int e = 0; e < d; e++) nn += (double)k[e] * k[e];
         score[j] = (float)-sqrt(nn);

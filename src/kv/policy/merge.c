@@ -26,30 +26,35 @@ static void normalise(float *dst, const float *src, int d) {
     for (int e = 0; e < d; e++) dst[e] = src[e] * inv;
 }
 
-/* into[e], sim[e] for every evicted entry: the most similar kept key. */
-static enum kvf_status assign_cosine(const struct kv_head *h, int d, const int *keep, int n_keep, const char *kept,
+/* into[e], sim[e] for every evicted entry: the most similar kept key.
+ * kept_rows: [n_keep][2][d] the kept keys and values as float32. */
+static enum kvf_status assign_cosine(const struct kv_head *h, int d, int n_keep, const char *kept, const float *kept_rows,
                                      int *into, float *sim) {
     float *kn = malloc(sizeof(float) * (size_t)n_keep * d), *en = malloc(sizeof(float) * (size_t)MERGE_BLOCK * d);
-    float *s = malloc(sizeof(float) * (size_t)MERGE_BLOCK * n_keep);
+    float *s = malloc(sizeof(float) * (size_t)MERGE_BLOCK * n_keep), *row = malloc(sizeof(float) * (size_t)d);
     int *ev = malloc(sizeof(int) * MERGE_BLOCK);
-    enum kvf_status st = kn && en && s && ev ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
-    for (int c = 0; st == KVF_OK && c < n_keep; c++) normalise(kn + (size_t)c * d, h->k + (size_t)keep[c] * d, d);
+    enum kvf_status st = kn && en && s && row && ev ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
+    for (int c = 0; st == KVF_OK && c < n_keep; c++) normalise(kn + (size_t)c * d, kept_rows + (size_t)c * 2 * d, d);
     for (int j = 0; st == KVF_OK && j < h->n;) {
         int nb = 0;
-        for (; j < h->n && nb < MERGE_BLOCK; j++)
-            if (!kept[j]) normalise(en + (size_t)nb * d, h->k + (size_t)j * d, d), ev[nb++] = j;
+        for (; j < h->n && nb < MERGE_BLOCK; j++) {
+            if (kept[j]) continue;
+            kv_head_key_row(h, d, j, row);
+            normalise(en + (size_t)nb * d, row, d);
+            ev[nb++] = j;
+        }
         if (nb == 0) break;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, n_keep, d, 1.0f, en, d, kn, d, 0.0f, s, n_keep);
         for (int b = 0; b < nb; b++) {
-            const float *row = s + (size_t)b * n_keep;
+            const float *r = s + (size_t)b * n_keep;
             int best = 0;
             for (int c = 1; c < n_keep; c++)
-                if (row[c] > row[best]) best = c;
+                if (r[c] > r[best]) best = c;
             into[ev[b]] = best;
-            sim[ev[b]] = row[best];
+            sim[ev[b]] = r[best];
         }
     }
-    free(kn), free(en), free(s), free(ev);
+    free(kn), free(en), free(s), free(row), free(ev);
     return st;
 }
 
@@ -70,35 +75,36 @@ enum kvf_status kv_merge_head(const struct kv_policy *p, struct kv_head *h, int 
     const int n = h->n;
     if (p->merge == KV_MERGE_NONE || n_keep == 0 || n_keep == n) return KVF_OK;
     char *kept = calloc((size_t)n, 1);
-    float *sim = malloc(sizeof(float) * (size_t)n);
-    float *sum = calloc((size_t)n_keep * 2 * d, sizeof(float)); /* [n_keep][2][d]: key, value sums */
+    float *sim = malloc(sizeof(float) * (size_t)n), *ev = malloc(sizeof(float) * 2 * (size_t)d);
+    /* [n_keep][2][d]: the kept keys and values, then the sums folded into them */
+    float *rows = malloc(sizeof(float) * (size_t)n_keep * 2 * d), *sum = calloc((size_t)n_keep * 2 * d, sizeof(float));
     float *cnt = calloc((size_t)n_keep, sizeof(float));
-    enum kvf_status st = kept && sim && sum && cnt ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
-    for (int c = 0; st == KVF_OK && c < n_keep; c++) kept[keep[c]] = 1, into[keep[c]] = c;
+    enum kvf_status st = kept && sim && ev && rows && sum && cnt ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
+    for (int c = 0; st == KVF_OK && c < n_keep; c++) {
+        kept[keep[c]] = 1, into[keep[c]] = c;
+        kv_head_key_row(h, d, keep[c], rows + (size_t)c * 2 * d);
+        kv_head_value_row(h, d, keep[c], rows + (size_t)c * 2 * d + d);
+    }
     if (st == KVF_OK && p->merge == KV_MERGE_POSITION) assign_position(h, keep, n_keep, kept, into);
-    else if (st == KVF_OK) st = assign_cosine(h, d, keep, n_keep, kept, into, sim);
+    else if (st == KVF_OK) st = assign_cosine(h, d, n_keep, kept, rows, into, sim);
     for (int j = 0; st == KVF_OK && j < n; j++) {
         if (kept[j]) continue;
         const int c = into[j];
         const float w = p->merge == KV_MERGE_WEIGHTED ? sim[j] : 1.0f;
-        float *ks = sum + (size_t)c * 2 * d, *vs = ks + d;
-        const float *k = h->k + (size_t)j * d, *v = h->v + (size_t)j * d;
-        const float *kc = h->k + (size_t)keep[c] * d, *vc = h->v + (size_t)keep[c] * d;
-        for (int e = 0; e < d; e++) {
-            ks[e] += p->merge == KV_MERGE_PIVOTAL ? 0.5f * (k[e] + kc[e]) : w * k[e];
-            vs[e] += p->merge == KV_MERGE_PIVOTAL ? 0.5f * (v[e] + vc[e]) : w * v[e];
-        }
+        kv_head_key_row(h, d, j, ev);
+        kv_head_value_row(h, d, j, ev + d);
+        float *acc = sum + (size_t)c * 2 * d;
+        const float *own = rows + (size_t)c * 2 * d;
+        for (int e = 0; e < 2 * d; e++) acc[e] += p->merge == KV_MERGE_PIVOTAL ? 0.5f * (ev[e] + own[e]) : w * ev[e];
         cnt[c] += 1.0f;
     }
     for (int c = 0; st == KVF_OK && c < n_keep; c++) {
         if (cnt[c] == 0.0f) continue;
-        float *kc = h->k + (size_t)keep[c] * d, *vc = h->v + (size_t)keep[c] * d;
-        const float *ks = sum + (size_t)c * 2 * d, *vs = ks + d;
-        for (int e = 0; e < d; e++) {
-            kc[e] = (kc[e] + ks[e]) / (1.0f + cnt[c]);
-            vc[e] = (vc[e] + vs[e]) / (1.0f + cnt[c]);
-        }
+        float *own = rows + (size_t)c * 2 * d;
+        const float *acc = sum + (size_t)c * 2 * d;
+        for (int e = 0; e < 2 * d; e++) own[e] = (own[e] + acc[e]) / (1.0f + cnt[c]);
+        kv_head_set_row(h, d, keep[c], own, own + d);
     }
-    free(kept), free(sim), free(sum), free(cnt);
+    free(kept), free(sim), free(ev), free(rows), free(sum), free(cnt);
     return st;
 }

@@ -11,13 +11,13 @@
 
 #define PREFIX_MAX_ITERS 64
 
-void kv_score_layer(const struct kv_cache *c, int layer, int protect, float *score) {
+void kv_score_layer(const struct kv_cache *c, int layer, int sinks, bool last, float *score) {
     const struct kv_head *h = &c->heads[(size_t)layer * c->n_head_kv];
     const int n = h[0].n;
     for (int j = 0; j < n; j++) {
         double s = 0.0;
         for (int g = 0; g < c->n_head_kv; g++) s += h[g].acc[(size_t)j * KV_ACC_N + KV_ACC_SUM];
-        score[j] = j < protect || (protect > 0 && j == n - 1) ? INFINITY : (float)(s / c->n_head_kv);
+        score[j] = j < sinks || (last && j == n - 1) ? INFINITY : (float)(s / c->n_head_kv);
     }
 }
 

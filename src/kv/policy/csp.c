@@ -1,0 +1,54 @@
+/* Cross-Self Pruning (Pei et al., paper 004, section 3.2): attention to an
+ * entry from queries of its own modality (self) and of the other modality
+ * (cross) follow different distributions, so entries are ranked within each
+ * and the top of both lists is kept. With the observation window's n-softmax
+ * sums S_self and S_cross (the last `window` queries; src/attn) and k = keep
+ * - recent: the top k*cross_ratio entries by S_cross and the top
+ * k*(1-cross_ratio) by S_self outside the recent window, their union (the
+ * released code concatenates the two lists, storing an entry chosen twice
+ * twice; here it is kept once and the freed slots go to the next best by
+ * S_self + S_cross), then the recent window. */
+#include "kv/policy.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static int by_desc(const void *a, const void *b, void *arg) {
+    const float *s = arg;
+    const int i = *(const int *)a, j = *(const int *)b;
+    if (s[i] != s[j]) return s[i] > s[j] ? -1 : 1;
+    return i - j;
+}
+
+/* Marks (score = INFINITY) the `take` best of order[] not yet marked. */
+static int take_best(const int *order, int n, int take, float *score) {
+    int got = 0;
+    for (int i = 0; i < n && got < take; i++)
+        if (score[order[i]] != INFINITY) score[order[i]] = INFINITY, got++;
+    return got;
+}
+
+void kv_score_csp(const struct kv_score_in *in, float *score) {
+    const int n = in->h->n, recent = KVF_MIN(n, (int)floor(in->keep * in->p->recent + 0.5));
+    const int body = n - recent, k = KVF_MAX(0, KVF_MIN(in->keep - recent, body));
+    const int k_cross = (int)floor(k * in->p->cross_ratio + 0.5), k_self = k - k_cross;
+    int *order = in->iscratch;
+    float *sum = in->scratch;
+    for (int j = 0; j < n; j++) score[j] = j >= body ? INFINITY : 0.0f;
+    for (int pass = 0; pass < 3; pass++) {
+        /* cross, then self, then both for the slots the overlap freed */
+        const float *a = pass == 0 ? in->win_cross : in->win_attn;
+        for (int j = 0; j < body; j++) sum[j] = pass < 2 ? a[j] : in->win_attn[j] + in->win_cross[j];
+        for (int j = 0; j < body; j++) order[j] = j;
+        qsort_r(order, (size_t)body, sizeof *order, by_desc, sum);
+        if (pass == 0) take_best(order, body, k_cross, score);
+        else if (pass == 1) {
+            /* the self list's own top k_self, whether or not cross took them */
+            for (int i = 0; i < k_self && i < body; i++) score[order[i]] = INFINITY;
+        } else {
+            int kept = 0;
+            for (int j = 0; j < body; j++) kept += score[j] == INFINITY;
+            take_best(order, body, k - kept, score);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+/* F16 and Q8_0 KV caches against the float32 cache, end to end: the logits
+ * at every prompt position (a batched prefill: the blocked attention path
+ * over converted rows) and at N_DECODE decode steps (one query: the typed
+ * row kernels), the decode steps fed the f32 run's greedy tokens so all
+ * three see the same text. Per type, the largest logit error relative to
+ * the position's largest f32 logit must stay within a tolerance and the top
+ * token must agree with f32's at a share of the prompt positions. Decode
+ * steps may be allowed a larger error, DECODE_TOL: one-row matmuls on
+ * quantised weights quantise their activations (Q8), which turns any small
+ * change (here the cache's rounding) into steps of a Q8 level; with float
+ * weights the decode error is the prompt's. The KV
+ * bytes must be those of the type's rows (tags counted too, and the running
+ * statistics under a policy that keeps them). Q8_0 on a model whose head
+ * dimension is not a multiple of 32 must be refused with KVF_ERR_UNSUPPORTED.
+ *
+ * usage: kv_type MODEL TEXTFILE N_PROMPT N_DECODE F16_TOL F16_TOP1 Q8_TOL Q8_TOP1 DECODE_TOL
+ * Exit 0 when every check holds, 1 otherwise, 2 on bad arguments, 77 (skip)
+ * without the model file. */
+#include "kvfold.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    const long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) buf = (free(buf), NULL);
+    if (buf) buf[len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+/* One session of type t: logits [n_prompt + n_decode][n_vocab] and the KV
+ * bytes after the prompt. Decode step s feeds forced[s], or (forced NULL)
+ * the greedy token, recorded in greedy[s]. */
+static enum kvf_status run(const struct kvf_model *m, int n_vocab, const int32_t *tok, int n_prompt, int n_decode,
+                           enum kvf_kv_type t, const char *spec, const int32_t *forced, int32_t *greedy,
+                           float *logits, size_t *bytes) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n_prompt + n_decode;
+    sp.kv_type = t;
+    sp.kv_spec = spec;
+    struct kvf_session *s = NULL;
+    enum kvf_status st = kvf_session_init(m, &sp, &s);
+    if (st == KVF_OK) st = kvf_session_prefill(s, tok, n_prompt, logits);
+    *bytes = st == KVF_OK ? kvf_session_kv_bytes(s) : 0;
+    for (int i = 0; st == KVF_OK && i < n_decode; i++) {
+        const int32_t next = forced ? forced[i] : argmax(kvf_session_logits(s), n_vocab);
+        if (greedy) greedy[i] = next;
+        if ((st = kvf_session_decode(s, next)) == KVF_OK)
+            memcpy(logits + (size_t)(n_prompt + i) * n_vocab, kvf_session_logits(s), sizeof(float) * (size_t)n_vocab);
+    }
+    kvf_session_free(s);
+    return st;
+}
+
+/* Bytes of one cache entry: key and value rows, tag, statistics. */
+static size_t entry_bytes(enum kvf_kv_type t, int head_dim, bool stats) {
+    const size_t row = t == KVF_KV_F32 ? 4 * (size_t)head_dim : t == KVF_KV_F16 ? 2 * (size_t)head_dim : (size_t)head_dim / 32 * 34;
+    return 2 * row + sizeof(struct kvf_tag) + (stats ? 3 * sizeof(float) : 0);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 10) {
+        fprintf(stderr, "usage: kv_type MODEL TEXTFILE N_PROMPT N_DECODE F16_TOL F16_TOP1 Q8_TOL Q8_TOP1 DECODE_TOL\n");
+        return 2;
+    }
+    const int n_prompt = atoi(argv[3]), n_decode = atoi(argv[4]);
+    const double tol[3] = {0, atof(argv[5]), atof(argv[7])}, top1_min[3] = {1, atof(argv[6]), atof(argv[8])};
+    const double decode_tol = atof(argv[9]);
+    char *passage = read_file(argv[2]);
+    if (!passage || !*passage || n_prompt < 2 || n_decode < 1) {
+        fprintf(stderr, "kv_type: bad arguments or unreadable %s\n", argv[2]);
+        free(passage);
+        return 2;
+    }
+    FILE *probe = fopen(argv[1], "rb");
+    if (!probe) {
+        printf("SKIP: %s is absent (scripts/models.sh downloads it)\n", argv[1]);
+        free(passage);
+        return 77;
+    }
+    fclose(probe);
+    struct kvf_model *m = NULL;
+    if (kvf_model_load(argv[1], NULL, &m) != KVF_OK) {
+        fprintf(stderr, "kv_type: %s: %s\n", argv[1], kvf_last_error());
+        free(passage);
+        return 2;
+    }
+    struct kvf_model_info mi;
+    kvf_model_get_info(m, &mi);
+    const int V = mi.n_vocab, n_pos = n_prompt + n_decode;
+
+    /* BOS (when the model has one), then the passage's tokens repeated. */
+    const size_t plen = strlen(passage);
+    const int32_t need = -kvf_tokenize(m, passage, plen, NULL, 0, false, false);
+    int32_t *ptok = need > 0 ? malloc(sizeof(int32_t) * (size_t)need) : NULL;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prompt);
+    const int n_ptok = ptok ? kvf_tokenize(m, passage, plen, ptok, need, false, false) : 0;
+    for (int i = 0; tok && n_ptok > 0 && i < n_prompt; i++)
+        tok[i] = i == 0 && mi.bos >= 0 ? mi.bos : ptok[i % n_ptok];
+    float *logits[3] = {malloc(sizeof(float) * (size_t)n_pos * V), malloc(sizeof(float) * (size_t)n_pos * V),
+                        malloc(sizeof(float) * (size_t)n_pos * V)};
+    int32_t *greedy = malloc(sizeof(int32_t) * (size_t)n_decode);
+    int rc = !tok || n_ptok <= 0 || !logits[0] || !logits[1] || !logits[2] || !greedy;
+    if (rc) fprintf(stderr, "kv_type: cannot make a prompt of %d tokens\n", n_prompt);
+    printf("%s: %d layers, %d kv heads of %d dims; %d prompt tokens, %d decode steps\n", mi.name, mi.n_layer,
+           mi.n_head_kv, mi.head_dim, n_prompt, n_decode);
+
+    /* A value outside the enum is refused. */
+    struct kvf_session_params bad = kvf_session_default_params();
+    bad.kv_type = (enum kvf_kv_type)3;
+    struct kvf_session *none = NULL;
+    if (kvf_session_init(m, &bad, &none) != KVF_ERR_INVALID_ARG || none) {
+        fprintf(stderr, "kv_type: kv_type 3 was not refused as an invalid argument\n");
+        rc = 1;
+    }
+
+    size_t bytes[3] = {0}, stat_bytes[3] = {0};
+    float *scratch = rc ? NULL : malloc(sizeof(float) * (size_t)n_prompt * V);
+    rc |= !rc && !scratch;
+    for (int t = 0; !rc && t < 3; t++) {
+        const enum kvf_kv_type type = (enum kvf_kv_type)t;
+        const bool q8_ok = mi.head_dim % 32 == 0;
+        enum kvf_status st = run(m, V, tok, n_prompt, n_decode, type, NULL, t ? greedy : NULL, t ? NULL : greedy,
+                                 logits[t], &bytes[t]);
+        if (type == KVF_KV_Q8_0 && !q8_ok) {
+            const bool refused = st == KVF_ERR_UNSUPPORTED && strstr(kvf_last_error(), "multiple of 32");
+            printf("%-5s %s  refused for head dimension %d: %s\n", kvf_kv_type_name(type), refused ? "ok  " : "FAIL",
+                   mi.head_dim, st == KVF_OK ? "accepted" : kvf_last_error());
+            rc |= !refused;
+            break;
+        }
+        /* Running statistics (h2o keeps them) are counted at every type too;
+         * budget 1.0 evicts nothing, so only the prompt's entries are held. */
+        if (st == KVF_OK)
+            st = run(m, V, tok, n_prompt, 0, type, "h2o:budget=1.0", NULL, NULL, scratch, &stat_bytes[t]);
+        if (st != KVF_OK) {
+            fprintf(stderr, "kv_type: %s: %s\n", kvf_kv_type_name(type), kvf_last_error());
+            rc = 1;
+            break;
+        }
+        if (t == 0) continue;
+        double err_prompt = 0, err_decode = 0;
+        int agree = 0, agree_decode = 0;
+        for (int i = 0; i < n_pos; i++) {
+            const float *a = logits[0] + (size_t)i * V, *b = logits[t] + (size_t)i * V;
+            double amax = 0, d = 0;
+            for (int v = 0; v < V; v++) {
+                amax = fmax(amax, fabs(a[v]));
+                const double e = fabs((double)b[v] - a[v]);
+                d = e <= d ? d : isnan(e) ? INFINITY : e;
+            }
+            const double rel = d / fmax(amax, 1e-30);
+            if (i < n_prompt) err_prompt = fmax(err_prompt, rel), agree += argmax(a, V) == argmax(b, V);
+            else err_decode = fmax(err_decode, rel), agree_decode += argmax(a, V) == argmax(b, V);
+        }
+        const double share = (double)agree / n_prompt;
+        /* Same capacities at every type, so the byte counts scale exactly as the entries do. */
+        const bool bytes_ok = bytes[t] * entry_bytes(KVF_KV_F32, mi.head_dim, false) ==
+                                  bytes[0] * entry_bytes(type, mi.head_dim, false) &&
+                              stat_bytes[t] * entry_bytes(KVF_KV_F32, mi.head_dim, true) ==
+                                  stat_bytes[0] * entry_bytes(type, mi.head_dim, true);
+        const double dtol = fmax(tol[t], decode_tol);
+        const bool ok = err_prompt <= tol[t] && err_decode <= dtol && share >= top1_min[t] && bytes_ok;
+        printf("%-5s %s  logit error: prompt %.3g (limit %.3g), decode %.3g (limit %.3g); top-1 = f32's at %d/%d "
+               "prompt positions (%.4f, limit %.4f), %d/%d decode steps; kv %zu bytes = %.4f x f32 (%zu with "
+               "statistics = %.4f x)%s\n",
+               kvf_kv_type_name(type), ok ? "ok  " : "FAIL", err_prompt, tol[t], err_decode, dtol, agree, n_prompt,
+               share, top1_min[t], agree_decode, n_decode, bytes[t], (double)bytes[t] / (double)bytes[0],
+               stat_bytes[t], (double)stat_bytes[t] / (double)stat_bytes[0], bytes_ok ? "" : " (bytes not those of the rows)");
+        rc |= !ok;
+    }
+    free(scratch);
+    for (int t = 0; t < 3; t++) free(logits[t]);
+    free(greedy);
+    free(tok);
+    free(ptok);
+    free(passage);
+    kvf_model_free(m);
+    return rc;
+}
