@@ -122,6 +122,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     enum kvf_status pst = kv_policy_parse(p.kv_spec, &policy);
     if (pst != KVF_OK) return pst;
     p.kv_spec = NULL; /* not kept: the caller owns the string */
+    if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
     struct kvf_session *s = calloc(1, sizeof *s);
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
     s->model = m;
@@ -206,6 +207,8 @@ static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     return KVF_OK;
 }
 
+static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule);
+
 /* Runs n inputs (ids or embedding rows, already checked) in batches of
  * n_batch, recording each position's tag. */
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
@@ -221,6 +224,10 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
                              nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
         if (st != KVF_OK) return st;
         memcpy(s->tags + s->n_past - nb, s->btag, (size_t)nb * sizeof *s->btag);
+        /* Block-wise prefill: back to the budget after every block. */
+        if (s->policy.blocks && !s->compressed && s->n_past >= (s->policy.first > 0 ? s->policy.first : (int)s->policy.budget) &&
+            (st = evict_to_budget(s, false)) != KVF_OK)
+            return st;
     }
     return KVF_OK;
 }
@@ -314,6 +321,10 @@ static void score_head(const struct kvf_session *s, const struct kv_score_in *in
     case KV_IMGRAND: kv_score_random(in, score); break;
     case KV_LOOKM: kv_score_lookm(in, score); break;
     case KV_CSP: kv_score_csp(in, score); break;
+    case KV_BLOCKWISE:
+        if (in->p->evict == KV_SNAPKV) kv_score_snapkv(in, score);
+        else kv_score_keydiff(in, score);
+        break;
     case KV_ELASTIC:
     case KV_PREFIXKV: memcpy(score, s->c_layer, sizeof(float) * (size_t)in->h->n); break;
     case KV_METHOD_COUNT: break;

@@ -70,6 +70,13 @@ static const struct option presets[KV_METHOD_COUNT] = {
                 "Cross-Self Pruning (Pei et al., 2024; paper 004)", "budget recent important cross_ratio n window decode_softmax",
                 "budget=0.2,recent=0.5,cross_ratio=0.5,n=1,window=0,decode_softmax=0",
                 {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, STAGES}},
+    [KV_BLOCKWISE] = {"preset", "blockwise", "the prompt in blocks (block=N tokens, or block=image: one per image or "
+                      "frame), evicted back to budget M entries after each, so the cache never exceeds M + block; "
+                      "evict=snapkv (window of the last tokens seen) or keydiff",
+                      "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window kernel",
+                      "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5",
+                      {.method = KV_BLOCKWISE, .budget = 1024, .blocks = true, .block = 256, .evict = KV_SNAPKV,
+                       .window = 32, .kernel = 5, STAGES}},
 };
 
 static const struct option allocs[KV_ALLOC_COUNT] = {
@@ -113,7 +120,7 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv, csp"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv, csp, blockwise"
 #define STAGE_ITEMS "budget=uniform|pyramid|prefix, decode=grow|window|h2o|fixed-distance|recompress"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
@@ -160,6 +167,12 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
         if (strcmp(val, "0") && strcmp(val, "1"))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be 0 or 1", what, key, val);
         *(key[0] == 't' ? &p->text_prior : key[0] == 'o' ? &p->online : &p->decode_softmax) = val[0] == '1';
+    } else if (!strcmp(key, "evict")) {
+        if (strcmp(val, "snapkv") && strcmp(val, "keydiff"))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': evict '%s' (valid: snapkv, keydiff)", what, val);
+        p->evict = val[0] == 's' ? KV_SNAPKV : KV_KEYDIFF;
+    } else if (!strcmp(key, "block") && (!strcmp(val, "image") || !strcmp(val, "frame"))) {
+        p->block = 0;
     } else if (!strcmp(key, "cross_ratio")) {
         if (!parse_num(val, 0.0, 1.0, &x))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': cross_ratio '%s' is not a share in [0, 1]", what, val);
@@ -178,13 +191,15 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", what, val);
         p->seed = (uint64_t)x;
     } else {
-        const bool kernel = !strcmp(key, "kernel"), positive = kernel || !strcmp(key, "beta") || !strcmp(key, "every");
+        const bool kernel = !strcmp(key, "kernel");
+        const bool positive = kernel || !strcmp(key, "beta") || !strcmp(key, "every") || !strcmp(key, "block");
         if (!parse_num(val, positive ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", what, key, val,
                            kernel ? "an odd integer >= 1" : positive ? "an integer >= 1" : "a non-negative integer");
         int *field = !strcmp(key, "sinks") ? &p->sinks : !strcmp(key, "window") ? &p->window
                      : !strcmp(key, "beta") ? &p->beta : !strcmp(key, "distance") ? &p->distance
-                     : !strcmp(key, "every") ? &p->every : &p->kernel;
+                     : !strcmp(key, "every") ? &p->every : !strcmp(key, "block") ? &p->block
+                     : !strcmp(key, "first") ? &p->first : &p->kernel;
         *field = (int)x;
     }
     return KVF_OK;
@@ -268,6 +283,9 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     else if (st == KVF_OK && shares == 2) p.recent = 1.0 - p.important;
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && p.online == (p.profile[0] != '\0'))
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or online=1", spec);
+    if (st == KVF_OK && p.blocks && p.budget <= 1.0)
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': block-wise prefill needs a budget in entries (budget=1024), "
+                     "not a ratio: the prompt's length is not known while it runs", spec);
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(&p))
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
                      "prefixkv, elastic, h2o or lookm", spec);

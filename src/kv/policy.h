@@ -12,7 +12,7 @@
 /* Presets; each one is a score rule (pyramidkv: SnapKV's rule with the
  * pyramid budget allocation). */
 enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_ROCO, KV_KEYDIFF, KV_KNORM, KV_RANDOM,
-                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_METHOD_COUNT };
+                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_BLOCKWISE, KV_METHOD_COUNT };
 /* Budget stage: how the entries are spread over the layers (prefix:
  * PrefixKV's searched per-layer ratios, online or from a profile). */
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
@@ -44,6 +44,15 @@ struct kv_policy {
     double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
     double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
     bool decode_softmax; /* csp: n-softmax also inside attention once compressed (eq. 7)  */
+    /* Schedule stage (blockwise): the prompt runs in blocks and after each
+     * one the cache is evicted back to the budget, so it never holds more
+     * than budget + block entries. */
+    bool blocks;
+    int block;          /* tokens per block; 0: one block per media segment (image, frame)
+                           and text in runs of the batch size                           */
+    int first;          /* no eviction before this many tokens (the paper's one-pass start;
+                           0: the budget)                                               */
+    enum kv_method evict; /* the evictor: KV_SNAPKV (query-aware) or KV_KEYDIFF         */
     bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
@@ -58,7 +67,8 @@ int kv_policy_layer_keep(const struct kv_policy *p, int n_seen, int layer, int n
 int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
 /* Whether compression needs the last `window` queries of each layer. */
 static inline bool kv_policy_needs_window(const struct kv_policy *p) {
-    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV || p->method == KV_CSP;
+    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV || p->method == KV_CSP ||
+           (p->method == KV_BLOCKWISE && p->evict == KV_SNAPKV);
 }
 /* Whether cache entries carry the attention they received (KV_ACC_*). */
 static inline bool kv_policy_needs_acc(const struct kv_policy *p) {

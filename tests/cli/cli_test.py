@@ -528,6 +528,43 @@ def case_kv_mm(ctx):
     expect_error(ctx, 1, ["profile", "-m", smol, "--samples", samples], "profile without -o")
 
 
+def case_blockwise(ctx):
+    """Block-wise prefill under a fixed budget on SmolLM2 with pseudo-images:
+    the cache never holds more than budget + block entries (peak bytes, which
+    count every allocation), the kept count is the budget, a budget over the
+    prompt changes nothing, and bad specs are usage errors."""
+    smol = ctx.model(SMOL)
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "data", "ppl_passage.txt")) as f:
+        text = f.read()
+    words = os.path.join(ctx.tmp, "words.txt")
+    with open(words, "w") as f:
+        f.write(text[:400])
+    prompt = text[:600] + " <image> <image> " + text[600:900] + " <image> What changed?"
+    base = ["generate", "-m", smol, "-p", prompt, "-n", "6", "--json", "-t", "2"]
+    for _ in range(3):
+        base += ["--pseudo-image", f"{words}:8x8"]
+    rc, out, err = ctx.run(*base)
+    check(rc == 0, f"full: {err}")
+    full = json.loads(out)
+    n = full["n_prompt"]
+    per_entry = full["kv"]["bytes_full"] / n  # bytes of one position over all layers and heads (exact fit)
+    for spec, m, block in (("blockwise:budget=128,block=32", 128, 32), ("blockwise:budget=100,block=16,evict=keydiff", 100, 16),
+                           ("blockwise:budget=128,block=image", 128, 64)):
+        rc, out, err = ctx.run(*base, "--kv", spec, "-b", "64")
+        check(rc == 0, f"{spec}: {err}")
+        kv = json.loads(out)["kv"]
+        check(all(x == m for x in kv["per_layer"]), f"{spec}: kept {kv['per_layer'][:3]}, want {m}")
+        most = per_entry * (m + block + (m + block) // 8 + 17)
+        check(kv["peak_bytes"] <= most < full["kv"]["peak_bytes"], f"{spec}: peak {kv['peak_bytes']} over {most}")
+    rc, out, err = ctx.run(*base, "--kv", "blockwise:budget=100000,block=512")
+    check(rc == 0 and json.loads(out)["text"] == full["text"], f"a budget over the prompt changed the output: {err}")
+    plain = ["generate", "-m", smol, "-p", "Hello", "-n", "1"]
+    expect_error(ctx, 1, [*plain, "--kv", "blockwise:budget=0.2"], "ratio budget")
+    expect_error(ctx, 1, [*plain, "--kv", "blockwise:evict=h2o"], "bad evictor")
+    expect_error(ctx, 1, [*plain, "--kv", "blockwise:block=0"], "block 0")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -537,7 +574,7 @@ def main():
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
-        "kv_mm": case_kv_mm,
+        "kv_mm": case_kv_mm, "blockwise": case_blockwise,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
     try:

@@ -66,6 +66,12 @@ static void test_parse(void **st) {
                            "prefixkv:profile=x.json,online=1", "knorm+budget=prefix", "snapkv:merge=avg"};
     for (size_t i = 0; i < sizeof bad_m / sizeof *bad_m; i++)
         if (kv_policy_parse(bad_m[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad_m[i]);
+    /* Block-wise prefill. */
+    assert_int_equal(kv_policy_parse("blockwise", &p), KVF_OK);
+    assert_true(p.blocks && p.budget == 1024 && p.block == 256 && p.evict == KV_SNAPKV && kv_policy_needs_window(&p));
+    assert_int_equal(kv_policy_parse("blockwise:budget=512,block=image,evict=keydiff,first=2048+decode=h2o", &p), KVF_OK);
+    assert_true(p.block == 0 && p.evict == KV_KEYDIFF && p.first == 2048 && p.decode == KV_DECODE_H2O &&
+                !kv_policy_needs_window(&p));
     /* Stages after '+'. */
     assert_int_equal(kv_policy_parse("snapkv:budget=0.1+decode=h2o:recent=0.25+budget=pyramid:beta=4", &p), KVF_OK);
     assert_true(p.method == KV_SNAPKV && p.budget == 0.1 && p.decode == KV_DECODE_H2O && p.recent == 0.25 &&
