@@ -195,7 +195,8 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
         const bool positive = kernel || !strcmp(key, "beta") || !strcmp(key, "every") || !strcmp(key, "block");
         if (!parse_num(val, positive ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", what, key, val,
-                           kernel ? "an odd integer >= 1" : positive ? "an integer >= 1" : "a non-negative integer");
+                           kernel ? "an odd integer >= 1" : !strcmp(key, "block") ? "an integer >= 1, image or frame"
+                           : positive ? "an integer >= 1" : "a non-negative integer");
         int *field = !strcmp(key, "sinks") ? &p->sinks : !strcmp(key, "window") ? &p->window
                      : !strcmp(key, "beta") ? &p->beta : !strcmp(key, "distance") ? &p->distance
                      : !strcmp(key, "every") ? &p->every : !strcmp(key, "block") ? &p->block
