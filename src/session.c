@@ -154,12 +154,15 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     /* CSP's default window is as many queries as recent entries kept. */
     s->qwin_cap = policy.window > 0 ? policy.window
                   : policy.method == KV_CSP ? (int)floor(kv_policy_keep_count(&policy, p.n_ctx) * policy.recent + 0.5) : 0;
-    if (kv_policy_needs_window(&policy) && s->qwin_cap > 0) {
-        s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
-        s->qwin_pos = alloc_rows(s->qwin_cap, 1, sizeof(int32_t), &ok);
-        s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
+    if (kv_policy_needs_window(&policy)) {
+        /* An empty window (csp with no recent entries) scores every entry 0. */
+        if (s->qwin_cap > 0) {
+            s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
+            s->qwin_pos = alloc_rows(s->qwin_cap, 1, sizeof(int32_t), &ok);
+            s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
+            s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
+        }
         s->c_win = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
-        s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
         if (policy.method == KV_CSP) s->c_win2 = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
     }
     if (s->kv.has_acc) s->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * p.n_ctx, sizeof(float)), ok &= s->acc_tmp != NULL;
@@ -280,7 +283,7 @@ static enum kvf_status window_attention(struct kvf_session *s, int l, int target
     const bool csp = s->policy.method == KV_CSP;
     memset(s->c_win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     if (csp) memset(s->c_win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
-    if (s->qwin_n == 0) return KVF_OK;
+    if (!s->qwin || s->qwin_n == 0) return KVF_OK;
     const int obs = s->policy.window > 0 ? s->policy.window : (int)floor(target * s->policy.recent + 0.5);
     struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, s->qwin_n - obs), .nsm_n = (float)s->policy.nsm_n,
                             .qtag = s->qwin_tag};
@@ -403,7 +406,7 @@ static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) 
         bool over = false;
         for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
         if (!over) continue;
-        if (!decode_rule && s->qwin) st = window_attention(s, l, target);
+        if (!decode_rule && s->c_win) st = window_attention(s, l, target);
         if (!decode_rule && kv_policy_per_layer(&s->policy)) kv_score_layer(&s->kv, l, s->policy.sinks, true, s->c_layer);
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];

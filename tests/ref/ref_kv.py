@@ -41,6 +41,20 @@ lookm.c, merge.c, prefixkv.c):
             search on the layers' cumulative priority curves, scaled to L x
             keep exactly by largest remainders; generate --json's
             kv.layer_budgets (ratio, Gini) are checked against it too.
+  csp       Cross-Self Pruning (src/kv/policy/csp.c, src/session.c
+            window_attention): the last `recent` entries kept; the last
+            `window` prompt queries (0: `recent` of them) observe; each
+            observing row is weighted by its n-softmax factor Z / (Z + n),
+            Z = sum_k exp(x_k) (the logits come from RefModel's roped queries,
+            checked against its probabilities), averaged over the kv head's
+            query heads and summed into S_self (entries of the query's
+            modality) and S_cross (the other). Before the recent window: the
+            top k_cross = floor(k cross_ratio + 0.5) by S_cross, the top
+            k - k_cross by S_self, their union refilled to k = keep - recent
+            by S_self + S_cross. On text S_cross is 0, so the cross list takes
+            the first entries. A float32 near-tie may swap entries at the cut
+            of any of the three rankings: combinations of those are accepted.
+            decode_softmax=1 must compress the prompt as decode_softmax=0.
 
 C computes in float32, the reference in float64, so entries whose reference
 scores differ by less than TOL x (the head's largest |score|) may swap at the
@@ -50,7 +64,8 @@ sliding window leaves in SnapKV's scores on gemma3) are exact in float32 too,
 so there the earlier entry must win.
 
 The script also checks that each non-default key it passes changes the
-reference's choice (so the comparison proves the key is honoured), and that
+reference's choice (so the comparison proves the key is honoured; for the
+WEAK_KEYS: in some case on some prompt, by more than a near-tie), and that
 deliberately wrong rules (no pooling, no GQA mean, reversed ties, ...) do
 NOT match kvfold, so the comparison can fail.
 """
@@ -102,8 +117,18 @@ PRESETS = {
     "lookm": dict(recent=0.5, merge="pivotal", text_prior=1),
     "elastic": dict(merge="position"),
     "prefixkv": dict(alloc="prefix"),
+    "csp": dict(recent=0.5, cross_ratio=0.5, n=1.0, decode_softmax=0),
 }
-INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online")
+INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax")
+# Keys whose effect is small on these fixtures: CSP's n reweights a window
+# row by Z / (Z + n), Z = sum_k exp(x_k) ~ 100 here, so n=0 and n=4 move
+# the scores by a few 1e-3 and change a choice only in some prompts. Each
+# value used must change the choice by more than a float32 near-tie in at
+# least one case on one prompt (not in every case).
+WEAK_KEYS = ("n",)
+# Keys that change only decoding: the compressed prompt must be the one
+# without them (checked against that run's dump, not by the reference).
+DECODE_ONLY = ("decode_softmax",)
 # Merge modes that share the cosine assignment (they differ only in the
 # arithmetic of the merged rows, which the dump does not show; that is
 # test_kv_policy's test_merge).
@@ -259,14 +284,68 @@ def select(score, keep, wrong=None):
     return sorted(order[:keep].tolist())
 
 
+def top(s, cand, take, later=False):
+    """The `take` best of the entries cand by s (higher first, ties: the
+    earlier entry; `later`: the later)."""
+    cand = np.asarray(cand, dtype=int)
+    return cand[np.lexsort((-cand if later else cand, -s[cand]))][: max(take, 0)]
+
+
+def top_options(s, cand, take, tol, later=False, cap=64):
+    """The sets float32 may take for top(s, cand, take): the exact one first,
+    then those that swap entries within tol x max |s[cand]| of the cut
+    (entries of exactly equal score still go by the tie rule); at most cap."""
+    exact = top(s, cand, take, later)
+    if take <= 0 or take >= len(cand):
+        return [frozenset(exact.tolist())]
+    cut, t = s[exact[-1]], tol * (np.abs(s[cand]).max() or 1.0)
+    sure = [int(e) for e in cand if s[e] > cut + t]
+    groups = {}
+    for e in (reversed(cand) if later else cand):
+        if abs(s[e] - cut) <= t:
+            groups.setdefault(s[e], []).append(int(e))
+    groups = list(groups.values())
+
+    def fill(gi, need):
+        if gi == len(groups):
+            if need == 0:
+                yield []
+            return
+        for c in range(min(need, len(groups[gi])), -1, -1):
+            for rest in fill(gi + 1, need - c):
+                yield groups[gi][:c] + rest
+
+    out = [frozenset(exact.tolist())]
+    for amb in itertools.islice(fill(0, take - len(sure)), cap):
+        o = frozenset(sure + amb)
+        if o not in out:
+            out.append(o)
+    return out
+
+
 class Stats:
     """What the rules read, from the full float64 attention of one prompt."""
 
     def __init__(self, model, ids):
         c = model.c
-        model.record = []
-        model.hidden(ids)
+        # CSP's n-softmax needs each row's normaliser sum_k exp(x_k), which
+        # the probabilities do not keep: the post-RoPE queries come from
+        # RefModel.rope (attention ropes q, then k, per layer) and the logits
+        # are checked against the recorded probabilities below.
+        ropes, rope = [], model.rope
+
+        def keep_rope(x, pos, base):
+            ropes.append(rope(x, pos, base))
+            return ropes[-1]
+
+        model.record, model.rope = [], keep_rope
+        try:
+            model.hidden(ids)
+        finally:
+            del model.rope
         rec, model.record = model.record, None
+        if len(ropes) != 2 * len(rec):
+            sys.exit("ref_kv: RefModel.rope ran %d times for %d layers, not twice a layer" % (len(ropes), len(rec)))
         self.n, self.n_layer = len(ids), c["n_layer"]
         self.n_head, self.n_head_kv = c["n_head"], c["n_head_kv"]
         group = self.n_head // self.n_head_kv
@@ -279,12 +358,25 @@ class Stats:
             if model.is_local(il):
                 vis &= (i - j) < c["sliding_window"]
             a = r["attn"].reshape(self.n_head_kv, group, n, n)  # query head h -> kv head h // group
+            q, k = ropes[2 * il], ropes[2 * il + 1]
+            if not np.array_equal(k, r["k"]):
+                sys.exit("ref_kv: layer %d: the second rope of the layer is not its recorded keys" % il)
+            scale = c["attn_scale"] if c["arch"] == "gemma3" else 1.0 / math.sqrt(c["head_dim"])
+            x = np.einsum("ihd,jhd->hij", q, np.repeat(k, group, axis=1)) * scale
+            x = np.where(vis, x, -np.inf)
+            mx = x.max(axis=2, keepdims=True)
+            lz = mx[..., 0] + np.log(np.exp(x - mx).sum(axis=2))  # log sum_k exp(x_k), [query head][query]
+            err = np.abs(np.exp(x - lz[..., None]) - r["attn"]).max()
+            if err > 1e-9:
+                sys.exit("ref_kv: layer %d: logits from the roped queries miss the recorded attention by %.3g"
+                         % (il, err))
             self.layers.append(dict(
                 a=a,                                   # [kv head][query head of it][query][key]
                 mean=a.mean(axis=1),                   # GQA: mean over the group
                 sum=a.mean(axis=1).sum(axis=1),        # sum over every prompt query
                 sq=(a * a).mean(axis=1).sum(axis=1),   # sum of squares
                 count=vis.sum(axis=0).astype(np.float64),  # queries that saw each entry
+                lz=lz.reshape(self.n_head_kv, group, n),  # log of each row's sum_k exp(x_k)
                 k=r["k"],                              # [pos][kv head][head_dim], post-RoPE
             ))
 
@@ -411,6 +503,61 @@ class Ref:
             return [s]
         raise ValueError(m)
 
+    def kept(self, p, l, g, keep):
+        """The positions the rule keeps in head (l, g)."""
+        if p["method"] == "csp":
+            return self.csp(p, l, g, keep)["want"]
+        return select(self.scores(p, l, g, keep)[0], keep, self.wrong)
+
+    def describe(self, p, l, g, keep, idx):
+        """The reference scores of entries idx, for a failure message."""
+        if p["method"] == "csp":
+            c = self.csp(p, l, g, keep)
+            return ["self %.7g cross %.7g" % (c["self"][j], c["cross"][j]) for j in idx]
+        return np.round(self.scores(p, l, g, keep)[0][idx], 7).tolist()
+
+    def csp(self, p, l, g, keep):
+        """Cross-Self Pruning (DESIGN.md section 7, src/kv/policy/csp.c) for
+        head (l, g): the last `recent` entries kept; the observation window
+        is the last `window` prompt queries (0: `recent` of them); each
+        window query's attention row, weighted by its n-softmax factor
+        Z / (Z + n) (Z = sum_k exp(x_k): exp(x_j) / (n + Z) = A_j Z / (Z + n)),
+        averaged over the query heads of g and summed over the window, into
+        S_self (entries of the query's modality) and S_cross (the other).
+        Of the k = keep - recent entries before the recent window: the top
+        k_cross = floor(k cross_ratio + 0.5) by S_cross, the top k - k_cross
+        by S_self, their union, refilled to k by S_self + S_cross.
+        -> dict(self, cross, both, body, k_cross, k_self, want)."""
+        L, n, w = self.st.layers[l], self.st.n, self.wrong
+        share = p["recent_only"] if w == "lookm-noimportant" else p["recent"]
+        recent = min(n, math.floor(keep * share + 0.5))
+        obs = n if w == "csp-window-all" else min(n, p["window"] if p["window"] > 0 else recent)
+        a, lz = L["a"][g][:, n - obs:, :], L["lz"][g][:, n - obs:]
+        if w == "h2o-head0":
+            a, lz = a[:1], lz[:1]
+        nsm = np.ones_like(lz) if w == "csp-softmax" else 1.0 / (1.0 + p["n"] * np.exp(-lz))
+        wa = (a * nsm[..., None]).mean(axis=0)  # [window query][entry]
+        mod = np.zeros(n, bool) if self.image is None else self.image
+        same = mod[n - obs:, None] == mod[None, :]
+        s_self, s_cross = (wa * same).sum(axis=0), (wa * ~same).sum(axis=0)
+        if w == "csp-nosplit":
+            s_self = s_cross = s_self + s_cross
+        body = n - recent
+        k = max(0, min(keep - recent, body))
+        k_cross = math.floor(k * p["cross_ratio"] + 0.5)
+        k_self = k - k_cross
+        if w == "csp-swapped":
+            k_cross, k_self = k_self, k_cross
+        later = w == "tie-later"
+        cand = np.arange(body)
+        chosen = set(top(s_cross, cand, k_cross, later).tolist()) | set(top(s_self, cand, k_self, later).tolist())
+        both = s_self + s_cross
+        if w != "csp-norefill":
+            rest = np.array([j for j in cand if j not in chosen], dtype=int)
+            chosen |= set(top(both, rest, k - len(chosen), later).tolist())
+        return dict(self=s_self, cross=s_cross, both=both, body=body, k_cross=k_cross, k_self=k_self,
+                    want=sorted(chosen) + list(range(body, n)))
+
     def roco(self, p, L, g, keep):
         n = self.st.n
         protect = math.floor(keep * p["recent"] + 0.5)
@@ -471,14 +618,39 @@ def consistent(kept, s, keep, tol, later=False):
 def judge(ref, p, l, g, kept):
     """-> ("exact" | "near" | "bad", reference set, swapped count)."""
     keep = ref.target(p, l)
+    if p["method"] == "csp":
+        return judge_csp(ref, p, l, g, kept, keep)
     cands = ref.scores(p, l, g, keep)
-    want = select(cands[0], keep, ref.wrong)
+    want = ref.kept(p, l, g, keep)
     if kept == want:
         return "exact", want, 0
     swapped = len(set(want) - set(kept))
     if p["method"] not in EXACT:
         if any(consistent(kept, s, keep, TOL, ref.wrong == "tie-later") for s in cands):
             return "near", want, swapped
+    return "bad", want, swapped
+
+
+def judge_csp(ref, p, l, g, kept, keep):
+    """CSP's three rankings may each meet a float32 near-tie at their cut:
+    kvfold's set is accepted when some combination of the cross and self
+    lists' valid top sets, refilled by a valid top of S_self + S_cross,
+    gives it."""
+    c = ref.csp(p, l, g, keep)
+    want = c["want"]
+    if kept == want:
+        return "exact", want, 0
+    swapped = len(set(want) - set(kept))
+    later, body, n = ref.wrong == "tie-later", c["body"], ref.st.n
+    cand = np.arange(body)
+    for co in top_options(c["cross"], cand, c["k_cross"], TOL, later):
+        for so in top_options(c["self"], cand, c["k_self"], TOL, later):
+            chosen = sorted(co | so)
+            s = c["both"].copy()
+            s[chosen] = np.inf
+            s[body:] = np.inf
+            if consistent(kept, s, len(chosen) + n - body if ref.wrong == "csp-norefill" else keep, TOL, later):
+                return "near", want, swapped
     return "bad", want, swapped
 
 
@@ -512,12 +684,23 @@ def judge_merge(ref, p, l, g, kept, pairs):
 
 # ------------------------------------------------------------------- kvfold --
 
-def run(cmd):
+class Failed(Exception):
+    """A kvfold run of one case failed (the other cases still run)."""
+
+    def __init__(self, rc, err):
+        super().__init__("kvfold %s; stderr: %s" % ("crashed (signal %d)" % -rc if rc < 0 else "exited %d" % rc,
+                                                     err.strip()[-400:] or "-"))
+
+
+def run(cmd, fatal=True):
     # generate prints a token's bytes, which need not be whole UTF-8.
     # Passive OpenMP waits: spinning threads crawl on a busy 2-core machine.
     r = subprocess.run(cmd, capture_output=True, env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
     if r.returncode != 0:
-        sys.exit("ref_kv: %s failed (%d):\n%s" % (" ".join(cmd), r.returncode, r.stderr.decode(errors="replace")))
+        err = r.stderr.decode(errors="replace")
+        if fatal:
+            sys.exit("ref_kv: %s failed (%d):\n%s" % (" ".join(cmd), r.returncode, err))
+        raise Failed(r.returncode, err)
     return r.stdout.decode(errors="replace")
 
 
@@ -537,7 +720,7 @@ def generate(kvfold, model, text, spec, tmp, extra=()):
     """-> (the --dump-kv JSON, generate --json's output)."""
     path = os.path.join(tmp, "kv.json")
     out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
-               "--json"] + list(extra))
+               "--json"] + list(extra), fatal=False)
     with open(path) as fh:
         return json.load(fh), json.loads(out)
 
@@ -601,6 +784,33 @@ def cases(n):
         ("prefixkv:budget=0.5", []),
         ("prefixkv:budget=0.03,sinks=2", []),
         ("prefixkv:budget=0.3", ["-b", "7"]),
+    ] + csp_cases()
+
+
+def csp_cases():
+    """CSP, on text and on the pseudo-image prompt. On text every (query,
+    entry) pair is "self": S_cross is 0 and the cross list is all ties, so
+    it takes the first k_cross entries."""
+    return [
+        ("csp:budget=0.3", []),
+        ("csp:budget=0.3,decode_softmax=1", []),       # decoding only: the same compressed prompt
+        ("csp:budget=0.3,cross_ratio=0", []),
+        ("csp:budget=0.3,cross_ratio=1", []),
+        ("csp:budget=0.3,cross_ratio=0.3", []),
+        ("csp:budget=0.3,n=0", []),                    # plain softmax
+        ("csp:budget=0.3,n=4", []),
+        ("csp:budget=0.3,n=1000", []),                 # n near the rows' sum_k exp(x_k): reweights them
+        # n=0 and n=4 where they change the choice (most on gemma3's sliding
+        # layers, whose rows see a few keys: Z ~ 1..30)
+        ("csp:budget=24,window=24,recent=0.25,n=0", []),
+        ("csp:budget=0.2,window=24,cross_ratio=0.3,recent=0.1,n=4", []),
+        ("csp:budget=0.3,window=8", []),
+        ("csp:budget=0.3,recent=0.25", []),
+        ("csp:budget=0.3,important=0.6", []),          # recent = 1 - important
+        ("csp:budget=0.3,recent=0", []),               # empty default window: all scores 0, the first entries
+        ("csp:budget=40", []),
+        ("csp:budget=0.3", ["-b", "7"]),               # the window's queries held over several batches
+        ("csp:budget=0.3,window=8,n=4", ["-b", "5", "-t", "2"]),
     ]
 
 
@@ -614,14 +824,14 @@ def image_cases(n, n_text):
         ("lookm:budget=0.6,recent=0.6,important=0.2,merge=weighted", []),  # recent 0.75
         ("lookm:budget=0.6,text_prior=0", []),
         ("lookm:budget=%d,merge=none" % (n_text + 30), []),
-    ]
+    ] + csp_cases()
 
 
 # Deliberately wrong rules, and the methods they apply to; each must fail to
 # match kvfold in at least one case.
 WRONG = {
     "tie-later": None,                   # ties kept for the later entry (every method)
-    "h2o-head0": ("h2o", "lookm"),       # no GQA mean: the first query head only
+    "h2o-head0": ("h2o", "lookm", "csp"),  # no GQA mean: the first query head only
     "snapkv-nopool": ("snapkv", "pyramidkv"),
     "pyramid-reversed": ("snapkv", "pyramidkv"),
     "roco-noprotect": ("roco",),
@@ -632,7 +842,7 @@ WRONG = {
     "budget-floor": ("knorm",),          # floor(budget N) instead of floor(budget N + 0.5)
     "lookm-noprior": ("lookm",),         # text entries compete like image entries
     "lookm-norecent": ("lookm",),        # no recent window
-    "lookm-noimportant": ("lookm",),     # the important share ignored (recent as given or default)
+    "lookm-noimportant": ("lookm", "csp"),  # the important share ignored (recent as given or default)
     "merge-dot": ("lookm",),             # merged into the largest dot product, not cosine
     "merge-tie-later": ("elastic",),     # an entry midway between two kept ones goes to the later
     "layer-head0": ("elastic", "prefixkv"),    # the layer score from the first kv head only
@@ -640,6 +850,11 @@ WRONG = {
     "layer-nolast": ("elastic", "prefixkv"),   # the last entry left to compete
     "prefix-uniform": ("prefixkv",),     # every layer the same budget
     "prefix-noscale": ("prefixkv",),     # the searched sizes, not scaled to the total
+    "csp-softmax": ("csp",),             # the window rows' plain softmax, not the n-softmax
+    "csp-nosplit": ("csp",),             # both lists ranked by all the window's attention (no self/cross)
+    "csp-norefill": ("csp",),            # the slots of entries on both lists left empty
+    "csp-swapped": ("csp",),             # cross_ratio taken as the self list's share
+    "csp-window-all": ("csp",),          # every prompt query observed, not the last O
 }
 
 
@@ -648,6 +863,8 @@ class Report:
         self.verbose, self.fail, self.near, self.swapped, self.heads = verbose, [], 0, 0, 0
         self.merged, self.merge_near, self.budget_near, self.layers_budgeted, self.gini_diff = 0, 0, 0, 0, 0.0
         self.wrong_hits = {k: 0 for k in WRONG}
+        self.decode_only = 0
+        self.weak = {}  # (key, value) -> heads where the default would fail (WEAK_KEYS)
 
     def budgets(self, case, ref, p, js):
         """PrefixKV's layer budgets (generate --json kv.layer_budgets) against
@@ -714,10 +931,10 @@ class Report:
                 verdict, want, swapped = judge(ref, p, l, g, kept)
                 self.heads += 1
                 counts.append(len(kept))
-                s = ref.scores(p, l, g, ref.target(p, l))[0]
                 cm, rm = sorted(set(kept) - set(want)), sorted(set(want) - set(kept))
                 diff = ("kept %d, rule keeps %d; kvfold only %s (ref scores %s), reference only %s (ref scores %s)"
-                        % (len(kept), len(want), cm, np.round(s[cm], 7).tolist(), rm, np.round(s[rm], 7).tolist()))
+                        % (len(kept), len(want), cm, ref.describe(p, l, g, ref.target(p, l), cm), rm,
+                           ref.describe(p, l, g, ref.target(p, l), rm)))
                 if verdict == "near":
                     self.near += 1
                     self.swapped += swapped
@@ -763,7 +980,7 @@ def choice(ref, p):
     for l in range(ref.st.n_layer):
         keep = ref.target(p, l)
         for g in range(ref.st.n_head_kv):
-            kept = select(ref.scores(p, l, g, keep)[0], keep)
+            kept = ref.kept(p, l, g, keep)
             out.append((kept, sorted((e, c) for e, (c, _) in ref.merges(p, l, g, kept).items())))
     return out
 
@@ -775,8 +992,15 @@ def params_matter(name, ref, spec, rep):
     mine = None
     for key in spec_keys(spec):
         q = parse_spec(spec_without(spec, key))
-        if q[key] == p[key] or (key == "merge" and p[key] in COSINE and q[key] in COSINE):
-            continue  # a default; or the same cosine assignment (test_kv_policy's test_merge checks the rest)
+        if q[key] == p[key] or (key == "merge" and p[key] in COSINE and q[key] in COSINE) or key in DECODE_ONLY:
+            continue  # a default; the same cosine assignment (test_kv_policy's test_merge checks the rest); or
+            #           a decoding key (run_cases checks it leaves the compressed prompt alone)
+        if key in WEAK_KEYS:
+            # heads where kvfold ignoring the key would fail the comparison
+            bad = sum(judge(ref, p, l, g, ref.kept(q, l, g, ref.target(q, l)))[0] == "bad"
+                      for l in range(ref.st.n_layer) for g in range(ref.st.n_head_kv))
+            rep.weak[key, p[key]] = rep.weak.get((key, p[key]), 0) + bad
+            continue
         mine = mine or choice(ref, p)
         if choice(ref, q) == mine:
             rep.fail.append("%s %s: %s=%s chooses the same entries as the default %s; the case proves nothing"
@@ -784,10 +1008,26 @@ def params_matter(name, ref, spec, rep):
 
 
 def run_cases(kvfold, path, name, text, ref, wrong, specs, tmp, rep):
+    dumps = {}
     for spec, extra in specs:
         params_matter(name, ref, spec, rep)
-        dump, js = generate(kvfold, path, text, spec, tmp, extra)
+        try:
+            dump, js = generate(kvfold, path, text, spec, tmp, extra)
+        except Failed as e:
+            rep.fail.append("%s --kv %s: %s" % (" ".join([name] + list(extra)), spec, e))
+            continue
+        dumps[spec, tuple(extra)] = dump
         rep.check(name, ref, wrong, spec, extra, dump, js)
+        for key in DECODE_ONLY:
+            if key not in spec_keys(spec):
+                continue
+            base = dumps.get((spec_without(spec, key), tuple(extra)))
+            if base is None:
+                sys.exit("ref_kv: case %s needs the same case without %s before it" % (spec, key))
+            rep.decode_only += 1
+            if base["compressed"] != dump["compressed"]:
+                rep.fail.append("%s %s %s: %s changes the compressed prompt (it is for decoding only)"
+                                % (name, spec, " ".join(extra), key))
 
 
 def main():
@@ -845,6 +1085,12 @@ def main():
           % (rep.merged, rep.merge_near, CTOL))
     print("%d layer budgets checked; %d case(s) accepted on a search near-tie (margin < %g); Gini within %.2g"
           % (rep.layers_budgeted, rep.budget_near, PTOL, rep.gini_diff))
+    print("%d decoding-only run(s) compressed the prompt as without the key" % rep.decode_only)
+    for (key, val), bad in sorted(rep.weak.items()):
+        print("  %s=%g: the default %s fails the comparison in %d head(s) over all prompts" % (key, val, key, bad))
+        if bad == 0:
+            rep.fail.append("%s=%g never changes the choice beyond a float32 near-tie: no case proves it honoured"
+                            % (key, val))
     for w, hits in rep.wrong_hits.items():
         print("  wrong rule %-18s mismatches kvfold in %d case(s)" % (w, hits))
         if hits == 0:
