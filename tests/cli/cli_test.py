@@ -414,17 +414,22 @@ def case_kv(ctx):
     expect_error(ctx, 1, [*base, "--kv", "snapkv+schedule=blocks"], "unknown stage")
 
 
+def passage_and_words(ctx):
+    """The test passage, and a file of its first words for --pseudo-image."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppl_passage.txt")) as f:
+        text = f.read()
+    words = os.path.join(ctx.tmp, "words.txt")
+    with open(words, "w") as f:
+        f.write(text[:400])
+    return text, words
+
+
 def case_kv_mm(ctx):
     """LOOK-M, Elastic Cache and PrefixKV on the real SmolLM2 with a pseudo-image
     segment, checked through --dump-kv: what each rule keeps, where the evicted
     entries were merged, the searched layer budgets, and the profile file."""
     smol = ctx.model(SMOL)
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "data", "ppl_passage.txt")) as f:
-        text = f.read()
-    words = os.path.join(ctx.tmp, "words.txt")
-    with open(words, "w") as f:
-        f.write(text[:400])
+    text, words = passage_and_words(ctx)
     prompt = text[:700] + " <image> " + text[700:1100] + " What is in the picture?"
     base = ["generate", "-m", smol, "-p", prompt, "--pseudo-image", f"{words}:8x8", "-n", "4", "--json", "-t", "2"]
     dump = os.path.join(ctx.tmp, "kv.json")
@@ -534,12 +539,7 @@ def case_blockwise(ctx):
     count every allocation), the kept count is the budget, a budget over the
     prompt changes nothing, and bad specs are usage errors."""
     smol = ctx.model(SMOL)
-    here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "..", "data", "ppl_passage.txt")) as f:
-        text = f.read()
-    words = os.path.join(ctx.tmp, "words.txt")
-    with open(words, "w") as f:
-        f.write(text[:400])
+    text, words = passage_and_words(ctx)
     prompt = text[:600] + " <image> <image> " + text[600:900] + " <image> What changed?"
     base = ["generate", "-m", smol, "-p", prompt, "-n", "6", "--json", "-t", "2"]
     for _ in range(3):

@@ -13,6 +13,8 @@
  * the model file. */
 #include "kvfold.h"
 
+#include "read_text.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,19 +65,6 @@ static long held(const struct kvf_session *s, const struct kvf_model_info *mi, i
             sum += n[l * mi->n_head_kv + g];
         }
     return sum;
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) buf = (free(buf), NULL);
-    if (buf) buf[len] = '\0';
-    fclose(f);
-    return buf;
 }
 
 /* Text of about n_words words, the passage repeated, split by an <image>. */
@@ -247,7 +236,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int n_words = atoi(argv[3]) * 3 / 4, n_decode = atoi(argv[4]);
-    char *passage = read_file(argv[2]);
+    char *passage = read_text(argv[2]);
     if (!passage || n_words <= 0 || n_decode <= 0) {
         fprintf(stderr, "kv_bound: bad arguments or unreadable %s\n", argv[2]);
         return 2;

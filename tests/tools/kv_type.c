@@ -18,23 +18,12 @@
  * without the model file. */
 #include "kvfold.h"
 
+#include "read_text.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    const long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) buf = (free(buf), NULL);
-    if (buf) buf[len] = '\0';
-    fclose(f);
-    return buf;
-}
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -80,7 +69,7 @@ int main(int argc, char **argv) {
     const int n_prompt = atoi(argv[3]), n_decode = atoi(argv[4]);
     const double tol[3] = {0, atof(argv[5]), atof(argv[7])}, top1_min[3] = {1, atof(argv[6]), atof(argv[8])};
     const double decode_tol = atof(argv[9]);
-    char *passage = read_file(argv[2]);
+    char *passage = read_text(argv[2]);
     if (!passage || !*passage || n_prompt < 2 || n_decode < 1) {
         fprintf(stderr, "kv_type: bad arguments or unreadable %s\n", argv[2]);
         free(passage);
