@@ -37,7 +37,18 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->attn_scratch);
     free(s->qwin);
     free(s->qwin_pos);
+    free(s->qwin_n);
     free(s->qwin_tag);
+    free(s->qprox);
+    free(s->qprox_pos);
+    free(s->qprox_n);
+    free(s->r_w);
+    free(s->r_size);
+    free(s->r_metric);
+    free(s->r_scratch);
+    free(s->r_stat);
+    free(s->r_into);
+    free(s->r_groups);
     free(s->c_win2);
     free(s->acc_tmp);
     free(s->n0);
@@ -105,6 +116,39 @@ static void *alloc_rows(int rows, int64_t cols, size_t elem, bool *ok) {
     return p;
 }
 
+/* Grows the pass buffers to n rows (their sizes are in session.h); the r_
+ * ones only with a reduce stage. */
+static enum kvf_status session_reserve_rows(struct kvf_session *s, int n) {
+    if (n <= s->rows_cap) return KVF_OK;
+    const struct hparams *hp = &s->model->hp;
+    const size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim, R = (size_t)n;
+#define GROW(p, count)                                                                             \
+    do {                                                                                           \
+        void *grown = realloc(p, (count) * sizeof *(p));                                           \
+        if (!grown) return err_set(KVF_ERR_NOMEM, "out of memory for a pass of %d rows", n);       \
+        p = grown;                                                                                 \
+    } while (0)
+    GROW(s->x, R * hp->n_embd);
+    GROW(s->xn, R * hp->n_embd);
+    GROW(s->q, R * QD);
+    GROW(s->k, R * KD);
+    GROW(s->v, R * KD);
+    GROW(s->att, R * QD);
+    GROW(s->pos, R);
+    GROW(s->btag, R);
+    if (s->n_reduce) {
+        GROW(s->r_w, R);
+        GROW(s->r_size, R);
+        GROW(s->r_metric, R * hp->head_dim);
+        GROW(s->r_scratch, KVF_MAX(4 * R, 64 * ((size_t)hp->head_dim + R)));
+        GROW(s->r_into, R);
+        GROW(s->r_groups, R);
+    }
+#undef GROW
+    s->rows_cap = n;
+    return KVF_OK;
+}
+
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
                                  struct kvf_session **out) {
     *out = NULL;
@@ -135,38 +179,37 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
         return st;
     }
     const int B = p.n_batch;
-    const int64_t QD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
     const int64_t widest = KVF_MAX(KVF_MAX((int64_t)hp->n_embd, hp->n_ff), QD);
     bool ok = true;
     s->logits = alloc_rows(1, hp->n_vocab, sizeof(float), &ok);
-    s->x = alloc_rows(B, hp->n_embd, sizeof(float), &ok);
-    s->xn = alloc_rows(B, hp->n_embd, sizeof(float), &ok);
-    s->q = alloc_rows(B, QD, sizeof(float), &ok);
-    s->k = alloc_rows(B, KD, sizeof(float), &ok);
-    s->v = alloc_rows(B, KD, sizeof(float), &ok);
-    s->att = alloc_rows(B, QD, sizeof(float), &ok);
     s->gate = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
     s->up = alloc_rows(B, hp->n_ff, sizeof(float), &ok);
-    s->pos = alloc_rows(B, 1, sizeof(int32_t), &ok);
-    s->btag = alloc_rows(B, 1, sizeof(struct kvf_tag), &ok);
     s->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, B, p.n_threads), 1, &ok);
     s->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(p.n_ctx, p.n_threads), 1, &ok);
     /* CSP's default window is as many queries as recent entries kept. */
     s->qwin_cap = policy.window > 0 ? policy.window
                   : policy.method == KV_CSP ? (int)floor(kv_policy_keep_count(&policy, p.n_ctx) * policy.recent + 0.5) : 0;
+    if (policy.blocks && policy.evict == KV_SNAPKV) s->qwin_cap = KVF_MAX(s->qwin_cap, policy.block_window);
     if (kv_policy_needs_window(&policy)) {
         /* An empty window (csp with no recent entries) scores every entry 0. */
         if (s->qwin_cap > 0) {
             s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
-            s->qwin_pos = alloc_rows(s->qwin_cap, 1, sizeof(int32_t), &ok);
+            s->qwin_pos = alloc_rows(hp->n_layer * s->qwin_cap, 1, sizeof(int32_t), &ok);
             s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
             s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
+            s->qwin_n = calloc((size_t)hp->n_layer, sizeof(int)), ok &= s->qwin_n != NULL;
+        }
+        if (s->qwin_cap > 0 && policy.question) {
+            s->qprox = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
+            s->qprox_pos = alloc_rows(hp->n_layer * s->qwin_cap, 1, sizeof(int32_t), &ok);
+            s->qprox_n = calloc((size_t)hp->n_layer, sizeof(int)), ok &= s->qprox_n != NULL;
         }
         s->c_win = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
         if (policy.method == KV_CSP) s->c_win2 = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
     }
     if (s->kv.has_acc) s->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * p.n_ctx, sizeof(float)), ok &= s->acc_tmp != NULL;
-    if (policy.method != KV_FULL) {
+    if (policy.method != KV_FULL || policy.blocks) {
         s->n0 = alloc_rows(hp->n_layer, hp->n_head_kv, sizeof(int), &ok);
         s->c_score = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
         s->c_tmp = alloc_rows(1, p.n_ctx, sizeof(float), &ok);
@@ -176,6 +219,13 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
         s->layer_ratio = alloc_rows(1, hp->n_layer, sizeof(double), &ok);
         s->layer_gini = alloc_rows(1, hp->n_layer, sizeof(double), &ok);
         s->merges = calloc((size_t)hp->n_layer * hp->n_head_kv, sizeof *s->merges), ok &= s->merges != NULL;
+    }
+    if (policy.reduce == KV_REDUCE_FASTV) s->r_stat = alloc_rows(hp->n_head_kv, p.n_ctx, sizeof(float), &ok);
+    if ((s->n_reduce = kv_reduce_stages(&policy, hp->n_layer, s->r_layer, s->r_window)) < 0 ||
+        (st = session_reserve_rows(s, B)) != KVF_OK) {
+        st = s->n_reduce < 0 ? KVF_ERR_INVALID_ARG : st;
+        kvf_session_free(s);
+        return st;
     }
     if (!ok) {
         kvf_session_free(s);
@@ -192,7 +242,8 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
 void kvf_session_reset(struct kvf_session *s) {
     kv_cache_clear(&s->kv);
     s->n_past = 0;
-    s->qwin_n = 0;
+    for (int l = 0; s->qwin_n && l < s->model->hp.n_layer; l++) s->qwin_n[l] = 0;
+    for (int l = 0; s->qprox_n && l < s->model->hp.n_layer; l++) s->qprox_n[l] = 0;
     s->compressed = false;
     s->decode_steps = 0;
     s->has_logits = false;
@@ -210,10 +261,14 @@ static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     return KVF_OK;
 }
 
-static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule);
+/* What brings the cache back within budget: the preset's rule and merge
+ * after the prompt (compress), the decode stage's rule while generating,
+ * or the schedule stage's evictor after each block of the prompt. */
+enum evict_mode { EVICT_COMPRESS, EVICT_DECODE, EVICT_BLOCK };
+static enum kvf_status evict_to_budget(struct kvf_session *s, enum evict_mode mode);
 
 /* Runs n inputs (ids or embedding rows, already checked) in batches of
- * n_batch, recording each position's tag. */
+ * n_batch; under block-wise prefill a batch is a block. */
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
                                    const struct kvf_tag *tags, int n, float *all_logits) {
     if (n > s->params.n_ctx - s->n_past)
@@ -221,15 +276,14 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
     enum kvf_status st = tags_reserve(s, n);
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    const struct kv_policy *p = &s->policy;
     for (int i = 0; i < n; i += s->params.n_batch) {
         const int nb = KVF_MIN(s->params.n_batch, n - i);
-        st = decoder_forward(s, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL, tags ? tags + i : NULL,
-                             nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        decoder_input(s, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL, tags ? tags + i : NULL, nb);
+        st = decoder_forward(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
         if (st != KVF_OK) return st;
-        memcpy(s->tags + s->n_past - nb, s->btag, (size_t)nb * sizeof *s->btag);
-        /* Block-wise prefill: back to the budget after every block. */
-        if (s->policy.blocks && !s->compressed && s->n_past >= (s->policy.first > 0 ? s->policy.first : (int)s->policy.budget) &&
-            (st = evict_to_budget(s, false)) != KVF_OK)
+        if (p->blocks && !s->compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget) &&
+            (st = evict_to_budget(s, EVICT_BLOCK)) != KVF_OK)
             return st;
     }
     return KVF_OK;
@@ -255,6 +309,39 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
     return session_run(s, NULL, embd, tags, n, all_logits);
 }
 
+/* Block-wise question=1: the last block_window tokens of the prompt's last
+ * text segment (its question) run alone at their own positions; their
+ * queries are kept as the proxies that score every block (paper 002,
+ * section 3.2), and their entries removed. Only those tokens run, so the
+ * trial adds no more than the window to the cache. */
+static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_prompt *p) {
+    int g = p->n_segs - 1;
+    while (g >= 0 && p->segs[g].media) g--;
+    if (g < 0 || !s->qprox) return KVF_OK;
+    const struct prompt_seg *sg = &p->segs[g];
+    const int L = s->kv.n_layer, H = s->kv.n_head_kv, n_past = s->n_past;
+    int *had = malloc(sizeof(int) * (size_t)L * H);
+    if (!had) return err_set(KVF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < L * H; i++) had[i] = s->kv.heads[i].n;
+    for (int l = 0; l < L; l++) s->qwin_n[l] = 0;
+    s->probing = true;
+    const int n = KVF_MIN(sg->n, s->policy.block_window), start = sg->start + sg->n - n;
+    s->n_past += start;
+    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, n, NULL);
+    s->probing = false;
+    s->n_past = n_past;
+    s->has_logits = false;
+    const size_t QD = (size_t)s->model->hp.n_head * s->model->hp.head_dim, W = (size_t)s->qwin_cap;
+    memcpy(s->qprox, s->qwin, sizeof(float) * L * W * QD);
+    memcpy(s->qprox_pos, s->qwin_pos, sizeof(int32_t) * L * W);
+    memcpy(s->qprox_n, s->qwin_n, sizeof(int) * L);
+    for (int l = 0; l < L; l++) s->qwin_n[l] = 0;
+    for (int j = 0; j < s->params.n_ctx; j++) s->c_idx[j] = j;
+    for (int i = 0; st == KVF_OK && i < L * H; i++) st = kv_cache_keep(&s->kv, i / H, i % H, s->c_idx, had[i]);
+    free(had);
+    return st;
+}
+
 enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
     if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
     if (p->n > s->params.n_ctx - s->n_past)
@@ -263,39 +350,52 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     const int n_vocab = s->model->hp.n_vocab;
     for (int i = 0; i < p->n; i++)
         if (p->ids[i] >= n_vocab) return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
-    for (int g = 0; g < p->n_segs; g++) {
+    enum kvf_status st = s->policy.question ? question_probe(s, p) : KVF_OK;
+    if (st == KVF_OK && s->n_reduce > 0) {
+        /* A reduce step weighs an image's tokens by the text after it: the
+         * whole prompt is one pass. */
+        if ((st = tags_reserve(s, p->n)) != KVF_OK || (st = session_reserve_rows(s, p->n)) != KVF_OK) return st;
+        for (int g = 0; g < p->n_segs; g++) {
+            const struct prompt_seg *sg = &p->segs[g];
+            decoder_input(s, sg->start, sg->media ? NULL : p->ids + sg->start, sg->media ? sg->media->embd : NULL,
+                          p->tags + sg->start, sg->n);
+        }
+        return decoder_forward(s, p->n, all_logits);
+    }
+    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
         const struct prompt_seg *sg = &p->segs[g];
         float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
-        const enum kvf_status st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, lg)
-                                             : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, lg);
-        if (st != KVF_OK) return st;
+        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, lg)
+                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, lg);
     }
-    return KVF_OK;
+    return st;
 }
 
-/* Attention the held window queries pay each entry of layer l, per kv head
- * (mean over the query heads of g): s->c_win[g][j]; for CSP the last
- * window (or `target` x recent) queries' n-softmax attention from the
- * entry's own modality in c_win and from the other in c_win2. */
-static enum kvf_status window_attention(struct kvf_session *s, int l, int target) {
+/* Attention the last `obs` held window queries of layer l (the question's
+ * proxies instead when given) pay each of its entries, per kv head (mean
+ * over the query heads of g): s->c_win[g][j]; with csp, their n-softmax
+ * attention from the entry's own modality in c_win and from the other in
+ * c_win2. */
+static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, bool csp, bool proxies) {
     const struct hparams *hp = &s->model->hp;
     const int W = s->qwin_cap, QD = hp->n_head * hp->head_dim, stride = s->params.n_ctx;
-    const bool csp = s->policy.method == KV_CSP;
     memset(s->c_win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     if (csp) memset(s->c_win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
-    if (!s->qwin || s->qwin_n == 0) return KVF_OK;
-    const int obs = s->policy.window > 0 ? s->policy.window : (int)floor(target * s->policy.recent + 0.5);
-    struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, s->qwin_n - obs), .nsm_n = (float)s->policy.nsm_n,
+    const bool px = proxies && s->qprox_n && s->qprox_n[l] > 0;
+    const int n = !s->qwin ? 0 : px ? s->qprox_n[l] : s->qwin_n[l];
+    if (n == 0) return KVF_OK;
+    const float *q = (px ? s->qprox : s->qwin) + (size_t)l * W * QD;
+    const int32_t *qpos = (px ? s->qprox_pos : s->qwin_pos) + (size_t)l * W;
+    struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, n - obs), .nsm_n = (float)s->policy.nsm_n,
                             .qtag = s->qwin_tag};
-    for (int i = 0; i < s->qwin_n; i++) s->qwin_tag[i] = s->tags[s->qwin_pos[i]];
+    for (int i = 0; i < n; i++) s->qwin_tag[i] = s->tags[qpos[i]];
     if (csp) st.a[ATTN_STAT_WIN_NSM_SELF] = s->c_win, st.a[ATTN_STAT_WIN_NSM_CROSS] = s->c_win2;
     else st.a[ATTN_STAT_WIN] = s->c_win;
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
         .window = s->model->layers[l].is_local ? hp->sliding_window : 0,
     };
-    return attn_forward(&ap, s->qwin + (size_t)l * W * QD, s->qwin_pos, s->qwin_n, kv_cache_head(&s->kv, l, 0),
-                        s->c_out, s->attn_scratch, s->params.n_threads, &st);
+    return attn_forward(&ap, q, qpos, n, kv_cache_head(&s->kv, l, 0), s->c_out, s->attn_scratch, s->params.n_threads, &st);
 }
 
 static struct kv_score_in score_in(const struct kvf_session *s, int l, int g, int keep) {
@@ -328,6 +428,9 @@ static void score_head(const struct kvf_session *s, const struct kv_score_in *in
         if (in->p->evict == KV_SNAPKV) kv_score_snapkv(in, score);
         else kv_score_keydiff(in, score);
         break;
+    case KV_LIGHTKV:
+    case KV_FASTV:
+    case KV_TOME: break; /* their work is done inside the decoder (reduce stage) */
     case KV_ELASTIC:
     case KV_PREFIXKV: memcpy(score, s->c_layer, sizeof(float) * (size_t)in->h->n); break;
     case KV_METHOD_COUNT: break;
@@ -393,29 +496,37 @@ static enum kvf_status head_evict(struct kvf_session *s, int l, int g, int n_kee
     return kv_cache_keep(&s->kv, l, g, s->c_idx, n_keep);
 }
 
-/* Brings every head over its layer's budget for n_seen tokens down to it,
- * by the preset's rule and merge (compress) or the decode stage's rule
- * (maintain). */
-static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) {
+/* Brings every head over its layer's budget for n_seen tokens down to it
+ * (mode: see enum evict_mode). */
+static enum kvf_status evict_to_budget(struct kvf_session *s, enum evict_mode mode) {
     const struct hparams *hp = &s->model->hp;
     const int H = hp->n_head_kv;
-    enum kvf_status st = !decode_rule && s->policy.alloc == KV_ALLOC_PREFIX && s->policy.online && !s->have_ratio
+    /* Block eviction scores with the evictor's own window. */
+    struct kv_policy bp = s->policy;
+    if (mode == EVICT_BLOCK) bp.method = bp.evict, bp.window = bp.block_window;
+    enum kvf_status st = mode == EVICT_COMPRESS && bp.alloc == KV_ALLOC_PREFIX && bp.online && !s->have_ratio
                              ? prefix_search(s) : KVF_OK;
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
-        const int target = layer_target(s, l);
+        const int target = mode == EVICT_BLOCK ? bp.block_budget : layer_target(s, l);
         bool over = false;
         for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
         if (!over) continue;
-        if (!decode_rule && s->c_win) st = window_attention(s, l, target);
-        if (!decode_rule && kv_policy_per_layer(&s->policy)) kv_score_layer(&s->kv, l, s->policy.sinks, true, s->c_layer);
+        const bool csp = bp.method == KV_CSP;
+        if (mode != EVICT_DECODE && s->c_win &&
+            (bp.method == KV_SNAPKV || bp.method == KV_PYRAMIDKV || csp || (bp.method == KV_BLOCKWISE && bp.evict == KV_SNAPKV))) {
+            const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
+            st = window_attention(s, l, obs, csp, mode == EVICT_BLOCK);
+        }
+        if (mode == EVICT_COMPRESS && kv_policy_per_layer(&bp)) kv_score_layer(&s->kv, l, bp.sinks, true, s->c_layer);
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
             if (h->n <= target) continue;
-            const struct kv_score_in in = score_in(s, l, g, target);
-            if (decode_rule) kv_decode_score(&in, s->n0[(size_t)l * H + g], s->c_score);
+            struct kv_score_in in = score_in(s, l, g, target);
+            in.p = &bp;
+            if (mode == EVICT_DECODE) kv_decode_score(&in, s->n0[(size_t)l * H + g], s->c_score);
             else score_head(s, &in, s->c_score);
             const int n_keep = kv_select(h->n, s->c_score, target, s->c_idx);
-            if (n_keep < h->n) st = head_evict(s, l, g, n_keep, !decode_rule);
+            if (n_keep < h->n) st = head_evict(s, l, g, n_keep, mode == EVICT_COMPRESS);
         }
     }
     return st;
@@ -424,7 +535,7 @@ static enum kvf_status evict_to_budget(struct kvf_session *s, bool decode_rule) 
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
     if (s->policy.method == KV_FULL) return KVF_OK;
-    const enum kvf_status st = evict_to_budget(s, false);
+    const enum kvf_status st = evict_to_budget(s, EVICT_COMPRESS);
     for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->n0[i] = s->kv.heads[i].n;
     s->compressed = true;
     s->decode_steps = 0;
@@ -435,8 +546,8 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
 static enum kvf_status decode_maintain(struct kvf_session *s) {
     switch (s->policy.decode) {
     case KV_DECODE_GROW: return KVF_OK;
-    case KV_DECODE_RECOMPRESS: return ++s->decode_steps % s->policy.every ? KVF_OK : evict_to_budget(s, false);
-    default: return evict_to_budget(s, true);
+    case KV_DECODE_RECOMPRESS: return ++s->decode_steps % s->policy.every ? KVF_OK : evict_to_budget(s, EVICT_COMPRESS);
+    default: return evict_to_budget(s, EVICT_DECODE);
     }
 }
 

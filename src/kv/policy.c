@@ -72,11 +72,28 @@ static const struct option presets[KV_METHOD_COUNT] = {
                 {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, STAGES}},
     [KV_BLOCKWISE] = {"preset", "blockwise", "the prompt in blocks (block=N tokens, or block=image: one per image or "
                       "frame), evicted back to budget M entries after each, so the cache never exceeds M + block; "
-                      "evict=snapkv (window of the last tokens seen) or keydiff",
-                      "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window kernel",
-                      "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5",
+                      "evict=snapkv (window of the last tokens seen, or with question=1 of the question run alone "
+                      "first) or keydiff",
+                      "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window kernel question",
+                      "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5,question=0",
                       {.method = KV_BLOCKWISE, .budget = 1024, .blocks = true, .block = 256, .evict = KV_SNAPKV,
                        .window = 32, .kernel = 5, STAGES}},
+    [KV_LIGHTKV] = {"preset", "lightkv", "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 "
+                    "windows of its grid (bipartite matching on hidden-state cosine, weighted by the attention text "
+                    "pays them), so later layers see and cache fewer; the default layers are for 32 layers and are "
+                    "scaled to the model's depth (round(l * layers / 32))",
+                    "LightKV (paper 003)", "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
+                    {.method = KV_LIGHTKV, .budget = 1.0, .reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5, STAGES}},
+    [KV_FASTV] = {"preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended "
+                  "to least is dropped; layers k on neither compute nor cache them",
+                  "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+                  {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
+                   .reduce_ratio = 0.5, STAGES}},
+    [KV_TOME] = {"preset", "tome", "after layers 12, 18 and 24 (scaled to the model's depth as lightkv's) up to "
+                 "`ratio` of each image's tokens merge: bipartite matching on keys averaged over heads, "
+                 "size-weighted means",
+                 "ToMe (Bolya et al., 2023), as paper 003's ToMe (P)", "layers ratio", "layers=12,18,24,ratio=0.5",
+                 {.method = KV_TOME, .budget = 1.0, .reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5, STAGES}},
 };
 
 static const struct option allocs[KV_ALLOC_COUNT] = {
@@ -103,15 +120,36 @@ static const struct option decodes[KV_DECODE_COUNT] = {
                               "kvpress DecodingPress", "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32}},
 };
 
+static const struct option reduces[KV_REDUCE_COUNT] = {
+    [KV_REDUCE_NONE] = {"reduce", "none", "every vision token goes through every layer", "-", "", "", {.reduce = KV_REDUCE_NONE}},
+    [KV_REDUCE_LIGHTKV] = {"reduce", "lightkv", "as the lightkv preset", "LightKV (paper 003)", "layers windows ratio",
+                           "layers=12,18,24,windows=4,2,1,ratio=0.5", {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}},
+    [KV_REDUCE_FASTV] = {"reduce", "fastv", "as the fastv preset", "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+                         {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5}},
+    [KV_REDUCE_TOME] = {"reduce", "tome", "as the tome preset", "ToMe (Bolya et al., 2023)", "layers ratio",
+                        "layers=12,18,24,ratio=0.5", {.reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5}},
+};
+
+static const struct option schedules[KV_SCHEDULE_COUNT] = {
+    [KV_SCHEDULE_BULK] = {"schedule", "bulk", "the prompt in batches, evicted once it is all in", "-", "", "", {.blocks = false}},
+    [KV_SCHEDULE_BLOCKS] = {"schedule", "blocks", "as the blockwise preset: evicted back to budget M entries (snapkv or "
+                            "keydiff) after every block; the preset's own rule applies once the prompt is in",
+                            "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window question",
+                            "budget=1024,block=256,evict=snapkv,first=0,window=32,question=0",
+                            {.blocks = true, .budget = 1024, .block = 256, .evict = KV_SNAPKV, .window = 32}},
+};
+
 /* Presets first, then each stage's options. */
 static const struct option *option_at(int i) {
     if (i < KV_METHOD_COUNT) return &presets[i];
-    if ((i -= KV_METHOD_COUNT) < KV_ALLOC_COUNT) return &allocs[i];
+    if ((i -= KV_METHOD_COUNT) < KV_REDUCE_COUNT) return &reduces[i];
+    if ((i -= KV_REDUCE_COUNT) < KV_SCHEDULE_COUNT) return &schedules[i];
+    if ((i -= KV_SCHEDULE_COUNT) < KV_ALLOC_COUNT) return &allocs[i];
     if ((i -= KV_ALLOC_COUNT) < KV_DECODE_COUNT) return &decodes[i];
     return NULL;
 }
 
-int kvf_kv_policy_count(void) { return KV_METHOD_COUNT + KV_ALLOC_COUNT + KV_DECODE_COUNT; }
+int kvf_kv_policy_count(void) { return KV_METHOD_COUNT + KV_REDUCE_COUNT + KV_SCHEDULE_COUNT + KV_ALLOC_COUNT + KV_DECODE_COUNT; }
 
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     const struct option *o = i >= 0 ? option_at(i) : NULL;
@@ -120,8 +158,10 @@ enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, prefixkv, csp, blockwise"
-#define STAGE_ITEMS "budget=uniform|pyramid|prefix, decode=grow|window|h2o|fixed-distance|recompress"
+#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, " \
+                     "prefixkv, csp, blockwise, lightkv, fastv, tome"
+#define STAGE_ITEMS "reduce=none|lightkv|fastv|tome, schedule=bulk|blocks, budget=uniform|pyramid|prefix, " \
+                    "decode=grow|window|h2o|fixed-distance|recompress"
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -163,10 +203,36 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
             if (!strcmp(val, names[i])) m = i;
         if (m < 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': merge '%s' (valid: none, avg, pivotal, weighted)", what, val);
         p->merge = (enum kv_merge)m;
-    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online") || !strcmp(key, "decode_softmax")) {
+    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online") || !strcmp(key, "decode_softmax") ||
+               !strcmp(key, "question")) {
         if (strcmp(val, "0") && strcmp(val, "1"))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be 0 or 1", what, key, val);
-        *(key[0] == 't' ? &p->text_prior : key[0] == 'o' ? &p->online : &p->decode_softmax) = val[0] == '1';
+        *(key[0] == 't' ? &p->text_prior : key[0] == 'o' ? &p->online : key[0] == 'q' ? &p->question
+                                                                                        : &p->decode_softmax) = val[0] == '1';
+    } else if (!strcmp(key, "layers") || !strcmp(key, "windows")) {
+        /* A list: 12,18,24 (layers strictly increasing). */
+        const bool layers = key[0] == 'l';
+        int *dst = layers ? p->stage_layer : p->stage_window, n = 0;
+        for (const char *c = val; *c;) {
+            char *end;
+            const long v = strtol(c, &end, 10);
+            if (end == c || (*end && *end != ',') || v < 1 || v > 4096 || n == KV_REDUCE_MAX ||
+                (layers && n > 0 && v <= dst[n - 1]))
+                return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be up to %d %s integers >= 1", what,
+                               key, val, KV_REDUCE_MAX, layers ? "increasing" : "");
+            dst[n++] = (int)v;
+            c = *end ? end + 1 : end;
+        }
+        if (n == 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s is empty", what, key);
+        *(layers ? &p->n_stages : &p->n_windows) = n;
+    } else if (!strcmp(key, "k")) {
+        if (!parse_num(val, 1, 4096, &x) || x != floor(x))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': k '%s' must be a layer count >= 1", what, val);
+        p->n_stages = 1, p->stage_layer[0] = (int)x;
+    } else if (!strcmp(key, "r") || !strcmp(key, "ratio")) {
+        if (!parse_num(val, 0.0, 1.0, &x))
+            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' is not a share in [0, 1]", what, key, val);
+        p->reduce_ratio = x;
     } else if (!strcmp(key, "evict")) {
         if (strcmp(val, "snapkv") && strcmp(val, "keydiff"))
             return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': evict '%s' (valid: snapkv, keydiff)", what, val);
@@ -209,8 +275,13 @@ static enum kvf_status set_key(const struct option *o, const char *what, struct 
 /* Applies "k=v,k=v" (args, modified in place) for option o. */
 static enum kvf_status set_keys(const struct option *o, const char *what, struct kv_policy *p, char *args) {
     for (char *kv = args, *next; kv && *kv; kv = next) {
-        next = strchr(kv, ',');
-        if (next) *next++ = '\0';
+        /* A piece without '=' continues the previous value's list. */
+        next = kv;
+        do {
+            next = strchr(next, ',');
+            if (next) next++;
+        } while (next && strcspn(next, "=") >= strcspn(next, ","));
+        if (next) next[-1] = '\0';
         char *eq = strchr(kv, '=');
         if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': '%s' is not key=value", what, kv);
         *eq = '\0';
@@ -221,7 +292,9 @@ static enum kvf_status set_keys(const struct option *o, const char *what, struct
 }
 
 /* One "+stage=option[:keys]" item; the option's defaults fill the keys the
- * preset does not have (decode=h2o's recent share under snapkv). */
+ * preset does not have (decode=h2o's recent share under snapkv). The
+ * schedule stage's budget and window are its own (block_budget,
+ * block_window), not the preset's. */
 static enum kvf_status parse_stage(char *item, const struct option *preset, struct kv_policy *p) {
     char *args = strchr(item, ':');
     if (args) *args++ = '\0';
@@ -230,24 +303,41 @@ static enum kvf_status parse_stage(char *item, const struct option *preset, stru
     *eq++ = '\0';
     const struct option *table = NULL;
     int n = 0;
-    if (!strcmp(item, "budget")) table = allocs, n = KV_ALLOC_COUNT;
-    else if (!strcmp(item, "decode")) table = decodes, n = KV_DECODE_COUNT;
+    const char *valid = "";
+    if (!strcmp(item, "budget"))
+        table = allocs, n = KV_ALLOC_COUNT, valid = "uniform, pyramid, prefix; a budget size goes in the preset: snapkv:budget=0.2";
+    else if (!strcmp(item, "decode")) table = decodes, n = KV_DECODE_COUNT, valid = "grow, window, h2o, fixed-distance, recompress";
+    else if (!strcmp(item, "reduce")) table = reduces, n = KV_REDUCE_COUNT, valid = "none, lightkv, fastv, tome";
+    else if (!strcmp(item, "schedule")) table = schedules, n = KV_SCHEDULE_COUNT, valid = "bulk, blocks";
     else return err_set(KVF_ERR_INVALID_ARG, "kv policy: unknown stage '%s' (valid: " STAGE_ITEMS ")", item);
     for (int i = 0; i < n; i++) {
         if (strcmp(eq, table[i].name)) continue;
         const struct kv_policy *d = &table[i].defaults;
-        if (table == allocs) p->alloc = d->alloc;
-        else p->decode = d->decode;
+        char what[64];
+        snprintf(what, sizeof what, "%s=%s", item, eq);
+        if (table == schedules) {
+            struct kv_policy t = *d;
+            const enum kvf_status st = set_keys(&table[i], what, &t, args);
+            if (st != KVF_OK) return st;
+            p->blocks = t.blocks, p->block = t.block, p->first = t.first, p->evict = t.evict, p->question = t.question;
+            p->block_budget = t.budget > 1.0 ? (int)t.budget : 0, p->block_window = t.window;
+            if (!has_key(preset->keys, "kernel")) p->kernel = 5;
+            return KVF_OK;
+        }
+        if (table == reduces) {
+            p->reduce = d->reduce, p->n_stages = d->n_stages, p->n_windows = 0, p->reduce_ratio = d->reduce_ratio;
+            memcpy(p->stage_layer, d->stage_layer, sizeof p->stage_layer);
+        } else if (table == allocs) {
+            p->alloc = d->alloc;
+        } else {
+            p->decode = d->decode;
+        }
         if (has_key(table[i].keys, "recent") && !has_key(preset->keys, "recent")) p->recent = d->recent;
         if (table == allocs && d->alloc == KV_ALLOC_PREFIX && !has_key(preset->keys, "online"))
             p->online = d->online, p->profile[0] = '\0';
-        char what[64];
-        snprintf(what, sizeof what, "%s=%s", item, eq);
         return set_keys(&table[i], what, p, args);
     }
-    return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s)", item, eq,
-                   table == allocs ? "uniform, pyramid, prefix; a budget size goes in the preset: snapkv:budget=0.2"
-                                   : "grow, window, h2o, fixed-distance, recompress");
+    return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s)", item, eq, valid);
 }
 
 enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
@@ -284,9 +374,19 @@ enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
     else if (st == KVF_OK && shares == 2) p.recent = 1.0 - p.important;
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && p.online == (p.profile[0] != '\0'))
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or online=1", spec);
-    if (st == KVF_OK && p.blocks && p.budget <= 1.0)
+    if (p.method == KV_BLOCKWISE) p.block_budget = p.budget > 1.0 ? (int)p.budget : 0, p.block_window = p.window;
+    if (st == KVF_OK && p.blocks && p.block_budget <= 0)
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': block-wise prefill needs a budget in entries (budget=1024), "
                      "not a ratio: the prompt's length is not known while it runs", spec);
+    if (st == KVF_OK && p.question && (!p.blocks || p.evict != KV_SNAPKV))
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': question=1 gives block-wise SnapKV eviction its queries; "
+                     "it needs evict=snapkv", spec);
+    if (st == KVF_OK && p.reduce != KV_REDUCE_NONE && p.blocks)
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': a reduce stage runs on the whole prompt in one pass "
+                     "(the text after an image weighs its tokens), so it does not compose with block-wise prefill", spec);
+    if (st == KVF_OK && p.reduce == KV_REDUCE_LIGHTKV && (p.n_stages ? p.n_stages : 3) != (p.n_windows ? p.n_windows : 3))
+        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': lightkv needs one window size per layer (layers=12,18,24,"
+                     "windows=4,2,1)", spec);
     if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(&p))
         st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
                      "prefixkv, elastic, h2o or lookm", spec);
@@ -362,4 +462,29 @@ enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const fl
     const int n = kv_cache_head(c, layer, head)->n;
     const int kept = kv_select(n, score, keep, scratch);
     return kept == n ? KVF_OK : kv_cache_keep(c, layer, head, scratch, kept);
+}
+
+int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window) {
+    static const int def_layer[3] = {12, 18, 24}, def_window[3] = {4, 2, 1};
+    if (p->reduce == KV_REDUCE_NONE) return 0;
+    int n = 0;
+    if (p->n_stages > 0) {
+        for (; n < p->n_stages; n++) {
+            if (p->stage_layer[n] >= n_layer) {
+                err_set(KVF_ERR_INVALID_ARG, "kv policy: a reduce step after layer %d needs a later layer; the model "
+                        "has %d", p->stage_layer[n], n_layer);
+                return -1;
+            }
+            layer[n] = p->stage_layer[n];
+            window[n] = p->n_windows ? p->stage_window[n] : def_window[n % 3];
+        }
+        return n;
+    }
+    for (int i = 0; i < 3 && n_layer > 1; i++) {
+        const int l = KVF_MAX(1, KVF_MIN(n_layer - 1, (int)floor(def_layer[i] * (double)n_layer / 32.0 + 0.5)));
+        if (n > 0 && layer[n - 1] >= l) continue;
+        layer[n] = l;
+        window[n++] = p->n_windows ? p->stage_window[i] : def_window[i];
+    }
+    return n;
 }

@@ -12,7 +12,8 @@
 /* Presets; each one is a score rule (pyramidkv: SnapKV's rule with the
  * pyramid budget allocation). */
 enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_ROCO, KV_KEYDIFF, KV_KNORM, KV_RANDOM,
-                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_BLOCKWISE, KV_METHOD_COUNT };
+                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_BLOCKWISE, KV_LIGHTKV, KV_FASTV, KV_TOME,
+                 KV_METHOD_COUNT };
 /* Budget stage: how the entries are spread over the layers (prefix:
  * PrefixKV's searched per-layer ratios, online or from a profile). */
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
@@ -21,6 +22,12 @@ enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED
 /* Decode stage: how the cache is kept within budget while generating. */
 enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXED, KV_DECODE_RECOMPRESS,
                  KV_DECODE_COUNT };
+/* Reduce stage: vision tokens merged or dropped inside the decoder during
+ * prefill (src/kv/reduce.h). */
+enum kv_reduce { KV_REDUCE_NONE, KV_REDUCE_LIGHTKV, KV_REDUCE_FASTV, KV_REDUCE_TOME, KV_REDUCE_COUNT };
+/* Schedule stage: the prompt in one pass, or in blocks under a fixed budget. */
+enum kv_schedule { KV_SCHEDULE_BULK, KV_SCHEDULE_BLOCKS, KV_SCHEDULE_COUNT };
+#define KV_REDUCE_MAX 8 /* reduce steps in one prefill */
 
 struct kv_policy {
     enum kv_method method;
@@ -44,15 +51,30 @@ struct kv_policy {
     double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
     double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
     bool decode_softmax; /* csp: n-softmax also inside attention once compressed (eq. 7)  */
-    /* Schedule stage (blockwise): the prompt runs in blocks and after each
-     * one the cache is evicted back to the budget, so it never holds more
-     * than budget + block entries. */
+    /* Schedule stage (blockwise, +schedule=blocks): the prompt runs in
+     * blocks and after each one the cache is evicted back to block_budget,
+     * so it never holds more than block_budget + block entries; the
+     * preset's own rule and budget apply once the prompt is in. */
     bool blocks;
     int block;          /* tokens per block; 0: one block per media segment (image, frame)
                            and text in runs of the batch size                           */
     int first;          /* no eviction before this many tokens (the paper's one-pass start;
-                           0: the budget)                                               */
+                           0: the block budget)                                         */
     enum kv_method evict; /* the evictor: KV_SNAPKV (query-aware) or KV_KEYDIFF         */
+    int block_budget;   /* entries per head kept after each block                      */
+    int block_window;   /* evict=snapkv: the last queries seen that score the entries  */
+    bool question;      /* evict=snapkv: the prompt's last text segment (the question) runs
+                           alone first; its queries score every block                   */
+    /* Reduce stage: after stage_layer[i] layers (a count: 12 = after the
+     * 12th) vision tokens are merged (lightkv, in stage_window[i]^2 windows;
+     * tome) or dropped (fastv). n_stages 0: the defaults for 32 layers,
+     * scaled to the model's depth (kv_reduce_stages). */
+    enum kv_reduce reduce;
+    int n_stages;
+    int stage_layer[KV_REDUCE_MAX], stage_window[KV_REDUCE_MAX];
+    int n_windows;      /* lightkv: windows given (0: 4,2,1)                          */
+    double reduce_ratio; /* lightkv, tome: share of a window's (image's) tokens merged per
+                            step; fastv: share of the image tokens dropped              */
     bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
@@ -68,8 +90,14 @@ int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n
 /* Whether compression needs the last `window` queries of each layer. */
 static inline bool kv_policy_needs_window(const struct kv_policy *p) {
     return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV || p->method == KV_CSP ||
-           (p->method == KV_BLOCKWISE && p->evict == KV_SNAPKV);
+           (p->blocks && p->evict == KV_SNAPKV);
 }
+/* The reduce steps for a model of n_layer layers: stage_layer[] as given,
+ * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in
+ * [1, n_layer - 1], a step falling on an earlier one's layer dropped).
+ * Returns their count, or -1 (error set) when a given layer is not below
+ * n_layer. */
+int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window);
 /* Whether cache entries carry the attention they received (KV_ACC_*). */
 static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
     return p->method == KV_H2O || p->method == KV_ROCO || p->method == KV_LOOKM || p->method == KV_ELASTIC ||

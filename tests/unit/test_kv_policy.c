@@ -72,6 +72,45 @@ static void test_parse(void **st) {
     assert_int_equal(kv_policy_parse("blockwise:budget=512,block=image,evict=keydiff,first=2048+decode=h2o", &p), KVF_OK);
     assert_true(p.block == 0 && p.evict == KV_KEYDIFF && p.first == 2048 && p.decode == KV_DECODE_H2O &&
                 !kv_policy_needs_window(&p));
+    assert_int_equal(kv_policy_parse("blockwise:budget=512,question=1", &p), KVF_OK);
+    assert_true(p.question && p.block_budget == 512 && p.block_window == 32);
+    /* The schedule stage keeps its budget and window apart from the preset's. */
+    assert_int_equal(kv_policy_parse("snapkv:budget=0.1,window=8+schedule=blocks:budget=300,block=image,window=16", &p),
+                     KVF_OK);
+    assert_true(p.blocks && p.budget == 0.1 && p.window == 8 && p.block_budget == 300 && p.block_window == 16 &&
+                p.block == 0 && p.evict == KV_SNAPKV && p.kernel == 5);
+    assert_int_equal(kv_policy_parse("h2o+schedule=blocks:evict=keydiff", &p), KVF_OK);
+    assert_true(p.blocks && p.budget == 0.2 && p.block_budget == 1024 && p.evict == KV_KEYDIFF && p.decode == KV_DECODE_H2O);
+    /* Reduce stage: lists after a key continue over commas. */
+    assert_int_equal(kv_policy_parse("lightkv:layers=3,5,9,windows=3,2,1,ratio=0.25", &p), KVF_OK);
+    assert_true(p.reduce == KV_REDUCE_LIGHTKV && p.n_stages == 3 && p.stage_layer[2] == 9 && p.n_windows == 3 &&
+                p.stage_window[0] == 3 && p.reduce_ratio == 0.25 && p.budget == 1.0);
+    assert_int_equal(kv_policy_parse("fastv:k=3,r=0.75", &p), KVF_OK);
+    assert_true(p.reduce == KV_REDUCE_FASTV && p.n_stages == 1 && p.stage_layer[0] == 3 && p.reduce_ratio == 0.75);
+    assert_int_equal(kv_policy_parse("snapkv:budget=0.1+reduce=tome:ratio=0.3", &p), KVF_OK);
+    assert_true(p.method == KV_SNAPKV && p.reduce == KV_REDUCE_TOME && p.n_stages == 0 && p.reduce_ratio == 0.3);
+    int lay[KV_REDUCE_MAX], win[KV_REDUCE_MAX];
+    assert_int_equal(kv_policy_parse("lightkv", &p), KVF_OK);
+    assert_int_equal(kv_reduce_stages(&p, 32, lay, win), 3);
+    assert_true(lay[0] == 12 && lay[1] == 18 && lay[2] == 24 && win[0] == 4 && win[1] == 2 && win[2] == 1);
+    assert_int_equal(kv_reduce_stages(&p, 30, lay, win), 3); /* scaled: 11.25, 16.9, 22.5 */
+    assert_true(lay[0] == 11 && lay[1] == 17 && lay[2] == 23);
+    assert_int_equal(kv_reduce_stages(&p, 2, lay, win), 1); /* all three fall after layer 1: the first stays */
+    assert_true(lay[0] == 1 && win[0] == 4);
+    assert_int_equal(kv_reduce_stages(&p, 1, lay, win), 0);
+    assert_int_equal(kv_policy_parse("fastv", &p), KVF_OK);
+    assert_int_equal(kv_reduce_stages(&p, 30, lay, win), 1); /* FastV's K is not scaled */
+    assert_true(lay[0] == 2);
+    assert_int_equal(kv_policy_parse("lightkv:layers=4,40,windows=2,1", &p), KVF_OK);
+    assert_int_equal(kv_reduce_stages(&p, 30, lay, win), -1);
+    assert_non_null(strstr(kvf_last_error(), "40"));
+    const char *bad_r[] = {"lightkv:layers=12,18", "lightkv:windows=2,1", "lightkv:layers=5,5,9", "lightkv:layers=0,4,8",
+                           "lightkv:layers=4,x,8", "lightkv:ratio=1.5", "fastv:k=0", "fastv:r=-0.1", "tome:windows=2",
+                           "lightkv+schedule=blocks", "blockwise+reduce=fastv", "snapkv:question=1",
+                           "blockwise:evict=keydiff,question=1", "h2o+schedule=blocks:budget=0.5", "lightkv:layers=",
+                           "h2o+schedule=blocks:kernel=3", "h2o+schedule=blocks:question=1,evict=keydiff"};
+    for (size_t i = 0; i < sizeof bad_r / sizeof *bad_r; i++)
+        if (kv_policy_parse(bad_r[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad_r[i]);
     /* Stages after '+'. */
     assert_int_equal(kv_policy_parse("snapkv:budget=0.1+decode=h2o:recent=0.25+budget=pyramid:beta=4", &p), KVF_OK);
     assert_true(p.method == KV_SNAPKV && p.budget == 0.1 && p.decode == KV_DECODE_H2O && p.recent == 0.25 &&
@@ -88,7 +127,7 @@ static void test_parse(void **st) {
     assert_true(p.decode == KV_DECODE_WINDOW && !kv_policy_needs_acc(&p));
     assert_int_equal(kv_policy_parse("pyramidkv", &p), KVF_OK);
     assert_true(p.alloc == KV_ALLOC_PYRAMID && p.beta == 20);
-    const char *bad_stage[] = {"snapkv+", "snapkv+decode", "snapkv+decode=slide", "snapkv+reduce=fastv",
+    const char *bad_stage[] = {"snapkv+", "snapkv+decode", "snapkv+decode=slide", "snapkv+reduce=fast",
                                "snapkv+budget=0.3", "snapkv+decode=h2o:every=3", "snapkv+decode=recompress:every=0",
                                "full+decode=h2o", "decode=h2o", "snapkv+decode=window:sinks=x"};
     for (size_t i = 0; i < sizeof bad_stage / sizeof *bad_stage; i++) {

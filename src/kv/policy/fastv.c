@@ -1,0 +1,22 @@
+/* FastV (Chen et al., 2024): after layer K-1 the image tokens the last
+ * prompt token attended to least (mean over heads) are dropped, so layers
+ * K on neither compute nor cache them. */
+#include "kv/policy.h"
+#include "kv/reduce.h"
+
+#include <math.h>
+
+void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double ratio, int *into, float *scratch) {
+    float *vs = scratch;         /* [v] the vision rows' scores, in order */
+    int *sel = (int *)(scratch + n), v = 0;
+    for (int i = 0; i < n; i++)
+        if (tag[i].modality != KVF_MOD_TEXT) vs[v++] = score[i];
+    /* kv_select keeps the earlier of equal scores, so the later goes first. */
+    const int kept = kv_select(v, vs, (int)floor(v * (1.0 - ratio) + 0.5), sel);
+    for (int i = 0, k = 0, c = 0; i < n; i++) {
+        if (tag[i].modality == KVF_MOD_TEXT) continue;
+        if (c < kept && sel[c] == k) c++;
+        else into[i] = -1;
+        k++;
+    }
+}

@@ -1,0 +1,21 @@
+/* LightKV (paper 003, section 3.2): after a chosen layer, each image's
+ * vision tokens are merged inside w x w windows of its grid — bipartite
+ * matching on the cosine of their hidden states, the top pairs folded
+ * together weighted by the attention text paid them (computed by the
+ * decoder, DESIGN section 7) — so later layers see fewer of them. Small
+ * windows first (intra-window), larger later (inter-window). */
+#include "kv/reduce.h"
+
+void reduce_lightkv(const float *x, int dim, const struct kvf_tag *tag, const struct reduce_group *g, int w,
+                    double ratio, int *into, float *scratch) {
+    if (g->n < 8 * w * w) return;
+    int *rows = (int *)scratch; /* one window's rows, in order */
+    for (int wr = 0; wr < w; wr++) {
+        for (int wc = 0; wc < w; wc++) {
+            int m = 0;
+            for (int i = g->first; i < g->first + g->n; i++)
+                if (tag[i].row * w / g->rows == wr && tag[i].col * w / g->cols == wc) rows[m++] = i;
+            reduce_bipartite(x, dim, rows, m, ratio, into, scratch + g->n);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+/* What the reduce rules share: finding each image's rows in a pass, the
+ * bipartite matching of ToMe and LightKV, and carrying out a merge map. */
+#include "kv/reduce.h"
+
+#include "kv/policy.h"
+
+#include <math.h>
+#include <string.h>
+
+static bool in_group(const struct kvf_tag *t, const struct reduce_group *g) {
+    return t->modality == g->modality && t->media == g->media;
+}
+
+int reduce_groups(const struct kvf_tag *tag, int n, struct reduce_group *out) {
+    int ng = 0;
+    for (int i = 0; i < n;) {
+        if (tag[i].modality == KVF_MOD_TEXT) {
+            i++;
+            continue;
+        }
+        struct reduce_group g = {.first = i, .modality = tag[i].modality, .media = tag[i].media};
+        for (; i < n && in_group(&tag[i], &g); i++) {
+            g.rows = KVF_MAX(g.rows, tag[i].row + 1);
+            g.cols = KVF_MAX(g.cols, tag[i].col + 1);
+        }
+        g.n = i - g.first;
+        out[ng++] = g;
+    }
+    return ng;
+}
+
+void reduce_groups_update(const struct kvf_tag *tag, int n, struct reduce_group *g, int n_groups) {
+    for (int k = 0; k < n_groups; k++) g[k].first = n, g[k].n = 0;
+    for (int i = 0, k = 0; i < n && k < n_groups; i++) {
+        if (tag[i].modality == KVF_MOD_TEXT) continue;
+        int q = k;
+        while (q < n_groups && !in_group(&tag[i], &g[q])) q++;
+        if (q == n_groups) continue;
+        if (g[q].n++ == 0) g[q].first = i;
+        k = q;
+    }
+}
+
+static double row_norm(const float *x, int dim) {
+    double s = 0.0;
+    for (int e = 0; e < dim; e++) s += (double)x[e] * x[e];
+    return sqrt(s);
+}
+
+void reduce_bipartite(const float *feat, int dim, const int *rows, int m, double ratio, int *into, float *scratch) {
+    const int na = (m + 1) / 2, nb = m / 2;
+    const int r = KVF_MIN((int)floor(ratio * m), nb);
+    if (r <= 0) return;
+    float *best = scratch, *inv = scratch + na;  /* [na] best cosine, [nb] 1/|b| */
+    int *match = (int *)(inv + nb), *sel = match + na; /* [na] best B, [na] the chosen A */
+    for (int b = 0; b < nb; b++) {
+        const double nn = row_norm(feat + (size_t)rows[2 * b + 1] * dim, dim);
+        inv[b] = nn > 0 ? (float)(1.0 / nn) : 0.0f;
+    }
+    for (int a = 0; a < na; a++) {
+        const float *xa = feat + (size_t)rows[2 * a] * dim;
+        const double na_ = row_norm(xa, dim);
+        best[a] = -INFINITY, match[a] = 0;
+        for (int b = 0; b < nb; b++) {
+            const float *xb = feat + (size_t)rows[2 * b + 1] * dim;
+            double dot = 0.0;
+            for (int e = 0; e < dim; e++) dot += (double)xa[e] * xb[e];
+            const float c = na_ > 0 ? (float)(dot / na_ * inv[b]) : 0.0f;
+            if (c > best[a]) best[a] = c, match[a] = b;
+        }
+    }
+    const int k = kv_select(na, best, r, sel);
+    for (int i = 0; i < k; i++) into[rows[2 * sel[i]]] = rows[2 * match[sel[i]] + 1];
+}
+
+int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, const int *into, int n,
+                 float *scratch) {
+    float *tot = scratch, *cnt = scratch + n; /* per target: weight sum, rows */
+    for (int i = 0; i < n; i++) tot[i] = into[i] == i ? (w ? w[i] : 1.0f) : 0.0f, cnt[i] = into[i] == i;
+    for (int a = 0; a < n; a++)
+        if (into[a] >= 0 && into[a] != a) tot[into[a]] += w ? w[a] : 1.0f, cnt[into[a]] += 1.0f;
+    /* The share of a row in its target's mean: w / total, or 1 / count
+     * when the weights sum to 0. */
+#define SHARE(i, b) (tot[b] > 0 ? (w ? w[i] : 1.0f) / tot[b] : 1.0f / cnt[b])
+    for (int b = 0; b < n; b++) {
+        if (into[b] != b || cnt[b] == 1.0f) continue;
+        const float s = SHARE(b, b);
+        for (int e = 0; e < dim; e++) x[(size_t)b * dim + e] *= s;
+    }
+    for (int a = 0; a < n; a++) {
+        const int b = into[a];
+        if (b < 0 || b == a) continue;
+        const float s = SHARE(a, b);
+        for (int e = 0; e < dim; e++) x[(size_t)b * dim + e] += s * x[(size_t)a * dim + e];
+    }
+#undef SHARE
+    int o = 0;
+    for (int i = 0; i < n; i++) {
+        if (into[i] != i) continue;
+        if (w) w[o] = tot[i];
+        if (o != i) {
+            memmove(x + (size_t)o * dim, x + (size_t)i * dim, sizeof(float) * (size_t)dim);
+            tag[o] = tag[i];
+            pos[o] = pos[i];
+        }
+        o++;
+    }
+    return o;
+}
