@@ -31,13 +31,20 @@ int reduce_groups(const struct kvf_tag *tag, int n, struct reduce_group *out) {
 
 void reduce_groups_update(const struct kvf_tag *tag, int n, struct reduce_group *g, int n_groups) {
     for (int k = 0; k < n_groups; k++) g[k].first = n, g[k].n = 0;
-    for (int i = 0, k = 0; i < n && k < n_groups; i++) {
-        if (tag[i].modality == KVF_MOD_TEXT) continue;
+    /* Each run of rows goes to the next group of its kind; a group takes
+     * one run, so a later image never lands in a vanished earlier one. */
+    for (int i = 0, k = 0; i < n && k < n_groups;) {
+        if (tag[i].modality == KVF_MOD_TEXT) {
+            i++;
+            continue;
+        }
         int q = k;
         while (q < n_groups && !in_group(&tag[i], &g[q])) q++;
+        const int first = i;
+        while (i < n && tag[i].modality == tag[first].modality && tag[i].media == tag[first].media) i++;
         if (q == n_groups) continue;
-        if (g[q].n++ == 0) g[q].first = i;
-        k = q;
+        g[q].first = first, g[q].n = i - first;
+        k = q + 1;
     }
 }
 

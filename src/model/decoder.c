@@ -196,7 +196,7 @@ static enum kvf_status fastv_scores(struct kvf_session *s, int l, int n, float *
  * whose logits are the prompt's), so the layers after see fewer. */
 static enum kvf_status reduce_step(struct kvf_session *s, int l, int *n) {
     const int step = reduce_step_at(s, l);
-    if (step < 0) return KVF_OK;
+    if (step < 0 || s->n_groups == 0) return KVF_OK; /* nothing to reduce (decoding, text) */
     const int E = s->model->hp.n_embd, m = *n - 1; /* rows that may go */
     for (int i = 0; i < *n; i++) s->r_into[i] = i;
     float *w = s->r_w;

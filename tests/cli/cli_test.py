@@ -411,7 +411,7 @@ def case_kv(ctx):
     expect_error(ctx, 1, [*base, "--kv", "snapkv:budget=2.5"], "fractional budget over 1")
     expect_error(ctx, 1, [*base, "--kv", "snapkv:nosuchkey=1"], "unknown key")
     expect_error(ctx, 1, [*base, "--kv", "snapkv+decode=nosuch"], "unknown decode option")
-    expect_error(ctx, 1, [*base, "--kv", "snapkv+schedule=blocks"], "unknown stage")
+    expect_error(ctx, 1, [*base, "--kv", "snapkv+shedule=blocks"], "unknown stage")
 
 
 def passage_and_words(ctx):
@@ -565,6 +565,43 @@ def case_blockwise(ctx):
     expect_error(ctx, 1, [*plain, "--kv", "blockwise:block=0"], "block 0")
 
 
+def case_reduce(ctx):
+    """LightKV, FastV and ToMe from the command line on SmolLM2 with two 16x16
+    pseudo-images: after the scaled default steps (11, 17, 23 of 30 layers)
+    the layers hold the image entries of paper 003's formula, composition
+    with a post-prefill preset keeps its budget, and bad specs are usage
+    errors that name the problem."""
+    smol = ctx.model(SMOL)
+    text, words = passage_and_words(ctx)
+    prompt = text[:300] + " <image> and <image>. Which picture shows water?"
+    base = ["generate", "-m", smol, "-p", prompt, "-n", "4", "--json", "-t", "2",
+            "--pseudo-image", f"{words}:16x16", "--pseudo-image", f"{words}:16x16"]
+    rc, out, err = ctx.run(*base)
+    check(rc == 0, f"full: {err}")
+    full = json.loads(out)
+    n = full["n_prompt"]
+    steps = {"lightkv": [(11, 512), (17, 256), (23, 128), (30, 64)], "tome": [(11, 512), (17, 256), (23, 128), (30, 64)],
+             "fastv:k=3,r=0.25": [(3, 512), (30, 384)]}
+    for spec, want in steps.items():
+        rc, out, err = ctx.run(*base, "--kv", spec)
+        check(rc == 0, f"{spec}: {err}")
+        o = json.loads(out)
+        per_layer, lo = o["kv"]["per_layer"], 0
+        for hi, images in want:
+            for layer in range(lo, hi):
+                check(per_layer[layer] == n - 512 + images, f"{spec}: layer {layer} holds {per_layer[layer]}, "
+                      f"want {n - 512 + images}")
+            lo = hi
+        check(o["kv"]["peak_bytes"] < full["kv"]["peak_bytes"], f"{spec}: no memory saved")
+    rc, out, err = ctx.run(*base, "--kv", "snapkv:budget=0.2+reduce=lightkv")
+    check(rc == 0 and max(json.loads(out)["kv"]["per_layer"]) <= round(0.2 * n), f"snapkv+lightkv: {err}")
+    plain = ["generate", "-m", smol, "-p", "Hello", "-n", "1"]
+    expect_error(ctx, 1, [*plain, "--kv", "lightkv+schedule=blocks"], "reduce with blocks")
+    expect_error(ctx, 1, [*plain, "--kv", "lightkv:layers=12,18"], "windows per layer")
+    expect_error(ctx, 2, [*plain, "--kv", "lightkv:layers=4,40,windows=2,1"], "step past the last layer")
+    expect_error(ctx, 1, [*plain, "--kv", "fastv:r=2"], "ratio out of range")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -574,7 +611,7 @@ def main():
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
-        "kv_mm": case_kv_mm, "blockwise": case_blockwise,
+        "kv_mm": case_kv_mm, "blockwise": case_blockwise, "reduce": case_reduce,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
     try:
