@@ -2,7 +2,8 @@
 # Peak KV memory, peak RSS and time to first token against the number of
 # images (the block-wise prefill paper's Figure 1): N pseudo-images of RxC
 # tokens on a text model, prefilled in bulk (full cache), in bulk then
-# compressed (SnapKV to the same budget), and block-wise under a fixed budget.
+# compressed (SnapKV to the same budget), and block-wise under a fixed budget;
+# any other --kv spec too (the reduce presets lightkv, fastv, tome).
 #
 # usage: bench/blockwise_peak.sh KVFOLD MODEL WORDS_FILE RxC THREADS "COUNTS" SPEC...
 #   e.g. bench/blockwise_peak.sh build/kvfold models/smollm2-135m-instruct-q4_1.gguf tests/data/ppl_passage.txt \

@@ -235,7 +235,11 @@ void kvf_session_reset(struct kvf_session *session);
 enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *tokens, int n,
                                     float *all_logits);
 /* Appends a multimodal prompt (token ids and media embeddings, tagged).
- * all_logits (optional): kvf_prompt_n_tokens x n_vocab floats. */
+ * all_logits (optional): kvf_prompt_n_tokens x n_vocab floats. With a reduce
+ * stage in the policy (lightkv, fastv, tome) the whole prompt is one forward
+ * pass, so its text can weigh the images before it; once that pass has merged
+ * or dropped rows, all_logits is refused (KVF_ERR_UNSUPPORTED): those
+ * positions have no logits. */
 enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
                                            float *all_logits);
 /* Appends rows of input embeddings [n][n_embd] with their tags (the pos

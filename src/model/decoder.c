@@ -65,12 +65,13 @@ static enum kvf_status layer_attention(struct kvf_session *s, int l, int n) {
         norm_rows(s->q, s->q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
         norm_rows(s->k, s->k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
     }
-    if (s->policy.reduce == KV_REDUCE_TOME && reduce_step_at(s, l) >= 0) { /* ToMe's metric: the keys before RoPE, mean over kv heads */
+    if (s->policy.reduce == KV_REDUCE_TOME && reduce_step_at(s, l) >= 0) {
+        /* ToMe's metric: the keys before RoPE, mean over the kv heads. */
         for (int t = 0; t < n; t++) {
-            float *m_ = s->r_metric + (size_t)t * hd;
-            memset(m_, 0, sizeof(float) * (size_t)hd);
+            float *metric = s->r_metric + (size_t)t * hd;
+            memset(metric, 0, sizeof(float) * (size_t)hd);
             for (int g = 0; g < hp->n_head_kv; g++)
-                for (int e = 0; e < hd; e++) m_[e] += s->k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
+                for (int e = 0; e < hd; e++) metric[e] += s->k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
         }
     }
     const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
