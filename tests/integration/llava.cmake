@@ -38,3 +38,10 @@ add_test(NAME hf_llava_st COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/hf_llava_check.py
 set_tests_properties(hf_llava_st PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
                      SKIP_RETURN_CODE 77)
 
+# The reduce stage (lightkv, tome, fastv after layer 1) against a numpy
+# reference of its rules: the last position's logits within 1e-4 and every
+# layer's cached positions; wrong rules must miss by 10x the bound.
+add_test(NAME ref_reduce_llava COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/ref_reduce.py --dump $<TARGET_FILE:dump_logits>
+         ${KVF_FIXTURE_DIR}/llava-f32.gguf --mmproj ${KVF_FIXTURE_DIR}/llava-mmproj-f32.gguf)
+set_tests_properties(ref_reduce_llava PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

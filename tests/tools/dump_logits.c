@@ -14,6 +14,11 @@
  *                   "n_tokens N" and "ids ..." (-1 where an image embedding
  *                   sits), after checking that every KV entry's tag equals
  *                   the prompt's tag for its position
+ *   --kv SPEC       with --prompt: session kv_spec (a reduce stage removes
+ *                   rows, so only the last position's logits exist): writes
+ *                   that one row, skips the tag check and prints
+ *                   "layer_entries N0 N1 ..." (entries of kv head 0 per
+ *                   layer) and "layer_pos L P..." (their true positions)
  *   --mmproj FILE   vision projector for a GGUF decoder
  *   --image FILE    (repeatable) image for the next marker
  * Prints "n_vocab N" on stdout. */
@@ -45,7 +50,7 @@ static int fail(const char *what, enum kvf_status st) {
 
 static int usage(void) {
     fprintf(stderr, "usage: dump_logits [--decode OUT2] [--split K] [--batch N] [--threads N] MODEL OUT ID...\n"
-                    "       dump_logits [--mmproj F] [--image F]... --prompt TEXT MODEL OUT\n");
+                    "       dump_logits [--mmproj F] [--image F]... [--kv SPEC] --prompt TEXT MODEL OUT\n");
     return 2;
 }
 
@@ -66,8 +71,26 @@ static int check_kv_tags(const struct kvf_session *s, const struct kvf_model_inf
     return memcmp(kvf_session_tags(s), want, (size_t)kvf_prompt_n_tokens(p) * sizeof *want) != 0;
 }
 
+/* What each layer cached (all kv heads hold the same rows), for a reference
+ * to check which rows a reduce stage removed. */
+static void print_kv_layers(const struct kvf_session *s, int n_layer) {
+    int n;
+    printf("layer_entries");
+    for (int l = 0; l < n_layer; l++) {
+        kvf_session_kv_tags(s, l, 0, &n);
+        printf(" %d", n);
+    }
+    printf("\n");
+    for (int l = 0; l < n_layer; l++) {
+        const struct kvf_tag *t = kvf_session_kv_tags(s, l, 0, &n);
+        printf("layer_pos %d", l);
+        for (int i = 0; i < n; i++) printf(" %d", t[i].pos);
+        printf("\n");
+    }
+}
+
 static int run_prompt(struct kvf_model *model, const char *out, const char *text, char **images, int n_images,
-                      int n_batch, int n_threads) {
+                      const char *kv, int n_batch, int n_threads) {
     struct kvf_media *media[MAX_IMAGES] = {0};
     struct kvf_prompt *p = NULL;
     struct kvf_session *s = NULL;
@@ -96,22 +119,34 @@ static int run_prompt(struct kvf_model *model, const char *out, const char *text
     const int n = kvf_prompt_n_tokens(p);
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = n;
+    sp.kv_spec = kv;
     if (n_batch > 0) sp.n_batch = n_batch;
     if (n_threads > 0) sp.n_threads = n_threads;
     if ((st = kvf_session_init(model, &sp, &s))) {
         rc = fail("session", st);
         goto done;
     }
-    const size_t V = (size_t)info.n_vocab;
-    if (!(rows = malloc((size_t)n * V * sizeof *rows))) goto done;
-    if ((st = kvf_session_prefill_prompt(s, p, rows))) {
+    const size_t V = (size_t)info.n_vocab, n_rows = kv ? 1 : (size_t)n;
+    if (!(rows = malloc(n_rows * V * sizeof *rows))) goto done;
+    if ((st = kvf_session_prefill_prompt(s, p, kv ? NULL : rows))) {
         rc = fail("prefill", st);
         goto done;
     }
-    if (check_kv_tags(s, &info, p) || write_rows(out, rows, (size_t)n * V)) goto done;
+    if (kv) {
+        const float *last = kvf_session_logits(s);
+        if (!last) {
+            fprintf(stderr, "dump_logits: no logits after prefill\n");
+            goto done;
+        }
+        memcpy(rows, last, V * sizeof *rows);
+    } else if (check_kv_tags(s, &info, p)) {
+        goto done;
+    }
+    if (write_rows(out, rows, n_rows * V)) goto done;
     printf("n_vocab %d\nn_tokens %d\nids", info.n_vocab, n);
     for (int i = 0; i < n; i++) printf(" %d", kvf_prompt_token(p, i));
     printf("\n");
+    if (kv) print_kv_layers(s, info.n_layer);
     rc = 0;
 done:
     free(rows);
@@ -122,7 +157,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *decode_out = NULL, *mmproj = NULL, *prompt = NULL;
+    const char *decode_out = NULL, *mmproj = NULL, *prompt = NULL, *kv = NULL;
     char *images[MAX_IMAGES];
     int split = 0, n_batch = 0, n_threads = 0, n_images = 0;
     int a = 1;
@@ -130,6 +165,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[a], "--decode")) decode_out = argv[a + 1];
         else if (!strcmp(argv[a], "--mmproj")) mmproj = argv[a + 1];
         else if (!strcmp(argv[a], "--prompt")) prompt = argv[a + 1];
+        else if (!strcmp(argv[a], "--kv")) kv = argv[a + 1];
         else if (!strcmp(argv[a], "--image") && n_images < MAX_IMAGES) images[n_images++] = argv[a + 1];
         else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);
@@ -144,11 +180,11 @@ int main(int argc, char **argv) {
         struct kvf_model *model = NULL;
         enum kvf_status st = kvf_model_load(argv[a], &mp, &model);
         if (st) return fail(argv[a], st);
-        const int rc = run_prompt(model, argv[a + 1], prompt, images, n_images, n_batch, n_threads);
+        const int rc = run_prompt(model, argv[a + 1], prompt, images, n_images, kv, n_batch, n_threads);
         kvf_model_free(model);
         return rc;
     }
-    if (argc - a < 3) return usage();
+    if (argc - a < 3 || kv) return usage();
     const char *model_path = argv[a], *out = argv[a + 1];
     int n = argc - a - 2;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
