@@ -6,6 +6,7 @@ Exit status 0 = pass, 1 = fail, 77 = skipped (a model or data file is absent).
 Only the standard library is used.
 """
 import json
+import math
 import os
 import shutil
 import struct
@@ -315,9 +316,15 @@ def case_bench(ctx):
 def case_demo(ctx):
     smol = ctx.model(SMOL)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "demo.sh")
-    p = subprocess.run(["bash", script, ctx.bin, smol], capture_output=True, timeout=120)
+    p = subprocess.run(["bash", script, ctx.bin, smol], capture_output=True, timeout=300)
     out = p.stdout.decode("utf-8", "replace")
-    check(p.returncode == 0 and "Paris" in out and "tok/s" in out, f"demo: {p.returncode} {out!r}")
+    check(p.returncode == 0, f"demo: exit {p.returncode}: {out!r} {p.stderr!r}")
+    # one table row per run: the full cache, then 5 methods at 2 budgets
+    rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| `")]
+    check(len(rows) == 11, f"demo: {len(rows)} table rows, want 11: {out!r}")
+    check(rows[0][0].strip() == "`full`" and rows[0][3].strip() == "yes", f"demo: the full cache missed the needle: {out!r}")
+    for r in rows:
+        check(r[3].strip() in ("yes", "no") and float(r[4]) <= float(r[5]) + 1e-9, f"demo row {r}")
 
 
 def case_kv(ctx):
@@ -602,6 +609,56 @@ def case_reduce(ctx):
     expect_error(ctx, 1, [*plain, "--kv", "fastv:r=2"], "ratio out of range")
 
 
+def case_eval(ctx):
+    """kvfold eval on SmolLM2 with small synthetic data: needle rows for the
+    full cache and every (--kv, budget), the outputs and pictures written and
+    well-formed; consistency's reference scores ROUGE-L 1 against itself, and
+    a budget of 1.0 (which never evicts) gives the full cache's perplexity
+    and output; bad requests are usage errors."""
+    import xml.etree.ElementTree as ET
+    smol = ctx.model(SMOL)
+    out_dir, plots, maps = (os.path.join(ctx.tmp, d) for d in ("out", "plots", "maps"))
+    base = ["-m", smol, "-t", "2", "--segments", "4", "--segment-words", "40", "--grid", "6x6"]
+    rc, out, err = ctx.run("eval", "needle", *base, "--kv", "snapkv", "--kv", "streaming:sinks=2", "--kv", "lightkv",
+                           "--budgets", "0.5,0.1", "--depths", "0.2,0.8", "--json", "--out", out_dir, "--plots", plots,
+                           "--kept-map", maps)
+    check(rc == 0, f"needle: {err}")
+    rows = [json.loads(x) for x in out.splitlines()]
+    runs = {(r["kv"], r["budget"]) for r in rows}
+    want = {("full", None), ("snapkv", 0.5), ("snapkv", 0.1), ("streaming:sinks=2", 0.5), ("streaming:sinks=2", 0.1),
+            ("lightkv", None)}
+    check(runs == want, f"needle runs {sorted(runs, key=str)}")
+    check(len(rows) == 2 * len(want), f"{len(rows)} rows, want {2 * len(want)} (2 depths)")
+    for r in rows:
+        check(r["score"] in (0, 1) and r["kv_mib"] <= r["kv_full_mib"] + 1e-9 and r["n_prompt"] > 100, f"row {r}")
+        if r["budget"] == 0.1:
+            check(r["kv_mib"] < 0.2 * r["kv_full_mib"], f"budget 0.1 kept {r['kv_mib']} of {r['kv_full_mib']} MiB")
+    for name in ("summary.md", "summary.csv", "results.jsonl"):
+        check(os.path.getsize(os.path.join(out_dir, name)) > 0, f"{name} missing")
+    with open(os.path.join(out_dir, "summary.csv")) as f:
+        check(len(f.read().strip().splitlines()) == 1 + len(want), "summary.csv: one line per run")
+    for name in ("quality.svg", "kv_memory.svg", "decode_speed.svg"):
+        root = ET.parse(os.path.join(plots, name)).getroot()
+        text = "".join(root.itertext())
+        check("snapkv" in text and "full" in text, f"{name}: legend lacks the methods")
+    layer_maps = sorted(os.listdir(maps))
+    check(len(layer_maps) == 30 * len(want) and all(f.endswith(".svg") for f in layer_maps), f"{len(layer_maps)} maps")
+    ET.parse(os.path.join(maps, layer_maps[0]))
+    rc, out, err = ctx.run("eval", "consistency", *base, "-n", "12", "--kv", "snapkv", "--budgets", "1.0,0.1", "--json")
+    check(rc == 0, f"consistency: {err}")
+    rows = {(r["kv"], r["budget"]): r for r in map(json.loads, out.splitlines())}
+    full, same = rows[("full", None)], rows[("snapkv", 1.0)]
+    check(full["score"] == 1.0 and math.isfinite(full["ppl"]), f"the reference against itself: {full}")
+    check(same["score"] == 1.0 and same["ppl"] == full["ppl"] and same["output"] == full["output"],
+          f"budget 1.0 differs from the full cache: {same} vs {full}")
+    plain = ["-m", smol]
+    expect_error(ctx, 1, ["eval", *plain], "no mode")
+    expect_error(ctx, 1, ["eval", "haystack", *plain], "unknown mode")
+    expect_error(ctx, 1, ["eval", "needle", *plain, "--budgets", "0.2,x"], "bad budgets")
+    expect_error(ctx, 1, ["eval", "needle", *plain, "--kv", "snapkv:window=x"], "bad kv")
+    expect_error(ctx, 1, ["eval", "needle", *plain, "--depths", "1.5"], "bad depth")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -612,6 +669,7 @@ def main():
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
         "kv_mm": case_kv_mm, "blockwise": case_blockwise, "reduce": case_reduce,
+        "eval": case_eval,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
     try:

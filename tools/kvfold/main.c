@@ -13,6 +13,7 @@
 #include "core/sys.h"
 #include "io/gguf.h"
 #include "tok/tokenizer.h"
+#include "cli.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
@@ -25,11 +26,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-enum { EXIT_USAGE = 1, EXIT_INPUT = 2, EXIT_RUNTIME = 3 };
-#define MIB (1024.0 * 1024.0)
-
-static void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void print_error(const char *fmt, ...) {
+void print_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("kvfold: error: ", stderr);
@@ -38,7 +35,7 @@ static void print_error(const char *fmt, ...) {
     va_end(ap);
 }
 
-static int exit_code(enum kvf_status st) {
+int exit_code(enum kvf_status st) {
     switch (st) {
     case KVF_OK: return 0;
     case KVF_ERR_NOMEM:
@@ -48,7 +45,7 @@ static int exit_code(enum kvf_status st) {
 }
 
 /* Prints "what: status: last error" and returns the exit code for st. */
-static int fail(enum kvf_status st, const char *what) {
+int fail(enum kvf_status st, const char *what) {
     const char *msg = kvf_last_error();
     if (msg[0])
         print_error("%s: %s: %s", what, kvf_status_str(st), msg);
@@ -59,47 +56,8 @@ static int fail(enum kvf_status st, const char *what) {
 
 /* ------------------------------------------------------------ options -- */
 
-/* OPT_MEDIA: repeatable; appends (kind = lo, value) to args.media in command-line order. */
-enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_U64, OPT_STR, OPT_MEDIA };
-
-enum media_kind { MEDIA_IMAGE, MEDIA_FRAME, MEDIA_VIDEO_DIR, MEDIA_PSEUDO };
-#define MEDIA_ARGS_MAX 256
-
-struct opt {
-    const char *lng;     /* "--top-k"                       */
-    const char *shrt;    /* "-k" or NULL                    */
-    enum opt_kind kind;
-    void *dst;           /* bool, int, float, uint64_t or const char * */
-    double lo, hi;       /* accepted range of OPT_INT / OPT_FLOAT */
-    const char *metavar;
-    const char *help;
-};
-
-/* Every option of every subcommand; each subcommand's table points into it. */
-struct args {
-    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
-    const char *kv_type;          /* --kv-type as given */
-    enum kvf_kv_type kv_type_id;  /* ... and parsed (main checks it) */
-    bool json, bos, special, chat, dump_tags, no_warmup;
-    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
-    float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
-    uint64_t seed;
-    struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
-    int n_media;
-};
-
-struct command {
-    const char *name, *summary, *usage, *details;
-    int (*run)(const struct args *a);
-    void (*defaults)(struct args *a);
-    int (*opts)(struct args *a, struct opt *out); /* fills out[OPT_MAX], returns the count */
-    bool no_model;  /* runs without -m */
-};
-
-#define OPT_MAX 32
-
 /* The option tables point into a struct args, so they are built per call. */
-static int opts_set(struct opt *dst, const struct opt *src, size_t n) {
+int opts_set(struct opt *dst, const struct opt *src, size_t n) {
     assert(n <= OPT_MAX);
     memcpy(dst, src, n * sizeof *src);
     return (int)n;
@@ -185,6 +143,13 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
         }
         if (o->kind == OPT_STR) {
             *(const char **)o->dst = v;
+        } else if (o->kind == OPT_LIST) {
+            struct str_list *l = o->dst;
+            if (l->n == STR_LIST_MAX) {
+                print_error("%s: more than %d %s options", c->name, STR_LIST_MAX, o->lng);
+                return EXIT_USAGE;
+            }
+            l->v[l->n++] = v;
         } else if (o->kind == OPT_MEDIA) {
             if (a->n_media == MEDIA_ARGS_MAX) {
                 print_error("%s: more than %d media options", c->name, MEDIA_ARGS_MAX);
@@ -208,28 +173,10 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
     return -1;
 }
 
-#define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
-#define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
-#define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
-#define OPT_KV_TYPE { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", "how the KV cache stores keys and values: f32 (default), f16 or q8_0" }
-#define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
-#define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
-#define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
-/* Multimodal input, shared by generate and bench. */
-#define OPTS_MEDIA \
-    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
-    { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
-    { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
-    { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
-    { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
-      "synthetic RxC image segment from the words of FILE (for text models)" }, \
-    { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }, \
-    { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" }
-
 /* ------------------------------------------------------------- helpers -- */
 
 /* Reads a whole file; *out is NUL-terminated and owned by the caller. */
-static int read_file(const char *path, char **out, size_t *len) {
+int read_file(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         print_error("cannot open '%s': %s", path, strerror(errno));
@@ -282,7 +229,7 @@ static int input_text(const char *cmd, const struct args *a, char **text, size_t
     return 0;
 }
 
-static int load_model(const struct args *a, struct kvf_model **model) {
+int load_model(const struct args *a, struct kvf_model **model) {
     struct kvf_model_params mp = kvf_model_default_params();
     mp.n_threads = a->threads;
     mp.mmproj = a->mmproj;
@@ -297,22 +244,14 @@ static int load_model(const struct args *a, struct kvf_model **model) {
 
 /* ---------------------------------------------------------------- media -- */
 
-/* The media of one command line, in order, ready for kvf_prompt_init. */
-struct media_set {
-    struct kvf_media **items;
-    int n, cap;
-    int n_encoded;       /* images and frames through the vision tower */
-    double encode_ms;    /* their total encoding time */
-};
-
-static void media_set_free(struct media_set *ms) {
+void media_set_free(struct media_set *ms) {
     for (int i = 0; i < ms->n; i++)
         kvf_media_free(ms->items[i]);
     free(ms->items);
     memset(ms, 0, sizeof *ms);
 }
 
-static int media_push(struct media_set *ms, struct kvf_media *md) {
+int media_push(struct media_set *ms, struct kvf_media *md) {
     if (ms->n == ms->cap) {
         int cap = ms->cap ? 2 * ms->cap : 8;
         struct kvf_media **it = realloc(ms->items, (size_t)cap * sizeof *it);
@@ -347,7 +286,7 @@ static int media_encode(const struct args *a, const struct kvf_model *m, const s
     return media_push(ms, md);
 }
 
-static int media_image_file(const struct args *a, const struct kvf_model *m, const char *path,
+int media_image_file(const struct args *a, const struct kvf_model *m, const char *path,
                             enum kvf_modality mod, struct media_set *ms) {
     struct kvf_image *img;
     enum kvf_status st = kvf_image_load(path, max_pixels(a), &img);
@@ -454,7 +393,7 @@ static int media_build(const struct args *a, const struct kvf_model *m, struct m
 }
 
 /* The prompt with its markers filled by the media. */
-static int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
+int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                        struct kvf_prompt **out) {
     enum kvf_status st = kvf_prompt_init(m, text, (const struct kvf_media *const *)ms->items, ms->n, true, special, out);
     if (st != KVF_OK)
@@ -495,13 +434,7 @@ static int tokenize(const struct kvf_model *m, const char *text, size_t len, boo
     return EXIT_RUNTIME;
 }
 
-/* Appends a token's text to a growing string (render_special false). */
-struct strbuf {
-    char *s;
-    size_t n, cap;
-};
-
-static bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
+bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = KVF_MAX(b->cap * 2, b->n + n + 64);
         char *p = realloc(b->s, cap);
@@ -517,7 +450,7 @@ static bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
 }
 
 /* Text of one token; returns the byte count or -1. *buf grows as needed. */
-static int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap) {
+int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap) {
     int32_t r = kvf_token_to_piece(m, tok, *buf, *cap, false);
     if (r < 0) {
         char *nb = realloc(*buf, (size_t)-r);
@@ -533,7 +466,7 @@ static int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, i
 /* A copy of s[0..n) that is valid UTF-8 without NULs (invalid bytes and NUL
  * become U+FFFD), so that JSON consumers can parse it: generation can stop
  * in the middle of a multi-byte character. */
-static char *utf8_sanitize(const char *s, size_t n) {
+char *utf8_sanitize(const char *s, size_t n) {
     char *out = malloc(n * 3 + 1);
     if (!out)
         return NULL;
@@ -566,7 +499,7 @@ static char *utf8_sanitize(const char *s, size_t n) {
 }
 
 /* Prints a cJSON object on stdout and frees it. */
-static int print_json(cJSON *obj) {
+int print_json(cJSON *obj) {
     char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);
     if (!s) {
@@ -796,10 +729,10 @@ static int generate_opts(struct args *a, struct opt *out) {
     return opts_set(out, t, sizeof t / sizeof t[0]);
 }
 
-static bool wants_chat(const struct args *a) { return a->chat || a->chat_template || a->system; }
+bool wants_chat(const struct args *a) { return a->chat || a->chat_template || a->system; }
 
 /* The prompt as the model sees it: raw, or wrapped in a chat template. */
-static int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
+int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
     if (!wants_chat(a)) {
         *out = strdup(text);
         return *out ? 0 : EXIT_RUNTIME;
@@ -858,7 +791,7 @@ static void print_tags(const struct kvf_model *m, const struct kvf_prompt *pr) {
 
 /* [[pos, "modality", media, row, col, token], ...] */
 /* Per layer, per kv head: the true positions the cache holds. */
-static cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     cJSON *layers = cJSON_CreateArray();
     for (int l = 0; l < info->n_layer; l++) {
         cJSON *heads = cJSON_CreateArray();
@@ -876,7 +809,7 @@ static cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_mo
 }
 
 /* Per layer, per kv head: [evicted position, position it was merged into]. */
-static cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     cJSON *layers = cJSON_CreateArray();
     for (int l = 0; l < info->n_layer; l++) {
         cJSON *heads = cJSON_CreateArray();
@@ -896,7 +829,7 @@ static cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model
 }
 
 /* The searched per-layer budgets (prefixkv): [{ratio, gini}], or NULL. */
-static cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     double ratio, gini;
     if (!kvf_session_kv_layer_budget(s, 0, &ratio, &gini))
         return NULL;
@@ -912,7 +845,7 @@ static cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kv
 }
 
 /* Mean entries per kv head, per layer. */
-static cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     cJSON *pl = cJSON_CreateArray();
     for (int l = 0; l < info->n_layer; l++) {
         int kept = 0;
@@ -1162,7 +1095,7 @@ static int perplexity_opts(struct args *a, struct opt *out) {
 }
 
 /* -log softmax(row)[target], in double. */
-static double token_nll(const float *row, int n_vocab, int32_t target) {
+double token_nll(const float *row, int n_vocab, int32_t target) {
     float max = row[0];
     for (int i = 1; i < n_vocab; i++)
         max = row[i] > max ? row[i] : max;
@@ -1670,14 +1603,14 @@ static int profile_opts(struct args *a, struct opt *out) {
 }
 
 /* One sample line's media, in marker order; paths relative to dir. */
-static int profile_media(const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
-                         int line, struct media_set *ms) {
+int samples_media(const char *cmd, const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
+                  int line, struct media_set *ms) {
     const cJSON *it;
     int rc = 0, i = 0;
     cJSON_ArrayForEach(it, list) {
         const cJSON *v = it->child;
         if (!cJSON_IsObject(it) || !v || v->next || !cJSON_IsString(v)) {
-            print_error("profile: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", line, i);
+            print_error("%s: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", cmd, line, i);
             return EXIT_INPUT;
         }
         char path[4096];
@@ -1686,7 +1619,7 @@ static int profile_media(const struct args *a, const struct kvf_model *m, const 
         else if (!strcmp(v->string, "frame")) rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
         else if (!strcmp(v->string, "pseudo")) rc = media_pseudo(a, m, path, i, ms);
         else {
-            print_error("profile: samples line %d: unknown media kind '%s' (image, frame, pseudo)", line, v->string);
+            print_error("%s: samples line %d: unknown media kind '%s' (image, frame, pseudo)", cmd, line, v->string);
             return EXIT_INPUT;
         }
         if (rc)
@@ -1743,7 +1676,7 @@ static int cmd_profile(const struct args *a) {
             rc = EXIT_INPUT;
         }
         if (!rc)
-            rc = profile_media(a, m, media, dir, line, &ms);
+            rc = samples_media("profile", a, m, media, dir, line, &ms);
         if (!rc)
             rc = prompt_make(m, pt->valuestring, &ms, false, &pr);
         struct kvf_session_params sp = kvf_session_default_params();
@@ -1891,6 +1824,17 @@ static const struct command commands[] = {
       "are written as JSON, with the Gini coefficient of each layer's priority curve, for\n"
       "--kv prefixkv:profile=FILE.",
       cmd_profile, profile_defaults, profile_opts, false },
+    { "eval", "Compare KV policies: consistency with the full cache, needle in a haystack.",
+      "consistency|needle -m FILE [--kv SPEC]... [--budgets LIST] [options]",
+      "consistency: the full cache's greedy output is the reference; each policy and budget gets the\n"
+      "perplexity of that output (teacher-forced, compression active) and the ROUGE-L F1 of its own\n"
+      "greedy output. needle: a password hidden at --depths among --segments text and image\n"
+      "segments; correct when the answer contains it. Without --data, consistency and needle\n"
+      "make their own data from --seed. Each --kv runs at every budget of --budgets (presets without a budget run\n"
+      "once); the full cache always runs. Prints a markdown summary (--json: one JSON line per run\n"
+      "and sample); --out DIR adds summary.md, summary.csv and results.jsonl, --plots DIR SVG charts,\n"
+      "--kept-map DIR per-layer maps of the image entries kept, merged and evicted.",
+      cmd_eval, eval_defaults, eval_opts, false },
     { "policies", "List the KV cache policies --kv accepts, with their parameters and defaults.", "[--json]",
       "Every (layer, kv head) keeps the entries its rule scores best once the prompt is in;\n"
       "evicted entries are freed. Syntax: --kv NAME[:key=value,...].",
@@ -1927,7 +1871,11 @@ int main(int argc, char **argv) {
         struct args a = { 0 };
         if (c->defaults)
             c->defaults(&a);
-        int rc = parse_args(c, &a, argc - 2, argv + 2);
+        /* eval takes its mode first: kvfold eval needle -m ... */
+        const bool mode = c->run == cmd_eval && argc > 2 && argv[2][0] != '-';
+        if (mode)
+            a.eval_mode = argv[2];
+        int rc = parse_args(c, &a, argc - 2 - mode, argv + 2 + mode);
         if (rc < 0 && a.kv && kvf_kv_policy_check(a.kv) != KVF_OK) {
             print_error("%s: --kv: %s (see kvfold policies)", c->name, kvf_last_error());
             rc = EXIT_USAGE;
@@ -1938,7 +1886,8 @@ int main(int argc, char **argv) {
         }
         return rc >= 0 ? rc : c->run(&a);
     }
-    print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench, policies; see kvfold --help)",
+    print_error("unknown command '%s' (commands: info, tokenize, generate, perplexity, bench, profile, eval, policies; "
+                "see kvfold --help)",
                 argv[1]);
     return EXIT_USAGE;
 }

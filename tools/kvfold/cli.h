@@ -1,0 +1,142 @@
+/* What the kvfold command's source files share: exit codes, the option
+ * tables, error printing, model and media loading, text and JSON helpers
+ * (all defined in main.c unless said). */
+#ifndef KVF_CLI_H
+#define KVF_CLI_H
+
+#include "kvfold.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum { EXIT_USAGE = 1, EXIT_INPUT = 2, EXIT_RUNTIME = 3 };
+#define MIB (1024.0 * 1024.0)
+
+/* OPT_MEDIA: repeatable; appends (kind = lo, value) to args.media in command-line order.
+ * OPT_LIST: repeatable; appends the value to a struct str_list. */
+enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_U64, OPT_STR, OPT_MEDIA, OPT_LIST };
+#define STR_LIST_MAX 32
+struct str_list { const char *v[STR_LIST_MAX]; int n; };
+
+enum media_kind { MEDIA_IMAGE, MEDIA_FRAME, MEDIA_VIDEO_DIR, MEDIA_PSEUDO };
+#define MEDIA_ARGS_MAX 256
+
+struct opt {
+    const char *lng;     /* "--top-k"                       */
+    const char *shrt;    /* "-k" or NULL                    */
+    enum opt_kind kind;
+    void *dst;           /* bool, int, float, uint64_t or const char * */
+    double lo, hi;       /* accepted range of OPT_INT / OPT_FLOAT */
+    const char *metavar;
+    const char *help;
+};
+
+/* Every option of every subcommand; each subcommand's table points into it. */
+struct args {
+    const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
+    const char *kv_type;          /* --kv-type as given */
+    enum kvf_kv_type kv_type_id;  /* ... and parsed (main checks it) */
+    bool json, bos, special, chat, dump_tags, no_warmup;
+    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
+    float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
+    uint64_t seed;
+    struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
+    int n_media;
+    /* kvfold eval */
+    const char *eval_mode;        /* consistency or needle (the word after "eval") */
+    struct str_list kvs;          /* every --kv */
+    const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid;
+    int n_samples, seg_words;
+};
+
+struct command {
+    const char *name, *summary, *usage, *details;
+    int (*run)(const struct args *a);
+    void (*defaults)(struct args *a);
+    int (*opts)(struct args *a, struct opt *out); /* fills out[OPT_MAX], returns the count */
+    bool no_model;  /* runs without -m */
+};
+
+#define OPT_MAX 32
+
+#define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
+#define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
+#define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
+#define OPT_KV_TYPE { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", "how the KV cache stores keys and values: f32 (default), f16 or q8_0" }
+#define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
+#define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
+#define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
+/* Multimodal input, shared by generate and bench. */
+#define OPTS_MEDIA \
+    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
+    { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
+    { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
+    { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
+    { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
+      "synthetic RxC image segment from the words of FILE (for text models)" }, \
+    { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }, \
+    { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" }
+
+/* The media of one command line, in order, ready for kvf_prompt_init. */
+struct media_set {
+    struct kvf_media **items;
+    int n, cap;
+    int n_encoded;       /* images and frames through the vision tower */
+    double encode_ms;    /* their total encoding time */
+};
+
+/* Appends a token's text to a growing string (render_special false). */
+struct strbuf {
+    char *s;
+    size_t n, cap;
+};
+
+void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int exit_code(enum kvf_status st);
+/* Prints "what: status: last error" and returns the exit code for st. */
+int fail(enum kvf_status st, const char *what);
+int opts_set(struct opt *dst, const struct opt *src, size_t n);
+/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+int read_file(const char *path, char **out, size_t *len);
+int load_model(const struct args *a, struct kvf_model **model);
+void media_set_free(struct media_set *ms);
+/* Takes md (freed on failure). */
+int media_push(struct media_set *ms, struct kvf_media *md);
+/* An image file through the vision tower, appended to ms. */
+int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
+                     struct media_set *ms);
+/* The media of one line of a samples file ([{"image"|"frame"|"pseudo": PATH}],
+ * relative paths against dir), appended to ms; errors name cmd and line. */
+int samples_media(const char *cmd, const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
+                  int line, struct media_set *ms);
+/* The prompt with its markers filled by the media. */
+int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
+                struct kvf_prompt **out);
+bool strbuf_put(struct strbuf *b, const char *s, size_t n);
+/* Text of one token; returns the byte count or -1. *buf grows as needed. */
+int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap);
+/* A copy of s[0..n) that is valid UTF-8 without NULs. */
+char *utf8_sanitize(const char *s, size_t n);
+/* Prints a cJSON object on stdout and frees it. */
+int print_json(cJSON *obj);
+bool wants_chat(const struct args *a);
+/* The prompt as the model sees it: raw, or wrapped in a chat template. */
+int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out);
+/* -log softmax(row)[target]. */
+double token_nll(const float *row, int n_vocab, int32_t target);
+/* KV entries per layer, the positions each (layer, head) holds, the merges
+ * done, and the per-layer budgets, as JSON. */
+cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info);
+
+/* kvfold eval (eval.c). */
+int cmd_eval(const struct args *a);
+void eval_defaults(struct args *a);
+int eval_opts(struct args *a, struct opt *out);
+
+#endif

@@ -1,0 +1,857 @@
+/* kvfold eval: KV policies compared on the protocols of DESIGN.md section 8.
+ *
+ *   consistency  PrefixKV's: the full cache's greedy output is the reference;
+ *                a policy gets the perplexity of that output teacher-forced
+ *                with its compression active, and the ROUGE-L F1 of its own
+ *                greedy output against it.
+ *   needle       MileBench's idea: a password hidden at a depth among text and
+ *                image segments; the answer is correct when it contains it.
+ *
+ * Every --kv runs at every --budgets value (with one model load); each run
+ * is a fresh session on the same prompt. One row per (run, sample) goes to
+ * JSON lines, the summary per run to markdown/CSV, and the pictures to SVG. */
+#include "cli.h"
+#include "core/common.h"
+#include "core/sys.h"
+#include "metrics.h"
+#include "svg.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define EVAL_MAX_BUDGETS 16
+#define EVAL_MAX_LIST 16
+
+/* ------------------------------------------------------------ options -- */
+
+void eval_defaults(struct args *a) {
+    a->n_predict = 0; /* per mode: needle 12, consistency 32 */
+    a->budgets = "0.2,0.05";
+    a->depths = "0.1,0.5,0.9";
+    a->segments = "8";
+    a->needle = "text";
+    a->grid = "12x12";
+    a->n_samples = 1;
+    a->seg_words = 120;
+    a->seed = 1;
+}
+
+int eval_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_JSON, OPT_THREADS, OPT_KV_TYPE,
+        { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" },
+        { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
+        { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
+        { "--data", NULL, OPT_STR, &a->data, 0, 0, "FILE", "consistency: JSON lines {\"prompt\", \"media\"} (default: synthetic)" },
+        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1)" },
+        { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
+        { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
+        { "--segments", NULL, OPT_STR, &a->segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
+        { "--depths", NULL, OPT_STR, &a->depths, 0, 0, "LIST", "needle depths in [0, 1] (default 0.1,0.5,0.9)" },
+        { "--needle", NULL, OPT_STR, &a->needle, 0, 0, "KIND", "text, image (inside a pseudo-image) or both (default text)" },
+        { "--segment-words", NULL, OPT_INT, &a->seg_words, 1, 100000, "N", "words per text segment (default 120)" },
+        { "--grid", NULL, OPT_STR, &a->grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
+        { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" },
+        { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "chat template (default: the model's)" },
+        { "--out", "-o", OPT_STR, &a->out_dir, 0, 0, "DIR", "write summary.md, summary.csv and results.jsonl" },
+        { "--plots", NULL, OPT_STR, &a->plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
+        { "--kept-map", NULL, OPT_STR, &a->kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
+    };
+    return opts_set(out, t, sizeof t / sizeof t[0]);
+}
+
+/* --------------------------------------------------------------- lists -- */
+
+/* "0.2,0.05" -> x[]; false on a malformed item or one out of [lo, hi]. */
+static bool parse_list(const char *s, double lo, double hi, double *x, int *n) {
+    *n = 0;
+    for (const char *c = s; *c;) {
+        char *end;
+        errno = 0;
+        const double v = strtod(c, &end);
+        if (end == c || errno || !isfinite(v) || v < lo || v > hi || *n == EVAL_MAX_LIST || (*end && *end != ','))
+            return false;
+        x[(*n)++] = v;
+        c = *end ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
+/* The preset's part of a spec (up to '+'), and whether it takes a budget. */
+static bool spec_has_budget_key(const char *spec) {
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(spec, ":+"), spec);
+    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+        struct kvf_kv_policy_info info;
+        if (kvf_kv_policy_get(i, &info) == KVF_OK && !strcmp(info.stage, "preset") && !strcmp(info.name, name))
+            return strstr(info.keys, "budget") != NULL;
+    }
+    return false;
+}
+
+/* spec with its preset's budget set to b: "snapkv" -> "snapkv:budget=0.2",
+ * "lookm:merge=avg+decode=h2o" -> "lookm:merge=avg,budget=0.2+decode=h2o". */
+static bool spec_with_budget(const char *spec, double b, char *out, size_t cap) {
+    const size_t head = strcspn(spec, "+"), colon = strcspn(spec, ":");
+    char preset[256];
+    snprintf(preset, sizeof preset, "%.*s", (int)head, spec);
+    char *old = strstr(preset, "budget=");
+    if (old) { /* replace the value */
+        const size_t vlen = strcspn(old + 7, ",");
+        memmove(old, old + 7 + vlen + (old[7 + vlen] == ',' ? 1 : 0), strlen(old + 7 + vlen) + 1);
+        size_t l = strlen(preset);
+        if (l && (preset[l - 1] == ',' || preset[l - 1] == ':')) preset[--l] = '\0';
+    }
+    const bool has_args = strchr(preset, ':') != NULL && colon < head;
+    const int w = snprintf(out, cap, "%s%sbudget=%g%s", preset, has_args ? "," : ":", b, spec + head);
+    return w > 0 && (size_t)w < cap;
+}
+
+/* ----------------------------------------------------- synthetic data -- */
+
+/* Plain sentences from a small vocabulary, so a haystack needs no file. */
+static const char *const ADJ[] = {"quiet", "old", "green", "narrow", "bright", "cold", "distant", "small", "heavy",
+                                  "early", "wooden", "silver", "patient", "busy", "hidden", "gentle"};
+static const char *const NOUN[] = {"river", "boat", "hill", "market", "garden", "bridge", "lantern", "village",
+                                   "teacher", "orchard", "harbour", "library", "farmer", "window", "road", "forest"};
+static const char *const VERB[] = {"passes", "follows", "watches", "crosses", "reaches", "circles", "leaves", "finds"};
+static const char *const PREP[] = {"near", "behind", "beyond", "under", "beside", "past"};
+
+static const char *pick(uint64_t *rng, const char *const *w, int n) {
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    return w[(*rng >> 33) % (uint64_t)n];
+}
+
+#define PICK(rng, w) pick(rng, w, (int)(sizeof w / sizeof *w))
+
+/* About `words` words of sentences. */
+static bool haystack_text(uint64_t *rng, int words, struct strbuf *b) {
+    bool ok = true;
+    for (int w = 0; ok && w < words; w += 10) {
+        char s[256];
+        snprintf(s, sizeof s, "The %s %s %s the %s %s %s the %s. ", PICK(rng, ADJ), PICK(rng, NOUN), PICK(rng, VERB),
+                 PICK(rng, ADJ), PICK(rng, NOUN), PICK(rng, PREP), PICK(rng, NOUN));
+        ok = strbuf_put(b, s, strlen(s));
+    }
+    return ok;
+}
+
+/* A seeded synthetic picture (soft colour blocks) for vision models. */
+static enum kvf_status synthetic_image(uint64_t *rng, struct kvf_image **out) {
+    enum { W = 96, H = 72 };
+    static uint8_t rgb[W * H * 3];
+    static const char *const level[] = {"40", "90", "150", "210"};
+    uint8_t base[4][3];
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 3; c++) base[k][c] = (uint8_t)atoi(PICK(rng, level));
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++)
+            for (int c = 0; c < 3; c++) rgb[(y * W + x) * 3 + c] = (uint8_t)(base[(y * 2 / H) * 2 + x * 2 / W][c] + (x + y) % 16);
+    return kvf_image_from_rgb(W, H, rgb, out);
+}
+
+/* One prompt of the eval: its text (markers included), media, the first
+ * image's pixels (for the kept map), the expected answer (needle). */
+struct sample {
+    char *text;
+    struct media_set media;
+    char answer[32];
+    struct kvf_image *first_image; /* NULL for pseudo-images */
+    int segments;
+    double depth;
+    const char *needle;            /* "text" or "image"; NULL outside needle */
+};
+
+static void sample_free(struct sample *s) {
+    free(s->text);
+    media_set_free(&s->media);
+    kvf_image_free(s->first_image);
+    memset(s, 0, sizeof *s);
+}
+
+/* A segment's image: a pseudo-image of `words` for text models, a synthetic
+ * picture through the vision tower for vision models. */
+static int segment_image(const struct args *a, const struct kvf_model *m, bool vision, const char *words, uint64_t *rng,
+                         struct sample *out) {
+    int r = 12, c = 12;
+    sscanf(a->grid, "%dx%d", &r, &c);
+    struct kvf_media *md = NULL;
+    enum kvf_status st;
+    if (vision) {
+        struct kvf_image *img = NULL;
+        if ((st = synthetic_image(rng, &img)) == KVF_OK) st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, a->threads, &md);
+        if (st == KVF_OK && !out->first_image) out->first_image = img;
+        else kvf_image_free(img);
+    } else {
+        st = kvf_media_pseudo_image(m, words, r, c, a->pseudo_noise, *rng, &md);
+    }
+    return st != KVF_OK ? fail(st, "eval: image segment") : media_push(&out->media, md);
+}
+
+/* Needle in a haystack: n_seg segments alternating text and image, the
+ * password sentence in the segment at `depth` of the kind asked for. */
+static int needle_sample(const struct args *a, const struct kvf_model *m, bool vision, int n_seg, double depth,
+                         bool image_needle, uint64_t seed, struct sample *out) {
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 1;
+    memset(out, 0, sizeof *out);
+    out->segments = n_seg, out->depth = depth, out->needle = image_needle ? "image" : "text";
+    rng = rng * 6364136223846793005ull + 1;
+    snprintf(out->answer, sizeof out->answer, "%05u", (unsigned)((rng >> 33) % 100000u));
+    char needle[96];
+    snprintf(needle, sizeof needle, "The secret password is %s. ", out->answer);
+    /* segment k holds the needle: text segments are even, image segments odd */
+    int k = (int)floor(depth * (n_seg - 1) + 0.5);
+    if ((k % 2 == 1) != image_needle) k = k + 1 < n_seg ? k + 1 : k - 1;
+    struct strbuf b = { 0 };
+    int rc = 0;
+    for (int i = 0; !rc && i < n_seg; i++) {
+        if (i % 2 == 0) {
+            struct strbuf t = { 0 };
+            bool ok = haystack_text(&rng, a->seg_words / 2, &t) && (i != k || strbuf_put(&t, needle, strlen(needle))) &&
+                      haystack_text(&rng, a->seg_words - a->seg_words / 2, &t) && strbuf_put(&b, t.s, t.n) &&
+                      strbuf_put(&b, "\n", 1);
+            free(t.s);
+            rc = ok ? 0 : fail(KVF_ERR_NOMEM, "eval");
+        } else {
+            struct strbuf w = { 0 };
+            bool ok = i == k ? strbuf_put(&w, needle, strlen(needle)) : haystack_text(&rng, 40, &w);
+            rc = ok ? segment_image(a, m, vision, w.s, &rng, out) : fail(KVF_ERR_NOMEM, "eval");
+            free(w.s);
+            if (!rc && !strbuf_put(&b, "<image>\n", 8)) rc = fail(KVF_ERR_NOMEM, "eval");
+        }
+    }
+    const char *q = "What is the secret password? Answer with the number only.";
+    if (!rc && !strbuf_put(&b, q, strlen(q))) rc = fail(KVF_ERR_NOMEM, "eval");
+    out->text = b.s;
+    return rc;
+}
+
+/* Consistency without --data: a haystack and a request to summarise it. */
+static int summary_sample(const struct args *a, const struct kvf_model *m, bool vision, int n_seg, uint64_t seed,
+                          struct sample *out) {
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull + 7;
+    memset(out, 0, sizeof *out);
+    out->segments = n_seg, out->depth = NAN;
+    struct strbuf b = { 0 };
+    int rc = 0;
+    for (int i = 0; !rc && i < n_seg; i++) {
+        if (i % 2 == 0) {
+            rc = haystack_text(&rng, a->seg_words, &b) && strbuf_put(&b, "\n", 1) ? 0 : fail(KVF_ERR_NOMEM, "eval");
+        } else {
+            struct strbuf w = { 0 };
+            rc = haystack_text(&rng, 40, &w) ? segment_image(a, m, vision, w.s, &rng, out) : fail(KVF_ERR_NOMEM, "eval");
+            free(w.s);
+            if (!rc && !strbuf_put(&b, "<image>\n", 8)) rc = fail(KVF_ERR_NOMEM, "eval");
+        }
+    }
+    const char *q = "Describe what happens in the passage above in a few sentences.";
+    if (!rc && !strbuf_put(&b, q, strlen(q))) rc = fail(KVF_ERR_NOMEM, "eval");
+    out->text = b.s;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- runs -- */
+
+/* What one (policy, budget) did on one sample. */
+struct row {
+    char spec[256];     /* the --kv as given ("full" for the reference) */
+    double budget;      /* NaN: the preset has none */
+    int sample, n_prompt, segments;
+    double depth;
+    const char *needle; /* needle: "text" or "image" */
+    double score;       /* needle: 1/0; consistency: ROUGE-L F1 */
+    double ppl;         /* consistency: of the reference continuation; else NaN */
+    double kv_mib, kv_full_mib, kv_peak_mib, prefill_ms, compress_ms, ms_per_token;
+    char *output;
+};
+
+struct rows {
+    struct row *r;
+    int n, cap;
+};
+
+static int rows_push(struct rows *rs, const struct row *r) {
+    if (rs->n == rs->cap) {
+        const int cap = rs->cap ? rs->cap * 2 : 64;
+        struct row *p = realloc(rs->r, sizeof *p * (size_t)cap);
+        if (!p) return fail(KVF_ERR_NOMEM, "eval");
+        rs->r = p, rs->cap = cap;
+    }
+    rs->r[rs->n++] = *r;
+    return 0;
+}
+
+/* A session for one run over the prompt, compressed. */
+static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
+                       int n_extra, struct kvf_session **out, struct row *r) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = kvf_prompt_n_tokens(pr) + n_extra + 1;
+    sp.n_threads = a->threads;
+    sp.kv_spec = spec;
+    sp.kv_type = a->kv_type_id;
+    enum kvf_status st = kvf_session_init(m, &sp, out);
+    if (st != KVF_OK) {
+        char what[320];
+        snprintf(what, sizeof what, "eval: --kv %s", spec);
+        return fail(st, what);
+    }
+    double t0 = sys_time_ms();
+    if ((st = kvf_session_prefill_prompt(*out, pr, NULL)) != KVF_OK) return fail(st, "eval: prompt");
+    r->prefill_ms = sys_time_ms() - t0;
+    r->kv_full_mib = (double)kvf_session_kv_bytes(*out) / MIB;
+    t0 = sys_time_ms();
+    if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
+    r->compress_ms = sys_time_ms() - t0;
+    r->kv_mib = (double)kvf_session_kv_bytes(*out) / MIB;
+    return 0;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+/* Greedy decoding of up to n tokens (ids kept in ids[] when given). */
+static int run_greedy(const struct kvf_model *m, struct kvf_session *s, int n, struct strbuf *text, int32_t *ids,
+                      int *n_ids, struct row *r) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    char *piece = NULL;
+    int32_t cap = 0;
+    double ms = 0;
+    int dec = 0, got = 0, rc = 0;
+    for (; got < n; got++) {
+        const int32_t tok = argmax(kvf_session_logits(s), info.n_vocab);
+        if (kvf_token_is_eog(m, tok)) break;
+        const int32_t np = token_piece(m, tok, &piece, &cap);
+        if (np < 0 || !strbuf_put(text, piece, (size_t)np)) {
+            rc = fail(KVF_ERR_NOMEM, "eval");
+            break;
+        }
+        if (ids) ids[got] = tok;
+        if (got + 1 == n) {
+            got++;
+            break;
+        }
+        const double t0 = sys_time_ms();
+        enum kvf_status st = kvf_session_decode(s, tok);
+        if (st != KVF_OK) {
+            rc = fail(st, "eval: decode");
+            break;
+        }
+        ms += sys_time_ms() - t0, dec++;
+    }
+    free(piece);
+    if (n_ids) *n_ids = got;
+    r->ms_per_token = dec ? ms / dec : NAN;
+    r->kv_peak_mib = (double)kvf_session_kv_peak_bytes(s) / MIB;
+    return rc;
+}
+
+/* Teacher-forced perplexity of ids[0..n) after the prompt. */
+static int run_forced(const struct kvf_model *m, struct kvf_session *s, const int32_t *ids, int n, double *ppl) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    double nll = 0;
+    for (int t = 0; t < n; t++) {
+        nll += token_nll(kvf_session_logits(s), info.n_vocab, ids[t]);
+        enum kvf_status st = t + 1 < n ? kvf_session_decode(s, ids[t]) : KVF_OK;
+        if (st != KVF_OK) return fail(st, "eval: decode");
+    }
+    *ppl = n ? exp(nll / n) : NAN;
+    return 0;
+}
+
+/* --kept-map: per layer, which of the first image's positions kv head 0
+ * still holds, which were merged into a kept entry, which were evicted. */
+static int write_kept_maps(const struct args *a, const struct kvf_model *m, const struct kvf_session *s,
+                           const struct kvf_prompt *pr, const struct sample *smp, const char *label) {
+    const struct kvf_tag *tags = kvf_prompt_tags(pr);
+    const int n = kvf_prompt_n_tokens(pr);
+    int first = 0, rows = 0, cols = 0;
+    while (first < n && tags[first].modality == KVF_MOD_TEXT) first++;
+    for (int i = first; i < n && tags[i].modality == tags[first].modality && tags[i].media == tags[first].media; i++)
+        rows = KVF_MAX(rows, tags[i].row + 1), cols = KVF_MAX(cols, tags[i].col + 1);
+    if (first == n || rows == 0) return 0; /* no image in the prompt */
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    unsigned char *state = calloc((size_t)rows * cols, 1);
+    if (!state) return fail(KVF_ERR_NOMEM, "eval");
+    mkdir(a->kept_map, 0777);
+    int rc = 0;
+    for (int l = 0; !rc && l < info.n_layer; l++) {
+        memset(state, SVG_EVICTED, (size_t)rows * cols);
+        int nt, nm;
+        const struct kvf_tag *kt = kvf_session_kv_tags(s, l, 0, &nt);
+        for (int j = 0; j < nt; j++)
+            if (kt[j].modality == tags[first].modality && kt[j].media == tags[first].media && kt[j].row >= 0)
+                state[kt[j].row * cols + kt[j].col] = SVG_KEPT;
+        const struct kvf_kv_merge *mg = kvf_session_kv_merges(s, l, 0, &nm);
+        for (int j = 0; j < nm; j++) {
+            const int p = mg[j].from;
+            if (p >= 0 && p < n && tags[p].modality == tags[first].modality && tags[p].media == tags[first].media &&
+                state[tags[p].row * cols + tags[p].col] != SVG_KEPT)
+                state[tags[p].row * cols + tags[p].col] = SVG_MERGED;
+        }
+        char path[4096], title[512], err[512];
+        snprintf(path, sizeof path, "%s/%s_layer%02d.svg", a->kept_map, label, l);
+        snprintf(title, sizeof title, "%s: layer %d, kv head 0, first image", label, l);
+        const struct kvf_image *im = smp->first_image;
+        if (svg_kept_map(path, title, rows, cols, state, im ? kvf_image_rgb(im) : NULL, im ? kvf_image_width(im) : 0,
+                         im ? kvf_image_height(im) : 0, err, sizeof err) != 0) {
+            print_error("eval: --kept-map: %s", err);
+            rc = EXIT_INPUT;
+        }
+    }
+    free(state);
+    return rc;
+}
+
+/* A label safe in file names: "snapkv_0.2". */
+static void run_label(const char *spec, double budget, char *out, size_t cap) {
+    snprintf(out, cap, "%.*s", (int)strcspn(spec, ":+"), spec);
+    const size_t l = strlen(out);
+    if (!isnan(budget)) snprintf(out + l, cap - l, "_%g", budget);
+}
+
+/* --------------------------------------------------------------- report -- */
+
+static void row_json(const char *mode, const struct row *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "mode", mode);
+    cJSON_AddStringToObject(o, "kv", r->spec);
+    if (isnan(r->budget)) cJSON_AddNullToObject(o, "budget");
+    else cJSON_AddNumberToObject(o, "budget", r->budget);
+    cJSON_AddNumberToObject(o, "sample", r->sample);
+    cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
+    if (r->segments) cJSON_AddNumberToObject(o, "segments", r->segments);
+    if (!isnan(r->depth)) cJSON_AddNumberToObject(o, "depth", r->depth);
+    if (r->needle) cJSON_AddStringToObject(o, "needle", r->needle);
+    cJSON_AddNumberToObject(o, "score", r->score);
+    if (!isnan(r->ppl)) cJSON_AddNumberToObject(o, "ppl", r->ppl);
+    cJSON_AddNumberToObject(o, "kv_mib", r->kv_mib);
+    cJSON_AddNumberToObject(o, "kv_full_mib", r->kv_full_mib);
+    cJSON_AddNumberToObject(o, "kv_peak_mib", r->kv_peak_mib);
+    cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
+    cJSON_AddNumberToObject(o, "compress_ms", r->compress_ms);
+    if (!isnan(r->ms_per_token)) cJSON_AddNumberToObject(o, "decode_ms_per_token", r->ms_per_token);
+    char *clean = utf8_sanitize(r->output ? r->output : "", r->output ? strlen(r->output) : 0);
+    cJSON_AddStringToObject(o, "output", clean ? clean : "");
+    free(clean);
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+/* One line of the summary: the mean over a run's samples. */
+struct summary {
+    const char *spec;
+    double budget, score, ppl, kv_mib, kv_full_mib, ms_per_token, n_prompt;
+    int n;
+};
+
+static bool same_run(const struct row *x, const struct summary *s) {
+    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget)));
+}
+
+static int summarise(const struct rows *rs, struct summary **out) {
+    struct summary *s = calloc((size_t)rs->n + 1, sizeof *s);
+    int n = 0;
+    if (!s) return -1;
+    for (int i = 0; i < rs->n; i++) {
+        const struct row *r = &rs->r[i];
+        int k = 0;
+        while (k < n && !same_run(r, &s[k])) k++;
+        if (k == n) s[n++] = (struct summary){.spec = r->spec, .budget = r->budget};
+        struct summary *t = &s[k];
+        t->score += r->score, t->ppl += r->ppl, t->kv_mib += r->kv_mib, t->kv_full_mib += r->kv_full_mib;
+        t->ms_per_token += r->ms_per_token, t->n_prompt += r->n_prompt, t->n++;
+    }
+    for (int k = 0; k < n; k++) {
+        const double d = s[k].n;
+        s[k].score /= d, s[k].ppl /= d, s[k].kv_mib /= d, s[k].kv_full_mib /= d, s[k].ms_per_token /= d;
+        s[k].n_prompt /= d;
+    }
+    *out = s;
+    return n;
+}
+
+static const char *score_name(const char *mode) {
+    return !strcmp(mode, "needle") ? "accuracy" : "ROUGE-L F1";
+}
+
+/* The markdown table (csv: comma-separated) of the summary. */
+static void print_summary(FILE *f, const char *mode, const struct summary *s, int n, bool csv) {
+    const bool ppl = !strcmp(mode, "consistency");
+    /* one needle per run: say whether it was found */
+    bool yes_no = !strcmp(mode, "needle") && !csv;
+    for (int k = 0; k < n; k++) yes_no &= s[k].n == 1;
+    if (csv) {
+        fprintf(f, "kv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt\n", score_name(mode),
+                ppl ? ",ppl" : "");
+    } else {
+        fprintf(f, "| kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
+                yes_no ? "correct" : score_name(mode), ppl ? " PPL of the reference |" : "");
+        fprintf(f, "|---|---|---|---|%s---|---|---|---|\n", ppl ? "---|" : "");
+    }
+    for (int k = 0; k < n; k++) {
+        char b[32] = "-";
+        if (!isnan(s[k].budget)) snprintf(b, sizeof b, "%g", s[k].budget);
+        char p[32] = "";
+        if (ppl) snprintf(p, sizeof p, csv ? ",%.4f" : " %.3f |", s[k].ppl);
+        if (csv)
+            fprintf(f, "\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f\n", s[k].spec, b, s[k].n, s[k].score, p, s[k].kv_mib,
+                    s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
+        else {
+            char sc[16];
+            if (yes_no) snprintf(sc, sizeof sc, "%s", s[k].score > 0 ? "yes" : "no");
+            else snprintf(sc, sizeof sc, "%.3f", s[k].score);
+            fprintf(f, "| `%s` | %s | %d | %s |%s %.2f | %.2f | %.2f | %.0f |\n", s[k].spec, b, s[k].n, sc, p,
+                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
+        }
+    }
+}
+
+static int write_outputs(const struct args *a, const char *mode, const struct rows *rs, const struct summary *s, int n) {
+    mkdir(a->out_dir, 0777);
+    static const char *const names[3] = {"summary.md", "summary.csv", "results.jsonl"};
+    for (int k = 0; k < 3; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", a->out_dir, names[k]);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            print_error("eval: cannot write '%s': %s", path, strerror(errno));
+            return EXIT_INPUT;
+        }
+        if (k < 2) {
+            print_summary(f, mode, s, n, k == 1);
+        } else {
+            FILE *keep = stdout;
+            stdout = f;
+            for (int i = 0; i < rs->n; i++) row_json(mode, &rs->r[i]);
+            stdout = keep;
+        }
+        if (fclose(f) != 0) {
+            print_error("eval: cannot write '%s'", path);
+            return EXIT_INPUT;
+        }
+    }
+    return 0;
+}
+
+/* --plots: quality and KV memory against budget, one series per --kv;
+ * decode ms/token against prompt length. */
+static int write_plots(const struct args *a, const char *mode, const struct rows *rs, const struct summary *s, int n) {
+    mkdir(a->plots, 0777);
+    struct svg_series series[EVAL_MAX_LIST + 1];
+    double *xs = calloc((size_t)n * 3 + 1, sizeof *xs), *ys = calloc((size_t)n * 3 + 1, sizeof *ys);
+    if (!xs || !ys) {
+        free(xs), free(ys);
+        return fail(KVF_ERR_NOMEM, "eval");
+    }
+    const char *specs[EVAL_MAX_LIST + 1];
+    int n_specs = 0;
+    for (int k = 0; k < n; k++) {
+        int j = 0;
+        while (j < n_specs && strcmp(specs[j], s[k].spec)) j++;
+        if (j == n_specs && n_specs < EVAL_MAX_LIST + 1) specs[n_specs++] = s[k].spec;
+    }
+    const struct { const char *file, *title, *ylabel; int what; } charts[] = {
+        {"quality.svg", "Answer quality against KV budget", score_name(mode), 0},
+        {"perplexity.svg", "Perplexity of the full cache's answer", "perplexity", 1},
+        {"kv_memory.svg", "KV cache memory against budget", "KV cache (MiB)", 2},
+    };
+    int rc = 0;
+    for (size_t c = 0; !rc && c < sizeof charts / sizeof *charts; c++) {
+        if (charts[c].what == 1 && strcmp(mode, "consistency")) continue;
+        int used = 0;
+        for (int j = 0; j < n_specs; j++) {
+            const int from = used;
+            for (int k = 0; k < n; k++) {
+                if (strcmp(s[k].spec, specs[j])) continue;
+                /* the full cache and budget-less presets sit at budget 1 */
+                xs[used] = isnan(s[k].budget) ? 1.0 : s[k].budget;
+                ys[used++] = charts[c].what == 0 ? s[k].score : charts[c].what == 1 ? s[k].ppl : s[k].kv_mib;
+            }
+            series[j] = (struct svg_series){.label = specs[j], .n = used - from, .x = xs + from, .y = ys + from};
+        }
+        const struct svg_chart ch = {charts[c].title, "KV budget (share of the prompt)", charts[c].ylabel, true, false,
+                                     series, n_specs};
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/%s", a->plots, charts[c].file);
+        if (svg_line_chart(path, &ch, err, sizeof err) != 0) {
+            print_error("eval: --plots: %s", err);
+            rc = EXIT_INPUT;
+        }
+    }
+    /* Decode speed against prompt length: each --kv at its lowest budget
+     * (so lines compare methods), the mean over its runs of that length. */
+    free(xs), free(ys);
+    xs = calloc((size_t)rs->n + 1, sizeof *xs), ys = calloc((size_t)rs->n + 1, sizeof *ys);
+    double *cnt = calloc((size_t)rs->n + 1, sizeof *cnt);
+    if (!rc && xs && ys && cnt) {
+        int used = 0;
+        for (int j = 0; j < n_specs; j++) {
+            double lo = INFINITY;
+            for (int i = 0; i < rs->n; i++)
+                if (!strcmp(rs->r[i].spec, specs[j]) && !isnan(rs->r[i].budget)) lo = fmin(lo, rs->r[i].budget);
+            double *x = xs + used, *y = ys + used, *c = cnt + used;
+            int np = 0;
+            for (int i = 0; i < rs->n; i++) {
+                const struct row *r = &rs->r[i];
+                if (strcmp(r->spec, specs[j]) || isnan(r->ms_per_token) || (!isnan(r->budget) && r->budget != lo)) continue;
+                int p = 0;
+                while (p < np && x[p] != r->n_prompt) p++;
+                if (p == np) x[np++] = r->n_prompt;
+                y[p] += r->ms_per_token, c[p] += 1;
+            }
+            for (int p = 0; p < np; p++) y[p] /= c[p];
+            series[j] = (struct svg_series){.label = specs[j], .n = np, .x = x, .y = y};
+            used += np;
+        }
+        const struct svg_chart ch = {"Decode speed against prompt length (each method at its lowest budget)",
+                                     "prompt tokens", "decode ms/token", false, false, series, n_specs};
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s/decode_speed.svg", a->plots);
+        if (svg_line_chart(path, &ch, err, sizeof err) != 0) {
+            print_error("eval: --plots: %s", err);
+            rc = EXIT_INPUT;
+        }
+    }
+    free(cnt);
+    free(xs), free(ys);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- driver -- */
+
+/* The runs of the eval: the full cache first, then every --kv at every
+ * budget (once when its preset has no budget). */
+struct run {
+    char spec[256];   /* what the session gets */
+    const char *kv;   /* the --kv it came from */
+    double budget;
+};
+
+static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
+    static const char *const defaults[] = {"snapkv", "h2o", "streaming", "lookm"};
+    double b[EVAL_MAX_LIST];
+    int nb;
+    if (!parse_list(a->budgets, 1e-6, 1e9, b, &nb)) {
+        print_error("eval: --budgets '%s': want a comma-separated list of ratios in (0, 1] or entry counts", a->budgets);
+        return EXIT_USAGE;
+    }
+    const int n_kv = a->kvs.n ? a->kvs.n : (int)(sizeof defaults / sizeof *defaults);
+    int n = 0;
+    runs[n++] = (struct run){"full", "full", NAN};
+    for (int i = 0; i < n_kv; i++) {
+        const char *kv = a->kvs.n ? a->kvs.v[i] : defaults[i];
+        if (kvf_kv_policy_check(kv) != KVF_OK) {
+            print_error("eval: --kv: %s (see kvfold policies)", kvf_last_error());
+            return EXIT_USAGE;
+        }
+        if (!strcmp(kv, "full")) continue;
+        const bool sweep = spec_has_budget_key(kv);
+        for (int k = 0; k < (sweep ? nb : 1); k++) {
+            struct run *r = &runs[n++];
+            r->kv = kv, r->budget = sweep ? b[k] : NAN;
+            if (sweep ? !spec_with_budget(kv, b[k], r->spec, sizeof r->spec) : snprintf(r->spec, sizeof r->spec, "%s", kv) < 0) {
+                print_error("eval: --kv '%s' is too long", kv);
+                return EXIT_USAGE;
+            }
+            if (kvf_kv_policy_check(r->spec) != KVF_OK) {
+                print_error("eval: --kv %s: %s", r->spec, kvf_last_error());
+                return EXIT_USAGE;
+            }
+        }
+    }
+    *n_runs = n;
+    return 0;
+}
+
+/* Runs every run on one sample; consistency's reference is the first run's. */
+static int eval_sample(const struct args *a, const char *mode, const struct kvf_model *m, struct sample *smp,
+                       int index, const struct run *runs, int n_runs, struct rows *rs) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    struct args ca = *a;
+    ca.chat = strcmp(info.chat_template_name, "none") != 0 || info.has_vision || a->chat_template;
+    char *text = NULL;
+    struct kvf_prompt *pr = NULL;
+    int rc = build_prompt(&ca, m, smp->text, &text);
+    if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
+    free(text);
+    const bool consistency = !strcmp(mode, "consistency");
+    const int n_gen = a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : 32;
+    int32_t *ref = calloc((size_t)n_gen + 1, sizeof *ref);
+    char *ref_text = NULL;
+    int n_ref = 0;
+    if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
+    for (int k = 0; !rc && k < n_runs; k++) {
+        struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
+                        .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr)};
+        snprintf(r.spec, sizeof r.spec, "%s", runs[k].kv);
+        struct kvf_session *s = NULL;
+        struct strbuf out = { 0 };
+        rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &r);
+        if (!rc && a->kept_map && index == 0) {
+            char label[128];
+            run_label(runs[k].kv, runs[k].budget, label, sizeof label);
+            rc = write_kept_maps(a, m, s, pr, smp, label);
+        }
+        if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
+        kvf_session_free(s);
+        s = NULL;
+        if (!rc && k == 0 && consistency) ref_text = strdup(out.s ? out.s : "");
+        if (!rc && consistency) {
+            r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text ? ref_text : "");
+            /* the reference continuation, teacher-forced under the policy */
+            struct row forced = r;
+            rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &forced);
+            if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
+            kvf_session_free(s);
+        } else if (!rc) {
+            r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
+        }
+        r.output = out.s ? out.s : strdup("");
+        if (!rc && a->json) row_json(mode, &r);
+        if (!rc) rc = rows_push(rs, &r);
+        else free(r.output);
+        if (!a->json && !rc)
+            fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].spec,
+                    r.score, r.kv_mib);
+    }
+    free(ref);
+    free(ref_text);
+    kvf_prompt_free(pr);
+    return rc;
+}
+
+/* consistency --data FILE: JSON lines {"prompt": TEXT, "media": [{"image"|
+ * "frame"|"pseudo": PATH}, ...]} (kvfold profile's samples), paths relative
+ * to the file's directory. */
+static int eval_consistency_data(const struct args *a, const struct kvf_model *m, const struct run *runs, int n_runs,
+                                 struct rows *rs) {
+    char *text = NULL, dir[4096];
+    size_t len = 0;
+    int rc = read_file(a->data, &text, &len), line = 0, index = 0;
+    if (rc) return rc;
+    const char *slash = strrchr(a->data, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->data + 1) : 0, a->data);
+    for (char *ln = text, *next; ln && *ln && !rc; ln = next) {
+        next = strchr(ln, '\n');
+        if (next) *next++ = '\0';
+        line++;
+        if (!ln[strspn(ln, " \t\r")]) continue;
+        cJSON *o = cJSON_Parse(ln);
+        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
+        const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
+        struct sample smp = {.depth = NAN};
+        if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
+            print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]}", a->data, line);
+            rc = EXIT_INPUT;
+        }
+        if (!rc && !(smp.text = strdup(pt->valuestring))) rc = fail(KVF_ERR_NOMEM, "eval");
+        if (!rc) rc = samples_media("eval", a, m, media, dir, line, &smp.media);
+        const cJSON *first = media ? cJSON_GetArrayItem(media, 0) : NULL;
+        if (!rc && a->kept_map && index == 0 && first && first->child && !strcmp(first->child->string, "image")) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s%s", first->child->valuestring[0] == '/' ? "" : dir, first->child->valuestring);
+            kvf_image_load(path, 0, &smp.first_image); /* only for the picture beneath the map */
+        }
+        cJSON_Delete(o);
+        if (!rc) rc = eval_sample(a, "consistency", m, &smp, index++, runs, n_runs, rs);
+        sample_free(&smp);
+    }
+    free(text);
+    return rc;
+}
+
+/* The samples of a mode, one at a time (cb runs each); synthetic unless
+ * --data. */
+static int eval_samples(const struct args *a, const char *mode, const struct kvf_model *m, const struct run *runs,
+                        int n_runs, struct rows *rs) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    const bool vision = info.has_vision;
+    double segs[EVAL_MAX_LIST], depths[EVAL_MAX_LIST];
+    int n_segs, n_depths, index = 0, rc = 0;
+    if (!parse_list(a->segments, 1, 4096, segs, &n_segs)) {
+        print_error("eval: --segments '%s': want a list of counts >= 1", a->segments);
+        return EXIT_USAGE;
+    }
+    if (!parse_list(a->depths, 0, 1, depths, &n_depths)) {
+        print_error("eval: --depths '%s': want a list of depths in [0, 1]", a->depths);
+        return EXIT_USAGE;
+    }
+    if (!strcmp(mode, "needle")) {
+        const bool text = strcmp(a->needle, "image") != 0, image = strcmp(a->needle, "text") != 0;
+        if (strcmp(a->needle, "text") && strcmp(a->needle, "image") && strcmp(a->needle, "both")) {
+            print_error("eval: --needle '%s': want text, image or both", a->needle);
+            return EXIT_USAGE;
+        }
+        if (image && vision) {
+            print_error("eval: --needle image hides the password in a pseudo-image, which needs a text model");
+            return EXIT_USAGE;
+        }
+        for (int g = 0; !rc && g < n_segs; g++)
+            for (int d = 0; !rc && d < n_depths; d++)
+                for (int kind = 0; !rc && kind < 2; kind++) {
+                    if (!(kind ? image : text)) continue;
+                    if (kind && segs[g] < 2) {
+                        print_error("eval: an image needle needs --segments of at least 2");
+                        return EXIT_USAGE;
+                    }
+                    for (int i = 0; !rc && i < a->n_samples; i++) {
+                        struct sample smp;
+                        rc = needle_sample(a, m, vision, (int)segs[g], depths[d], kind, a->seed + (uint64_t)index, &smp);
+                        if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
+                        sample_free(&smp);
+                    }
+                }
+        return rc;
+    }
+    if (!strcmp(mode, "consistency") && !a->data) {
+        for (int g = 0; !rc && g < n_segs; g++)
+            for (int i = 0; !rc && i < a->n_samples; i++) {
+                struct sample smp;
+                rc = summary_sample(a, m, vision, (int)segs[g], a->seed + (uint64_t)index, &smp);
+                if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
+                sample_free(&smp);
+            }
+        return rc;
+    }
+    return eval_consistency_data(a, m, runs, n_runs, rs);
+}
+
+int cmd_eval(const struct args *a) {
+    const char *mode = a->eval_mode;
+    if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle"))) {
+        print_error("eval: want a mode first: kvfold eval consistency|needle -m FILE ...");
+        return EXIT_USAGE;
+    }
+    struct run *runs = calloc(1 + (size_t)STR_LIST_MAX * EVAL_MAX_LIST, sizeof *runs);
+    if (!runs) return fail(KVF_ERR_NOMEM, "eval");
+    int n_runs = 0, rc = make_runs(a, runs, &n_runs);
+    struct kvf_model *m = NULL;
+    struct rows rs = { 0 };
+    if (!rc) rc = load_model(a, &m);
+    if (!rc) rc = eval_samples(a, mode, m, runs, n_runs, &rs);
+    struct summary *sum = NULL;
+    const int n_sum = rc ? 0 : summarise(&rs, &sum);
+    if (!rc && n_sum < 0) rc = fail(KVF_ERR_NOMEM, "eval");
+    if (!rc && !a->json) print_summary(stdout, mode, sum, n_sum, false);
+    if (!rc && a->out_dir) rc = write_outputs(a, mode, &rs, sum, n_sum);
+    if (!rc && a->plots) rc = write_plots(a, mode, &rs, sum, n_sum);
+    for (int i = 0; i < rs.n; i++) free(rs.r[i].output);
+    free(rs.r);
+    free(sum);
+    free(runs);
+    kvf_model_free(m);
+    return rc;
+}
