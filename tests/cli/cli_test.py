@@ -651,7 +651,18 @@ def case_eval(ctx):
     check(full["score"] == 1.0 and math.isfinite(full["ppl"]), f"the reference against itself: {full}")
     check(same["score"] == 1.0 and same["ppl"] == full["ppl"] and same["output"] == full["output"],
           f"budget 1.0 differs from the full cache: {same} vs {full}")
+    data = os.path.join(ctx.tmp, "samples.jsonl")
+    _, words = passage_and_words(ctx)
+    with open(data, "w") as f:
+        f.write(json.dumps({"prompt": "Read this: <image> What is it about?", "media": [{"pseudo": f"{words}:4x4"}]}) + "\n")
+    rc, out, err = ctx.run("eval", "consistency", "-m", smol, "-t", "2", "-n", "6", "--data", data, "--kv", "h2o",
+                           "--budgets", "0.5", "--json")
+    check(rc == 0 and len(out.splitlines()) == 2, f"consistency --data: {err}")
+    with open(data, "a") as f:
+        f.write('{"prompt": 3}\n')
+    expect_error(ctx, 2, ["eval", "consistency", "-m", smol, "-n", "2", "--json", "--data", data], "bad samples line")
     plain = ["-m", smol]
+    expect_error(ctx, 1, ["eval", "needle", *plain, "--grid", "0x4"], "bad grid")
     expect_error(ctx, 1, ["eval", *plain], "no mode")
     expect_error(ctx, 1, ["eval", "haystack", *plain], "unknown mode")
     expect_error(ctx, 1, ["eval", "needle", *plain, "--budgets", "0.2,x"], "bad budgets")

@@ -176,8 +176,8 @@ static void sample_free(struct sample *s) {
  * picture through the vision tower for vision models. */
 static int segment_image(const struct args *a, const struct kvf_model *m, bool vision, const char *words, uint64_t *rng,
                          struct sample *out) {
-    int r = 12, c = 12;
-    sscanf(a->grid, "%dx%d", &r, &c);
+    int r, c;
+    sscanf(a->grid, "%dx%d", &r, &c); /* checked by eval_samples */
     struct kvf_media *md = NULL;
     enum kvf_status st;
     if (vision) {
@@ -366,6 +366,19 @@ static int run_forced(const struct kvf_model *m, struct kvf_session *s, const in
     return 0;
 }
 
+/* mkdir -p: the output directories may be nested and new. */
+static void make_dirs(const char *path) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *c = p + 1; *c; c++)
+        if (*c == '/') {
+            *c = '\0';
+            mkdir(p, 0777);
+            *c = '/';
+        }
+    mkdir(p, 0777);
+}
+
 /* --kept-map: per layer, which of the first image's positions kv head 0
  * still holds, which were merged into a kept entry, which were evicted. */
 static int write_kept_maps(const struct args *a, const struct kvf_model *m, const struct kvf_session *s,
@@ -381,7 +394,7 @@ static int write_kept_maps(const struct args *a, const struct kvf_model *m, cons
     kvf_model_get_info(m, &info);
     unsigned char *state = calloc((size_t)rows * cols, 1);
     if (!state) return fail(KVF_ERR_NOMEM, "eval");
-    mkdir(a->kept_map, 0777);
+    make_dirs(a->kept_map);
     int rc = 0;
     for (int l = 0; !rc && l < info.n_layer; l++) {
         memset(state, SVG_EVICTED, (size_t)rows * cols);
@@ -518,7 +531,7 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
 }
 
 static int write_outputs(const struct args *a, const char *mode, const struct rows *rs, const struct summary *s, int n) {
-    mkdir(a->out_dir, 0777);
+    make_dirs(a->out_dir);
     static const char *const names[3] = {"summary.md", "summary.csv", "results.jsonl"};
     for (int k = 0; k < 3; k++) {
         char path[4096];
@@ -547,7 +560,7 @@ static int write_outputs(const struct args *a, const char *mode, const struct ro
 /* --plots: quality and KV memory against budget, one series per --kv;
  * decode ms/token against prompt length. */
 static int write_plots(const struct args *a, const char *mode, const struct rows *rs, const struct summary *s, int n) {
-    mkdir(a->plots, 0777);
+    make_dirs(a->plots);
     struct svg_series series[EVAL_MAX_LIST + 1];
     double *xs = calloc((size_t)n * 3 + 1, sizeof *xs), *ys = calloc((size_t)n * 3 + 1, sizeof *ys);
     if (!xs || !ys) {
@@ -783,6 +796,12 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
     int n_segs, n_depths, index = 0, rc = 0;
     if (!parse_list(a->segments, 1, 4096, segs, &n_segs)) {
         print_error("eval: --segments '%s': want a list of counts >= 1", a->segments);
+        return EXIT_USAGE;
+    }
+    int gr, gc;
+    char tail;
+    if (sscanf(a->grid, "%dx%d%c", &gr, &gc, &tail) != 2 || gr <= 0 || gc <= 0 || gr > 256 || gc > 256) {
+        print_error("eval: --grid '%s': want RxC with 1 <= R, C <= 256 (for example 12x12)", a->grid);
         return EXIT_USAGE;
     }
     if (!parse_list(a->depths, 0, 1, depths, &n_depths)) {

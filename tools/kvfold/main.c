@@ -1830,10 +1830,11 @@ static const struct command commands[] = {
       "perplexity of that output (teacher-forced, compression active) and the ROUGE-L F1 of its own\n"
       "greedy output. needle: a password hidden at --depths among --segments text and image\n"
       "segments; correct when the answer contains it. Without --data, consistency and needle\n"
-      "make their own data from --seed. Each --kv runs at every budget of --budgets (presets without a budget run\n"
-      "once); the full cache always runs. Prints a markdown summary (--json: one JSON line per run\n"
-      "and sample); --out DIR adds summary.md, summary.csv and results.jsonl, --plots DIR SVG charts,\n"
-      "--kept-map DIR per-layer maps of the image entries kept, merged and evicted.",
+      "make their own data from --seed. Each --kv runs at every budget of --budgets (presets\n"
+      "without a budget run once); the full cache always runs. Prints a markdown summary (--json:\n"
+      "one JSON line per run and sample instead); --out DIR adds summary.md, summary.csv and\n"
+      "results.jsonl, --plots DIR SVG charts, --kept-map DIR per-layer maps of the image entries\n"
+      "kept, merged and evicted.",
       cmd_eval, eval_defaults, eval_opts, false },
     { "policies", "List the KV cache policies --kv accepts, with their parameters and defaults.", "[--json]",
       "Every (layer, kv head) keeps the entries its rule scores best once the prompt is in;\n"
