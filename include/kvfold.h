@@ -284,6 +284,10 @@ int kvf_session_n_past(const struct kvf_session *session);
  * session started or was reset (prefill included). */
 size_t kvf_session_kv_bytes(const struct kvf_session *session);
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
+/* The most entries any one (layer, kv head) has held at any moment since the
+ * session started or was reset: under block-wise prefill at most the block
+ * budget plus the largest block. */
+int kvf_session_kv_peak_entries(const struct kvf_session *session);
 
 /* What kvf_session_params.kv_spec accepts: presets ("snapkv:budget=0.2"),
  * each optionally followed by stage options ("+decode=h2o:recent=0.5"). */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvfold needs to build and test, idempotently and quickly when
-# everything is already there: Debian packages and a Python venv (numpy, gguf
-# and Pillow, used only by the independent test references).
+# everything is already there: Debian packages and a Python venv (numpy, gguf,
+# Pillow and rouge, used only by the independent test references).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,8 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import numpy, gguf, PIL' 2>/dev/null; then
-    echo "setup: creating .venv (numpy, gguf, pillow)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import numpy, gguf, PIL, rouge' 2>/dev/null; then
+    echo "setup: creating .venv (numpy, gguf, pillow, rouge)"
     python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check numpy==2.* gguf==0.17.1 "pillow>=10,<14"
+    .venv/bin/pip install -q --disable-pip-version-check numpy==2.* gguf==0.17.1 "pillow>=10,<14" rouge==1.0.1
 fi

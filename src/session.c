@@ -560,6 +560,7 @@ const float *kvf_session_logits(const struct kvf_session *s) { return s->has_log
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
+int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
 
 const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *s, int layer, int head, int *n) {

@@ -73,6 +73,7 @@ void kv_cache_clear(struct kv_cache *c) {
     }
     c->bytes = 0;
     c->peak_bytes = 0;
+    c->peak_entries = 0;
 }
 
 void kv_cache_free(struct kv_cache *c) {
@@ -160,6 +161,7 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
         memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
         if (h->acc) memset(h->acc + (size_t)h->n * KV_ACC_N, 0, (size_t)n * KV_ACC_N * sizeof(float));
         h->n += n;
+        c->peak_entries = KVF_MAX(c->peak_entries, h->n);
     }
 }
 

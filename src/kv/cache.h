@@ -36,6 +36,7 @@ struct kv_cache {
     struct kv_head *heads; /* [n_layer][n_head_kv] */
     size_t bytes;          /* allocated bytes of k, v, tags and statistics over all heads */
     size_t peak_bytes;     /* the largest `bytes` so far */
+    int peak_entries;      /* the most entries any one head has held so far */
 };
 
 /* An empty float32 cache. */

@@ -542,8 +542,9 @@ def case_kv_mm(ctx):
 
 def case_blockwise(ctx):
     """Block-wise prefill under a fixed budget on SmolLM2 with pseudo-images:
-    the cache never holds more than budget + block entries (peak bytes, which
-    count every allocation), the kept count is the budget, a budget over the
+    no head ever holds more than budget + block entries (peak entries, and
+    peak bytes, which count every allocation), the kept count is the budget,
+    a budget over the
     prompt changes nothing, and bad specs are usage errors."""
     smol = ctx.model(SMOL)
     text, words = passage_and_words(ctx)
@@ -562,6 +563,7 @@ def case_blockwise(ctx):
         check(rc == 0, f"{spec}: {err}")
         kv = json.loads(out)["kv"]
         check(all(x == m for x in kv["per_layer"]), f"{spec}: kept {kv['per_layer'][:3]}, want {m}")
+        check(m < kv["peak_entries"] <= m + block, f"{spec}: a head held {kv['peak_entries']} entries, want <= {m + block}")
         most = per_entry * (m + block + (m + block) // 8 + 17)
         check(kv["peak_bytes"] <= most < full["kv"]["peak_bytes"], f"{spec}: peak {kv['peak_bytes']} over {most}")
     rc, out, err = ctx.run(*base, "--kv", "blockwise:budget=100000,block=512")

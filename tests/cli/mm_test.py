@@ -198,13 +198,156 @@ def case_mm_bench(ctx):
     expect_error(ctx, 2, ["bench", "-m", smol, "--images", "1", "-p", "0", "-n", "0"], "--images on a text model")
 
 
+MB_INSTR = "Find the secret in the pictures and the text. "
+
+
+def milebench_dir(ctx):
+    """A tiny data set in MileBench's layout: a text needle task (3 images),
+    a multi-choice task (2 images, options) and an open-ended one."""
+    root = os.path.join(ctx.tmp, "MileBench")
+    tasks = {
+        "TextNeedleInAHaystack": ("open-ended", [
+            {"context": "{image#1} The secret number is 4213. {image#2} Then a long walk by the river "
+                        "and the boats and the bridge. {image#3} What is the secret number?", "response": "4213",
+             "n": 3},
+            {"context": "{image#1}{image#2} The password is blue. What is the password?", "response": "blue", "n": 2},
+        ]),
+        "WebQA": ("multi-choice", [
+            {"context": "{image#1}Image Caption #1: a red house {image#2}Image Caption #2: a blue boat "
+                        "Question: Which is red?", "choices": ["The house.", "The boat.", "Neither (none)."],
+             "response": "The house.", "n": 2},
+        ]),
+        "ALFRED": ("open-ended", [
+            {"context": "Your goal: put a mug away. Step 1: {image#1} Current step:",
+             "response": "Walk to the cupboard and open it.", "n": 1},
+        ]),
+    }
+    for name, (qtype, samples) in tasks.items():
+        os.makedirs(os.path.join(root, name, "images"), exist_ok=True)
+        data = []
+        for k, smp in enumerate(samples):
+            paths = [f"{k}_{i}.ppm" for i in range(smp["n"])]
+            for i, p in enumerate(paths):
+                write_ppm(os.path.join(root, name, "images", p), 24 + 5 * i, 18 + 3 * k, 100 * k + i)
+            inst = {"context": smp["context"], "images_path": paths}
+            if "choices" in smp:
+                inst["choice_list"] = smp["choices"]
+            data.append({"sample_id": k, "task_instruction_id": k % 2, "task_instance": inst,
+                         "response": smp["response"], "image_quantity_level": "Few"})
+        meta = {"dataset": name, "split": "core", "num_sample": len(data),
+                "task_instruction": [MB_INSTR, "Look at the images and answer. "], "question_type": qtype}
+        with open(os.path.join(root, name, f"{name}.json"), "w") as f:
+            json.dump({"meta_data": meta, "data": data}, f)
+    return root, tasks
+
+
+def mb_kept_images(ctx, instr, context, n_images, max_ctx):
+    """MileBench's generate.py truncation, rewritten here: fragments and
+    images taken from the end while they fit; the images kept."""
+    def count(text):
+        if not text:
+            return 0
+        rc, out, err = ctx.run("tokenize", "-m", ctx.fixture("llava-f32.gguf"), "-p", text)
+        check(rc == 0, f"tokenize: {err}")
+        return len(out.split())
+    room, past, kept, chunks = max_ctx - count(instr), 0, 0, 0
+    for frag in context.split("<ImageHere>")[::-1]:
+        n = count(frag)
+        if n + past > room:
+            break
+        chunks, past = chunks + 1, past + n
+        if GRID * GRID + past > room:
+            break
+        if kept < n_images:
+            kept, past = kept + 1, past + GRID * GRID
+    return kept
+
+
+def case_milebench(ctx):
+    """kvfold eval milebench on a hand-made data set in MileBench's layout
+    with the tiny LLaVA fixture: one row per (task, sample, run); every
+    score equals MileBench's rule applied to the row's output (the Python
+    reference of tests/ref/milebench_ref.py); prompts cut to --ctx keep the
+    images MileBench's truncation keeps; bad data sets are input errors."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+    try:
+        import milebench_ref
+        milebench_ref.rouge_l("a", "a")
+    except ImportError as e:
+        raise Skip(f"the milebench reference needs rouge: {e}")
+    root, tasks = milebench_dir(ctx)
+    base = ["eval", "milebench", *ctx.llava(), "--data", root, "-n", "6", "-t", "2", "--json"]
+    rc, out, err = ctx.run(*base, "--kv", "snapkv", "--kv", "lightkv", "--budgets", "0.5")
+    check(rc == 0, f"milebench: exit {rc}: {err}")
+    rows = [json.loads(ln) for ln in out.splitlines()]
+    n_samples = sum(len(s) for _, s in tasks.values())
+    check(len(rows) == 3 * n_samples, f"{len(rows)} rows, want {3 * n_samples} (full, snapkv 0.5, lightkv)")
+    check([r["task"] for r in rows[::3]] == ["ALFRED", "TextNeedleInAHaystack", "TextNeedleInAHaystack", "WebQA"],
+          f"tasks in name order: {[r['task'] for r in rows[::3]]}")
+    for r in rows:
+        qtype, samples = tasks[r["task"]]
+        smp = samples[int(r["sample_id"])]
+        rule = ("needle" if "NeedleInAHaystack" in r["task"] else "rouge" if qtype == "open-ended" else "choice")
+        want = milebench_ref.score(rule, r["output"], smp["response"], smp.get("choices", []))
+        check(abs(r["score"] - want) < 1e-12, f"{r['task']} {r['sample_id']} {r['kv']}: score {r['score']}, "
+              f"MileBench's rule gives {want} for {r['output']!r}")
+        check(r["gt"] == smp["response"] and r["images"] == smp["n"] and r["image_quantity_level"] == "Few",
+              f"row fields {r}")
+        check(r["metric"] == ("ROUGE-L" if rule == "rouge" else "accuracy"), f"metric {r['metric']} for {r['task']}")
+    # cut to --ctx: the needle sample keeps only the images MileBench keeps
+    needle = tasks["TextNeedleInAHaystack"][1][0]
+    context = needle["context"]
+    for i in range(3):
+        context = context.replace("{image#%d}" % (i + 1), "<ImageHere>")
+    for max_ctx in (300, 299, 210, 209, 110, 60):
+        want = mb_kept_images(ctx, MB_INSTR, context, 3, max_ctx)
+        rc, out, err = ctx.run(*base, "--tasks", "TextNeedleInAHaystack", "--samples", "1", "--ctx", str(max_ctx),
+                               "--kv", "full")
+        check(rc == 0, f"--ctx {max_ctx}: {err}")
+        got = json.loads(out.splitlines()[0])
+        check(got["images"] == want, f"--ctx {max_ctx}: {got['images']} images kept, MileBench keeps {want}")
+    # a table by task without --json
+    rc, out, err = ctx.run(*base[:-1], "--kv", "streaming", "--budgets", "0.5", "--tasks", "WebQA,ALFRED")
+    check(rc == 0 and "| WebQA | accuracy |" in out and "| ALFRED | ROUGE-L |" in out and "Needle" not in out,
+          f"summary by task: {out} {err}")
+    # bad data
+    plain = ["eval", "milebench", *ctx.llava(), "-n", "2"]
+    expect_error(ctx, 1, [*plain], "no --data")
+    expect_error(ctx, 2, [*plain, "--data", os.path.join(ctx.tmp, "absent")], "missing folder")
+    expect_error(ctx, 2, [*plain, "--data", ctx.tmp], "no task inside")
+    expect_error(ctx, 1, [*plain, "--data", root, "--tasks", "WebQA,Nope"], "unknown task")
+    expect_error(ctx, 1, ["eval", "milebench", "-m", ctx.model(SMOL), "--data", root, "-n", "2"], "text-only model")
+    for name, edit, why in (
+            ("WebQA", lambda d: d["data"][0].update(response="Something else."), "response not an option"),
+            ("ALFRED", lambda d: d["data"][0]["task_instance"].update(context="a {image#1} b {image#1}"), "placeholders"),
+            ("ALFRED", lambda d: d["data"][0].update(task_instruction_id=7), "instruction id"),
+            ("ALFRED", lambda d: d["data"][0]["task_instance"].update(images_path=["absent.png"]), "missing image"),
+            ("ALFRED", lambda d: d.pop("meta_data"), "no meta_data"),
+            ("ALFRED", lambda d: d["meta_data"].update(question_type="ranking"), "question type")):
+        broken = os.path.join(ctx.tmp, "broken", name)
+        os.makedirs(os.path.join(broken, "images"), exist_ok=True)
+        with open(os.path.join(root, name, f"{name}.json")) as f:
+            d = json.load(f)
+        edit(d)
+        with open(os.path.join(broken, f"{name}.json"), "w") as f:
+            json.dump(d, f)
+        for p in os.listdir(os.path.join(root, name, "images")):
+            with open(os.path.join(root, name, "images", p), "rb") as src, \
+                    open(os.path.join(broken, "images", p), "wb") as dst:
+                dst.write(src.read())
+        expect_error(ctx, 2, [*plain, "--data", broken], why)
+    with open(os.path.join(ctx.tmp, "broken", "ALFRED", "ALFRED.json"), "w") as f:
+        f.write('{"meta_data": {"task_instruction": ["x"], "question_type": "open-ended"}, "data": [')
+    expect_error(ctx, 2, [*plain, "--data", os.path.join(ctx.tmp, "broken", "ALFRED")], "truncated JSON")
+
+
 def main():
     if len(sys.argv) != 6:
         print(__doc__, file=sys.stderr)
         return 2
     name, ctx = sys.argv[1], MM(*sys.argv[2:6])
     cases = {"mm_generate": case_mm_generate, "mm_video": case_mm_video, "mm_errors": case_mm_errors,
-             "pseudo": case_pseudo, "mm_bench": case_mm_bench}
+             "pseudo": case_pseudo, "mm_bench": case_mm_bench, "milebench": case_milebench}
     try:
         cases[name](ctx)
     except Skip as e:

@@ -22,7 +22,7 @@ endforeach()
 
 # Multimodal input (tests/cli/mm_test.py): the tiny LLaVA fixture and
 # pseudo-images on the real SmolLM2.
-foreach(case mm_generate mm_video mm_errors pseudo mm_bench)
+foreach(case mm_generate mm_video mm_errors pseudo mm_bench milebench)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/mm_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})

@@ -114,6 +114,11 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
          * slack included: the peak is what was really allocated. */
         const double m_b = pc->block_budget + pc->block;
         const double most = (double)H * (m_b + m_b / 8 + 17) * entry_bytes;
+        if (kvf_session_kv_peak_entries(s) > pc->block_budget + pc->block) {
+            fprintf(stderr, "%s: a head held %d entries during the prefill, over %d + %d\n", pc->spec,
+                    kvf_session_kv_peak_entries(s), pc->block_budget, pc->block);
+            bad = 1;
+        }
         if ((double)kvf_session_kv_peak_bytes(s) > most) {
             fprintf(stderr, "%s: %zu KV bytes at the peak of the prefill, over %.0f\n", pc->spec,
                     kvf_session_kv_peak_bytes(s), most);

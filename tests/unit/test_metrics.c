@@ -64,9 +64,46 @@ static void test_contains(void **st) {
     assert_false(metrics_contains("", "1"));
 }
 
+/* MileBench's rules worked by hand (tests/ref/milebench_ref.py runs
+ * thousands more against Python and the rouge package). */
+static void expect_normalised(const char *in, const char *want) {
+    char *got = metrics_mb_normalise(in);
+    assert_non_null(got);
+    assert_string_equal(got, want);
+    free(got);
+}
+
+static void test_milebench(void **st) {
+    (void)st;
+    expect_normalised("Hello, World.", "hello world");       /* ", " touches a space: dropped */
+    expect_normalised("a-b", "a b");                         /* away from spaces: a space */
+    expect_normalised("1,000 apples; (2) pears!", "1000 apples 2 pears"); /* digit,digit: all dropped */
+    expect_normalised("3.14 is pi.", "3.14 is pi");           /* a period before a digit stays */
+    expect_normalised(" 'Quoted'\n", "quoted");
+    /* the package's sets: LCS "the cat the" counts {the, cat}: r = 2/5, p = 2/3 */
+    assert_true(fabs(metrics_mb_rouge_l("the cat the cat sat", "the cat sat on the mat") - 0.49999999531250006) < 1e-15);
+    const char *const opts[] = {"red", "blue"};
+    char out[16];
+    metrics_mb_choice("b blue", opts, 2, out, sizeof out);
+    assert_string_equal(out, "B");
+    metrics_mb_choice("", opts, 2, out, sizeof out);
+    assert_string_equal(out, "C"); /* MileBench's answer for an empty output */
+    metrics_mb_choice("the answer is b", opts, 2, out, sizeof out);
+    assert_string_equal(out, "AB"); /* every letter of an option: the 'a' of "answer" too */
+    assert_true(metrics_mb_score(MB_RULE_CHOICE, "B. Blue!", "blue", opts, 2) == 1.0);
+    assert_true(metrics_mb_score(MB_RULE_CHOICE, "Red", "blue", opts, 2) == 0.0);
+    assert_true(metrics_mb_score(MB_RULE_CHOICE, "Red", "green", opts, 2) == -1.0); /* not an option */
+    assert_true(metrics_mb_score(MB_RULE_NEEDLE, "The password is 4213.", "4213", NULL, 0) == 1.0);
+    assert_true(metrics_mb_score(MB_RULE_NEEDLE, "The password is 42134.", "4213", NULL, 0) == 0.0);
+    assert_true(metrics_mb_score(MB_RULE_CONTAINS, "The password is 42134.", "4213", NULL, 0) == 1.0);
+    assert_true(metrics_mb_score(MB_RULE_ROUGE, "", "a cat", NULL, 0) == 0.0);
+    assert_true(metrics_mb_score(MB_RULE_ROUGE, "a cat", "...", NULL, 0) == -1.0); /* empty ground truth */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rouge_hand), cmocka_unit_test(test_rouge_random), cmocka_unit_test(test_contains),
+        cmocka_unit_test(test_milebench),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

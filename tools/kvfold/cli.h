@@ -46,9 +46,9 @@ struct args {
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
     int n_media;
     /* kvfold eval */
-    const char *eval_mode;        /* consistency or needle (the word after "eval") */
+    const char *eval_mode;        /* consistency, needle or milebench (the word after "eval") */
     struct str_list kvs;          /* every --kv */
-    const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid;
+    const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
     int n_samples, seg_words;
 };
 
@@ -116,6 +116,9 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
 int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                 struct kvf_prompt **out);
 bool strbuf_put(struct strbuf *b, const char *s, size_t n);
+/* Tokenizes into a malloc'd array; *n receives the count. */
+int tokenize(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special, int32_t **out,
+             int32_t *n);
 /* Text of one token; returns the byte count or -1. *buf grows as needed. */
 int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap);
 /* A copy of s[0..n) that is valid UTF-8 without NULs. */

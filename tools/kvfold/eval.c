@@ -6,14 +6,16 @@
  *                greedy output against it.
  *   needle       MileBench's idea: a password hidden at a depth among text and
  *                image segments; the answer is correct when it contains it.
+ *   milebench    MileBench's own tasks from disk, its prompts and its scoring
+ *                (milebench.c).
  *
  * Every --kv runs at every --budgets value (with one model load); each run
  * is a fresh session on the same prompt. One row per (run, sample) goes to
  * JSON lines, the summary per run to markdown/CSV, and the pictures to SVG. */
-#include "cli.h"
+#include "eval.h"
+
 #include "core/common.h"
 #include "core/sys.h"
-#include "metrics.h"
 #include "svg.h"
 
 #include <errno.h>
@@ -34,7 +36,7 @@ void eval_defaults(struct args *a) {
     a->segments = "8";
     a->needle = "text";
     a->grid = "12x12";
-    a->n_samples = 1;
+    a->n_samples = 0; /* per mode: 1, milebench every sample */
     a->seg_words = 120;
     a->seed = 1;
 }
@@ -45,8 +47,10 @@ int eval_opts(struct args *a, struct opt *out) {
         { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" },
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
-        { "--data", NULL, OPT_STR, &a->data, 0, 0, "FILE", "consistency: JSON lines {\"prompt\", \"media\"} (default: synthetic)" },
-        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1)" },
+        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency: JSON lines {\"prompt\", \"media\"} (default: synthetic); milebench: MileBench's folder" },
+        { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data)" },
+        { "--ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
+        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
         { "--segments", NULL, OPT_STR, &a->segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
@@ -153,20 +157,10 @@ static enum kvf_status synthetic_image(uint64_t *rng, struct kvf_image **out) {
     return kvf_image_from_rgb(W, H, rgb, out);
 }
 
-/* One prompt of the eval: its text (markers included), media, the first
- * image's pixels (for the kept map), the expected answer (needle). */
-struct sample {
-    char *text;
-    struct media_set media;
-    char answer[32];
-    struct kvf_image *first_image; /* NULL for pseudo-images */
-    int segments;
-    double depth;
-    const char *needle;            /* "text" or "image"; NULL outside needle */
-};
-
-static void sample_free(struct sample *s) {
+void sample_free(struct sample *s) {
     free(s->text);
+    free(s->answer);
+    free(s->choices);
     media_set_free(&s->media);
     kvf_image_free(s->first_image);
     memset(s, 0, sizeof *s);
@@ -199,7 +193,9 @@ static int needle_sample(const struct args *a, const struct kvf_model *m, bool v
     memset(out, 0, sizeof *out);
     out->segments = n_seg, out->depth = depth, out->needle = image_needle ? "image" : "text";
     rng = rng * 6364136223846793005ull + 1;
-    snprintf(out->answer, sizeof out->answer, "%05u", (unsigned)((rng >> 33) % 100000u));
+    char answer[8];
+    snprintf(answer, sizeof answer, "%05u", (unsigned)((rng >> 33) % 100000u));
+    if (!(out->answer = strdup(answer))) return fail(KVF_ERR_NOMEM, "eval");
     char needle[96];
     snprintf(needle, sizeof needle, "The secret password is %s. ", out->answer);
     /* segment k holds the needle: text segments are even, image segments odd */
@@ -262,7 +258,12 @@ struct row {
     int sample, n_prompt, segments;
     double depth;
     const char *needle; /* needle: "text" or "image" */
-    double score;       /* needle: 1/0; consistency: ROUGE-L F1 */
+    const char *task;   /* milebench: the task, its metric, the sample's id, ground truth (owned) and level */
+    const char *metric, *level;
+    char id[64];
+    char *gt;
+    int images;         /* milebench: images left after cutting the prompt to --ctx */
+    double score;       /* needle: 1/0; consistency: ROUGE-L F1; milebench: the task's metric */
     double ppl;         /* consistency: of the reference continuation; else NaN */
     double kv_mib, kv_full_mib, kv_peak_mib, prefill_ms, compress_ms, ms_per_token;
     char *output;
@@ -444,6 +445,14 @@ static void row_json(const char *mode, const struct row *r) {
     if (r->segments) cJSON_AddNumberToObject(o, "segments", r->segments);
     if (!isnan(r->depth)) cJSON_AddNumberToObject(o, "depth", r->depth);
     if (r->needle) cJSON_AddStringToObject(o, "needle", r->needle);
+    if (r->task) {
+        cJSON_AddStringToObject(o, "task", r->task);
+        cJSON_AddStringToObject(o, "metric", r->metric);
+        cJSON_AddStringToObject(o, "sample_id", r->id);
+        cJSON_AddStringToObject(o, "gt", r->gt);
+        cJSON_AddNumberToObject(o, "images", r->images);
+        if (r->level) cJSON_AddStringToObject(o, "image_quantity_level", r->level);
+    }
     cJSON_AddNumberToObject(o, "score", r->score);
     if (!isnan(r->ppl)) cJSON_AddNumberToObject(o, "ppl", r->ppl);
     cJSON_AddNumberToObject(o, "kv_mib", r->kv_mib);
@@ -464,23 +473,28 @@ static void row_json(const char *mode, const struct row *r) {
 /* One line of the summary: the mean over a run's samples. */
 struct summary {
     const char *spec;
+    const char *task, *metric; /* milebench, when summarised by task */
     double budget, score, ppl, kv_mib, kv_full_mib, ms_per_token, n_prompt;
     int n;
 };
 
-static bool same_run(const struct row *x, const struct summary *s) {
-    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget)));
+static bool same_run(const struct row *x, const struct summary *s, bool by_task) {
+    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget))) &&
+           (!by_task || x->task == s->task);
 }
 
-static int summarise(const struct rows *rs, struct summary **out) {
+/* The mean over the samples of each run (and task, with by_task). */
+static int summarise(const struct rows *rs, bool by_task, struct summary **out) {
     struct summary *s = calloc((size_t)rs->n + 1, sizeof *s);
     int n = 0;
     if (!s) return -1;
     for (int i = 0; i < rs->n; i++) {
         const struct row *r = &rs->r[i];
         int k = 0;
-        while (k < n && !same_run(r, &s[k])) k++;
-        if (k == n) s[n++] = (struct summary){.spec = r->spec, .budget = r->budget};
+        while (k < n && !same_run(r, &s[k], by_task)) k++;
+        if (k == n)
+            s[n++] = (struct summary){.spec = r->spec, .budget = r->budget, .task = by_task ? r->task : NULL,
+                                      .metric = by_task ? r->metric : NULL};
         struct summary *t = &s[k];
         t->score += r->score, t->ppl += r->ppl, t->kv_mib += r->kv_mib, t->kv_full_mib += r->kv_full_mib;
         t->ms_per_token += r->ms_per_token, t->n_prompt += r->n_prompt, t->n++;
@@ -495,36 +509,38 @@ static int summarise(const struct rows *rs, struct summary **out) {
 }
 
 static const char *score_name(const char *mode) {
-    return !strcmp(mode, "needle") ? "accuracy" : "ROUGE-L F1";
+    return !strcmp(mode, "needle") ? "accuracy" : !strcmp(mode, "milebench") ? "score" : "ROUGE-L F1";
 }
 
-/* The markdown table (csv: comma-separated) of the summary. */
+/* The markdown table (csv: comma-separated) of the summary; milebench's
+ * is by task, with the metric of each. */
 static void print_summary(FILE *f, const char *mode, const struct summary *s, int n, bool csv) {
-    const bool ppl = !strcmp(mode, "consistency");
+    const bool ppl = !strcmp(mode, "consistency"), tasks = n > 0 && s[0].task;
     /* one needle per run: say whether it was found */
     bool yes_no = !strcmp(mode, "needle") && !csv;
     for (int k = 0; k < n; k++) yes_no &= s[k].n == 1;
     if (csv) {
-        fprintf(f, "kv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt\n", score_name(mode),
-                ppl ? ",ppl" : "");
+        fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt\n",
+                tasks ? "task,metric," : "", score_name(mode), ppl ? ",ppl" : "");
     } else {
-        fprintf(f, "| kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
-                yes_no ? "correct" : score_name(mode), ppl ? " PPL of the reference |" : "");
-        fprintf(f, "|---|---|---|---|%s---|---|---|---|\n", ppl ? "---|" : "");
+        fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
+                tasks ? " task | metric |" : "", yes_no ? "correct" : score_name(mode), ppl ? " PPL of the reference |" : "");
+        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n", tasks ? "---|---|" : "", ppl ? "---|" : "");
     }
     for (int k = 0; k < n; k++) {
         char b[32] = "-";
         if (!isnan(s[k].budget)) snprintf(b, sizeof b, "%g", s[k].budget);
-        char p[32] = "";
+        char p[32] = "", t[320] = "";
         if (ppl) snprintf(p, sizeof p, csv ? ",%.4f" : " %.3f |", s[k].ppl);
+        if (tasks) snprintf(t, sizeof t, csv ? "\"%s\",%s," : " %s | %s |", s[k].task, s[k].metric);
         if (csv)
-            fprintf(f, "\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f\n", s[k].spec, b, s[k].n, s[k].score, p, s[k].kv_mib,
-                    s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
+            fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f\n", t, s[k].spec, b, s[k].n, s[k].score, p,
+                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
         else {
             char sc[16];
             if (yes_no) snprintf(sc, sizeof sc, "%s", s[k].score > 0 ? "yes" : "no");
             else snprintf(sc, sizeof sc, "%.3f", s[k].score);
-            fprintf(f, "| `%s` | %s | %d | %s |%s %.2f | %.2f | %.2f | %.0f |\n", s[k].spec, b, s[k].n, sc, p,
+            fprintf(f, "|%s `%s` | %s | %d | %s |%s %.2f | %.2f | %.2f | %.0f |\n", t, s[k].spec, b, s[k].n, sc, p,
                     s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
         }
     }
@@ -700,7 +716,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
     const bool consistency = !strcmp(mode, "consistency");
-    const int n_gen = a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : 32;
+    const int n_gen = a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : !strcmp(mode, "milebench") ? 64 : 32;
     int32_t *ref = calloc((size_t)n_gen + 1, sizeof *ref);
     char *ref_text = NULL;
     int n_ref = 0;
@@ -709,9 +725,15 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
                         .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr)};
         snprintf(r.spec, sizeof r.spec, "%s", runs[k].kv);
+        if (smp->task) {
+            r.task = smp->task->name, r.metric = mb_task_metric(smp->task), r.level = smp->level;
+            r.images = smp->media.n;
+            snprintf(r.id, sizeof r.id, "%s", smp->id);
+            if (!(r.gt = strdup(smp->answer))) rc = fail(KVF_ERR_NOMEM, "eval");
+        }
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
-        rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &r);
+        if (!rc) rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &r);
         if (!rc && a->kept_map && index == 0) {
             char label[128];
             run_label(runs[k].kv, runs[k].budget, label, sizeof label);
@@ -728,13 +750,15 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
             kvf_session_free(s);
+        } else if (!rc && smp->task) {
+            r.score = mb_score(smp, out.s ? out.s : "");
         } else if (!rc) {
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
         r.output = out.s ? out.s : strdup("");
         if (!rc && a->json) row_json(mode, &r);
         if (!rc) rc = rows_push(rs, &r);
-        else free(r.output);
+        else free(r.output), free(r.gt);
         if (!a->json && !rc)
             fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].spec,
                     r.score, r.kv_mib);
@@ -785,13 +809,36 @@ static int eval_consistency_data(const struct args *a, const struct kvf_model *m
     return rc;
 }
 
-/* The samples of a mode, one at a time (cb runs each); synthetic unless
- * --data. */
+/* MileBench's tasks, each sample under every run. */
+static int eval_milebench(const struct args *a, const struct kvf_model *m, const struct mb_task *tasks, int n_tasks,
+                          const struct run *runs, int n_runs, struct rows *rs) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    if (!info.has_vision) {
+        print_error("eval milebench: the tasks' images need a vision model (a LLaVA GGUF with --mmproj, or a Hugging "
+                    "Face LLaVA directory)");
+        return EXIT_USAGE;
+    }
+    int rc = 0, index = 0;
+    for (int t = 0; !rc && t < n_tasks; t++) {
+        const int n = cJSON_GetArraySize(tasks[t].data);
+        for (int k = 0; !rc && k < (a->n_samples > 0 && a->n_samples < n ? a->n_samples : n); k++) {
+            struct sample smp;
+            rc = mb_sample(a, m, &tasks[t], k, &smp);
+            if (!rc) rc = eval_sample(a, "milebench", m, &smp, index++, runs, n_runs, rs);
+            sample_free(&smp);
+        }
+    }
+    return rc;
+}
+
+/* The samples of a mode, one at a time; synthetic unless --data. */
 static int eval_samples(const struct args *a, const char *mode, const struct kvf_model *m, const struct run *runs,
                         int n_runs, struct rows *rs) {
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
     const bool vision = info.has_vision;
+    const int per = a->n_samples > 0 ? a->n_samples : 1;
     double segs[EVAL_MAX_LIST], depths[EVAL_MAX_LIST];
     int n_segs, n_depths, index = 0, rc = 0;
     if (!parse_list(a->segments, 1, 4096, segs, &n_segs)) {
@@ -826,7 +873,7 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
                         print_error("eval: an image needle needs --segments of at least 2");
                         return EXIT_USAGE;
                     }
-                    for (int i = 0; !rc && i < a->n_samples; i++) {
+                    for (int i = 0; !rc && i < per; i++) {
                         struct sample smp;
                         rc = needle_sample(a, m, vision, (int)segs[g], depths[d], kind, a->seed + (uint64_t)index, &smp);
                         if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
@@ -837,7 +884,7 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
     }
     if (!strcmp(mode, "consistency") && !a->data) {
         for (int g = 0; !rc && g < n_segs; g++)
-            for (int i = 0; !rc && i < a->n_samples; i++) {
+            for (int i = 0; !rc && i < per; i++) {
                 struct sample smp;
                 rc = summary_sample(a, m, vision, (int)segs[g], a->seed + (uint64_t)index, &smp);
                 if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
@@ -850,27 +897,33 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
 
 int cmd_eval(const struct args *a) {
     const char *mode = a->eval_mode;
-    if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle"))) {
-        print_error("eval: want a mode first: kvfold eval consistency|needle -m FILE ...");
+    const bool mb = mode && !strcmp(mode, "milebench");
+    if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle") && !mb)) {
+        print_error("eval: want a mode first: kvfold eval consistency|needle|milebench -m FILE ...");
         return EXIT_USAGE;
     }
     struct run *runs = calloc(1 + (size_t)STR_LIST_MAX * EVAL_MAX_LIST, sizeof *runs);
     if (!runs) return fail(KVF_ERR_NOMEM, "eval");
-    int n_runs = 0, rc = make_runs(a, runs, &n_runs);
+    int n_runs = 0, n_tasks = 0, rc = make_runs(a, runs, &n_runs);
+    struct mb_task *tasks = NULL;
+    if (!rc && mb) rc = mb_tasks_open(a, &tasks, &n_tasks); /* before the model: bad data fails fast */
     struct kvf_model *m = NULL;
     struct rows rs = { 0 };
     if (!rc) rc = load_model(a, &m);
-    if (!rc) rc = eval_samples(a, mode, m, runs, n_runs, &rs);
-    struct summary *sum = NULL;
-    const int n_sum = rc ? 0 : summarise(&rs, &sum);
-    if (!rc && n_sum < 0) rc = fail(KVF_ERR_NOMEM, "eval");
+    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, runs, n_runs, &rs) : eval_samples(a, mode, m, runs, n_runs, &rs);
+    /* the tables by task (milebench), the charts over every sample of a run */
+    struct summary *sum = NULL, *all = NULL;
+    const int n_sum = rc ? 0 : summarise(&rs, mb, &sum), n_all = rc ? 0 : summarise(&rs, false, &all);
+    if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
     if (!rc && !a->json) print_summary(stdout, mode, sum, n_sum, false);
     if (!rc && a->out_dir) rc = write_outputs(a, mode, &rs, sum, n_sum);
-    if (!rc && a->plots) rc = write_plots(a, mode, &rs, sum, n_sum);
-    for (int i = 0; i < rs.n; i++) free(rs.r[i].output);
+    if (!rc && a->plots) rc = write_plots(a, mode, &rs, all, n_all);
+    for (int i = 0; i < rs.n; i++) free(rs.r[i].output), free(rs.r[i].gt);
     free(rs.r);
     free(sum);
+    free(all);
     free(runs);
+    mb_tasks_free(tasks, n_tasks);
     kvf_model_free(m);
     return rc;
 }

@@ -407,8 +407,7 @@ int prompt_make(const struct kvf_model *m, const char *text, const struct media_
     return 0;
 }
 
-/* Tokenizes into a malloc'd array; *n receives the count. */
-static int tokenize(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special,
+int tokenize(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special,
                     int32_t **out, int32_t *n) {
     if (len > INT32_MAX / 2) {
         print_error("input of %zu bytes is too long", len);
@@ -1033,6 +1032,7 @@ static int cmd_generate(const struct args *a) {
         cJSON_AddNumberToObject(kv, "bytes_kept", (double)kv_kept);
         cJSON_AddNumberToObject(kv, "ratio", kv_full ? (double)kv_kept / (double)kv_full : 1.0);
         cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(s));
+        cJSON_AddNumberToObject(kv, "peak_entries", kvf_session_kv_peak_entries(s));
         cJSON_AddItemToObject(kv, "per_layer", per_layer);
         per_layer = NULL;
         cJSON_AddItemToObject(kv, "per_layer_final", kv_per_layer_json(s, &info));
@@ -1824,17 +1824,19 @@ static const struct command commands[] = {
       "are written as JSON, with the Gini coefficient of each layer's priority curve, for\n"
       "--kv prefixkv:profile=FILE.",
       cmd_profile, profile_defaults, profile_opts, false },
-    { "eval", "Compare KV policies: consistency with the full cache, needle in a haystack.",
-      "consistency|needle -m FILE [--kv SPEC]... [--budgets LIST] [options]",
+    { "eval", "Compare KV policies: consistency with the full cache, needle in a haystack, MileBench.",
+      "consistency|needle|milebench -m FILE [--kv SPEC]... [--budgets LIST] [options]",
       "consistency: the full cache's greedy output is the reference; each policy and budget gets the\n"
       "perplexity of that output (teacher-forced, compression active) and the ROUGE-L F1 of its own\n"
       "greedy output. needle: a password hidden at --depths among --segments text and image\n"
       "segments; correct when the answer contains it. Without --data, consistency and needle\n"
-      "make their own data from --seed. Each --kv runs at every budget of --budgets (presets\n"
-      "without a budget run once); the full cache always runs. Prints a markdown summary (--json:\n"
-      "one JSON line per run and sample instead); --out DIR adds summary.md, summary.csv and\n"
-      "results.jsonl, --plots DIR SVG charts, --kept-map DIR per-layer maps of the image entries\n"
-      "kept, merged and evicted.",
+      "make their own data from --seed. milebench: MileBench's tasks from --data DIR (NAME/NAME.json\n"
+      "and NAME/images/, as downloaded), prompts built and cut to --ctx as MileBench does for\n"
+      "LLaVA, scored by its own rules (accuracy or ROUGE-L); needs a vision model. Each --kv runs\n"
+      "at every budget of --budgets (presets without a budget run once); the full cache always\n"
+      "runs. Prints a markdown summary (--json: one JSON line per run and sample instead); --out\n"
+      "DIR adds summary.md, summary.csv and results.jsonl, --plots DIR SVG charts, --kept-map DIR\n"
+      "per-layer maps of the image entries kept, merged and evicted.",
       cmd_eval, eval_defaults, eval_opts, false },
     { "policies", "List the KV cache policies --kv accepts, with their parameters and defaults.", "[--json]",
       "Every (layer, kv head) keeps the entries its rule scores best once the prompt is in;\n"

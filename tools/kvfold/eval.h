@@ -1,0 +1,55 @@
+/* What kvfold eval's files share: eval.c runs the policies over samples;
+ * milebench.c makes the samples of MileBench's tasks and scores them. */
+#ifndef KVF_EVAL_H
+#define KVF_EVAL_H
+
+#include "cli.h"
+#include "metrics.h"
+
+/* One MileBench task read from disk: DIR/NAME/NAME.json, images in
+ * DIR/NAME/images/. */
+struct mb_task {
+    char name[256];
+    char dir[4096];
+    cJSON *root;               /* the whole JSON (owned) */
+    const cJSON *data;         /* its samples: root["data"] */
+    const cJSON *instructions; /* meta_data.task_instruction: a list, or one string */
+    enum metrics_mb_rule rule; /* from the name and meta_data.question_type */
+};
+
+/* One prompt of the eval: its text (markers included; the chat template is
+ * applied later), media, the first image's pixels (for the kept map), the
+ * expected answer. */
+struct sample {
+    char *text;
+    struct media_set media;
+    char *answer;                  /* needle: the password; milebench: the ground truth */
+    struct kvf_image *first_image; /* NULL for pseudo-images */
+    int segments;
+    double depth;
+    const char *needle;            /* "text" or "image"; NULL outside needle */
+    /* milebench */
+    const struct mb_task *task;
+    char id[64];                   /* the sample's sample_id */
+    const char *level;             /* its image_quantity_level ("Few", "Medium", "Many") */
+    const char **choices;          /* multi-choice options (strings of the task's JSON) */
+    int n_choices;
+};
+void sample_free(struct sample *s);
+
+/* The tasks of --data DIR (a MileBench root of NAME/NAME.json folders, or one
+ * such folder), only those of --tasks when given, in name order; *n gets
+ * their count. Errors are printed; returns an exit code. */
+int mb_tasks_open(const struct args *a, struct mb_task **out, int *n);
+void mb_tasks_free(struct mb_task *t, int n);
+/* The metric a task is scored with: "accuracy" or "ROUGE-L". */
+const char *mb_task_metric(const struct mb_task *t);
+/* Sample k of a task as MileBench's generate.py builds it for LLaVA: the
+ * task instruction, the context with its images in place and the options
+ * listed, cut from the left to --ctx tokens (each image counted as the
+ * model's image tokens); the images kept are encoded. */
+int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_task *t, int k, struct sample *out);
+/* The sample's score for output, by MileBench's rule for its task. */
+double mb_score(const struct sample *s, const char *output);
+
+#endif
