@@ -220,6 +220,9 @@ struct kvf_session_params {
     const char *kv_spec; /* KV cache policy, e.g. "snapkv:budget=0.2"; NULL or "" = full
                             (applied by kvf_session_compress; see kvf_kv_policy_get) */
     enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F32) */
+    int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
+                        (the attention each entry receives, the last kv_gather queries of every
+                        layer), so that kvf_session_fork can apply any policy to this prefill */
 };
 struct kvf_session_params kvf_session_default_params(void);
 
@@ -264,6 +267,16 @@ const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *sessi
  * entries), where the policy searched them (prefixkv, budget=prefix);
  * false (and nothing written) otherwise. */
 bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, double *ratio, double *gini);
+
+/* A new session in the state src's would have had under the KV policy
+ * kv_spec (its other parameters are src's): the same cache, tags, logits
+ * and statistics, not yet compressed — so that policies can be compared on
+ * one prefill, each fork compressing and decoding its own way, with results
+ * equal bit for bit to a prefill of their own. KVF_ERR_UNSUPPORTED when
+ * they would not be: src already compressed, either policy prefilling
+ * differently (a reduce or schedule stage, question=1), or src lacking a
+ * statistic kv_spec scores with (see kv_gather). */
+enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out);
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted

@@ -161,6 +161,8 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     p.n_batch = KVF_MIN(p.n_batch, p.n_ctx);
     if (p.n_threads <= 0) p.n_threads = m->n_threads;
     if (p.n_threads > 1024) return err_set(KVF_ERR_INVALID_ARG, "n_threads %d out of range", p.n_threads);
+    if (p.kv_gather < 0) return err_set(KVF_ERR_INVALID_ARG, "kv_gather %d is negative", p.kv_gather);
+    p.kv_gather = KVF_MIN(p.kv_gather, p.n_ctx);
 
     struct kv_policy policy;
     enum kvf_status pst = kv_policy_parse(p.kv_spec, &policy);
@@ -172,7 +174,8 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->model = m;
     s->params = p;
     s->policy = policy;
-    enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, kv_policy_needs_acc(&policy));
+    enum kvf_status st =
+        kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, kv_policy_needs_acc(&policy) || p.kv_gather > 0);
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p.kv_type);
     if (st != KVF_OK) {
         kvf_session_free(s);
@@ -191,15 +194,17 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->qwin_cap = policy.window > 0 ? policy.window
                   : policy.method == KV_CSP ? (int)floor(kv_policy_keep_count(&policy, p.n_ctx) * policy.recent + 0.5) : 0;
     if (policy.blocks && policy.evict == KV_SNAPKV) s->qwin_cap = KVF_MAX(s->qwin_cap, policy.block_window);
-    if (kv_policy_needs_window(&policy)) {
-        /* An empty window (csp with no recent entries) scores every entry 0. */
-        if (s->qwin_cap > 0) {
-            s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
-            s->qwin_pos = alloc_rows(hp->n_layer * s->qwin_cap, 1, sizeof(int32_t), &ok);
-            s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
-            s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
-            s->qwin_n = calloc((size_t)hp->n_layer, sizeof(int)), ok &= s->qwin_n != NULL;
-        }
+    const bool window = kv_policy_needs_window(&policy);
+    s->qwin_cap = KVF_MAX(s->qwin_cap, p.kv_gather);
+    /* An empty window (csp with no recent entries) scores every entry 0. */
+    if ((window || p.kv_gather > 0) && s->qwin_cap > 0) {
+        s->qwin = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
+        s->qwin_pos = alloc_rows(hp->n_layer * s->qwin_cap, 1, sizeof(int32_t), &ok);
+        s->qwin_tag = alloc_rows(s->qwin_cap, 1, sizeof(struct kvf_tag), &ok);
+        s->c_out = alloc_rows(s->qwin_cap, QD, sizeof(float), &ok);
+        s->qwin_n = calloc((size_t)hp->n_layer, sizeof(int)), ok &= s->qwin_n != NULL;
+    }
+    if (window) {
         if (s->qwin_cap > 0 && policy.question) {
             s->qprox = alloc_rows(hp->n_layer * s->qwin_cap, QD, sizeof(float), &ok);
             s->qprox_pos = alloc_rows(hp->n_layer * s->qwin_cap, 1, sizeof(int32_t), &ok);
@@ -258,6 +263,57 @@ static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
     s->tags = t;
     s->tags_cap = cap;
+    return KVF_OK;
+}
+
+/* Whether a session's prefill is a plain one: any policy's work starts once
+ * the prompt is in. */
+static bool prefill_plain(const struct kvf_session *s) {
+    return s->n_reduce == 0 && !s->policy.blocks && !s->policy.question;
+}
+
+enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "fork: no output");
+    *out = NULL;
+    if (!src) return err_set(KVF_ERR_INVALID_ARG, "fork: NULL session");
+    if (src->compressed || !prefill_plain(src))
+        return err_set(KVF_ERR_UNSUPPORTED, "fork: the session is compressed or its policy changed its prefill");
+    struct kvf_session_params p = src->params;
+    p.kv_spec = kv_spec;
+    p.kv_gather = 0;
+    struct kvf_session *s;
+    enum kvf_status st = kvf_session_init(src->model, &p, &s);
+    if (st != KVF_OK) return st;
+    const int L = s->model->hp.n_layer;
+    if (!prefill_plain(s))
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)", kv_spec);
+    else if (s->kv.has_acc && !src->kv.has_acc)
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
+    /* a prefill of its own would hold the last min(cap, n_past) queries of each layer */
+    for (int l = 0; st == KVF_OK && s->qwin && l < L; l++)
+        if (!src->qwin || src->qwin_n[l] < KVF_MIN(s->qwin_cap, src->n_past))
+            st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
+                         KVF_MIN(s->qwin_cap, src->n_past), src->qwin ? src->qwin_n[l] : 0);
+    if (st == KVF_OK) st = tags_reserve(s, src->n_past);
+    if (st == KVF_OK) st = kv_cache_copy(&s->kv, &src->kv);
+    if (st != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    const size_t QD = (size_t)s->model->hp.n_head * s->model->hp.head_dim;
+    for (int l = 0; s->qwin && l < L; l++) {
+        const int n = KVF_MIN(s->qwin_cap, src->n_past), from = src->qwin_n[l] - n;
+        memcpy(s->qwin + (size_t)l * s->qwin_cap * QD, src->qwin + ((size_t)l * src->qwin_cap + from) * QD,
+               sizeof(float) * n * QD);
+        memcpy(s->qwin_pos + (size_t)l * s->qwin_cap, src->qwin_pos + (size_t)l * src->qwin_cap + from,
+               sizeof(int32_t) * n);
+        s->qwin_n[l] = n;
+    }
+    memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
+    memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
+    s->n_past = src->n_past;
+    s->has_logits = src->has_logits;
+    *out = s;
     return KVF_OK;
 }
 

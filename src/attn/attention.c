@@ -186,14 +186,22 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         const int th = omp_get_thread_num();
         float *mine = rows ? rows + (size_t)th * rows_len : NULL;
         struct rows_f32 conv = {NULL, 0, mine, mine ? mine + rows_len / 2 : NULL};
-        #pragma omp for schedule(dynamic, 1)
-        for (int t = 0; t < n_tasks; t++) {
-            const int head = t / n_blocks, b = t % n_blocks;
-            const int i0 = b * ATTN_BLOCK, i1 = KVF_MIN(n_q, i0 + ATTN_BLOCK);
-            float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
-            const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
-            attn_block(p, q, qpos, i0, i1, head, &kv[head / group], out, s, &conv, stats ? &sp : NULL);
+        float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
+        const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
+#define ATTN_TASK(t) \
+    attn_block(p, q, qpos, ((t) % n_blocks) * ATTN_BLOCK, KVF_MIN(n_q, ((t) % n_blocks + 1) * ATTN_BLOCK), \
+               (t) / n_blocks, &kv[(t) / n_blocks / group], out, s, &conv, stats ? &sp : NULL)
+        /* A thread's partial sums hold the tasks it ran: a fixed share of
+         * them keeps the statistics the same from run to run (a dynamic one
+         * rounds them differently each time). */
+        if (stats) {
+            #pragma omp for schedule(static, 1)
+            for (int t = 0; t < n_tasks; t++) ATTN_TASK(t);
+        } else {
+            #pragma omp for schedule(dynamic, 1)
+            for (int t = 0; t < n_tasks; t++) ATTN_TASK(t);
         }
+#undef ATTN_TASK
     }
     for (int k = 0; stats && k < ATTN_STAT_N; k++) {
         if (!stats->a[k]) continue;

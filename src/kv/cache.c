@@ -136,6 +136,27 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
     return h->cap > n_keep + n_keep / 4 + 16 ? head_grow(c, h, n_keep) : KVF_OK;
 }
 
+enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src) {
+    if (dst->bytes || dst->n_layer != src->n_layer || dst->n_head_kv != src->n_head_kv || dst->type != src->type ||
+        dst->head_dim != src->head_dim)
+        return err_set(KVF_ERR_INTERNAL, "kv copy: caches of different shapes");
+    for (size_t i = 0; i < (size_t)src->n_layer * src->n_head_kv; i++) {
+        const struct kv_head *from = &src->heads[i];
+        struct kv_head *h = &dst->heads[i];
+        if (from->cap == 0) continue;
+        enum kvf_status st = head_grow(dst, h, from->cap);
+        if (st != KVF_OK) return st;
+        memcpy(h->k, from->k, (size_t)from->n * dst->row_bytes);
+        memcpy(h->v, from->v, (size_t)from->n * dst->row_bytes);
+        memcpy(h->tag, from->tag, (size_t)from->n * sizeof *h->tag);
+        if (h->acc && from->acc) memcpy(h->acc, from->acc, (size_t)from->n * KV_ACC_N * sizeof(float));
+        else if (h->acc) memset(h->acc, 0, (size_t)from->n * KV_ACC_N * sizeof(float));
+        h->n = from->n;
+        dst->peak_entries = KVF_MAX(dst->peak_entries, h->n);
+    }
+    return KVF_OK;
+}
+
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {
     for (int g = 0; g < c->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(c, layer, g);

@@ -50,6 +50,10 @@ void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the stor
 static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int head) {
     return &c->heads[(size_t)layer * c->n_head_kv + head];
 }
+/* Makes dst, an empty cache of the same shape and type, hold src's
+ * entries with src's capacities (so its bytes are what the same appends
+ * would have allocated); their statistics when both carry them. */
+enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
 /* Makes room for `extra` more entries in every head of a layer. */
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
 /* Keeps entries keep[0..n_keep) of one head (strictly increasing indices,

@@ -6,3 +6,12 @@
 add_test(NAME kv_ref COMMAND ${KVF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/ref_kv.py $<TARGET_FILE:kvfold_cli>
                              ${CMAKE_BINARY_DIR}/fixtures)
 set_tests_properties(kv_ref PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300)
+
+# One prefill, many policies (kvf_session_fork): on the tiny LLaVA fixture
+# with two images, every policy forked from one gathering session must give
+# what a session of its own gives, bit for bit (bytes, kept tags, merges,
+# layer budgets, logits through 5 decode steps); forks that could not are
+# refused (tests/tools/kv_fork.c).
+add_test(NAME kv_fork COMMAND kv_fork ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
+                              ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
+set_tests_properties(kv_fork PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)

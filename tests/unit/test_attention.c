@@ -197,6 +197,39 @@ static void test_stats_gqa(void **st) { (void)st; check_stats(6, 2, 8, 100, 65, 
 static void test_stats_decode(void **st) { (void)st; check_stats(4, 2, 16, 50, 1, 0, 2); check_stats(4, 2, 16, 60, 3, 0, 1); }
 static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 40, 7, 2); }
 
+/* The same call gives the same statistics bit for bit, however the
+ * threads happened to share the blocks (kept sets must not drift between
+ * runs, and kvf_session_fork relies on it). */
+static void test_stats_repeatable(void **st) {
+    (void)st;
+    enum { H = 4, HKV = 2, D = 16, N = 300, THREADS = 4, RUNS = 40 };
+    unsigned seed = 5;
+    struct kv_cache c;
+    assert_int_equal(kv_cache_init(&c, 1, HKV, D, false), KVF_OK);
+    float *k = malloc(sizeof(float) * N * HKV * D), *v = malloc(sizeof(float) * N * HKV * D);
+    float *q = malloc(sizeof(float) * N * H * D), *out = malloc(sizeof(float) * N * H * D);
+    struct kvf_tag *tags = calloc(N, sizeof *tags);
+    int32_t *pos = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N * HKV * D; i++) k[i] = frand(&seed), v[i] = frand(&seed);
+    for (int i = 0; i < N * H * D; i++) q[i] = 3.0f * frand(&seed);
+    for (int i = 0; i < N; i++) pos[i] = tags[i].pos = i;
+    assert_int_equal(kv_cache_reserve(&c, 0, N), KVF_OK);
+    kv_cache_append(&c, 0, k, v, tags, N);
+    const struct attn_params p = {.n_head = H, .n_head_kv = HKV, .head_dim = D, .scale = 0.25f};
+    float *scratch = malloc(attn_scratch_bytes(N, THREADS)), *first = calloc(2 * HKV * N, sizeof(float)),
+          *sums = calloc(2 * HKV * N, sizeof(float));
+    for (int r = 0; r < RUNS; r++) {
+        memset(sums, 0, sizeof(float) * 2 * HKV * N);
+        struct attn_stats sa = {.stride = N};
+        sa.a[ATTN_STAT_SUM] = sums, sa.a[ATTN_STAT_SQ] = sums + HKV * N;
+        assert_int_equal(attn_forward(&p, q, pos, N, kv_cache_head(&c, 0, 0), out, scratch, THREADS, &sa), KVF_OK);
+        if (r == 0) memcpy(first, sums, sizeof(float) * 2 * HKV * N);
+        else assert_memory_equal(first, sums, sizeof(float) * 2 * HKV * N);
+    }
+    free(k); free(v); free(q); free(out); free(tags); free(pos); free(scratch); free(first); free(sums);
+    kv_cache_free(&c);
+}
+
 static void test_cache_bytes(void **st) {
     (void)st;
     struct kv_cache c;
@@ -410,7 +443,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
         cmocka_unit_test(test_window), cmocka_unit_test(test_nsoftmax), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
-        cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_cache_bytes),
+        cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_stats_repeatable),
+        cmocka_unit_test(test_cache_bytes),
         cmocka_unit_test(test_cache_keep), cmocka_unit_test(test_typed_attention), cmocka_unit_test(test_typed_stats),
         cmocka_unit_test(test_cache_types), cmocka_unit_test(test_cache_type_errors),
     };

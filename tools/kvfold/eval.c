@@ -285,23 +285,57 @@ static int rows_push(struct rows *rs, const struct row *r) {
     return 0;
 }
 
-/* A session for one run over the prompt, compressed. */
-static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
-                       int n_extra, struct kvf_session **out, struct row *r) {
+/* The queries of every layer the shared prefill keeps for the window-scored
+ * policies (snapkv's 32, csp's recent entries); a policy that wants more
+ * prefills on its own. */
+#define EVAL_SHARED_QUERIES 512
+
+/* A sample's prompt prefilled once, gathering what every policy scores
+ * with; the runs fork it (kvf_session_fork) instead of prefilling again. */
+struct shared {
+    struct kvf_session *src;
+    double prefill_ms;
+};
+
+/* A session for the prompt with spec, from its own prefill (sh NULL) or
+ * the shared one's. */
+static int open_session(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
+                        int n_extra, int gather, struct kvf_session **out) {
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + n_extra + 1;
     sp.n_threads = a->threads;
     sp.kv_spec = spec;
     sp.kv_type = a->kv_type_id;
+    sp.kv_gather = gather;
     enum kvf_status st = kvf_session_init(m, &sp, out);
     if (st != KVF_OK) {
         char what[320];
         snprintf(what, sizeof what, "eval: --kv %s", spec);
         return fail(st, what);
     }
+    return (st = kvf_session_prefill_prompt(*out, pr, NULL)) != KVF_OK ? fail(st, "eval: prompt") : 0;
+}
+
+static int shared_open(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, int n_extra,
+                       struct shared *sh) {
+    const double t0 = sys_time_ms();
+    const int rc = open_session(a, m, pr, "full", n_extra, KVF_MIN(kvf_prompt_n_tokens(pr), EVAL_SHARED_QUERIES), &sh->src);
+    sh->prefill_ms = sys_time_ms() - t0;
+    return rc;
+}
+
+/* A session for one run over the prompt, compressed: a fork of the shared
+ * prefill, or (policies that prefill their own way, or want more queries)
+ * a prefill of its own. */
+static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
+                       const struct shared *sh, const char *spec, int n_extra, struct kvf_session **out, struct row *r) {
     double t0 = sys_time_ms();
-    if ((st = kvf_session_prefill_prompt(*out, pr, NULL)) != KVF_OK) return fail(st, "eval: prompt");
-    r->prefill_ms = sys_time_ms() - t0;
+    enum kvf_status st = kvf_session_fork(sh->src, spec, out);
+    int rc = 0;
+    if (st == KVF_OK) r->prefill_ms = sh->prefill_ms;
+    else if (st != KVF_ERR_UNSUPPORTED) rc = fail(st, "eval: kv fork");
+    else if (!(rc = open_session(a, m, pr, spec, n_extra, 0, out))) r->prefill_ms = sys_time_ms() - t0;
+    if (rc) return rc;
     r->kv_full_mib = (double)kvf_session_kv_bytes(*out) / MIB;
     t0 = sys_time_ms();
     if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
@@ -721,6 +755,8 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
     char *ref_text = NULL;
     int n_ref = 0;
     if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
+    struct shared sh = {0};
+    if (!rc) rc = shared_open(a, m, pr, n_gen, &sh);
     for (int k = 0; !rc && k < n_runs; k++) {
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
                         .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr)};
@@ -733,7 +769,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         }
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
-        if (!rc) rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &r);
+        if (!rc) rc = run_prefill(a, m, pr, &sh, runs[k].spec, n_gen, &s, &r);
         if (!rc && a->kept_map && index == 0) {
             char label[128];
             run_label(runs[k].kv, runs[k].budget, label, sizeof label);
@@ -747,7 +783,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text ? ref_text : "");
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
-            rc = run_prefill(a, m, pr, runs[k].spec, n_gen, &s, &forced);
+            rc = run_prefill(a, m, pr, &sh, runs[k].spec, n_gen, &s, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
             kvf_session_free(s);
         } else if (!rc && smp->task) {
@@ -763,6 +799,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].spec,
                     r.score, r.kv_mib);
     }
+    kvf_session_free(sh.src);
     free(ref);
     free(ref_text);
     kvf_prompt_free(pr);

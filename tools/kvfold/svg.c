@@ -18,7 +18,7 @@
 #define TOP 50
 #define BOTTOM 70
 
-/* Colour-blind-safe (Okabe-Ito), then dashes once they run out. */
+/* Colour-blind-safe (Okabe-Ito), then dashes, then dots once they run out. */
 static const char *const COLOURS[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"};
 #define N_COLOURS 8
 
@@ -141,7 +141,8 @@ int svg_line_chart(const char *path, const struct svg_chart *c, char *err, size_
     for (int s = 0; s < c->n_series; s++) {
         const struct svg_series *sr = &c->series[s];
         const char *col = COLOURS[s % N_COLOURS];
-        const char *dash = s >= N_COLOURS ? " stroke-dasharray=\"6 3\"" : "";
+        static const char *const dashes[] = {"", " stroke-dasharray=\"6 3\"", " stroke-dasharray=\"2 3\""};
+        const char *dash = dashes[(s / N_COLOURS) % 3];
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", col, dash);
         for (int i = 0; i < sr->n; i++)
             if (usable(sr->x[i], c->log_x) && usable(sr->y[i], c->log_y))

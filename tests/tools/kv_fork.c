@@ -1,0 +1,199 @@
+/* kvf_session_fork: one prefill, many policies, each bit for bit what a
+ * prefill of its own gives.
+ *
+ *   kv_fork MODEL MMPROJ
+ *
+ * On the tiny LLaVA fixture (two real images through its vision tower, text
+ * around them), every policy that works after the prompt — every preset
+ * and stage option the forks support — runs twice: in a session of its own
+ * (prefill, compress, greedy decoding) and as a fork of one gathering
+ * session (kv_gather) prefilled once. The KV bytes before and after
+ * compression, the peak, every head's kept tags, the merges, the searched
+ * layer budgets and the logits after compression and after every decode
+ * step must be identical. Forks that would differ must be refused:
+ * a compressed source, reduce and schedule stages, a source that did not
+ * gather the attention sums, or too few of the last queries. */
+#include "kvfold.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_DECODE 5
+#define GATHER 48 /* queries the source keeps: over snapkv's 32, under csp's default window */
+
+static const char *const specs[] = {
+    "full", "streaming:budget=0.3", "h2o:budget=0.3", "snapkv:budget=0.3", "pyramidkv:budget=0.3", "roco:budget=0.3",
+    "keydiff:budget=0.3", "knorm:budget=0.3", "random:budget=0.3", "imgrand:budget=0.3", "lookm:budget=0.3",
+    "lookm:budget=0.3,merge=avg,text_prior=0", "elastic:budget=0.3", "prefixkv:budget=0.3", "csp:budget=0.1",
+    "csp:budget=0.1,decode_softmax=1", "snapkv:budget=0.2+decode=h2o", "h2o:budget=0.3+budget=pyramid",
+    "keydiff:budget=0.25+decode=recompress:every=2", "streaming:budget=24+decode=window",
+};
+
+/* What a session holds, for comparison: bytes, kept tags, merges, budgets. */
+static int same_state(const struct kvf_session *a, const struct kvf_session *b, const struct kvf_model_info *mi,
+                      const char *spec, const char *when) {
+    if (kvf_session_kv_bytes(a) != kvf_session_kv_bytes(b) || kvf_session_kv_peak_bytes(a) != kvf_session_kv_peak_bytes(b) ||
+        kvf_session_kv_peak_entries(a) != kvf_session_kv_peak_entries(b) || kvf_session_n_past(a) != kvf_session_n_past(b)) {
+        fprintf(stderr, "%s %s: bytes %zu / %zu, peak %zu / %zu, peak entries %d / %d\n", spec, when,
+                kvf_session_kv_bytes(a), kvf_session_kv_bytes(b), kvf_session_kv_peak_bytes(a),
+                kvf_session_kv_peak_bytes(b), kvf_session_kv_peak_entries(a), kvf_session_kv_peak_entries(b));
+        return 1;
+    }
+    for (int l = 0; l < mi->n_layer; l++) {
+        double ra = 0, ga = 0, rb = 0, gb = 0;
+        const bool ha = kvf_session_kv_layer_budget(a, l, &ra, &ga), hb = kvf_session_kv_layer_budget(b, l, &rb, &gb);
+        if (ha != hb || ra != rb || (ga != gb && !(ga != ga && gb != gb))) {
+            fprintf(stderr, "%s %s: layer %d budget %.17g / %.17g, gini %.17g / %.17g\n", spec, when, l, ra, rb, ga, gb);
+            return 1;
+        }
+        for (int g = 0; g < mi->n_head_kv; g++) {
+            int na, nb, ma, mb;
+            const struct kvf_tag *ta = kvf_session_kv_tags(a, l, g, &na), *tb = kvf_session_kv_tags(b, l, g, &nb);
+            const struct kvf_kv_merge *xa = kvf_session_kv_merges(a, l, g, &ma), *xb = kvf_session_kv_merges(b, l, g, &mb);
+            if (na != nb || (na && memcmp(ta, tb, sizeof *ta * (size_t)na)) || ma != mb ||
+                (ma && memcmp(xa, xb, sizeof *xa * (size_t)ma))) {
+                fprintf(stderr, "%s %s: layer %d head %d holds %d / %d entries, %d / %d merges\n", spec, when, l, g, na, nb,
+                        ma, mb);
+                return 1;
+            }
+        }
+    }
+    const float *la = kvf_session_logits(a), *lb = kvf_session_logits(b);
+    if (!la || !lb || memcmp(la, lb, sizeof(float) * (size_t)mi->n_vocab)) {
+        fprintf(stderr, "%s %s: the logits differ\n", spec, when);
+        return 1;
+    }
+    return 0;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+/* spec on its own against spec forked from src: 0 when identical. */
+static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
+                      const struct kvf_session *src, const char *spec) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
+    sp.kv_spec = spec;
+    struct kvf_session *own = NULL, *fork = NULL;
+    enum kvf_status st = kvf_session_init(m, &sp, &own);
+    if (st == KVF_OK) st = kvf_session_prefill_prompt(own, pr, NULL);
+    if (st == KVF_OK) st = kvf_session_fork(src, spec, &fork);
+    int bad = st != KVF_OK || same_state(own, fork, mi, spec, "after the prompt");
+    if (!bad) st = kvf_session_compress(own);
+    if (!bad && st == KVF_OK) st = kvf_session_compress(fork);
+    bad |= st != KVF_OK || same_state(own, fork, mi, spec, "after compression");
+    for (int t = 0; !bad && t < N_DECODE; t++) {
+        const int32_t tok = argmax(kvf_session_logits(own), mi->n_vocab);
+        st = kvf_session_decode(own, tok);
+        if (st == KVF_OK) st = kvf_session_decode(fork, tok);
+        char when[32];
+        snprintf(when, sizeof when, "at decode step %d", t + 1);
+        bad |= st != KVF_OK || same_state(own, fork, mi, spec, when);
+    }
+    if (st != KVF_OK) fprintf(stderr, "%s: %s\n", spec, kvf_last_error());
+    printf("%-48s %s  kv %zu -> %zu bytes\n", spec, bad ? "FAIL" : "ok  ", kvf_session_kv_peak_bytes(own),
+           kvf_session_kv_bytes(own));
+    kvf_session_free(own);
+    kvf_session_free(fork);
+    return bad;
+}
+
+/* A fork that must be refused with KVF_ERR_UNSUPPORTED. */
+static int check_refused(const struct kvf_session *src, const char *spec, const char *why) {
+    struct kvf_session *f = NULL;
+    const enum kvf_status st = kvf_session_fork(src, spec, &f);
+    const int bad = st != KVF_ERR_UNSUPPORTED || f != NULL;
+    printf("%-48s %s  refused: %s (%s)\n", spec, bad ? "FAIL" : "ok  ", why, st == KVF_OK ? "accepted" : kvf_last_error());
+    kvf_session_free(f);
+    return bad;
+}
+
+/* A session prefilled with the prompt: spec, gathering `gather`. */
+static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec, int gather) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
+    sp.kv_spec = spec;
+    sp.kv_gather = gather;
+    struct kvf_session *s = NULL;
+    if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK) {
+        fprintf(stderr, "kv_fork: %s: %s\n", spec, kvf_last_error());
+        kvf_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: kv_fork MODEL MMPROJ\n");
+        return 2;
+    }
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = argv[2];
+    mp.n_threads = 2;
+    struct kvf_model *m = NULL;
+    if (kvf_model_load(argv[1], &mp, &m) != KVF_OK) {
+        fprintf(stderr, "kv_fork: %s: %s\n", argv[1], kvf_last_error());
+        return 2;
+    }
+    struct kvf_model_info mi;
+    kvf_model_get_info(m, &mi);
+    /* two pictures (smooth colour fields) through the vision tower */
+    struct kvf_media *media[2] = {NULL, NULL};
+    enum kvf_status st = KVF_OK;
+    for (int k = 0; k < 2 && st == KVF_OK; k++) {
+        enum { W = 40, H = 30 };
+        static uint8_t rgb[W * H * 3];
+        for (int i = 0; i < W * H * 3; i++) rgb[i] = (uint8_t)((i * (k + 3) + (i / (W * 3)) * 7 * (k + 1)) & 0xff);
+        struct kvf_image *img = NULL;
+        st = kvf_image_from_rgb(W, H, rgb, &img);
+        if (st == KVF_OK) st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, 2, &media[k]);
+        kvf_image_free(img);
+    }
+    struct kvf_prompt *pr = NULL;
+    if (st == KVF_OK)
+        st = kvf_prompt_init(m,
+                             "USER: Here are two pictures. <image> The first one shows a field of colours. <image> "
+                             "The second one is darker. Which picture is brighter, and why? ASSISTANT:",
+                             (const struct kvf_media *const *)media, 2, true, false, &pr);
+    if (st != KVF_OK) {
+        fprintf(stderr, "kv_fork: prompt: %s\n", kvf_last_error());
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const int np = kvf_prompt_n_tokens(pr);
+    /* the source: full cache, gathering everything; forking leaves it as it was */
+    struct kvf_session *src = prefilled(m, pr, "full", np), *src2 = prefilled(m, pr, "h2o:budget=0.5", GATHER);
+    struct kvf_session *plain = prefilled(m, pr, "full", 0), *done = prefilled(m, pr, "snapkv:budget=0.5", 0);
+    int rc = !src || !src2 || !plain || !done || kvf_session_compress(done) != KVF_OK;
+    for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++) rc |= check_spec(m, &mi, pr, src, specs[i]);
+    /* a gathering source under a policy of its own, keeping only GATHER queries */
+    rc |= !rc && check_spec(m, &mi, pr, src2, "snapkv:budget=0.3");
+    rc |= !rc && check_spec(m, &mi, pr, src2, "lookm:budget=0.3");
+    if (!rc) {
+        rc |= check_refused(done, "h2o:budget=0.3", "the source is compressed");
+        rc |= check_refused(src, "lightkv", "a reduce stage");
+        rc |= check_refused(src, "fastv:k=1", "a reduce stage");
+        rc |= check_refused(src, "snapkv:budget=0.3+reduce=tome", "a reduce stage");
+        rc |= check_refused(src, "blockwise:budget=64,block=32", "a schedule stage");
+        rc |= check_refused(src, "h2o:budget=0.3+schedule=blocks:budget=64,block=32", "a schedule stage");
+        rc |= check_refused(plain, "h2o:budget=0.3", "no attention sums gathered");
+        rc |= check_refused(plain, "snapkv:budget=0.3", "no queries kept");
+        rc |= check_refused(src2, "snapkv:budget=0.3,window=64", "64 queries wanted, 48 kept");
+        rc |= check_refused(src2, "csp:budget=0.9", "csp's window is its recent entries");
+    }
+    printf("%s\n", rc ? "FAIL" : "ok: every fork equals a prefill of its own");
+    kvf_session_free(src);
+    kvf_session_free(src2);
+    kvf_session_free(plain);
+    kvf_session_free(done);
+    kvf_prompt_free(pr);
+    for (int k = 0; k < 2; k++) kvf_media_free(media[k]);
+    kvf_model_free(m);
+    return rc;
+}
