@@ -89,47 +89,41 @@ int mb_tasks_open(const struct args *a, struct mb_task **out, int *n_out) {
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/';) dir[--l] = '\0';
     const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     /* DIR is one task's folder, or a folder of task folders */
-    struct mb_task one;
-    int rc = task_open(dir, base, &one);
-    if (rc > 0) {
-        cJSON_Delete(one.root);
-        return rc;
-    }
-    char **names = NULL;
-    int n_names = 0, n = 0;
-    const bool single = rc == 0;
-    if (single) {
-        names = malloc(sizeof *names);
-        if (names && (names[0] = strdup(base))) n_names = 1;
-        cJSON_Delete(one.root);
-    } else {
+    struct mb_task *t = calloc(1, sizeof *t);
+    if (!t) return fail(KVF_ERR_NOMEM, "eval milebench");
+    int rc = task_open(dir, base, t), n = 0;
+    if (rc == 0) n = 1;
+    else if (rc > 0) cJSON_Delete(t->root);
+    else if (rc < 0) {
+        rc = 0;
         DIR *d = opendir(dir);
         if (!d) {
+            free(t);
             print_error("eval milebench: cannot open the folder '%s'", dir);
             return EXIT_INPUT;
         }
+        char **names = NULL;
+        int n_names = 0;
         for (struct dirent *e; (e = readdir(d));) {
-            if (e->d_name[0] == '.') continue;
-            char **nn = realloc(names, sizeof *names * (size_t)(n_names + 1));
-            if (!nn) break;
-            names = nn;
-            if ((names[n_names] = strdup(e->d_name))) n_names++;
+            char **nn = e->d_name[0] != '.' ? realloc(names, sizeof *names * (size_t)(n_names + 1)) : NULL;
+            if (nn) names = nn, names[n_names] = strdup(e->d_name), n_names += names[n_names] != NULL;
         }
         closedir(d);
         qsort(names, (size_t)n_names, sizeof *names, name_cmp);
+        struct mb_task *more = realloc(t, sizeof *t * (size_t)(n_names + 1));
+        if (more) t = more;
+        else rc = fail(KVF_ERR_NOMEM, "eval milebench");
+        for (int i = 0; !rc && i < n_names; i++) {
+            char sub[4096 + 256];
+            snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
+            if (a->tasks && !in_list(a->tasks, names[i])) continue;
+            const int r = task_open(sub, names[i], &t[n]);
+            if (r == 0) n++;
+            else if (r > 0) cJSON_Delete(t[n].root), rc = r;
+        }
+        for (int i = 0; i < n_names; i++) free(names[i]);
+        free(names);
     }
-    struct mb_task *t = calloc((size_t)n_names + 1, sizeof *t);
-    rc = t ? 0 : fail(KVF_ERR_NOMEM, "eval milebench");
-    for (int i = 0; !rc && i < n_names; i++) {
-        if (a->tasks && !in_list(a->tasks, names[i])) continue;
-        char sub[4096 + 256];
-        snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
-        const int r = task_open(single ? dir : sub, names[i], &t[n]);
-        if (r == 0) n++;
-        else if (r > 0) cJSON_Delete(t[n].root), rc = r;
-    }
-    for (int i = 0; i < n_names; i++) free(names[i]);
-    free(names);
     /* every task --tasks names must be there */
     for (const char *c = a->tasks; !rc && c && *c; c += strcspn(c, ",") + (c[strcspn(c, ",")] == ',')) {
         bool found = false;
@@ -174,15 +168,18 @@ static bool replace_all(struct strbuf *b, const char *from, const char *to) {
     return ok;
 }
 
-/* Python's str() of a JSON number or string. */
-static bool json_text(const cJSON *v, char *out, size_t cap) {
-    if (cJSON_IsString(v)) return snprintf(out, cap, "%s", v->valuestring) >= 0;
-    if (!cJSON_IsNumber(v)) return false;
+/* Python's str() of a JSON number or string, in a new string (NULL for
+ * another type or out of memory). */
+static char *json_text(const cJSON *v) {
+    if (cJSON_IsString(v)) return strdup(v->valuestring);
+    if (!cJSON_IsNumber(v)) return NULL;
+    char out[64];
     const double x = v->valuedouble;
-    if (x == floor(x) && fabs(x) < 1e15) return snprintf(out, cap, "%.0f", x) >= 0;
-    for (int p = 1; p <= 17; p++) /* the shortest that reads back, as Python's repr */
-        if (snprintf(out, cap, "%.*g", p, x) >= 0 && strtod(out, NULL) == x) break;
-    return true;
+    if (x == floor(x) && fabs(x) < 1e15) snprintf(out, sizeof out, "%.0f", x);
+    else
+        for (int p = 1; p <= 17; p++) /* the shortest that reads back, as Python's repr */
+            if (snprintf(out, sizeof out, "%.*g", p, x) > 0 && strtod(out, NULL) == x) break;
+    return strdup(out);
 }
 
 static int bad_sample(const struct mb_task *t, int k, const char *why) {
@@ -216,22 +213,27 @@ static int fit_context(const struct kvf_model *m, const char *ctx, int n_images,
     const size_t lp = strlen(MB_IMAGE);
     int n_frag = 1;
     for (const char *c = ctx; (c = strstr(c, MB_IMAGE)); c += lp) n_frag++;
-    const char **frag = malloc(sizeof *frag * (size_t)(n_frag + 1));
-    if (!frag) return fail(KVF_ERR_NOMEM, "eval milebench");
+    const char **frag = malloc(sizeof *frag * (size_t)n_frag); /* fragment f: frag[f], len[f] bytes */
+    size_t *len = malloc(sizeof *len * (size_t)n_frag);
+    if (!frag || !len) {
+        free(frag), free(len);
+        return fail(KVF_ERR_NOMEM, "eval milebench");
+    }
     frag[0] = ctx;
-    for (int f = 1; f < n_frag; f++) frag[f] = strstr(frag[f - 1], MB_IMAGE) + lp;
-    frag[n_frag] = ctx + strlen(ctx) + lp; /* so that fragment f ends at frag[f + 1] - lp */
+    for (int f = 0; f < n_frag; f++) {
+        const char *end = f + 1 < n_frag ? strstr(frag[f], MB_IMAGE) : frag[f] + strlen(frag[f]);
+        len[f] = (size_t)(end - frag[f]);
+        if (f + 1 < n_frag) frag[f + 1] = end + lp;
+    }
     int past = 0, first = n_frag, img = n_images, rc = 0;
-    bool image_start = false;
-    struct strbuf cut = {0};
+    bool image_start = false, cut = false;
     for (int f = n_frag - 1; !rc && f >= 0; f--) {
-        const size_t len = (size_t)(frag[f + 1] - lp - frag[f]);
         int32_t *ids = NULL, n_ids = 0;
-        if ((rc = tokenize(m, frag[f], len, false, false, &ids, &n_ids))) break;
+        if ((rc = tokenize(m, frag[f], len[f], false, false, &ids, &n_ids))) break;
         if (n_ids + past > room) {
             if (first == n_frag) { /* nothing kept yet: the end of this one */
-                rc = decode_tail(m, ids + n_ids - room, room, &cut);
-                first = f;
+                rc = decode_tail(m, ids + n_ids - room, room, out);
+                first = f, cut = true;
             }
             free(ids);
             break;
@@ -243,15 +245,12 @@ static int fit_context(const struct kvf_model *m, const char *ctx, int n_images,
         if (img > 0) image_start = true, img--, past += image_tokens;
     }
     if (!rc && image_start && !strbuf_put(out, MB_IMAGE, lp)) rc = fail(KVF_ERR_NOMEM, "eval milebench");
-    for (int f = first; !rc && f < n_frag; f++) {
-        const bool ok = cut.s ? strbuf_put(out, cut.s, cut.n)
-                              : strbuf_put(out, frag[f], (size_t)(frag[f + 1] - lp - frag[f])) &&
-                                    (f + 1 == n_frag || strbuf_put(out, MB_IMAGE, lp));
-        if (!ok) rc = fail(KVF_ERR_NOMEM, "eval milebench");
-    }
+    for (int f = first; !rc && !cut && f < n_frag; f++)
+        if (!strbuf_put(out, frag[f], len[f]) || (f + 1 < n_frag && !strbuf_put(out, MB_IMAGE, lp)))
+            rc = fail(KVF_ERR_NOMEM, "eval milebench");
     if (!rc && !out->s && !strbuf_put(out, "", 0)) rc = fail(KVF_ERR_NOMEM, "eval milebench");
-    free(cut.s);
     free(frag);
+    free(len);
     *first_image = img;
     return rc;
 }
@@ -263,9 +262,8 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     const cJSON *ctx = item(inst, "context"), *imgs = item(inst, "images_path"), *opts = item(inst, "choice_list");
     const cJSON *iid = item(s, "task_instruction_id"), *lvl = item(s, "image_quantity_level");
     const int n_img = cJSON_GetArraySize(imgs), n_opt = cJSON_GetArraySize(opts);
-    char answer[4096];
     if (!cJSON_IsString(ctx) || (imgs && !cJSON_IsArray(imgs)) || (opts && !cJSON_IsArray(opts)) ||
-        !json_text(item(s, "response"), answer, sizeof answer))
+        !(out->answer = json_text(item(s, "response"))))
         return bad_sample(t, k, "want {\"task_instance\": {\"context\", \"images_path\", [\"choice_list\"]}, \"response\"}");
     for (int i = 0; i < n_img; i++)
         if (!cJSON_IsString(cJSON_GetArrayItem(imgs, i))) return bad_sample(t, k, "images_path holds a non-string");
@@ -275,9 +273,11 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
         instr = i >= 0 && i < n && (double)i == iid->valuedouble ? cJSON_GetArrayItem(instr, i) : NULL;
     }
     if (!cJSON_IsString(instr)) return bad_sample(t, k, "task_instruction_id names no task instruction");
-    if (!json_text(item(s, "sample_id"), out->id, sizeof out->id)) snprintf(out->id, sizeof out->id, "%d", k);
+    char *id = json_text(item(s, "sample_id"));
+    if (id) snprintf(out->id, sizeof out->id, "%s", id);
+    else snprintf(out->id, sizeof out->id, "%d", k);
+    free(id);
     out->level = cJSON_IsString(lvl) ? lvl->valuestring : NULL;
-    if (!(out->answer = strdup(answer))) return fail(KVF_ERR_NOMEM, "eval milebench");
     if (n_opt > 0) {
         if (!(out->choices = calloc((size_t)n_opt, sizeof *out->choices))) return fail(KVF_ERR_NOMEM, "eval milebench");
         for (int i = 0; i < n_opt; i++) {
@@ -288,7 +288,7 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
         out->n_choices = n_opt;
     }
     /* MileBench itself fails on these: a ground truth that no rule can score */
-    if (metrics_mb_score(t->rule, answer, answer, out->choices, out->n_choices) < 0)
+    if (metrics_mb_score(t->rule, out->answer, out->answer, out->choices, out->n_choices) < 0)
         return bad_sample(t, k, t->rule == MB_RULE_CHOICE ? "its response is none of its choice_list" : "its response is empty");
     /* the context, the options listed, the images at their placeholders */
     struct strbuf c = {0};
