@@ -646,6 +646,13 @@ def case_eval(ctx):
     layer_maps = sorted(os.listdir(maps))
     check(len(layer_maps) == 30 * len(want) and all(f.endswith(".svg") for f in layer_maps), f"{len(layer_maps)} maps")
     ET.parse(os.path.join(maps, layer_maps[0]))
+    both = os.path.join(ctx.tmp, "both")
+    rc, out, err = ctx.run("eval", "needle", *base, "--needle", "both", "--depths", "0.5", "--kv", "h2o", "--budgets",
+                           "0.5", "--out", both)
+    with open(os.path.join(both, "summary.csv")) as f:
+        lines = f.read().strip().splitlines()
+    check(rc == 0 and lines[0].startswith("needle,kv,") and sorted(ln.split(",")[0] for ln in lines[1:]) ==
+          ["image", "image", "text", "text"], f"needle both: a line per kind and run: {lines} {err}")
     rc, out, err = ctx.run("eval", "consistency", *base, "-n", "12", "--kv", "snapkv", "--budgets", "1.0,0.1", "--json")
     check(rc == 0, f"consistency: {err}")
     rows = {(r["kv"], r["budget"]): r for r in map(json.loads, out.splitlines())}

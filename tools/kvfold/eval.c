@@ -508,27 +508,33 @@ static void row_json(const char *mode, const struct row *r) {
 struct summary {
     const char *spec;
     const char *task, *metric; /* milebench, when summarised by task */
+    const char *needle;        /* needle, when summarised by the needle's kind */
     double budget, score, ppl, kv_mib, kv_full_mib, ms_per_token, n_prompt;
     int n;
 };
 
-static bool same_run(const struct row *x, const struct summary *s, bool by_task) {
-    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget))) &&
-           (!by_task || x->task == s->task);
+static bool same_str(const char *a, const char *b) {
+    return a == b || (a && b && !strcmp(a, b));
 }
 
-/* The mean over the samples of each run (and task, with by_task). */
-static int summarise(const struct rows *rs, bool by_task, struct summary **out) {
+static bool same_run(const struct row *x, const struct summary *s, bool by_group) {
+    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget))) &&
+           (!by_group || (same_str(x->task, s->task) && same_str(x->needle, s->needle)));
+}
+
+/* The mean over the samples of each run, and with by_group of each task
+ * (milebench) or needle kind. */
+static int summarise(const struct rows *rs, bool by_group, struct summary **out) {
     struct summary *s = calloc((size_t)rs->n + 1, sizeof *s);
     int n = 0;
     if (!s) return -1;
     for (int i = 0; i < rs->n; i++) {
         const struct row *r = &rs->r[i];
         int k = 0;
-        while (k < n && !same_run(r, &s[k], by_task)) k++;
+        while (k < n && !same_run(r, &s[k], by_group)) k++;
         if (k == n)
-            s[n++] = (struct summary){.spec = r->spec, .budget = r->budget, .task = by_task ? r->task : NULL,
-                                      .metric = by_task ? r->metric : NULL};
+            s[n++] = (struct summary){.spec = r->spec, .budget = r->budget, .task = by_group ? r->task : NULL,
+                                      .metric = by_group ? r->metric : NULL, .needle = by_group ? r->needle : NULL};
         struct summary *t = &s[k];
         t->score += r->score, t->ppl += r->ppl, t->kv_mib += r->kv_mib, t->kv_full_mib += r->kv_full_mib;
         t->ms_per_token += r->ms_per_token, t->n_prompt += r->n_prompt, t->n++;
@@ -547,19 +553,20 @@ static const char *score_name(const char *mode) {
 }
 
 /* The markdown table (csv: comma-separated) of the summary; milebench's
- * is by task, with the metric of each. */
+ * is by task, with the metric of each; a needle's, by kind when both ran. */
 static void print_summary(FILE *f, const char *mode, const struct summary *s, int n, bool csv) {
-    const bool ppl = !strcmp(mode, "consistency"), tasks = n > 0 && s[0].task;
+    const bool ppl = !strcmp(mode, "consistency"), tasks = n > 0 && s[0].task, kinds = n > 0 && s[0].needle;
     /* one needle per run: say whether it was found */
     bool yes_no = !strcmp(mode, "needle") && !csv;
     for (int k = 0; k < n; k++) yes_no &= s[k].n == 1;
     if (csv) {
         fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt\n",
-                tasks ? "task,metric," : "", score_name(mode), ppl ? ",ppl" : "");
+                tasks ? "task,metric," : kinds ? "needle," : "", score_name(mode), ppl ? ",ppl" : "");
     } else {
         fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
-                tasks ? " task | metric |" : "", yes_no ? "correct" : score_name(mode), ppl ? " PPL of the reference |" : "");
-        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n", tasks ? "---|---|" : "", ppl ? "---|" : "");
+                tasks ? " task | metric |" : kinds ? " needle |" : "", yes_no ? "correct" : score_name(mode),
+                ppl ? " PPL of the reference |" : "");
+        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n", tasks ? "---|---|" : kinds ? "---|" : "", ppl ? "---|" : "");
     }
     for (int k = 0; k < n; k++) {
         char b[32] = "-";
@@ -567,6 +574,7 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
         char p[32] = "", t[320] = "";
         if (ppl) snprintf(p, sizeof p, csv ? ",%.4f" : " %.3f |", s[k].ppl);
         if (tasks) snprintf(t, sizeof t, csv ? "\"%s\",%s," : " %s | %s |", s[k].task, s[k].metric);
+        else if (kinds) snprintf(t, sizeof t, csv ? "%s," : " %s |", s[k].needle);
         if (csv)
             fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f\n", t, s[k].spec, b, s[k].n, s[k].score, p,
                     s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
@@ -948,9 +956,10 @@ int cmd_eval(const struct args *a) {
     struct rows rs = { 0 };
     if (!rc) rc = load_model(a, &m);
     if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, runs, n_runs, &rs) : eval_samples(a, mode, m, runs, n_runs, &rs);
-    /* the tables by task (milebench), the charts over every sample of a run */
+    /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
+    const bool by_group = mb || (!strcmp(mode, "needle") && !strcmp(a->needle, "both"));
     struct summary *sum = NULL, *all = NULL;
-    const int n_sum = rc ? 0 : summarise(&rs, mb, &sum), n_all = rc ? 0 : summarise(&rs, false, &all);
+    const int n_sum = rc ? 0 : summarise(&rs, by_group, &sum), n_all = rc ? 0 : summarise(&rs, false, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
     if (!rc && !a->json) print_summary(stdout, mode, sum, n_sum, false);
     if (!rc && a->out_dir) rc = write_outputs(a, mode, &rs, sum, n_sum);
