@@ -297,8 +297,8 @@ struct shared {
     double prefill_ms;
 };
 
-/* A session for the prompt with spec, from its own prefill (sh NULL) or
- * the shared one's. */
+/* A session prefilled with the prompt under spec (gather: see
+ * kvf_session_params.kv_gather). */
 static int open_session(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
                         int n_extra, int gather, struct kvf_session **out) {
     struct kvf_session_params sp = kvf_session_default_params();
