@@ -254,10 +254,12 @@ const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
 /* Tags of the entries cached for (layer, kv head), in cache order; *n gets
  * their count. NULL for an index out of range. */
 const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
-/* What a merging policy (lookm, elastic) folded where: for one (layer, kv
- * head), every evicted entry's true position and the true position of the
- * kept entry it was merged into, in the order they happened. NULL and *n = 0
- * when nothing was merged. Valid until the session changes. */
+/* What a merging policy folded where: for one (layer, kv head), every
+ * evicted entry's true position and the true position of the kept entry it
+ * was merged into (lookm, elastic), or of the row a reduce step merged it
+ * into before this layer, so that it never reached this layer's cache
+ * (lightkv, tome), in the order they happened. NULL and *n = 0 when nothing
+ * was merged. Valid until the session changes. */
 struct kvf_kv_merge {
     int32_t from, into;
 };

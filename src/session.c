@@ -522,15 +522,31 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
     return st;
 }
 
-static enum kvf_status merge_record(struct merge_log *log, const struct kv_head *h, const int *keep, int n_keep,
-                                    const int *into, const char *is_kept) {
-    const int add = h->n - n_keep;
+/* Room for `add` more records. */
+static enum kvf_status merge_reserve(struct merge_log *log, int add) {
     if (log->n + add > log->cap) {
         const int cap = KVF_MAX(log->n + add, log->cap * 2);
         struct kvf_kv_merge *m = realloc(log->m, sizeof *m * (size_t)cap);
         if (!m) return err_set(KVF_ERR_NOMEM, "out of memory recording merges");
         log->m = m, log->cap = cap;
     }
+    return KVF_OK;
+}
+
+enum kvf_status session_merge_note(struct kvf_session *s, int l, int32_t from, int32_t into) {
+    for (int g = 0; s->merges && g < s->kv.n_head_kv; g++) {
+        struct merge_log *log = &s->merges[(size_t)l * s->kv.n_head_kv + g];
+        const enum kvf_status st = merge_reserve(log, 1);
+        if (st != KVF_OK) return st;
+        log->m[log->n++] = (struct kvf_kv_merge){from, into};
+    }
+    return KVF_OK;
+}
+
+static enum kvf_status merge_record(struct merge_log *log, const struct kv_head *h, const int *keep, int n_keep,
+                                    const int *into, const char *is_kept) {
+    const enum kvf_status st = merge_reserve(log, h->n - n_keep);
+    if (st != KVF_OK) return st;
     for (int j = 0; j < h->n; j++)
         if (!is_kept[j]) log->m[log->n++] = (struct kvf_kv_merge){h->tag[j].pos, h->tag[keep[into[j]]].pos};
     return KVF_OK;

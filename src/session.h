@@ -78,6 +78,9 @@ struct kvf_session {
     float *attn_scratch;              /* attn_forward scratch for n_ctx keys */
 };
 
+/* Records in every kv head's merge log of layer l that position `from`
+ * was folded into position `into` (a no-op for policies without logs). */
+enum kvf_status session_merge_note(struct kvf_session *s, int l, int32_t from, int32_t into);
 /* Fills rows [at, at + n) of the pass: token ids (tokens, already checked)
  * or input embeddings (embd [n][n_embd]), with tags[0..n) (NULL: text; pos
  * is set by decoder_forward). */

@@ -225,6 +225,15 @@ static enum kvf_status reduce_step(struct kvf_session *s, int l, int *n) {
     }
     default: break;
     }
+    /* Rows merged into others are recorded as merges of every later layer
+     * (they never reach its cache), for kvf_session_kv_merges. */
+    for (int i = 0; i < *n; i++) {
+        const int into = s->r_into[i];
+        for (int later = l + 1; into >= 0 && into != i && later < s->model->hp.n_layer; later++) {
+            const enum kvf_status st = session_merge_note(s, later, s->pos[i], s->pos[into]);
+            if (st != KVF_OK) return st;
+        }
+    }
     /* ToMe's sizes (w) stay with their rows for its next step. */
     *n = reduce_apply(s->x, E, w, s->btag, s->pos, s->r_into, *n, s->r_scratch);
     return KVF_OK;

@@ -591,10 +591,19 @@ def case_reduce(ctx):
     n = full["n_prompt"]
     steps = {"lightkv": [(11, 512), (17, 256), (23, 128), (30, 64)], "tome": [(11, 512), (17, 256), (23, 128), (30, 64)],
              "fastv:k=3,r=0.25": [(3, 512), (30, 384)]}
+    dump = os.path.join(ctx.tmp, "reduce.json")
     for spec, want in steps.items():
-        rc, out, err = ctx.run(*base, "--kv", spec)
+        rc, out, err = ctx.run(*base, "--kv", spec, "--dump-kv", dump)
         check(rc == 0, f"{spec}: {err}")
         o = json.loads(out)
+        # the last layer: every position is cached, or merged into a cached one (lightkv, tome: recorded
+        # as merges), or dropped (fastv: no record)
+        with open(dump) as f:
+            d = json.load(f)
+        held, merged = set(d["compressed"][-1][0]), {a: b for a, b in d["merged"][-1][0]}
+        check(not (held & set(merged)) and (not merged) == spec.startswith("fastv") and
+              (spec.startswith("fastv") or held | set(merged) == set(range(n))),
+              f"{spec}: {len(held)} held, {len(merged)} merged of {n} positions")
         per_layer, lo = o["kv"]["per_layer"], 0
         for hi, images in want:
             for layer in range(lo, hi):
