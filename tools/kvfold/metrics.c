@@ -76,8 +76,7 @@ static char *py_strip(char *s, const char *chars) {
 }
 
 char *metrics_mb_normalise(const char *in) {
-    static const char *const punct[] = {";", "/", "[", "]", "\"", "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">",
-                                        "<", "@", "`", ",", "?", "!"};
+    static const char punct[] = ";/[]\"{}()=+\\_-><@`,?!"; /* in Eval.punct's order */
     char *buf = strdup(in), *out = malloc(strlen(in) + 1);
     if (!buf || !out) {
         free(buf), free(out);
@@ -90,8 +89,8 @@ char *metrics_mb_normalise(const char *in) {
     for (const char *c = s; c[0] && c[1] && c[2] && !digit_comma; c++)
         digit_comma = isdigit((unsigned char)c[0]) && c[1] == ',' && isdigit((unsigned char)c[2]);
     strcpy(out, s);
-    for (size_t k = 0; k < sizeof punct / sizeof *punct; k++) {
-        const char p = punct[k][0], after[3] = {p, ' ', 0}, before[3] = {' ', p, 0};
+    for (const char *q = punct; *q; q++) {
+        const char p = *q, after[3] = {p, ' ', 0}, before[3] = {' ', p, 0};
         /* the choice looks at the text before any replacement */
         const bool drop = strstr(s, after) || strstr(s, before) || digit_comma;
         size_t o = 0;
