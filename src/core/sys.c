@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 double sys_time_ms(void) {
@@ -34,4 +35,14 @@ size_t kvf_peak_rss_bytes(void) {
     if (getrusage(RUSAGE_SELF, &ru) == 0 && ru.ru_maxrss > 0)
         return (size_t)ru.ru_maxrss * 1024;
     return 0;
+}
+
+bool sys_path_is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool sys_path_is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }

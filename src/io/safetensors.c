@@ -7,6 +7,7 @@
  * handed out, so a hostile file gives an error instead of an out-of-bounds
  * pointer. */
 #include "io/safetensors.h"
+#include "core/sys.h"
 
 #include <cjson/cJSON.h>
 
@@ -51,16 +52,6 @@ static bool json_is_uint(const cJSON *v) {
     if (!cJSON_IsNumber(v)) return false;
     double d = v->valuedouble;
     return isfinite(d) && d >= 0 && d <= ST_MAX_JSON_INT && d == floor(d);
-}
-
-static bool path_is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static bool path_is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Returns a malloc'd "dir/name". */
@@ -481,14 +472,14 @@ enum kvf_status st_open(const char *path, struct st_set **out) {
     struct st_set *s = set_new();
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
     enum kvf_status st;
-    if (path_is_dir(path)) {
+    if (sys_path_is_dir(path)) {
         char *single = path_join(path, "model.safetensors");
         char *index = path_join(path, "model.safetensors.index.json");
         if (!single || !index) st = err_set(KVF_ERR_NOMEM, "out of memory");
-        else if (path_is_file(single)) {
+        else if (sys_path_is_file(single)) {
             st = shard_open(s, single);
             if (!st) st = set_index(s, single);
-        } else if (path_is_file(index)) {
+        } else if (sys_path_is_file(index)) {
             st = index_open(s, path, index);
         } else {
             st = err_set(KVF_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", path);
@@ -919,7 +910,7 @@ static const struct hf_family *hf_family_of(const char *model_type) {
 
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     if (!path || !cfg) return err_set(KVF_ERR_INVALID_ARG, "hf_config_load: NULL argument");
-    char *file = path_is_dir(path) ? path_join(path, "config.json") : strdup(path);
+    char *file = sys_path_is_dir(path) ? path_join(path, "config.json") : strdup(path);
     if (!file) return err_set(KVF_ERR_NOMEM, "out of memory");
     char *text;
     size_t len;

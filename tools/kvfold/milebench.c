@@ -4,11 +4,12 @@
  * LLaVA-1.5, and scored by its evaluate.py's rules (metrics.c). */
 #include "eval.h"
 
+#include "core/sys.h"
+
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* MileBench's image placeholder inside a context before the model's own. */
 #define MB_IMAGE "<ImageHere>"
@@ -17,17 +18,18 @@ static const cJSON *item(const cJSON *o, const char *key) {
     return cJSON_GetObjectItemCaseSensitive(o, key);
 }
 
-static bool is_file(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+/* Walks a comma-separated list: for (c = list; c && *c; c = list_next(c)),
+ * the item being c's first strcspn(c, ",") bytes. */
+static const char *list_next(const char *c) {
+    c += strcspn(c, ",");
+    return *c ? c + 1 : c;
 }
 
-/* Whether name is one of the comma-separated list. */
+/* Whether name is one of the list's items. */
 static bool in_list(const char *list, const char *name) {
     const size_t n = strlen(name);
-    for (const char *c = list; *c; c += strcspn(c, ",") + (c[strcspn(c, ",")] == ',')) {
+    for (const char *c = list; *c; c = list_next(c))
         if (strcspn(c, ",") == n && !strncmp(c, name, n)) return true;
-    }
     return false;
 }
 
@@ -36,7 +38,7 @@ static bool in_list(const char *list, const char *name) {
 static int task_open(const char *dir, const char *name, struct mb_task *t) {
     char path[4096 + 512];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    if (!is_file(path)) return -1;
+    if (!sys_path_is_file(path)) return -1;
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     snprintf(t->dir, sizeof t->dir, "%s", dir);
@@ -125,10 +127,10 @@ int mb_tasks_open(const struct args *a, struct mb_task **out, int *n_out) {
         free(names);
     }
     /* every task --tasks names must be there */
-    for (const char *c = a->tasks; !rc && c && *c; c += strcspn(c, ",") + (c[strcspn(c, ",")] == ',')) {
+    for (const char *c = a->tasks; !rc && c && *c; c = list_next(c)) {
+        const size_t len = strcspn(c, ",");
         bool found = false;
-        for (int i = 0; i < n && !found; i++)
-            found = strlen(t[i].name) == strcspn(c, ",") && !strncmp(t[i].name, c, strcspn(c, ","));
+        for (int i = 0; i < n && !found; i++) found = strlen(t[i].name) == len && !strncmp(t[i].name, c, len);
         if (!found) {
             print_error("eval milebench: --tasks: no task '%.*s' in '%s'", (int)strcspn(c, ","), c, dir);
             rc = EXIT_USAGE;
