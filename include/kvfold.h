@@ -19,6 +19,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KVF_API marks the symbols a shared build exports (the library is built
+ * with -fvisibility=hidden and KVF_BUILD defined; users define nothing). */
+#if defined(_WIN32) && defined(KVF_SHARED)
+#  ifdef KVF_BUILD
+#    define KVF_API __declspec(dllexport)
+#  else
+#    define KVF_API __declspec(dllimport)
+#  endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#  define KVF_API __attribute__((visibility("default")))
+#else
+#  define KVF_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,10 +51,10 @@ enum kvf_status {
     KVF_ERR_INTERNAL,
 };
 
-const char *kvf_status_str(enum kvf_status st);
+KVF_API const char *kvf_status_str(enum kvf_status st);
 /* Message of the last failure on this thread ("" if none). Valid until the
  * next failing kvfold call on the same thread. */
-const char *kvf_last_error(void);
+KVF_API const char *kvf_last_error(void);
 
 /* ---------------------------------------------------------------- model -- */
 
@@ -52,13 +66,13 @@ struct kvf_model_params {
                                general.architecture = clip) for a GGUF decoder; a
                                Hugging Face LLaVA directory carries its own vision tower */
 };
-struct kvf_model_params kvf_model_default_params(void);
+KVF_API struct kvf_model_params kvf_model_default_params(void);
 
 /* path: a .gguf file, or a Hugging Face directory (config.json,
  * model.safetensors or model.safetensors.index.json, tokenizer.json). */
-enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *params,
+KVF_API enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *params,
                                struct kvf_model **out);
-void kvf_model_free(struct kvf_model *model);
+KVF_API void kvf_model_free(struct kvf_model *model);
 
 enum kvf_rope_style { KVF_ROPE_NORM = 0 /* interleaved pairs */, KVF_ROPE_NEOX = 1 /* halves */ };
 
@@ -85,21 +99,21 @@ struct kvf_model_info {
     int image_grid;          /* image_tokens = image_grid^2 (CLS dropped)        */
 };
 /* The strings stay owned by the model. */
-void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);
+KVF_API void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);
 
 /* ------------------------------------------------------------ tokenizer -- */
 
 /* Tokenizes text[0..len). Writes at most n_max ids; returns the number of ids,
  * or -(required) when n_max is too small. parse_special: turn the text of
  * control tokens (e.g. "<|im_start|>") into their ids. */
-int32_t kvf_tokenize(const struct kvf_model *model, const char *text, size_t len,
+KVF_API int32_t kvf_tokenize(const struct kvf_model *model, const char *text, size_t len,
                      int32_t *tokens, int32_t n_max, bool add_bos, bool parse_special);
 /* The bytes a token stands for when printed (special tokens: empty unless
  * render_special). Returns the byte count, or -(required) if len is too small;
  * never NUL-terminates. */
-int32_t kvf_token_to_piece(const struct kvf_model *model, int32_t token, char *buf,
+KVF_API int32_t kvf_token_to_piece(const struct kvf_model *model, int32_t token, char *buf,
                            int32_t len, bool render_special);
-bool kvf_token_is_eog(const struct kvf_model *model, int32_t token);
+KVF_API bool kvf_token_is_eog(const struct kvf_model *model, int32_t token);
 
 /* Chat templates. name: "llama2" (Llama-2 chat), "vicuna" (Vicuna v1.1 /
  * LLaVA-1.5), "chatml", "gemma", or NULL for the one recognised from
@@ -107,11 +121,11 @@ bool kvf_token_is_eog(const struct kvf_model *model, int32_t token);
  * -(bytes required, NUL included) if buf is too small; an unknown name or a
  * model whose template is not recognised returns INT32_MIN. */
 struct kvf_chat_message { const char *role; const char *content; };
-int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
+KVF_API int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
                        const struct kvf_chat_message *msgs, int n_msgs,
                        bool add_assistant_prefix, char *buf, int32_t len);
 /* Comma-separated list of template names accepted by kvf_chat_apply. */
-const char *kvf_chat_templates(void);
+KVF_API const char *kvf_chat_templates(void);
 
 /* --------------------------------------------------------------- images -- */
 
@@ -125,15 +139,15 @@ struct kvf_image;
  * <= 0 means KVF_IMAGE_MAX_PIXELS_DEFAULT; larger images are rejected before
  * their pixels are decoded. Grey and alpha images are converted to RGB (alpha
  * dropped). */
-enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_image **out);
-enum kvf_status kvf_image_load_memory(const void *data, size_t size, int64_t max_pixels,
+KVF_API enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_image **out);
+KVF_API enum kvf_status kvf_image_load_memory(const void *data, size_t size, int64_t max_pixels,
                                       struct kvf_image **out);
 /* Copies w*h*3 bytes of RGB. */
-enum kvf_status kvf_image_from_rgb(int w, int h, const uint8_t *rgb, struct kvf_image **out);
-void kvf_image_free(struct kvf_image *image);
-int kvf_image_width(const struct kvf_image *image);
-int kvf_image_height(const struct kvf_image *image);
-const uint8_t *kvf_image_rgb(const struct kvf_image *image); /* [h][w][3] */
+KVF_API enum kvf_status kvf_image_from_rgb(int w, int h, const uint8_t *rgb, struct kvf_image **out);
+KVF_API void kvf_image_free(struct kvf_image *image);
+KVF_API int kvf_image_width(const struct kvf_image *image);
+KVF_API int kvf_image_height(const struct kvf_image *image);
+KVF_API const uint8_t *kvf_image_rgb(const struct kvf_image *image); /* [h][w][3] */
 
 /* ---------------------------------------------------------------- media -- */
 
@@ -146,7 +160,7 @@ struct kvf_tag {
                           within its video; text: -1                               */
     int16_t row, col;  /* grid coordinates inside the image or frame; text: -1     */
 };
-const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" */
+KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" */
 
 /* A segment of embeddings that replaces one marker of a prompt: an encoded
  * image or video frame, or a synthetic ("pseudo") image. */
@@ -155,24 +169,24 @@ struct kvf_media;
 /* Runs the model's vision tower (preprocessing, ViT, projector) on an image.
  * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video.
  * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
-enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
+KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
                                        enum kvf_modality modality, int n_threads, struct kvf_media **out);
 /* Pseudo-vision for text models (DESIGN section 8): a rows x cols grid whose
  * embeddings are the model's input embeddings of the words of `text` taken
  * in order (repeated to fill the grid), plus Gaussian noise of standard
  * deviation noise x (the RMS of the embeddings used), seeded. Tagged as an
  * image; flagged synthetic. */
-enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, const char *text, int rows, int cols,
+KVF_API enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, const char *text, int rows, int cols,
                                        float noise, uint64_t seed, struct kvf_media **out);
 /* Caller-made embeddings [rows*cols][n_embd] (copied). */
-enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
+KVF_API enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
                                     enum kvf_modality modality, struct kvf_media **out);
-void kvf_media_free(struct kvf_media *media);
-int kvf_media_n_tokens(const struct kvf_media *media);
-bool kvf_media_is_synthetic(const struct kvf_media *media);
-enum kvf_modality kvf_media_modality(const struct kvf_media *media);
+KVF_API void kvf_media_free(struct kvf_media *media);
+KVF_API int kvf_media_n_tokens(const struct kvf_media *media);
+KVF_API bool kvf_media_is_synthetic(const struct kvf_media *media);
+KVF_API enum kvf_modality kvf_media_modality(const struct kvf_media *media);
 /* Wall time spent encoding (ms; 0 for pseudo and caller-made media). */
-double kvf_media_encode_ms(const struct kvf_media *media);
+KVF_API double kvf_media_encode_ms(const struct kvf_media *media);
 
 /* --------------------------------------------------------------- prompt -- */
 
@@ -186,18 +200,18 @@ struct kvf_prompt;
 #define KVF_MARKER_VIDEO "<video>"
 
 /* media: borrowed; must outlive the prompt. */
-enum kvf_status kvf_prompt_init(const struct kvf_model *model, const char *text,
+KVF_API enum kvf_status kvf_prompt_init(const struct kvf_model *model, const char *text,
                                 const struct kvf_media *const *media, int n_media, bool add_bos,
                                 bool parse_special, struct kvf_prompt **out);
-void kvf_prompt_free(struct kvf_prompt *prompt);
-int kvf_prompt_n_tokens(const struct kvf_prompt *prompt);
+KVF_API void kvf_prompt_free(struct kvf_prompt *prompt);
+KVF_API int kvf_prompt_n_tokens(const struct kvf_prompt *prompt);
 /* Tags of the prompt's positions, pos counted from 0 (they shift by the
  * session's n_past when the prompt is evaluated). */
-const struct kvf_tag *kvf_prompt_tags(const struct kvf_prompt *prompt);
+KVF_API const struct kvf_tag *kvf_prompt_tags(const struct kvf_prompt *prompt);
 /* Token id at position i, or -1 where the position holds media. */
-int32_t kvf_prompt_token(const struct kvf_prompt *prompt, int i);
+KVF_API int32_t kvf_prompt_token(const struct kvf_prompt *prompt, int i);
 /* True when any media item is synthetic (pseudo-vision). */
-bool kvf_prompt_is_synthetic(const struct kvf_prompt *prompt);
+KVF_API bool kvf_prompt_is_synthetic(const struct kvf_prompt *prompt);
 
 /* -------------------------------------------------------------- session -- */
 
@@ -208,10 +222,10 @@ struct kvf_session; /* opaque: KV cache, logits, scratch */
  * is a multiple of 32. */
 enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0 };
 /* "f32", "f16", "q8_0"; NULL for a value outside the enum. */
-const char *kvf_kv_type_name(enum kvf_kv_type type);
+KVF_API const char *kvf_kv_type_name(enum kvf_kv_type type);
 /* The type of that name; otherwise KVF_ERR_INVALID_ARG with a message
  * listing the valid names. */
-enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out);
+KVF_API enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out);
 
 struct kvf_session_params {
     int n_ctx;       /* maximum number of positions; <= 0: the model's training context (capped at 8192) */
@@ -224,18 +238,18 @@ struct kvf_session_params {
                         (the attention each entry receives, the last kv_gather queries of every
                         layer), so that kvf_session_fork can apply any policy to this prefill */
 };
-struct kvf_session_params kvf_session_default_params(void);
+KVF_API struct kvf_session_params kvf_session_default_params(void);
 
-enum kvf_status kvf_session_init(const struct kvf_model *model, const struct kvf_session_params *params,
+KVF_API enum kvf_status kvf_session_init(const struct kvf_model *model, const struct kvf_session_params *params,
                                  struct kvf_session **out);
-void kvf_session_free(struct kvf_session *session);
+KVF_API void kvf_session_free(struct kvf_session *session);
 /* Forgets every cached position. */
-void kvf_session_reset(struct kvf_session *session);
+KVF_API void kvf_session_reset(struct kvf_session *session);
 
 /* Appends tokens to the context and runs them through the model in batches.
  * all_logits (optional): receives n x n_vocab floats, row i = logits after
  * token i. The logits after the last token are always kept in the session. */
-enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *tokens, int n,
+KVF_API enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *tokens, int n,
                                     float *all_logits);
 /* Appends a multimodal prompt (token ids and media embeddings, tagged).
  * all_logits (optional): kvf_prompt_n_tokens x n_vocab floats. With a reduce
@@ -243,17 +257,17 @@ enum kvf_status kvf_session_prefill(struct kvf_session *session, const int32_t *
  * pass, so its text can weigh the images before it; once that pass has merged
  * or dropped rows, all_logits is refused (KVF_ERR_UNSUPPORTED): those
  * positions have no logits. */
-enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
+KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
                                            float *all_logits);
 /* Appends rows of input embeddings [n][n_embd] with their tags (the pos
  * field is ignored: positions continue at n_past). tags NULL: text. */
-enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, const float *embd,
+KVF_API enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, const float *embd,
                                          const struct kvf_tag *tags, int n, float *all_logits);
 /* Tags of every position processed so far, [kvf_session_n_past]. */
-const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
+KVF_API const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
 /* Tags of the entries cached for (layer, kv head), in cache order; *n gets
  * their count. NULL for an index out of range. */
-const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
+KVF_API const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
 /* What a merging policy folded where: for one (layer, kv head), every
  * evicted entry's true position and the true position of the kept entry it
  * was merged into (lookm, elastic), or of the row a reduce step merged it
@@ -263,12 +277,12 @@ const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int
 struct kvf_kv_merge {
     int32_t from, into;
 };
-const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *session, int layer, int head, int *n);
+KVF_API const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *session, int layer, int head, int *n);
 /* A layer's budget as a share of the tokens seen and the Gini coefficient
  * of its priority curve (0: attention spread evenly, near 1: on a few
  * entries), where the policy searched them (prefixkv, budget=prefix);
  * false (and nothing written) otherwise. */
-bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, double *ratio, double *gini);
+KVF_API bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, double *ratio, double *gini);
 
 /* A new session in the state src's would have had under the KV policy
  * kv_spec (its other parameters are src's): the same cache, tags, logits
@@ -278,31 +292,31 @@ bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, d
  * they would not be: src already compressed, either policy prefilling
  * differently (a reduce or schedule stage, question=1), or src lacking a
  * statistic kv_spec scores with (see kv_gather). */
-enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out);
+KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out);
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
  * entries are freed. From then on each kvf_session_decode keeps the cache
  * within budget by the policy's decode stage (the budget applies to the
  * tokens seen so far). May be called again (it compresses to the budget). */
-enum kvf_status kvf_session_compress(struct kvf_session *session);
+KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
 
 /* Appends one token (a prefill of length 1). After a failure other than
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */
-enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
+KVF_API enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
 /* n_vocab logits after the last token processed; NULL before the first. */
-const float *kvf_session_logits(const struct kvf_session *session);
-int kvf_session_n_past(const struct kvf_session *session);
+KVF_API const float *kvf_session_logits(const struct kvf_session *session);
+KVF_API int kvf_session_n_past(const struct kvf_session *session);
 /* Bytes of KV cache currently allocated (all layers: keys, values, tags and
  * per-entry statistics), and the most allocated at any moment since the
  * session started or was reset (prefill included). */
-size_t kvf_session_kv_bytes(const struct kvf_session *session);
-size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
+KVF_API size_t kvf_session_kv_bytes(const struct kvf_session *session);
+KVF_API size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block
  * budget plus the largest block. */
-int kvf_session_kv_peak_entries(const struct kvf_session *session);
+KVF_API int kvf_session_kv_peak_entries(const struct kvf_session *session);
 
 /* What kvf_session_params.kv_spec accepts: presets ("snapkv:budget=0.2"),
  * each optionally followed by stage options ("+decode=h2o:recent=0.5"). */
@@ -312,11 +326,11 @@ struct kvf_kv_policy_info {
     const char *keys;      /* accepted keys, space-separated          */
     const char *defaults;  /* "budget=0.2,window=32,kernel=5"          */
 };
-int kvf_kv_policy_count(void);
-enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info);
+KVF_API int kvf_kv_policy_count(void);
+KVF_API enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info);
 /* Checks a kv_spec without a session: KVF_OK, or an error whose message
  * lists what is valid. */
-enum kvf_status kvf_kv_policy_check(const char *spec);
+KVF_API enum kvf_status kvf_kv_policy_check(const char *spec);
 
 /* -------------------------------------------------------------- sampler -- */
 
@@ -329,18 +343,18 @@ struct kvf_sampler_params {
     float min_p;     /* <= 0: off                                   */
     uint64_t seed;
 };
-struct kvf_sampler_params kvf_sampler_default_params(void);
-enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out);
-void kvf_sampler_free(struct kvf_sampler *sampler);
+KVF_API struct kvf_sampler_params kvf_sampler_default_params(void);
+KVF_API enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out);
+KVF_API void kvf_sampler_free(struct kvf_sampler *sampler);
 /* Returns the chosen token id, or -1 on bad arguments. */
-int32_t kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab);
+KVF_API int32_t kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab);
 
 /* ---------------------------------------------------------------- misc -- */
 
 /* Name of the SIMD level chosen at run time: "avx512", "avx2" or "scalar". */
-const char *kvf_simd_level(void);
+KVF_API const char *kvf_simd_level(void);
 /* Peak resident set size of this process in bytes (0 if unknown). */
-size_t kvf_peak_rss_bytes(void);
+KVF_API size_t kvf_peak_rss_bytes(void);
 
 #ifdef __cplusplus
 }
