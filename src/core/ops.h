@@ -3,7 +3,17 @@
 #ifndef KVF_OPS_H
 #define KVF_OPS_H
 
-#include "model/model.h"
+#include "core/common.h"
+#include "core/quant.h"
+
+/* A 2-D weight: `rows` rows of `cols` values, row-major, stored as `type`
+ * (rows = output features, cols = input features). 1-D weights have rows=1. */
+struct weight {
+    enum dtype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+};
 
 /* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads);

@@ -1,167 +1,166 @@
-/* Policy registry, spec parsing and top-k selection. */
+/* The policy registry: the key table, spec parsing against the rules'
+ * descriptors, budgets and top-k selection. A spec is a preset
+ * ("snapkv:budget=0.2,window=32") — which fixes the score rule and the
+ * defaults of the other stages — optionally followed by stage options
+ * ("+budget=pyramid:beta=20", "+decode=h2o:recent=0.5"). Each rule and its
+ * descriptor live in one file under src/kv/policy/; docs/METHODS.md states
+ * them. */
 #include "kv/policy.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A preset, or one option of a stage ("decode=h2o"): what `kvfold
- * policies` lists and what a spec item may name. */
-struct option {
-    const char *stage;  /* "preset", "budget" or "decode" */
-    const char *name, *summary, *paper;
-    const char *keys;   /* accepted keys, space-separated */
-    const char *shown;  /* the defaults below, as `kvfold policies` prints them */
-    struct kv_policy defaults; /* presets: the whole policy; stages: the values of `keys` */
+/* ------------------------------------------------------------ registry -- */
+
+static const struct kv_rule *const presets[KV_METHOD_COUNT] = {
+#define KV_RULE(ID, name) [KV_##ID] = &kv_rule_##name,
+#include "kv/rules.def"
+#undef KV_RULE
 };
 
-/* Stage defaults every preset starts from. */
-/* (alloc and decode default to uniform and grow: the zero values) */
-#define STAGES .sinks = 4, .beta = 20, .distance = 25, .every = 32
-
-static const struct option presets[KV_METHOD_COUNT] = {
-    [KV_FULL] = {"preset", "full", "keep every entry (the reference)", "-", "", "", {.method = KV_FULL, .budget = 1.0, STAGES}},
-    [KV_STREAMING] = {"preset", "streaming", "attention sinks + the most recent entries, also while decoding",
-                      "StreamingLLM (Xiao et al., 2023)", "budget sinks", "budget=0.2,sinks=4 +decode=window",
-                      {.method = KV_STREAMING, .budget = 0.2, STAGES, .decode = KV_DECODE_WINDOW}},
-    [KV_H2O] = {"preset", "h2o", "heavy hitters (attention summed over every query so far) + the most recent "
-                "entries; one eviction per decode step", "H2O (Zhang et al., 2023)", "budget recent",
-                "budget=0.2,recent=0.5 +decode=h2o",
-                {.method = KV_H2O, .budget = 0.2, .recent = 0.5, STAGES, .decode = KV_DECODE_H2O}},
-    [KV_SNAPKV] = {"preset", "snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
-                   "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
-                   {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5, STAGES}},
-    [KV_PYRAMIDKV] = {"preset", "pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
-                      "PyramidKV (Cai et al., 2024)", "budget window kernel beta",
-                      "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
-                      {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, STAGES,
-                       .alloc = KV_ALLOC_PYRAMID}},
-    [KV_ROCO] = {"preset", "roco", "smallest mean attention received, among entries whose attention varies least",
-                 "RoCo (Ren & Zhu, 2024)", "budget recent sinks", "budget=0.2,recent=0.3,sinks=4",
-                 {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, STAGES}},
-    [KV_KEYDIFF] = {"preset", "keydiff", "keys least similar (cosine) to the mean normalised key",
-                    "KeyDiff (Park et al., 2025)", "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2, STAGES}},
-    [KV_KNORM] = {"preset", "knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget",
-                  "budget=0.2", {.method = KV_KNORM, .budget = 0.2, STAGES}},
-    [KV_RANDOM] = {"preset", "random", "a uniform random subset (seeded)", "baseline", "budget seed",
-                   "budget=0.2,seed=1", {.method = KV_RANDOM, .budget = 0.2, .seed = 1, STAGES}},
-    [KV_IMGRAND] = {"preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)",
-                    "baseline", "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, STAGES}},
-    [KV_LOOKM] = {"preset", "lookm", "text kept, recent kept, image entries by attention received; evicted entries "
-                  "merged into the most similar kept key (merge=none|avg|pivotal|weighted)",
-                  "LOOK-M (Wan et al., 2024; paper 000)", "budget recent important merge text_prior",
-                  "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
-                  {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL, .text_prior = true, STAGES}},
-    [KV_ELASTIC] = {"preset", "elastic", "attention received (mean over heads), one kept set per layer, the first "
-                    "`sinks` entries and the last one kept; evicted entries merged into the kept entry nearest in "
-                    "position", "Elastic Cache (Liu et al., 2024)", "budget sinks distance",
-                    "budget=0.2,sinks=4 +decode=fixed-distance:distance=25",
-                    {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, STAGES, .decode = KV_DECODE_FIXED}},
-    [KV_PREFIXKV] = {"preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary "
-                     "search), one kept set per layer, the first `sinks` entries and the last one kept; profile=FILE (kvfold "
-                     "profile) or online=1",
-                     "PrefixKV (Wang et al., 2024; paper 001)", "budget profile online sinks distance",
-                     "budget=0.2,online=1,sinks=4 +budget=prefix +decode=fixed-distance:distance=25",
-                     {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, STAGES,
-                      .decode = KV_DECODE_FIXED}},
-    [KV_CSP] = {"preset", "csp", "top entries by same-modality and by cross-modality n-softmax attention of the "
-                "observation window (window=0: as many queries as recent entries), their union, the recent window",
-                "Cross-Self Pruning (Pei et al., 2024; paper 004)", "budget recent important cross_ratio n window decode_softmax",
-                "budget=0.2,recent=0.5,cross_ratio=0.5,n=1,window=0,decode_softmax=0",
-                {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, STAGES}},
-    [KV_BLOCKWISE] = {"preset", "blockwise", "the prompt in blocks (block=N tokens, or block=image: one per image or "
-                      "frame), evicted back to budget M entries after each, so the cache never exceeds M + block; "
-                      "evict=snapkv (window of the last tokens seen, or with question=1 of the question run alone "
-                      "first) or keydiff",
-                      "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window kernel question",
-                      "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5,question=0",
-                      {.method = KV_BLOCKWISE, .budget = 1024, .blocks = true, .block = 256, .evict = KV_SNAPKV,
-                       .window = 32, .kernel = 5, STAGES}},
-    [KV_LIGHTKV] = {"preset", "lightkv", "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 "
-                    "windows of its grid (bipartite matching on hidden-state cosine, weighted by the attention text "
-                    "pays them), so later layers see and cache fewer; the default layers are for 32 layers and are "
-                    "scaled to the model's depth (round(l * layers / 32))",
-                    "LightKV (paper 003)", "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
-                    {.method = KV_LIGHTKV, .budget = 1.0, .reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5, STAGES}},
-    [KV_FASTV] = {"preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended "
-                  "to least is dropped; layers k on neither compute nor cache them",
-                  "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
-                  {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
-                   .reduce_ratio = 0.5, STAGES}},
-    [KV_TOME] = {"preset", "tome", "after layers 12, 18 and 24 (scaled to the model's depth as lightkv's) up to "
-                 "`ratio` of each image's tokens merge: bipartite matching on keys averaged over heads, "
-                 "size-weighted means",
-                 "ToMe (Bolya et al., 2023), as paper 003's ToMe (P)", "layers ratio", "layers=12,18,24,ratio=0.5",
-                 {.method = KV_TOME, .budget = 1.0, .reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5, STAGES}},
+const struct kv_rule kv_rule_full = {
+    "preset", "full", "keep every entry (the reference)", "-", "", "",
+    {.method = KV_FULL, .budget = 1.0, KV_STAGE_DEFAULTS}, 0, NULL,
 };
 
-static const struct option allocs[KV_ALLOC_COUNT] = {
-    [KV_ALLOC_UNIFORM] = {"budget", "uniform", "every layer keeps the same share", "-", "", "", {.alloc = KV_ALLOC_UNIFORM}},
-    [KV_ALLOC_PYRAMID] = {"budget", "pyramid", "a linear pyramid: lower layers keep more", "PyramidKV (Cai et al., 2024)",
-                          "beta", "beta=20", {.alloc = KV_ALLOC_PYRAMID, .beta = 20}},
-    [KV_ALLOC_PREFIX] = {"budget", "prefix", "per-layer ratios where every layer keeps the same share of its attention "
-                         "(binary search), online or from profile=FILE", "PrefixKV (Wang et al., 2024; paper 001)",
-                         "profile online", "online=1", {.alloc = KV_ALLOC_PREFIX, .online = true}},
+/* The options that are the absence of a stage's work. */
+static const struct kv_rule budget_uniform = {"budget", "uniform", "every layer keeps the same share", "-", "", "",
+                                              {.alloc = KV_ALLOC_UNIFORM}, 0, NULL};
+static const struct kv_rule reduce_none = {"reduce", "none", "every vision token goes through every layer", "-", "", "",
+                                           {.reduce = KV_REDUCE_NONE}, 0, NULL};
+static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in batches, evicted once it is all in", "-",
+                                             "", "", {.blocks = false}, 0, NULL};
+
+/* Each stage's options, indexed by the stage's enum. */
+static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {&budget_uniform, &kv_rule_budget_pyramid,
+                                                                     &kv_rule_budget_prefix};
+static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {&reduce_none, &kv_rule_reduce_lightkv,
+                                                                      &kv_rule_reduce_fastv, &kv_rule_reduce_tome};
+static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
+static const struct kv_rule *const decode_options[KV_DECODE_COUNT] = {
+    &kv_decode_rules[0], &kv_decode_rules[1], &kv_decode_rules[2], &kv_decode_rules[3], &kv_decode_rules[4]};
+
+/* The stages that may follow a preset after '+', in the order `kvfold
+ * policies` lists their options. */
+enum stage_id { STAGE_REDUCE, STAGE_SCHEDULE, STAGE_BUDGET, STAGE_DECODE, STAGE_COUNT };
+static const struct {
+    const char *name;
+    const struct kv_rule *const *options;
+    int n;
+    const char *hint; /* added to the list of valid options */
+} stages[STAGE_COUNT] = {
+    [STAGE_REDUCE] = {"reduce", reduce_options, KV_REDUCE_COUNT, ""},
+    [STAGE_SCHEDULE] = {"schedule", schedule_options, KV_SCHEDULE_COUNT, ""},
+    [STAGE_BUDGET] = {"budget", budget_options, KV_ALLOC_COUNT, "; a budget size goes in the preset: snapkv:budget=0.2"},
+    [STAGE_DECODE] = {"decode", decode_options, KV_DECODE_COUNT, ""},
 };
 
-static const struct option decodes[KV_DECODE_COUNT] = {
-    [KV_DECODE_GROW] = {"decode", "grow", "decoded tokens are all kept (the cache grows)", "-", "", "",
-                        {.decode = KV_DECODE_GROW}},
-    [KV_DECODE_WINDOW] = {"decode", "window", "over budget: evict the oldest entry after the sinks",
-                          "StreamingLLM (Xiao et al., 2023)", "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4}},
-    [KV_DECODE_H2O] = {"decode", "h2o", "over budget: evict the entry with the least attention so far, outside "
-                       "the recent share", "H2O (Zhang et al., 2023)", "recent", "recent=0.5",
-                       {.decode = KV_DECODE_H2O, .recent = 0.5}},
-    [KV_DECODE_FIXED] = {"decode", "fixed-distance", "over budget: evict the entry `distance` before the end of "
-                         "the compressed prompt", "Elastic Cache (Liu et al., 2024)", "distance", "distance=25",
-                         {.decode = KV_DECODE_FIXED, .distance = 25}},
-    [KV_DECODE_RECOMPRESS] = {"decode", "recompress", "every `every` steps, rerun the preset's rule down to budget",
-                              "kvpress DecodingPress", "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32}},
-};
-
-static const struct option reduces[KV_REDUCE_COUNT] = {
-    [KV_REDUCE_NONE] = {"reduce", "none", "every vision token goes through every layer", "-", "", "", {.reduce = KV_REDUCE_NONE}},
-    [KV_REDUCE_LIGHTKV] = {"reduce", "lightkv", "as the lightkv preset", "LightKV (paper 003)", "layers windows ratio",
-                           "layers=12,18,24,windows=4,2,1,ratio=0.5", {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}},
-    [KV_REDUCE_FASTV] = {"reduce", "fastv", "as the fastv preset", "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
-                         {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5}},
-    [KV_REDUCE_TOME] = {"reduce", "tome", "as the tome preset", "ToMe (Bolya et al., 2023)", "layers ratio",
-                        "layers=12,18,24,ratio=0.5", {.reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5}},
-};
-
-static const struct option schedules[KV_SCHEDULE_COUNT] = {
-    [KV_SCHEDULE_BULK] = {"schedule", "bulk", "the prompt in batches, evicted once it is all in", "-", "", "", {.blocks = false}},
-    [KV_SCHEDULE_BLOCKS] = {"schedule", "blocks", "as the blockwise preset: evicted back to budget M entries (snapkv or "
-                            "keydiff) after every block; the preset's own rule applies once the prompt is in",
-                            "Block-wise prefill under a fixed budget (paper 002)", "budget block evict first window question",
-                            "budget=1024,block=256,evict=snapkv,first=0,window=32,question=0",
-                            {.blocks = true, .budget = 1024, .block = 256, .evict = KV_SNAPKV, .window = 32}},
-};
+const struct kv_rule *kv_rule_of(enum kv_method m) {
+    return (unsigned)m < KV_METHOD_COUNT ? presets[m] : presets[KV_FULL];
+}
 
 /* Presets first, then each stage's options. */
-static const struct option *option_at(int i) {
-    if (i < KV_METHOD_COUNT) return &presets[i];
-    if ((i -= KV_METHOD_COUNT) < KV_REDUCE_COUNT) return &reduces[i];
-    if ((i -= KV_REDUCE_COUNT) < KV_SCHEDULE_COUNT) return &schedules[i];
-    if ((i -= KV_SCHEDULE_COUNT) < KV_ALLOC_COUNT) return &allocs[i];
-    if ((i -= KV_ALLOC_COUNT) < KV_DECODE_COUNT) return &decodes[i];
+static const struct kv_rule *rule_at(int i) {
+    if (i < KV_METHOD_COUNT) return presets[i];
+    i -= KV_METHOD_COUNT;
+    for (int g = 0; g < STAGE_COUNT; i -= stages[g++].n)
+        if (i < stages[g].n) return stages[g].options[i];
     return NULL;
 }
 
-int kvf_kv_policy_count(void) { return KV_METHOD_COUNT + KV_REDUCE_COUNT + KV_SCHEDULE_COUNT + KV_ALLOC_COUNT + KV_DECODE_COUNT; }
+int kvf_kv_policy_count(void) {
+    int n = KV_METHOD_COUNT;
+    for (int g = 0; g < STAGE_COUNT; g++) n += stages[g].n;
+    return n;
+}
 
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
-    const struct option *o = i >= 0 ? option_at(i) : NULL;
-    if (!o || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
-    *info = (struct kvf_kv_policy_info){o->stage, o->name, o->summary, o->paper, o->keys, o->shown};
+    const struct kv_rule *r = i >= 0 ? rule_at(i) : NULL;
+    if (!r || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
+    *info = (struct kvf_kv_policy_info){r->stage, r->name, r->summary, r->paper, r->keys, r->shown};
     return KVF_OK;
 }
 
-#define POLICY_NAMES "full, streaming, h2o, snapkv, pyramidkv, roco, keydiff, knorm, random, imgrand, lookm, elastic, " \
-                     "prefixkv, csp, blockwise, lightkv, fastv, tome"
-#define STAGE_ITEMS "reduce=none|lightkv|fastv|tome, schedule=bulk|blocks, budget=uniform|pyramid|prefix, " \
-                    "decode=grow|window|h2o|fixed-distance|recompress"
+/* "a, b, c" of the names of n rules into buf. */
+static const char *rule_names(const struct kv_rule *const *rules, int n, const char *sep, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? sep : "", rules[i]->name);
+    return buf;
+}
+
+/* "reduce=none|lightkv|..., schedule=..." for messages. */
+static const char *stage_items(char *buf, size_t cap) {
+    size_t len = 0;
+    for (int g = 0; g < STAGE_COUNT && len < cap; g++) {
+        char names[160];
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s=%s", g ? ", " : "", stages[g].name,
+                                rule_names(stages[g].options, stages[g].n, "|", names, sizeof names));
+    }
+    return buf;
+}
+
+/* ----------------------------------------------------------- key table -- */
+
+enum key_type {
+    KEY_BUDGET,  /* a ratio in (0, 1] or a whole number of entries (double) */
+    KEY_SHARE,   /* a number in [0, 1] (double)                             */
+    KEY_NUM,     /* a number in [lo, hi] (double)                           */
+    KEY_INT,     /* an integer in [lo, hi] (int)                            */
+    KEY_ODD,     /* an odd integer in [lo, hi] (int)                        */
+    KEY_BLOCK,   /* an integer in [lo, hi], or image / frame: 0 (int)       */
+    KEY_SEED,    /* a non-negative integer below 2^53 (uint64_t)            */
+    KEY_BOOL,    /* 0 or 1 (bool)                                           */
+    KEY_MERGE,   /* none, avg, pivotal, weighted (enum kv_merge)            */
+    KEY_EVICTOR, /* a preset that can evict blocks: snapkv, keydiff (enum kv_method) */
+    KEY_LAYERS,  /* a list of increasing integers in [lo, hi] (int[], count) */
+    KEY_LIST,    /* a list of integers in [lo, hi] (int[], count)            */
+    KEY_LAYER,   /* one integer in [lo, hi]: a list of one (int[], count)    */
+    KEY_PATH,    /* a file path (char[])                                     */
+};
+
+struct key_def {
+    const char *name;
+    enum key_type type;
+    size_t at;       /* offsetof the field in struct kv_policy */
+    size_t count_at; /* list types: offsetof the count field  */
+    double lo, hi;
+};
+
+#define AT(field) offsetof(struct kv_policy, field)
+static const struct key_def keys[KV_KEY_COUNT] = {
+    [KV_KEY_BUDGET] = {"budget", KEY_BUDGET, AT(budget), 0, 1e-6, 1e9},
+    [KV_KEY_SINKS] = {"sinks", KEY_INT, AT(sinks), 0, 0, 1 << 20},
+    [KV_KEY_RECENT] = {"recent", KEY_SHARE, AT(recent), 0, 0, 1},
+    [KV_KEY_IMPORTANT] = {"important", KEY_SHARE, AT(important), 0, 0, 1},
+    [KV_KEY_WINDOW] = {"window", KEY_INT, AT(window), 0, 0, 1 << 20},
+    [KV_KEY_KERNEL] = {"kernel", KEY_ODD, AT(kernel), 0, 1, 1 << 20},
+    [KV_KEY_SEED] = {"seed", KEY_SEED, AT(seed), 0, 0, 9007199254740992.0},
+    [KV_KEY_BETA] = {"beta", KEY_INT, AT(beta), 0, 1, 1 << 20},
+    [KV_KEY_DISTANCE] = {"distance", KEY_INT, AT(distance), 0, 0, 1 << 20},
+    [KV_KEY_EVERY] = {"every", KEY_INT, AT(every), 0, 1, 1 << 20},
+    [KV_KEY_MERGE] = {"merge", KEY_MERGE, AT(merge), 0, 0, 0},
+    [KV_KEY_TEXT_PRIOR] = {"text_prior", KEY_BOOL, AT(text_prior), 0, 0, 1},
+    [KV_KEY_CROSS_RATIO] = {"cross_ratio", KEY_SHARE, AT(cross_ratio), 0, 0, 1},
+    [KV_KEY_N] = {"n", KEY_NUM, AT(nsm_n), 0, 0, 1e6},
+    [KV_KEY_DECODE_SOFTMAX] = {"decode_softmax", KEY_BOOL, AT(decode_softmax), 0, 0, 1},
+    [KV_KEY_BLOCK] = {"block", KEY_BLOCK, AT(block), 0, 1, 1 << 20},
+    [KV_KEY_FIRST] = {"first", KEY_INT, AT(first), 0, 0, 1 << 20},
+    [KV_KEY_EVICT] = {"evict", KEY_EVICTOR, AT(evict), 0, 0, 0},
+    [KV_KEY_QUESTION] = {"question", KEY_BOOL, AT(question), 0, 0, 1},
+    [KV_KEY_LAYERS] = {"layers", KEY_LAYERS, AT(stage_layer), AT(n_stages), 1, 4096},
+    [KV_KEY_WINDOWS] = {"windows", KEY_LIST, AT(stage_window), AT(n_windows), 1, 4096},
+    [KV_KEY_K] = {"k", KEY_LAYER, AT(stage_layer), AT(n_stages), 1, 4096},
+    [KV_KEY_R] = {"r", KEY_SHARE, AT(reduce_ratio), 0, 0, 1},
+    [KV_KEY_RATIO] = {"ratio", KEY_SHARE, AT(reduce_ratio), 0, 0, 1},
+    [KV_KEY_ONLINE] = {"online", KEY_BOOL, AT(online), 0, 0, 1},
+    [KV_KEY_PROFILE] = {"profile", KEY_PATH, AT(profile), 0, 0, 0},
+};
+#undef AT
 
 static bool parse_num(const char *v, double lo, double hi, double *out) {
     char *end;
@@ -171,109 +170,129 @@ static bool parse_num(const char *v, double lo, double hi, double *out) {
     return true;
 }
 
-static bool has_key(const char *keys, const char *key) {
-    char k[40], all[128];
-    snprintf(k, sizeof k, " %s ", key);
-    snprintf(all, sizeof all, " %s ", keys);
-    return strstr(all, k) != NULL;
+/* Whether the space-separated list `names` holds `name` exactly. */
+static bool has_name(const char *names, const char *name) {
+    const size_t len = strlen(name);
+    for (const char *c = names; *c;) {
+        const size_t w = strcspn(c, " ");
+        if (w == len && !strncmp(c, name, len)) return true;
+        c += w;
+        c += strspn(c, " ");
+    }
+    return false;
 }
 
-/* Sets key=val for option o (a preset or a stage option named `what`). */
-static enum kvf_status set_key(const struct option *o, const char *what, struct kv_policy *p, const char *key,
-                               const char *val) {
-    if (!key[0] || !has_key(o->keys, key))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': unknown key '%s' (valid: %s)", what, key,
-                       o->keys[0] ? o->keys : "none");
-    double x;
-    if (!strcmp(key, "budget")) {
-        /* A ratio in (0, 1], or a whole number of entries. */
-        if (!parse_num(val, 1e-6, 1e9, &x) || (x > 1.0 && x != floor(x)))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget '%s' is neither a ratio in (0, 1] nor a "
-                           "whole number of entries", what, val);
-        p->budget = x, p->shares |= 4;
-    } else if (!strcmp(key, "recent") || !strcmp(key, "important")) {
-        if (!parse_num(val, 0.0, 1.0, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' is not a share in [0, 1]", what, key, val);
-        if (key[0] == 'r') p->recent = x, p->shares |= 1;
-        else p->important = x, p->shares |= 2;
-    } else if (!strcmp(key, "merge")) {
-        static const char *const names[] = {"none", "avg", "pivotal", "weighted"};
-        int m = -1;
-        for (int i = 0; i < 4; i++)
-            if (!strcmp(val, names[i])) m = i;
-        if (m < 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': merge '%s' (valid: none, avg, pivotal, weighted)", what, val);
-        p->merge = (enum kv_merge)m;
-    } else if (!strcmp(key, "text_prior") || !strcmp(key, "online") || !strcmp(key, "decode_softmax") ||
-               !strcmp(key, "question")) {
-        if (strcmp(val, "0") && strcmp(val, "1"))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be 0 or 1", what, key, val);
-        *(key[0] == 't' ? &p->text_prior : key[0] == 'o' ? &p->online : key[0] == 'q' ? &p->question
-                                                                                        : &p->decode_softmax) = val[0] == '1';
-    } else if (!strcmp(key, "layers") || !strcmp(key, "windows")) {
-        /* A list: 12,18,24 (layers strictly increasing). */
-        const bool layers = key[0] == 'l';
-        int *dst = layers ? p->stage_layer : p->stage_window, n = 0;
-        for (const char *c = val; *c;) {
-            char *end;
-            const long v = strtol(c, &end, 10);
-            if (end == c || (*end && *end != ',') || v < 1 || v > 4096 || n == KV_REDUCE_MAX ||
-                (layers && n > 0 && v <= dst[n - 1]))
-                return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be up to %d %s integers >= 1", what,
-                               key, val, KV_REDUCE_MAX, layers ? "increasing" : "");
-            dst[n++] = (int)v;
-            c = *end ? end + 1 : end;
-        }
-        if (n == 0) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s is empty", what, key);
-        *(layers ? &p->n_stages : &p->n_windows) = n;
-    } else if (!strcmp(key, "k")) {
-        if (!parse_num(val, 1, 4096, &x) || x != floor(x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': k '%s' must be a layer count >= 1", what, val);
-        p->n_stages = 1, p->stage_layer[0] = (int)x;
-    } else if (!strcmp(key, "r") || !strcmp(key, "ratio")) {
-        if (!parse_num(val, 0.0, 1.0, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' is not a share in [0, 1]", what, key, val);
-        p->reduce_ratio = x;
-    } else if (!strcmp(key, "evict")) {
-        if (strcmp(val, "snapkv") && strcmp(val, "keydiff"))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': evict '%s' (valid: snapkv, keydiff)", what, val);
-        p->evict = val[0] == 's' ? KV_SNAPKV : KV_KEYDIFF;
-    } else if (!strcmp(key, "block") && (!strcmp(val, "image") || !strcmp(val, "frame"))) {
-        p->block = 0;
-    } else if (!strcmp(key, "cross_ratio")) {
-        if (!parse_num(val, 0.0, 1.0, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': cross_ratio '%s' is not a share in [0, 1]", what, val);
-        p->cross_ratio = x;
-    } else if (!strcmp(key, "n")) {
-        if (!parse_num(val, 0.0, 1e6, &x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': n '%s' is not a number in [0, 1e6]", what, val);
-        p->nsm_n = x;
-    } else if (!strcmp(key, "profile")) {
-        if (!val[0] || strlen(val) >= sizeof p->profile)
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': profile path empty or too long", what);
-        snprintf(p->profile, sizeof p->profile, "%s", val);
-        p->online = false;
-    } else if (!strcmp(key, "seed")) {
-        if (!parse_num(val, 0, 9007199254740992.0, &x) || x != floor(x))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': seed '%s' is not a non-negative integer", what, val);
-        p->seed = (uint64_t)x;
-    } else {
-        const bool kernel = !strcmp(key, "kernel");
-        const bool positive = kernel || !strcmp(key, "beta") || !strcmp(key, "every") || !strcmp(key, "block");
-        if (!parse_num(val, positive ? 1 : 0, 1 << 20, &x) || x != floor(x) || (kernel && fmod(x, 2.0) != 1.0))
-            return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", what, key, val,
-                           kernel ? "an odd integer >= 1" : !strcmp(key, "block") ? "an integer >= 1, image or frame"
-                           : positive ? "an integer >= 1" : "a non-negative integer");
-        int *field = !strcmp(key, "sinks") ? &p->sinks : !strcmp(key, "window") ? &p->window
-                     : !strcmp(key, "beta") ? &p->beta : !strcmp(key, "distance") ? &p->distance
-                     : !strcmp(key, "every") ? &p->every : !strcmp(key, "block") ? &p->block
-                     : !strcmp(key, "first") ? &p->first : &p->kernel;
-        *field = (int)x;
+/* A list of integers "12,18,24" in [d->lo, d->hi] into dst[KV_REDUCE_MAX];
+ * its length, or -1. */
+static int parse_ints(const struct key_def *d, const char *val, int *dst) {
+    int n = 0;
+    for (const char *c = val; *c;) {
+        char *end;
+        const long v = strtol(c, &end, 10);
+        if (end == c || (*end && *end != ',') || v < d->lo || v > d->hi || n == KV_REDUCE_MAX ||
+            (d->type == KEY_LAYERS && n > 0 && v <= dst[n - 1]))
+            return -1;
+        dst[n++] = (int)v;
+        c = *end ? end + 1 : end;
     }
+    return n;
+}
+
+/* What a key's value must be, for messages. */
+static const char *key_expects(const struct key_def *d, char *buf, size_t cap) {
+    switch (d->type) {
+    case KEY_BUDGET: return "a ratio in (0, 1] or a whole number of entries";
+    case KEY_SHARE: return "a share in [0, 1]";
+    case KEY_NUM: snprintf(buf, cap, "a number in [%g, %g]", d->lo, d->hi); return buf;
+    case KEY_INT: return d->lo > 0 ? "an integer >= 1" : "a non-negative integer";
+    case KEY_ODD: return "an odd integer >= 1";
+    case KEY_BLOCK: return "an integer >= 1, image or frame";
+    case KEY_SEED: return "a non-negative integer";
+    case KEY_BOOL: return "0 or 1";
+    case KEY_MERGE: return "one of none, avg, pivotal, weighted";
+    case KEY_EVICTOR: return "one of snapkv, keydiff";
+    case KEY_LAYERS: snprintf(buf, cap, "up to %d increasing integers >= 1", KV_REDUCE_MAX); return buf;
+    case KEY_LIST: snprintf(buf, cap, "up to %d integers >= 1", KV_REDUCE_MAX); return buf;
+    case KEY_LAYER: return "a layer count >= 1";
+    case KEY_PATH: return "a file path";
+    }
+    return "";
+}
+
+/* Sets key=val for rule r (a preset or a stage option named `what`). */
+static enum kvf_status set_key(const struct kv_rule *r, const char *what, struct kv_policy *p, const char *key,
+                               const char *val) {
+    int id = 0;
+    while (id < KV_KEY_COUNT && strcmp(keys[id].name, key)) id++;
+    if (!key[0] || id == KV_KEY_COUNT || !has_name(r->keys, key))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': unknown key '%s' (valid: %s)", what, key,
+                       r->keys[0] ? r->keys : "none");
+    const struct key_def *d = &keys[id];
+    char *field = (char *)p + d->at;
+    double x = 0.0;
+    bool ok = true;
+    switch (d->type) {
+    case KEY_BUDGET: ok = parse_num(val, d->lo, d->hi, &x) && (x <= 1.0 || x == floor(x)); break;
+    case KEY_SHARE:
+    case KEY_NUM: ok = parse_num(val, d->lo, d->hi, &x); break;
+    case KEY_BLOCK:
+        if (!strcmp(val, "image") || !strcmp(val, "frame")) break; /* one block per media segment: 0 */
+        /* fall through */
+    case KEY_INT:
+    case KEY_ODD:
+    case KEY_SEED:
+        ok = parse_num(val, d->lo, d->hi, &x) && x == floor(x) && (d->type != KEY_ODD || fmod(x, 2.0) == 1.0);
+        break;
+    case KEY_BOOL: ok = !strcmp(val, "0") || !strcmp(val, "1"), x = val[0] == '1'; break;
+    case KEY_MERGE: {
+        static const char *const names[] = {"none", "avg", "pivotal", "weighted"};
+        ok = false;
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(val, names[i])) ok = true, x = i;
+        break;
+    }
+    case KEY_EVICTOR:
+        ok = !strcmp(val, "snapkv") || !strcmp(val, "keydiff");
+        x = val[0] == 's' ? KV_SNAPKV : KV_KEYDIFF;
+        break;
+    case KEY_LAYERS:
+    case KEY_LIST:
+    case KEY_LAYER: {
+        int v[KV_REDUCE_MAX];
+        const int n = parse_ints(d, val, v);
+        ok = n >= 1 && (d->type != KEY_LAYER || n == 1);
+        if (ok) memcpy(field, v, sizeof(int) * (size_t)n), *(int *)((char *)p + d->count_at) = n;
+        break;
+    }
+    case KEY_PATH:
+        ok = val[0] && strlen(val) < sizeof p->profile;
+        if (ok) snprintf(field, sizeof p->profile, "%s", val);
+        break;
+    }
+    if (!ok) {
+        char buf[64];
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s '%s' must be %s", what, key, val,
+                       key_expects(d, buf, sizeof buf));
+    }
+    switch (d->type) {
+    case KEY_BUDGET:
+    case KEY_SHARE:
+    case KEY_NUM: *(double *)field = x; break;
+    case KEY_INT:
+    case KEY_ODD:
+    case KEY_BLOCK: *(int *)field = (int)x; break;
+    case KEY_SEED: *(uint64_t *)field = (uint64_t)x; break;
+    case KEY_BOOL: *(bool *)field = x != 0.0; break;
+    case KEY_MERGE: *(enum kv_merge *)field = (enum kv_merge)x; break;
+    case KEY_EVICTOR: *(enum kv_method *)field = (enum kv_method)x; break;
+    default: break;
+    }
+    p->given |= 1u << id;
     return KVF_OK;
 }
 
-/* Applies "k=v,k=v" (args, modified in place) for option o. */
-static enum kvf_status set_keys(const struct option *o, const char *what, struct kv_policy *p, char *args) {
+/* Applies "k=v,k=v" (args, modified in place) for rule r. */
+static enum kvf_status set_keys(const struct kv_rule *r, const char *what, struct kv_policy *p, char *args) {
     for (char *kv = args, *next; kv && *kv; kv = next) {
         /* A piece without '=' continues the previous value's list. */
         next = kv;
@@ -285,120 +304,155 @@ static enum kvf_status set_keys(const struct option *o, const char *what, struct
         char *eq = strchr(kv, '=');
         if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': '%s' is not key=value", what, kv);
         *eq = '\0';
-        enum kvf_status st = set_key(o, what, p, kv, eq + 1);
+        enum kvf_status st = set_key(r, what, p, kv, eq + 1);
         if (st != KVF_OK) return st;
     }
     return KVF_OK;
 }
 
+/* -------------------------------------------------------------- parsing -- */
+
 /* One "+stage=option[:keys]" item; the option's defaults fill the keys the
  * preset does not have (decode=h2o's recent share under snapkv). The
  * schedule stage's budget and window are its own (block_budget,
  * block_window), not the preset's. */
-static enum kvf_status parse_stage(char *item, const struct option *preset, struct kv_policy *p) {
+static enum kvf_status parse_stage(char *item, const struct kv_rule *preset, struct kv_policy *p) {
     char *args = strchr(item, ':');
     if (args) *args++ = '\0';
     char *eq = strchr(item, '=');
-    if (!eq) return err_set(KVF_ERR_INVALID_ARG, "kv policy: '%s' after '+' is not a stage (valid: " STAGE_ITEMS ")", item);
+    char items[512];
+    if (!eq)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy: '%s' after '+' is not a stage (valid: %s)", item,
+                       stage_items(items, sizeof items));
     *eq++ = '\0';
-    const struct option *table = NULL;
-    int n = 0;
-    const char *valid = "";
-    if (!strcmp(item, "budget"))
-        table = allocs, n = KV_ALLOC_COUNT, valid = "uniform, pyramid, prefix; a budget size goes in the preset: snapkv:budget=0.2";
-    else if (!strcmp(item, "decode")) table = decodes, n = KV_DECODE_COUNT, valid = "grow, window, h2o, fixed-distance, recompress";
-    else if (!strcmp(item, "reduce")) table = reduces, n = KV_REDUCE_COUNT, valid = "none, lightkv, fastv, tome";
-    else if (!strcmp(item, "schedule")) table = schedules, n = KV_SCHEDULE_COUNT, valid = "bulk, blocks";
-    else return err_set(KVF_ERR_INVALID_ARG, "kv policy: unknown stage '%s' (valid: " STAGE_ITEMS ")", item);
-    for (int i = 0; i < n; i++) {
-        if (strcmp(eq, table[i].name)) continue;
-        const struct kv_policy *d = &table[i].defaults;
-        char what[64];
-        snprintf(what, sizeof what, "%s=%s", item, eq);
-        if (table == schedules) {
-            struct kv_policy t = *d;
-            const enum kvf_status st = set_keys(&table[i], what, &t, args);
-            if (st != KVF_OK) return st;
-            p->blocks = t.blocks, p->block = t.block, p->first = t.first, p->evict = t.evict, p->question = t.question;
-            p->block_budget = t.budget > 1.0 ? (int)t.budget : 0, p->block_window = t.window;
-            if (!has_key(preset->keys, "kernel")) p->kernel = 5;
-            return KVF_OK;
-        }
-        if (table == reduces) {
-            p->reduce = d->reduce, p->n_stages = d->n_stages, p->n_windows = 0, p->reduce_ratio = d->reduce_ratio;
-            memcpy(p->stage_layer, d->stage_layer, sizeof p->stage_layer);
-        } else if (table == allocs) {
-            p->alloc = d->alloc;
-        } else {
-            p->decode = d->decode;
-        }
-        if (has_key(table[i].keys, "recent") && !has_key(preset->keys, "recent")) p->recent = d->recent;
-        if (table == allocs && d->alloc == KV_ALLOC_PREFIX && !has_key(preset->keys, "online"))
-            p->online = d->online, p->profile[0] = '\0';
-        return set_keys(&table[i], what, p, args);
+    int g = 0;
+    while (g < STAGE_COUNT && strcmp(item, stages[g].name)) g++;
+    if (g == STAGE_COUNT)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy: unknown stage '%s' (valid: %s)", item,
+                       stage_items(items, sizeof items));
+    const struct kv_rule *o = NULL;
+    for (int i = 0; i < stages[g].n && !o; i++)
+        if (!strcmp(eq, stages[g].options[i]->name)) o = stages[g].options[i];
+    if (!o) {
+        char names[160];
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s%s)", item, eq,
+                       rule_names(stages[g].options, stages[g].n, ", ", names, sizeof names), stages[g].hint);
     }
-    return err_set(KVF_ERR_INVALID_ARG, "kv policy: %s stage has no option '%s' (valid: %s)", item, eq, valid);
-}
-
-enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
-    if (!spec || !spec[0]) {
-        *out = presets[KV_FULL].defaults;
+    char what[64];
+    snprintf(what, sizeof what, "%s=%s", item, eq);
+    const struct kv_policy *d = &o->defaults;
+    switch ((enum stage_id)g) {
+    case STAGE_SCHEDULE: {
+        struct kv_policy t = *d;
+        const enum kvf_status st = set_keys(o, what, &t, args);
+        if (st != KVF_OK) return st;
+        p->blocks = t.blocks, p->block = t.block, p->first = t.first, p->evict = t.evict, p->question = t.question;
+        p->block_budget = t.budget > 1.0 ? (int)t.budget : 0, p->block_window = t.window;
+        if (!has_name(preset->keys, "kernel")) p->kernel = 5;
         return KVF_OK;
     }
+    case STAGE_REDUCE:
+        p->reduce = d->reduce, p->n_stages = d->n_stages, p->n_windows = 0, p->reduce_ratio = d->reduce_ratio;
+        memcpy(p->stage_layer, d->stage_layer, sizeof p->stage_layer);
+        break;
+    case STAGE_BUDGET:
+        p->alloc = d->alloc;
+        if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online")) p->online = d->online, p->profile[0] = '\0';
+        break;
+    case STAGE_DECODE: p->decode = d->decode; break;
+    case STAGE_COUNT: break;
+    }
+    if (has_name(o->keys, "recent") && !has_name(preset->keys, "recent")) p->recent = d->recent;
+    return set_keys(o, what, p, args);
+}
+
+/* The preset's args (modified in place), then budget (> 0) as if given last. */
+static enum kvf_status parse_preset(const struct kv_rule *pr, char *args, double budget, struct kv_policy *p) {
+    *p = pr->defaults;
+    enum kvf_status st = set_keys(pr, pr->name, p, args);
+    if (st != KVF_OK || budget <= 0) return st;
+    if (!has_name(pr->keys, "budget"))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s' takes no budget (its keys: %s)", pr->name,
+                       pr->keys[0] ? pr->keys : "none");
+    char val[32];
+    snprintf(val, sizeof val, "%.17g", budget);
+    return set_key(pr, pr->name, p, "budget", val);
+}
+
+/* The rules no single key can check: shares that give each other, stages
+ * that need or exclude one another. */
+static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
+    if (p->method == KV_FULL && p->decode != KV_DECODE_GROW)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': full keeps every entry, so it has no decode stage", spec);
+    /* Recent and important shares of the budget: one gives the other. */
+    const bool recent = kv_policy_given(p, KV_KEY_RECENT), important = kv_policy_given(p, KV_KEY_IMPORTANT);
+    if (recent && important && p->recent + p->important <= 0)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent and important shares are both 0", spec);
+    if (recent && important) p->recent /= p->recent + p->important;
+    else if (important) p->recent = 1.0 - p->important;
+    /* A profile replaces the online search unless online=1 was asked too. */
+    if (kv_policy_given(p, KV_KEY_PROFILE) && !kv_policy_given(p, KV_KEY_ONLINE)) p->online = false;
+    if (p->alloc == KV_ALLOC_PREFIX && p->online == (p->profile[0] != '\0'))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or "
+                       "online=1", spec);
+    if (kv_rule_of(p->method)->needs & KV_NEEDS_EVICTOR)
+        p->block_budget = p->budget > 1.0 ? (int)p->budget : 0, p->block_window = p->window;
+    if (p->blocks && p->block_budget <= 0)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': block-wise prefill needs a budget in entries "
+                       "(budget=1024), not a ratio: the prompt's length is not known while it runs", spec);
+    if (p->question && (!p->blocks || p->evict != KV_SNAPKV))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': question=1 gives block-wise SnapKV eviction its "
+                       "queries; it needs evict=snapkv", spec);
+    if (p->reduce != KV_REDUCE_NONE && p->blocks)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': a reduce stage runs on the whole prompt in one pass "
+                       "(the text after an image weighs its tokens), so it does not compose with block-wise "
+                       "prefill", spec);
+    if (p->reduce == KV_REDUCE_LIGHTKV && (p->n_stages ? p->n_stages : 3) != (p->n_windows ? p->n_windows : 3))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': lightkv needs one window size per layer "
+                       "(layers=12,18,24,windows=4,2,1)", spec);
+    if (p->alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(p))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
+                       "prefixkv, elastic, h2o or lookm", spec);
+    return KVF_OK;
+}
+
+enum kvf_status kv_policy_parse_budget(const char *spec, double budget, struct kv_policy *out) {
+    if (!(budget >= 0)) return err_set(KVF_ERR_INVALID_ARG, "kv budget %g is negative", budget);
     char buf[256];
-    if (strlen(spec) >= sizeof buf) return err_set(KVF_ERR_INVALID_ARG, "kv policy spec too long");
-    snprintf(buf, sizeof buf, "%s", spec);
+    snprintf(buf, sizeof buf, "%s", spec && spec[0] ? spec : "full");
+    if (spec && strlen(spec) >= sizeof buf) return err_set(KVF_ERR_INVALID_ARG, "kv policy spec too long");
     char *rest = strchr(buf, '+');
     if (rest) *rest++ = '\0';
     char *args = strchr(buf, ':');
     if (args) *args++ = '\0';
-    const struct option *pr = NULL;
-    for (int i = 0; i < KV_METHOD_COUNT; i++)
-        if (!strcmp(buf, presets[i].name)) pr = &presets[i];
-    if (!pr) return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: " POLICY_NAMES
-                            "; stages follow with +: " STAGE_ITEMS ")", buf);
-    struct kv_policy p = pr->defaults;
-    enum kvf_status st = set_keys(pr, pr->name, &p, args);
+    const struct kv_rule *pr = NULL;
+    for (int i = 0; i < KV_METHOD_COUNT && !pr; i++)
+        if (!strcmp(buf, presets[i]->name)) pr = presets[i];
+    if (!pr) {
+        char names[512], items[512];
+        return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: %s; stages follow with +: %s)", buf,
+                       rule_names(presets, KV_METHOD_COUNT, ", ", names, sizeof names), stage_items(items, sizeof items));
+    }
+    struct kv_policy p;
+    enum kvf_status st = parse_preset(pr, args, budget, &p);
     for (char *item = rest, *next; st == KVF_OK && item; item = next) {
         next = strchr(item, '+');
         if (next) *next++ = '\0';
         st = parse_stage(item, pr, &p);
     }
-    if (st == KVF_OK && p.method == KV_FULL && p.decode != KV_DECODE_GROW)
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': full keeps every entry, so it has no decode stage", spec);
-    /* Recent and important shares of the budget: one gives the other. */
-    const int shares = p.shares & 3;
-    if (st == KVF_OK && shares == 3 && p.recent + p.important <= 0)
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': recent and important shares are both 0", spec);
-    if (st == KVF_OK && shares == 3) p.recent /= p.recent + p.important;
-    else if (st == KVF_OK && shares == 2) p.recent = 1.0 - p.important;
-    if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && p.online == (p.profile[0] != '\0'))
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or online=1", spec);
-    if (p.method == KV_BLOCKWISE) p.block_budget = p.budget > 1.0 ? (int)p.budget : 0, p.block_window = p.window;
-    if (st == KVF_OK && p.blocks && p.block_budget <= 0)
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': block-wise prefill needs a budget in entries (budget=1024), "
-                     "not a ratio: the prompt's length is not known while it runs", spec);
-    if (st == KVF_OK && p.question && (!p.blocks || p.evict != KV_SNAPKV))
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': question=1 gives block-wise SnapKV eviction its queries; "
-                     "it needs evict=snapkv", spec);
-    if (st == KVF_OK && p.reduce != KV_REDUCE_NONE && p.blocks)
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': a reduce stage runs on the whole prompt in one pass "
-                     "(the text after an image weighs its tokens), so it does not compose with block-wise prefill", spec);
-    if (st == KVF_OK && p.reduce == KV_REDUCE_LIGHTKV && (p.n_stages ? p.n_stages : 3) != (p.n_windows ? p.n_windows : 3))
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': lightkv needs one window size per layer (layers=12,18,24,"
-                     "windows=4,2,1)", spec);
-    if (st == KVF_OK && p.alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(&p))
-        st = err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
-                     "prefixkv, elastic, h2o or lookm", spec);
-    if (st != KVF_OK) return st;
-    *out = p;
-    return KVF_OK;
+    if (st == KVF_OK) st = policy_check(spec && spec[0] ? spec : "full", &p);
+    if (st == KVF_OK) *out = p;
+    return st;
 }
+
+enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) { return kv_policy_parse_budget(spec, 0, out); }
 
 enum kvf_status kvf_kv_policy_check(const char *spec) {
     struct kv_policy p;
     return kv_policy_parse(spec, &p);
 }
+
+/* ------------------------------------------------------------- budgets -- */
 
 int kv_policy_keep_count(const struct kv_policy *p, int n) {
     if (p->method == KV_FULL) return n;
@@ -411,6 +465,8 @@ int kv_policy_layer_keep(const struct kv_policy *p, int n, int layer, int n_laye
     const int keep = kv_policy_keep_count(p, n);
     return p->alloc == KV_ALLOC_PYRAMID ? kv_pyramid_keep(p, n, keep, layer, n_layer) : keep;
 }
+
+/* ----------------------------------------------------------- selection -- */
 
 /* Order: higher score first; ties: earlier entry first. */
 static int by_score(const void *a, const void *b, void *arg) {
@@ -462,29 +518,4 @@ enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const fl
     const int n = kv_cache_head(c, layer, head)->n;
     const int kept = kv_select(n, score, keep, scratch);
     return kept == n ? KVF_OK : kv_cache_keep(c, layer, head, scratch, kept);
-}
-
-int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window) {
-    static const int def_layer[3] = {12, 18, 24}, def_window[3] = {4, 2, 1};
-    if (p->reduce == KV_REDUCE_NONE) return 0;
-    int n = 0;
-    if (p->n_stages > 0) {
-        for (; n < p->n_stages; n++) {
-            if (p->stage_layer[n] >= n_layer) {
-                err_set(KVF_ERR_INVALID_ARG, "kv policy: a reduce step after layer %d needs a later layer; the model "
-                        "has %d", p->stage_layer[n], n_layer);
-                return -1;
-            }
-            layer[n] = p->stage_layer[n];
-            window[n] = p->n_windows ? p->stage_window[n] : def_window[n % 3];
-        }
-        return n;
-    }
-    for (int i = 0; i < 3 && n_layer > 1; i++) {
-        const int l = KVF_MAX(1, KVF_MIN(n_layer - 1, (int)floor(def_layer[i] * (double)n_layer / 32.0 + 0.5)));
-        if (n > 0 && layer[n - 1] >= l) continue;
-        layer[n] = l;
-        window[n++] = p->n_windows ? p->stage_window[i] : def_window[i];
-    }
-    return n;
 }

@@ -9,11 +9,13 @@
 
 #include "kv/cache.h"
 
-/* Presets; each one is a score rule (pyramidkv: SnapKV's rule with the
- * pyramid budget allocation). */
-enum kv_method { KV_FULL, KV_STREAMING, KV_H2O, KV_SNAPKV, KV_PYRAMIDKV, KV_ROCO, KV_KEYDIFF, KV_KNORM, KV_RANDOM,
-                 KV_IMGRAND, KV_LOOKM, KV_ELASTIC, KV_PREFIXKV, KV_CSP, KV_BLOCKWISE, KV_LIGHTKV, KV_FASTV, KV_TOME,
-                 KV_METHOD_COUNT };
+/* Presets, one per line of kv/rules.def: KV_FULL, KV_STREAMING, ... */
+enum kv_method {
+#define KV_RULE(ID, name) KV_##ID,
+#include "kv/rules.def"
+#undef KV_RULE
+    KV_METHOD_COUNT
+};
 /* Budget stage: how the entries are spread over the layers (prefix:
  * PrefixKV's searched per-layer ratios, online or from a profile). */
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
@@ -28,6 +30,15 @@ enum kv_reduce { KV_REDUCE_NONE, KV_REDUCE_LIGHTKV, KV_REDUCE_FASTV, KV_REDUCE_T
 /* Schedule stage: the prompt in one pass, or in blocks under a fixed budget. */
 enum kv_schedule { KV_SCHEDULE_BULK, KV_SCHEDULE_BLOCKS, KV_SCHEDULE_COUNT };
 #define KV_REDUCE_MAX 8 /* reduce steps in one prefill */
+
+/* The keys a spec may set, each declared once with its type and range in
+ * the key table (src/kv/policy.c); a rule lists the ones it accepts. */
+enum kv_key {
+    KV_KEY_BUDGET, KV_KEY_SINKS, KV_KEY_RECENT, KV_KEY_IMPORTANT, KV_KEY_WINDOW, KV_KEY_KERNEL, KV_KEY_SEED,
+    KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
+    KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
+    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_COUNT
+};
 
 struct kv_policy {
     enum kv_method method;
@@ -46,7 +57,7 @@ struct kv_policy {
     int every;          /* decode=recompress: decode steps between compressions           */
     enum kv_merge merge;
     double important;   /* lookm: the important share (recent = 1 - important when alone) */
-    int shares;         /* which of recent (1), important (2) and budget (4) the spec gave */
+    uint32_t given;     /* bit k set: the spec gave key k (enum kv_key)                    */
     bool text_prior;    /* lookm: every text entry is kept                               */
     double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
     double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
@@ -79,35 +90,6 @@ struct kv_policy {
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
 
-/* Parses a spec; on failure the message lists what is valid. */
-enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out);
-/* Entries a head keeps, n_seen tokens in, under the policy's budget. */
-int kv_policy_keep_count(const struct kv_policy *p, int n_seen);
-/* The same in layer `layer` of n_layer, after the budget allocation
- * (uniform, or PyramidKV's pyramid, src/kv/policy/pyramid.c). */
-int kv_policy_layer_keep(const struct kv_policy *p, int n_seen, int layer, int n_layer);
-int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
-/* Whether compression needs the last `window` queries of each layer. */
-static inline bool kv_policy_needs_window(const struct kv_policy *p) {
-    return p->method == KV_SNAPKV || p->method == KV_PYRAMIDKV || p->method == KV_CSP ||
-           (p->blocks && p->evict == KV_SNAPKV);
-}
-/* The reduce steps for a model of n_layer layers: stage_layer[] as given,
- * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in
- * [1, n_layer - 1], a step falling on an earlier one's layer dropped).
- * Returns their count, or -1 (error set) when a given layer is not below
- * n_layer. */
-int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window);
-/* Whether cache entries carry the attention they received (KV_ACC_*). */
-static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
-    return p->method == KV_H2O || p->method == KV_ROCO || p->method == KV_LOOKM || p->method == KV_ELASTIC ||
-           p->method == KV_PREFIXKV || p->decode == KV_DECODE_H2O;
-}
-/* Whether one kept set is chosen per layer, shared by its kv heads. */
-static inline bool kv_policy_per_layer(const struct kv_policy *p) {
-    return p->method == KV_ELASTIC || p->method == KV_PREFIXKV;
-}
-
 /* One head's scores: higher is kept first; INFINITY marks entries that are
  * always kept (sinks, the observation window, recent entries, text under
  * imgrand). */
@@ -116,13 +98,86 @@ struct kv_score_in {
     const struct kv_head *h;
     int head_dim;
     int keep;              /* entries the head keeps (h2o splits them)         */
-    const float *win_attn; /* snapkv: attention of the window queries [h->n];
-                              csp: their n-softmax attention from the same modality */
-    const float *win_cross; /* csp: ... and from the other modality [h->n]     */
+    const float *win_attn; /* KV_NEEDS_WINDOW: attention of the window queries [h->n];
+                              with KV_NEEDS_CROSS their n-softmax attention from the same modality */
+    const float *win_cross; /* KV_NEEDS_CROSS: ... and from the other modality [h->n] */
+    const float *layer_score; /* KV_NEEDS_LAYER: the layer's importance [h->n] (kv_score_layer) */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
     float *scratch;        /* [h->n] work space                                 */
     int *iscratch;         /* [h->n] work space                                 */
 };
+typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
+
+/* What a rule's score reads, gathered while the prompt runs. */
+#define KV_NEEDS_WINDOW 1u  /* the last queries of each layer (kv/qwin.h) and their attention */
+#define KV_NEEDS_CROSS 2u   /* that attention as n-softmax, split by the query's modality (csp) */
+#define KV_NEEDS_ACC 4u     /* the attention each entry received over every query (KV_ACC_*) */
+#define KV_NEEDS_LAYER 8u   /* one kept set per layer, scored by kv_score_layer */
+#define KV_NEEDS_EVICTOR 16u /* scores with the schedule stage's evictor (blockwise) */
+
+/* A rule's descriptor: a preset (one per src/kv/policy/ file, listed in
+ * kv/rules.def) or an option of a stage ("decode=h2o"). Parsing, `kvfold
+ * policies` (kvf_kv_policy_get), the session and the fork checks read these. */
+struct kv_rule {
+    const char *stage;    /* "preset", "budget", "decode", "reduce" or "schedule" */
+    const char *name, *summary, *paper;
+    const char *keys;     /* the keys it accepts (names from the key table), space-separated */
+    const char *shown;    /* its defaults as a spec fragment, as `kvfold policies` prints them;
+                             a preset's parses back to `defaults` (tested) */
+    struct kv_policy defaults; /* preset: the whole policy; stage option: the values it sets */
+    unsigned needs;       /* KV_NEEDS_* */
+    kv_score_fn score;    /* presets: the score stage; NULL keeps every entry (full, the reduce presets) */
+};
+
+/* The stage defaults every preset starts from (alloc, decode, reduce and
+ * schedule default to uniform, grow, none and bulk: the zero values). */
+#define KV_STAGE_DEFAULTS .sinks = 4, .beta = 20, .distance = 25, .every = 32
+
+/* The presets, defined in their files (kv_rule_<name>), indexed by enum kv_method. */
+#define KV_RULE(ID, name) extern const struct kv_rule kv_rule_##name;
+#include "kv/rules.def"
+#undef KV_RULE
+/* Stage options defined next to their rules (the others are in policy.c). */
+extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_reduce_lightkv,
+    kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_decode_rules[KV_DECODE_COUNT];
+
+const struct kv_rule *kv_rule_of(enum kv_method m);
+/* The rule that scores the entries of a policy: its preset's, or the
+ * schedule stage's evictor for a preset that scores with it (blockwise). */
+static inline const struct kv_rule *kv_policy_scorer(const struct kv_policy *p) {
+    const struct kv_rule *r = kv_rule_of(p->method);
+    return r->needs & KV_NEEDS_EVICTOR ? kv_rule_of(p->evict) : r;
+}
+
+/* Parses a spec; on failure the message lists what is valid. */
+enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out);
+/* The same with the preset's budget replaced by `budget` (> 0; 0: the
+ * spec's own), as if the spec said budget=X: the preset must take one. */
+enum kvf_status kv_policy_parse_budget(const char *spec, double budget, struct kv_policy *out);
+static inline bool kv_policy_given(const struct kv_policy *p, enum kv_key k) { return p->given >> k & 1u; }
+/* Entries a head keeps, n_seen tokens in, under the policy's budget. */
+int kv_policy_keep_count(const struct kv_policy *p, int n_seen);
+/* The same in layer `layer` of n_layer, after the budget allocation
+ * (uniform, or PyramidKV's pyramid, src/kv/policy/pyramid.c). */
+int kv_policy_layer_keep(const struct kv_policy *p, int n_seen, int layer, int n_layer);
+int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
+/* Whether compression needs the last `window` queries of each layer: for
+ * the scoring rule, or for the schedule stage's evictor. */
+static inline bool kv_policy_needs_window(const struct kv_policy *p) {
+    return (kv_policy_scorer(p)->needs & KV_NEEDS_WINDOW) ||
+           (p->blocks && (kv_rule_of(p->evict)->needs & KV_NEEDS_WINDOW));
+}
+/* Whether cache entries carry the attention they received (KV_ACC_*): for
+ * the scoring rule or the decode stage's. */
+static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
+    return ((kv_policy_scorer(p)->needs | kv_decode_rules[p->decode].needs) & KV_NEEDS_ACC) != 0;
+}
+/* Whether one kept set is chosen per layer, shared by its kv heads. */
+static inline bool kv_policy_per_layer(const struct kv_policy *p) {
+    return (kv_policy_scorer(p)->needs & KV_NEEDS_LAYER) != 0;
+}
+
+/* The score rules (src/kv/policy/<rule>.c). */
 void kv_score_streaming(const struct kv_score_in *in, float *score);
 void kv_score_h2o(const struct kv_score_in *in, float *score);
 void kv_score_roco(const struct kv_score_in *in, float *score);
@@ -131,7 +186,10 @@ void kv_score_csp(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
 void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);
-void kv_score_random(const struct kv_score_in *in, float *score);  /* random and imgrand */
+void kv_score_random(const struct kv_score_in *in, float *score);
+void kv_score_imgrand(const struct kv_score_in *in, float *score);
+/* Elastic Cache and PrefixKV: every head of a layer takes the layer's score. */
+void kv_score_from_layer(const struct kv_score_in *in, float *score);
 
 /* The `keep` best-scored entries of a head of n (ties: the earlier entry):
  * their indices, ascending, into out[] (room for n), and their count;

@@ -2,9 +2,8 @@
  * bipartite matching of ToMe and LightKV, and carrying out a merge map. */
 #include "kv/reduce.h"
 
-#include "kv/policy.h"
-
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool in_group(const struct kvf_tag *t, const struct reduce_group *g) {
@@ -113,4 +112,78 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
         o++;
     }
     return o;
+}
+
+enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
+                                  int head_dim, int n_ctx) {
+    *r = (struct reduce_state){.kind = p->reduce, .ratio = p->reduce_ratio, .head_dim = head_dim};
+    if ((r->n_steps = kv_reduce_stages(p, n_layer, r->layer, r->window)) < 0) {
+        r->n_steps = 0;
+        return KVF_ERR_INVALID_ARG;
+    }
+    if (r->kind == KV_REDUCE_FASTV && !(r->stat = malloc(sizeof(float) * (size_t)n_head_kv * n_ctx)))
+        return err_set(KVF_ERR_NOMEM, "out of memory for fastv's scores");
+    return KVF_OK;
+}
+
+enum kvf_status reduce_state_reserve(struct reduce_state *r, int rows) {
+    if (r->n_steps == 0 || rows <= r->rows_cap) return KVF_OK;
+    const size_t R = (size_t)rows;
+#define GROW(ptr, count)                                                                            \
+    do {                                                                                            \
+        void *grown = realloc(ptr, (count) * sizeof *(ptr));                                        \
+        if (!grown) return err_set(KVF_ERR_NOMEM, "out of memory for a reduce pass of %d rows", rows); \
+        ptr = grown;                                                                                \
+    } while (0)
+    GROW(r->w, R);
+    GROW(r->size, R);
+    GROW(r->metric, R * r->head_dim);
+    GROW(r->scratch, KVF_MAX(4 * R, 64 * ((size_t)r->head_dim + R)));
+    GROW(r->into, R);
+    GROW(r->groups, R);
+#undef GROW
+    r->rows_cap = rows;
+    return KVF_OK;
+}
+
+void reduce_state_free(struct reduce_state *r) {
+    free(r->w);
+    free(r->size);
+    free(r->metric);
+    free(r->scratch);
+    free(r->stat);
+    free(r->into);
+    free(r->groups);
+    *r = (struct reduce_state){0};
+}
+
+int reduce_step_at(const struct reduce_state *r, int l) {
+    for (int i = 0; i < r->n_steps; i++)
+        if (r->layer[i] == l + 1) return i;
+    return -1;
+}
+
+int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window) {
+    static const int def_layer[3] = {12, 18, 24}, def_window[3] = {4, 2, 1};
+    if (p->reduce == KV_REDUCE_NONE) return 0;
+    int n = 0;
+    if (p->n_stages > 0) {
+        for (; n < p->n_stages; n++) {
+            if (p->stage_layer[n] >= n_layer) {
+                err_set(KVF_ERR_INVALID_ARG, "kv policy: a reduce step after layer %d needs a later layer; the model "
+                        "has %d", p->stage_layer[n], n_layer);
+                return -1;
+            }
+            layer[n] = p->stage_layer[n];
+            window[n] = p->n_windows ? p->stage_window[n] : def_window[n % 3];
+        }
+        return n;
+    }
+    for (int i = 0; i < 3 && n_layer > 1; i++) {
+        const int l = KVF_MAX(1, KVF_MIN(n_layer - 1, (int)floor(def_layer[i] * (double)n_layer / 32.0 + 0.5)));
+        if (n > 0 && layer[n - 1] >= l) continue;
+        layer[n] = l;
+        window[n++] = p->n_windows ? p->stage_window[i] : def_window[i];
+    }
+    return n;
 }

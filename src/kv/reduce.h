@@ -7,7 +7,7 @@
 #ifndef KVF_KV_REDUCE_H
 #define KVF_KV_REDUCE_H
 
-#include "core/common.h"
+#include "kv/policy.h"
 
 /* One image's (or video frame's) vision rows in a pass: rows
  * [first, first + n), laid out on a rows x cols grid (tag.row, tag.col). */
@@ -59,5 +59,38 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
  * rows. scratch: 2n floats. */
 int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, const int *into, int n,
                  float *scratch);
+
+/* The reduce steps for a model of n_layer layers: stage_layer[] as given,
+ * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in
+ * [1, n_layer - 1], a step falling on an earlier one's layer dropped).
+ * Returns their count, or -1 (error set) when a given layer is not below
+ * n_layer. */
+int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window);
+
+/* A session's reduce stage: its steps and the per-row state of one pass of
+ * up to rows_cap rows (R): weights (lightkv's text attention, fastv's
+ * scores) [R], tome's sizes [R] and metric [R][head_dim], the merge map [R],
+ * the pass's images [R], scratch (max(4 R, 64 (head_dim + R)) floats), and
+ * fastv's attention [n_head_kv][n_ctx]. */
+struct reduce_state {
+    enum kv_reduce kind;    /* KV_REDUCE_NONE: no steps, nothing allocated */
+    double ratio;           /* the policy's reduce_ratio */
+    int n_steps, layer[KV_REDUCE_MAX], window[KV_REDUCE_MAX];
+    int rows_cap, head_dim;
+    float *w, *size, *metric, *scratch, *stat;
+    int *into;
+    struct reduce_group *groups;
+    int n_groups;
+};
+
+/* The policy's steps for the model's depth (kv_reduce_stages: an error for
+ * a step past the last layer) and fastv's attention plane. */
+enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
+                                  int head_dim, int n_ctx);
+/* Grows the per-row buffers to `rows` rows (a no-op without steps). */
+enum kvf_status reduce_state_reserve(struct reduce_state *r, int rows);
+void reduce_state_free(struct reduce_state *r);
+/* The step that follows layer l (l + 1 layers done), or -1. */
+int reduce_step_at(const struct reduce_state *r, int l);
 
 #endif

@@ -451,3 +451,22 @@ int32_t kvf_token_to_piece(const struct kvf_model *m, int32_t token, char *buf, 
 }
 
 bool kvf_token_is_eog(const struct kvf_model *m, int32_t token) { return tok_is_eog(m->tok, token); }
+
+int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
+                       const struct kvf_chat_message *msgs, int n_msgs,
+                       bool add_assistant_prefix, char *buf, int32_t len) {
+    if (!name) {
+        if (!model) {
+            err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
+            return INT32_MIN;
+        }
+        const char *tmpl = tok_chat_template(model_tokenizer(model));
+        name = chat_detect(tmpl);
+        if (!name) {
+            err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
+                                                    : "the model has no chat template");
+            return INT32_MIN;
+        }
+    }
+    return chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
+}

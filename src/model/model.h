@@ -5,19 +5,11 @@
 #define KVF_MODEL_H
 
 #include "core/common.h"
+#include "core/ops.h"
 #include "core/quant.h"
 #include "tok/tokenizer.h"
 
 enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_GEMMA3 };
-
-/* A 2-D weight: `rows` rows of `cols` values, row-major, stored as `type`
- * (rows = output features, cols = input features). 1-D weights have rows=1. */
-struct weight {
-    enum dtype type;
-    int64_t rows, cols;
-    size_t row_bytes;
-    const void *data;
-};
 
 struct layer_weights {
     struct weight attn_norm, wq, wk, wv, wo;   /* wq: [n_head*head_dim, n_embd] ... */

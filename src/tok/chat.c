@@ -9,7 +9,6 @@
  * written as text and becomes the BOS id under parse_special, which is what
  * Meta's code produces by tokenizing each turn with bos=True, eos=True. */
 #include "tok/chat.h"
-#include "model/model.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -255,23 +254,4 @@ int32_t chat_format(const char *name, const struct kvf_chat_message *msgs, int n
         return -(int32_t)(o.n + 1);
     buf[o.n] = '\0';
     return (int32_t)o.n;
-}
-
-int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
-                       const struct kvf_chat_message *msgs, int n_msgs,
-                       bool add_assistant_prefix, char *buf, int32_t len) {
-    if (!name) {
-        if (!model) {
-            err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
-            return INT32_MIN;
-        }
-        const char *tmpl = tok_chat_template(model_tokenizer(model));
-        name = chat_detect(tmpl);
-        if (!name) {
-            err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
-                                                    : "the model has no chat template");
-            return INT32_MIN;
-        }
-    }
-    return chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
 }

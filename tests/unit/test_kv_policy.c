@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "kv/policy.h"
+#include "kv/reduce.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -194,15 +195,7 @@ static void check_kept(struct kv_cache *c, const struct kv_policy *p, const floa
                                    .seed = 5, .scratch = tmp};
     if (p->method == KV_H2O) /* the attention sums live next to the entries */
         for (int j = 0; j < n; j++) h->acc[j * KV_ACC_N + KV_ACC_SUM] = win[j];
-    switch (p->method) {
-    case KV_STREAMING: kv_score_streaming(&in, score); break;
-    case KV_H2O: kv_score_h2o(&in, score); break;
-    case KV_ROCO: kv_score_roco(&in, score); break;
-    case KV_SNAPKV: kv_score_snapkv(&in, score); break;
-    case KV_KEYDIFF: kv_score_keydiff(&in, score); break;
-    case KV_KNORM: kv_score_knorm(&in, score); break;
-    default: kv_score_random(&in, score); break;
-    }
+    kv_rule_of(p->method)->score(&in, score);
     assert_int_equal(kv_select_keep(c, 0, 0, score, keep, idx), KVF_OK);
     assert_int_equal(h->n, n_want);
     for (int i = 0; i < n_want; i++)
@@ -320,6 +313,69 @@ static void test_key_rules(void **st) {
     }
 }
 
+/* Two policies alike in every field a rule reads (not in which keys a spec gave). */
+static bool policy_same(const struct kv_policy *a, const struct kv_policy *b) {
+    return a->method == b->method && a->budget == b->budget && a->sinks == b->sinks && a->recent == b->recent &&
+           a->window == b->window && a->kernel == b->kernel && a->seed == b->seed && a->alloc == b->alloc &&
+           a->beta == b->beta && a->decode == b->decode && a->distance == b->distance && a->every == b->every &&
+           a->merge == b->merge && a->important == b->important && a->text_prior == b->text_prior &&
+           a->cross_ratio == b->cross_ratio && a->nsm_n == b->nsm_n && a->decode_softmax == b->decode_softmax &&
+           a->blocks == b->blocks && a->block == b->block && a->first == b->first && a->evict == b->evict &&
+           a->block_budget == b->block_budget && a->block_window == b->block_window && a->question == b->question &&
+           a->reduce == b->reduce && a->reduce_ratio == b->reduce_ratio && a->online == b->online &&
+           !strcmp(a->profile, b->profile);
+}
+
+/* The registry: what `kvfold policies` shows as a preset's defaults parses
+ * back to the preset itself; every listed key is declared; keys match
+ * exactly. */
+static void test_registry(void **st) {
+    (void)st;
+    for (int m = 0; m < KV_METHOD_COUNT; m++) {
+        const struct kv_rule *r = kv_rule_of((enum kv_method)m);
+        assert_int_equal(r->defaults.method, m);
+        assert_string_equal(r->stage, "preset");
+        struct kv_policy bare, shown;
+        assert_int_equal(kv_policy_parse(r->name, &bare), KVF_OK);
+        if (bare.reduce != KV_REDUCE_NONE) continue; /* shown layers are the 32-layer defaults, scaled when unset */
+        char spec[512];
+        size_t n = (size_t)snprintf(spec, sizeof spec, "%s%s", r->name, r->shown[0] && r->shown[0] != '+' ? ":" : "");
+        for (const char *c = r->shown; *c; c++)
+            if (*c != ' ') spec[n++] = *c;
+        spec[n] = '\0';
+        if (kv_policy_parse(spec, &shown) != KVF_OK) fail_msg("'%s': %s", spec, kvf_last_error());
+        if (!policy_same(&bare, &shown)) fail_msg("'%s' shows defaults other than its own", spec);
+    }
+    struct kv_policy p;
+    for (int i = 0; i < kvf_kv_policy_count(); i++) { /* each listed key is one the parser knows */
+        struct kvf_kv_policy_info info;
+        assert_int_equal(kvf_kv_policy_get(i, &info), KVF_OK);
+        char keys[128];
+        snprintf(keys, sizeof keys, "%s", info.keys);
+        for (char *k = strtok(keys, " "); k; k = strtok(NULL, " ")) {
+            char spec[256];
+            snprintf(spec, sizeof spec, !strcmp(info.stage, "preset") ? "%s:%s=" : "snapkv+%s=%s:%s=",
+                     !strcmp(info.stage, "preset") ? info.name : info.stage,
+                     !strcmp(info.stage, "preset") ? k : info.name, k);
+            assert_int_equal(kv_policy_parse(spec, &p), KVF_ERR_INVALID_ARG);
+            if (strstr(kvf_last_error(), "unknown key")) fail_msg("%s: %s", spec, kvf_last_error());
+        }
+    }
+    const char *inexact[] = {"snapkv:budget=0.2,window kernel=0", "snapkv:windows=3", "snapkv:kern=3", "h2o:recent_=0.1",
+                             "fastv:k=2,ratio=0.5", "snapkv:budget=0.2+decode=h2o:sinks=2"};
+    for (size_t i = 0; i < sizeof inexact / sizeof *inexact; i++) {
+        if (kv_policy_parse(inexact[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", inexact[i]);
+        assert_non_null(strstr(kvf_last_error(), "unknown key"));
+    }
+    /* A budget given apart from the spec, as eval sweeps them. */
+    assert_int_equal(kv_policy_parse_budget("lookm:merge=avg+decode=h2o", 0.05, &p), KVF_OK);
+    assert_true(p.budget == 0.05 && p.merge == KV_MERGE_AVG && p.decode == KV_DECODE_H2O);
+    assert_int_equal(kv_policy_parse_budget("snapkv:budget=0.5", 300, &p), KVF_OK);
+    assert_true(p.budget == 300);
+    assert_int_equal(kv_policy_parse_budget("fastv", 0.2, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_policy_parse_budget("snapkv", 1.5, &p), KVF_ERR_INVALID_ARG);
+}
+
 static void test_imgrand(void **st) {
     (void)st;
     struct kv_cache c;
@@ -330,7 +386,7 @@ static void test_imgrand(void **st) {
     float score[40];
     int idx[40];
     const struct kv_score_in in = {.p = &p, .h = h, .head_dim = 8, .seed = 11};
-    kv_score_random(&in, score);
+    kv_rule_of(p.method)->score(&in, score); /* imgrand through its descriptor */
     assert_int_equal(kv_select_keep(&c, 0, 0, score, 26, idx), KVF_OK);
     int text = 0, image = 0;
     for (int i = 0; i < h->n; i++) *(h->tag[i].modality == KVF_MOD_TEXT ? &text : &image) += 1;
@@ -548,6 +604,7 @@ int main(void) {
         cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_h2o),        cmocka_unit_test(test_key_rules),
         cmocka_unit_test(test_pyramid),
+        cmocka_unit_test(test_registry),
         cmocka_unit_test(test_imgrand),  cmocka_unit_test(test_roco),       cmocka_unit_test(test_decode_rules),
         cmocka_unit_test(test_merge),    cmocka_unit_test(test_csp),
     };

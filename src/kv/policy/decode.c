@@ -30,3 +30,20 @@ void kv_decode_score(const struct kv_score_in *in, int n0, float *score) {
         break;
     }
 }
+
+const struct kv_rule kv_decode_rules[KV_DECODE_COUNT] = {
+    [KV_DECODE_GROW] = {"decode", "grow", "decoded tokens are all kept (the cache grows)", "-", "", "",
+                        {.decode = KV_DECODE_GROW}, 0, NULL},
+    [KV_DECODE_WINDOW] = {"decode", "window", "over budget: evict the oldest entry after the sinks",
+                          "StreamingLLM (Xiao et al., 2023)", "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4},
+                          0, NULL},
+    [KV_DECODE_H2O] = {"decode", "h2o", "over budget: evict the entry with the least attention so far, outside the "
+                       "recent share", "H2O (Zhang et al., 2023)", "recent", "recent=0.5",
+                       {.decode = KV_DECODE_H2O, .recent = 0.5}, KV_NEEDS_ACC, NULL},
+    [KV_DECODE_FIXED] = {"decode", "fixed-distance", "over budget: evict the entry `distance` before the end of the "
+                         "compressed prompt", "Elastic Cache (Liu et al., 2024)", "distance", "distance=25",
+                         {.decode = KV_DECODE_FIXED, .distance = 25}, 0, NULL},
+    [KV_DECODE_RECOMPRESS] = {"decode", "recompress", "every `every` steps, rerun the preset's rule down to budget",
+                              "kvpress DecodingPress", "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32},
+                              0, NULL},
+};

@@ -20,3 +20,17 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
         k++;
     }
 }
+
+const struct kv_rule kv_rule_fastv = {
+    "preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended to least is "
+    "dropped; layers k on neither compute nor cache them",
+    "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+    {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
+     .reduce_ratio = 0.5, KV_STAGE_DEFAULTS},
+    0, NULL,
+};
+
+const struct kv_rule kv_rule_reduce_fastv = {
+    "reduce", "fastv", "as the fastv preset", "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+    {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5}, 0, NULL,
+};

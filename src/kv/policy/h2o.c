@@ -12,3 +12,10 @@ void kv_score_h2o(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, recent = (int)floor(in->keep * in->p->recent + 0.5);
     for (int j = 0; j < n; j++) score[j] = j >= n - recent ? INFINITY : in->h->acc[(size_t)j * KV_ACC_N + KV_ACC_SUM];
 }
+
+const struct kv_rule kv_rule_h2o = {
+    "preset", "h2o", "heavy hitters (attention summed over every query so far) + the most recent entries; one "
+    "eviction per decode step", "H2O (Zhang et al., 2023)", "budget recent", "budget=0.2,recent=0.5 +decode=h2o",
+    {.method = KV_H2O, .budget = 0.2, .recent = 0.5, KV_STAGE_DEFAULTS, .decode = KV_DECODE_H2O}, KV_NEEDS_ACC,
+    kv_score_h2o,
+};

@@ -26,3 +26,8 @@ void kv_score_keydiff(const struct kv_score_in *in, float *score) {
         score[j] = nn > 0 && an > 0 ? (float)(-dot / (sqrt(nn) * an)) : 0.0f;
     }
 }
+
+const struct kv_rule kv_rule_keydiff = {
+    "preset", "keydiff", "keys least similar (cosine) to the mean normalised key", "KeyDiff (Park et al., 2025)",
+    "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2, KV_STAGE_DEFAULTS}, 0, kv_score_keydiff,
+};

@@ -14,3 +14,8 @@ void kv_score_knorm(const struct kv_score_in *in, float *score) {
         score[j] = (float)-sqrt(nn);
     }
 }
+
+const struct kv_rule kv_rule_knorm = {
+    "preset", "knorm", "keys of smallest L2 norm", "kvpress knorm (Devoto et al., 2024)", "budget", "budget=0.2",
+    {.method = KV_KNORM, .budget = 0.2, KV_STAGE_DEFAULTS}, 0, kv_score_knorm,
+};

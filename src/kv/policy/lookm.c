@@ -18,3 +18,13 @@ void kv_score_lookm(const struct kv_score_in *in, float *score) {
         score[j] = text || j >= n - recent ? INFINITY : in->h->acc[(size_t)j * KV_ACC_N + KV_ACC_SUM];
     }
 }
+
+const struct kv_rule kv_rule_lookm = {
+    "preset", "lookm", "text kept, recent kept, image entries by attention received; evicted entries merged into "
+    "the most similar kept key (merge=none|avg|pivotal|weighted)",
+    "LOOK-M (Wan et al., 2024)", "budget recent important merge text_prior",
+    "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
+    {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL, .text_prior = true,
+     KV_STAGE_DEFAULTS},
+    KV_NEEDS_ACC, kv_score_lookm,
+};

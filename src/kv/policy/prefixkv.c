@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define PREFIX_MAX_ITERS 64
 
@@ -92,3 +93,23 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long tot
     free(rem);
     return KVF_OK;
 }
+
+void kv_score_from_layer(const struct kv_score_in *in, float *score) {
+    memcpy(score, in->layer_score, sizeof(float) * (size_t)in->h->n);
+}
+
+const struct kv_rule kv_rule_prefixkv = {
+    "preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary search), one kept "
+    "set per layer, the first `sinks` entries and the last one kept; profile=FILE (kvfold profile) or online=1",
+    "PrefixKV (Wang et al., 2024)", "budget profile online sinks distance",
+    "budget=0.2,online=1,sinks=4 +budget=prefix +decode=fixed-distance:distance=25",
+    {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
+     .decode = KV_DECODE_FIXED},
+    KV_NEEDS_ACC | KV_NEEDS_LAYER, kv_score_from_layer,
+};
+
+const struct kv_rule kv_rule_budget_prefix = {
+    "budget", "prefix", "per-layer ratios where every layer keeps the same share of its attention (binary search), "
+    "online or from profile=FILE", "PrefixKV (Wang et al., 2024)", "profile online", "online=1",
+    {.alloc = KV_ALLOC_PREFIX, .online = true}, 0, NULL,
+};

@@ -5,11 +5,23 @@
 
 #include <math.h>
 
-void kv_score_random(const struct kv_score_in *in, float *score) {
+static void score_uniform(const struct kv_score_in *in, bool image_only, float *score) {
     uint64_t s = in->seed;
-    const bool image_only = in->p->method == KV_IMGRAND;
     for (int j = 0; j < in->h->n; j++) {
         const float u = (float)(rng_splitmix64(&s) >> 40) / 16777216.0f;
         score[j] = image_only && in->h->tag[j].modality != KVF_MOD_IMAGE ? INFINITY : u;
     }
 }
+
+void kv_score_random(const struct kv_score_in *in, float *score) { score_uniform(in, false, score); }
+void kv_score_imgrand(const struct kv_score_in *in, float *score) { score_uniform(in, true, score); }
+
+const struct kv_rule kv_rule_random = {
+    "preset", "random", "a uniform random subset (seeded)", "baseline", "budget seed", "budget=0.2,seed=1",
+    {.method = KV_RANDOM, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0, kv_score_random,
+};
+
+const struct kv_rule kv_rule_imgrand = {
+    "preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)", "baseline", "budget seed",
+    "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0, kv_score_imgrand,
+};

@@ -48,3 +48,9 @@ void kv_score_roco(const struct kv_score_in *in, float *score) {
         if (score[j] != INFINITY) score[j] = a[KV_ACC_SUM] / (a[KV_ACC_COUNT] > 0 ? a[KV_ACC_COUNT] : 1.0f);
     }
 }
+
+const struct kv_rule kv_rule_roco = {
+    "preset", "roco", "smallest mean attention received, among entries whose attention varies least",
+    "RoCo (Ren & Zhu, 2024)", "budget recent sinks", "budget=0.2,recent=0.3,sinks=4",
+    {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, KV_STAGE_DEFAULTS}, KV_NEEDS_ACC, kv_score_roco,
+};

@@ -7,3 +7,9 @@
 void kv_score_streaming(const struct kv_score_in *in, float *score) {
     for (int j = 0; j < in->h->n; j++) score[j] = j < in->p->sinks ? INFINITY : (float)j;
 }
+
+const struct kv_rule kv_rule_streaming = {
+    "preset", "streaming", "attention sinks + the most recent entries, also while decoding",
+    "StreamingLLM (Xiao et al., 2023)", "budget sinks", "budget=0.2,sinks=4 +decode=window",
+    {.method = KV_STREAMING, .budget = 0.2, KV_STAGE_DEFAULTS, .decode = KV_DECODE_WINDOW}, 0, kv_score_streaming,
+};

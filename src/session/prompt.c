@@ -1,7 +1,7 @@
 /* Media (encoded images, video frames, pseudo-images) and multimodal
  * prompts: text with markers split into token runs and media segments, every
  * position tagged {modality, image / frame index, grid cell}. */
-#include "prompt.h"
+#include "session/prompt.h"
 
 #include "model/model.h"
 

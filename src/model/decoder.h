@@ -1,0 +1,59 @@
+/* The decoder forward pass (model/decoder.c) and the buffers it runs in.
+ * The decoder owns nothing: a session hands it its parts (cache, query
+ * window, reduce state, merge log) in a struct decoder for each pass. */
+#ifndef KVF_MODEL_DECODER_H
+#define KVF_MODEL_DECODER_H
+
+#include "kv/cache.h"
+#include "kv/merge_log.h"
+#include "kv/qwin.h"
+#include "kv/reduce.h"
+#include "model/model.h"
+
+/* Buffers for one forward pass of up to rows_cap rows (R below): a batch of
+ * n_batch tokens, or a whole prompt when a reduce stage runs it in one pass.
+ * gate, up and the matmul scratch stay at n_batch rows (B): the decoder
+ * feeds them a batch at a time. */
+struct fwd_scratch {
+    int rows_cap, n_batch, n_ctx, n_threads;
+    float *x, *xn;           /* [R][n_embd] residual stream, normed copy */
+    float *q, *k, *v, *att;  /* [R][n_head*head_dim], [R][n_head_kv*head_dim] x2, [R][n_head*head_dim] */
+    float *gate, *up;        /* [B][n_ff] */
+    int32_t *pos;            /* [R] true positions of the pass's rows */
+    struct kvf_tag *btag;    /* [R] tags of the pass's rows */
+    void *mm_scratch;        /* ops_matmul scratch for B rows */
+    float *attn_scratch;     /* attn_forward scratch for n_ctx keys */
+    float *acc_tmp;          /* [KV_ACC_N][n_head_kv][n_ctx] one layer's statistics before they are added
+                                to the entries' running sums; NULL when the cache keeps none */
+};
+
+enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n_batch, int n_ctx, int n_threads,
+                         bool acc);
+/* Grows the row buffers to `rows` rows. */
+enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, int rows);
+void fwd_free(struct fwd_scratch *f);
+
+/* What one pass reads and writes (borrowed from a session). */
+struct decoder {
+    const struct kvf_model *model;
+    struct fwd_scratch *fw;
+    struct kv_cache *kv;          /* each layer's keys and values are appended */
+    struct kv_qwin *qwin;         /* each layer's queries pushed when kv_qwin_on */
+    struct reduce_state *rd;      /* steps run after their layers (n_steps 0: none) */
+    struct kv_merge_log *merges;  /* rows a reduce step merged are recorded here */
+    bool gather;                  /* add the pass's attention to the entries' statistics (kv->has_acc) */
+    float nsm_n;                  /* > 0: n-softmax weights in attention (CSP once compressed) */
+};
+
+/* Fills rows [at, at + n) of the pass: token ids (tokens, already checked)
+ * or input embeddings (embd [n][n_embd]), with tags[0..n) (NULL: text) and
+ * positions pos0 + t. */
+void decoder_input(struct fwd_scratch *f, const struct kvf_model *m, int at, const int32_t *tokens, const float *embd,
+                   const struct kvf_tag *tags, int32_t pos0, int n);
+/* Runs the pass's n rows (n <= rows_cap) through the model, appends their
+ * keys/values to the cache (fewer of them in the layers after a reduce
+ * step) and writes logits: every row into all_logits ([n][n_vocab]) when
+ * given, the last row into logits ([n_vocab]). */
+enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logits, float *logits);
+
+#endif

@@ -1,0 +1,245 @@
+/* Eviction machinery of a session: the window queries' attention, the
+ * score stage (each preset's rule from the registry), the budget stage
+ * (uniform, pyramid, PrefixKV's layer ratios), selection, the merge stage
+ * and compaction — for compression after the prompt, the decode stage and
+ * block-wise prefill alike. */
+#include "session/session.h"
+
+#include "attn/attn.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *alloc_n(int64_t n, size_t elem, bool *ok) {
+    void *p = malloc((size_t)n * elem);
+    if (!p) *ok = false;
+    return p;
+}
+
+enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s) {
+    const struct hparams *hp = &s->model->hp;
+    const struct kv_policy *p = &s->policy;
+    const int n_ctx = s->params.n_ctx, cap = s->qwin.cap;
+    *c = (struct compress_state){0};
+    bool ok = true;
+    if (cap > 0) {
+        c->out = alloc_n((int64_t)cap * hp->n_head * hp->head_dim, sizeof(float), &ok);
+        c->qtag = alloc_n(cap, sizeof(struct kvf_tag), &ok);
+    }
+    if (kv_policy_needs_window(p)) {
+        c->win = alloc_n((int64_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
+        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS) c->win2 = alloc_n((int64_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
+    }
+    if (p->method != KV_FULL || p->blocks) {
+        c->n0 = alloc_n((int64_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
+        c->score = alloc_n(n_ctx, sizeof(float), &ok);
+        c->tmp = alloc_n(n_ctx, sizeof(float), &ok);
+        c->idx = alloc_n(n_ctx, sizeof(int), &ok);
+        c->layer = alloc_n(n_ctx, sizeof(float), &ok);
+        c->into = alloc_n(n_ctx, sizeof(int), &ok);
+        c->layer_ratio = alloc_n(hp->n_layer, sizeof(double), &ok);
+        c->layer_gini = alloc_n(hp->n_layer, sizeof(double), &ok);
+    }
+    if (ok) return KVF_OK;
+    compress_free(c);
+    return err_set(KVF_ERR_NOMEM, "out of memory for compression buffers (ctx %d)", n_ctx);
+}
+
+void compress_free(struct compress_state *c) {
+    free(c->score);
+    free(c->tmp);
+    free(c->win);
+    free(c->win2);
+    free(c->out);
+    free(c->layer);
+    free(c->idx);
+    free(c->into);
+    free(c->qtag);
+    free(c->n0);
+    free(c->layer_ratio);
+    free(c->layer_gini);
+    *c = (struct compress_state){0};
+}
+
+void compress_reset(struct compress_state *c, const struct kv_policy *p) {
+    c->compressed = false;
+    c->decode_steps = 0;
+    c->have_ratio = c->have_ratio && !p->online; /* online ratios belong to the prompt */
+}
+
+/* Layer ratios made by `kvfold profile` for this model:
+ * {"model", "n_layer", "budget", "ratios": [n_layer shares in (0, 1]], ...}.
+ * The spec's budget must be the profile's (it is taken when not given). */
+enum kvf_status compress_load_profile(struct kvf_session *s, const char *path) {
+    const int L = s->model->hp.n_layer;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(KVF_ERR_IO, "prefixkv profile '%s': cannot open", path);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    while (buf && (len += fread(buf + len, 1, cap - len - 1, f)) == cap - 1 && cap < (16u << 20)) {
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) free(buf);
+        buf = nb;
+    }
+    const bool whole = buf && feof(f);
+    fclose(f);
+    if (buf) buf[len] = '\0';
+    cJSON *o = whole ? cJSON_Parse(buf) : NULL;
+    free(buf);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    enum kvf_status st = KVF_OK;
+    if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
+        st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
+    else if (nl->valuedouble != L || cJSON_GetArraySize(r) != L)
+        st = err_set(KVF_ERR_SHAPE, "prefixkv profile '%s' is for %g layers, the model has %d", path, nl->valuedouble, L);
+    else if (kv_policy_given(&s->policy, KV_KEY_BUDGET) && fabs(b->valuedouble - s->policy.budget) > 1e-9)
+        st = err_set(KVF_ERR_INVALID_ARG, "prefixkv profile '%s' was made for budget %g, the spec asks %g", path,
+                     b->valuedouble, s->policy.budget);
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        const cJSON *x = cJSON_GetArrayItem(r, l);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble <= 1))
+            st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': ratio %d is not in (0, 1]", path, l);
+        else
+            s->cs.layer_ratio[l] = x->valuedouble;
+    }
+    if (st == KVF_OK) {
+        s->policy.budget = b->valuedouble;
+        s->cs.have_ratio = true;
+    }
+    cJSON_Delete(o);
+    return st;
+}
+
+/* Attention the last `obs` held window queries of layer l (the question's
+ * proxies instead when given) pay each of its entries, per kv head (mean
+ * over the query heads of g): cs.win[g][j]; with csp, their n-softmax
+ * attention from the entry's own modality in win and from the other in
+ * win2. */
+static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, bool csp, bool proxies) {
+    const struct hparams *hp = &s->model->hp;
+    struct compress_state *c = &s->cs;
+    const int stride = s->params.n_ctx;
+    memset(c->win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    if (csp) memset(c->win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    const struct kv_qwin *w = proxies && kv_qwin_on(&s->qprox) && s->qprox.n[l] > 0 ? &s->qprox : &s->qwin;
+    const int n = kv_qwin_on(w) ? w->n[l] : 0;
+    if (n == 0) return KVF_OK;
+    const int32_t *qpos = kv_qwin_pos(w, l);
+    struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, n - obs), .nsm_n = (float)s->policy.nsm_n,
+                            .qtag = c->qtag};
+    for (int i = 0; i < n; i++) c->qtag[i] = s->tags[qpos[i]];
+    if (csp) st.a[ATTN_STAT_WIN_NSM_SELF] = c->win, st.a[ATTN_STAT_WIN_NSM_CROSS] = c->win2;
+    else st.a[ATTN_STAT_WIN] = c->win;
+    const struct attn_params ap = {
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
+        .window = s->model->layers[l].is_local ? hp->sliding_window : 0,
+    };
+    return attn_forward(&ap, kv_qwin_q(w, l), qpos, n, kv_cache_head(&s->kv, l, 0), c->out, s->fw.attn_scratch,
+                        s->params.n_threads, &st);
+}
+
+static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_policy *p, int l, int g, int keep) {
+    const size_t hi = (size_t)l * s->kv.n_head_kv + g;
+    const struct compress_state *c = &s->cs;
+    return (struct kv_score_in){
+        .p = p, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
+        .win_attn = c->win ? c->win + (size_t)g * s->params.n_ctx : NULL,
+        .win_cross = c->win2 ? c->win2 + (size_t)g * s->params.n_ctx : NULL, .layer_score = c->layer,
+        .scratch = c->tmp, .iscratch = c->into,
+        .seed = p->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
+    };
+}
+
+/* Entries layer l keeps n_past tokens in: the budget stage. */
+static int layer_target(const struct kvf_session *s, int l) {
+    if (!s->cs.have_ratio) return kv_policy_layer_keep(&s->policy, s->n_past, l, s->model->hp.n_layer);
+    const int k = (int)floor(s->cs.layer_ratio[l] * s->n_past + 0.5);
+    return KVF_MAX(1, KVF_MIN(k, s->n_past));
+}
+
+/* PrefixKV online: the layer ratios searched on the prompt itself. */
+static enum kvf_status prefix_search(struct kvf_session *s) {
+    const int L = s->model->hp.n_layer, n = s->kv.heads[0].n;
+    float *imp = malloc(sizeof(float) * (size_t)L * KVF_MAX(n, 1));
+    int *keep = malloc(sizeof(int) * (size_t)L);
+    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        if (s->kv.heads[(size_t)l * s->kv.n_head_kv].n != n)
+            st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: layers hold different entry counts; search before any eviction");
+        else
+            kv_score_layer(&s->kv, l, 0, false, imp + (size_t)l * n);
+    }
+    double p;
+    if (st == KVF_OK && n > 0)
+        st = kv_prefix_budgets(imp, L, n, (long)L * kv_policy_keep_count(&s->policy, n), 5.0, keep, s->cs.layer_gini, &p);
+    for (int l = 0; st == KVF_OK && l < L; l++) s->cs.layer_ratio[l] = n > 0 ? (double)keep[l] / n : 1.0;
+    s->cs.have_ratio = st == KVF_OK;
+    free(imp);
+    free(keep);
+    return st;
+}
+
+/* Records where each evicted entry of a head went (kept entries are
+ * marked in is_kept). */
+static enum kvf_status merge_record(struct kv_merge_list *list, const struct kv_head *h, const int *keep, int n_keep,
+                                    const int *into, const char *is_kept) {
+    const enum kvf_status st = kv_merge_list_reserve(list, h->n - n_keep);
+    if (st != KVF_OK) return st;
+    for (int j = 0; j < h->n; j++)
+        if (!is_kept[j]) list->m[list->n++] = (struct kvf_kv_merge){h->tag[j].pos, h->tag[keep[into[j]]].pos};
+    return KVF_OK;
+}
+
+/* One head down to the entries in cs.idx[0..n_keep): merged into them
+ * first when the policy merges (and recorded), then compacted. */
+static enum kvf_status head_evict(struct kvf_session *s, int l, int g, int n_keep, bool merge) {
+    struct kv_head *h = kv_cache_head(&s->kv, l, g);
+    struct compress_state *c = &s->cs;
+    if (merge && s->policy.merge != KV_MERGE_NONE) {
+        enum kvf_status st = kv_merge_head(&s->policy, h, s->kv.head_dim, c->idx, n_keep, c->into);
+        /* The scores are used up: their space marks the kept entries for the record. */
+        char *is_kept = (char *)c->score;
+        memset(is_kept, 0, (size_t)h->n);
+        for (int k = 0; k < n_keep; k++) is_kept[c->idx[k]] = 1;
+        if (st == KVF_OK) st = merge_record(kv_merge_log_head(&s->merges, l, g), h, c->idx, n_keep, c->into, is_kept);
+        if (st != KVF_OK) return st;
+    }
+    return kv_cache_keep(&s->kv, l, g, c->idx, n_keep);
+}
+
+enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
+    const struct hparams *hp = &s->model->hp;
+    const int H = hp->n_head_kv;
+    struct compress_state *c = &s->cs;
+    /* Block eviction scores with the evictor's own window. */
+    struct kv_policy bp = s->policy;
+    if (mode == EVICT_BLOCK) bp.method = bp.evict, bp.window = bp.block_window;
+    const struct kv_rule *rule = kv_policy_scorer(&bp);
+    enum kvf_status st = mode == EVICT_COMPRESS && bp.alloc == KV_ALLOC_PREFIX && bp.online && !c->have_ratio
+                             ? prefix_search(s) : KVF_OK;
+    for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
+        const int target = mode == EVICT_BLOCK ? bp.block_budget : layer_target(s, l);
+        bool over = false;
+        for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
+        if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
+        if (mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW)) {
+            const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
+            st = window_attention(s, l, obs, rule->needs & KV_NEEDS_CROSS, mode == EVICT_BLOCK);
+        }
+        if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER)) kv_score_layer(&s->kv, l, bp.sinks, true, c->layer);
+        for (int g = 0; st == KVF_OK && g < H; g++) {
+            const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
+            if (h->n <= target) continue;
+            const struct kv_score_in in = score_in(s, &bp, l, g, target);
+            if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], c->score);
+            else rule->score(&in, c->score);
+            const int n_keep = kv_select(h->n, c->score, target, c->idx);
+            if (n_keep < h->n) st = head_evict(s, l, g, n_keep, mode == EVICT_COMPRESS);
+        }
+    }
+    return st;
+}

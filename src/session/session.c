@@ -1,0 +1,339 @@
+/* A session: one conversation's KV cache under a compression policy. The
+ * path a prompt takes is all here — prefill (in batches, blocks, or one
+ * pass with a reduce stage) → kvf_session_compress → kvf_session_decode
+ * with the decode stage — while the eviction machinery it calls lives in
+ * session/compress.c and the forward pass in model/decoder.c. */
+#include "session/session.h"
+
+#include "session/prompt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SESSION_MAX_CTX_DEFAULT 8192
+
+struct kvf_session_params kvf_session_default_params(void) {
+    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = KVF_KV_F32};
+    return p;
+}
+
+void kvf_session_free(struct kvf_session *s) {
+    if (!s) return;
+    kv_cache_free(&s->kv);
+    fwd_free(&s->fw);
+    kv_qwin_free(&s->qwin);
+    kv_qwin_free(&s->qprox);
+    reduce_state_free(&s->rd);
+    compress_free(&s->cs);
+    kv_merge_log_free(&s->merges);
+    free(s->logits);
+    free(s->tags);
+    free(s);
+}
+
+/* Queries each layer keeps for the policy's window: its window, CSP's
+ * default (as many queries as recent entries kept), the block-wise
+ * evictor's, and what kv_gather asks; 0 when nothing reads them. */
+static int qwin_rows(const struct kv_policy *p, const struct kvf_session_params *sp) {
+    const bool window = kv_policy_needs_window(p);
+    if (!window && sp->kv_gather <= 0) return 0;
+    int cap = p->window > 0 ? p->window
+              : kv_policy_scorer(p)->needs & KV_NEEDS_CROSS ? (int)floor(kv_policy_keep_count(p, sp->n_ctx) * p->recent + 0.5)
+                                                          : 0;
+    if (p->blocks && p->evict == KV_SNAPKV) cap = KVF_MAX(cap, p->block_window);
+    return KVF_MAX(cap, sp->kv_gather);
+}
+
+/* The parts a session owns, each allocated by its own init. */
+static enum kvf_status session_parts_init(struct kvf_session *s) {
+    const struct hparams *hp = &s->model->hp;
+    const struct kvf_session_params *p = &s->params;
+    const struct kv_policy *pol = &s->policy;
+    const int QD = hp->n_head * hp->head_dim, cap = qwin_rows(pol, p);
+    const bool evicts = pol->method != KV_FULL || pol->blocks;
+    enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim,
+                                       kv_policy_needs_acc(pol) || p->kv_gather > 0);
+    if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->kv_type);
+    if (st == KVF_OK) st = fwd_init(&s->fw, s->model, p->n_batch, p->n_ctx, p->n_threads, s->kv.has_acc);
+    if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
+    if (st == KVF_OK) st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
+    if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim, p->n_ctx);
+    if (st == KVF_OK) st = reduce_state_reserve(&s->rd, p->n_batch);
+    if (st == KVF_OK) st = compress_init(&s->cs, s);
+    if (st == KVF_OK) st = kv_merge_log_init(&s->merges, hp->n_layer, hp->n_head_kv, evicts);
+    if (st == KVF_OK && !(s->logits = malloc(sizeof(float) * (size_t)hp->n_vocab)))
+        st = err_set(KVF_ERR_NOMEM, "out of memory for logits");
+    if (st == KVF_OK && pol->alloc == KV_ALLOC_PREFIX && pol->profile[0]) st = compress_load_profile(s, pol->profile);
+    return st;
+}
+
+enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
+                                 struct kvf_session **out) {
+    *out = NULL;
+    if (!m) return err_set(KVF_ERR_INVALID_ARG, "no model");
+    struct kvf_session_params p = params ? *params : kvf_session_default_params();
+    const struct hparams *hp = &m->hp;
+    if (p.n_ctx <= 0) p.n_ctx = KVF_MIN(hp->n_ctx_train, SESSION_MAX_CTX_DEFAULT);
+    if (p.n_ctx > (1 << 24)) return err_set(KVF_ERR_INVALID_ARG, "n_ctx %d too large", p.n_ctx);
+    if (p.n_batch <= 0 || p.n_batch > 65536) return err_set(KVF_ERR_INVALID_ARG, "n_batch %d out of range [1, 65536]", p.n_batch);
+    p.n_batch = KVF_MIN(p.n_batch, p.n_ctx);
+    if (p.n_threads <= 0) p.n_threads = m->n_threads;
+    if (p.n_threads > 1024) return err_set(KVF_ERR_INVALID_ARG, "n_threads %d out of range", p.n_threads);
+    if (p.kv_gather < 0) return err_set(KVF_ERR_INVALID_ARG, "kv_gather %d is negative", p.kv_gather);
+    p.kv_gather = KVF_MIN(p.kv_gather, p.n_ctx);
+
+    struct kv_policy policy;
+    enum kvf_status st = kv_policy_parse(p.kv_spec, &policy);
+    if (st != KVF_OK) return st;
+    p.kv_spec = NULL; /* not kept: the caller owns the string */
+    if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
+    struct kvf_session *s = calloc(1, sizeof *s);
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
+    s->model = m;
+    s->params = p;
+    s->policy = policy;
+    if ((st = session_parts_init(s)) != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    *out = s;
+    return KVF_OK;
+}
+
+void kvf_session_reset(struct kvf_session *s) {
+    kv_cache_clear(&s->kv);
+    s->n_past = 0;
+    s->has_logits = false;
+    kv_qwin_clear(&s->qwin);
+    kv_qwin_clear(&s->qprox);
+    compress_reset(&s->cs, &s->policy);
+    kv_merge_log_clear(&s->merges);
+}
+
+static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
+    if (s->n_past + n <= s->tags_cap) return KVF_OK;
+    const int cap = KVF_MIN(s->params.n_ctx, KVF_MAX(s->n_past + n, s->tags_cap * 2));
+    struct kvf_tag *t = realloc(s->tags, (size_t)cap * sizeof *t);
+    if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
+    s->tags = t;
+    s->tags_cap = cap;
+    return KVF_OK;
+}
+
+/* Whether a session's prefill is a plain one: any policy's work starts once
+ * the prompt is in. */
+static bool prefill_plain(const struct kvf_session *s) {
+    return s->rd.n_steps == 0 && !s->policy.blocks && !s->policy.question;
+}
+
+enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "fork: no output");
+    *out = NULL;
+    if (!src) return err_set(KVF_ERR_INVALID_ARG, "fork: NULL session");
+    if (src->cs.compressed || !prefill_plain(src))
+        return err_set(KVF_ERR_UNSUPPORTED, "fork: the session is compressed or its policy changed its prefill");
+    struct kvf_session_params p = src->params;
+    p.kv_spec = kv_spec;
+    p.kv_gather = 0;
+    struct kvf_session *s;
+    enum kvf_status st = kvf_session_init(src->model, &p, &s);
+    if (st != KVF_OK) return st;
+    if (!prefill_plain(s))
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)", kv_spec);
+    else if (s->kv.has_acc && !src->kv.has_acc)
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
+    /* a prefill of its own would hold the last min(cap, n_past) queries of each layer */
+    else if (!kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past))
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
+                     KVF_MIN(s->qwin.cap, src->n_past), src->qwin.n ? src->qwin.n[0] : 0);
+    if (st == KVF_OK) st = tags_reserve(s, src->n_past);
+    if (st == KVF_OK) st = kv_cache_copy(&s->kv, &src->kv);
+    if (st != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
+    memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
+    s->n_past = src->n_past;
+    s->has_logits = src->has_logits;
+    *out = s;
+    return KVF_OK;
+}
+
+/* Runs the n rows the pass holds (decoder_input put them there) at
+ * positions n_past.., recording their tags. */
+static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
+    memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
+    const struct decoder d = {
+        .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
+        .gather = !s->probing, /* not the statistics of the question's trial run (block-wise question=1) */
+        .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
+    };
+    const enum kvf_status st = decoder_forward(&d, n, all_logits, s->logits);
+    s->n_past += n;
+    s->has_logits = st == KVF_OK;
+    return st;
+}
+
+/* Runs n inputs (ids or embedding rows, already checked) in batches of
+ * n_batch; under block-wise prefill a batch is a block, evicted back to
+ * the block budget after it. */
+static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
+                                   const struct kvf_tag *tags, int n, float *all_logits) {
+    if (n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
+    enum kvf_status st = tags_reserve(s, n);
+    if (st != KVF_OK) return st;
+    const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    const struct kv_policy *p = &s->policy;
+    for (int i = 0; i < n; i += s->params.n_batch) {
+        const int nb = KVF_MIN(s->params.n_batch, n - i);
+        decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
+                      tags ? tags + i : NULL, s->n_past, nb);
+        st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        if (st != KVF_OK) return st;
+        if (p->blocks && !s->cs.compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget) &&
+            (st = session_evict(s, EVICT_BLOCK)) != KVF_OK)
+            return st;
+    }
+    return KVF_OK;
+}
+
+enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens, int n, float *all_logits) {
+    if (!s || (n > 0 && !tokens) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill: bad arguments");
+    if (n == 0) return KVF_OK;
+    const int n_vocab = s->model->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
+    return session_run(s, tokens, NULL, NULL, n, all_logits);
+}
+
+enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *embd, const struct kvf_tag *tags, int n,
+                                         float *all_logits) {
+    if (!s || (n > 0 && !embd) || n < 0) return err_set(KVF_ERR_INVALID_ARG, "prefill_embd: bad arguments");
+    if (n == 0) return KVF_OK;
+    for (int i = 0; tags && i < n; i++)
+        if (tags[i].modality < KVF_MOD_TEXT || tags[i].modality > KVF_MOD_VIDEO)
+            return err_set(KVF_ERR_INVALID_ARG, "tag %d: modality %d is not text, image or video", i, tags[i].modality);
+    return session_run(s, NULL, embd, tags, n, all_logits);
+}
+
+/* Block-wise question=1: the last block_window tokens of the prompt's last
+ * text segment (its question) run alone at their own positions; their
+ * queries are kept as the proxies that score every block (docs/METHODS.md,
+ * block-wise prefill), and their entries removed. Only those tokens run,
+ * so the trial adds no more than the window to the cache. */
+static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_prompt *p) {
+    int g = p->n_segs - 1;
+    while (g >= 0 && p->segs[g].media) g--;
+    if (g < 0 || !kv_qwin_on(&s->qprox)) return KVF_OK;
+    const struct prompt_seg *sg = &p->segs[g];
+    const int L = s->kv.n_layer, H = s->kv.n_head_kv, n_past = s->n_past;
+    int *had = malloc(sizeof(int) * (size_t)L * H);
+    if (!had) return err_set(KVF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < L * H; i++) had[i] = s->kv.heads[i].n;
+    kv_qwin_clear(&s->qwin);
+    s->probing = true;
+    const int n = KVF_MIN(sg->n, s->policy.block_window), start = sg->start + sg->n - n;
+    s->n_past += start;
+    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, n, NULL);
+    s->probing = false;
+    s->n_past = n_past;
+    s->has_logits = false;
+    /* The trial's window becomes the proxies; the prompt's own starts empty. */
+    const struct kv_qwin proxies = s->qwin;
+    s->qwin = s->qprox;
+    s->qprox = proxies;
+    kv_qwin_clear(&s->qwin);
+    for (int j = 0; j < s->params.n_ctx; j++) s->cs.idx[j] = j;
+    for (int i = 0; st == KVF_OK && i < L * H; i++) st = kv_cache_keep(&s->kv, i / H, i % H, s->cs.idx, had[i]);
+    free(had);
+    return st;
+}
+
+enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
+    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+    if (p->n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
+                       s->params.n_ctx);
+    const int n_vocab = s->model->hp.n_vocab;
+    for (int i = 0; i < p->n; i++)
+        if (p->ids[i] >= n_vocab) return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
+    enum kvf_status st = s->policy.question ? question_probe(s, p) : KVF_OK;
+    if (st == KVF_OK && s->rd.n_steps > 0) {
+        /* A reduce step weighs an image's tokens by the text after it: the
+         * whole prompt is one pass. */
+        if ((st = tags_reserve(s, p->n)) != KVF_OK || (st = fwd_reserve(&s->fw, s->model, p->n)) != KVF_OK ||
+            (st = reduce_state_reserve(&s->rd, p->n)) != KVF_OK)
+            return st;
+        for (int g = 0; g < p->n_segs; g++) {
+            const struct prompt_seg *sg = &p->segs[g];
+            decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
+                          sg->media ? sg->media->embd : NULL, p->tags + sg->start, s->n_past + sg->start, sg->n);
+        }
+        return session_pass(s, p->n, all_logits);
+    }
+    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
+        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, lg)
+                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, lg);
+    }
+    return st;
+}
+
+enum kvf_status kvf_session_compress(struct kvf_session *s) {
+    if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
+    if (s->policy.method == KV_FULL) return KVF_OK;
+    const enum kvf_status st = session_evict(s, EVICT_COMPRESS);
+    for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->cs.n0[i] = s->kv.heads[i].n;
+    s->cs.compressed = true;
+    s->cs.decode_steps = 0;
+    return st;
+}
+
+/* The decode stage, after each decoded token. */
+static enum kvf_status decode_maintain(struct kvf_session *s) {
+    switch (s->policy.decode) {
+    case KV_DECODE_GROW: return KVF_OK;
+    case KV_DECODE_RECOMPRESS: return ++s->cs.decode_steps % s->policy.every ? KVF_OK : session_evict(s, EVICT_COMPRESS);
+    default: return session_evict(s, EVICT_DECODE);
+    }
+}
+
+enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
+    enum kvf_status st = kvf_session_prefill(s, &token, 1, NULL);
+    return st == KVF_OK && s->cs.compressed ? decode_maintain(s) : st;
+}
+
+const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
+int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
+size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
+size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
+int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
+const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
+
+const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *s, int layer, int head, int *n) {
+    *n = 0;
+    if (!s->merges.heads || layer < 0 || layer >= s->kv.n_layer || head < 0 || head >= s->kv.n_head_kv) return NULL;
+    const struct kv_merge_list *list = &s->merges.heads[(size_t)layer * s->kv.n_head_kv + head];
+    *n = list->n;
+    return list->n ? list->m : NULL;
+}
+
+bool kvf_session_kv_layer_budget(const struct kvf_session *s, int layer, double *ratio, double *gini) {
+    if (!s->cs.have_ratio || layer < 0 || layer >= s->kv.n_layer) return false;
+    *ratio = s->cs.layer_ratio[layer];
+    *gini = s->policy.online ? s->cs.layer_gini[layer] : NAN;
+    return true;
+}
+
+const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *s, int layer, int head, int *n) {
+    *n = 0;
+    if (layer < 0 || layer >= s->kv.n_layer || head < 0 || head >= s->kv.n_head_kv) return NULL;
+    const struct kv_head *h = &s->kv.heads[(size_t)layer * s->kv.n_head_kv + head];
+    *n = h->n;
+    return h->tag;
+}

@@ -1,0 +1,70 @@
+/* Internal layout of a session: what one conversation owns. Each part owns
+ * its memory and has its own init/free; the decoder is handed the parts it
+ * needs for a pass (model/decoder.h). */
+#ifndef KVF_SESSION_H
+#define KVF_SESSION_H
+
+#include "kv/cache.h"
+#include "kv/merge_log.h"
+#include "kv/policy.h"
+#include "kv/qwin.h"
+#include "kv/reduce.h"
+#include "model/decoder.h"
+#include "model/model.h"
+
+/* Compression scratch and state (session/compress.c), sized for n_ctx
+ * entries: scores, indices, work space, the window queries' attention
+ * [n_head_kv][n_ctx] (csp: same-modality in win, cross-modality in win2),
+ * their output [qwin cap][n_head*head_dim] and tags [qwin cap]. */
+struct compress_state {
+    float *score, *tmp, *win, *win2, *out, *layer;
+    int *idx, *into;
+    struct kvf_tag *qtag;
+    /* [n_layer][n_head_kv] head sizes right after kvf_session_compress (the
+     * decode stage's fixed-distance rule counts from there). */
+    int *n0;
+    bool compressed;
+    int decode_steps;
+    /* Per-layer budgets as shares of the tokens seen (budget=prefix), and the
+     * Gini coefficient of each layer's priority curve when searched. */
+    double *layer_ratio, *layer_gini;
+    bool have_ratio;
+};
+
+struct kvf_session {
+    const struct kvf_model *model;
+    struct kvf_session_params params; /* resolved: n_ctx, n_batch, n_threads > 0; kv_spec NULL */
+    struct kv_policy policy;
+    int n_past;                       /* positions processed so far */
+    float *logits;                    /* [n_vocab] after the last token */
+    bool has_logits;
+    struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
+    int tags_cap;
+
+    struct kv_cache kv;
+    struct fwd_scratch fw;
+    /* The latest queries of every layer (policies scored by the prompt's
+     * last queries); qprox: block-wise question=1's proxies, the question's
+     * queries from a trial run of it alone, while `probing`. */
+    struct kv_qwin qwin, qprox;
+    bool probing;
+    struct reduce_state rd;
+    struct compress_state cs;
+    struct kv_merge_log merges;
+};
+
+/* What brings the cache back within budget: the preset's rule and merge
+ * after the prompt (compress), the decode stage's rule while generating,
+ * or the schedule stage's evictor after each block of the prompt. */
+enum evict_mode { EVICT_COMPRESS, EVICT_DECODE, EVICT_BLOCK };
+
+/* session/compress.c */
+enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);
+void compress_free(struct compress_state *c);
+void compress_reset(struct compress_state *c, const struct kv_policy *p);
+/* PrefixKV's layer ratios made by `kvfold profile` (profile=FILE). */
+enum kvf_status compress_load_profile(struct kvf_session *s, const char *path);
+/* Brings every head over its layer's budget for the tokens seen down to it. */
+enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode);
+
+#endif

@@ -1,0 +1,4 @@
+# The include graph of src/ has no back-edges (core -> io -> tok -> kv ->
+# attn -> model -> session), and the CLI includes only kvfold.h.
+add_test(NAME layers COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/lint/layers.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(layers PROPERTIES LABELS lint TIMEOUT 60)
