@@ -12,18 +12,19 @@ kv heads; gemma3 also has layers with a sliding window of 4) a prompt of
 and the positions each (layer, kv head) holds right after compression
 ("compressed") are compared with the set that the method's rule picks from
 the full attention matrices and post-RoPE keys of ref_model.RefModel (numpy
-float64). The rules are written from DESIGN.md section 7 and the comments
-of src/kv/policy/*.c: budget (ratio: floor(budget N + 0.5), count: min(count,
-N)), selection (higher score kept first, ties: the earlier entry; entries
-that are always kept count even past the budget), GQA (a kv head's score is
-the mean over the query heads that share it), and each method's score.
-Where the two differed, DESIGN.md decided: its RoCo never evicts the sinks
-(this test found roco.c protecting only the last 10 entries and the largest
-deviations; fixed). imgrand runs on a pseudo-image prompt (llama), whose
-image positions follow from the token counts of the text around the marker.
+float64). The rules are written from docs/METHODS.md (sections 1 and 4)
+and the comments of src/kv/policy/*.c: budget (ratio: floor(budget N +
+0.5), count: min(count, N)), selection (higher score kept first, ties: the
+earlier entry; entries that are always kept count even past the budget), GQA
+(a kv head's score is the mean over the query heads that share it), and each
+method's score. Where the two differed, the documented rule decided: RoCo
+never evicts the sinks (docs/METHODS.md §4.6; this test found roco.c
+protecting only the last 10 entries and the largest deviations; fixed).
+imgrand runs on a pseudo-image prompt (llama), whose image positions follow
+from the token counts of the text around the marker.
 
-The merging and per-layer methods (DESIGN.md section 7, src/kv/policy/
-lookm.c, merge.c, prefixkv.c):
+The merging and per-layer methods (docs/METHODS.md §4.10-4.12 and §5.4,
+src/kv/policy/lookm.c, merge.c, prefixkv.c):
   lookm     H2O's score per kv head; text_prior=1 keeps every text entry, the
             recent share of the budget is kept; `important` is the other
             share (alone: recent = 1 - important; both: recent / (recent +
@@ -157,8 +158,8 @@ def parse_spec(spec):
             k, v = kv.split("=")
             p[k] = int(v)
     # LOOK-M's recent and important shares of the budget: one gives the other
-    # (DESIGN.md section 7: recent 0.1N + important 0.1N), whether or not
-    # the budget is given too. recent_only: the recent share as if
+    # (docs/METHODS.md §1.1 and §4.10: recent 0.1N + important 0.1N), whether
+    # or not the budget is given too. recent_only: the recent share as if
     # `important` were not there (a wrong rule's).
     p["recent_only"] = p["recent"]
     if "important" in given:
@@ -215,8 +216,8 @@ def layer_keep(p, n, layer, n_layer, wrong=None):
 
 
 def prefix_budgets(imp, total, noscale=False):
-    """PrefixKV's layer budgets (paper 001 Algorithm 1, src/kv/policy/
-    prefixkv.c): imp [L][n] importance (>= 0). Each layer's priority curve is
+    """PrefixKV's layer budgets (docs/METHODS.md §5.2.3, PrefixKV's Algorithm
+    1, src/kv/policy/prefixkv.c): imp [L][n] importance (>= 0). Each layer's priority curve is
     the cumulative share of its importance in its k most important entries;
     binary search for the threshold p in [0, 1] at which the shortest
     prefixes reaching p add up to `total` within PREFIX_TOL entries (or the
@@ -517,7 +518,7 @@ class Ref:
         return np.round(self.scores(p, l, g, keep)[0][idx], 7).tolist()
 
     def csp(self, p, l, g, keep):
-        """Cross-Self Pruning (DESIGN.md section 7, src/kv/policy/csp.c) for
+        """Cross-Self Pruning (docs/METHODS.md §4.13, src/kv/policy/csp.c) for
         head (l, g): the last `recent` entries kept; the observation window
         is the last `window` prompt queries (0: `recent` of them); each
         window query's attention row, weighted by its n-softmax factor
@@ -564,7 +565,7 @@ class Ref:
         cnt = np.where(L["count"] > 0, L["count"], 1.0)
         mean = L["sum"][g] / cnt
         sd = np.sqrt(np.maximum(L["sq"][g] / cnt - mean * mean, 0.0))
-        # DESIGN.md section 7: the sinks and the last 10 entries are never
+        # docs/METHODS.md §4.6: the sinks and the last 10 entries are never
         # candidates; then the largest deviations (ties: the earlier entry)
         # are protected, `protect` entries in all; the rest go by mean.
         j = np.arange(n)
@@ -835,7 +836,7 @@ WRONG = {
     "snapkv-nopool": ("snapkv", "pyramidkv"),
     "pyramid-reversed": ("snapkv", "pyramidkv"),
     "roco-noprotect": ("roco",),
-    "roco-nosinks": ("roco",),           # sinks left to compete (DESIGN protects them)
+    "roco-nosinks": ("roco",),           # sinks left to compete (METHODS §4.6 protects them)
     "keydiff-rawmean": ("keydiff",),     # anchor = mean of raw keys, not of unit keys
     "streaming-nosinks": ("streaming",),
     "random-oneseed": ("random", "imgrand"),  # the same stream for every head

@@ -15,7 +15,7 @@ either transformers layout). RefModel.logits also runs from input embeddings
 (ids < 0 take rows of a matrix): tests/ref/ref_llava.py feeds image
 embeddings that way.
 
-Conventions implemented (see DESIGN.md section 4):
+Conventions implemented (see docs/ARCHITECTURE.md §5.1-5.3):
   llama  RMSNorm, GQA attention, RoPE, SwiGLU FFN, final norm, output (or tied
          token_embd). GGUF: interleaved RoPE (llama.cpp permutes Q/K rows at
          conversion); safetensors: NeoX (rotate_half) RoPE.

@@ -8,8 +8,8 @@ numpy reference on the tiny LLaVA fixture.
 The reference runs the decoder layer by layer from tests/ref/ref_model.py's
 pieces (RefModel's norm, attention, ffn, rope) on the image embeddings of
 tests/ref/ref_llava.py, and after layer lambda (a count: lambda = 1 is after
-the first layer) applies the rule, written from DESIGN.md section 7 and
-paper 003 section 3.2, not from kvfold's C code:
+the first layer) applies the rule, written from docs/METHODS.md §5.6 and
+the LightKV paper's section 3.2, not from kvfold's C code:
 
   LightKV  weights xi_i = sum_h sum_{j text} softmax_i(scale q_i . k_j) of
            layer lambda's post-RoPE queries (every row of the pass) and keys
