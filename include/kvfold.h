@@ -171,7 +171,7 @@ struct kvf_media;
  * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
 KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
                                        enum kvf_modality modality, int n_threads, struct kvf_media **out);
-/* Pseudo-vision for text models (DESIGN section 8): a rows x cols grid whose
+/* Pseudo-vision for text models (docs/METHODS.md §6): a rows x cols grid whose
  * embeddings are the model's input embeddings of the words of `text` taken
  * in order (repeated to fill the grid), plus Gaussian noise of standard
  * deviation noise x (the RMS of the embeddings used), seeded. Tagged as an

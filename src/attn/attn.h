@@ -17,8 +17,8 @@ struct attn_params {
                       (CSP eq. 7, after pruning); 0: softmax */
 };
 
-/* Statistics gathered while a block's softmax rows are in hand (DESIGN
- * section 6), so that no method needs the N x N matrix. Every array is
+/* Statistics gathered while a block's softmax rows are in hand (docs/METHODS.md
+ * §2), so that no method needs the N x N matrix. Every array is
  * [n_head_kv][stride] floats indexed by cache entry and is added to; NULL
  * arrays are not computed. GQA: a kv head's value is the mean over the query
  * heads that share it. */

@@ -1,9 +1,10 @@
-/* KV cache policies: a spec string parsed into the stages of DESIGN
- * section 5, and the steps that apply them to the cache. A spec is a preset
- * ("snapkv:budget=0.2,window=32") — which fixes the score rule and the
- * defaults of the other stages — optionally followed by stage options
+/* KV cache policies: a spec string parsed into the stages of
+ * docs/METHODS.md §3, and the steps that apply them to the cache. A spec is
+ * a preset ("snapkv:budget=0.2,window=32") — which fixes the score rule and
+ * the defaults of the other stages — optionally followed by stage options
  * ("+budget=pyramid:beta=20", "+decode=h2o:recent=0.5"). Each rule lives in
- * its own file under src/kv/policy/. */
+ * its own file under src/kv/policy/ with its descriptor (struct kv_rule);
+ * adding one is that file plus a line in kv/rules.def. */
 #ifndef KVF_KV_POLICY_H
 #define KVF_KV_POLICY_H
 

@@ -1,4 +1,4 @@
-/* Reduce stage (DESIGN section 5): vision tokens merged or dropped inside
+/* Reduce stage (docs/METHODS.md §5.6): vision tokens merged or dropped inside
  * the decoder during prefill, after a chosen layer, so that every later
  * layer sees and caches fewer of them. A rule looks at the rows of one
  * forward pass and says where each goes — into[i] = i: kept, another row:
@@ -34,7 +34,7 @@ void reduce_groups_update(const struct kvf_tag *tag, int n, struct reduce_group 
  * alone. scratch: 3m floats. */
 void reduce_bipartite(const float *feat, int dim, const int *rows, int m, double ratio, int *into, float *scratch);
 
-/* LightKV (paper 003, section 3.2): the group's grid split into w x w
+/* LightKV (docs/METHODS.md §5.6.3): the group's grid split into w x w
  * windows (the row at (r, c) is in window (r*w/rows, c*w/cols)); within each
  * window, reduce_bipartite on the hidden states x [.][dim]. Skipped (nothing
  * merged) when the group has fewer than 8 w^2 rows. scratch: 4 g->n floats. */

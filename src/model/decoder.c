@@ -112,7 +112,7 @@ static void layer_ffn(const struct decoder *d, int l, int n) {
     if (L->post_ffn_norm.data) norm_rows(f->xn, f->xn, &L->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
 }
 
-/* LightKV's weights after layer l (docs/METHODS.md, LightKV): the layer's
+/* LightKV's weights after layer l (docs/METHODS.md §2.3, §5.6.3): the layer's
  * logits before the causal mask, softmax over the query axis, summed over
  * heads and text columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j),
  * from the pass's queries and keys still in f->q, f->k. Text columns go

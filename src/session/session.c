@@ -222,8 +222,8 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
 
 /* Block-wise question=1: the last block_window tokens of the prompt's last
  * text segment (its question) run alone at their own positions; their
- * queries are kept as the proxies that score every block (docs/METHODS.md,
- * block-wise prefill), and their entries removed. Only those tokens run,
+ * queries are kept as the proxies that score every block (docs/METHODS.md
+ * §5.7.2), and their entries removed. Only those tokens run,
  * so the trial adds no more than the window to the cache. */
 static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_prompt *p) {
     int g = p->n_segs - 1;

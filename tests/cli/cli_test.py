@@ -577,7 +577,7 @@ def case_blockwise(ctx):
 def case_reduce(ctx):
     """LightKV, FastV and ToMe from the command line on SmolLM2 with two 16x16
     pseudo-images: after the scaled default steps (11, 17, 23 of 30 layers)
-    the layers hold the image entries of paper 003's formula, composition
+    the layers hold the image entries of LightKV's eq. 9 (docs/METHODS.md §5.6.3), composition
     with a post-prefill preset keeps its budget, and bad specs are usage
     errors that name the problem."""
     smol = ctx.model(SMOL)

@@ -1,5 +1,5 @@
 # The reduce stage (LightKV, ToMe, FastV inside the decoder) end to end:
-# per-layer vision entry counts against paper 003's formula on SmolLM2 with
+# per-layer vision entry counts against LightKV's eq. 9 (docs/METHODS.md §5.6.3) on SmolLM2 with
 # pseudo-images, logits with nothing reduced against the full cache on the
 # tiny LLaVA fixture (tests/tools/kv_reduce.c).
 add_test(NAME kv_reduce

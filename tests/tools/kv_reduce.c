@@ -74,7 +74,7 @@ static void vision_per_layer(const struct kvf_session *s, const struct kvf_model
     }
 }
 
-/* Eq. 9 of paper 003: vision tokens processed over all layers. */
+/* Eq. 9 of the LightKV paper (docs/METHODS.md §5.6.3): vision tokens processed over all layers. */
 static double eq9(int v, const int *lambda, int s, double rho, int L) {
     double sum = lambda[0], keep = 1.0;
     for (int i = 1; i < s; i++) keep *= 1.0 - rho, sum += (lambda[i] - lambda[i - 1]) * keep;

@@ -1,4 +1,4 @@
-/* Cross-Self Pruning (Pei et al., paper 004, section 3.2): attention to an
+/* Cross-Self Pruning (Pei et al., 2024, section 3.2; docs/METHODS.md §4.13): attention to an
  * entry from queries of its own modality (self) and of the other modality
  * (cross) follow different distributions, so entries are ranked within each
  * and the top of both lists is kept. With the observation window's n-softmax

@@ -1,4 +1,4 @@
-/* Decode maintenance (DESIGN section 5, stage "decode"): once the prompt is
+/* Decode maintenance (docs/METHODS.md §5.5): once the prompt is
  * compressed, each decode step appends one entry per head, and these rules
  * say which entries go when a head holds more than its target (the budget
  * applied to the tokens seen so far). `grow` never evicts and `recompress`

@@ -2,8 +2,8 @@
  * most attention summed over every query so far (prompt queries, then each
  * decode step's, accumulated next to every entry by the attention kernel) —
  * plus the most recent entries. `recent` is the recent share of the kept
- * entries (DESIGN's default: heavy 0.1N + recent 0.1N, i.e. 0.5 of budget
- * 0.2). The same rule evicts during decoding (decode=h2o). */
+ * entries (the authors' default: heavy 0.1N + recent 0.1N, i.e. 0.5 of budget
+ * 0.2; docs/METHODS.md §4.3). The same rule evicts during decoding (decode=h2o). */
 #include "kv/policy.h"
 
 #include <math.h>

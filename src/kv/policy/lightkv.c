@@ -1,8 +1,8 @@
-/* LightKV (paper 003, section 3.2): after a chosen layer, each image's
+/* LightKV (section 3.2 of its paper; docs/METHODS.md §5.6.3): after a chosen layer, each image's
  * vision tokens are merged inside w x w windows of its grid — bipartite
  * matching on the cosine of their hidden states, the top pairs folded
  * together weighted by the attention text paid them (computed by the
- * decoder, DESIGN section 7) — so later layers see fewer of them. Small
+ * decoder, docs/METHODS.md §2.3) — so later layers see fewer of them. Small
  * windows first (intra-window), larger later (inter-window). */
 #include "kv/reduce.h"
 

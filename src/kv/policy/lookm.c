@@ -1,4 +1,4 @@
-/* LOOK-M (Wan et al., paper 000, section 3.2): during the prompt the model
+/* LOOK-M (Wan et al., 2024, section 3.2; docs/METHODS.md §4.10): during the prompt the model
  * attends to text far more than to image patches, so with the text prior
  * every text entry is kept, the most recent `recent` share of the budget is
  * kept, and image entries compete for what is left by the attention they

@@ -1,7 +1,7 @@
-/* Merge stage (DESIGN section 5): before a head is compacted to its kept
+/* Merge stage (docs/METHODS.md §5.4): before a head is compacted to its kept
  * entries, every evicted entry is folded into one kept entry, so that what
  * the evicted tokens contributed is not simply lost.
- * - LOOK-M (paper 000, section 3.3): each evicted entry goes to the kept
+ * - LOOK-M (Wan et al., 2024, section 3.3; docs/METHODS.md §5.4.1): each evicted entry goes to the kept
  *   entry whose post-RoPE key is most similar (cosine; ties: the earlier
  *   kept entry), and the same assignment and weights apply to the values.
  *   With n_j entries assigned to kept entry j (x = key or value):

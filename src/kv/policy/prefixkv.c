@@ -1,4 +1,4 @@
-/* PrefixKV (Wang et al., paper 001, section 3.3): layers differ in how
+/* PrefixKV (Wang et al., 2024, section 3.3; docs/METHODS.md §5.2.3): layers differ in how
  * concentrated their attention is, so each layer keeps the shortest prefix
  * of its priority sequence (entries by importance, descending) whose
  * cumulative normalised importance reaches one threshold p shared by all

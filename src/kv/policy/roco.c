@@ -5,7 +5,7 @@
  * matter again. As the authors' code (EasyKV, h2o_head_std_avg), the last 10
  * entries and the largest standard deviations are protected, `recent` x
  * budget entries in all, and the rest are evicted by the smallest mean; as
- * DESIGN section 7 (and EasyKV's prompt mode), the first `sinks` entries are
+ * docs/METHODS.md §4.6 (and EasyKV's prompt mode), the first `sinks` entries are
  * protected too, within the same share. */
 #include "kv/policy.h"
 

@@ -1,5 +1,5 @@
 /* ToMe (Bolya et al., 2023), as a reduce stage inside the decoder (the
- * "ToMe (P)" baseline of paper 003): each image's tokens alternate into the
+ * "ToMe (P)" baseline of the LightKV paper; docs/METHODS.md §5.6.4): each image's tokens alternate into the
  * two sides of a bipartite graph, matched on the cosine of their keys
  * (averaged over heads), and up to half merge per stage; the decoder
  * averages them weighted by how many tokens each already stands for. */
