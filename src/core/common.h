@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #if defined(__GNUC__)
 #define KVF_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -25,6 +26,18 @@ static inline bool size_mul(size_t a, size_t b, size_t *out) {
 }
 static inline bool size_add(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
+}
+
+/* Resizes the array *pp (any T *, passed as &array) to n elements of `size`
+ * bytes; false, with the array left as it was, when out of memory. */
+static inline bool mem_resize(void *pp, size_t n, size_t size) {
+    size_t bytes;
+    if (!size_mul(n, size, &bytes)) return false;
+    void **slot = (void **)pp;
+    void *grown = realloc(*slot, bytes ? bytes : 1);
+    if (!grown) return false;
+    *slot = grown;
+    return true;
 }
 
 #define KVF_MIN(a, b) ((a) < (b) ? (a) : (b))

@@ -128,20 +128,12 @@ enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy
 
 enum kvf_status reduce_state_reserve(struct reduce_state *r, int rows) {
     if (r->n_steps == 0 || rows <= r->rows_cap) return KVF_OK;
-    const size_t R = (size_t)rows;
-#define GROW(ptr, count)                                                                            \
-    do {                                                                                            \
-        void *grown = realloc(ptr, (count) * sizeof *(ptr));                                        \
-        if (!grown) return err_set(KVF_ERR_NOMEM, "out of memory for a reduce pass of %d rows", rows); \
-        ptr = grown;                                                                                \
-    } while (0)
-    GROW(r->w, R);
-    GROW(r->size, R);
-    GROW(r->metric, R * r->head_dim);
-    GROW(r->scratch, KVF_MAX(4 * R, 64 * ((size_t)r->head_dim + R)));
-    GROW(r->into, R);
-    GROW(r->groups, R);
-#undef GROW
+    const size_t R = (size_t)rows, scratch = KVF_MAX(4 * R, 64 * ((size_t)r->head_dim + R));
+    if (!mem_resize(&r->w, R, sizeof *r->w) || !mem_resize(&r->size, R, sizeof *r->size) ||
+        !mem_resize(&r->metric, R * r->head_dim, sizeof *r->metric) ||
+        !mem_resize(&r->scratch, scratch, sizeof *r->scratch) || !mem_resize(&r->into, R, sizeof *r->into) ||
+        !mem_resize(&r->groups, R, sizeof *r->groups))
+        return err_set(KVF_ERR_NOMEM, "out of memory for a reduce pass of %d rows", rows);
     r->rows_cap = rows;
     return KVF_OK;
 }

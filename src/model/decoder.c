@@ -302,21 +302,11 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
     if (rows <= f->rows_cap) return KVF_OK;
     const struct hparams *hp = &m->hp;
     const size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim, R = (size_t)rows;
-#define GROW(p, count)                                                                             \
-    do {                                                                                           \
-        void *grown = realloc(p, (count) * sizeof *(p));                                           \
-        if (!grown) return err_set(KVF_ERR_NOMEM, "out of memory for a pass of %d rows", rows);    \
-        p = grown;                                                                                 \
-    } while (0)
-    GROW(f->x, R * hp->n_embd);
-    GROW(f->xn, R * hp->n_embd);
-    GROW(f->q, R * QD);
-    GROW(f->k, R * KD);
-    GROW(f->v, R * KD);
-    GROW(f->att, R * QD);
-    GROW(f->pos, R);
-    GROW(f->btag, R);
-#undef GROW
+    if (!mem_resize(&f->x, R * hp->n_embd, sizeof *f->x) || !mem_resize(&f->xn, R * hp->n_embd, sizeof *f->xn) ||
+        !mem_resize(&f->q, R * QD, sizeof *f->q) || !mem_resize(&f->k, R * KD, sizeof *f->k) ||
+        !mem_resize(&f->v, R * KD, sizeof *f->v) || !mem_resize(&f->att, R * QD, sizeof *f->att) ||
+        !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->btag, R, sizeof *f->btag))
+        return err_set(KVF_ERR_NOMEM, "out of memory for a pass of %d rows", rows);
     f->rows_cap = rows;
     return KVF_OK;
 }
