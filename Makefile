@@ -3,8 +3,9 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
+PREFIX ?= /usr/local
 
-.PHONY: all setup models build build-asan test test-unit demo bench clean
+.PHONY: all setup models build build-asan build-clang install test test-unit demo bench clean
 
 all: build
 
@@ -22,9 +23,21 @@ build-asan: setup
 	@cmake -S . -B $(BUILD)-asan -DKVF_SANITIZE=ON -DKVF_UNIT_ONLY=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 
+# The library and CLI built with clang (no tests): a compile check that the
+# code is not GCC-only, and the build to read clang's warnings from.
+build-clang: setup
+	@cmake -S . -B $(BUILD)-clang -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DKVF_BUILD_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD)-clang -j $(JOBS)
+
+# include/kvfold.h, libkvfold.a, libkvfold.so.0, the CLI and
+# lib/pkgconfig/kvfold.pc under PREFIX (DESTDIR is honoured).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
 # Unit tests under ASan+UBSan first, then the whole suite (fixtures, real
 # models, CLI) on the optimised build; ctest's summary is the last line.
-test: build build-asan models
+# The clang build (build-clang) is compiled, not tested.
+test: build build-asan build-clang models
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -32,4 +45,4 @@ demo: build models
 	@bash scripts/demo.sh $(BUILD)/kvfold $(MODEL)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang

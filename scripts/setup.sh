@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libstb-dev libcjson-dev libpcre2-dev
-      libcmocka-dev python3-venv)
+      libcmocka-dev python3-venv clang libomp-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,9 @@
 
 #include "common.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -781,13 +784,43 @@ static enum simd_level cpu_level;
 static int cur_level = -1;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+/* cpuid, and XGETBV for the register state the OS saves (a CPU with AVX
+ * under an OS that does not save the YMM/ZMM registers cannot use them):
+ * the same rule as GCC's __builtin_cpu_supports, which clang lacks "f16c" for. */
+struct cpu_features cpu_features(void) {
+    struct cpu_features f = {0};
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7 || !__get_cpuid(1, &a, &b, &c, &d))
+        return f;
+    if (!(c & bit_OSXSAVE))
+        return f;
+    unsigned xcr0_lo, xcr0_hi;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    (void)xcr0_hi;
+    const bool ymm = (xcr0_lo & 0x06) == 0x06;  /* XMM, YMM */
+    const bool zmm = (xcr0_lo & 0xe6) == 0xe6;  /* and opmask, ZMM 0-15 and 16-31 */
+    if (!ymm || !(c & bit_AVX))
+        return f;
+    f.fma = (c & bit_FMA) != 0;
+    f.f16c = (c & bit_F16C) != 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    f.avx2 = (b & bit_AVX2) != 0;
+    if (zmm) {
+        f.avx512f = (b & bit_AVX512F) != 0;
+        f.avx512bw = (b & bit_AVX512BW) != 0;
+        f.avx512vl = (b & bit_AVX512VL) != 0;
+        f.avx512dq = (b & bit_AVX512DQ) != 0;
+    }
+#endif
+    return f;
+}
+
 static enum simd_level cpu_detect(void) {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    const struct cpu_features f = cpu_features();
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c)
         return SIMD_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (f.avx2 && f.fma && f.f16c)
         return SIMD_AVX2;
     return SIMD_SCALAR;
 }

@@ -34,6 +34,12 @@ float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
 enum simd_level { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
+/* The CPU features the SIMD levels need, as cpuid reports them and only
+ * where the OS saves the registers they use (all false off x86). */
+struct cpu_features {
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq;
+};
+struct cpu_features cpu_features(void);
 /* Best level this CPU supports (cpuid), capped by KVFOLD_SIMD=scalar|avx2. */
 enum simd_level simd_detect(void);
 /* Level used by the dispatching kernels below; tests force each level. */

@@ -543,8 +543,7 @@ static void test_fp16(void **state) {
             assert_int_equal(f32_to_fp16(f), h);
     }
     /* Against the hardware conversion, where there is one. */
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("f16c")) {
+    if (cpu_features().f16c) {
         for (uint32_t h = 0; h < 65536; h++)
             assert_int_equal(bits_of(fp16_to_f32((uint16_t)h)), bits_of(hw_h2f((uint16_t)h)));
         for (int i = 0; i < 300000; i++) {

@@ -557,7 +557,7 @@ enum variant {
 /* A tiny vocabulary GGUF, broken as the variant says, loaded. */
 static enum kvf_status load_variant(enum variant v, struct gguf_file **g, struct tokenizer **t) {
     static const char *const toks[] = { "a", "b", "ab", "<|endoftext|>", "\xc4\xa0",
-                                        "\xc4\xa0" "ab", "a" };
+                                        "\xc4\xa0\x61\x62" /* "Ġab" */, "a" };
     static const int32_t types[] = { 1, 1, 1, 3, 1, 1, 1 };
     static const float scores[] = { -1, -2, -0.5f, 0, -3, -0.25f, -1, 0 };
     const char *merges[] = { "a b", "\xc4\xa0 ab" };
