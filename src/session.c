@@ -149,10 +149,42 @@ static enum kvf_status session_reserve_rows(struct kvf_session *s, int n) {
     return KVF_OK;
 }
 
+/* kv_policy_parse of spec with its preset's budget replaced by budget (> 0),
+ * as if the spec said budget=X: a later key overrides an earlier one, so
+ * "snapkv" becomes "snapkv:budget=X" and "lookm:merge=avg+decode=h2o"
+ * "lookm:merge=avg,budget=X+decode=h2o". budget 0: the spec as it is. */
+static enum kvf_status policy_parse_budget(const char *spec, double budget, struct kv_policy *out) {
+    enum kvf_status st = kv_policy_parse(spec, out);
+    if (st != KVF_OK || budget == 0) return st;
+    if (!(budget > 0)) return err_set(KVF_ERR_INVALID_ARG, "kv_budget %g is negative or not a number", budget);
+    const char *s = spec ? spec : "";
+    const size_t head = strcspn(s, "+"), name_len = strcspn(s, ":+");
+    bool has_budget = false;
+    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+        struct kvf_kv_policy_info info;
+        if (kvf_kv_policy_get(i, &info) == KVF_OK && !strcmp(info.stage, "preset") && strlen(info.name) == name_len &&
+            !strncmp(info.name, s, name_len))
+            has_budget = strstr(info.keys, "budget") != NULL;
+    }
+    if (!has_budget)
+        return err_set(KVF_ERR_INVALID_ARG, "kv_budget %g: kv policy '%s' takes no budget", budget, s[0] ? s : "full");
+    char buf[320];
+    const int n = snprintf(buf, sizeof buf, "%.*s%sbudget=%.17g%s", (int)head, s, name_len < head ? "," : ":", budget,
+                           s + head);
+    if (n < 0 || (size_t)n >= sizeof buf) return err_set(KVF_ERR_INVALID_ARG, "kv policy spec too long");
+    return kv_policy_parse(buf, out);
+}
+
+enum kvf_status kvf_kv_policy_check_budget(const char *spec, double budget) {
+    struct kv_policy p;
+    return policy_parse_budget(spec, budget, &p);
+}
+
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
                                  struct kvf_session **out) {
     *out = NULL;
     if (!m) return err_set(KVF_ERR_INVALID_ARG, "no model");
+    if (model_require_weights(m, "session") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     struct kvf_session_params p = params ? *params : kvf_session_default_params();
     const struct hparams *hp = &m->hp;
     if (p.n_ctx <= 0) p.n_ctx = KVF_MIN(hp->n_ctx_train, SESSION_MAX_CTX_DEFAULT);
@@ -165,7 +197,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     p.kv_gather = KVF_MIN(p.kv_gather, p.n_ctx);
 
     struct kv_policy policy;
-    enum kvf_status pst = kv_policy_parse(p.kv_spec, &policy);
+    enum kvf_status pst = policy_parse_budget(p.kv_spec, p.kv_budget, &policy);
     if (pst != KVF_OK) return pst;
     p.kv_spec = NULL; /* not kept: the caller owns the string */
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
@@ -272,7 +304,8 @@ static bool prefill_plain(const struct kvf_session *s) {
     return s->n_reduce == 0 && !s->policy.blocks && !s->policy.question;
 }
 
-enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out) {
+enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, double kv_budget,
+                                 struct kvf_session **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "fork: no output");
     *out = NULL;
     if (!src) return err_set(KVF_ERR_INVALID_ARG, "fork: NULL session");
@@ -280,6 +313,7 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         return err_set(KVF_ERR_UNSUPPORTED, "fork: the session is compressed or its policy changed its prefill");
     struct kvf_session_params p = src->params;
     p.kv_spec = kv_spec;
+    p.kv_budget = kv_budget;
     p.kv_gather = 0;
     struct kvf_session *s;
     enum kvf_status st = kvf_session_init(src->model, &p, &s);

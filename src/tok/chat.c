@@ -257,21 +257,20 @@ int32_t chat_format(const char *name, const struct kvf_chat_message *msgs, int n
     return (int32_t)o.n;
 }
 
-int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
-                       const struct kvf_chat_message *msgs, int n_msgs,
-                       bool add_assistant_prefix, char *buf, int32_t len) {
+enum kvf_status kvf_chat_apply(const struct kvf_model *model, const char *name,
+                               const struct kvf_chat_message *msgs, int n_msgs,
+                               bool add_assistant_prefix, char *buf, int32_t len, int32_t *n_chars) {
+    if (!n_chars) return err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no n_chars");
     if (!name) {
-        if (!model) {
-            err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
-            return INT32_MIN;
-        }
+        if (!model) return err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
         const char *tmpl = tok_chat_template(model_tokenizer(model));
         name = chat_detect(tmpl);
-        if (!name) {
-            err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
-                                                    : "the model has no chat template");
-            return INT32_MIN;
-        }
+        if (!name)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
+                                                           : "the model has no chat template");
     }
-    return chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
+    const int32_t r = chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
+    if (r == INT32_MIN) return KVF_ERR_INVALID_ARG; /* chat_format set the message */
+    *n_chars = r < 0 ? -r : r;
+    return r < 0 ? err_set(KVF_ERR_BUFFER, "kvf_chat_apply: %d bytes do not fit in %d", -r, len) : KVF_OK;
 }
