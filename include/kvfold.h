@@ -23,7 +23,9 @@
  *   struct kvf_model *m;
  *   struct kvf_model_params mp = kvf_model_default_params();
  *   check(kvf_model_load("model.gguf", &mp, &m));
- *   int32_t ids[512], n;
+ *   struct kvf_model_info info;
+ *   kvf_model_get_info(m, &info);
+ *   int32_t ids[512], n;               // KVF_ERR_BUFFER (n: ids needed) if more
  *   check(kvf_tokenize(m, text, strlen(text), ids, 512, true, false, &n));
  *
  *   struct kvf_session *s;
@@ -39,7 +41,7 @@
  *   check(kvf_sampler_init(&spp, &smp));
  *   for (int i = 0; i < 64; i++) {
  *       int32_t tok;
- *       check(kvf_sampler_sample(smp, kvf_session_logits(s), n_vocab, &tok));
+ *       check(kvf_sampler_sample(smp, kvf_session_logits(s), info.n_vocab, &tok));
  *       if (kvf_token_is_eog(m, tok)) break;
  *       char piece[64]; int32_t len;
  *       if (kvf_token_to_piece(m, tok, piece, sizeof piece, false, &len) == KVF_OK)
