@@ -11,6 +11,44 @@
  *  - Objects returned through an `out` pointer are owned by the caller and
  *    released with the matching *_free function (which accepts NULL).
  *  - The library never exits or prints; only the CLI decides that.
+ *  - Calls that fill a caller's buffer (kvf_tokenize, kvf_token_to_piece,
+ *    kvf_chat_apply) report through an out pointer how much they wrote; when
+ *    the buffer is too small they return KVF_ERR_BUFFER and report the size
+ *    the buffer needs instead, so a second call with that size succeeds.
+ *  - Pointers returned by the library (tags, logits, strings) are borrowed:
+ *    each declaration says until when they stay valid.
+ *
+ * Usage (error handling shortened to `check`):
+ *
+ *   struct kvf_model *m;
+ *   struct kvf_model_params mp = kvf_model_default_params();
+ *   check(kvf_model_load("model.gguf", &mp, &m));
+ *   struct kvf_model_info info;
+ *   kvf_model_get_info(m, &info);
+ *   int32_t ids[512], n;               // KVF_ERR_BUFFER (n: ids needed) if more
+ *   check(kvf_tokenize(m, text, strlen(text), ids, 512, true, false, &n));
+ *
+ *   struct kvf_session *s;
+ *   struct kvf_session_params sp = kvf_session_default_params();
+ *   sp.kv_spec = "snapkv";             // keep 20% of the prompt's KV entries
+ *   sp.kv_budget = 0.2;                // (or say it in the spec: "snapkv:budget=0.2")
+ *   check(kvf_session_init(m, &sp, &s));
+ *   check(kvf_session_prefill(s, ids, n, NULL));   // the prompt
+ *   check(kvf_session_compress(s));                // evict down to the budget
+ *
+ *   struct kvf_sampler *smp;
+ *   struct kvf_sampler_params spp = kvf_sampler_default_params();
+ *   check(kvf_sampler_init(&spp, &smp));
+ *   for (int i = 0; i < 64; i++) {
+ *       int32_t tok;
+ *       check(kvf_sampler_sample(smp, kvf_session_logits(s), info.n_vocab, &tok));
+ *       if (kvf_token_is_eog(m, tok)) break;
+ *       char piece[64]; int32_t len;
+ *       if (kvf_token_to_piece(m, tok, piece, sizeof piece, false, &len) == KVF_OK)
+ *           fwrite(piece, 1, (size_t)len, stdout);
+ *       check(kvf_session_decode(s, tok));         // the cache stays within budget
+ *   }
+ *   kvf_sampler_free(smp); kvf_session_free(s); kvf_model_free(m);
  */
 #ifndef KVFOLD_H
 #define KVFOLD_H
@@ -49,11 +87,14 @@ enum kvf_status {
     KVF_ERR_CONTEXT,       /* the tokens do not fit in the session context   */
     KVF_ERR_NOMEM,         /* an allocation failed                           */
     KVF_ERR_INTERNAL,
+    KVF_ERR_BUFFER,        /* the output buffer is too small; the size needed is reported */
 };
 
+/* A static string naming st ("out of memory"). */
 KVF_API const char *kvf_status_str(enum kvf_status st);
-/* Message of the last failure on this thread ("" if none). Valid until the
- * next failing kvfold call on the same thread. */
+/* Message of the last failure on this thread ("" if none). The string is
+ * thread-local storage of the library: its content is valid until the next
+ * failing kvfold call on the same thread (copy it to keep it). */
 KVF_API const char *kvf_last_error(void);
 
 /* ---------------------------------------------------------------- model -- */
@@ -65,11 +106,20 @@ struct kvf_model_params {
     const char *mmproj;     /* optional: a llama.cpp vision projector GGUF ("mmproj",
                                general.architecture = clip) for a GGUF decoder; a
                                Hugging Face LLaVA directory carries its own vision tower */
+    bool vocab_only;        /* load only the tokenizer, the chat template and the
+                               hyper-parameters the files give (no weights are mapped or
+                               bound): enough for kvf_tokenize, kvf_token_to_piece,
+                               kvf_chat_apply, kvf_prompt_init without media and
+                               kvf_model_get_info. Any architecture is accepted (e.g. the
+                               vocabulary-only GGUF files of llama.cpp, or a directory with
+                               just tokenizer.json); kvf_session_init and kvf_media_* refuse
+                               such a model with KVF_ERR_UNSUPPORTED. */
 };
 KVF_API struct kvf_model_params kvf_model_default_params(void);
 
 /* path: a .gguf file, or a Hugging Face directory (config.json,
- * model.safetensors or model.safetensors.index.json, tokenizer.json). */
+ * model.safetensors or model.safetensors.index.json, tokenizer.json).
+ * params NULL: kvf_model_default_params(). */
 KVF_API enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *params,
                                struct kvf_model **out);
 KVF_API void kvf_model_free(struct kvf_model *model);
@@ -77,13 +127,15 @@ KVF_API void kvf_model_free(struct kvf_model *model);
 enum kvf_rope_style { KVF_ROPE_NORM = 0 /* interleaved pairs */, KVF_ROPE_NEOX = 1 /* halves */ };
 
 struct kvf_model_info {
-    const char *arch;        /* "llama", "qwen2", "gemma3"                      */
+    const char *arch;        /* "llama", "qwen2", "gemma3" (vocab_only: as the file says) */
     const char *name;        /* general.name or the directory name              */
     const char *source;      /* "gguf" or "safetensors"                         */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
     int sliding_window;      /* 0 when every layer is global                    */
     float rope_base, rope_base_local, norm_eps;
     enum kvf_rope_style rope_style;
+    /* vocab_only: the hyper-parameters the files give, 0 for the others;
+     * n_vocab is the tokenizer's; no weights (n_params 0, weight_types ""). */
     int64_t n_params;        /* number of weights                                */
     int64_t weight_bytes;    /* bytes of weights as stored                       */
     const char *weight_types;/* e.g. "q4_1:30 q6_K:1 f32:61" (tensor counts)     */
@@ -98,33 +150,42 @@ struct kvf_model_info {
     int image_tokens;        /* embeddings one image becomes (e.g. 576)          */
     int image_grid;          /* image_tokens = image_grid^2 (CLS dropped)        */
 };
-/* The strings stay owned by the model. */
+/* The strings are owned by the model: valid until kvf_model_free. */
 KVF_API void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);
 
 /* ------------------------------------------------------------ tokenizer -- */
 
-/* Tokenizes text[0..len). Writes at most n_max ids; returns the number of ids,
- * or -(required) when n_max is too small. parse_special: turn the text of
- * control tokens (e.g. "<|im_start|>") into their ids. */
-KVF_API int32_t kvf_tokenize(const struct kvf_model *model, const char *text, size_t len,
-                     int32_t *tokens, int32_t n_max, bool add_bos, bool parse_special);
+/* Tokenizes text[0..len) into tokens[0..n_max) (tokens may be NULL when
+ * n_max is 0); *n_tokens gets the number of ids written. KVF_ERR_BUFFER when
+ * n_max is too small: nothing usable is written and *n_tokens gets the number
+ * needed. add_bos: start with BOS when the model's tokenizer adds one.
+ * parse_special: turn the text of control tokens (e.g. "<|im_start|>") into
+ * their ids. */
+KVF_API enum kvf_status kvf_tokenize(const struct kvf_model *model, const char *text, size_t len,
+                                     int32_t *tokens, int32_t n_max, bool add_bos, bool parse_special,
+                                     int32_t *n_tokens);
 /* The bytes a token stands for when printed (special tokens: empty unless
- * render_special). Returns the byte count, or -(required) if len is too small;
- * never NUL-terminates. */
-KVF_API int32_t kvf_token_to_piece(const struct kvf_model *model, int32_t token, char *buf,
-                           int32_t len, bool render_special);
+ * render_special) into buf[0..len); *n_bytes gets the byte count (never
+ * NUL-terminated). KVF_ERR_BUFFER when len is too small (*n_bytes: the bytes
+ * needed); KVF_ERR_INVALID_ARG for a token outside the vocabulary. */
+KVF_API enum kvf_status kvf_token_to_piece(const struct kvf_model *model, int32_t token, char *buf,
+                                           int32_t len, bool render_special, int32_t *n_bytes);
 KVF_API bool kvf_token_is_eog(const struct kvf_model *model, int32_t token);
 
 /* Chat templates. name: "llama2" (Llama-2 chat), "vicuna" (Vicuna v1.1 /
  * LLaVA-1.5), "chatml", "gemma", or NULL for the one recognised from
- * tokenizer.chat_template. Returns the length written (NUL-terminated), or
- * -(bytes required, NUL included) if buf is too small; an unknown name or a
- * model whose template is not recognised returns INT32_MIN. */
+ * tokenizer.chat_template (model may be NULL when name is given). Writes the
+ * conversation, NUL-terminated, into buf[0..len); *n_chars gets its length
+ * (NUL excluded). KVF_ERR_BUFFER when len is too small: *n_chars gets the
+ * bytes needed, NUL included. An unknown name or a bad message:
+ * KVF_ERR_INVALID_ARG; no name and a template not recognised:
+ * KVF_ERR_UNSUPPORTED. */
 struct kvf_chat_message { const char *role; const char *content; };
-KVF_API int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
-                       const struct kvf_chat_message *msgs, int n_msgs,
-                       bool add_assistant_prefix, char *buf, int32_t len);
-/* Comma-separated list of template names accepted by kvf_chat_apply. */
+KVF_API enum kvf_status kvf_chat_apply(const struct kvf_model *model, const char *name,
+                                       const struct kvf_chat_message *msgs, int n_msgs,
+                                       bool add_assistant_prefix, char *buf, int32_t len, int32_t *n_chars);
+/* Comma-separated list of template names accepted by kvf_chat_apply (a
+ * static string). */
 KVF_API const char *kvf_chat_templates(void);
 
 /* --------------------------------------------------------------- images -- */
@@ -147,7 +208,8 @@ KVF_API enum kvf_status kvf_image_from_rgb(int w, int h, const uint8_t *rgb, str
 KVF_API void kvf_image_free(struct kvf_image *image);
 KVF_API int kvf_image_width(const struct kvf_image *image);
 KVF_API int kvf_image_height(const struct kvf_image *image);
-KVF_API const uint8_t *kvf_image_rgb(const struct kvf_image *image); /* [h][w][3] */
+/* The pixels, [h][w][3]; valid until kvf_image_free. */
+KVF_API const uint8_t *kvf_image_rgb(const struct kvf_image *image);
 
 /* ---------------------------------------------------------------- media -- */
 
@@ -160,7 +222,7 @@ struct kvf_tag {
                           within its video; text: -1                               */
     int16_t row, col;  /* grid coordinates inside the image or frame; text: -1     */
 };
-KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" */
+KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" (static) */
 
 /* A segment of embeddings that replaces one marker of a prompt: an encoded
  * image or video frame, or a synthetic ("pseudo") image. */
@@ -171,14 +233,22 @@ struct kvf_media;
  * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
 KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
                                        enum kvf_modality modality, int n_threads, struct kvf_media **out);
-/* Pseudo-vision for text models (docs/METHODS.md §6): a rows x cols grid whose
- * embeddings are the model's input embeddings of the words of `text` taken
- * in order (repeated to fill the grid), plus Gaussian noise of standard
- * deviation noise x (the RMS of the embeddings used), seeded. Tagged as an
- * image; flagged synthetic. */
+/* Pseudo-vision for text models: a stand-in for an encoded image, so that
+ * multimodal KV policies can be exercised with a text-only decoder. The
+ * words of `text` are tokenized (no BOS, no special tokens) and their input
+ * embeddings (the rows of the model's token-embedding table, scaled as the
+ * model's embedding layer scales them) fill a rows x cols grid in row-major
+ * order, the ids repeated from the first when the text runs out. Gaussian
+ * noise of standard deviation noise x (the RMS of the embeddings placed) is
+ * added to every value, drawn from a generator seeded with `seed`
+ * (noise 0: none). The segment is tagged as an image (row, col of each
+ * cell) and flagged synthetic (kvf_media_is_synthetic);
+ * docs/METHODS.md §6 says why. */
 KVF_API enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, const char *text, int rows, int cols,
                                        float noise, uint64_t seed, struct kvf_media **out);
-/* Caller-made embeddings [rows*cols][n_embd] (copied). */
+/* Caller-made embeddings [rows*cols][n_embd] (copied), row-major over the
+ * grid; in a prompt they behave exactly as kvf_session_prefill_embd of the
+ * same rows with the same tags. */
 KVF_API enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
                                     enum kvf_modality modality, struct kvf_media **out);
 KVF_API void kvf_media_free(struct kvf_media *media);
@@ -205,8 +275,9 @@ KVF_API enum kvf_status kvf_prompt_init(const struct kvf_model *model, const cha
                                 bool parse_special, struct kvf_prompt **out);
 KVF_API void kvf_prompt_free(struct kvf_prompt *prompt);
 KVF_API int kvf_prompt_n_tokens(const struct kvf_prompt *prompt);
-/* Tags of the prompt's positions, pos counted from 0 (they shift by the
- * session's n_past when the prompt is evaluated). */
+/* Tags of the prompt's positions, [kvf_prompt_n_tokens], pos counted from 0
+ * (they shift by the session's n_past when the prompt is evaluated). Valid
+ * until kvf_prompt_free. */
 KVF_API const struct kvf_tag *kvf_prompt_tags(const struct kvf_prompt *prompt);
 /* Token id at position i, or -1 where the position holds media. */
 KVF_API int32_t kvf_prompt_token(const struct kvf_prompt *prompt, int i);
@@ -221,7 +292,7 @@ struct kvf_session; /* opaque: KV cache, logits, scratch */
  * values sharing one fp16 scale, 8-bit codes) needs a head dimension that
  * is a multiple of 32. */
 enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0 };
-/* "f32", "f16", "q8_0"; NULL for a value outside the enum. */
+/* "f32", "f16", "q8_0" (static); NULL for a value outside the enum. */
 KVF_API const char *kvf_kv_type_name(enum kvf_kv_type type);
 /* The type of that name; otherwise KVF_ERR_INVALID_ARG with a message
  * listing the valid names. */
@@ -237,9 +308,14 @@ struct kvf_session_params {
     int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
                         (the attention each entry receives, the last kv_gather queries of every
                         layer), so that kvf_session_fork can apply any policy to this prefill */
+    double kv_budget; /* > 0: replaces the budget of kv_spec's preset -- a share in (0, 1] of the
+                         tokens seen, or a whole number of entries -- as if the spec said
+                         budget=X (the preset must take a budget key); 0: the spec's own */
 };
 KVF_API struct kvf_session_params kvf_session_default_params(void);
 
+/* params NULL: kvf_session_default_params(). KVF_ERR_INVALID_ARG for a bad
+ * kv_spec or kv_budget; KVF_ERR_UNSUPPORTED for a vocab_only model. */
 KVF_API enum kvf_status kvf_session_init(const struct kvf_model *model, const struct kvf_session_params *params,
                                  struct kvf_session **out);
 KVF_API void kvf_session_free(struct kvf_session *session);
@@ -263,17 +339,20 @@ KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, 
  * field is ignored: positions continue at n_past). tags NULL: text. */
 KVF_API enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, const float *embd,
                                          const struct kvf_tag *tags, int n, float *all_logits);
-/* Tags of every position processed so far, [kvf_session_n_past]. */
+/* Tags of every position processed so far, [kvf_session_n_past]. Valid
+ * until the session next changes (prefill, decode, compress, reset, free). */
 KVF_API const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
 /* Tags of the entries cached for (layer, kv head), in cache order; *n gets
- * their count. NULL for an index out of range. */
+ * their count. NULL for an index out of range. Valid until the session next
+ * changes (prefill, decode, compress, reset, free). */
 KVF_API const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *session, int layer, int head, int *n);
 /* What a merging policy folded where: for one (layer, kv head), every
  * evicted entry's true position and the true position of the kept entry it
  * was merged into (lookm, elastic), or of the row a reduce step merged it
  * into before this layer, so that it never reached this layer's cache
  * (lightkv, tome), in the order they happened. NULL and *n = 0 when nothing
- * was merged. Valid until the session changes. */
+ * was merged. Valid until the session next changes (prefill, decode,
+ * compress, reset, free). */
 struct kvf_kv_merge {
     int32_t from, into;
 };
@@ -285,14 +364,17 @@ KVF_API const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_sessio
 KVF_API bool kvf_session_kv_layer_budget(const struct kvf_session *session, int layer, double *ratio, double *gini);
 
 /* A new session in the state src's would have had under the KV policy
- * kv_spec (its other parameters are src's): the same cache, tags, logits
- * and statistics, not yet compressed — so that policies can be compared on
+ * kv_spec with kv_budget (as in kvf_session_params: > 0 replaces the spec's
+ * budget, 0 keeps it; src's own kv_spec and kv_budget are not inherited; its
+ * other parameters are): the same cache, tags, logits and statistics, not
+ * yet compressed — so that policies can be compared on
  * one prefill, each fork compressing and decoding its own way, with results
  * equal bit for bit to a prefill of their own. KVF_ERR_UNSUPPORTED when
  * they would not be: src already compressed, either policy prefilling
  * differently (a reduce or schedule stage, question=1), or src lacking a
  * statistic kv_spec scores with (see kv_gather). */
-KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out);
+KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, double kv_budget,
+                                         struct kvf_session **out);
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
@@ -305,7 +387,8 @@ KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */
 KVF_API enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
-/* n_vocab logits after the last token processed; NULL before the first. */
+/* n_vocab logits after the last token processed; NULL before the first.
+ * Valid until the session next changes (prefill, decode, reset, free). */
 KVF_API const float *kvf_session_logits(const struct kvf_session *session);
 KVF_API int kvf_session_n_past(const struct kvf_session *session);
 /* Bytes of KV cache currently allocated (all layers: keys, values, tags and
@@ -321,6 +404,7 @@ KVF_API int kvf_session_kv_peak_entries(const struct kvf_session *session);
 /* What kvf_session_params.kv_spec accepts: presets ("snapkv:budget=0.2"),
  * each optionally followed by stage options ("+decode=h2o:recent=0.5"). */
 struct kvf_kv_policy_info {
+    /* Every string is static (valid for the life of the process). */
     const char *stage;     /* "preset", or the stage an option belongs to: "budget", "decode" */
     const char *name, *summary, *paper;
     const char *keys;      /* accepted keys, space-separated          */
@@ -331,6 +415,9 @@ KVF_API enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info
 /* Checks a kv_spec without a session: KVF_OK, or an error whose message
  * lists what is valid. */
 KVF_API enum kvf_status kvf_kv_policy_check(const char *spec);
+/* kvf_kv_policy_check of spec with its preset's budget replaced by budget,
+ * as kvf_session_params.kv_budget does (budget 0: spec's own). */
+KVF_API enum kvf_status kvf_kv_policy_check_budget(const char *spec, double budget);
 
 /* -------------------------------------------------------------- sampler -- */
 
@@ -346,12 +433,15 @@ struct kvf_sampler_params {
 KVF_API struct kvf_sampler_params kvf_sampler_default_params(void);
 KVF_API enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out);
 KVF_API void kvf_sampler_free(struct kvf_sampler *sampler);
-/* Returns the chosen token id, or -1 on bad arguments. */
-KVF_API int32_t kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab);
+/* Draws a token id from logits[0..n_vocab) into *token. KVF_ERR_INVALID_ARG
+ * for NULL pointers or n_vocab <= 0; KVF_ERR_NOMEM when the candidate list
+ * cannot be allocated. */
+KVF_API enum kvf_status kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab,
+                                           int32_t *token);
 
 /* ---------------------------------------------------------------- misc -- */
 
-/* Name of the SIMD level chosen at run time: "avx512", "avx2" or "scalar". */
+/* Name of the SIMD level chosen at run time: "avx512", "avx2" or "scalar" (static). */
 KVF_API const char *kvf_simd_level(void);
 /* Peak resident set size of this process in bytes (0 if unknown). */
 KVF_API size_t kvf_peak_rss_bytes(void);

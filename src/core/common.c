@@ -29,6 +29,7 @@ const char *kvf_status_str(enum kvf_status st) {
     case KVF_ERR_CONTEXT: return "context overflow";
     case KVF_ERR_NOMEM: return "out of memory";
     case KVF_ERR_INTERNAL: return "internal error";
+    case KVF_ERR_BUFFER: return "buffer too small";
     }
     return "unknown status";
 }

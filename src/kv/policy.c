@@ -452,6 +452,11 @@ enum kvf_status kvf_kv_policy_check(const char *spec) {
     return kv_policy_parse(spec, &p);
 }
 
+enum kvf_status kvf_kv_policy_check_budget(const char *spec, double budget) {
+    struct kv_policy p;
+    return kv_policy_parse_budget(spec, budget, &p);
+}
+
 /* ------------------------------------------------------------- budgets -- */
 
 int kv_policy_keep_count(const struct kv_policy *p, int n) {

@@ -21,7 +21,7 @@
 #define MAX_HEAD_DIM 1024
 
 struct kvf_model_params kvf_model_default_params(void) {
-    struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL};
+    struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL, .vocab_only = false};
     return p;
 }
 
@@ -368,6 +368,59 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     return vision_load_hf(m, dir, &src);
 }
 
+/* vocab_only: the tokenizer, and whatever hyper-parameters the files give
+ * (any architecture, no checks: nothing runs on them). */
+static enum kvf_status load_vocab(struct kvf_model *m, const char *path, bool dir) {
+    struct hparams *hp = &m->hp;
+    const char *base = strrchr(path, '/'), *name = NULL, *arch = "";
+    enum kvf_status st;
+    struct hf_config cfg;
+    if (dir) {
+        if ((st = tok_load_hf(path, &m->tok))) return st;
+        if (hf_config_load(path, &cfg) == KVF_OK) {
+            arch = cfg.arch;
+            *hp = (struct hparams){.n_layer = cfg.num_hidden_layers, .n_embd = cfg.hidden_size,
+                                   .n_ff = cfg.intermediate_size, .n_head = cfg.num_attention_heads,
+                                   .n_head_kv = cfg.num_key_value_heads, .head_dim = cfg.head_dim,
+                                   .n_ctx_train = cfg.max_position_embeddings, .norm_eps = cfg.rms_norm_eps,
+                                   .rope_base = cfg.rope_theta, .rope_base_local = cfg.rope_local_base_freq,
+                                   .rope_style = KVF_ROPE_NEOX};
+        }
+        err_clear(); /* config.json is optional here */
+        name = base && base[1] ? base + 1 : path;
+    } else {
+        if ((st = gguf_open(path, &m->gguf)) || (st = tok_load_gguf(m->gguf, &m->tok))) return st;
+        const struct gguf_file *f = m->gguf;
+        const char *a = gguf_get_str(f, "general.architecture");
+        if (a) {
+            arch = a;
+            static const char *const keys[] = {"block_count", "embedding_length", "feed_forward_length",
+                                               "attention.head_count", "attention.head_count_kv",
+                                               "attention.key_length", "context_length"};
+            int *const dst[] = {&hp->n_layer, &hp->n_embd, &hp->n_ff, &hp->n_head, &hp->n_head_kv, &hp->head_dim,
+                                &hp->n_ctx_train};
+            for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) gguf_int(f, a, keys[i], dst[i], false);
+            gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps);
+            gguf_float(f, a, "rope.freq_base", &hp->rope_base);
+            err_clear();
+        }
+        name = gguf_get_str(f, "general.name");
+        if (!name) name = path;
+    }
+    hp->n_vocab = tok_n_vocab(m->tok);
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", arch);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->source, sizeof m->source, "%s", dir ? "safetensors" : "gguf");
+    m->vocab_only = true;
+    return KVF_OK;
+}
+
+enum kvf_status model_require_weights(const struct kvf_model *m, const char *what) {
+    if (m && m->vocab_only)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: the model was loaded with vocab_only (tokenizer only, no weights)", what);
+    return KVF_OK;
+}
+
 /* "q4_1:30 f32:61": how many tensors of each stored type. */
 static void describe_types(struct kvf_model *m) {
     int count[DT_COUNT] = {0};
@@ -395,6 +448,12 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s'", path);
     struct kvf_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(KVF_ERR_NOMEM, "out of memory");
+    if (p.vocab_only) {
+        enum kvf_status st = load_vocab(m, path, S_ISDIR(sb.st_mode));
+        if (st != KVF_OK) kvf_model_free(m);
+        else *out = m;
+        return st;
+    }
     enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
     if (st == KVF_OK && p.mmproj) {
         if (m->vision)
@@ -441,32 +500,45 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
     if (m->vision) vision_fill_info(m->vision, info);
 }
 
-int32_t kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,
-                     bool add_bos, bool parse_special) {
-    return tok_encode(m->tok, text, len, tokens, n_max, add_bos, parse_special);
+enum kvf_status kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,
+                             bool add_bos, bool parse_special, int32_t *n_tokens) {
+    if (!m || !n_tokens || (!text && len > 0) || n_max < 0 || (!tokens && n_max > 0))
+        return err_set(KVF_ERR_INVALID_ARG, "kvf_tokenize: bad arguments");
+    /* so that the id count fits in int32_t */
+    if (len >= (size_t)INT32_MAX) return err_set(KVF_ERR_INVALID_ARG, "kvf_tokenize: %zu bytes of text is too long", len);
+    const int32_t r = tok_encode(m->tok, text, len, tokens, n_max, add_bos, parse_special);
+    if (r == INT32_MIN) return KVF_ERR_NOMEM; /* the arguments are checked: out of memory (message set) */
+    *n_tokens = r < 0 ? -r : r;
+    return r < 0 ? err_set(KVF_ERR_BUFFER, "kvf_tokenize: %d ids do not fit in %d", -r, n_max) : KVF_OK;
 }
 
-int32_t kvf_token_to_piece(const struct kvf_model *m, int32_t token, char *buf, int32_t len, bool render_special) {
-    return tok_piece(m->tok, token, buf, len, render_special);
+enum kvf_status kvf_token_to_piece(const struct kvf_model *m, int32_t token, char *buf, int32_t len,
+                                   bool render_special, int32_t *n_bytes) {
+    if (!m || !n_bytes || len < 0 || (!buf && len > 0))
+        return err_set(KVF_ERR_INVALID_ARG, "kvf_token_to_piece: bad arguments");
+    if (token < 0 || token >= tok_n_vocab(m->tok))
+        return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", token, tok_n_vocab(m->tok));
+    const int32_t r = tok_piece(m->tok, token, buf, len, render_special);
+    *n_bytes = r < 0 ? -r : r;
+    return r < 0 ? err_set(KVF_ERR_BUFFER, "kvf_token_to_piece: %d bytes do not fit in %d", -r, len) : KVF_OK;
 }
 
 bool kvf_token_is_eog(const struct kvf_model *m, int32_t token) { return tok_is_eog(m->tok, token); }
 
-int32_t kvf_chat_apply(const struct kvf_model *model, const char *name,
-                       const struct kvf_chat_message *msgs, int n_msgs,
-                       bool add_assistant_prefix, char *buf, int32_t len) {
+enum kvf_status kvf_chat_apply(const struct kvf_model *model, const char *name,
+                               const struct kvf_chat_message *msgs, int n_msgs,
+                               bool add_assistant_prefix, char *buf, int32_t len, int32_t *n_chars) {
+    if (!n_chars) return err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no n_chars");
     if (!name) {
-        if (!model) {
-            err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
-            return INT32_MIN;
-        }
+        if (!model) return err_set(KVF_ERR_INVALID_ARG, "kvf_chat_apply: no template name and no model");
         const char *tmpl = tok_chat_template(model_tokenizer(model));
         name = chat_detect(tmpl);
-        if (!name) {
-            err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
-                                                    : "the model has no chat template");
-            return INT32_MIN;
-        }
+        if (!name)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
+                                                           : "the model has no chat template");
     }
-    return chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
+    const int32_t r = chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
+    if (r == INT32_MIN) return KVF_ERR_INVALID_ARG; /* chat_format set the message */
+    *n_chars = r < 0 ? -r : r;
+    return r < 0 ? err_set(KVF_ERR_BUFFER, "kvf_chat_apply: %d bytes do not fit in %d", -r, len) : KVF_OK;
 }

@@ -48,6 +48,7 @@ struct kvf_model {
     struct st_set *st;
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
     int64_t n_params, weight_bytes;
+    bool vocab_only;           /* kvf_model_params.vocab_only: no weights, layers NULL */
     float **owned;             /* float copies of vectors (norms, biases) */
     int n_owned, cap_owned;
 };
@@ -79,6 +80,9 @@ enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *sr
 enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path);
 enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src);
 void vision_free(struct vision_model *v);
+
+/* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */
+enum kvf_status model_require_weights(const struct kvf_model *m, const char *what);
 
 static inline const struct tokenizer *model_tokenizer(const struct kvf_model *m) { return m->tok; }
 

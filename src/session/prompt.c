@@ -40,6 +40,8 @@ double kvf_media_encode_ms(const struct kvf_media *md) { return md->encode_ms; }
 static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols, int extra,
                                    enum kvf_modality mod, struct kvf_media **out) {
     *out = NULL;
+    enum kvf_status st = model_require_weights(m, "media");
+    if (st != KVF_OK) return st;
     if (mod != KVF_MOD_IMAGE && mod != KVF_MOD_VIDEO)
         return err_set(KVF_ERR_INVALID_ARG, "media modality must be image or video");
     if (rows <= 0 || cols <= 0 || rows > MEDIA_MAX_SIDE || cols > MEDIA_MAX_SIDE ||
@@ -67,6 +69,7 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
     *out = NULL;
     if (!m || !img) return err_set(KVF_ERR_INVALID_ARG, "encode_image: NULL argument");
+    if (model_require_weights(m, "encode_image") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
     struct kvf_media *md;
@@ -95,7 +98,8 @@ enum kvf_status kvf_media_pseudo_image(const struct kvf_model *m, const char *te
     const size_t len = strlen(text);
     const int n_max = (int)KVF_MIN(len + 1, (size_t)MEDIA_MAX_TOKENS);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)n_max);
-    const int32_t n_ids = ids ? kvf_tokenize(m, text, len, ids, n_max, false, false) : 0;
+    int32_t n_ids = 0;
+    if (ids && kvf_tokenize(m, text, len, ids, n_max, false, false, &n_ids) != KVF_OK) n_ids = 0;
     if (!ids || n_ids <= 0) {
         free(ids);
         kvf_media_free(md);
@@ -170,14 +174,13 @@ static enum kvf_status prompt_grow(struct kvf_prompt *p, int extra, int *cap) {
 
 static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_model *m, const char *text, size_t len,
                                        bool add_bos, bool parse_special, int *cap) {
-    /* With no room the tokenizer returns -(ids needed). */
-    const int32_t r = kvf_tokenize(m, text, len, NULL, 0, add_bos, parse_special);
-    if (r == INT32_MIN) return KVF_ERR_NOMEM; /* the tokenizer set the message */
-    if (r == 0) return KVF_OK;
-    const int32_t need = -r;
-    enum kvf_status st = prompt_grow(p, need, cap);
-    if (st != KVF_OK) return st;
-    const int32_t got = kvf_tokenize(m, text, len, p->ids + p->n, need, add_bos, parse_special);
+    /* With no room the tokenizer reports the ids needed. */
+    int32_t need = 0, got = 0;
+    enum kvf_status st = kvf_tokenize(m, text, len, NULL, 0, add_bos, parse_special, &need);
+    if (st == KVF_OK) return KVF_OK; /* no ids */
+    if (st != KVF_ERR_BUFFER) return st;
+    if ((st = prompt_grow(p, need, cap)) != KVF_OK) return st;
+    if ((st = kvf_tokenize(m, text, len, p->ids + p->n, need, add_bos, parse_special, &got)) != KVF_OK) return st;
     if (got != need) return err_set(KVF_ERR_INTERNAL, "tokenizer returned %d of %d ids", got, need);
     for (int i = 0; i < got; i++)
         p->tags[p->n + i] = (struct kvf_tag){.pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};

@@ -128,7 +128,9 @@ static void select_top(struct cand *c, int n, int k) {
     qsort(c, (size_t)k, sizeof *c, cand_cmp_desc);
 }
 
-int32_t kvf_sampler_sample(struct kvf_sampler *s, const float *logits, int n_vocab) {
+/* The token of kvf_sampler_sample, or -1 (message set) on bad arguments and
+ * -2 when out of memory. */
+static int32_t sample(struct kvf_sampler *s, const float *logits, int n_vocab) {
     if (!s || !logits || n_vocab <= 0) {
         err_set(KVF_ERR_INVALID_ARG, "kvf_sampler_sample: bad arguments (n_vocab %d)", n_vocab);
         return -1;
@@ -143,7 +145,7 @@ int32_t kvf_sampler_sample(struct kvf_sampler *s, const float *logits, int n_voc
         struct cand *c = realloc(s->cands, (size_t)n_vocab * sizeof *c);
         if (!c) {
             err_set(KVF_ERR_NOMEM, "sampler: out of memory for %d candidates", n_vocab);
-            return best;
+            return -2;
         }
         s->cands = c;
         s->cap = n_vocab;
@@ -211,4 +213,12 @@ int32_t kvf_sampler_sample(struct kvf_sampler *s, const float *logits, int n_voc
             return c[i].id;
     }
     return c[n - 1].id; /* u landed on the rounding slack of the last bucket */
+}
+
+enum kvf_status kvf_sampler_sample(struct kvf_sampler *s, const float *logits, int n_vocab, int32_t *token) {
+    if (!token) return err_set(KVF_ERR_INVALID_ARG, "kvf_sampler_sample: no token pointer");
+    const int32_t t = sample(s, logits, n_vocab);
+    if (t < 0) return t == -1 ? KVF_ERR_INVALID_ARG : KVF_ERR_NOMEM;
+    *token = t;
+    return KVF_OK;
 }

@@ -72,6 +72,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
                                  struct kvf_session **out) {
     *out = NULL;
     if (!m) return err_set(KVF_ERR_INVALID_ARG, "no model");
+    if (model_require_weights(m, "session") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     struct kvf_session_params p = params ? *params : kvf_session_default_params();
     const struct hparams *hp = &m->hp;
     if (p.n_ctx <= 0) p.n_ctx = KVF_MIN(hp->n_ctx_train, SESSION_MAX_CTX_DEFAULT);
@@ -84,7 +85,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     p.kv_gather = KVF_MIN(p.kv_gather, p.n_ctx);
 
     struct kv_policy policy;
-    enum kvf_status st = kv_policy_parse(p.kv_spec, &policy);
+    enum kvf_status st = kv_policy_parse_budget(p.kv_spec, p.kv_budget, &policy);
     if (st != KVF_OK) return st;
     p.kv_spec = NULL; /* not kept: the caller owns the string */
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
@@ -127,7 +128,8 @@ static bool prefill_plain(const struct kvf_session *s) {
     return s->rd.n_steps == 0 && !s->policy.blocks && !s->policy.question;
 }
 
-enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, struct kvf_session **out) {
+enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, double kv_budget,
+                                 struct kvf_session **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "fork: no output");
     *out = NULL;
     if (!src) return err_set(KVF_ERR_INVALID_ARG, "fork: NULL session");
@@ -135,6 +137,7 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         return err_set(KVF_ERR_UNSUPPORTED, "fork: the session is compressed or its policy changed its prefill");
     struct kvf_session_params p = src->params;
     p.kv_spec = kv_spec;
+    p.kv_budget = kv_budget;
     p.kv_gather = 0;
     struct kvf_session *s;
     enum kvf_status st = kvf_session_init(src->model, &p, &s);

@@ -10,7 +10,9 @@
  * is recognised. The result is a static string. */
 const char *chat_detect(const char *tmpl);
 
-/* kvf_chat_apply with the template given by name (not NULL). */
+/* The conversation in the template given by name (not NULL), NUL-terminated:
+ * returns its length, -(bytes needed, NUL included) when len is too small,
+ * or INT32_MIN on errors (message set). kvf_chat_apply wraps it. */
 int32_t chat_format(const char *name, const struct kvf_chat_message *msgs, int n_msgs,
                     bool add_assistant_prefix, char *buf, int32_t len);
 

@@ -14,10 +14,13 @@ enum kvf_status tok_load_gguf(const struct gguf_file *f, struct tokenizer **out)
 enum kvf_status tok_load_hf(const char *dir, struct tokenizer **out);
 void tok_free(struct tokenizer *t);
 
-/* Same contract as kvf_tokenize. */
+/* Writes at most n_max ids; returns their count, -(count needed) when n_max
+ * is too small, or INT32_MIN on errors (message set). kvf_tokenize wraps it. */
 int32_t tok_encode(const struct tokenizer *t, const char *text, size_t len, int32_t *out,
                    int32_t n_max, bool add_bos, bool parse_special);
-/* Same contract as kvf_token_to_piece. */
+/* Writes the piece's bytes (no NUL); returns their count, or -(count
+ * needed) when len is too small; 0 for an id out of range.
+ * kvf_token_to_piece wraps it. */
 int32_t tok_piece(const struct tokenizer *t, int32_t id, char *buf, int32_t len,
                   bool render_special);
 int32_t tok_n_vocab(const struct tokenizer *t);

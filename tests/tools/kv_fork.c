@@ -73,16 +73,17 @@ static int32_t argmax(const float *x, int n) {
     return b;
 }
 
-/* spec on its own against spec forked from src: 0 when identical. */
-static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
-                      const struct kvf_session *src, const char *spec) {
+/* spec on its own against (fork_spec, budget) forked from src: 0 when
+ * identical. */
+static int check_fork(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
+                      const struct kvf_session *src, const char *spec, const char *fork_spec, double budget) {
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
     struct kvf_session *own = NULL, *fork = NULL;
     enum kvf_status st = kvf_session_init(m, &sp, &own);
     if (st == KVF_OK) st = kvf_session_prefill_prompt(own, pr, NULL);
-    if (st == KVF_OK) st = kvf_session_fork(src, spec, &fork);
+    if (st == KVF_OK) st = kvf_session_fork(src, fork_spec, budget, &fork);
     int bad = st != KVF_OK || same_state(own, fork, mi, spec, "after the prompt");
     if (!bad) st = kvf_session_compress(own);
     if (!bad && st == KVF_OK) st = kvf_session_compress(fork);
@@ -96,6 +97,7 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
         bad |= st != KVF_OK || same_state(own, fork, mi, spec, when);
     }
     if (st != KVF_OK) fprintf(stderr, "%s: %s\n", spec, kvf_last_error());
+    if (budget > 0) printf("%s with budget %g = ", fork_spec, budget);
     printf("%-48s %s  kv %zu -> %zu bytes\n", spec, bad ? "FAIL" : "ok  ", kvf_session_kv_peak_bytes(own),
            kvf_session_kv_bytes(own));
     kvf_session_free(own);
@@ -103,10 +105,15 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
     return bad;
 }
 
+static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
+                      const struct kvf_session *src, const char *spec) {
+    return check_fork(m, mi, pr, src, spec, spec, 0);
+}
+
 /* A fork that must be refused with KVF_ERR_UNSUPPORTED. */
 static int check_refused(const struct kvf_session *src, const char *spec, const char *why) {
     struct kvf_session *f = NULL;
-    const enum kvf_status st = kvf_session_fork(src, spec, &f);
+    const enum kvf_status st = kvf_session_fork(src, spec, 0, &f);
     const int bad = st != KVF_ERR_UNSUPPORTED || f != NULL;
     printf("%-48s %s  refused: %s (%s)\n", spec, bad ? "FAIL" : "ok  ", why, st == KVF_OK ? "accepted" : kvf_last_error());
     kvf_session_free(f);
@@ -175,6 +182,10 @@ int main(int argc, char **argv) {
     /* a gathering source under a policy of its own, keeping only GATHER queries */
     rc |= !rc && check_spec(m, &mi, pr, src2, "snapkv:budget=0.3");
     rc |= !rc && check_spec(m, &mi, pr, src2, "lookm:budget=0.3");
+    /* the budget given apart (kvf_session_fork's kv_budget) is the spec's budget=X */
+    rc |= !rc && check_fork(m, &mi, pr, src, "snapkv:budget=0.3", "snapkv", 0.3);
+    rc |= !rc && check_fork(m, &mi, pr, src, "h2o:budget=0.4", "h2o:budget=0.9", 0.4);
+    rc |= !rc && check_fork(m, &mi, pr, src, "lookm:merge=avg,budget=12+decode=h2o", "lookm:merge=avg+decode=h2o", 12);
     if (!rc) {
         rc |= check_refused(done, "h2o:budget=0.3", "the source is compressed");
         rc |= check_refused(src, "lightkv", "a reduce stage");

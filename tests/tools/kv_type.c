@@ -94,10 +94,11 @@ int main(int argc, char **argv) {
 
     /* BOS (when the model has one), then the passage's tokens repeated. */
     const size_t plen = strlen(passage);
-    const int32_t need = -kvf_tokenize(m, passage, plen, NULL, 0, false, false);
+    int32_t need = 0, n_ptok = 0;
+    if (kvf_tokenize(m, passage, plen, NULL, 0, false, false, &need) != KVF_ERR_BUFFER) need = 0;
     int32_t *ptok = need > 0 ? malloc(sizeof(int32_t) * (size_t)need) : NULL;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prompt);
-    const int n_ptok = ptok ? kvf_tokenize(m, passage, plen, ptok, need, false, false) : 0;
+    if (ptok && kvf_tokenize(m, passage, plen, ptok, need, false, false, &n_ptok) != KVF_OK) n_ptok = 0;
     for (int i = 0; tok && n_ptok > 0 && i < n_prompt; i++)
         tok[i] = i == 0 && mi.bos >= 0 ? mi.bos : ptok[i % n_ptok];
     float *logits[3] = {malloc(sizeof(float) * (size_t)n_pos * V), malloc(sizeof(float) * (size_t)n_pos * V),

@@ -25,9 +25,11 @@ static const struct kvf_chat_message conv[] = {
 
 static void expect(const char *name, const struct kvf_chat_message *m, int n, bool add, const char *want) {
     char buf[2048];
-    int32_t r = kvf_chat_apply(NULL, name, m, n, add, buf, (int32_t)sizeof buf);
-    if (r < 0 || strcmp(buf, want) != 0)
-        print_error("template %s, %d messages:\n got: [%s]\nwant: [%s]\n", name, n, r >= 0 ? buf : "(error)", want);
+    int32_t r = -1;
+    const enum kvf_status st = kvf_chat_apply(NULL, name, m, n, add, buf, (int32_t)sizeof buf, &r);
+    if (st != KVF_OK || strcmp(buf, want) != 0)
+        print_error("template %s, %d messages:\n got: [%s]\nwant: [%s]\n", name, n, st == KVF_OK ? buf : "(error)", want);
+    assert_int_equal(st, KVF_OK);
     assert_int_equal(r, (int32_t)strlen(want));
     assert_string_equal(buf, want);
 }
@@ -95,34 +97,43 @@ static void test_buffer_sizes(void **state) {
     const char *want = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n";
     const int32_t n = (int32_t)strlen(want);
     char buf[128];
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, NULL, 0), -(n + 1));
+    int32_t r = 0;
+    /* too small: KVF_ERR_BUFFER and the bytes needed, NUL included */
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, NULL, 0, &r), KVF_ERR_BUFFER);
+    assert_int_equal(r, n + 1);
     memset(buf, 'X', sizeof buf);
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, n), -(n + 1));
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, n, &r), KVF_ERR_BUFFER);
+    assert_int_equal(r, n + 1);
     assert_int_equal(buf[n], 'X'); /* nothing written past len */
     memset(buf, 'X', sizeof buf);
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, 10), -(n + 1));
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, 10, &r), KVF_ERR_BUFFER);
+    assert_int_equal(r, n + 1);
     assert_int_equal(buf[10], 'X');
     memset(buf, 'X', sizeof buf);
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, n + 1), n);
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv + 1, 1, true, buf, n + 1, &r), KVF_OK);
+    assert_int_equal(r, n);
     assert_string_equal(buf, want);
     assert_int_equal(buf[n + 1], 'X');
     /* no messages: just the prefix */
-    assert_int_equal(kvf_chat_apply(NULL, "gemma", NULL, 0, true, buf, sizeof buf), 21);
+    assert_int_equal(kvf_chat_apply(NULL, "gemma", NULL, 0, true, buf, sizeof buf, &r), KVF_OK);
+    assert_int_equal(r, 21);
     assert_string_equal(buf, "<start_of_turn>model\n");
 }
 
 static void test_bad_arguments(void **state) {
     (void)state;
     char buf[64];
-    assert_int_equal(kvf_chat_apply(NULL, "zephyr", conv, 2, true, buf, sizeof buf), INT32_MIN);
+    int32_t r;
+    assert_int_equal(kvf_chat_apply(NULL, "zephyr", conv, 2, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
     assert_non_null(strstr(kvf_last_error(), "zephyr"));
-    assert_int_equal(kvf_chat_apply(NULL, NULL, conv, 2, true, buf, sizeof buf), INT32_MIN);
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", NULL, 2, true, buf, sizeof buf), INT32_MIN);
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv, -1, true, buf, sizeof buf), INT32_MIN);
+    assert_int_equal(kvf_chat_apply(NULL, NULL, conv, 2, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", NULL, 2, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv, -1, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", conv, 2, true, buf, sizeof buf, NULL), KVF_ERR_INVALID_ARG);
     const struct kvf_chat_message bad[] = { { "user", NULL } };
-    assert_int_equal(kvf_chat_apply(NULL, "chatml", bad, 1, true, buf, sizeof buf), INT32_MIN);
+    assert_int_equal(kvf_chat_apply(NULL, "chatml", bad, 1, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
     const struct kvf_chat_message tool[] = { { "tool", "x" } };
-    assert_int_equal(kvf_chat_apply(NULL, "gemma", tool, 1, true, buf, sizeof buf), INT32_MIN);
+    assert_int_equal(kvf_chat_apply(NULL, "gemma", tool, 1, true, buf, sizeof buf, &r), KVF_ERR_INVALID_ARG);
     assert_string_equal(kvf_chat_templates(), "llama2,vicuna,chatml,gemma");
 }
 

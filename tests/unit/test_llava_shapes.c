@@ -648,8 +648,9 @@ static void test_llava7b_hf(void **state) {
     check_7b_info(m, 32064, false);
     /* image_token_index 32000 lies past the SentencePiece pieces but inside
      * the padded embedding table. */
-    int32_t ids[4];
-    assert_int_equal(kvf_tokenize(m, "<image>", 7, ids, 4, false, true), 1);
+    int32_t ids[4], n_ids = 0;
+    assert_int_equal(kvf_tokenize(m, "<image>", 7, ids, 4, false, true, &n_ids), KVF_OK);
+    assert_int_equal(n_ids, 1);
     assert_int_equal(ids[0], 32000);
     kvf_model_free(m);
 

@@ -19,11 +19,17 @@ static struct kvf_sampler *make(float temp, int top_k, float top_p, float min_p,
     return s;
 }
 
+/* kvf_sampler_sample's token, or -1 when it fails. */
+static int32_t draw(struct kvf_sampler *s, const float *logits, int n_vocab) {
+    int32_t t = -1;
+    return kvf_sampler_sample(s, logits, n_vocab, &t) == KVF_OK ? t : -1;
+}
+
 /* Draws n tokens and counts them per id. */
 static void histogram(struct kvf_sampler *s, const float *logits, int n_vocab, int n, int *counts) {
     memset(counts, 0, sizeof(int) * (size_t)n_vocab);
     for (int i = 0; i < n; i++) {
-        int32_t t = kvf_sampler_sample(s, logits, n_vocab);
+        int32_t t = draw(s, logits, n_vocab);
         assert_true(t >= 0 && t < n_vocab);
         counts[t]++;
     }
@@ -63,11 +69,11 @@ static void test_greedy_is_argmax(void **state) {
     float l[6] = { 0.1f, 2.5f, -1.0f, 2.5f, 0.0f, 1.0f };
     struct kvf_sampler *s = make(0.0f, 0, 1.0f, 0.0f, 1);
     for (int i = 0; i < 10; i++)
-        assert_int_equal(kvf_sampler_sample(s, l, 6), 1); /* first of the tied maxima */
+        assert_int_equal(draw(s, l, 6), 1); /* first of the tied maxima */
     kvf_sampler_free(s);
     s = make(-1.0f, 40, 0.9f, 0.1f, 1);
     l[5] = 9.0f;
-    assert_int_equal(kvf_sampler_sample(s, l, 6), 5);
+    assert_int_equal(draw(s, l, 6), 5);
     kvf_sampler_free(s);
 }
 
@@ -77,8 +83,8 @@ static void test_top_k1_and_tiny_top_p_are_argmax(void **state) {
     struct kvf_sampler *a = make(5.0f, 1, 1.0f, 0.0f, 7);
     struct kvf_sampler *b = make(5.0f, 0, 1e-6f, 0.0f, 7);
     for (int i = 0; i < 200; i++) {
-        assert_int_equal(kvf_sampler_sample(a, l, 5), 1);
-        assert_int_equal(kvf_sampler_sample(b, l, 5), 1);
+        assert_int_equal(draw(a, l, 5), 1);
+        assert_int_equal(draw(b, l, 5), 1);
     }
     kvf_sampler_free(a);
     kvf_sampler_free(b);
@@ -178,9 +184,9 @@ static void test_same_seed_same_sequence(void **state) {
     struct kvf_sampler *c = make(0.9f, 20, 0.95f, 0.02f, 2025);
     int differ = 0;
     for (int i = 0; i < 500; i++) {
-        int32_t ta = kvf_sampler_sample(a, l, 50);
-        assert_int_equal(ta, kvf_sampler_sample(b, l, 50));
-        differ += ta != kvf_sampler_sample(c, l, 50);
+        int32_t ta = draw(a, l, 50);
+        assert_int_equal(ta, draw(b, l, 50));
+        differ += ta != draw(c, l, 50);
     }
     assert_true(differ > 0);
     kvf_sampler_free(a);
@@ -192,7 +198,7 @@ static void test_edge_inputs(void **state) {
     (void)state;
     struct kvf_sampler *s = make(1.0f, 0, 1.0f, 0.0f, 3);
     float one[1] = { -3.0f };
-    assert_int_equal(kvf_sampler_sample(s, one, 1), 0);
+    assert_int_equal(draw(s, one, 1), 0);
     /* -inf logits are never drawn */
     float l[4] = { -INFINITY, 0.0f, -INFINITY, 0.0f };
     int counts[4];
@@ -201,7 +207,7 @@ static void test_edge_inputs(void **state) {
     assert_true(counts[1] > 800 && counts[3] > 800);
     /* all -inf: still a valid id */
     float ninf[3] = { -INFINITY, -INFINITY, -INFINITY };
-    assert_int_equal(kvf_sampler_sample(s, ninf, 3), 0);
+    assert_int_equal(draw(s, ninf, 3), 0);
     /* NaN never wins and is never drawn */
     float nan4[4] = { NAN, 1.0f, NAN, 1.0f };
     histogram(s, nan4, 4, 1000, counts);
@@ -213,10 +219,13 @@ static void test_edge_inputs(void **state) {
     assert_true(chi_square(counts, u, 4, 20000) < CHI2_3DOF_999);
     /* +inf takes all the mass */
     float pinf[3] = { 1.0f, INFINITY, 2.0f };
-    assert_int_equal(kvf_sampler_sample(s, pinf, 3), 1);
+    assert_int_equal(draw(s, pinf, 3), 1);
     /* bad arguments */
-    assert_int_equal(kvf_sampler_sample(s, NULL, 3), -1);
-    assert_int_equal(kvf_sampler_sample(s, eq, 0), -1);
+    int32_t t = 7;
+    assert_int_equal(kvf_sampler_sample(s, NULL, 3, &t), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_sampler_sample(s, eq, 0, &t), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_sampler_sample(s, eq, 4, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(t, 7); /* untouched on failure */
     kvf_sampler_free(s);
 
     struct kvf_sampler_params p = kvf_sampler_default_params();

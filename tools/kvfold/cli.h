@@ -1,6 +1,12 @@
-/* What the kvfold command's source files share: exit codes, the option
- * tables, error printing, model and media loading, text and JSON helpers
- * (all defined in main.c unless said). */
+/* What the kvfold command's source files share. The CLI uses libkvfold's
+ * public API only (kvfold.h); what it needs beyond it lives here:
+ *   cli.c    errors and exit codes, the option tables and their parsing, help
+ *            and usage text, files, the clock, JSON output, model and
+ *            session opening, KV cache statistics as JSON;
+ *   input.c  what goes into the model: text, chat templates, tokens, media
+ *            (images, frames, videos, pseudo-images) and prompts.
+ * Each command is one file (info.c, tokenize.c, generate.c, ...) defining a
+ * struct command; main.c holds the table of them. */
 #ifndef KVF_CLI_H
 #define KVF_CLI_H
 
@@ -14,6 +20,15 @@
 
 enum { EXIT_USAGE = 1, EXIT_INPUT = 2, EXIT_RUNTIME = 3 };
 #define MIB (1024.0 * 1024.0)
+#ifndef MIN
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
+#ifndef MAX
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
+#define COUNT_OF(x) (sizeof(x) / sizeof *(x))
+
+/* ------------------------------------------------------------ options -- */
 
 /* OPT_MEDIA: repeatable; appends (kind = lo, value) to args.media in command-line order.
  * OPT_LIST: repeatable; appends the value to a struct str_list. */
@@ -38,7 +53,7 @@ struct opt {
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
     const char *kv_type;          /* --kv-type as given */
-    enum kvf_kv_type kv_type_id;  /* ... and parsed (main checks it) */
+    enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
     bool json, bos, special, chat, dump_tags, no_warmup;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
@@ -52,15 +67,20 @@ struct args {
     int n_samples, seg_words;
 };
 
+#define OPT_MAX 32
+
 struct command {
     const char *name, *summary, *usage, *details;
     int (*run)(const struct args *a);
     void (*defaults)(struct args *a);
     int (*opts)(struct args *a, struct opt *out); /* fills out[OPT_MAX], returns the count */
-    bool no_model;  /* runs without -m */
+    bool no_model;   /* runs without -m */
+    bool takes_mode; /* a word before the options: kvfold eval needle -m ... */
 };
 
-#define OPT_MAX 32
+/* The commands (one file each), in the order --help lists them. */
+extern const struct command info_command, tokenize_command, generate_command, perplexity_command, bench_command,
+    profile_command, eval_command, policies_command;
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
@@ -69,16 +89,72 @@ struct command {
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
+#define OPT_MMPROJ { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }
+#define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 /* Multimodal input, shared by generate and bench. */
 #define OPTS_MEDIA \
-    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
+    OPT_MMPROJ, \
     { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
     { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
     { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
     { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
-    { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }, \
+    OPT_PSEUDO_NOISE, \
     { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" }
+
+/* The option tables point into a struct args, so they are built per call:
+ * copies src[0..n) to dst and returns n. */
+int opts_set(struct opt *dst, const struct opt *src, size_t n);
+#define OPTS_RETURN(out, t) return opts_set(out, t, COUNT_OF(t))
+/* Parses argv (after the command word) into a fresh struct args, checks
+ * --kv and --kv-type, and runs the command; returns the exit code. */
+int command_main(const struct command *c, int argc, char **argv);
+
+/* -------------------------------------------------------------- errors -- */
+
+/* "kvfold: error: ..." on stderr, one line. */
+void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int exit_code(enum kvf_status st);
+/* Prints "what: status: last error" and returns the exit code for st. */
+int fail(enum kvf_status st, const char *what);
+
+/* ------------------------------------------------- files, clock, JSON -- */
+
+/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+int read_file(const char *path, char **out, size_t *len);
+/* Writes text and a newline to path; false on any failure. */
+bool write_text_file(const char *path, const char *text);
+/* The text given by -p or -f (exactly one of them). */
+int input_text(const char *cmd, const struct args *a, char **text, size_t *len);
+/* Milliseconds on a monotonic clock (only differences mean anything). */
+double now_ms(void);
+/* Whether path names a directory / a regular file (links followed). */
+bool path_is_dir(const char *path);
+bool path_is_file(const char *path);
+/* Prints a cJSON object on stdout and frees it. */
+int print_json(cJSON *obj);
+/* A float option as the user wrote it (0.7, not 0.699999988) in JSON. */
+double f32_json(float x);
+/* A copy of s[0..n) that is valid UTF-8 without NULs. */
+char *utf8_sanitize(const char *s, size_t n);
+
+/* -------------------------------------------------- models, sessions -- */
+
+int load_model(const struct args *a, struct kvf_model **model);
+/* Session parameters from the options every command shares (--batch,
+ * --threads, --kv, --kv-type) for n_ctx positions. */
+struct kvf_session_params session_params(const struct args *a, int n_ctx);
+/* kvf_session_init, failures printed as "what: ...". */
+int open_session(const struct kvf_model *m, const struct kvf_session_params *sp, const char *what,
+                 struct kvf_session **out);
+/* KV entries per layer, the positions each (layer, head) holds, the merges
+ * done, and the per-layer budgets (NULL when not searched), as JSON. */
+cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info);
+cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info);
+
+/* ---------------------------------------------------- input (input.c) -- */
 
 /* The media of one command line, in order, ready for kvf_prompt_init. */
 struct media_set {
@@ -88,26 +164,34 @@ struct media_set {
     double encode_ms;    /* their total encoding time */
 };
 
-/* Appends a token's text to a growing string (render_special false). */
+/* A growing string. */
 struct strbuf {
     char *s;
     size_t n, cap;
 };
 
-void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-int exit_code(enum kvf_status st);
-/* Prints "what: status: last error" and returns the exit code for st. */
-int fail(enum kvf_status st, const char *what);
-int opts_set(struct opt *dst, const struct opt *src, size_t n);
-/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
-int read_file(const char *path, char **out, size_t *len);
-int load_model(const struct args *a, struct kvf_model **model);
+bool strbuf_put(struct strbuf *b, const char *s, size_t n);
+/* Tokenizes into a malloc'd array; *n receives the count. */
+int tokenize_text(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special, int32_t **out,
+                  int32_t *n);
+/* Text of one token (render_special false); returns the byte count or -1.
+ * *buf grows as needed. */
+int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap);
+bool wants_chat(const struct args *a);
+/* The prompt as the model sees it: raw, or wrapped in a chat template. */
+int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out);
+
 void media_set_free(struct media_set *ms);
 /* Takes md (freed on failure). */
 int media_push(struct media_set *ms, struct kvf_media *md);
+/* An image through the vision tower, appended to ms; label names it in errors. */
+int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img,
+                 enum kvf_modality mod, const char *label, struct media_set *ms);
 /* An image file through the vision tower, appended to ms. */
 int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
                      struct media_set *ms);
+/* Every --image / --frame / --video / --pseudo-image, in command-line order. */
+int media_build(const struct args *a, const struct kvf_model *m, struct media_set *ms);
 /* The media of one line of a samples file ([{"image"|"frame"|"pseudo": PATH}],
  * relative paths against dir), appended to ms; errors name cmd and line. */
 int samples_media(const char *cmd, const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
@@ -115,31 +199,10 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
 /* The prompt with its markers filled by the media. */
 int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                 struct kvf_prompt **out);
-bool strbuf_put(struct strbuf *b, const char *s, size_t n);
-/* Tokenizes into a malloc'd array; *n receives the count. */
-int tokenize(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special, int32_t **out,
-             int32_t *n);
-/* Text of one token; returns the byte count or -1. *buf grows as needed. */
-int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap);
-/* A copy of s[0..n) that is valid UTF-8 without NULs. */
-char *utf8_sanitize(const char *s, size_t n);
-/* Prints a cJSON object on stdout and frees it. */
-int print_json(cJSON *obj);
-bool wants_chat(const struct args *a);
-/* The prompt as the model sees it: raw, or wrapped in a chat template. */
-int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out);
-/* -log softmax(row)[target]. */
-double token_nll(const float *row, int n_vocab, int32_t target);
-/* KV entries per layer, the positions each (layer, head) holds, the merges
- * done, and the per-layer budgets, as JSON. */
-cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info);
-cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info);
-cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info);
-cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info);
 
-/* kvfold eval (eval.c). */
-int cmd_eval(const struct args *a);
-void eval_defaults(struct args *a);
-int eval_opts(struct args *a, struct opt *out);
+/* ------------------------------------------------------------ scoring -- */
+
+/* -log softmax(row)[target] (perplexity.c). */
+double token_nll(const float *row, int n_vocab, int32_t target);
 
 #endif

@@ -14,8 +14,6 @@
  * JSON lines, the summary per run to markdown/CSV, and the pictures to SVG. */
 #include "eval.h"
 
-#include "core/common.h"
-#include "core/sys.h"
 #include "svg.h"
 
 #include <errno.h>
@@ -29,7 +27,7 @@
 
 /* ------------------------------------------------------------ options -- */
 
-void eval_defaults(struct args *a) {
+static void eval_defaults(struct args *a) {
     a->n_predict = 0; /* per mode: needle 12, consistency 32 */
     a->budgets = "0.2,0.05";
     a->depths = "0.1,0.5,0.9";
@@ -41,10 +39,9 @@ void eval_defaults(struct args *a) {
     a->seed = 1;
 }
 
-int eval_opts(struct args *a, struct opt *out) {
+static int eval_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_JSON, OPT_THREADS, OPT_KV_TYPE,
-        { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" },
+        OPT_MODEL, OPT_JSON, OPT_THREADS, OPT_KV_TYPE, OPT_MMPROJ,
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
         { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency: JSON lines {\"prompt\", \"media\"} (default: synthetic); milebench: MileBench's folder" },
@@ -58,13 +55,13 @@ int eval_opts(struct args *a, struct opt *out) {
         { "--needle", NULL, OPT_STR, &a->needle, 0, 0, "KIND", "text, image (inside a pseudo-image) or both (default text)" },
         { "--segment-words", NULL, OPT_INT, &a->seg_words, 1, 100000, "N", "words per text segment (default 120)" },
         { "--grid", NULL, OPT_STR, &a->grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
-        { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" },
+        OPT_PSEUDO_NOISE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "chat template (default: the model's)" },
         { "--out", "-o", OPT_STR, &a->out_dir, 0, 0, "DIR", "write summary.md, summary.csv and results.jsonl" },
         { "--plots", NULL, OPT_STR, &a->plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
         { "--kept-map", NULL, OPT_STR, &a->kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
     };
-    return opts_set(out, t, sizeof t / sizeof t[0]);
+    OPTS_RETURN(out, t);
 }
 
 /* --------------------------------------------------------------- lists -- */
@@ -84,7 +81,7 @@ static bool parse_list(const char *s, double lo, double hi, double *x, int *n) {
     return *n > 0;
 }
 
-/* The preset's part of a spec (up to '+'), and whether it takes a budget. */
+/* Whether the preset of a spec (its name, up to ':' or '+') takes a budget. */
 static bool spec_has_budget_key(const char *spec) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(spec, ":+"), spec);
@@ -94,24 +91,6 @@ static bool spec_has_budget_key(const char *spec) {
             return strstr(info.keys, "budget") != NULL;
     }
     return false;
-}
-
-/* spec with its preset's budget set to b: "snapkv" -> "snapkv:budget=0.2",
- * "lookm:merge=avg+decode=h2o" -> "lookm:merge=avg,budget=0.2+decode=h2o". */
-static bool spec_with_budget(const char *spec, double b, char *out, size_t cap) {
-    const size_t head = strcspn(spec, "+"), colon = strcspn(spec, ":");
-    char preset[256];
-    snprintf(preset, sizeof preset, "%.*s", (int)head, spec);
-    char *old = strstr(preset, "budget=");
-    if (old) { /* replace the value */
-        const size_t vlen = strcspn(old + 7, ",");
-        memmove(old, old + 7 + vlen + (old[7 + vlen] == ',' ? 1 : 0), strlen(old + 7 + vlen) + 1);
-        size_t l = strlen(preset);
-        if (l && (preset[l - 1] == ',' || preset[l - 1] == ':')) preset[--l] = '\0';
-    }
-    const bool has_args = strchr(preset, ':') != NULL && colon < head;
-    const int w = snprintf(out, cap, "%s%sbudget=%g%s", preset, has_args ? "," : ":", b, spec + head);
-    return w > 0 && (size_t)w < cap;
 }
 
 /* ----------------------------------------------------- synthetic data -- */
@@ -290,6 +269,16 @@ static int rows_push(struct rows *rs, const struct row *r) {
  * prefills on its own. */
 #define EVAL_SHARED_QUERIES 512
 
+/* The runs of the eval: the full cache first, then every --kv at every
+ * budget (once when its preset has no budget). */
+struct run {
+    char label[320];  /* for messages: the --kv, and the budget it runs at */
+    const char *kv;   /* the --kv (the session's kv_spec) */
+    double budget;    /* the session's kv_budget; NAN: the spec's own */
+};
+
+static double run_budget(const struct run *r) { return isnan(r->budget) ? 0 : r->budget; }
+
 /* A sample's prompt prefilled once, gathering what every policy scores
  * with; the runs fork it (kvf_session_fork) instead of prefilling again. */
 struct shared {
@@ -297,30 +286,28 @@ struct shared {
     double prefill_ms;
 };
 
-/* A session prefilled with the prompt under spec (gather: see
+/* A session prefilled with the prompt under run r (gather: see
  * kvf_session_params.kv_gather). */
-static int open_session(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
-                        int n_extra, int gather, struct kvf_session **out) {
-    struct kvf_session_params sp = kvf_session_default_params();
-    sp.n_ctx = kvf_prompt_n_tokens(pr) + n_extra + 1;
-    sp.n_threads = a->threads;
-    sp.kv_spec = spec;
-    sp.kv_type = a->kv_type_id;
+static int prefilled_session(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
+                             const struct run *r, int n_extra, int gather, struct kvf_session **out) {
+    struct kvf_session_params sp = session_params(a, kvf_prompt_n_tokens(pr) + n_extra + 1);
+    sp.kv_spec = r->kv;
+    sp.kv_budget = run_budget(r);
     sp.kv_gather = gather;
-    enum kvf_status st = kvf_session_init(m, &sp, out);
-    if (st != KVF_OK) {
-        char what[320];
-        snprintf(what, sizeof what, "eval: --kv %s", spec);
-        return fail(st, what);
-    }
-    return (st = kvf_session_prefill_prompt(*out, pr, NULL)) != KVF_OK ? fail(st, "eval: prompt") : 0;
+    char what[sizeof r->label + 16];
+    snprintf(what, sizeof what, "eval: --kv %s", r->label);
+    int rc = open_session(m, &sp, what, out);
+    enum kvf_status st;
+    if (!rc && (st = kvf_session_prefill_prompt(*out, pr, NULL)) != KVF_OK) rc = fail(st, "eval: prompt");
+    return rc;
 }
 
 static int shared_open(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr, int n_extra,
                        struct shared *sh) {
-    const double t0 = sys_time_ms();
-    const int rc = open_session(a, m, pr, "full", n_extra, KVF_MIN(kvf_prompt_n_tokens(pr), EVAL_SHARED_QUERIES), &sh->src);
-    sh->prefill_ms = sys_time_ms() - t0;
+    static const struct run full = {"full", "full", NAN};
+    const double t0 = now_ms();
+    const int rc = prefilled_session(a, m, pr, &full, n_extra, MIN(kvf_prompt_n_tokens(pr), EVAL_SHARED_QUERIES), &sh->src);
+    sh->prefill_ms = now_ms() - t0;
     return rc;
 }
 
@@ -328,18 +315,19 @@ static int shared_open(const struct args *a, const struct kvf_model *m, const st
  * prefill, or (policies that prefill their own way, or want more queries)
  * a prefill of its own. */
 static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
-                       const struct shared *sh, const char *spec, int n_extra, struct kvf_session **out, struct row *r) {
-    double t0 = sys_time_ms();
-    enum kvf_status st = kvf_session_fork(sh->src, spec, out);
+                       const struct shared *sh, const struct run *run, int n_extra, struct kvf_session **out,
+                       struct row *r) {
+    double t0 = now_ms();
+    enum kvf_status st = kvf_session_fork(sh->src, run->kv, run_budget(run), out);
     int rc = 0;
     if (st == KVF_OK) r->prefill_ms = sh->prefill_ms;
     else if (st != KVF_ERR_UNSUPPORTED) rc = fail(st, "eval: kv fork");
-    else if (!(rc = open_session(a, m, pr, spec, n_extra, 0, out))) r->prefill_ms = sys_time_ms() - t0;
+    else if (!(rc = prefilled_session(a, m, pr, run, n_extra, 0, out))) r->prefill_ms = now_ms() - t0;
     if (rc) return rc;
     r->kv_full_mib = (double)kvf_session_kv_bytes(*out) / MIB;
-    t0 = sys_time_ms();
+    t0 = now_ms();
     if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
-    r->compress_ms = sys_time_ms() - t0;
+    r->compress_ms = now_ms() - t0;
     r->kv_mib = (double)kvf_session_kv_bytes(*out) / MIB;
     return 0;
 }
@@ -372,13 +360,13 @@ static int run_greedy(const struct kvf_model *m, struct kvf_session *s, int n, s
             got++;
             break;
         }
-        const double t0 = sys_time_ms();
+        const double t0 = now_ms();
         enum kvf_status st = kvf_session_decode(s, tok);
         if (st != KVF_OK) {
             rc = fail(st, "eval: decode");
             break;
         }
-        ms += sys_time_ms() - t0, dec++;
+        ms += now_ms() - t0, dec++;
     }
     free(piece);
     if (n_ids) *n_ids = got;
@@ -423,7 +411,7 @@ static int write_kept_maps(const struct args *a, const struct kvf_model *m, cons
     int first = 0, rows = 0, cols = 0;
     while (first < n && tags[first].modality == KVF_MOD_TEXT) first++;
     for (int i = first; i < n && tags[i].modality == tags[first].modality && tags[i].media == tags[first].media; i++)
-        rows = KVF_MAX(rows, tags[i].row + 1), cols = KVF_MAX(cols, tags[i].col + 1);
+        rows = MAX(rows, tags[i].row + 1), cols = MAX(cols, tags[i].col + 1);
     if (first == n || rows == 0) return 0; /* no image in the prompt */
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
@@ -701,14 +689,6 @@ static int write_plots(const struct args *a, const char *mode, const struct rows
 
 /* ---------------------------------------------------------------- driver -- */
 
-/* The runs of the eval: the full cache first, then every --kv at every
- * budget (once when its preset has no budget). */
-struct run {
-    char spec[256];   /* what the session gets */
-    const char *kv;   /* the --kv it came from */
-    double budget;
-};
-
 static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
     static const char *const defaults[] = {"snapkv", "h2o", "streaming", "lookm"};
     double b[EVAL_MAX_LIST];
@@ -731,12 +711,10 @@ static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
         for (int k = 0; k < (sweep ? nb : 1); k++) {
             struct run *r = &runs[n++];
             r->kv = kv, r->budget = sweep ? b[k] : NAN;
-            if (sweep ? !spec_with_budget(kv, b[k], r->spec, sizeof r->spec) : snprintf(r->spec, sizeof r->spec, "%s", kv) < 0) {
-                print_error("eval: --kv '%s' is too long", kv);
-                return EXIT_USAGE;
-            }
-            if (kvf_kv_policy_check(r->spec) != KVF_OK) {
-                print_error("eval: --kv %s: %s", r->spec, kvf_last_error());
+            if (sweep) snprintf(r->label, sizeof r->label, "%s at budget %g", kv, b[k]);
+            else snprintf(r->label, sizeof r->label, "%s", kv);
+            if (kvf_kv_policy_check_budget(kv, run_budget(r)) != KVF_OK) {
+                print_error("eval: --kv %s: %s", r->label, kvf_last_error());
                 return EXIT_USAGE;
             }
         }
@@ -777,7 +755,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         }
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
-        if (!rc) rc = run_prefill(a, m, pr, &sh, runs[k].spec, n_gen, &s, &r);
+        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &r);
         if (!rc && a->kept_map && index == 0) {
             char label[128];
             run_label(runs[k].kv, runs[k].budget, label, sizeof label);
@@ -791,7 +769,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text ? ref_text : "");
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
-            rc = run_prefill(a, m, pr, &sh, runs[k].spec, n_gen, &s, &forced);
+            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
             kvf_session_free(s);
         } else if (!rc && smp->task) {
@@ -804,7 +782,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         if (!rc) rc = rows_push(rs, &r);
         else free(r.output), free(r.gt);
         if (!a->json && !rc)
-            fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].spec,
+            fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].label,
                     r.score, r.kv_mib);
     }
     kvf_session_free(sh.src);
@@ -940,7 +918,7 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
     return eval_consistency_data(a, m, runs, n_runs, rs);
 }
 
-int cmd_eval(const struct args *a) {
+static int cmd_eval(const struct args *a) {
     const char *mode = a->eval_mode;
     const bool mb = mode && !strcmp(mode, "milebench");
     if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle") && !mb)) {
@@ -973,3 +951,25 @@ int cmd_eval(const struct args *a) {
     kvf_model_free(m);
     return rc;
 }
+
+const struct command eval_command = {
+    .name = "eval",
+    .summary = "Compare KV policies: consistency with the full cache, needle in a haystack, MileBench.",
+    .usage = "consistency|needle|milebench -m FILE [--kv SPEC]... [--budgets LIST] [options]",
+    .details =
+        "consistency: the full cache's greedy output is the reference; each policy and budget gets the\n"
+        "perplexity of that output (teacher-forced, compression active) and the ROUGE-L F1 of its own\n"
+        "greedy output. needle: a password hidden at --depths among --segments text and image\n"
+        "segments; correct when the answer contains it. Without --data, consistency and needle\n"
+        "make their own data from --seed. milebench: MileBench's tasks from --data DIR (NAME/NAME.json\n"
+        "and NAME/images/, as downloaded), prompts built and cut to --ctx as MileBench does for\n"
+        "LLaVA, scored by its own rules (accuracy or ROUGE-L); needs a vision model. Each --kv runs\n"
+        "at every budget of --budgets (presets without a budget run once); the full cache always\n"
+        "runs. Prints a markdown summary (--json: one JSON line per run and sample instead); --out\n"
+        "DIR adds summary.md, summary.csv and results.jsonl, --plots DIR SVG charts, --kept-map DIR\n"
+        "per-layer maps of the image entries kept, merged and evicted.",
+    .run = cmd_eval,
+    .defaults = eval_defaults,
+    .opts = eval_opts,
+    .takes_mode = true,
+};

@@ -4,7 +4,6 @@
  * LLaVA-1.5, and scored by its evaluate.py's rules (metrics.c). */
 #include "eval.h"
 
-#include "core/sys.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -38,7 +37,7 @@ static bool in_list(const char *list, const char *name) {
 static int task_open(const char *dir, const char *name, struct mb_task *t) {
     char path[4096 + 512];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
-    if (!sys_path_is_file(path)) return -1;
+    if (!path_is_file(path)) return -1;
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     snprintf(t->dir, sizeof t->dir, "%s", dir);
@@ -231,7 +230,7 @@ static int fit_context(const struct kvf_model *m, const char *ctx, int n_images,
     bool image_start = false, cut = false;
     for (int f = n_frag - 1; !rc && f >= 0; f--) {
         int32_t *ids = NULL, n_ids = 0;
-        if ((rc = tokenize(m, frag[f], len[f], false, false, &ids, &n_ids))) break;
+        if ((rc = tokenize_text(m, frag[f], len[f], false, false, &ids, &n_ids))) break;
         if (n_ids + past > room) {
             if (first == n_frag) { /* nothing kept yet: the end of this one */
                 rc = decode_tail(m, ids + n_ids - room, room, out);
@@ -320,7 +319,7 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     kvf_model_get_info(m, &info);
     const int max_ctx = a->ctx > 0 ? a->ctx : info.n_ctx_train;
     int32_t *ids = NULL, n_ids = 0;
-    int rc = tokenize(m, instr->valuestring, strlen(instr->valuestring), false, false, &ids, &n_ids);
+    int rc = tokenize_text(m, instr->valuestring, strlen(instr->valuestring), false, false, &ids, &n_ids);
     free(ids);
     if (!rc && max_ctx - n_ids <= 0) rc = bad_sample(t, k, "its task instruction alone is over --ctx tokens");
     struct strbuf kept = {0}, text = {0};

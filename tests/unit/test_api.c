@@ -1,0 +1,332 @@
+/* The public API end to end on a small real model (SmolLM2-135M, skipped
+ * when absent): caller-made embeddings (kvf_session_prefill_embd,
+ * kvf_media_from_embd), vocab-only models, the budget override
+ * (kv_budget), and the statuses of the calls that fill buffers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "kvfold.h"
+/* Only to build the embedding rows a caller would have computed. */
+#include "core/ops.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define SMOL KVF_MODELS_DIR "/smollm2-135m-instruct-q4_1.gguf"
+#define GPT2_VOCAB KVF_SHARED_DIR "/testdata/tokenizer/ggml-vocab-gpt-2.gguf"
+#define TEXT "The quick brown fox jumps over the lazy dog, and the dog sleeps on."
+
+static struct kvf_model *model;
+
+static bool exists(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (!exists(SMOL))
+        return 0;
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.n_threads = 2;
+    return kvf_model_load(SMOL, &mp, &model) == KVF_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    kvf_model_free(model);
+    return 0;
+}
+
+static void need_model(void) {
+    if (!model) {
+        print_message("skipped: %s not present (scripts/models.sh)\n", SMOL);
+        skip();
+    }
+}
+
+static struct kvf_model_info info(void) {
+    struct kvf_model_info in;
+    kvf_model_get_info(model, &in);
+    return in;
+}
+
+/* The ids of text (BOS as the model says); *n gets their count. */
+static int32_t *tokens(const char *text, bool bos, int32_t *n) {
+    int32_t need = 0;
+    assert_int_equal(kvf_tokenize(model, text, strlen(text), NULL, 0, bos, false, &need), KVF_ERR_BUFFER);
+    int32_t *ids = malloc(sizeof *ids * (size_t)need);
+    assert_non_null(ids);
+    assert_int_equal(kvf_tokenize(model, text, strlen(text), ids, need, bos, false, n), KVF_OK);
+    assert_int_equal(*n, need);
+    return ids;
+}
+
+/* The input embeddings of ids, as the model's embedding layer makes them. */
+static float *embeddings(const int32_t *ids, int n) {
+    const int E = model->hp.n_embd;
+    float *e = malloc(sizeof *e * (size_t)n * E);
+    assert_non_null(e);
+    for (int t = 0; t < n; t++) {
+        ops_get_row(&model->tok_embd, ids[t], e + (size_t)t * E);
+        for (int i = 0; i < E; i++) e[(size_t)t * E + i] *= model->hp.embd_scale;
+    }
+    return e;
+}
+
+static struct kvf_session *session(const char *spec, double budget, int n_ctx) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_threads = 2;
+    sp.kv_spec = spec;
+    sp.kv_budget = budget;
+    struct kvf_session *s = NULL;
+    assert_int_equal(kvf_session_init(model, &sp, &s), KVF_OK);
+    return s;
+}
+
+static void assert_close(const float *a, const float *b, size_t n) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        scale = fmax(scale, fabs((double)a[i]));
+    }
+    if (worst > 1e-4 * fmax(scale, 1.0))
+        fail_msg("logits differ by %g (largest %g)", worst, scale);
+}
+
+/* The token embeddings of a prompt, prefilled as embeddings, give the
+ * logits of the tokens. */
+static void test_prefill_embd_matches_tokens(void **state) {
+    (void)state;
+    need_model();
+    const int V = info().n_vocab;
+    int32_t n;
+    int32_t *ids = tokens(TEXT, true, &n);
+    float *embd = embeddings(ids, n);
+    float *la = malloc(sizeof *la * (size_t)n * V), *lb = malloc(sizeof *lb * (size_t)n * V);
+    assert_true(la && lb);
+    struct kvf_session *a = session(NULL, 0, n + 1), *b = session(NULL, 0, n + 1);
+    assert_int_equal(kvf_session_prefill(a, ids, n, la), KVF_OK);
+    assert_int_equal(kvf_session_prefill_embd(b, embd, NULL, n, lb), KVF_OK);
+    assert_close(la, lb, (size_t)n * V);
+    assert_close(kvf_session_logits(a), kvf_session_logits(b), (size_t)V);
+    /* tags NULL: text, positions 0.. */
+    assert_int_equal(kvf_session_n_past(b), n);
+    const struct kvf_tag *t = kvf_session_tags(b);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(t[i].pos, i);
+        assert_int_equal(t[i].modality, KVF_MOD_TEXT);
+    }
+    /* and bad arguments are refused */
+    assert_int_equal(kvf_session_prefill_embd(b, NULL, NULL, 1, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_session_prefill_embd(b, embd, NULL, -1, NULL), KVF_ERR_INVALID_ARG);
+    kvf_session_free(a);
+    kvf_session_free(b);
+    free(la), free(lb), free(embd), free(ids);
+}
+
+/* Caller-made media in a prompt is exactly kvf_session_prefill_embd of the
+ * same rows with the prompt's tags. */
+static void test_from_embd_media_equals_prefill_embd(void **state) {
+    (void)state;
+    need_model();
+    const int V = info().n_vocab, R = 2, C = 3;
+    int32_t n_words;
+    int32_t *words = tokens("red green blue cyan magenta yellow", false, &n_words);
+    assert_true(n_words >= R * C);
+    float *embd = embeddings(words, R * C);
+    struct kvf_media *md = NULL;
+    assert_int_equal(kvf_media_from_embd(model, embd, R, C, KVF_MOD_IMAGE, &md), KVF_OK);
+    assert_int_equal(kvf_media_n_tokens(md), R * C);
+    assert_int_equal(kvf_media_modality(md), KVF_MOD_IMAGE);
+    assert_false(kvf_media_is_synthetic(md));
+    assert_true(kvf_media_encode_ms(md) == 0.0);
+    struct kvf_prompt *pr = NULL;
+    const struct kvf_media *const list[] = { md };
+    assert_int_equal(kvf_prompt_init(model, "Colours: " KVF_MARKER_IMAGE " Name them.", list, 1, true, false, &pr), KVF_OK);
+    assert_false(kvf_prompt_is_synthetic(pr));
+    const int n = kvf_prompt_n_tokens(pr);
+    const struct kvf_tag *pt = kvf_prompt_tags(pr);
+
+    struct kvf_session *a = session(NULL, 0, n), *b = session(NULL, 0, n);
+    assert_int_equal(kvf_session_prefill_prompt(a, pr, NULL), KVF_OK);
+    /* b: the prompt's text runs as tokens, its image as embeddings with its tags */
+    for (int i = 0; i < n;) {
+        int k = i;
+        const bool text = kvf_prompt_token(pr, i) >= 0;
+        while (k < n && (kvf_prompt_token(pr, k) >= 0) == text) k++;
+        if (text) {
+            int32_t *ids = malloc(sizeof *ids * (size_t)(k - i));
+            for (int j = i; j < k; j++) ids[j - i] = kvf_prompt_token(pr, j);
+            assert_int_equal(kvf_session_prefill(b, ids, k - i, NULL), KVF_OK);
+            free(ids);
+        } else {
+            assert_int_equal(k - i, R * C);
+            assert_int_equal(kvf_session_prefill_embd(b, embd, pt + i, k - i, NULL), KVF_OK);
+        }
+        i = k;
+    }
+    assert_close(kvf_session_logits(a), kvf_session_logits(b), (size_t)V);
+    const struct kvf_tag *ta = kvf_session_tags(a), *tb = kvf_session_tags(b);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(ta[i].pos, tb[i].pos);
+        assert_int_equal(ta[i].modality, tb[i].modality);
+        assert_int_equal(ta[i].row, tb[i].row);
+        assert_int_equal(ta[i].col, tb[i].col);
+    }
+    assert_string_equal(kvf_modality_str(ta[kvf_prompt_n_tokens(pr) - 1].modality), "text");
+    kvf_session_free(a);
+    kvf_session_free(b);
+    kvf_prompt_free(pr);
+    kvf_media_free(md);
+    free(embd), free(words);
+}
+
+/* Tokenizer, chat template and hyper-parameters, no weights. */
+static void test_vocab_only(void **state) {
+    (void)state;
+    need_model();
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.vocab_only = true;
+    struct kvf_model *v = NULL;
+    assert_int_equal(kvf_model_load(SMOL, &mp, &v), KVF_OK);
+    struct kvf_model_info vi, fi = info();
+    kvf_model_get_info(v, &vi);
+    assert_string_equal(vi.arch, fi.arch);
+    assert_string_equal(vi.tokenizer, fi.tokenizer);
+    assert_string_equal(vi.chat_template_name, fi.chat_template_name);
+    assert_int_equal(vi.n_vocab, fi.n_vocab);
+    assert_int_equal(vi.n_layer, fi.n_layer);
+    assert_int_equal(vi.n_embd, fi.n_embd);
+    assert_int_equal(vi.bos, fi.bos);
+    assert_true(vi.n_params == 0 && vi.weight_bytes == 0);
+    /* the same ids as the full model */
+    int32_t n, nv;
+    int32_t *ids = tokens(TEXT, true, &n), vids[64];
+    assert_int_equal(kvf_tokenize(v, TEXT, strlen(TEXT), vids, 64, true, false, &nv), KVF_OK);
+    assert_int_equal(nv, n);
+    assert_memory_equal(ids, vids, sizeof *ids * (size_t)n);
+    /* nothing that needs weights */
+    struct kvf_session *s = NULL;
+    assert_int_equal(kvf_session_init(v, NULL, &s), KVF_ERR_UNSUPPORTED);
+    assert_null(s);
+    assert_non_null(strstr(kvf_last_error(), "vocab_only"));
+    struct kvf_media *md = NULL;
+    float row[1024] = { 0 };
+    assert_true(vi.n_embd <= 1024);
+    assert_int_equal(kvf_media_from_embd(v, row, 1, 1, KVF_MOD_IMAGE, &md), KVF_ERR_UNSUPPORTED);
+    assert_int_equal(kvf_media_pseudo_image(v, "words", 1, 1, 0, 1, &md), KVF_ERR_UNSUPPORTED);
+    assert_null(md);
+    kvf_model_free(v);
+    free(ids);
+    /* any architecture: llama.cpp's GPT-2 vocabulary file (no tensors) */
+    if (exists(GPT2_VOCAB)) {
+        assert_int_not_equal(kvf_model_load(GPT2_VOCAB, NULL, &v), KVF_OK);
+        assert_int_equal(kvf_model_load(GPT2_VOCAB, &mp, &v), KVF_OK);
+        kvf_model_get_info(v, &vi);
+        assert_string_equal(vi.arch, "gpt2");
+        assert_int_equal(vi.n_vocab, 50257);
+        assert_int_equal(kvf_tokenize(v, "Hello world", 11, vids, 64, false, false, &nv), KVF_OK);
+        assert_int_equal(nv, 2);
+        kvf_model_free(v);
+    }
+}
+
+/* Calls that fill a buffer: KVF_ERR_BUFFER with the size needed. */
+static void test_buffer_statuses(void **state) {
+    (void)state;
+    need_model();
+    int32_t n = 0, ids[2];
+    assert_int_equal(kvf_tokenize(model, TEXT, strlen(TEXT), ids, 2, false, false, &n), KVF_ERR_BUFFER);
+    assert_true(n > 2);
+    assert_int_equal(kvf_tokenize(model, TEXT, strlen(TEXT), NULL, 5, false, false, &n), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_tokenize(model, "", 0, ids, 2, false, false, &n), KVF_OK);
+    assert_int_equal(n, 0);
+    int32_t *all = tokens(" fox", false, &n);
+    char buf[16];
+    int32_t len = -1;
+    assert_int_equal(kvf_token_to_piece(model, all[0], buf, 1, false, &len), KVF_ERR_BUFFER);
+    assert_true(len > 1);
+    assert_int_equal(kvf_token_to_piece(model, all[0], buf, sizeof buf, false, &len), KVF_OK);
+    assert_true(len > 1 && buf[0] == ' ');
+    assert_int_equal(kvf_token_to_piece(model, info().n_vocab, buf, sizeof buf, false, &len), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_token_to_piece(model, -1, buf, sizeof buf, false, &len), KVF_ERR_INVALID_ARG);
+    assert_string_equal(kvf_status_str(KVF_ERR_BUFFER), "buffer too small");
+    assert_true(kvf_token_is_eog(model, info().eos));
+    assert_false(kvf_token_is_eog(model, all[0]));
+    /* the model's own chat template, by detection */
+    const struct kvf_chat_message msg = { "user", "Hi" };
+    int32_t need = 0, got = 0;
+    assert_int_equal(kvf_chat_apply(model, NULL, &msg, 1, true, NULL, 0, &need), KVF_ERR_BUFFER);
+    char *chat = malloc((size_t)need);
+    assert_int_equal(kvf_chat_apply(model, NULL, &msg, 1, true, chat, need, &got), KVF_OK);
+    assert_int_equal(got, need - 1);
+    assert_non_null(strstr(chat, "<|im_start|>user\nHi"));
+    free(chat);
+    free(all);
+    assert_true(kvf_peak_rss_bytes() > 0);
+}
+
+/* kv_budget replaces the preset's budget as if the spec said budget=X. */
+static void test_kv_budget(void **state) {
+    (void)state;
+    assert_int_equal(kvf_kv_policy_check("snapkv:budget=0.3"), KVF_OK);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv", 0.3), KVF_OK);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv:budget=0.9+decode=h2o", 0.3), KVF_OK);
+    assert_int_equal(kvf_kv_policy_check_budget("blockwise:block=32", 64), KVF_OK);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv", 0), KVF_OK);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv:budget=x", 0.3), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv", -0.1), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv", NAN), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_policy_check_budget("snapkv", 2.5), KVF_ERR_INVALID_ARG); /* neither share nor count */
+    assert_int_equal(kvf_kv_policy_check_budget("blockwise", 0.5), KVF_ERR_INVALID_ARG); /* entries only */
+    assert_int_equal(kvf_kv_policy_check_budget("lightkv", 0.5), KVF_ERR_INVALID_ARG); /* no budget key */
+    assert_non_null(strstr(kvf_last_error(), "takes no budget"));
+    assert_int_equal(kvf_kv_policy_check_budget(NULL, 0.5), KVF_ERR_INVALID_ARG);  /* full */
+    need_model();
+    int32_t n;
+    int32_t *ids = tokens(TEXT " " TEXT, true, &n);
+    /* (spec, kv_budget) against the spec that says the budget */
+    const struct { const char *spec; double budget; const char *same; } cases[] = {
+        { "snapkv", 0.25, "snapkv:budget=0.25" },
+        { "h2o:budget=0.9", 0.4, "h2o:budget=0.4" },
+        { "lookm:merge=avg+decode=h2o", 12, "lookm:merge=avg,budget=12+decode=h2o" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        struct kvf_session *a = session(cases[c].spec, cases[c].budget, n + 4), *b = session(cases[c].same, 0, n + 4);
+        for (int k = 0; k < 2; k++) {
+            struct kvf_session *s = k ? b : a;
+            assert_int_equal(kvf_session_prefill(s, ids, n, NULL), KVF_OK);
+            assert_int_equal(kvf_session_compress(s), KVF_OK);
+            assert_int_equal(kvf_session_decode(s, ids[1]), KVF_OK);
+        }
+        assert_int_equal(kvf_session_kv_bytes(a), kvf_session_kv_bytes(b));
+        int na, nb;
+        const struct kvf_tag *ta = kvf_session_kv_tags(a, 0, 0, &na), *tb = kvf_session_kv_tags(b, 0, 0, &nb);
+        assert_int_equal(na, nb);
+        assert_true(na < n); /* evicted */
+        for (int i = 0; i < na; i++) assert_int_equal(ta[i].pos, tb[i].pos);
+        assert_memory_equal(kvf_session_logits(a), kvf_session_logits(b), sizeof(float) * (size_t)info().n_vocab);
+        kvf_session_free(a);
+        kvf_session_free(b);
+    }
+    free(ids);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_embd_matches_tokens),
+        cmocka_unit_test(test_from_embd_media_equals_prefill_embd),
+        cmocka_unit_test(test_vocab_only),
+        cmocka_unit_test(test_buffer_statuses),
+        cmocka_unit_test(test_kv_budget),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,423 @@
+/* The kvfold command's shared machinery (see cli.h): errors, options, help,
+ * files, the clock, JSON output, models and sessions. Unlike the library,
+ * the CLI may print; it exits only from main. */
+#include "cli.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+/* -------------------------------------------------------------- errors -- */
+
+void print_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kvfold: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int exit_code(enum kvf_status st) {
+    switch (st) {
+    case KVF_OK: return 0;
+    case KVF_ERR_NOMEM:
+    case KVF_ERR_INTERNAL: return EXIT_RUNTIME;
+    default: return EXIT_INPUT;
+    }
+}
+
+int fail(enum kvf_status st, const char *what) {
+    const char *msg = kvf_last_error();
+    if (msg[0])
+        print_error("%s: %s: %s", what, kvf_status_str(st), msg);
+    else
+        print_error("%s: %s", what, kvf_status_str(st));
+    return exit_code(st);
+}
+
+/* ------------------------------------------------------------ options -- */
+
+int opts_set(struct opt *dst, const struct opt *src, size_t n) {
+    assert(n <= OPT_MAX);
+    memcpy(dst, src, n * sizeof *src);
+    return (int)n;
+}
+
+static bool parse_number(const struct opt *o, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    if (o->kind == OPT_INT) {
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || errno || x < o->lo || x > o->hi)
+            return false;
+        *(int *)o->dst = (int)x;
+    } else if (o->kind == OPT_FLOAT) {
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x) || x < o->lo || x > o->hi)
+            return false;
+        *(float *)o->dst = (float)x;
+    } else {
+        while (*v == ' ' || *v == '\t')
+            v++;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*v == '-' || end == v || *end || errno)
+            return false;
+        *(uint64_t *)o->dst = x;
+    }
+    return true;
+}
+
+static void print_help(const struct command *c, const struct opt *opts, int n, FILE *f) {
+    fprintf(f, "usage: kvfold %s %s\n\n%s\n", c->name, c->usage, c->summary);
+    if (c->details)
+        fprintf(f, "\n%s\n", c->details);
+    fputs("\noptions:\n", f);
+    for (int i = 0; i < n; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", opts[i].shrt ? opts[i].shrt : "", opts[i].shrt ? ", " : "    ",
+                 opts[i].lng, opts[i].metavar ? " " : "", opts[i].metavar ? opts[i].metavar : "");
+        fprintf(f, "  %-24s %s\n", left, opts[i].help);
+    }
+    fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
+}
+
+static const struct opt *find_opt(const struct opt *opts, int n, const char *arg, size_t name_len) {
+    for (int k = 0; k < n; k++) {
+        const char *names[2] = { opts[k].lng, opts[k].shrt };
+        for (int j = 0; j < 2; j++)
+            if (names[j] && strlen(names[j]) == name_len && strncmp(names[j], arg, name_len) == 0)
+                return &opts[k];
+    }
+    return NULL;
+}
+
+/* Stores the value v of option o; returns -1 to go on, else the exit code. */
+static int store_value(const struct command *c, struct args *a, const struct opt *o, const char *v) {
+    if (o->kind == OPT_STR) {
+        *(const char **)o->dst = v;
+    } else if (o->kind == OPT_LIST) {
+        struct str_list *l = o->dst;
+        if (l->n == STR_LIST_MAX) {
+            print_error("%s: more than %d %s options", c->name, STR_LIST_MAX, o->lng);
+            return EXIT_USAGE;
+        }
+        l->v[l->n++] = v;
+    } else if (o->kind == OPT_MEDIA) {
+        if (a->n_media == MEDIA_ARGS_MAX) {
+            print_error("%s: more than %d media options", c->name, MEDIA_ARGS_MAX);
+            return EXIT_USAGE;
+        }
+        a->media[a->n_media].kind = (enum media_kind)o->lo;
+        a->media[a->n_media++].value = v;
+    } else if (!parse_number(o, v)) {
+        if (o->kind == OPT_U64)
+            print_error("%s: option '%s': '%s' is not an unsigned 64-bit integer", c->name, o->lng, v);
+        else
+            print_error("%s: option '%s': '%s' is not %s in [%g, %g]", c->name, o->lng, v,
+                        o->kind == OPT_INT ? "an integer" : "a number", o->lo, o->hi);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Returns -1 to go on, else the exit code (0 after --help). */
+static int parse_args(const struct command *c, struct args *a, int argc, char **argv) {
+    struct opt opts[OPT_MAX];
+    const int n_opts = c->opts(a, opts);
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_help(c, opts, n_opts, stdout);
+            return 0;
+        }
+        if (arg[0] != '-' || arg[1] == '\0') {
+            print_error("%s: unexpected argument '%s' (see kvfold %s --help)", c->name, arg, c->name);
+            return EXIT_USAGE;
+        }
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const struct opt *o = find_opt(opts, n_opts, arg, name_len);
+        if (!o) {
+            print_error("%s: unknown option '%.*s' (see kvfold %s --help)", c->name, (int)name_len, arg, c->name);
+            return EXIT_USAGE;
+        }
+        if (o->kind == OPT_FLAG) {
+            if (eq) {
+                print_error("%s: option '%s' takes no value", c->name, o->lng);
+                return EXIT_USAGE;
+            }
+            *(bool *)o->dst = true;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) {
+            print_error("%s: option '%s' needs a value (%s)", c->name, arg, o->metavar);
+            return EXIT_USAGE;
+        }
+        const int rc = store_value(c, a, o, v);
+        if (rc >= 0)
+            return rc;
+    }
+    if (!a->model && !c->no_model) {
+        print_error("%s: missing -m FILE (see kvfold %s --help)", c->name, c->name);
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+int command_main(const struct command *c, int argc, char **argv) {
+    struct args a = { 0 };
+    if (c->defaults)
+        c->defaults(&a);
+    const bool mode = c->takes_mode && argc > 0 && argv[0][0] != '-';
+    if (mode)
+        a.eval_mode = argv[0];
+    int rc = parse_args(c, &a, argc - mode, argv + mode);
+    if (rc < 0 && a.kv && kvf_kv_policy_check(a.kv) != KVF_OK) {
+        print_error("%s: --kv: %s (see kvfold policies)", c->name, kvf_last_error());
+        rc = EXIT_USAGE;
+    }
+    if (rc < 0 && a.kv_type && kvf_kv_type_parse(a.kv_type, &a.kv_type_id) != KVF_OK) {
+        print_error("%s: --kv-type: %s", c->name, kvf_last_error());
+        rc = EXIT_USAGE;
+    }
+    return rc >= 0 ? rc : c->run(&a);
+}
+
+/* --------------------------------------------------------------- files -- */
+
+int read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        print_error("cannot open '%s': %s", path, strerror(errno));
+        return EXIT_INPUT;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (!buf) {
+        print_error("'%s': out of memory", path);
+        return EXIT_RUNTIME;
+    }
+    if (err) {
+        free(buf);
+        print_error("cannot read '%s'", path);
+        return EXIT_INPUT;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+bool write_text_file(const char *path, const char *text) {
+    FILE *f = text ? fopen(path, "w") : NULL;
+    const bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    return (!f || fclose(f) == 0) && ok;
+}
+
+int input_text(const char *cmd, const struct args *a, char **text, size_t *len) {
+    if (!!a->prompt == !!a->file) {
+        print_error("%s: give exactly one of -p TEXT and -f FILE", cmd);
+        return EXIT_USAGE;
+    }
+    if (a->file)
+        return read_file(a->file, text, len);
+    *len = strlen(a->prompt);
+    *text = malloc(*len + 1);
+    if (!*text) {
+        print_error("out of memory");
+        return EXIT_RUNTIME;
+    }
+    memcpy(*text, a->prompt, *len + 1);
+    return 0;
+}
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+bool path_is_dir(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool path_is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* ---------------------------------------------------------------- JSON -- */
+
+int print_json(cJSON *obj) {
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!s) {
+        print_error("out of memory while writing JSON");
+        return EXIT_RUNTIME;
+    }
+    puts(s);
+    free(s);
+    return 0;
+}
+
+double f32_json(float x) {
+    char b[32];
+    snprintf(b, sizeof b, "%.7g", x);
+    return strtod(b, NULL);
+}
+
+/* Invalid bytes and NUL become U+FFFD, so that JSON consumers can parse the
+ * text: generation can stop in the middle of a multi-byte character. */
+char *utf8_sanitize(const char *s, size_t n) {
+    char *out = malloc(n * 3 + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = c != 0 && len > 0 && i + len <= n;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1f : len == 3 ? c & 0x0f : c & 0x07;
+        for (size_t k = 1; ok && k < len; k++) {
+            ok = ((unsigned char)s[i + k] & 0xc0) == 0x80;
+            cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+        }
+        /* reject overlong forms, surrogates and values past U+10FFFF */
+        if (ok && len > 1)
+            ok = cp >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && cp <= 0x10ffff &&
+                 (cp < 0xd800 || cp > 0xdfff);
+        if (ok) {
+            memcpy(out + o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* ---------------------------------------------------- models, sessions -- */
+
+int load_model(const struct args *a, struct kvf_model **model) {
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.n_threads = a->threads;
+    mp.mmproj = a->mmproj;
+    enum kvf_status st = kvf_model_load(a->model, &mp, model);
+    if (st != KVF_OK) {
+        char what[512];
+        snprintf(what, sizeof what, "cannot load '%s'", a->model);
+        return fail(st, what);
+    }
+    return 0;
+}
+
+struct kvf_session_params session_params(const struct args *a, int n_ctx) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = n_ctx;
+    sp.n_batch = a->batch > 0 ? a->batch : sp.n_batch;
+    sp.n_threads = a->threads;
+    sp.kv_spec = a->kv;
+    sp.kv_type = a->kv_type_id;
+    return sp;
+}
+
+int open_session(const struct kvf_model *m, const struct kvf_session_params *sp, const char *what,
+                 struct kvf_session **out) {
+    const enum kvf_status st = kvf_session_init(m, sp, out);
+    return st == KVF_OK ? 0 : fail(st, what);
+}
+
+/* ------------------------------------------------------ KV cache JSON -- */
+
+/* Per layer, per kv head: the true positions the cache holds. */
+cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *layers = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        cJSON *heads = cJSON_CreateArray();
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            const struct kvf_tag *t = kvf_session_kv_tags(s, l, g, &n);
+            cJSON *pos = cJSON_CreateArray();
+            for (int i = 0; i < n; i++)
+                cJSON_AddItemToArray(pos, cJSON_CreateNumber(t[i].pos));
+            cJSON_AddItemToArray(heads, pos);
+        }
+        cJSON_AddItemToArray(layers, heads);
+    }
+    return layers;
+}
+
+/* Per layer, per kv head: [evicted position, position it was merged into]. */
+cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *layers = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        cJSON *heads = cJSON_CreateArray();
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            const struct kvf_kv_merge *mg = kvf_session_kv_merges(s, l, g, &n);
+            cJSON *pairs = cJSON_CreateArray();
+            for (int i = 0; i < n; i++) {
+                const int pair[2] = { mg[i].from, mg[i].into };
+                cJSON_AddItemToArray(pairs, cJSON_CreateIntArray(pair, 2));
+            }
+            cJSON_AddItemToArray(heads, pairs);
+        }
+        cJSON_AddItemToArray(layers, heads);
+    }
+    return layers;
+}
+
+/* The searched per-layer budgets (prefixkv): [{ratio, gini}], or NULL. */
+cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    double ratio, gini;
+    if (!kvf_session_kv_layer_budget(s, 0, &ratio, &gini))
+        return NULL;
+    cJSON *arr = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer && kvf_session_kv_layer_budget(s, l, &ratio, &gini); l++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "ratio", ratio);
+        if (isfinite(gini))
+            cJSON_AddNumberToObject(o, "gini", gini);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
+/* Mean entries per kv head, per layer. */
+cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
+    cJSON *pl = cJSON_CreateArray();
+    for (int l = 0; l < info->n_layer; l++) {
+        int kept = 0;
+        for (int g = 0; g < info->n_head_kv; g++) {
+            int n;
+            kvf_session_kv_tags(s, l, g, &n);
+            kept += n;
+        }
+        cJSON_AddItemToArray(pl, cJSON_CreateNumber((double)kept / info->n_head_kv));
+    }
+    return pl;
+}

@@ -1,0 +1,347 @@
+/* kvfold generate: text from a prompt (with media), streamed to stdout, the
+ * KV cache compressed after the prompt by --kv. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void generate_defaults(struct args *a) {
+    struct kvf_sampler_params sp = kvf_sampler_default_params();
+    a->n_predict = 128;
+    a->temp = 0.0f; /* greedy: the same prompt always gives the same text */
+    a->top_k = sp.top_k;
+    a->top_p = sp.top_p;
+    a->min_p = sp.min_p;
+    a->seed = sp.seed;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int generate_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_PROMPT, OPT_FILE,
+        { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 1 << 24, "N", "tokens to generate at most (default 128)" },
+        { "--temp", NULL, OPT_FLOAT, &a->temp, 0, 100, "T", "temperature; 0 = greedy (default 0)" },
+        { "--top-k", NULL, OPT_INT, &a->top_k, 0, 1 << 30, "K", "keep the K most likely tokens, 0 = off (default 40)" },
+        { "--top-p", NULL, OPT_FLOAT, &a->top_p, 0, 1, "P", "nucleus sampling, 1 = off (default 0.95)" },
+        { "--min-p", NULL, OPT_FLOAT, &a->min_p, 0, 1, "P", "drop tokens below P x the best, 0 = off (default 0.05)" },
+        { "--seed", NULL, OPT_U64, &a->seed, 0, 0, "S", "random seed (default 42)" },
+        OPT_THREADS,
+        { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N", "context size (default 0: prompt + n)" },
+        OPT_BATCH,
+        { "--chat", NULL, OPT_FLAG, &a->chat, 0, 0, NULL, "wrap the prompt in the model's chat template" },
+        { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME",
+          "llama2, vicuna, chatml or gemma (implies --chat)" },
+        { "--system", NULL, OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" },
+        { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
+        OPTS_MEDIA,
+        { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
+        { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
+          "(see kvfold policies)" },
+        OPT_KV_TYPE,
+        OPT_JSON,
+    };
+    OPTS_RETURN(out, t);
+}
+
+/* Everything one run holds, released by gen_free. */
+struct gen {
+    const struct args *a;
+    struct kvf_model *m;
+    struct kvf_model_info info;
+    struct kvf_session *s;
+    struct kvf_session_params sp;
+    struct kvf_sampler *smp;
+    struct media_set media;
+    struct kvf_prompt *pr;
+    char *text, *prompt;   /* the input, and as the model sees it */
+    int n_prompt;
+    struct strbuf out;     /* the generated text (--json) */
+    cJSON *per_layer;      /* entries per layer after compression */
+    cJSON *dump;           /* --dump-kv */
+    double prefill_ms, compress_ms, decode_ms;
+    size_t kv_full, kv_kept;
+    int n_gen, n_decoded;
+    const char *stop;
+};
+
+static void gen_free(struct gen *g) {
+    cJSON_Delete(g->per_layer);
+    cJSON_Delete(g->dump);
+    free(g->out.s);
+    kvf_prompt_free(g->pr);
+    media_set_free(&g->media);
+    kvf_sampler_free(g->smp);
+    kvf_session_free(g->s);
+    kvf_model_free(g->m);
+    free(g->prompt);
+    free(g->text);
+}
+
+/* Writes a token's text on one line: newlines, quotes, backslashes and
+ * control bytes escaped. */
+static void print_piece_escaped(const char *buf, int32_t n) {
+    for (int k = 0; k < n; k++) {
+        const unsigned char ch = (unsigned char)buf[k];
+        if (ch == '\n') fputs("\\n", stdout);
+        else if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\x%02x", ch);
+        else putchar(ch);
+    }
+}
+
+/* One line per position: pos, modality, image/frame index, grid row and
+ * column, and the token (id and text) for text positions. */
+static void print_tags(const struct kvf_model *m, const struct kvf_prompt *pr) {
+    const struct kvf_tag *t = kvf_prompt_tags(pr);
+    printf("# pos modality media row col token\n");
+    for (int i = 0; i < kvf_prompt_n_tokens(pr); i++) {
+        const int32_t id = kvf_prompt_token(pr, i);
+        printf("%d %s %d %d %d", t[i].pos, kvf_modality_str(t[i].modality), t[i].media, t[i].row, t[i].col);
+        if (id >= 0) {
+            char buf[64];
+            int32_t n = 0;
+            if (kvf_token_to_piece(m, id, buf, sizeof buf, true, &n) != KVF_OK)
+                n = 0;
+            printf(" %d \"", id);
+            print_piece_escaped(buf, n);
+            putchar('"');
+        }
+        putchar('\n');
+    }
+}
+
+/* [[pos, "modality", media, row, col, token], ...] */
+static cJSON *tags_json(const struct kvf_prompt *pr) {
+    cJSON *arr = cJSON_CreateArray();
+    const struct kvf_tag *t = kvf_prompt_tags(pr);
+    for (int i = 0; i < kvf_prompt_n_tokens(pr); i++) {
+        cJSON *e = cJSON_CreateArray();
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(t[i].pos));
+        cJSON_AddItemToArray(e, cJSON_CreateString(kvf_modality_str(t[i].modality)));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(t[i].media));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(t[i].row));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(t[i].col));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(kvf_prompt_token(pr, i)));
+        cJSON_AddItemToArray(arr, e);
+    }
+    return arr;
+}
+
+/* The model, the prompt (chat template, media, tags), the session and the
+ * sampler. */
+static int gen_open(struct gen *g) {
+    const struct args *a = g->a;
+    size_t len = 0;
+    int rc;
+    enum kvf_status st;
+    if ((rc = input_text("generate", a, &g->text, &len)) || (rc = load_model(a, &g->m)) ||
+        (rc = build_prompt(a, g->m, g->text, &g->prompt)) || (rc = media_build(a, g->m, &g->media)))
+        return rc;
+    /* BOS as the model's tokenizer says; chat markup is control-token text. */
+    if ((rc = prompt_make(g->m, g->prompt, &g->media, wants_chat(a) || a->special, &g->pr)))
+        return rc;
+    g->n_prompt = kvf_prompt_n_tokens(g->pr);
+    if (a->dump_tags && !a->json)
+        print_tags(g->m, g->pr);
+    if (kvf_prompt_is_synthetic(g->pr))
+        fprintf(stderr, "kvfold: note: the prompt holds synthetic (pseudo-image) segments; results are synthetic\n");
+    g->sp = session_params(a, a->ctx > 0 ? a->ctx : g->n_prompt + a->n_predict);
+    if ((rc = open_session(g->m, &g->sp, "generate: cannot create the session", &g->s)))
+        return rc;
+    struct kvf_sampler_params smpp = {
+        .temp = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
+    };
+    if ((st = kvf_sampler_init(&smpp, &g->smp)) != KVF_OK)
+        return fail(st, "generate: sampler");
+    kvf_model_get_info(g->m, &g->info);
+    return 0;
+}
+
+/* The prompt through the model, then compressed by the policy. */
+static int gen_prefill(struct gen *g) {
+    enum kvf_status st;
+    double t0 = now_ms();
+    if ((st = kvf_session_prefill_prompt(g->s, g->pr, NULL)) != KVF_OK)
+        return fail(st, "generate: prompt");
+    g->prefill_ms = now_ms() - t0;
+    g->kv_full = kvf_session_kv_bytes(g->s);
+    t0 = now_ms();
+    if ((st = kvf_session_compress(g->s)) != KVF_OK)
+        return fail(st, "generate: kv compression");
+    g->compress_ms = now_ms() - t0;
+    g->kv_kept = kvf_session_kv_bytes(g->s);
+    g->per_layer = kv_per_layer_json(g->s, &g->info);
+    if (g->a->dump_kv) {
+        g->dump = cJSON_CreateObject();
+        cJSON_AddStringToObject(g->dump, "policy", g->a->kv ? g->a->kv : "full");
+        cJSON_AddNumberToObject(g->dump, "n_prompt", g->n_prompt);
+        cJSON_AddItemToObject(g->dump, "compressed", kv_positions_json(g->s, &g->info));
+        cJSON_AddItemToObject(g->dump, "merged", kv_merges_json(g->s, &g->info));
+    }
+    return 0;
+}
+
+/* Sample, print, decode: until an end-of-generation token, -n tokens or
+ * the end of the context. */
+static int gen_decode(struct gen *g) {
+    const struct args *a = g->a;
+    char *piece = NULL;
+    int32_t piece_cap = 0;
+    int rc = 0;
+    enum kvf_status st;
+    g->stop = "length";
+    for (;;) {
+        int32_t tok;
+        if ((st = kvf_sampler_sample(g->smp, kvf_session_logits(g->s), g->info.n_vocab, &tok)) != KVF_OK) {
+            rc = fail(st, "generate: sampler");
+            break;
+        }
+        if (kvf_token_is_eog(g->m, tok)) {
+            g->stop = "eog";
+            break;
+        }
+        int32_t np = token_piece(g->m, tok, &piece, &piece_cap);
+        if (np < 0 || (a->json && !strbuf_put(&g->out, piece, (size_t)np))) {
+            rc = fail(KVF_ERR_NOMEM, "generate");
+            break;
+        }
+        if (!a->json) {
+            fwrite(piece, 1, (size_t)np, stdout);
+            fflush(stdout);
+        }
+        if (++g->n_gen == a->n_predict)
+            break;
+        if (kvf_session_n_past(g->s) >= g->sp.n_ctx) {
+            g->stop = "context";
+            break;
+        }
+        double t1 = now_ms();
+        if ((st = kvf_session_decode(g->s, tok)) != KVF_OK) {
+            rc = fail(st, "generate: decode");
+            break;
+        }
+        g->decode_ms += now_ms() - t1;
+        g->n_decoded++;
+    }
+    free(piece);
+    return rc;
+}
+
+/* --dump-kv: the positions after compression, and now. */
+static int gen_write_dump(struct gen *g) {
+    cJSON_AddNumberToObject(g->dump, "n_past", kvf_session_n_past(g->s));
+    cJSON_AddItemToObject(g->dump, "final", kv_positions_json(g->s, &g->info));
+    char *txt = cJSON_PrintUnformatted(g->dump);
+    const bool ok = write_text_file(g->a->dump_kv, txt);
+    free(txt);
+    return ok ? 0 : fail(KVF_ERR_IO, "generate: cannot write --dump-kv");
+}
+
+static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {
+    const struct args *a = g->a;
+    cJSON *kv = cJSON_CreateObject();
+    cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
+    cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(a->kv_type_id));
+    cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
+    cJSON_AddNumberToObject(kv, "bytes_full", (double)g->kv_full);
+    cJSON_AddNumberToObject(kv, "bytes_kept", (double)g->kv_kept);
+    cJSON_AddNumberToObject(kv, "ratio", g->kv_full ? (double)g->kv_kept / (double)g->kv_full : 1.0);
+    cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(g->s));
+    cJSON_AddNumberToObject(kv, "peak_entries", kvf_session_kv_peak_entries(g->s));
+    cJSON_AddItemToObject(kv, "per_layer", g->per_layer);
+    g->per_layer = NULL;
+    cJSON_AddItemToObject(kv, "per_layer_final", kv_per_layer_json(g->s, &g->info));
+    cJSON *budgets = kv_layer_budgets_json(g->s, &g->info);
+    if (budgets)
+        cJSON_AddItemToObject(kv, "layer_budgets", budgets);
+    cJSON_AddNumberToObject(kv, "n_ctx", g->sp.n_ctx);
+    cJSON_AddNumberToObject(kv, "n_past", kvf_session_n_past(g->s));
+    return kv;
+}
+
+static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, size_t rss) {
+    const struct args *a = g->a;
+    char *clean = utf8_sanitize(g->out.s ? g->out.s : "", g->out.n);
+    if (!clean)
+        return fail(KVF_ERR_NOMEM, "generate");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "text", clean);
+    free(clean);
+    cJSON_AddStringToObject(o, "model", g->info.name);
+    cJSON_AddNumberToObject(o, "n_prompt", g->n_prompt);
+    cJSON_AddNumberToObject(o, "n_media", g->media.n);
+    cJSON_AddBoolToObject(o, "synthetic", kvf_prompt_is_synthetic(g->pr));
+    cJSON_AddNumberToObject(o, "n_gen", g->n_gen);
+    cJSON_AddStringToObject(o, "stop", g->stop);
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "vision_encode_ms", g->media.encode_ms);
+    cJSON_AddNumberToObject(t, "prefill_ms", g->prefill_ms);
+    cJSON_AddNumberToObject(t, "prefill_tok_per_s", g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0);
+    cJSON_AddNumberToObject(t, "decode_ms", g->decode_ms);
+    cJSON_AddNumberToObject(t, "decode_ms_per_token", ms_per_tok);
+    cJSON_AddNumberToObject(t, "decode_tok_per_s", ms_per_tok > 0 ? 1e3 / ms_per_tok : 0);
+    cJSON_AddNumberToObject(t, "compress_ms", g->compress_ms);
+    cJSON_AddItemToObject(o, "kv", gen_kv_json(g, kv_bytes));
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)rss);
+    cJSON *sa = cJSON_AddObjectToObject(o, "sampler");
+    cJSON_AddNumberToObject(sa, "temp", f32_json(a->temp));
+    cJSON_AddNumberToObject(sa, "top_k", a->top_k);
+    cJSON_AddNumberToObject(sa, "top_p", f32_json(a->top_p));
+    cJSON_AddNumberToObject(sa, "min_p", f32_json(a->min_p));
+    cJSON_AddNumberToObject(sa, "seed", (double)a->seed);
+    if (a->dump_tags)
+        cJSON_AddItemToObject(o, "tags", tags_json(g->pr));
+    return print_json(o);
+}
+
+static int gen_report(struct gen *g) {
+    const double ms_per_tok = g->n_decoded ? g->decode_ms / g->n_decoded : 0;
+    const size_t kv_bytes = kvf_session_kv_bytes(g->s), rss = kvf_peak_rss_bytes();
+    int rc = g->dump ? gen_write_dump(g) : 0;
+    if (rc)
+        return rc;
+    if (g->a->json)
+        return gen_report_json(g, ms_per_tok, kv_bytes, rss);
+    putchar('\n');
+    fflush(stdout);
+    fprintf(stderr,
+            "kvfold: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens, %.2f ms/token "
+            "(%.1f tok/s); stop %s; kv %.2f MiB; peak rss %.1f MiB\n",
+            g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0, g->n_gen,
+            ms_per_tok, ms_per_tok > 0 ? 1e3 / ms_per_tok : 0, g->stop, kv_bytes / MIB, rss / MIB);
+    return 0;
+}
+
+static int cmd_generate(const struct args *a) {
+    /* Reject an unknown template name before spending time on the model:
+     * an empty conversation fails only for a name that does not exist. */
+    int32_t n;
+    if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0, &n) != KVF_ERR_BUFFER) {
+        print_error("generate: %s", kvf_last_error());
+        return EXIT_USAGE;
+    }
+    struct gen g = { .a = a };
+    int rc = gen_open(&g);
+    if (!rc)
+        rc = gen_prefill(&g);
+    if (!rc)
+        rc = gen_decode(&g);
+    if (!rc)
+        rc = gen_report(&g);
+    gen_free(&g);
+    return rc;
+}
+
+const struct command generate_command = {
+    .name = "generate",
+    .summary = "Generate text from a prompt, streaming it to stdout; timings go to stderr.",
+    .usage = "-m FILE (-p TEXT | -f FILE) [options]",
+    .details = "Decoding is greedy by default (--temp 0), so runs are reproducible; with --temp > 0 the\n"
+               "sampler applies temperature, then top-k, top-p and min-p, and draws with --seed.\n"
+               "Generation stops at an end-of-generation token or after -n tokens. --json prints one\n"
+               "object (text, n_prompt, n_gen, stop, timings, kv, peak_rss_bytes) instead of streaming.",
+    .run = cmd_generate,
+    .defaults = generate_defaults,
+    .opts = generate_opts,
+};

@@ -1,0 +1,104 @@
+/* kvfold info: a model's architecture, sizes, weight types, tokenizer and
+ * chat template. */
+#include "cli.h"
+
+static int info_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_JSON, OPT_THREADS,
+        { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj)" },
+    };
+    OPTS_RETURN(out, t);
+}
+
+static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "file", file);
+    cJSON_AddStringToObject(o, "name", in->name);
+    cJSON_AddStringToObject(o, "arch", in->arch);
+    cJSON_AddStringToObject(o, "source", in->source);
+    cJSON_AddNumberToObject(o, "n_layer", in->n_layer);
+    cJSON_AddNumberToObject(o, "n_embd", in->n_embd);
+    cJSON_AddNumberToObject(o, "n_head", in->n_head);
+    cJSON_AddNumberToObject(o, "n_head_kv", in->n_head_kv);
+    cJSON_AddNumberToObject(o, "head_dim", in->head_dim);
+    cJSON_AddNumberToObject(o, "n_ff", in->n_ff);
+    cJSON_AddNumberToObject(o, "n_vocab", in->n_vocab);
+    cJSON_AddNumberToObject(o, "n_ctx_train", in->n_ctx_train);
+    cJSON_AddNumberToObject(o, "sliding_window", in->sliding_window);
+    cJSON_AddNumberToObject(o, "rope_base", in->rope_base);
+    cJSON_AddNumberToObject(o, "rope_base_local", in->rope_base_local);
+    cJSON_AddStringToObject(o, "rope_style", in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    cJSON_AddNumberToObject(o, "norm_eps", in->norm_eps);
+    cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
+    cJSON_AddStringToObject(o, "weight_types", in->weight_types);
+    cJSON_AddStringToObject(o, "tokenizer", in->tokenizer);
+    cJSON_AddStringToObject(o, "chat_template", in->chat_template_name);
+    cJSON_AddNumberToObject(o, "bos", in->bos);
+    cJSON_AddNumberToObject(o, "eos", in->eos);
+    cJSON_AddStringToObject(o, "simd", kvf_simd_level());
+    if (in->has_vision) {
+        cJSON *v = cJSON_AddObjectToObject(o, "vision");
+        cJSON_AddStringToObject(v, "source", in->vision_source);
+        cJSON_AddNumberToObject(v, "image_size", in->vision_image_size);
+        cJSON_AddNumberToObject(v, "patch_size", in->vision_patch_size);
+        cJSON_AddNumberToObject(v, "n_layer", in->vision_n_layer);
+        cJSON_AddNumberToObject(v, "n_embd", in->vision_n_embd);
+        cJSON_AddNumberToObject(v, "n_head", in->vision_n_head);
+        cJSON_AddNumberToObject(v, "n_ff", in->vision_n_ff);
+        cJSON_AddNumberToObject(v, "image_tokens", in->image_tokens);
+        cJSON_AddNumberToObject(v, "image_grid", in->image_grid);
+    }
+    return o;
+}
+
+static void info_print(const char *file, const struct kvf_model_info *in) {
+    printf("file            %s\n", file);
+    printf("name            %s\n", in->name);
+    printf("architecture    %s (%s)\n", in->arch, in->source);
+    printf("layers          %d\n", in->n_layer);
+    printf("embedding       %d\n", in->n_embd);
+    printf("heads           %d (kv heads %d, head dim %d)\n", in->n_head, in->n_head_kv, in->head_dim);
+    printf("feed-forward    %d\n", in->n_ff);
+    printf("vocabulary      %d\n", in->n_vocab);
+    printf("train context   %d\n", in->n_ctx_train);
+    if (in->sliding_window > 0)
+        printf("sliding window  %d (local rope base %g)\n", in->sliding_window, in->rope_base_local);
+    else
+        printf("sliding window  none\n");
+    printf("rope            base %g, %s\n", in->rope_base, in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    printf("norm eps        %g\n", in->norm_eps);
+    printf("parameters      %.1f M\n", (double)in->n_params / 1e6);
+    printf("weights         %.1f MiB (%s)\n", (double)in->weight_bytes / MIB, in->weight_types);
+    printf("tokenizer       %s (bos %d, eos %d)\n", in->tokenizer, in->bos, in->eos);
+    printf("chat template   %s\n", in->chat_template_name);
+    printf("simd            %s\n", kvf_simd_level());
+    if (in->has_vision)
+        printf("vision          %s: CLIP ViT, %d layers of width %d (%d heads, ff %d), image %d, patch %d "
+               "-> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_n_layer, in->vision_n_embd,
+               in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size, in->image_tokens,
+               in->image_grid, in->image_grid);
+}
+
+static int cmd_info(const struct args *a) {
+    struct kvf_model *m = NULL;
+    int rc = load_model(a, &m);
+    if (rc)
+        return rc;
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    if (a->json)
+        rc = print_json(info_json(a->model, &in));
+    else
+        info_print(a->model, &in);
+    kvf_model_free(m);
+    return rc;
+}
+
+const struct command info_command = {
+    .name = "info",
+    .summary = "Print a model's architecture, sizes, weight types, tokenizer and chat template.",
+    .usage = "-m FILE [--json]",
+    .run = cmd_info,
+    .opts = info_opts,
+};

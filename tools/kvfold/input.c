@@ -1,0 +1,305 @@
+/* What goes into the model (see cli.h): text and chat templates, tokens,
+ * media (images, frames, video directories, pseudo-images) and prompts. */
+#include "cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---------------------------------------------------------- text, tokens -- */
+
+bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = MAX(b->cap * 2, b->n + n + 64);
+        char *p = realloc(b->s, cap);
+        if (!p)
+            return false;
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+    return true;
+}
+
+int tokenize_text(const struct kvf_model *m, const char *text, size_t len, bool bos, bool special, int32_t **out,
+                  int32_t *n) {
+    if (len > INT32_MAX / 2) {
+        print_error("input of %zu bytes is too long", len);
+        return EXIT_INPUT;
+    }
+    int32_t cap = (int32_t)len + 16;
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) {
+            print_error("out of memory for %d tokens", cap);
+            return EXIT_RUNTIME;
+        }
+        int32_t got = 0;
+        const enum kvf_status st = kvf_tokenize(m, text, len, ids, cap, bos, special, &got);
+        if (st == KVF_OK) {
+            *out = ids;
+            *n = got;
+            return 0;
+        }
+        free(ids);
+        if (st != KVF_ERR_BUFFER)
+            return fail(st, "tokenize");
+        cap = got;
+    }
+    print_error("tokenizer: inconsistent token counts");
+    return EXIT_RUNTIME;
+}
+
+int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap) {
+    int32_t n = 0;
+    enum kvf_status st = kvf_token_to_piece(m, tok, *buf, *cap, false, &n);
+    if (st == KVF_ERR_BUFFER) {
+        char *nb = realloc(*buf, (size_t)n);
+        if (!nb)
+            return -1;
+        *buf = nb;
+        *cap = n;
+        st = kvf_token_to_piece(m, tok, *buf, *cap, false, &n);
+    }
+    return st == KVF_OK ? n : -1;
+}
+
+bool wants_chat(const struct args *a) { return a->chat || a->chat_template || a->system; }
+
+int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
+    if (!wants_chat(a)) {
+        *out = strdup(text);
+        return *out ? 0 : EXIT_RUNTIME;
+    }
+    struct kvf_chat_message msgs[2];
+    int n = 0;
+    if (a->system)
+        msgs[n++] = (struct kvf_chat_message){ "system", a->system };
+    msgs[n++] = (struct kvf_chat_message){ "user", text };
+    /* LLaVA GGUF files rarely carry a template; LLaVA-1.5 speaks Vicuna. */
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    const char *name = a->chat_template;
+    if (!name && info.has_vision && strcmp(info.chat_template_name, "none") == 0)
+        name = "vicuna";
+    /* No buffer: the size needed (an unknown name fails only without one:
+     * the commands check --chat-template first). */
+    int32_t need = 0;
+    if (kvf_chat_apply(m, name, msgs, n, true, NULL, 0, &need) != KVF_ERR_BUFFER) {
+        print_error("generate: no chat template recognised (%s); pass --chat-template NAME (one of %s)",
+                    kvf_last_error(), kvf_chat_templates());
+        return EXIT_INPUT;
+    }
+    int32_t len;
+    *out = malloc((size_t)need);
+    if (!*out || kvf_chat_apply(m, name, msgs, n, true, *out, need, &len) != KVF_OK) {
+        free(*out);
+        print_error("generate: out of memory for the chat text");
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- media -- */
+
+void media_set_free(struct media_set *ms) {
+    for (int i = 0; i < ms->n; i++)
+        kvf_media_free(ms->items[i]);
+    free(ms->items);
+    memset(ms, 0, sizeof *ms);
+}
+
+int media_push(struct media_set *ms, struct kvf_media *md) {
+    if (ms->n == ms->cap) {
+        int cap = ms->cap ? 2 * ms->cap : 8;
+        struct kvf_media **it = realloc(ms->items, (size_t)cap * sizeof *it);
+        if (!it) {
+            kvf_media_free(md);
+            return fail(KVF_ERR_NOMEM, "media");
+        }
+        ms->items = it;
+        ms->cap = cap;
+    }
+    ms->items[ms->n++] = md;
+    if (!kvf_media_is_synthetic(md)) {
+        ms->n_encoded++;
+        ms->encode_ms += kvf_media_encode_ms(md);
+    }
+    return 0;
+}
+
+static int64_t max_pixels(const struct args *a) {
+    return a->max_image_mpix > 0 ? (int64_t)((double)a->max_image_mpix * 1e6) : 0;
+}
+
+int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img,
+                 enum kvf_modality mod, const char *label, struct media_set *ms) {
+    struct kvf_media *md;
+    enum kvf_status st = kvf_media_encode_image(m, img, mod, a->threads, &md);
+    if (st != KVF_OK) {
+        char what[512];
+        snprintf(what, sizeof what, "cannot encode '%s'", label);
+        return fail(st, what);
+    }
+    return media_push(ms, md);
+}
+
+int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
+                     struct media_set *ms) {
+    struct kvf_image *img;
+    enum kvf_status st = kvf_image_load(path, max_pixels(a), &img);
+    if (st != KVF_OK) {
+        char what[512];
+        snprintf(what, sizeof what, "cannot read image '%s'", path);
+        return fail(st, what);
+    }
+    int rc = media_encode(a, m, img, mod, path, ms);
+    kvf_image_free(img);
+    return rc;
+}
+
+static int name_cmp(const void *x, const void *y) {
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+static bool is_image_name(const char *n) {
+    static const char *const ext[] = { ".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm", ".tga", ".gif" };
+    const char *dot = strrchr(n, '.');
+    for (size_t i = 0; dot && i < COUNT_OF(ext); i++)
+        if (strcasecmp(dot, ext[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The image files of dir, sorted by name; *n gets their count. */
+static int frame_names(const char *dir, char ***out, int *n) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        print_error("cannot open video directory '%s': %s", dir, strerror(errno));
+        return EXIT_INPUT;
+    }
+    char **names = NULL;
+    int cap = 0, rc = 0;
+    *n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (!is_image_name(e->d_name))
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nn = realloc(names, (size_t)cap * sizeof *nn);
+            if (!nn) { rc = fail(KVF_ERR_NOMEM, "video"); break; }
+            names = nn;
+        }
+        if (!(names[*n] = strdup(e->d_name))) { rc = fail(KVF_ERR_NOMEM, "video"); break; }
+        (*n)++;
+    }
+    closedir(d);
+    if (!rc && *n == 0) {
+        print_error("video directory '%s' holds no frame images (png, jpg, bmp, ppm, pgm)", dir);
+        rc = EXIT_INPUT;
+    }
+    if (!rc)
+        qsort(names, (size_t)*n, sizeof *names, name_cmp);
+    *out = names;
+    return rc;
+}
+
+/* A video as a directory of frames, in name order (frame_0001.png, ...). */
+static int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms) {
+    char **names = NULL;
+    int n = 0, rc = frame_names(dir, &names, &n);
+    for (int i = 0; !rc && i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
+    }
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* FILE:RxC -> a synthetic RxC segment from the words of FILE. */
+static int media_pseudo(const struct args *a, const struct kvf_model *m, const char *spec, int index,
+                        struct media_set *ms) {
+    const char *colon = strrchr(spec, ':');
+    int r = 0, c = 0;
+    char tail;
+    if (!colon || colon == spec || sscanf(colon + 1, "%dx%d%c", &r, &c, &tail) != 2 || r <= 0 || c <= 0) {
+        print_error("--pseudo-image '%s': expected FILE:RxC (for example words.txt:24x24)", spec);
+        return EXIT_USAGE;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%.*s", (int)(colon - spec), spec);
+    char *text;
+    size_t len;
+    int rc = read_file(path, &text, &len);
+    if (rc)
+        return rc;
+    struct kvf_media *md;
+    enum kvf_status st = kvf_media_pseudo_image(m, text, r, c, a->pseudo_noise, a->seed + (uint64_t)index, &md);
+    free(text);
+    if (st != KVF_OK)
+        return fail(st, "--pseudo-image");
+    return media_push(ms, md);
+}
+
+int media_build(const struct args *a, const struct kvf_model *m, struct media_set *ms) {
+    int rc = 0;
+    for (int i = 0; !rc && i < a->n_media; i++) {
+        const char *v = a->media[i].value;
+        switch (a->media[i].kind) {
+        case MEDIA_IMAGE: rc = media_image_file(a, m, v, KVF_MOD_IMAGE, ms); break;
+        case MEDIA_FRAME: rc = media_image_file(a, m, v, KVF_MOD_VIDEO, ms); break;
+        case MEDIA_VIDEO_DIR: rc = media_video_dir(a, m, v, ms); break;
+        case MEDIA_PSEUDO: rc = media_pseudo(a, m, v, i, ms); break;
+        }
+    }
+    return rc;
+}
+
+int samples_media(const char *cmd, const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
+                  int line, struct media_set *ms) {
+    const cJSON *it;
+    int rc = 0, i = 0;
+    cJSON_ArrayForEach(it, list) {
+        const cJSON *v = it->child;
+        if (!cJSON_IsObject(it) || !v || v->next || !cJSON_IsString(v)) {
+            print_error("%s: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", cmd, line, i);
+            return EXIT_INPUT;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", v->valuestring[0] == '/' ? "" : dir, v->valuestring);
+        if (!strcmp(v->string, "image")) rc = media_image_file(a, m, path, KVF_MOD_IMAGE, ms);
+        else if (!strcmp(v->string, "frame")) rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
+        else if (!strcmp(v->string, "pseudo")) rc = media_pseudo(a, m, path, i, ms);
+        else {
+            print_error("%s: samples line %d: unknown media kind '%s' (image, frame, pseudo)", cmd, line, v->string);
+            return EXIT_INPUT;
+        }
+        if (rc)
+            return rc;
+        i++;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- prompt -- */
+
+int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
+                struct kvf_prompt **out) {
+    enum kvf_status st = kvf_prompt_init(m, text, (const struct kvf_media *const *)ms->items, ms->n, true, special, out);
+    if (st != KVF_OK)
+        return fail(st, "prompt");
+    if (kvf_prompt_n_tokens(*out) == 0) {
+        kvf_prompt_free(*out);
+        *out = NULL;
+        print_error("the prompt has no tokens");
+        return EXIT_INPUT;
+    }
+    return 0;
+}
