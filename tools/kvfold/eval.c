@@ -1,4 +1,4 @@
-/* kvfold eval: KV policies compared on the protocols of DESIGN.md section 8.
+/* kvfold eval: KV policies compared on the protocols of docs/METHODS.md §7.
  *
  *   consistency  PrefixKV's: the full cache's greedy output is the reference;
  *                a policy gets the perplexity of that output teacher-forced

@@ -1,4 +1,4 @@
-/* Answer metrics of kvfold eval (DESIGN.md section 8). */
+/* Answer metrics of kvfold eval (docs/METHODS.md §7). */
 #ifndef KVF_METRICS_H
 #define KVF_METRICS_H
 
