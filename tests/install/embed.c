@@ -38,7 +38,8 @@ static void run_model(const char *path) {
 
     const char *text = "The capital of France is";
     int32_t tokens[64];
-    const int32_t n = kvf_tokenize(model, text, strlen(text), tokens, 64, true, false);
+    int32_t n = 0;
+    CHECK(kvf_tokenize(model, text, strlen(text), tokens, 64, true, false, &n) == KVF_OK);
     CHECK(n > 1 && n <= 64);
     for (int i = 0; i < n; i++)
         CHECK(tokens[i] >= 0 && tokens[i] < info.n_vocab);
@@ -60,10 +61,12 @@ static void run_model(const char *path) {
         CHECK(logits != NULL);
         for (int i = 0; i < info.n_vocab; i++)
             CHECK(isfinite(logits[i]));
-        const int32_t tok = kvf_sampler_sample(sampler, logits, info.n_vocab);
+        int32_t tok = -1;
+        CHECK(kvf_sampler_sample(sampler, logits, info.n_vocab, &tok) == KVF_OK);
         CHECK(tok >= 0 && tok < info.n_vocab);
         char piece[128];
-        const int32_t len = kvf_token_to_piece(model, tok, piece, sizeof piece, false);
+        int32_t len = 0;
+        CHECK(kvf_token_to_piece(model, tok, piece, sizeof piece, false, &len) == KVF_OK);
         for (int32_t i = 0; i < len && i < (int32_t)sizeof piece; i++) {
             const unsigned char c = (unsigned char)piece[i];
             if (c >= 0x20 && c < 0x7f)
