@@ -396,6 +396,14 @@ KVF_API int kvf_session_n_past(const struct kvf_session *session);
  * session started or was reset (prefill included). */
 KVF_API size_t kvf_session_kv_bytes(const struct kvf_session *session);
 KVF_API size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
+/* Bytes a full cache of this session's storage type holds for the positions
+ * seen: kvf_session_n_past entries in every (layer, kv head), with their
+ * tags and the statistics this session keeps, sized exactly. What a policy
+ * keeps is kvf_session_kv_bytes over this, whether it evicted after the
+ * prompt or never cached some positions (block-wise prefill, reduce
+ * stages); a full cache allocated in several batches can hold a little
+ * more (its growth slack). */
+KVF_API size_t kvf_session_kv_full_bytes(const struct kvf_session *session);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block
  * budget plus the largest block. */

@@ -28,6 +28,10 @@ static size_t head_bytes(const struct kv_cache *c, int cap) {
     return (size_t)cap * (2 * c->row_bytes + sizeof(struct kvf_tag) + acc);
 }
 
+size_t kv_cache_bytes_for(const struct kv_cache *c, int n) {
+    return head_bytes(c, n) * (size_t)c->n_layer * (size_t)c->n_head_kv;
+}
+
 static void bytes_add(struct kv_cache *c, size_t add, size_t sub) {
     c->bytes += add - sub;
     c->peak_bytes = KVF_MAX(c->peak_bytes, c->bytes);

@@ -179,19 +179,19 @@ static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_log
     return st;
 }
 
-/* Runs n inputs (ids or embedding rows, already checked) in batches of
- * n_batch; under block-wise prefill a batch is a block, evicted back to
- * the block budget after it. */
+/* Runs n inputs (ids or embedding rows, already checked) in batches of at
+ * most `batch` rows; under block-wise prefill a batch is a block, evicted
+ * back to the block budget after it. */
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
-                                   const struct kvf_tag *tags, int n, float *all_logits) {
+                                   const struct kvf_tag *tags, int n, int batch, float *all_logits) {
     if (n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
     enum kvf_status st = tags_reserve(s, n);
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
     const struct kv_policy *p = &s->policy;
-    for (int i = 0; i < n; i += s->params.n_batch) {
-        const int nb = KVF_MIN(s->params.n_batch, n - i);
+    for (int i = 0; i < n; i += batch) {
+        const int nb = KVF_MIN(batch, n - i);
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
@@ -210,7 +210,7 @@ enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
-    return session_run(s, tokens, NULL, NULL, n, all_logits);
+    return session_run(s, tokens, NULL, NULL, n, s->params.n_batch, all_logits);
 }
 
 enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *embd, const struct kvf_tag *tags, int n,
@@ -220,7 +220,7 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
     for (int i = 0; tags && i < n; i++)
         if (tags[i].modality < KVF_MOD_TEXT || tags[i].modality > KVF_MOD_VIDEO)
             return err_set(KVF_ERR_INVALID_ARG, "tag %d: modality %d is not text, image or video", i, tags[i].modality);
-    return session_run(s, NULL, embd, tags, n, all_logits);
+    return session_run(s, NULL, embd, tags, n, s->params.n_batch, all_logits);
 }
 
 /* Block-wise question=1: the last block_window tokens of the prompt's last
@@ -241,7 +241,7 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     s->probing = true;
     const int n = KVF_MIN(sg->n, s->policy.block_window), start = sg->start + sg->n - n;
     s->n_past += start;
-    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, n, NULL);
+    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, n, s->params.n_batch, NULL);
     s->probing = false;
     s->n_past = n_past;
     s->has_logits = false;
@@ -278,11 +278,20 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         }
         return session_pass(s, p->n, all_logits);
     }
+    /* Block-wise prefill with a block per image or frame: text runs go in
+     * blocks no larger than the largest of them, so that the cache never
+     * holds more than the block budget plus one block. */
+    int text_batch = s->params.n_batch;
+    if (s->policy.blocks && s->policy.block == 0) {
+        int largest = 0;
+        for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
+        if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
+    }
     for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
         const struct prompt_seg *sg = &p->segs[g];
         float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, lg)
-                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, lg);
+        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, s->params.n_batch, lg)
+                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, text_batch, lg);
     }
     return st;
 }
@@ -315,6 +324,7 @@ const float *kvf_session_logits(const struct kvf_session *s) { return s->has_log
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
+size_t kvf_session_kv_full_bytes(const struct kvf_session *s) { return kv_cache_bytes_for(&s->kv, s->n_past); }
 int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
 

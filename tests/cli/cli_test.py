@@ -557,15 +557,22 @@ def case_blockwise(ctx):
     full = json.loads(out)
     n = full["n_prompt"]
     per_entry = full["kv"]["bytes_full"] / n  # bytes of one position over all layers and heads (exact fit)
-    for spec, m, block in (("blockwise:budget=128,block=32", 128, 32), ("blockwise:budget=100,block=16,evict=keydiff", 100, 16),
-                           ("blockwise:budget=128,block=image", 128, 64)):
-        rc, out, err = ctx.run(*base, "--kv", spec, "-b", "64")
+    # block=image also with the default batch (512): the text runs between
+    # images (over 64 tokens) go in blocks of at most an image's 64.
+    for spec, m, block, batch in (("blockwise:budget=128,block=32", 128, 32, "64"),
+                                  ("blockwise:budget=100,block=16,evict=keydiff", 100, 16, "64"),
+                                  ("blockwise:budget=128,block=image", 128, 64, "64"),
+                                  ("blockwise:budget=128,block=image", 128, 64, "512")):
+        rc, out, err = ctx.run(*base, "--kv", spec, "-b", batch)
         check(rc == 0, f"{spec}: {err}")
         kv = json.loads(out)["kv"]
         check(all(x == m for x in kv["per_layer"]), f"{spec}: kept {kv['per_layer'][:3]}, want {m}")
         check(m < kv["peak_entries"] <= m + block, f"{spec}: a head held {kv['peak_entries']} entries, want <= {m + block}")
         most = per_entry * (m + block + (m + block) // 8 + 17)
         check(kv["peak_bytes"] <= most < full["kv"]["peak_bytes"], f"{spec}: peak {kv['peak_bytes']} over {most}")
+        # what it keeps, against what a full cache holds for the prompt
+        check(kv["bytes_full"] == full["kv"]["bytes_full"] and kv["bytes_kept"] < kv["bytes_full"] and kv["ratio"] < 1,
+              f"{spec}: kv {kv['bytes_kept']} of {kv['bytes_full']}, ratio {kv['ratio']}")
     rc, out, err = ctx.run(*base, "--kv", "blockwise:budget=100000,block=512")
     check(rc == 0 and json.loads(out)["text"] == full["text"], f"a budget over the prompt changed the output: {err}")
     plain = ["generate", "-m", smol, "-p", "Hello", "-n", "1"]
@@ -611,6 +618,10 @@ def case_reduce(ctx):
                       f"want {n - 512 + images}")
             lo = hi
         check(o["kv"]["peak_bytes"] < full["kv"]["peak_bytes"], f"{spec}: no memory saved")
+        # the share kept: the entries cached over those a full cache holds
+        kept = sum(per_layer) / (n * len(per_layer))
+        check(o["kv"]["bytes_full"] == full["kv"]["bytes_full"] and abs(o["kv"]["ratio"] - kept) < 0.02,
+              f"{spec}: ratio {o['kv']['ratio']}, kept {kept:.3f} of the entries")
     rc, out, err = ctx.run(*base, "--kv", "snapkv:budget=0.2+reduce=lightkv")
     check(rc == 0 and max(json.loads(out)["kv"]["per_layer"]) <= round(0.2 * n), f"snapkv+lightkv: {err}")
     plain = ["generate", "-m", smol, "-p", "Hello", "-n", "1"]

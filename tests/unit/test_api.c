@@ -308,6 +308,13 @@ static void test_kv_budget(void **state) {
             assert_int_equal(kvf_session_decode(s, ids[1]), KVF_OK);
         }
         assert_int_equal(kvf_session_kv_bytes(a), kvf_session_kv_bytes(b));
+        /* a full cache of n + 1 positions in every layer and head, against what is kept */
+        const struct kvf_model_info in = info();
+        const size_t heads = (size_t)(n + 1) * in.n_layer * in.n_head_kv, full = kvf_session_kv_full_bytes(a);
+        const size_t entry = 2 * (size_t)in.head_dim * sizeof(float) + sizeof(struct kvf_tag); /* f32 key, value, tag */
+        assert_int_equal(full % heads, 0);
+        assert_true(full / heads == entry || full / heads == entry + 3 * sizeof(float)); /* + attention sums */
+        assert_true(kvf_session_kv_bytes(a) < kvf_session_kv_full_bytes(a));
         int na, nb;
         const struct kvf_tag *ta = kvf_session_kv_tags(a, 0, 0, &na), *tb = kvf_session_kv_tags(b, 0, 0, &nb);
         assert_int_equal(na, nb);

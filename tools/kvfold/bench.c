@@ -53,7 +53,7 @@ struct bench_result {
     size_t kv_peak;     /* the most allocated during the test, prefill included */
     double prefill_ms;  /* tg after a compressed prompt: mean prefill time of that prompt */
     double compress_ms; /*   and mean kvf_session_compress time, */
-    size_t kv_full, kv_kept; /* KV bytes before and after compressing it, */
+    size_t kv_full, kv_kept; /* KV bytes a full cache holds for it and what the policy keeps, */
     cJSON *per_layer;   /*   entries per kv head of each layer after it (owned) */
 };
 
@@ -72,7 +72,7 @@ static enum kvf_status bench_run(struct kvf_session *s, const struct kvf_model_i
             st = kvf_session_prefill(s, tok, n_ctx_pre, NULL);
             if (rep > 0)
                 prefill += now_ms() - t0;
-            r->kv_full = kvf_session_kv_bytes(s);
+            r->kv_full = kvf_session_kv_full_bytes(s);
             t0 = now_ms();
             if (st == KVF_OK)
                 st = kvf_session_compress(s);

@@ -324,7 +324,7 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
     else if (st != KVF_ERR_UNSUPPORTED) rc = fail(st, "eval: kv fork");
     else if (!(rc = prefilled_session(a, m, pr, run, n_extra, 0, out))) r->prefill_ms = now_ms() - t0;
     if (rc) return rc;
-    r->kv_full_mib = (double)kvf_session_kv_bytes(*out) / MIB;
+    r->kv_full_mib = (double)kvf_session_kv_full_bytes(*out) / MIB;
     t0 = now_ms();
     if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
     r->compress_ms = now_ms() - t0;

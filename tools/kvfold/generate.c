@@ -165,7 +165,7 @@ static int gen_prefill(struct gen *g) {
     if ((st = kvf_session_prefill_prompt(g->s, g->pr, NULL)) != KVF_OK)
         return fail(st, "generate: prompt");
     g->prefill_ms = now_ms() - t0;
-    g->kv_full = kvf_session_kv_bytes(g->s);
+    g->kv_full = kvf_session_kv_full_bytes(g->s);
     t0 = now_ms();
     if ((st = kvf_session_compress(g->s)) != KVF_OK)
         return fail(st, "generate: kv compression");
