@@ -378,9 +378,11 @@ KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const ch
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
- * entries are freed. From then on each kvf_session_decode keeps the cache
- * within budget by the policy's decode stage (the budget applies to the
- * tokens seen so far). May be called again (it compresses to the budget). */
+ * entries are freed, and every head's storage is sized to what it holds
+ * (for the full cache too). From then on each kvf_session_decode keeps the
+ * cache within budget by the policy's decode stage (the budget applies to
+ * the tokens seen so far). May be called again (it compresses to the
+ * budget). */
 KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
 
 /* Appends one token (a prefill of length 1). After a failure other than
@@ -398,11 +400,11 @@ KVF_API size_t kvf_session_kv_bytes(const struct kvf_session *session);
 KVF_API size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
 /* Bytes a full cache of this session's storage type holds for the positions
  * seen: kvf_session_n_past entries in every (layer, kv head), with their
- * tags and the statistics this session keeps, sized exactly. What a policy
- * keeps is kvf_session_kv_bytes over this, whether it evicted after the
- * prompt or never cached some positions (block-wise prefill, reduce
- * stages); a full cache allocated in several batches can hold a little
- * more (its growth slack). */
+ * tags and the statistics this session keeps, sized exactly. Right after
+ * kvf_session_compress (which returns the storage appends left unused) the
+ * share a policy keeps is kvf_session_kv_bytes over this, whether it
+ * evicted after the prompt or never cached some positions (block-wise
+ * prefill, reduce stages); for the full cache it is 1. */
 KVF_API size_t kvf_session_kv_full_bytes(const struct kvf_session *session);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block

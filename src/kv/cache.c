@@ -140,6 +140,23 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
     return h->cap > n_keep + n_keep / 4 + 16 ? head_grow(c, h, n_keep) : KVF_OK;
 }
 
+enum kvf_status kv_cache_fit(struct kv_cache *c) {
+    enum kvf_status st = KVF_OK;
+    for (int l = 0; st == KVF_OK && l < c->n_layer; l++)
+        for (int g = 0; st == KVF_OK && g < c->n_head_kv; g++) {
+            struct kv_head *h = kv_cache_head(c, l, g);
+            if (h->cap == h->n) continue;
+            if (h->n == 0) {
+                free(h->k), free(h->v), free(h->tag), free(h->acc);
+                bytes_add(c, 0, head_bytes(c, h->cap));
+                *h = (struct kv_head){.type = h->type};
+            } else {
+                st = head_grow(c, h, h->n);
+            }
+        }
+    return st;
+}
+
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src) {
     if (dst->bytes || dst->n_layer != src->n_layer || dst->n_head_kv != src->n_head_kv || dst->type != src->type ||
         dst->head_dim != src->head_dim)

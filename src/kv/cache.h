@@ -54,6 +54,9 @@ static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int h
  * entries with src's capacities (so its bytes are what the same appends
  * would have allocated); their statistics when both carry them. */
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
+/* Sizes every head's storage to exactly the entries it holds (the slack
+ * appends left is returned). */
+enum kvf_status kv_cache_fit(struct kv_cache *c);
 /* Bytes n entries take in every head of the cache (sized exactly). */
 size_t kv_cache_bytes_for(const struct kv_cache *c, int n);
 /* Makes room for `extra` more entries in every head of a layer. */

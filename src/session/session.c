@@ -298,8 +298,11 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
 
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
-    if (s->policy.method == KV_FULL) return KVF_OK;
-    const enum kvf_status st = session_evict(s, EVICT_COMPRESS);
+    /* What the prompt left allocated beyond its entries is returned, so
+     * that the bytes kept compare with kvf_session_kv_full_bytes exactly. */
+    if (s->policy.method == KV_FULL) return kv_cache_fit(&s->kv);
+    enum kvf_status st = session_evict(s, EVICT_COMPRESS);
+    if (st == KVF_OK) st = kv_cache_fit(&s->kv);
     for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->cs.n0[i] = s->kv.heads[i].n;
     s->cs.compressed = true;
     s->cs.decode_steps = 0;

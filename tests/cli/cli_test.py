@@ -690,6 +690,27 @@ def case_eval(ctx):
     with open(data, "a") as f:
         f.write('{"prompt": 3}\n')
     expect_error(ctx, 2, ["eval", "consistency", "-m", smol, "-n", "2", "--json", "--data", data], "bad samples line")
+    # needle cases from a file: the password in the text, and in a pseudo-image of words that holds it
+    needles = os.path.join(ctx.tmp, "needles.jsonl")
+    secret = os.path.join(ctx.tmp, "secret.txt")
+    with open(secret, "w") as f:
+        f.write("The secret password is 73519. " * 4)
+    with open(needles, "w") as f:
+        f.write(json.dumps({"prompt": "The secret password is 73519. Some filler text follows here. "
+                            "What is the secret password? The secret password is", "answer": "73519"}) + "\n")
+        f.write(json.dumps({"prompt": "<image> What is the secret password? The secret password is",
+                            "media": [{"pseudo": f"{secret}:4x4"}], "answer": "73519", "kind": "image"}) + "\n")
+    rc, out, err = ctx.run("eval", "needle", "-m", smol, "-t", "2", "-n", "16", "--data", needles, "--kv", "snapkv",
+                           "--budgets", "0.5", "--json")
+    rows = [json.loads(x) for x in out.splitlines()] if rc == 0 else []
+    check(rc == 0 and len(rows) == 4 and sorted(r["needle"] for r in rows) == ["image", "image", "text", "text"]
+          and all(r["score"] in (0, 1) for r in rows), f"needle --data: {rows} {err}")
+    check(any(r["score"] == 1 for r in rows if r["kv"] == "full" and r["needle"] == "text"),
+          f"the full cache missed a password it was just told: {rows}")
+    expect_error(ctx, 2, ["eval", "needle", "-m", smol, "--data", os.path.join(ctx.tmp, "nope.jsonl")], "missing needle data")
+    with open(needles, "a") as f:
+        f.write(json.dumps({"prompt": "no answer here"}) + "\n")
+    expect_error(ctx, 2, ["eval", "needle", "-m", smol, "-n", "2", "--data", needles], "needle line without an answer")
     plain = ["-m", smol]
     expect_error(ctx, 1, ["eval", "needle", *plain, "--grid", "0x4"], "bad grid")
     expect_error(ctx, 1, ["eval", *plain], "no mode")

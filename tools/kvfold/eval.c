@@ -44,7 +44,7 @@ static int eval_opts(struct args *a, struct opt *out) {
         OPT_MODEL, OPT_JSON, OPT_THREADS, OPT_KV_TYPE, OPT_MMPROJ,
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
-        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency: JSON lines {\"prompt\", \"media\"} (default: synthetic); milebench: MileBench's folder" },
+        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
         { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data)" },
         { "--ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
         { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all)" },
@@ -792,41 +792,83 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
     return rc;
 }
 
-/* consistency --data FILE: JSON lines {"prompt": TEXT, "media": [{"image"|
- * "frame"|"pseudo": PATH}, ...]} (kvfold profile's samples), paths relative
- * to the file's directory. */
-static int eval_consistency_data(const struct args *a, const struct kvf_model *m, const struct run *runs, int n_runs,
-                                 struct rows *rs) {
+/* consistency and needle --data FILE: JSON lines {"prompt": TEXT, "media":
+ * [{"image"|"frame"|"pseudo": PATH}, ...]} (kvfold profile's samples),
+ * paths relative to the file's directory; a needle's line also gives the
+ * "answer" the output must contain and its "kind" ("text" or "image",
+ * default text). */
+static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int line) {
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt"), *media = cJSON_GetObjectItemCaseSensitive(o, "media");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
+        print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]%s}", a->data, line,
+                    needle ? ", \"answer\": TEXT, \"kind\": \"text\"|\"image\"" : "");
+        return false;
+    }
+    if (needle && (!cJSON_IsString(answer) || !answer->valuestring[0] ||
+                   (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "text") &&
+                                                       strcmp(kind->valuestring, "image")))))) {
+        print_error("eval: %s line %d: a needle needs a non-empty \"answer\" and a \"kind\" of text or image", a->data,
+                    line);
+        return false;
+    }
+    return true;
+}
+
+/* One sample of the file (a checked line): its text, answer and media. */
+static int data_sample(const struct args *a, const struct kvf_model *m, bool needle, const cJSON *o, const char *dir,
+                       int line, bool first, struct sample *smp) {
+    const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    *smp = (struct sample){.depth = NAN};
+    if (!(smp->text = strdup(cJSON_GetObjectItemCaseSensitive(o, "prompt")->valuestring)) ||
+        (needle && !(smp->answer = strdup(answer->valuestring))))
+        return fail(KVF_ERR_NOMEM, "eval");
+    if (needle) smp->needle = kind && !strcmp(kind->valuestring, "image") ? "image" : "text";
+    const int rc = samples_media("eval", a, m, media, dir, line, &smp->media);
+    const cJSON *item = media ? cJSON_GetArrayItem(media, 0) : NULL;
+    if (!rc && a->kept_map && first && item && item->child && !strcmp(item->child->string, "image")) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s%s", item->child->valuestring[0] == '/' ? "" : dir, item->child->valuestring);
+        kvf_image_load(path, 0, &smp->first_image); /* only for the picture beneath the map */
+    }
+    return rc;
+}
+
+static int eval_data(const struct args *a, const char *mode, const struct kvf_model *m, const struct run *runs,
+                     int n_runs, struct rows *rs) {
     char *text = NULL, dir[4096];
     size_t len = 0;
-    int rc = read_file(a->data, &text, &len), line = 0, index = 0;
+    int rc = read_file(a->data, &text, &len), index = 0;
     if (rc) return rc;
+    const bool needle = !strcmp(mode, "needle");
     const char *slash = strrchr(a->data, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->data + 1) : 0, a->data);
-    for (char *ln = text, *next; ln && *ln && !rc; ln = next) {
-        next = strchr(ln, '\n');
-        if (next) *next++ = '\0';
-        line++;
-        if (!ln[strspn(ln, " \t\r")]) continue;
-        cJSON *o = cJSON_Parse(ln);
-        const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
-        const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
-        struct sample smp = {.depth = NAN};
-        if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
-            print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]}", a->data, line);
+    /* Every line is checked before the first runs: bad data fails fast. */
+    for (int pass = 0; pass < 2 && !rc; pass++) {
+        int line = 0;
+        for (const char *ln = text; *ln && !rc;) {
+            const size_t end = strcspn(ln, "\n");
+            const bool blank = strspn(ln, " \t\r") >= end;
+            cJSON *o = blank ? NULL : cJSON_ParseWithLength(ln, end);
+            line++;
+            if (!blank && pass == 0) {
+                if (data_line_ok(a, needle, o, line)) index++;
+                else rc = EXIT_INPUT;
+            } else if (!blank) {
+                struct sample smp;
+                rc = data_sample(a, m, needle, o, dir, line, index == 0, &smp);
+                if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
+                sample_free(&smp);
+            }
+            cJSON_Delete(o);
+            ln += end + (ln[end] == '\n');
+        }
+        if (pass == 0 && !rc && index == 0) {
+            print_error("eval: %s holds no samples", a->data);
             rc = EXIT_INPUT;
         }
-        if (!rc && !(smp.text = strdup(pt->valuestring))) rc = fail(KVF_ERR_NOMEM, "eval");
-        if (!rc) rc = samples_media("eval", a, m, media, dir, line, &smp.media);
-        const cJSON *first = media ? cJSON_GetArrayItem(media, 0) : NULL;
-        if (!rc && a->kept_map && index == 0 && first && first->child && !strcmp(first->child->string, "image")) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s%s", first->child->valuestring[0] == '/' ? "" : dir, first->child->valuestring);
-            kvf_image_load(path, 0, &smp.first_image); /* only for the picture beneath the map */
-        }
-        cJSON_Delete(o);
-        if (!rc) rc = eval_sample(a, "consistency", m, &smp, index++, runs, n_runs, rs);
-        sample_free(&smp);
+        index = 0;
     }
     free(text);
     return rc;
@@ -878,6 +920,7 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
         print_error("eval: --depths '%s': want a list of depths in [0, 1]", a->depths);
         return EXIT_USAGE;
     }
+    if (a->data) return eval_data(a, mode, m, runs, n_runs, rs);
     if (!strcmp(mode, "needle")) {
         const bool text = strcmp(a->needle, "image") != 0, image = strcmp(a->needle, "text") != 0;
         if (strcmp(a->needle, "text") && strcmp(a->needle, "image") && strcmp(a->needle, "both")) {
@@ -905,7 +948,7 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
                 }
         return rc;
     }
-    if (!strcmp(mode, "consistency") && !a->data) {
+    if (!strcmp(mode, "consistency")) {
         for (int g = 0; !rc && g < n_segs; g++)
             for (int i = 0; !rc && i < per; i++) {
                 struct sample smp;
@@ -913,9 +956,8 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
                 if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
                 sample_free(&smp);
             }
-        return rc;
     }
-    return eval_consistency_data(a, m, runs, n_runs, rs);
+    return rc;
 }
 
 static int cmd_eval(const struct args *a) {
