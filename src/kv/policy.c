@@ -116,6 +116,7 @@ enum key_type {
     KEY_SEED,    /* a non-negative integer below 2^53 (uint64_t)            */
     KEY_BOOL,    /* 0 or 1 (bool)                                           */
     KEY_MERGE,   /* none, avg, pivotal, weighted (enum kv_merge)            */
+    KEY_TEXT,    /* 0, 1, all (enum kv_text_prior)                          */
     KEY_EVICTOR, /* a preset that can evict blocks: snapkv, keydiff (enum kv_method) */
     KEY_LAYERS,  /* a list of increasing integers in [lo, hi] (int[], count) */
     KEY_LIST,    /* a list of integers in [lo, hi] (int[], count)            */
@@ -144,7 +145,7 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_DISTANCE] = {"distance", KEY_INT, AT(distance), 0, 0, 1 << 20},
     [KV_KEY_EVERY] = {"every", KEY_INT, AT(every), 0, 1, 1 << 20},
     [KV_KEY_MERGE] = {"merge", KEY_MERGE, AT(merge), 0, 0, 0},
-    [KV_KEY_TEXT_PRIOR] = {"text_prior", KEY_BOOL, AT(text_prior), 0, 0, 1},
+    [KV_KEY_TEXT_PRIOR] = {"text_prior", KEY_TEXT, AT(text_prior), 0, 0, 0},
     [KV_KEY_CROSS_RATIO] = {"cross_ratio", KEY_SHARE, AT(cross_ratio), 0, 0, 1},
     [KV_KEY_N] = {"n", KEY_NUM, AT(nsm_n), 0, 0, 1e6},
     [KV_KEY_DECODE_SOFTMAX] = {"decode_softmax", KEY_BOOL, AT(decode_softmax), 0, 0, 1},
@@ -210,6 +211,7 @@ static const char *key_expects(const struct key_def *d, char *buf, size_t cap) {
     case KEY_SEED: return "a non-negative integer";
     case KEY_BOOL: return "0 or 1";
     case KEY_MERGE: return "one of none, avg, pivotal, weighted";
+    case KEY_TEXT: return "0, 1 (text first, within the budget) or all (every text entry, past the budget)";
     case KEY_EVICTOR: return "one of snapkv, keydiff";
     case KEY_LAYERS: snprintf(buf, cap, "up to %d increasing integers >= 1", KV_REDUCE_MAX); return buf;
     case KEY_LIST: snprintf(buf, cap, "up to %d integers >= 1", KV_REDUCE_MAX); return buf;
@@ -251,6 +253,10 @@ static enum kvf_status set_key(const struct kv_rule *r, const char *what, struct
             if (!strcmp(val, names[i])) ok = true, x = i;
         break;
     }
+    case KEY_TEXT:
+        ok = !strcmp(val, "0") || !strcmp(val, "1") || !strcmp(val, "all");
+        x = val[0] == 'a' ? KV_TEXT_ALL : val[0] == '1' ? KV_TEXT_FIRST : KV_TEXT_NONE;
+        break;
     case KEY_EVICTOR:
         ok = !strcmp(val, "snapkv") || !strcmp(val, "keydiff");
         x = val[0] == 's' ? KV_SNAPKV : KV_KEYDIFF;
@@ -284,6 +290,7 @@ static enum kvf_status set_key(const struct kv_rule *r, const char *what, struct
     case KEY_SEED: *(uint64_t *)field = (uint64_t)x; break;
     case KEY_BOOL: *(bool *)field = x != 0.0; break;
     case KEY_MERGE: *(enum kv_merge *)field = (enum kv_merge)x; break;
+    case KEY_TEXT: *(int *)field = (int)x; break;
     case KEY_EVICTOR: *(enum kv_method *)field = (enum kv_method)x; break;
     default: break;
     }

@@ -22,6 +22,10 @@ enum kv_method {
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
 /* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
 enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
+/* LOOK-M's text prior: none; text before images within the budget (text
+ * competes by score when it alone exceeds it); every text entry kept even
+ * past the budget (the authors' released code). */
+enum kv_text_prior { KV_TEXT_NONE, KV_TEXT_FIRST, KV_TEXT_ALL };
 /* Decode stage: how the cache is kept within budget while generating. */
 enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXED, KV_DECODE_RECOMPRESS,
                  KV_DECODE_COUNT };
@@ -59,7 +63,7 @@ struct kv_policy {
     enum kv_merge merge;
     double important;   /* lookm: the important share (recent = 1 - important when alone) */
     uint32_t given;     /* bit k set: the spec gave key k (enum kv_key)                    */
-    bool text_prior;    /* lookm: every text entry is kept                               */
+    int text_prior;     /* lookm: enum kv_text_prior                                     */
     double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
     double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
     bool decode_softmax; /* csp: n-softmax also inside attention once compressed (eq. 7)  */

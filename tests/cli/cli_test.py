@@ -456,25 +456,32 @@ def case_kv_mm(ctx):
         o, d = run(spec)
         check(o["text"] == full["text"] and not any(p for layer in d["merged"] for p in layer), f"{spec} changed the output")
 
-    # LOOK-M, text prior: every text entry and the recent share stay; image
-    # entries fill what is left; each evicted entry is merged exactly once,
-    # into a kept entry.
+    # LOOK-M: the recent share stays, then text (within the budget, or all of
+    # it with text_prior=all), then image entries fill what is left; each
+    # evicted entry is merged exactly once, into a kept entry.
     keep = int(0.3 * n + 0.5)
     recent = int(keep * 0.5 + 0.5)
+    text_pos = {p for p in range(n) if p not in image}
     for spec, merging in (("lookm:budget=0.3", True), ("lookm:budget=0.3,merge=none", False),
+                          ("lookm:budget=0.3,text_prior=all", True),
                           ("lookm:budget=0.3,merge=weighted,text_prior=0,important=0.8", True)):
         o, d = run(spec)
         prior = "text_prior=0" not in spec
         rec = recent if "important" not in spec else int(keep * 0.2 + 0.5)
+        window = set(range(n - rec, n))
         for heads, merged in zip(d["compressed"], d["merged"]):
             for pos, mg in zip(heads, merged):
                 s = set(pos)
-                if prior:
-                    check({p for p in range(n) if p not in image} <= s, f"{spec}: text evicted")
-                    check(len(pos) == max(keep, n - len(image) + len([p for p in range(n - rec, n) if p in image])),
-                          f"{spec}: {len(pos)} kept")
+                if "text_prior=all" in spec:  # every text entry, past the budget (the released code)
+                    check(text_pos <= s, f"{spec}: text evicted")
+                    check(len(pos) == max(keep, len(text_pos | window)), f"{spec}: {len(pos)} kept")
+                elif prior:  # text before images, within the budget
+                    check(len(pos) == keep and window <= s, f"{spec}: {len(pos)} kept")
+                    fits = len(text_pos - window) <= keep - rec
+                    check(text_pos <= s if fits else not (s - window) & set(image),
+                          f"{spec}: {'text evicted' if fits else 'an image kept before text'}")
                 else:
-                    check(len(pos) == keep and set(range(n - rec, n)) <= s, f"{spec}: {len(pos)} kept")
+                    check(len(pos) == keep and window <= s, f"{spec}: {len(pos)} kept")
                 if merging:
                     check(sorted(m[0] for m in mg) == sorted(set(range(n)) - s) and all(m[1] in s for m in mg),
                           f"{spec}: merges {mg[:5]}")

@@ -25,8 +25,11 @@ from the token counts of the text around the marker.
 
 The merging and per-layer methods (docs/METHODS.md §4.10-4.12 and §5.4,
 src/kv/policy/lookm.c, merge.c, prefixkv.c):
-  lookm     H2O's score per kv head; text_prior=1 keeps every text entry, the
-            recent share of the budget is kept; `important` is the other
+  lookm     H2O's score per kv head; the recent share of the budget is kept,
+            then text_prior=1 keeps text before images within the budget
+            (when the text alone exceeds what is left, text competes by score
+            and images go; text_prior=all keeps every text entry past the
+            budget, as the released code); `important` is the other
             share (alone: recent = 1 - important; both: recent / (recent +
             important)). Every evicted entry is merged into the kept entry
             whose post-RoPE key is most similar (cosine; ties: the earlier):
@@ -147,7 +150,7 @@ def parse_spec(spec):
     given = set()
     for kv in filter(None, args.split(",")):
         k, v = kv.split("=")
-        p[k] = int(v) if k in INT_KEYS else v if k == "merge" else float(v)
+        p[k] = 2 if (k, v) == ("text_prior", "all") else int(v) if k in INT_KEYS else v if k == "merge" else float(v)
         given.add(k)
     for st in stages:
         what, _, args = st.partition(":")
@@ -277,7 +280,7 @@ def select(score, keep, wrong=None):
     """Indices kept: `keep` best (higher first, ties: earlier entry), and
     every +inf entry even past `keep`."""
     n = len(score)
-    keep = max(keep, int(np.isinf(score).sum()))
+    keep = max(keep, int((score == np.inf).sum()))
     if keep >= n:
         return list(range(n))
     idx = np.arange(n)
@@ -486,7 +489,14 @@ class Ref:
             recent = 0 if w == "lookm-norecent" else math.floor(keep * share + 0.5)
             s = (L["a"][g, 0].sum(axis=0) if w == "h2o-head0" else L["sum"][g]).copy()
             if p["text_prior"] and w != "lookm-noprior":
-                s[np.ones(n, bool) if self.image is None else ~self.image] = np.inf
+                # text before images; text_prior=1 holds the budget: when the text before the
+                # recent window exceeds the slots left, text competes and images go
+                text = np.ones(n, bool) if self.image is None else ~self.image
+                body = np.arange(n) < n - min(recent, n)
+                if p["text_prior"] == 2 or w == "lookm-alltext" or (text & body).sum() <= keep - min(recent, n):
+                    s[text] = np.inf
+                else:
+                    s[~text] = -np.inf
             if recent > 0:
                 s[n - recent:] = np.inf
             return [s]
@@ -764,14 +774,16 @@ def cases(n):
         ("knorm:budget=" + odd, []),
         ("random:budget=0.3", []),
         ("random:budget=40,seed=7", []),
-        # LOOK-M on text: with the text prior every entry is text (all kept,
-        # nothing merged); without it, H2O's rule and a merge by cosine.
+        # LOOK-M on text: every entry is text, so text_prior=1 (which holds the
+        # budget) is H2O's rule and a merge by cosine, as without the prior;
+        # text_prior=all keeps everything (nothing merged).
         ("lookm", []),
-        ("lookm:budget=0.3,text_prior=0", []),
-        ("lookm:budget=40,recent=0.2,text_prior=0,merge=none", []),
-        ("lookm:important=0.8,text_prior=0,merge=avg", []),             # recent = 1 - important
-        ("lookm:budget=0.3,important=0.3,text_prior=0,merge=weighted", []),  # with a budget too: recent 0.7
-        ("lookm:budget=0.3,text_prior=0", ["-b", "7", "-t", "2"]),
+        ("lookm:text_prior=all", []),
+        ("lookm:budget=0.3", []),
+        ("lookm:budget=40,recent=0.2,merge=none", []),
+        ("lookm:important=0.8,merge=avg", []),             # recent = 1 - important
+        ("lookm:budget=0.3,important=0.3,merge=weighted", []),  # with a budget too: recent 0.7
+        ("lookm:budget=0.3", ["-b", "7", "-t", "2"]),
         # Elastic Cache: one set per layer, merged by position.
         # (The first entries are heavy hitters anyway: sinks change the
         # choice only where the budget is small.)
@@ -821,7 +833,8 @@ def image_cases(n, n_text):
         ("imgrand:budget=0.8", []),
         ("imgrand:budget=%d,seed=3" % (n_text + 20), []),
         ("lookm:budget=0.6", []),                      # text + recent kept, image entries by score
-        ("lookm", []),                                 # the text alone exceeds the budget: all text kept
+        ("lookm", []),                                 # the text alone exceeds the budget: text competes
+        ("lookm:text_prior=all", []),                  # ... or all text kept, past it (the released code)
         ("lookm:budget=0.6,recent=0.6,important=0.2,merge=weighted", []),  # recent 0.75
         ("lookm:budget=0.6,text_prior=0", []),
         ("lookm:budget=%d,merge=none" % (n_text + 30), []),
@@ -843,6 +856,7 @@ WRONG = {
     "budget-floor": ("knorm",),          # floor(budget N) instead of floor(budget N + 0.5)
     "lookm-noprior": ("lookm",),         # text entries compete like image entries
     "lookm-norecent": ("lookm",),        # no recent window
+    "lookm-alltext": ("lookm",),         # text_prior=1 keeps all text past the budget (the released code's rule)
     "lookm-noimportant": ("lookm", "csp"),  # the important share ignored (recent as given or default)
     "merge-dot": ("lookm",),             # merged into the largest dot product, not cosine
     "merge-tie-later": ("elastic",),     # an entry midway between two kept ones goes to the later

@@ -44,7 +44,8 @@ static const struct policy_case cases[] = {
     {"knorm:budget=0.2+decode=recompress:every=8", 0.2, RECOMPRESSES, 8, true, 0, 0},
     {"random:budget=128+decode=window:sinks=8", 128, EVICTS, 0, true, 0, 0},
     {"imgrand:budget=0.5", 0.5, GROWS, 0, false, 0, 0},
-    {"lookm:budget=0.2", 0.2, GROWS, 0, false, 0, 0},
+    {"lookm:budget=0.2", 0.2, GROWS, 0, true, 0, 0},           /* text first, within the budget */
+    {"lookm:budget=0.2,text_prior=all", 0.2, GROWS, 0, false, 0, 0}, /* all text, past it */
     {"lookm:budget=0.2,merge=weighted,text_prior=0+decode=h2o", 0.2, EVICTS, 0, true, 0, 0},
     {"elastic:budget=0.1", 0.1, EVICTS, 0, true, 0, 0},
     {"prefixkv:budget=0.2", 0.2, EVICTS, 0, false, 0, 0}, /* per-layer ratios: checked against each layer's own */
