@@ -451,6 +451,10 @@ KVF_API enum kvf_status kvf_sampler_sample(struct kvf_sampler *sampler, const fl
 
 /* ---------------------------------------------------------------- misc -- */
 
+/* "kvfold 0.1.0 (git 1a2b3c4d5e6f)": the version and the commit the library
+ * was built from ("-dirty" when the sources had local changes, "unknown"
+ * outside a git checkout), for results files. A static string. */
+KVF_API const char *kvf_build_info(void);
 /* Name of the SIMD level chosen at run time: "avx512", "avx2" or "scalar" (static). */
 KVF_API const char *kvf_simd_level(void);
 /* Peak resident set size of this process in bytes (0 if unknown). */

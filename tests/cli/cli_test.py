@@ -8,6 +8,7 @@ Only the standard library is used.
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -56,7 +57,8 @@ def expect_error(ctx, code, args, what):
 
 def case_usage(ctx):
     rc, out, _ = ctx.run("--version")
-    check(rc == 0 and out.startswith("kvfold "), f"--version: {rc} {out!r}")
+    check(rc == 0 and re.fullmatch(r"kvfold \d+\.\d+\.\d+ \(git [0-9a-f]+(-dirty)?\)\n|kvfold \S+ \(git unknown\)\n", out),
+          f"--version: the version and the commit: {rc} {out!r}")
     rc, out, _ = ctx.run("--help")
     check(rc == 0 and "generate" in out and "perplexity" in out, "--help lists the commands")
     for sub in ("info", "tokenize", "generate", "perplexity", "bench"):
@@ -662,8 +664,11 @@ def case_eval(ctx):
         check(r["score"] in (0, 1) and r["kv_mib"] <= r["kv_full_mib"] + 1e-9 and r["n_prompt"] > 100, f"row {r}")
         if r["budget"] == 0.1:
             check(r["kv_mib"] < 0.2 * r["kv_full_mib"], f"budget 0.1 kept {r['kv_mib']} of {r['kv_full_mib']} MiB")
-    for name in ("summary.md", "summary.csv", "results.jsonl"):
-        check(os.path.getsize(os.path.join(out_dir, name)) > 0, f"{name} missing")
+    _, version, _ = ctx.run("--version")
+    for name in ("summary.md", "summary.csv", "results.jsonl"):  # each names the build that made it
+        with open(os.path.join(out_dir, name)) as f:
+            check(version.strip() in f.read(), f"{name} missing or without the build {version.strip()}")
+    check(all(r["build"] == version.strip() for r in rows), "rows without the build")
     with open(os.path.join(out_dir, "summary.csv")) as f:
         check(len(f.read().strip().splitlines()) == 1 + len(want), "summary.csv: one line per run")
     for name in ("quality.svg", "kv_memory.svg", "decode_speed.svg"):

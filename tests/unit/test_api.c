@@ -328,8 +328,19 @@ static void test_kv_budget(void **state) {
     free(ids);
 }
 
+/* The build is named in every results file: the version, then the commit. */
+static void test_build_info(void **state) {
+    (void)state;
+    const char *b = kvf_build_info();
+    assert_non_null(b);
+    assert_int_equal(strncmp(b, "kvfold " KVF_VERSION_STRING " (git ", strlen("kvfold " KVF_VERSION_STRING " (git ")), 0);
+    assert_int_equal(b[strlen(b) - 1], ')');
+    assert_ptr_equal(b, kvf_build_info()); /* static */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_build_info),
         cmocka_unit_test(test_prefill_embd_matches_tokens),
         cmocka_unit_test(test_from_embd_media_equals_prefill_embd),
         cmocka_unit_test(test_vocab_only),

@@ -276,6 +276,7 @@ static int bench_report_json(const struct args *a, const struct kvf_model_info *
     cJSON_AddNumberToObject(o, "n_threads", a->threads);
     cJSON_AddNumberToObject(o, "n_batch", a->batch);
     cJSON_AddStringToObject(o, "simd", kvf_simd_level());
+    cJSON_AddStringToObject(o, "build", kvf_build_info());
     cJSON_AddNumberToObject(o, "repetitions", a->reps);
     cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));

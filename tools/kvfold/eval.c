@@ -456,7 +456,8 @@ static void run_label(const char *spec, double budget, char *out, size_t cap) {
 
 /* --------------------------------------------------------------- report -- */
 
-static void row_json(const char *mode, const struct row *r) {
+/* One run on one sample as a JSON line, with the build that made it. */
+static void row_json(FILE *f, const char *mode, const struct row *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "mode", mode);
     cJSON_AddStringToObject(o, "kv", r->spec);
@@ -486,8 +487,9 @@ static void row_json(const char *mode, const struct row *r) {
     char *clean = utf8_sanitize(r->output ? r->output : "", r->output ? strlen(r->output) : 0);
     cJSON_AddStringToObject(o, "output", clean ? clean : "");
     free(clean);
+    cJSON_AddStringToObject(o, "build", kvf_build_info());
     char *s = cJSON_PrintUnformatted(o);
-    if (s) puts(s);
+    if (s) fprintf(f, "%s\n", s);
     free(s);
     cJSON_Delete(o);
 }
@@ -548,7 +550,7 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
     bool yes_no = !strcmp(mode, "needle") && !csv;
     for (int k = 0; k < n; k++) yes_no &= s[k].n == 1;
     if (csv) {
-        fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt\n",
+        fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt,build\n",
                 tasks ? "task,metric," : kinds ? "needle," : "", score_name(mode), ppl ? ",ppl" : "");
     } else {
         fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
@@ -564,8 +566,8 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
         if (tasks) snprintf(t, sizeof t, csv ? "\"%s\",%s," : " %s | %s |", s[k].task, s[k].metric);
         else if (kinds) snprintf(t, sizeof t, csv ? "%s," : " %s |", s[k].needle);
         if (csv)
-            fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f\n", t, s[k].spec, b, s[k].n, s[k].score, p,
-                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
+            fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f,\"%s\"\n", t, s[k].spec, b, s[k].n, s[k].score, p,
+                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt, kvf_build_info());
         else {
             char sc[16];
             if (yes_no) snprintf(sc, sizeof sc, "%s", s[k].score > 0 ? "yes" : "no");
@@ -587,13 +589,11 @@ static int write_outputs(const struct args *a, const char *mode, const struct ro
             print_error("eval: cannot write '%s': %s", path, strerror(errno));
             return EXIT_INPUT;
         }
+        if (k == 0) fprintf(f, "%s\n\n", kvf_build_info());
         if (k < 2) {
             print_summary(f, mode, s, n, k == 1);
         } else {
-            FILE *keep = stdout;
-            stdout = f;
-            for (int i = 0; i < rs->n; i++) row_json(mode, &rs->r[i]);
-            stdout = keep;
+            for (int i = 0; i < rs->n; i++) row_json(f, mode, &rs->r[i]);
         }
         if (fclose(f) != 0) {
             print_error("eval: cannot write '%s'", path);
@@ -778,7 +778,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
         r.output = out.s ? out.s : strdup("");
-        if (!rc && a->json) row_json(mode, &r);
+        if (!rc && a->json) row_json(stdout, mode, &r);
         if (!rc) rc = rows_push(rs, &r);
         else free(r.output), free(r.gt);
         if (!a->json && !rc)

@@ -269,6 +269,7 @@ static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, si
     cJSON_AddStringToObject(o, "text", clean);
     free(clean);
     cJSON_AddStringToObject(o, "model", g->info.name);
+    cJSON_AddStringToObject(o, "build", kvf_build_info());
     cJSON_AddNumberToObject(o, "n_prompt", g->n_prompt);
     cJSON_AddNumberToObject(o, "n_media", g->media.n);
     cJSON_AddBoolToObject(o, "synthetic", kvf_prompt_is_synthetic(g->pr));

@@ -37,6 +37,7 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddNumberToObject(o, "bos", in->bos);
     cJSON_AddNumberToObject(o, "eos", in->eos);
     cJSON_AddStringToObject(o, "simd", kvf_simd_level());
+    cJSON_AddStringToObject(o, "build", kvf_build_info());
     if (in->has_vision) {
         cJSON *v = cJSON_AddObjectToObject(o, "vision");
         cJSON_AddStringToObject(v, "source", in->vision_source);
@@ -73,6 +74,7 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
     printf("tokenizer       %s (bos %d, eos %d)\n", in->tokenizer, in->bos, in->eos);
     printf("chat template   %s\n", in->chat_template_name);
     printf("simd            %s\n", kvf_simd_level());
+    printf("build           %s\n", kvf_build_info());
     if (in->has_vision)
         printf("vision          %s: CLIP ViT, %d layers of width %d (%d heads, ff %d), image %d, patch %d "
                "-> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_n_layer, in->vision_n_embd,

@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("kvfold %s\n", KVF_VERSION_STRING);
+        printf("%s\n", kvf_build_info());
         return 0;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
