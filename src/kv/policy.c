@@ -160,6 +160,7 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_RATIO] = {"ratio", KEY_SHARE, AT(reduce_ratio), 0, 0, 1},
     [KV_KEY_ONLINE] = {"online", KEY_BOOL, AT(online), 0, 0, 1},
     [KV_KEY_PROFILE] = {"profile", KEY_PATH, AT(profile), 0, 0, 0},
+    [KV_KEY_PROTECT] = {"protect", KEY_INT, AT(protect), 0, 0, 1 << 20},
 };
 #undef AT
 

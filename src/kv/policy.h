@@ -42,13 +42,16 @@ enum kv_key {
     KV_KEY_BUDGET, KV_KEY_SINKS, KV_KEY_RECENT, KV_KEY_IMPORTANT, KV_KEY_WINDOW, KV_KEY_KERNEL, KV_KEY_SEED,
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
-    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_COUNT
+    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_COUNT
 };
 
 struct kv_policy {
     enum kv_method method;
     double budget;      /* <= 1: a ratio of the tokens seen; > 1: a count of entries per head */
     int sinks;          /* streaming, decode=window: first entries always kept             */
+    int protect;        /* elastic, prefixkv: last entries always kept (the question, the chat
+                           template's assistant prefix), within the layer's budget: at most
+                           keep - sinks of them, at least the last                         */
     double recent;      /* h2o, roco, decode=h2o: share of the kept entries protected as recent
                            (roco: protected by the spread of their attention)             */
     int window;         /* snapkv: observation window (last queries of the prompt)        */
@@ -205,10 +208,9 @@ int kv_select(int n, const float *score, int keep, int *out);
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
 /* Layer importance (PrefixKV, Elastic Cache): the attention each entry
  * received over every query, averaged over the layer's kv heads (whose
- * entries are the same positions). The first `sinks` entries and, with
- * `last`, the last one always stay (the authors' start_size and
- * protect_size). */
-void kv_score_layer(const struct kv_cache *c, int layer, int sinks, bool last, float *score);
+ * entries are the same positions). The first `sinks` entries and the last
+ * `protect` always stay (the authors' start_size and protect_size). */
+void kv_score_layer(const struct kv_cache *c, int layer, int sinks, int protect, float *score);
 /* Merge stage: folds the entries of a head not in keep[0..n_keep) into kept
  * ones (rows changed in place; compact afterwards). into: [h->n] the index
  * in keep[] each entry went to (kept entries: their own). */

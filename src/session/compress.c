@@ -171,7 +171,7 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
         if (s->kv.heads[(size_t)l * s->kv.n_head_kv].n != n)
             st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: layers hold different entry counts; search before any eviction");
         else
-            kv_score_layer(&s->kv, l, 0, false, imp + (size_t)l * n);
+            kv_score_layer(&s->kv, l, 0, 0, imp + (size_t)l * n);
     }
     double p;
     if (st == KVF_OK && n > 0)
@@ -230,7 +230,9 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
             st = window_attention(s, l, obs, rule->needs & KV_NEEDS_CROSS, mode == EVICT_BLOCK);
         }
-        if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER)) kv_score_layer(&s->kv, l, bp.sinks, true, c->layer);
+        /* The protected tail counts within the layer's budget (at least the last entry). */
+        if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
+            kv_score_layer(&s->kv, l, bp.sinks, KVF_MIN(bp.protect, KVF_MAX(1, target - bp.sinks)), c->layer);
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
             if (h->n <= target) continue;

@@ -119,11 +119,11 @@ PRESETS = {
     "random": dict(seed=1),
     "imgrand": dict(seed=1),
     "lookm": dict(recent=0.5, merge="pivotal", text_prior=1),
-    "elastic": dict(merge="position"),
-    "prefixkv": dict(alloc="prefix"),
+    "elastic": dict(merge="position", protect=32),
+    "prefixkv": dict(alloc="prefix", protect=32),
     "csp": dict(recent=0.5, cross_ratio=0.5, n=1.0, decode_softmax=0),
 }
-INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax")
+INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax", "protect")
 # Keys whose effect is small on these fixtures: CSP's n reweights a window
 # row by Z / (Z + n), Z = sum_k exp(x_k) ~ 100 here, so n=0 and n=4 move
 # the scores by a few 1e-3 and change a choice only in some prompts. Each
@@ -503,8 +503,10 @@ class Ref:
         if m in ("elastic", "prefixkv"):
             s = self.layer_score(l, g)
             s[: p["sinks"]] = np.inf
-            if w != "layer-nolast":
-                s[n - 1] = np.inf
+            # the last `protect` entries (the question, the chat template's assistant prefix),
+            # within the layer's budget: at most keep - sinks of them, at least the last one
+            protect = 1 if w == "layer-nolast" else min(p["protect"], max(1, keep - p["sinks"]), n)
+            s[n - protect:] = np.inf
             return [s]
         if m in ("random", "imgrand"):
             mix = 1 if w == "random-oneseed" else (GOLDEN * (l * 4099 + g + 1)) & M64
@@ -789,12 +791,15 @@ def cases(n):
         # choice only where the budget is small.)
         ("elastic:budget=0.3", []),
         ("elastic:budget=0.5", []),
+        ("elastic:budget=0.5,protect=6", []),
+        ("elastic:budget=0.5,protect=1", []),          # the authors' protect_size
         ("elastic:budget=5,sinks=2", []),
         ("elastic:budget=%d" % (n - 4), []),           # scan path: 4 evictions, each merged
         ("elastic:budget=4,sinks=0", []),              # no sinks: the last entry is still kept
         # PrefixKV: per-layer budgets searched on the prompt.
         ("prefixkv:budget=0.3", []),
         ("prefixkv:budget=0.5", []),
+        ("prefixkv:budget=0.5,protect=1", []),
         ("prefixkv:budget=0.03,sinks=2", []),
         ("prefixkv:budget=0.3", ["-b", "7"]),
     ] + csp_cases()
@@ -862,7 +867,7 @@ WRONG = {
     "merge-tie-later": ("elastic",),     # an entry midway between two kept ones goes to the later
     "layer-head0": ("elastic", "prefixkv"),    # the layer score from the first kv head only
     "layer-perhead": ("elastic", "prefixkv"),  # a set per kv head from its own score
-    "layer-nolast": ("elastic", "prefixkv"),   # the last entry left to compete
+    "layer-nolast": ("elastic", "prefixkv"),   # only the last entry protected (the authors' protect_size 1)
     "prefix-uniform": ("prefixkv",),     # every layer the same budget
     "prefix-noscale": ("prefixkv",),     # the searched sizes, not scaled to the total
     "csp-softmax": ("csp",),             # the window rows' plain softmax, not the n-softmax

@@ -2,16 +2,23 @@
  * attention it received over every prompt query, averaged over the layer's
  * heads, so each layer keeps one set of positions for all its kv heads
  * (kv_score_layer, shared with PrefixKV), always with the first `sinks`
- * entries and the last one. Evicted entries are merged into the kept entry
+ * entries and the last `protect`. Summed attention favours early entries
+ * (more queries saw them): with only the last entry protected, as in the
+ * authors' code (protect=1), a chat prompt's question and the template's
+ * assistant prefix are evicted and the model loses the thread (degenerate
+ * text on Qwen2.5-1.5B at 0.2, docs/RESULTS.md), hence protect=32. Evicted entries are merged into the kept entry
  * nearest in position (merge=position, src/kv/policy/merge.c), and while
  * decoding the entry `distance` before the end of the compressed prompt
  * goes (decode=fixed-distance, src/kv/policy/decode.c). */
 #include "kv/policy.h"
 
 const struct kv_rule kv_rule_elastic = {
-    "preset", "elastic", "attention received (mean over heads), one kept set per layer, the first `sinks` entries "
-    "and the last one kept; evicted entries merged into the kept entry nearest in position",
-    "Elastic Cache (Liu et al., 2024)", "budget sinks distance", "budget=0.2,sinks=4 +decode=fixed-distance:distance=25",
-    {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, KV_STAGE_DEFAULTS, .decode = KV_DECODE_FIXED},
+    "preset", "elastic", "attention received (mean over heads), one kept set per layer, the first `sinks` and the "
+    "last `protect` entries kept (protect=1: the authors' code); evicted entries merged into the kept entry nearest "
+    "in position",
+    "Elastic Cache (Liu et al., 2024)", "budget sinks protect distance",
+    "budget=0.2,sinks=4,protect=32 +decode=fixed-distance:distance=25",
+    {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, KV_STAGE_DEFAULTS, .protect = 32,
+     .decode = KV_DECODE_FIXED},
     KV_NEEDS_ACC | KV_NEEDS_LAYER, kv_score_from_layer,
 };

@@ -12,13 +12,13 @@
 
 #define PREFIX_MAX_ITERS 64
 
-void kv_score_layer(const struct kv_cache *c, int layer, int sinks, bool last, float *score) {
+void kv_score_layer(const struct kv_cache *c, int layer, int sinks, int protect, float *score) {
     const struct kv_head *h = &c->heads[(size_t)layer * c->n_head_kv];
     const int n = h[0].n;
     for (int j = 0; j < n; j++) {
         double s = 0.0;
         for (int g = 0; g < c->n_head_kv; g++) s += h[g].acc[(size_t)j * KV_ACC_N + KV_ACC_SUM];
-        score[j] = j < sinks || (last && j == n - 1) ? INFINITY : (float)(s / c->n_head_kv);
+        score[j] = j < sinks || j >= n - protect ? INFINITY : (float)(s / c->n_head_kv);
     }
 }
 
@@ -100,11 +100,12 @@ void kv_score_from_layer(const struct kv_score_in *in, float *score) {
 
 const struct kv_rule kv_rule_prefixkv = {
     "preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary search), one kept "
-    "set per layer, the first `sinks` entries and the last one kept; profile=FILE (kvfold profile) or online=1",
-    "PrefixKV (Wang et al., 2024)", "budget profile online sinks distance",
-    "budget=0.2,online=1,sinks=4 +budget=prefix +decode=fixed-distance:distance=25",
+    "set per layer, the first `sinks` and the last `protect` entries kept (protect=1: the authors' code); "
+    "profile=FILE (kvfold profile) or online=1",
+    "PrefixKV (Wang et al., 2024)", "budget profile online sinks protect distance",
+    "budget=0.2,online=1,sinks=4,protect=32 +budget=prefix +decode=fixed-distance:distance=25",
     {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
-     .decode = KV_DECODE_FIXED},
+     .protect = 32, .decode = KV_DECODE_FIXED},
     KV_NEEDS_ACC | KV_NEEDS_LAYER, kv_score_from_layer,
 };
 
