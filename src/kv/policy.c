@@ -40,12 +40,15 @@ static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {&budget_uni
 static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {&reduce_none, &kv_rule_reduce_lightkv,
                                                                       &kv_rule_reduce_fastv, &kv_rule_reduce_tome};
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
+static const struct kv_rule pool_none = {"pool", "none", "each rule's own scores", "-", "", "", {.pool = KV_POOL_NONE},
+                                         0, NULL};
+static const struct kv_rule *const pool_options[KV_POOL_COUNT] = {&pool_none, &kv_rule_pool_avg};
 static const struct kv_rule *const decode_options[KV_DECODE_COUNT] = {
     &kv_decode_rules[0], &kv_decode_rules[1], &kv_decode_rules[2], &kv_decode_rules[3], &kv_decode_rules[4]};
 
 /* The stages that may follow a preset after '+', in the order `kvfold
  * policies` lists their options. */
-enum stage_id { STAGE_REDUCE, STAGE_SCHEDULE, STAGE_BUDGET, STAGE_DECODE, STAGE_COUNT };
+enum stage_id { STAGE_REDUCE, STAGE_SCHEDULE, STAGE_BUDGET, STAGE_POOL, STAGE_DECODE, STAGE_COUNT };
 static const struct {
     const char *name;
     const struct kv_rule *const *options;
@@ -55,6 +58,7 @@ static const struct {
     [STAGE_REDUCE] = {"reduce", reduce_options, KV_REDUCE_COUNT, ""},
     [STAGE_SCHEDULE] = {"schedule", schedule_options, KV_SCHEDULE_COUNT, ""},
     [STAGE_BUDGET] = {"budget", budget_options, KV_ALLOC_COUNT, "; a budget size goes in the preset: snapkv:budget=0.2"},
+    [STAGE_POOL] = {"pool", pool_options, KV_POOL_COUNT, ""},
     [STAGE_DECODE] = {"decode", decode_options, KV_DECODE_COUNT, ""},
 };
 
@@ -161,6 +165,7 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_ONLINE] = {"online", KEY_BOOL, AT(online), 0, 0, 1},
     [KV_KEY_PROFILE] = {"profile", KEY_PATH, AT(profile), 0, 0, 0},
     [KV_KEY_PROTECT] = {"protect", KEY_INT, AT(protect), 0, 0, 1 << 20},
+    [KV_KEY_WIDTH] = {"width", KEY_ODD, AT(width), 0, 1, 1 << 20},
 };
 #undef AT
 
@@ -367,6 +372,7 @@ static enum kvf_status parse_stage(char *item, const struct kv_rule *preset, str
         p->alloc = d->alloc;
         if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online")) p->online = d->online, p->profile[0] = '\0';
         break;
+    case STAGE_POOL: p->pool = d->pool, p->width = d->width; break;
     case STAGE_DECODE: p->decode = d->decode; break;
     case STAGE_COUNT: break;
     }

@@ -32,6 +32,8 @@ enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXE
 /* Reduce stage: vision tokens merged or dropped inside the decoder during
  * prefill (src/kv/reduce.h). */
 enum kv_reduce { KV_REDUCE_NONE, KV_REDUCE_LIGHTKV, KV_REDUCE_FASTV, KV_REDUCE_TOME, KV_REDUCE_COUNT };
+/* Pool stage: any rule's scores smoothed over neighbouring entries. */
+enum kv_pool { KV_POOL_NONE, KV_POOL_AVG, KV_POOL_COUNT };
 /* Schedule stage: the prompt in one pass, or in blocks under a fixed budget. */
 enum kv_schedule { KV_SCHEDULE_BULK, KV_SCHEDULE_BLOCKS, KV_SCHEDULE_COUNT };
 #define KV_REDUCE_MAX 8 /* reduce steps in one prefill */
@@ -42,7 +44,7 @@ enum kv_key {
     KV_KEY_BUDGET, KV_KEY_SINKS, KV_KEY_RECENT, KV_KEY_IMPORTANT, KV_KEY_WINDOW, KV_KEY_KERNEL, KV_KEY_SEED,
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
-    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_COUNT
+    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_COUNT
 };
 
 struct kv_policy {
@@ -64,6 +66,8 @@ struct kv_policy {
                            of the compressed prompt                                        */
     int every;          /* decode=recompress: decode steps between compressions           */
     enum kv_merge merge;
+    enum kv_pool pool;  /* +pool=avg: scores averaged over `width` (odd) neighbouring entries */
+    int width;
     double important;   /* lookm: the important share (recent = 1 - important when alone) */
     uint32_t given;     /* bit k set: the spec gave key k (enum kv_key)                    */
     int text_prior;     /* lookm: enum kv_text_prior                                     */
@@ -147,7 +151,8 @@ struct kv_rule {
 #undef KV_RULE
 /* Stage options defined next to their rules (the others are in policy.c). */
 extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_reduce_lightkv,
-    kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_decode_rules[KV_DECODE_COUNT];
+    kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
+    kv_decode_rules[KV_DECODE_COUNT];
 
 const struct kv_rule *kv_rule_of(enum kv_method m);
 /* The rule that scores the entries of a policy: its preset's, or the
@@ -216,6 +221,13 @@ void kv_score_layer(const struct kv_cache *c, int layer, int sinks, int protect,
  * in keep[] each entry went to (kept entries: their own). */
 enum kvf_status kv_merge_head(const struct kv_policy *p, struct kv_head *h, int head_dim, const int *keep, int n_keep,
                               int *into);
+
+/* Pool stage (src/kv/policy/pool.c): each finite score of a head of n
+ * becomes the sum of the finite scores within width / 2 entries of it,
+ * divided by width (zero padding at the ends, as SnapKV's pooling);
+ * entries scored +-INFINITY keep their score and count as 0 for their
+ * neighbours. tmp: [n]. */
+void kv_pool_scores(float *score, int n, int width, float *tmp);
 
 /* Decode stage: scores for one head that holds more than `target` entries
  * during decoding (window: StreamingLLM's; h2o: H2O's over the attention

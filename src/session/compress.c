@@ -237,8 +237,16 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
             if (h->n <= target) continue;
             const struct kv_score_in in = score_in(s, &bp, l, g, target);
+            /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
+             * the window sums; the others' scores are pooled once written. */
+            const bool pool = mode != EVICT_DECODE && bp.pool == KV_POOL_AVG, inside = rule->needs & KV_NEEDS_CROSS;
+            if (pool && inside) {
+                kv_pool_scores(c->win + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
+                kv_pool_scores(c->win2 + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
+            }
             if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], c->score);
             else rule->score(&in, c->score);
+            if (pool && !inside) kv_pool_scores(c->score, h->n, bp.width, c->tmp);
             const int n_keep = kv_select(h->n, c->score, target, c->idx);
             if (n_keep < h->n) st = head_evict(s, l, g, n_keep, mode == EVICT_COMPRESS);
         }

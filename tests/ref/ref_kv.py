@@ -106,7 +106,7 @@ IMAGE_WORDS = "apple river stone cloud green light window mountain"
 
 # Preset defaults (src/kv/policy.c; every preset starts from sinks 4, beta 20).
 BASE = dict(budget=0.2, sinks=4, recent=0.0, window=0, kernel=0, seed=0, alloc="uniform", beta=20,
-            important=0.0, merge="none", text_prior=0, online=1)
+            important=0.0, merge="none", text_prior=0, online=1, pool=0, width=5)
 PRESETS = {
     "full": dict(budget=1.0),
     "streaming": dict(),
@@ -154,9 +154,12 @@ def parse_spec(spec):
         given.add(k)
     for st in stages:
         what, _, args = st.partition(":")
-        if what != "budget=pyramid":
+        if what == "pool=avg":
+            p["pool"] = 1
+        elif what == "budget=pyramid":
+            p["alloc"] = "pyramid"
+        else:
             raise ValueError("ref_kv: stage %r not modelled" % st)
-        p["alloc"] = "pyramid"
         for kv in filter(None, args.split(",")):
             k, v = kv.split("=")
             p[k] = int(v)
@@ -168,6 +171,16 @@ def parse_spec(spec):
     if "important" in given:
         p["recent"] = p["recent"] / (p["recent"] + p["important"]) if "recent" in given else 1.0 - p["important"]
     return p
+
+
+def pool(s, width):
+    """The pool stage (docs/METHODS.md §5.8): every finite score becomes the
+    sum of the finite scores within width // 2 entries, over width (zero
+    padding); infinite scores stay and count 0 for their neighbours."""
+    fin = np.where(np.isfinite(s), s, 0.0)
+    half = width // 2
+    out = np.convolve(fin, np.ones(width))[half: half + len(s)] / width
+    return np.where(np.isfinite(s), out, s)
 
 
 def spec_keys(spec):
@@ -447,7 +460,13 @@ class Ref:
 
     def scores(self, p, l, g, keep):
         """Score arrays for one head: the reference first, then (RoCo only,
-        when its protected set sits on a near-tie) the other valid ones."""
+        when its protected set sits on a near-tie) the other valid ones;
+        pooled when the spec has a pool stage."""
+        s = self.rule_scores(p, l, g, keep)
+        return [pool(x, p["width"]) for x in s] if p["pool"] else s
+
+    def rule_scores(self, p, l, g, keep):
+        """The rule's own score arrays (see scores)."""
         L, n, w = self.st.layers[l], self.st.n, self.wrong
         m = p["method"]
         if m == "full":
@@ -553,6 +572,8 @@ class Ref:
         mod = np.zeros(n, bool) if self.image is None else self.image
         same = mod[n - obs:, None] == mod[None, :]
         s_self, s_cross = (wa * same).sum(axis=0), (wa * ~same).sum(axis=0)
+        if p["pool"]:  # CSP chooses inside its rule: the pool stage smooths the window sums
+            s_self, s_cross = pool(s_self, p["width"]), pool(s_cross, p["width"])
         if w == "csp-nosplit":
             s_self = s_cross = s_self + s_cross
         body = n - recent
@@ -750,6 +771,8 @@ def cases(n):
         ("streaming:budget=40,sinks=2", []),
         ("streaming:budget=3,sinks=5", []),          # the sinks alone exceed the budget
         ("h2o:budget=0.3", []),
+        ("h2o:budget=0.3+pool=avg", []),                # the pool stage on H2O's scores
+        ("h2o:budget=0.3+pool=avg:width=3", []),
         ("h2o:budget=40,recent=0.3", []),
         ("h2o:budget=0.2,recent=0", []),
         ("h2o:budget=%d" % (n - 5), []),             # a few evictions: kv_select_keep's scan path
@@ -811,6 +834,7 @@ def csp_cases():
     it takes the first k_cross entries."""
     return [
         ("csp:budget=0.3", []),
+        ("csp:budget=0.3+pool=avg", []),                # ... on CSP's window sums
         ("csp:budget=0.3,decode_softmax=1", []),       # decoding only: the same compressed prompt
         ("csp:budget=0.3,cross_ratio=0", []),
         ("csp:budget=0.3,cross_ratio=1", []),
@@ -838,6 +862,7 @@ def image_cases(n, n_text):
         ("imgrand:budget=0.8", []),
         ("imgrand:budget=%d,seed=3" % (n_text + 20), []),
         ("lookm:budget=0.6", []),                      # text + recent kept, image entries by score
+        ("lookm:budget=0.6+pool=avg", []),
         ("lookm", []),                                 # the text alone exceeds the budget: text competes
         ("lookm:text_prior=all", []),                  # ... or all text kept, past it (the released code)
         ("lookm:budget=0.6,recent=0.6,important=0.2,merge=weighted", []),  # recent 0.75
