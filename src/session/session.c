@@ -280,9 +280,10 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     }
     /* Block-wise prefill with a block per image or frame: text runs go in
      * blocks no larger than the largest of them, so that the cache never
-     * holds more than the block budget plus one block. */
+     * holds more than the block budget plus one block (a prompt within the
+     * budget is never evicted, and keeps the batching of a plain prefill). */
     int text_batch = s->params.n_batch;
-    if (s->policy.blocks && s->policy.block == 0) {
+    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
         int largest = 0;
         for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
         if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
