@@ -101,7 +101,8 @@ void kv_score_from_layer(const struct kv_score_in *in, float *score) {
 const struct kv_rule kv_rule_prefixkv = {
     "preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary search), one kept "
     "set per layer, the first `sinks` and the last `protect` entries kept (protect=1: the authors' code); "
-    "profile=FILE (kvfold profile) or online=1",
+    "profile=FILE (kvfold profile) or online=1. Summed attention, as h2o: weak at keeping a detail of a long "
+    "prompt for a later question",
     "PrefixKV (Wang et al., 2024)", "budget profile online sinks protect distance",
     "budget=0.2,online=1,sinks=4,protect=32 +budget=prefix +decode=fixed-distance:distance=25",
     {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
