@@ -45,6 +45,20 @@ def check(cond, msg):
         raise AssertionError(msg)
 
 
+def run_case(cases, name, ctx):
+    """Runs one case: exit status 0 passed, 1 failed, 77 skipped."""
+    try:
+        cases[name](ctx)
+    except Skip as e:
+        print(f"SKIP: {e}")
+        return SKIP
+    except AssertionError as e:
+        print(f"FAIL: {e}")
+        return 1
+    print("ok")
+    return 0
+
+
 def expect_error(ctx, code, args, what):
     """The command fails with `code` and one error line on stderr."""
     rc, out, err = ctx.run(*args)
@@ -745,16 +759,7 @@ def main():
         "eval": case_eval,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
     }
-    try:
-        cases[name](ctx)
-    except Skip as e:
-        print(f"SKIP: {e}")
-        return SKIP
-    except AssertionError as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("ok")
-    return 0
+    return run_case(cases, name, ctx)
 
 
 if __name__ == "__main__":

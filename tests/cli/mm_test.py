@@ -12,9 +12,8 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import SMOL, Ctx, Skip, check, expect_error  # noqa: E402
+from cli_test import SMOL, Ctx, Skip, check, expect_error, run_case  # noqa: E402
 
-SKIP = 77
 GRID = 8  # the fixture's CLIP: image 32, patch 4
 PROMPT = "USER: <image>\n<image>\nWhat changed? ASSISTANT:"
 
@@ -348,16 +347,7 @@ def main():
     name, ctx = sys.argv[1], MM(*sys.argv[2:6])
     cases = {"mm_generate": case_mm_generate, "mm_video": case_mm_video, "mm_errors": case_mm_errors,
              "pseudo": case_pseudo, "mm_bench": case_mm_bench, "milebench": case_milebench}
-    try:
-        cases[name](ctx)
-    except Skip as e:
-        print(f"SKIP: {e}")
-        return SKIP
-    except AssertionError as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("ok")
-    return 0
+    return run_case(cases, name, ctx)
 
 
 if __name__ == "__main__":

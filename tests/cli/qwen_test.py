@@ -8,27 +8,19 @@ model it needs is absent. Exit 0 = pass, 1 = fail. Standard library only.
 """
 import json
 import os
-import subprocess
 import sys
 
-SKIP = 77
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import Ctx, Skip, check, run_case  # noqa: E402
+
 QWEN05 = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 QWEN15 = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 QUESTION = "What is the capital of France? Answer in one word."
 
 
-class Skip(Exception):
-    pass
-
-
-class Ctx:
+class QwenCtx(Ctx):
     def __init__(self, binary, models, tmp):
-        self.bin, self.models, self.tmp = binary, models, tmp
-        os.makedirs(tmp, exist_ok=True)
-
-    def run(self, *args, timeout=240):
-        p = subprocess.run([self.bin, *args], capture_output=True, timeout=timeout)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        super().__init__(binary, models, None, tmp)
 
     def path(self, name):
         return os.path.join(self.models, name)
@@ -39,11 +31,6 @@ class Ctx:
             raise Skip(f"{path} is absent (fetch it with `make models-large`, "
                        "i.e. scripts/models.sh --large)")
         return path
-
-
-def check(cond, msg):
-    if not cond:
-        raise AssertionError(msg)
 
 
 def info(ctx, path):
@@ -81,18 +68,8 @@ def main():
     if len(sys.argv) < 5:
         print(__doc__, file=sys.stderr)
         return 2
-    name, ctx = sys.argv[1], Ctx(*sys.argv[2:5])
-    cases = {"info": case_info, "answer": case_answer}
-    try:
-        cases[name](ctx)
-    except Skip as e:
-        print(f"SKIP: {e}")
-        return SKIP
-    except AssertionError as e:
-        print(f"FAIL: {e}")
-        return 1
-    print("ok")
-    return 0
+    name, ctx = sys.argv[1], QwenCtx(*sys.argv[2:5])
+    return run_case({"info": case_info, "answer": case_answer}, name, ctx)
 
 
 if __name__ == "__main__":
