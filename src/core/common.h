@@ -28,6 +28,15 @@ static inline bool size_add(size_t a, size_t b, size_t *out) {
     return !__builtin_add_overflow(a, b, out);
 }
 
+/* n elements of `size` bytes (malloc'd), or NULL with *ok cleared: a run of
+ * allocations checks ok once at the end. */
+static inline void *mem_alloc(size_t n, size_t size, bool *ok) {
+    size_t bytes;
+    void *p = size_mul(n, size, &bytes) ? malloc(bytes ? bytes : 1) : NULL;
+    if (!p) *ok = false;
+    return p;
+}
+
 /* Resizes the array *pp (any T *, passed as &array) to n elements of `size`
  * bytes; false, with the array left as it was, when out of memory. */
 static inline bool mem_resize(void *pp, size_t n, size_t size) {

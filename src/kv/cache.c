@@ -65,16 +65,18 @@ enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type) {
     return KVF_OK;
 }
 
+/* Frees a head's storage (its entries are gone); the type stays. */
+static void head_release(struct kv_cache *c, struct kv_head *h) {
+    free(h->k);
+    free(h->v);
+    free(h->tag);
+    free(h->acc);
+    bytes_add(c, 0, head_bytes(c, h->cap));
+    *h = (struct kv_head){.type = c->type};
+}
+
 void kv_cache_clear(struct kv_cache *c) {
-    for (size_t i = 0; i < (size_t)c->n_layer * c->n_head_kv; i++) {
-        struct kv_head *h = &c->heads[i];
-        free(h->k);
-        free(h->v);
-        free(h->tag);
-        free(h->acc);
-        memset(h, 0, sizeof *h);
-        h->type = c->type;
-    }
+    for (size_t i = 0; i < (size_t)c->n_layer * c->n_head_kv; i++) head_release(c, &c->heads[i]);
     c->bytes = 0;
     c->peak_bytes = 0;
     c->peak_entries = 0;
@@ -123,15 +125,7 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
     }
     h->n = n_keep;
     if (n_keep == 0) {
-        free(h->k);
-        free(h->v);
-        free(h->tag);
-        free(h->acc);
-        bytes_add(c, 0, head_bytes(c, h->cap));
-        h->k = h->v = NULL;
-        h->tag = NULL;
-        h->acc = NULL;
-        h->cap = 0;
+        head_release(c, h);
         return KVF_OK;
     }
     /* Storage shrinks (a shrinking realloc) unless it is only a little over:
@@ -145,14 +139,8 @@ enum kvf_status kv_cache_fit(struct kv_cache *c) {
     for (int l = 0; st == KVF_OK && l < c->n_layer; l++)
         for (int g = 0; st == KVF_OK && g < c->n_head_kv; g++) {
             struct kv_head *h = kv_cache_head(c, l, g);
-            if (h->cap == h->n) continue;
-            if (h->n == 0) {
-                free(h->k), free(h->v), free(h->tag), free(h->acc);
-                bytes_add(c, 0, head_bytes(c, h->cap));
-                *h = (struct kv_head){.type = h->type};
-            } else {
-                st = head_grow(c, h, h->n);
-            }
+            if (h->n == 0) head_release(c, h);
+            else if (h->cap != h->n) st = head_grow(c, h, h->n);
         }
     return st;
 }

@@ -274,12 +274,6 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
     return KVF_OK;
 }
 
-static void *alloc_rows(int64_t rows, int64_t cols, size_t elem, bool *ok) {
-    void *p = malloc((size_t)rows * (size_t)cols * elem);
-    if (!p) *ok = false;
-    return p;
-}
-
 enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n_batch, int n_ctx, int n_threads,
                          bool acc) {
     const struct hparams *hp = &m->hp;
@@ -287,10 +281,10 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
     const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
     const int64_t widest = KVF_MAX(KVF_MAX((int64_t)hp->n_embd, hp->n_ff), QD);
     bool ok = true;
-    f->gate = alloc_rows(n_batch, hp->n_ff, sizeof(float), &ok);
-    f->up = alloc_rows(n_batch, hp->n_ff, sizeof(float), &ok);
-    f->mm_scratch = alloc_rows(1, (int64_t)ops_matmul_scratch_bytes(widest, n_batch, n_threads), 1, &ok);
-    f->attn_scratch = alloc_rows(1, (int64_t)attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
+    f->gate = mem_alloc((size_t)n_batch * hp->n_ff, sizeof(float), &ok);
+    f->up = mem_alloc((size_t)n_batch * hp->n_ff, sizeof(float), &ok);
+    f->mm_scratch = mem_alloc(ops_matmul_scratch_bytes(widest, n_batch, n_threads), 1, &ok);
+    f->attn_scratch = mem_alloc(attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
     if (acc) f->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * n_ctx, sizeof(float)), ok &= f->acc_tmp != NULL;
     enum kvf_status st = ok ? fwd_reserve(f, m, n_batch)
                             : err_set(KVF_ERR_NOMEM, "out of memory for forward buffers (batch %d, ctx %d)", n_batch, n_ctx);

@@ -13,12 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *alloc_n(int64_t n, size_t elem, bool *ok) {
-    void *p = malloc((size_t)n * elem);
-    if (!p) *ok = false;
-    return p;
-}
-
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s) {
     const struct hparams *hp = &s->model->hp;
     const struct kv_policy *p = &s->policy;
@@ -26,22 +20,22 @@ enum kvf_status compress_init(struct compress_state *c, const struct kvf_session
     *c = (struct compress_state){0};
     bool ok = true;
     if (cap > 0) {
-        c->out = alloc_n((int64_t)cap * hp->n_head * hp->head_dim, sizeof(float), &ok);
-        c->qtag = alloc_n(cap, sizeof(struct kvf_tag), &ok);
+        c->out = mem_alloc((size_t)cap * hp->n_head * hp->head_dim, sizeof(float), &ok);
+        c->qtag = mem_alloc((size_t)cap, sizeof(struct kvf_tag), &ok);
     }
     if (kv_policy_needs_window(p)) {
-        c->win = alloc_n((int64_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
-        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS) c->win2 = alloc_n((int64_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
+        c->win = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
+        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS) c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
     }
     if (p->method != KV_FULL || p->blocks) {
-        c->n0 = alloc_n((int64_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
-        c->score = alloc_n(n_ctx, sizeof(float), &ok);
-        c->tmp = alloc_n(n_ctx, sizeof(float), &ok);
-        c->idx = alloc_n(n_ctx, sizeof(int), &ok);
-        c->layer = alloc_n(n_ctx, sizeof(float), &ok);
-        c->into = alloc_n(n_ctx, sizeof(int), &ok);
-        c->layer_ratio = alloc_n(hp->n_layer, sizeof(double), &ok);
-        c->layer_gini = alloc_n(hp->n_layer, sizeof(double), &ok);
+        c->n0 = mem_alloc((size_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
+        c->score = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
+        c->tmp = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
+        c->idx = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
+        c->layer = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
+        c->into = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
+        c->layer_ratio = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
+        c->layer_gini = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
     }
     if (ok) return KVF_OK;
     compress_free(c);

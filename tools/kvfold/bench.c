@@ -238,9 +238,7 @@ static cJSON *bench_test_json(const struct args *a, const struct kvf_model_info 
     if (r->per_layer) { /* the context the decode test followed */
         cJSON *kv = cJSON_AddObjectToObject(t, "kv");
         cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
-        cJSON_AddNumberToObject(kv, "bytes_full", (double)r->kv_full);
-        cJSON_AddNumberToObject(kv, "bytes_kept", (double)r->kv_kept);
-        cJSON_AddNumberToObject(kv, "ratio", r->kv_full ? (double)r->kv_kept / (double)r->kv_full : 1.0);
+        kv_kept_json(kv, r->kv_full, r->kv_kept);
         cJSON_AddNumberToObject(kv, "peak_bytes", (double)r->kv_peak);
         cJSON_AddItemToObject(kv, "per_layer", r->per_layer);
         r->per_layer = NULL;

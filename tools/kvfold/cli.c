@@ -408,6 +408,12 @@ cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model
 }
 
 /* Mean entries per kv head, per layer. */
+void kv_kept_json(cJSON *kv, size_t full, size_t kept) {
+    cJSON_AddNumberToObject(kv, "bytes_full", (double)full);
+    cJSON_AddNumberToObject(kv, "bytes_kept", (double)kept);
+    cJSON_AddNumberToObject(kv, "ratio", full ? (double)kept / (double)full : 1.0);
+}
+
 cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info) {
     cJSON *pl = cJSON_CreateArray();
     for (int l = 0; l < info->n_layer; l++) {

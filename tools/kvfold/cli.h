@@ -150,6 +150,9 @@ int open_session(const struct kvf_model *m, const struct kvf_session_params *sp,
 /* KV entries per layer, the positions each (layer, head) holds, the merges
  * done, and the per-layer budgets (NULL when not searched), as JSON. */
 cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_info *info);
+/* Adds bytes_full (what a full cache holds for the prompt), bytes_kept and
+ * their ratio to a kv object. */
+void kv_kept_json(cJSON *kv, size_t full, size_t kept);
 cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info);
 cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info);
 cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info);

@@ -839,37 +839,38 @@ static int eval_data(const struct args *a, const char *mode, const struct kvf_mo
                      int n_runs, struct rows *rs) {
     char *text = NULL, dir[4096];
     size_t len = 0;
-    int rc = read_file(a->data, &text, &len), index = 0;
+    int rc = read_file(a->data, &text, &len), n = 0, line = 0;
     if (rc) return rc;
     const bool needle = !strcmp(mode, "needle");
     const char *slash = strrchr(a->data, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->data + 1) : 0, a->data);
-    /* Every line is checked before the first runs: bad data fails fast. */
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        int line = 0;
-        for (const char *ln = text; *ln && !rc;) {
-            const size_t end = strcspn(ln, "\n");
-            const bool blank = strspn(ln, " \t\r") >= end;
-            cJSON *o = blank ? NULL : cJSON_ParseWithLength(ln, end);
-            line++;
-            if (!blank && pass == 0) {
-                if (data_line_ok(a, needle, o, line)) index++;
-                else rc = EXIT_INPUT;
-            } else if (!blank) {
-                struct sample smp;
-                rc = data_sample(a, m, needle, o, dir, line, index == 0, &smp);
-                if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
-                sample_free(&smp);
-            }
-            cJSON_Delete(o);
-            ln += end + (ln[end] == '\n');
+    /* Every line is parsed and checked before the first run: bad data fails fast. */
+    struct data_line {
+        cJSON *o;
+        int line;
+    } *items = calloc(len / 2 + 1, sizeof *items); /* k lines that are not blank take 2k - 1 bytes at least */
+    if (!items) rc = fail(KVF_ERR_NOMEM, "eval");
+    for (const char *ln = text; !rc && *ln;) {
+        const size_t end = strcspn(ln, "\n");
+        line++;
+        if (strspn(ln, " \t\r") < end) {
+            items[n] = (struct data_line){cJSON_ParseWithLength(ln, end), line};
+            if (!data_line_ok(a, needle, items[n++].o, line)) rc = EXIT_INPUT;
         }
-        if (pass == 0 && !rc && index == 0) {
-            print_error("eval: %s holds no samples", a->data);
-            rc = EXIT_INPUT;
-        }
-        index = 0;
+        ln += end + (ln[end] == '\n');
     }
+    if (!rc && n == 0) {
+        print_error("eval: %s holds no samples", a->data);
+        rc = EXIT_INPUT;
+    }
+    for (int i = 0; !rc && i < n; i++) {
+        struct sample smp;
+        rc = data_sample(a, m, needle, items[i].o, dir, items[i].line, i == 0, &smp);
+        if (!rc) rc = eval_sample(a, mode, m, &smp, i, runs, n_runs, rs);
+        sample_free(&smp);
+    }
+    for (int i = 0; i < n; i++) cJSON_Delete(items[i].o);
+    free(items);
     free(text);
     return rc;
 }

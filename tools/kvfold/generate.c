@@ -244,9 +244,7 @@ static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {
     cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
     cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(a->kv_type_id));
     cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
-    cJSON_AddNumberToObject(kv, "bytes_full", (double)g->kv_full);
-    cJSON_AddNumberToObject(kv, "bytes_kept", (double)g->kv_kept);
-    cJSON_AddNumberToObject(kv, "ratio", g->kv_full ? (double)g->kv_kept / (double)g->kv_full : 1.0);
+    kv_kept_json(kv, g->kv_full, g->kv_kept);
     cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(g->s));
     cJSON_AddNumberToObject(kv, "peak_entries", kvf_session_kv_peak_entries(g->s));
     cJSON_AddItemToObject(kv, "per_layer", g->per_layer);
