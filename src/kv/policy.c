@@ -36,7 +36,7 @@ static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in 
 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {&budget_uniform, &kv_rule_budget_pyramid,
-                                                                     &kv_rule_budget_prefix};
+                                                                     &kv_rule_budget_prefix, &kv_rule_budget_adaptive};
 static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {&reduce_none, &kv_rule_reduce_lightkv,
                                                                       &kv_rule_reduce_fastv, &kv_rule_reduce_tome};
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
@@ -166,6 +166,7 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_PROFILE] = {"profile", KEY_PATH, AT(profile), 0, 0, 0},
     [KV_KEY_PROTECT] = {"protect", KEY_INT, AT(protect), 0, 0, 1 << 20},
     [KV_KEY_WIDTH] = {"width", KEY_ODD, AT(width), 0, 1, 1 << 20},
+    [KV_KEY_FLOOR] = {"floor", KEY_SHARE, AT(head_floor), 0, 0, 1},
 };
 #undef AT
 
@@ -369,7 +370,7 @@ static enum kvf_status parse_stage(char *item, const struct kv_rule *preset, str
         memcpy(p->stage_layer, d->stage_layer, sizeof p->stage_layer);
         break;
     case STAGE_BUDGET:
-        p->alloc = d->alloc;
+        p->alloc = d->alloc, p->head_floor = d->head_floor;
         if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online")) p->online = d->online, p->profile[0] = '\0';
         break;
     case STAGE_POOL: p->pool = d->pool, p->width = d->width; break;
@@ -427,6 +428,15 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     if (p->alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(p))
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
                        "prefixkv, elastic, h2o or lookm", spec);
+    /* Heads share by score: a rule must rank each head's entries on one scale. */
+    const struct kv_rule *scorer = kv_policy_scorer(p);
+    const char *why = p->method == KV_FULL || !scorer->score ? "this preset scores no entries"
+                      : kv_policy_per_layer(p)              ? "this preset keeps one set per layer"
+                      : scorer->needs & KV_NEEDS_CROSS      ? "csp chooses inside its rule (two lists), leaving no ranking"
+                                                            : NULL;
+    if (p->alloc == KV_ALLOC_ADAPTIVE && why)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=adaptive shares a layer's budget among its kv "
+                       "heads by their scores; %s", spec, why);
     return KVF_OK;
 }
 

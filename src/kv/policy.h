@@ -18,8 +18,9 @@ enum kv_method {
     KV_METHOD_COUNT
 };
 /* Budget stage: how the entries are spread over the layers (prefix:
- * PrefixKV's searched per-layer ratios, online or from a profile). */
-enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_COUNT };
+ * PrefixKV's searched per-layer ratios, online or from a profile) or over
+ * the kv heads of a layer (adaptive: Ada-KV's, by score). */
+enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_ADAPTIVE, KV_ALLOC_COUNT };
 /* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
 enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
 /* LOOK-M's text prior: none; text before images within the budget (text
@@ -44,7 +45,8 @@ enum kv_key {
     KV_KEY_BUDGET, KV_KEY_SINKS, KV_KEY_RECENT, KV_KEY_IMPORTANT, KV_KEY_WINDOW, KV_KEY_KERNEL, KV_KEY_SEED,
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
-    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_COUNT
+    KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_FLOOR,
+    KV_KEY_COUNT
 };
 
 struct kv_policy {
@@ -61,6 +63,7 @@ struct kv_policy {
     uint64_t seed;      /* random, imgrand                                                */
     enum kv_alloc alloc;
     int beta;           /* alloc=pyramid: the top layer keeps (budget - window) / beta     */
+    double head_floor;  /* alloc=adaptive: share of the even per-head budget every kv head keeps */
     enum kv_decode decode;
     int distance;       /* decode=fixed-distance: the evicted index is this far from the end
                            of the compressed prompt                                        */
@@ -150,7 +153,7 @@ struct kv_rule {
 #include "kv/rules.def"
 #undef KV_RULE
 /* Stage options defined next to their rules (the others are in policy.c). */
-extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_reduce_lightkv,
+extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive, kv_rule_reduce_lightkv,
     kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
     kv_decode_rules[KV_DECODE_COUNT];
 
@@ -209,6 +212,14 @@ void kv_score_from_layer(const struct kv_score_in *in, float *score);
  * entries scored INFINITY are kept even when they alone exceed `keep` (the
  * real count is what the cache then holds). */
 int kv_select(int n, const float *score, int keep, int *out);
+/* Budget stage adaptive (src/kv/policy/adakv.c): the n_head heads of a
+ * layer, holding n[g] entries, keep n_head x per_head entries between them.
+ * score: the heads' scores one after the other (sum n[g]; the safeguard
+ * overwrites some with INFINITY); out: room for sum n[g], receives each
+ * head's kept indices (ascending, local to the head), head after head,
+ * count[g] of them; scratch: max n[g] ints. Returns the entries kept. */
+int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, double floor_share, int *out, int *count,
+                       int *scratch);
 /* kv_select, then compacts the head to the kept entries. scratch: h->n ints. */
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
 /* Layer importance (PrefixKV, Elastic Cache): the attention each entry

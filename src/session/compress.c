@@ -1,8 +1,8 @@
 /* Eviction machinery of a session: the window queries' attention, the
  * score stage (each preset's rule from the registry), the budget stage
- * (uniform, pyramid, PrefixKV's layer ratios), selection, the merge stage
- * and compaction — for compression after the prompt, the decode stage and
- * block-wise prefill alike. */
+ * (uniform, pyramid, PrefixKV's layer ratios, Ada-KV's head shares),
+ * selection, the merge stage and compaction — for compression after the
+ * prompt, the decode stage and block-wise prefill alike. */
 #include "session/session.h"
 
 #include "attn/attn.h"
@@ -28,10 +28,13 @@ enum kvf_status compress_init(struct compress_state *c, const struct kvf_session
         if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS) c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
     }
     if (p->method != KV_FULL || p->blocks) {
+        const size_t ranked = (size_t)n_ctx * (p->alloc == KV_ALLOC_ADAPTIVE ? hp->n_head_kv : 1);
         c->n0 = mem_alloc((size_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
-        c->score = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
+        c->score = mem_alloc(ranked, sizeof(float), &ok);
         c->tmp = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
-        c->idx = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
+        c->idx = mem_alloc(ranked, sizeof(int), &ok);
+        c->head_n = mem_alloc((size_t)hp->n_head_kv, sizeof(int), &ok);
+        c->head_keep = mem_alloc((size_t)hp->n_head_kv, sizeof(int), &ok);
         c->layer = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
         c->into = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
         c->layer_ratio = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
@@ -51,6 +54,8 @@ void compress_free(struct compress_state *c) {
     free(c->layer);
     free(c->idx);
     free(c->into);
+    free(c->head_n);
+    free(c->head_keep);
     free(c->qtag);
     free(c->n0);
     free(c->layer_ratio);
@@ -188,21 +193,21 @@ static enum kvf_status merge_record(struct kv_merge_list *list, const struct kv_
     return KVF_OK;
 }
 
-/* One head down to the entries in cs.idx[0..n_keep): merged into them
- * first when the policy merges (and recorded), then compacted. */
-static enum kvf_status head_evict(struct kvf_session *s, int l, int g, int n_keep, bool merge) {
+/* One head down to the entries keep[0..n_keep) (ascending): merged into
+ * them first when the policy merges (and recorded), then compacted. */
+static enum kvf_status head_evict(struct kvf_session *s, int l, int g, const int *keep, int n_keep, bool merge) {
     struct kv_head *h = kv_cache_head(&s->kv, l, g);
     struct compress_state *c = &s->cs;
     if (merge && s->policy.merge != KV_MERGE_NONE) {
-        enum kvf_status st = kv_merge_head(&s->policy, h, s->kv.head_dim, c->idx, n_keep, c->into);
+        enum kvf_status st = kv_merge_head(&s->policy, h, s->kv.head_dim, keep, n_keep, c->into);
         /* The scores are used up: their space marks the kept entries for the record. */
         char *is_kept = (char *)c->score;
         memset(is_kept, 0, (size_t)h->n);
-        for (int k = 0; k < n_keep; k++) is_kept[c->idx[k]] = 1;
-        if (st == KVF_OK) st = merge_record(kv_merge_log_head(&s->merges, l, g), h, c->idx, n_keep, c->into, is_kept);
+        for (int k = 0; k < n_keep; k++) is_kept[keep[k]] = 1;
+        if (st == KVF_OK) st = merge_record(kv_merge_log_head(&s->merges, l, g), h, keep, n_keep, c->into, is_kept);
         if (st != KVF_OK) return st;
     }
-    return kv_cache_keep(&s->kv, l, g, c->idx, n_keep);
+    return kv_cache_keep(&s->kv, l, g, keep, n_keep);
 }
 
 enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
@@ -215,10 +220,17 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
     const struct kv_rule *rule = kv_policy_scorer(&bp);
     enum kvf_status st = mode == EVICT_COMPRESS && bp.alloc == KV_ALLOC_PREFIX && bp.online && !c->have_ratio
                              ? prefix_search(s) : KVF_OK;
+    /* Block eviction holds every head to the block budget: the bound on peak memory is per head. */
+    const bool adaptive = bp.alloc == KV_ALLOC_ADAPTIVE && mode != EVICT_BLOCK;
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
         const int target = mode == EVICT_BLOCK ? bp.block_budget : layer_target(s, l);
         bool over = false;
-        for (int g = 0; g < H; g++) over |= s->kv.heads[(size_t)l * H + g].n > target;
+        int held = 0;
+        for (int g = 0; g < H; g++) {
+            const int n = s->kv.heads[(size_t)l * H + g].n;
+            over |= n > target, held += n;
+        }
+        if (adaptive) over = held > H * target;
         if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
         if (mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW)) {
             const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
@@ -227,9 +239,12 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         /* The protected tail counts within the layer's budget (at least the last entry). */
         if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
             kv_score_layer(&s->kv, l, bp.sinks, KVF_MIN(bp.protect, KVF_MAX(1, target - bp.sinks)), c->layer);
+        /* Adaptive: every head's scores, one after the other, ranked together below. */
+        float *score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
-            if (h->n <= target) continue;
+            c->head_n[g] = h->n;
+            if (!adaptive && h->n <= target) continue;
             const struct kv_score_in in = score_in(s, &bp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
              * the window sums; the others' scores are pooled once written. */
@@ -238,12 +253,21 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
                 kv_pool_scores(c->win + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
                 kv_pool_scores(c->win2 + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
             }
-            if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], c->score);
-            else rule->score(&in, c->score);
-            if (pool && !inside) kv_pool_scores(c->score, h->n, bp.width, c->tmp);
-            const int n_keep = kv_select(h->n, c->score, target, c->idx);
-            if (n_keep < h->n) st = head_evict(s, l, g, n_keep, mode == EVICT_COMPRESS);
+            if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], score);
+            else rule->score(&in, score);
+            if (pool && !inside) kv_pool_scores(score, h->n, bp.width, c->tmp);
+            if (adaptive) {
+                score += h->n;
+                continue;
+            }
+            const int n_keep = kv_select(h->n, score, target, c->idx);
+            if (n_keep < h->n) st = head_evict(s, l, g, c->idx, n_keep, mode == EVICT_COMPRESS);
         }
+        if (!adaptive || st != KVF_OK) continue;
+        kv_adaptive_select(H, c->head_n, c->score, target, bp.head_floor, c->idx, c->head_keep, c->into);
+        const int *keep = c->idx;
+        for (int g = 0; st == KVF_OK && g < H; keep += c->head_keep[g++])
+            if (c->head_keep[g] < c->head_n[g]) st = head_evict(s, l, g, keep, c->head_keep[g], mode == EVICT_COMPRESS);
     }
     return st;
 }

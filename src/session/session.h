@@ -17,8 +17,11 @@
  * [n_head_kv][n_ctx] (csp: same-modality in win, cross-modality in win2),
  * their output [qwin cap][n_head*head_dim] and tags [qwin cap]. */
 struct compress_state {
+    /* score, idx: [n_ctx], or [n_head_kv][n_ctx] under budget=adaptive,
+     * whose heads are ranked together; head_n, head_keep: [n_head_kv] its
+     * heads' sizes and kept counts in the layer being evicted. */
     float *score, *tmp, *win, *win2, *out, *layer;
-    int *idx, *into;
+    int *idx, *into, *head_n, *head_keep;
     struct kvf_tag *qtag;
     /* [n_layer][n_head_kv] head sizes right after kvf_session_compress (the
      * decode stage's fixed-distance rule counts from there). */

@@ -106,7 +106,7 @@ IMAGE_WORDS = "apple river stone cloud green light window mountain"
 
 # Preset defaults (src/kv/policy.c; every preset starts from sinks 4, beta 20).
 BASE = dict(budget=0.2, sinks=4, recent=0.0, window=0, kernel=0, seed=0, alloc="uniform", beta=20,
-            important=0.0, merge="none", text_prior=0, online=1, pool=0, width=5)
+            important=0.0, merge="none", text_prior=0, online=1, pool=0, width=5, floor=0.2)
 PRESETS = {
     "full": dict(budget=1.0),
     "streaming": dict(),
@@ -158,11 +158,13 @@ def parse_spec(spec):
             p["pool"] = 1
         elif what == "budget=pyramid":
             p["alloc"] = "pyramid"
+        elif what == "budget=adaptive":
+            p["alloc"] = "adaptive"
         else:
             raise ValueError("ref_kv: stage %r not modelled" % st)
         for kv in filter(None, args.split(",")):
             k, v = kv.split("=")
-            p[k] = int(v)
+            p[k] = float(v) if k == "floor" else int(v)
     # LOOK-M's recent and important shares of the budget: one gives the other
     # (docs/METHODS.md §1.1 and §4.10: recent 0.1N + important 0.1N), whether
     # or not the budget is given too. recent_only: the recent share as if
@@ -539,7 +541,35 @@ class Ref:
         """The positions the rule keeps in head (l, g)."""
         if p["method"] == "csp":
             return self.csp(p, l, g, keep)["want"]
+        if p["alloc"] == "adaptive" and self.wrong != "adaptive-uniform":
+            return self.adaptive(p, l, keep)["kept"][g]
         return select(self.scores(p, l, g, keep)[0], keep, self.wrong)
+
+    def adaptive(self, p, l, keep):
+        """Ada-KV's head-wise budgets (docs/METHODS.md §5.9,
+        src/kv/policy/adakv.c): each kv head's best floor(floor x keep)
+        entries are always kept, then the layer keeps its H x keep best
+        entries over all heads (ties: the lower head, then the earlier
+        entry). -> kept per head, each head's own scores, the layer's cut
+        and each head's safeguard cut (its floor-th best score)."""
+        n, H = self.st.n, self.st.n_head_kv
+        safe = 0 if self.wrong == "adaptive-nofloor" else math.floor(p["floor"] * keep)
+        raw = [self.scores(p, l, g, keep)[0] for g in range(H)]
+        boosted = []
+        for s in raw:
+            s = s.copy()
+            if safe > 0:
+                s[select(s, safe)] = np.inf
+            boosted.append(s)
+        cat = np.concatenate(boosted)
+        kept = select(cat, H * keep, self.wrong)
+        fin = np.sort(cat[np.isfinite(cat)])[::-1]
+        take = H * keep - int(np.isinf(cat).sum())
+        cut = fin[take - 1] if 0 < take <= len(fin) else np.inf
+        guard = [np.sort(s[np.isfinite(s)])[::-1][safe - 1] if 0 < safe <= np.isfinite(s).sum() else -np.inf
+                 for s in raw]
+        return dict(kept=[[j - g * n for j in kept if g * n <= j < (g + 1) * n] for g in range(H)], raw=raw,
+                    cut=cut, guard=guard, scale=np.abs(cat[np.isfinite(cat)]).max() if np.isfinite(cat).any() else 1.0)
 
     def describe(self, p, l, g, keep, idx):
         """The reference scores of entries idx, for a failure message."""
@@ -654,6 +684,8 @@ def judge(ref, p, l, g, kept):
     keep = ref.target(p, l)
     if p["method"] == "csp":
         return judge_csp(ref, p, l, g, kept, keep)
+    if p["alloc"] == "adaptive" and ref.wrong != "adaptive-uniform":
+        return judge_adaptive(ref, p, l, g, kept, keep)
     cands = ref.scores(p, l, g, keep)
     want = ref.kept(p, l, g, keep)
     if kept == want:
@@ -663,6 +695,27 @@ def judge(ref, p, l, g, kept):
         if any(consistent(kept, s, keep, TOL, ref.wrong == "tie-later") for s in cands):
             return "near", want, swapped
     return "bad", want, swapped
+
+
+def judge_adaptive(ref, p, l, g, kept, keep):
+    """Ada-KV: a float32 near-tie at the layer's cut or at a head's
+    safeguard cut may move an entry between heads, so kvfold's set is
+    accepted when it is a valid top set of the head's own scores whose kept
+    entries all score within TOL of the layer's cut or above (or of the
+    head's safeguard cut, for those it keeps for sure), and whose dropped
+    entries all score within TOL of it or below."""
+    a = ref.adaptive(p, l, keep)
+    want = a["kept"][g]
+    if kept == want:
+        return "exact", want, 0
+    s, t = a["raw"][g], TOL * a["scale"]
+    fin = np.isfinite(s)
+    kin = np.zeros(len(s), bool)
+    kin[kept] = True
+    low = min(a["cut"], a["guard"][g]) - t
+    ok = (consistent(kept, s, len(kept), TOL, ref.wrong == "tie-later") and abs(len(kept) - len(want)) <= 4
+          and not (kin & fin & (s < low)).any() and not (~kin & fin & (s > a["cut"] + t)).any())
+    return ("near" if ok else "bad"), want, len(set(want) - set(kept))
 
 
 def judge_csp(ref, p, l, g, kept, keep):
@@ -788,6 +841,12 @@ def cases(n):
         ("pyramidkv:budget=0.3,window=8", []),
         ("pyramidkv:budget=0.3,window=8,kernel=3,beta=5", []),
         ("snapkv:budget=0.3,window=8+budget=pyramid:beta=5", []),
+        # Ada-KV: the kv heads of a layer share its budget by score.
+        ("snapkv:budget=0.3+budget=adaptive", []),
+        ("snapkv:budget=0.3,window=8,kernel=3+budget=adaptive:floor=1", []),  # floor 1: the even split
+        ("h2o:budget=0.2,recent=0+budget=adaptive", []),
+        ("keydiff:budget=0.25+budget=adaptive", []),
+        ("keydiff:budget=0.1+budget=adaptive:floor=0.75", []),  # a floor that binds some heads
         ("roco:budget=0.3", []),
         ("roco:budget=40,recent=0.9", []),
         ("roco:budget=0.4,recent=0.6", []),
@@ -898,6 +957,8 @@ WRONG = {
     "csp-softmax": ("csp",),             # the window rows' plain softmax, not the n-softmax
     "csp-nosplit": ("csp",),             # both lists ranked by all the window's attention (no self/cross)
     "csp-norefill": ("csp",),            # the slots of entries on both lists left empty
+    "adaptive-uniform": ("snapkv", "h2o", "keydiff"),  # budget=adaptive: every head its own even share
+    "adaptive-nofloor": ("snapkv", "h2o", "keydiff"),  # ... without the safeguard
     "csp-swapped": ("csp",),             # cross_ratio taken as the self list's share
     "csp-window-all": ("csp",),          # every prompt query observed, not the last O
 }

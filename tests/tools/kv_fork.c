@@ -28,6 +28,7 @@ static const char *const specs[] = {
     "lookm:budget=0.3,merge=avg,text_prior=0", "elastic:budget=0.3", "prefixkv:budget=0.3", "csp:budget=0.1",
     "csp:budget=0.1,decode_softmax=1", "snapkv:budget=0.2+decode=h2o", "h2o:budget=0.3+budget=pyramid",
     "keydiff:budget=0.25+decode=recompress:every=2", "streaming:budget=24+decode=window",
+    "snapkv:budget=0.2+budget=adaptive+decode=h2o", "lookm:budget=0.3+budget=adaptive:floor=0",
 };
 
 /* What a session holds, for comparison: bytes, kept tags, merges, budgets. */

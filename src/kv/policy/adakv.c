@@ -1,0 +1,44 @@
+/* Head-wise adaptive budgets, after Ada-KV (Feng et al., 2024): a layer's
+ * budget is H x the per-head budget B, and its kv heads compete for it by
+ * score, so a head whose attention is concentrated on a few entries gives
+ * slots to a head whose attention is spread out. Each head first keeps its
+ * best floor(floor x B) entries (the paper's safeguard alpha: no head is
+ * starved); the other slots go to the best remaining entries of the whole
+ * layer. The heads then hold different numbers of entries, each head's
+ * storage sized to its own (kv_cache_keep): memory is really freed per head,
+ * where kvpress's AdaKVPress only masks.
+ *
+ * The layer's entries are ranked as one list — higher score first, ties:
+ * the lower head, then the earlier entry — which restricted to one head is
+ * kv_select's own order, so every head keeps a prefix of its ranking. */
+#include "kv/policy.h"
+
+#include <math.h>
+
+int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, double floor_share, int *out, int *count,
+                       int *scratch) {
+    const int safe = (int)floor(floor_share * per_head);
+    int total = 0;
+    for (int g = 0; g < n_head; g++) {
+        /* The safeguard: a head's best entries enter the layer's ranking as always-kept. */
+        float *s = score + total;
+        const int k = kv_select(n[g], s, safe, scratch);
+        for (int i = 0; i < k; i++) s[scratch[i]] = INFINITY;
+        total += n[g];
+    }
+    const int kept = kv_select(total, score, n_head * per_head, out);
+    /* out is ascending, so each head's kept entries are one run of it. */
+    int o = 0, base = 0;
+    for (int g = 0; g < n_head; base += n[g++]) {
+        count[g] = 0;
+        for (; o < kept && out[o] < base + n[g]; o++, count[g]++) out[o] -= base;
+    }
+    return kept;
+}
+
+const struct kv_rule kv_rule_budget_adaptive = {
+    "budget", "adaptive",
+    "the kv heads of a layer share its budget by score (each keeps at least `floor` of an even share); "
+    "heads hold different entry counts",
+    "Ada-KV (Feng et al., 2024)", "floor", "floor=0.2", {.alloc = KV_ALLOC_ADAPTIVE, .head_floor = 0.2}, 0, NULL,
+};
