@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The runs behind the Qwen2.5-Coder-1.5B section of docs/RESULTS.md (the
+# model of `make models-large`): needles in text and in pseudo-images at five
+# depths of a ~1.5K-token haystack for every evicting preset at budgets 1.0
+# to 0.05; the head-wise budget stage on the scoring presets; consistency
+# with the full cache; and needles in haystacks of ~4K and ~8K tokens for a
+# few methods. Each sample is prefilled once and forked per policy.
+#   usage: bench/eval_qwen.sh KVFOLD MODEL OUT_DIR [PART...] [-- THREADS]
+#   parts: needle adaptive consistency long4k long8k (default: all)
+set -euo pipefail
+kvfold=$1 model=$2 out=$3
+shift 3
+parts=() threads=2
+while [ $# -gt 0 ]; do
+    if [ "$1" = "--" ]; then threads=$2; shift 2; else parts+=("$1"); shift; fi
+done
+[ ${#parts[@]} -gt 0 ] || parts=(needle adaptive consistency long4k long8k)
+
+kv() { local a=(); for p in "$@"; do a+=(--kv "$p"); done; printf '%s\n' "${a[@]}"; }
+mapfile -t every < <(kv streaming h2o snapkv pyramidkv roco keydiff knorm random imgrand lookm elastic prefixkv csp \
+    "csp:window=32+pool=avg")
+mapfile -t adaptive < <(kv snapkv snapkv+budget=adaptive h2o h2o+budget=adaptive keydiff keydiff+budget=adaptive \
+    lookm lookm+budget=adaptive)
+# Long prompts: the methods that keep needles at 1.5K, the seed methods' best forms, and one summed-attention rule.
+mapfile -t long < <(kv snapkv snapkv+budget=adaptive keydiff h2o lookm "csp:window=32+pool=avg")
+haystack=(--segment-words 200 --grid 16x16 --needle both)
+
+for part in "${parts[@]}"; do
+    case $part in
+    needle)
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.1,0.3,0.5,0.7,0.9 \
+            "${every[@]}" --budgets 1.0,0.5,0.2,0.1,0.05 --out "$out/needle" --plots "$out/needle/plots" ;;
+    adaptive)
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.1,0.3,0.5,0.7,0.9 \
+            "${adaptive[@]}" --budgets 0.2,0.1,0.05 --out "$out/needle-adaptive" ;;
+    consistency)
+        "$kvfold" eval consistency -m "$model" -t "$threads" --segments 6 --segment-words 100 --samples 3 -n 32 \
+            "${every[@]}" --kv snapkv+budget=adaptive --budgets 0.5,0.2,0.05 --out "$out/consistency" ;;
+    long4k)
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 16 "${haystack[@]}" --depths 0.3,0.7 \
+            "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-4k" ;;
+    long8k)
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 32 "${haystack[@]}" --depths 0.5 \
+            "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-8k" ;;
+    *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k)" >&2; exit 1 ;;
+    esac
+done > /dev/null
