@@ -46,8 +46,10 @@ test: build build-asan build-clang models
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The demo runs on Qwen2.5-Coder-1.5B when `make models-large` fetched it.
+DEMO_MODEL ?= $(or $(wildcard models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf),$(MODEL))
 demo: build models
-	@bash scripts/demo.sh $(BUILD)/kvfold $(MODEL)
+	@bash scripts/demo.sh $(BUILD)/kvfold $(DEMO_MODEL)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang

@@ -3,10 +3,12 @@
 # model of `make models-large`): needles in text and in pseudo-images at five
 # depths of a ~1.5K-token haystack for every evicting preset at budgets 1.0
 # to 0.05; the head-wise budget stage on the scoring presets; consistency
-# with the full cache; and needles in haystacks of ~4K and ~8K tokens for a
-# few methods. Each sample is prefilled once and forked per policy.
+# with the full cache; needles in haystacks of ~4K and ~8K tokens for a few
+# methods; and the methods that change the prefill itself (reduce stages,
+# block-wise) on four prompts. Each sample is prefilled once and forked per
+# policy, except the last part's, which prefill on their own.
 #   usage: bench/eval_qwen.sh KVFOLD MODEL OUT_DIR [PART...] [-- THREADS]
-#   parts: needle adaptive consistency long4k long8k (default: all)
+#   parts: needle adaptive consistency long4k long8k prefill (default: all)
 set -euo pipefail
 kvfold=$1 model=$2 out=$3
 shift 3
@@ -14,7 +16,7 @@ parts=() threads=2
 while [ $# -gt 0 ]; do
     if [ "$1" = "--" ]; then threads=$2; shift 2; else parts+=("$1"); shift; fi
 done
-[ ${#parts[@]} -gt 0 ] || parts=(needle adaptive consistency long4k long8k)
+[ ${#parts[@]} -gt 0 ] || parts=(needle adaptive consistency long4k long8k prefill)
 
 kv() { local a=(); for p in "$@"; do a+=(--kv "$p"); done; printf '%s\n' "${a[@]}"; }
 mapfile -t every < <(kv streaming h2o snapkv pyramidkv roco keydiff knorm random imgrand lookm elastic prefixkv csp \
@@ -42,6 +44,10 @@ for part in "${parts[@]}"; do
     long8k)
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 32 "${haystack[@]}" --depths 0.5 \
             "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-8k" ;;
-    *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k)" >&2; exit 1 ;;
+    prefill)
+        # blockwise's budget is a count: 294 entries is 0.2 of these ~1470-token prompts.
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.3,0.7 \
+            --kv lightkv --kv fastv --kv tome --kv blockwise --budgets 294 --out "$out/needle-prefill" ;;
+    *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k prefill)" >&2; exit 1 ;;
     esac
 done > /dev/null
