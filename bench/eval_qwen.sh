@@ -23,6 +23,8 @@ mapfile -t every < <(kv streaming h2o snapkv pyramidkv roco keydiff knorm random
     "csp:window=32+pool=avg")
 mapfile -t adaptive < <(kv snapkv snapkv+budget=adaptive h2o h2o+budget=adaptive keydiff keydiff+budget=adaptive \
     lookm lookm+budget=adaptive)
+mapfile -t consistency < <(kv streaming h2o snapkv keydiff lookm elastic prefixkv csp "csp:window=32+pool=avg" \
+    snapkv+budget=adaptive)
 # Long prompts: the methods that keep needles at 1.5K, the seed methods' best forms, and one summed-attention rule.
 mapfile -t long < <(kv snapkv snapkv+budget=adaptive keydiff h2o lookm "csp:window=32+pool=avg")
 haystack=(--segment-words 200 --grid 16x16 --needle both)
@@ -36,14 +38,14 @@ for part in "${parts[@]}"; do
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.1,0.3,0.5,0.7,0.9 \
             "${adaptive[@]}" --budgets 0.2,0.1,0.05 --out "$out/needle-adaptive" ;;
     consistency)
-        "$kvfold" eval consistency -m "$model" -t "$threads" --segments 6 --segment-words 100 --samples 3 -n 32 \
-            "${every[@]}" --kv snapkv+budget=adaptive --budgets 0.5,0.2,0.05 --out "$out/consistency" ;;
+        "$kvfold" eval consistency -m "$model" -t "$threads" --segments 6 --segment-words 100 --samples 2 -n 32 \
+            "${consistency[@]}" --budgets 0.2,0.05 --out "$out/consistency" ;;
     long4k)
-        "$kvfold" eval needle -m "$model" -t "$threads" --segments 16 "${haystack[@]}" --depths 0.3,0.7 \
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 16 "${haystack[@]}" --depths 0.5 \
             "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-4k" ;;
     long8k)
-        "$kvfold" eval needle -m "$model" -t "$threads" --segments 32 "${haystack[@]}" --depths 0.5 \
-            "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-8k" ;;
+        "$kvfold" eval needle -m "$model" -t "$threads" --segments 32 "${haystack[@]:0:4}" --needle text \
+            --depths 0.5 "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-8k" ;;
     prefill)
         # blockwise's budget is a count: 294 entries is 0.2 of these ~1470-token prompts.
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.3,0.7 \
