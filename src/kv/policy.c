@@ -432,7 +432,7 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     const struct kv_rule *scorer = kv_policy_scorer(p);
     const char *why = p->method == KV_FULL || !scorer->score ? "this preset scores no entries"
                       : kv_policy_per_layer(p)              ? "this preset keeps one set per layer"
-                      : scorer->needs & KV_NEEDS_CROSS      ? "csp chooses inside its rule (two lists), leaving no ranking"
+                      : scorer->needs & KV_NEEDS_CROSS      ? "csp chooses inside its rule, leaving no ranking"
                                                             : NULL;
     if (p->alloc == KV_ALLOC_ADAPTIVE && why)
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=adaptive shares a layer's budget among its kv "

@@ -153,8 +153,8 @@ struct kv_rule {
 #include "kv/rules.def"
 #undef KV_RULE
 /* Stage options defined next to their rules (the others are in policy.c). */
-extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive, kv_rule_reduce_lightkv,
-    kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
+extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive,
+    kv_rule_reduce_lightkv, kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
     kv_decode_rules[KV_DECODE_COUNT];
 
 const struct kv_rule *kv_rule_of(enum kv_method m);

@@ -48,13 +48,13 @@ tell whether our methods lose a needle by their rule or by a bug (2 cores, one o
         KV="$KV --kv lookm:budget=0.2,text_prior=$tp,merge=$m"; done; done
     KV="$KV --kv prefixkv:budget=0.2 --kv elastic:budget=0.2"
     M=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
-    nice -n 10 .venv/bin/python tests/ref/ref_kv_model.py build-ref/kvfold $M \\
-        tests/data/needle_text.txt --chat --answer 48613 --dump-logits build-ref/tests/dump_logits $KV
-    nice -n 10 .venv/bin/python tests/ref/ref_kv_model.py build-ref/kvfold $M \\
+    nice -n 10 .venv/bin/python tests/ref/ref_kv_model.py build/kvfold $M \\
+        tests/data/needle_text.txt --chat --answer 48613 --dump-logits build/tests/dump_logits $KV
+    nice -n 10 .venv/bin/python tests/ref/ref_kv_model.py build/kvfold $M \\
         tests/data/needle_pimg.txt --pseudo-image tests/data/needle_pimg_words.txt:16x16 \\
-        --chat --answer 48613 --dump-logits build-ref/tests/dump_logits $KV
+        --chat --answer 48613 --dump-logits build/tests/dump_logits $KV
 
-(build-ref: cmake --build build-ref --target kvfold_cli dump_logits.) The
+(make build builds both binaries.) The
 prompts are eval needle's kind: its haystack sentences (tools/kvfold/eval.c's
 words and generator, seed 1), "The secret password is 48613." at 30% depth
 and eval's question at the end; needle_text.txt is 80 sentences (928 tokens
