@@ -251,10 +251,11 @@ void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
  * importance of each entry of each layer (>= 0). Binary search for the
  * threshold p (returned in *p_out) at which the layers' shortest prefixes
  * reaching p add up to `total` within `tol` entries (or the iterations run
- * out), then scaled so that keep[0..n_layer) (each in [1, n]) sums to total
- * exactly. gini (optional): [n_layer] Gini coefficient of each layer's
- * priority curve (0: uniform importance, near 1: concentrated). */
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, double tol, int *keep,
-                                  double *gini, double *p_out);
+ * out), then scaled so that keep[0..n_layer) (each in [min_keep, n];
+ * 1 <= min_keep <= total / n_layer) sums to total exactly. gini
+ * (optional): [n_layer] Gini coefficient of each layer's priority curve
+ * (0: uniform importance, near 1: concentrated). */
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, int min_keep, double tol,
+                                  int *keep, double *gini, double *p_out);
 
 #endif

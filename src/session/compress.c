@@ -172,9 +172,13 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
         else
             kv_score_layer(&s->kv, l, 0, 0, imp + (size_t)l * n);
     }
+    /* No layer is searched below what its rule always keeps (the sinks and the protected tail of the
+     * layer score): it would hold them anyway, past the total, and keep nothing else. */
+    const int even = kv_policy_keep_count(&s->policy, n);
+    const int min_keep = kv_policy_per_layer(&s->policy) ? KVF_MAX(1, KVF_MIN(even, s->policy.sinks + s->policy.protect)) : 1;
     double p;
     if (st == KVF_OK && n > 0)
-        st = kv_prefix_budgets(imp, L, n, (long)L * kv_policy_keep_count(&s->policy, n), 5.0, keep, s->cs.layer_gini, &p);
+        st = kv_prefix_budgets(imp, L, n, (long)L * even, min_keep, 5.0, keep, s->cs.layer_gini, &p);
     for (int l = 0; st == KVF_OK && l < L; l++) s->cs.layer_ratio[l] = n > 0 ? (double)keep[l] / n : 1.0;
     s->cs.have_ratio = st == KVF_OK;
     free(imp);

@@ -233,14 +233,15 @@ def layer_keep(p, n, layer, n_layer, wrong=None):
     return pyramid_keep(p, n, keep, layer, n_layer)
 
 
-def prefix_budgets(imp, total, noscale=False):
+def prefix_budgets(imp, total, floor=1, noscale=False):
     """PrefixKV's layer budgets (docs/METHODS.md §5.2.3, PrefixKV's Algorithm
     1, src/kv/policy/prefixkv.c): imp [L][n] importance (>= 0). Each layer's priority curve is
     the cumulative share of its importance in its k most important entries;
     binary search for the threshold p in [0, 1] at which the shortest
     prefixes reaching p add up to `total` within PREFIX_TOL entries (or the
     iterations run out), then scale to `total` exactly: floor of the scaled
-    size in [1, n], the rest by largest remainder (ties: the lower layer).
+    size in [floor, n], the rest by largest remainder (ties: the lower
+    layer).
     -> dict(keep, gini, margin: how close a cumulative share came to a
     threshold the search compared it with)."""
     n_layer, n = imp.shape
@@ -267,12 +268,12 @@ def prefix_budgets(imp, total, noscale=False):
         lo, hi = (p, hi) if got < total else (lo, p)
     if not noscale:
         x = [k * total / got for k in keep]
-        keep = [min(n, max(1, math.floor(v))) for v in x]
+        keep = [min(n, max(floor, math.floor(v))) for v in x]
         rem = [v - k for v, k in zip(x, keep)]
         have = sum(keep)
         while have != total:
             up = have < total
-            room = [l for l in range(n_layer) if (keep[l] < n if up else keep[l] > 1)]
+            room = [l for l in range(n_layer) if (keep[l] < n if up else keep[l] > floor)]
             best = max(room, key=lambda l: (rem[l], -l)) if up else min(room, key=lambda l: (rem[l], l))
             keep[best] += 1 if up else -1
             rem[best] += -1.0 if up else 1.0
@@ -414,13 +415,21 @@ class Ref:
 
     def prefix(self, p):
         """PrefixKV online: the layer budgets searched on the prompt's layer
-        importance (no protected entries in the search)."""
-        if p["budget"] not in self.budgets:
+        importance (no protected entries in the search); no layer below what
+        the rule always keeps (the sinks and the protected tail, within the
+        even share; METHODS.md §5.2.3)."""
+        even = keep_count(p, self.st.n)
+        key = self.prefix_key(p)
+        if key not in self.budgets:
             imp = np.array([self.st.layers[l]["sum"][0] if self.wrong == "layer-head0"
                             else self.st.layers[l]["sum"].mean(axis=0) for l in range(self.st.n_layer)])
-            self.budgets[p["budget"]] = prefix_budgets(imp, self.st.n_layer * keep_count(p, self.st.n),
-                                                       self.wrong == "prefix-noscale")
-        return self.budgets[p["budget"]]
+            self.budgets[key] = prefix_budgets(imp, self.st.n_layer * even, key[1], self.wrong == "prefix-noscale")
+        return self.budgets[key]
+
+    def prefix_key(self, p):
+        """(budget, floor) of a PrefixKV search."""
+        even = keep_count(p, self.st.n)
+        return p["budget"], 1 if self.wrong == "prefix-nofloor" else max(1, min(even, p["sinks"] + p["protect"]))
 
     def layer_score(self, l, g):
         """Elastic Cache's and PrefixKV's importance: the attention sums
@@ -954,6 +963,7 @@ WRONG = {
     "layer-nolast": ("elastic", "prefixkv"),   # only the last entry protected (the authors' protect_size 1)
     "prefix-uniform": ("prefixkv",),     # every layer the same budget
     "prefix-noscale": ("prefixkv",),     # the searched sizes, not scaled to the total
+    "prefix-nofloor": ("prefixkv",),     # layers searched below their protected entries
     "csp-softmax": ("csp",),             # the window rows' plain softmax, not the n-softmax
     "csp-nosplit": ("csp",),             # both lists ranked by all the window's attention (no self/cross)
     "csp-norefill": ("csp",),            # the slots of entries on both lists left empty
@@ -1006,7 +1016,7 @@ class Report:
                       % (got, want["keep"], want["margin"]))
             ref = copy.copy(ref)
             ref.budgets = dict(ref.budgets)
-            ref.budgets[p["budget"]] = dict(want, keep=got)
+            ref.budgets[ref.prefix_key(p)] = dict(want, keep=got)
         return ref
 
     def check(self, name, ref, refs_wrong, spec, extra, dump, js):

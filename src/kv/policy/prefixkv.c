@@ -37,11 +37,14 @@ static int prefix_len(const double *cum, int n, double p) {
     return lo + 1;
 }
 
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, double tol, int *keep,
-                                  double *gini, double *p_out) {
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, int min_keep, double tol,
+                                  int *keep, double *gini, double *p_out) {
     if (n_layer <= 0 || n <= 0 || total < n_layer || total > (long)n_layer * n)
         return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %d", total,
                        n_layer, n);
+    if (min_keep < 1 || (long)min_keep * n_layer > total)
+        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: a floor of %d entries over %d layers exceeds %ld", min_keep,
+                       n_layer, total);
     /* cum[l][k]: the share of layer l's importance in its k+1 most important entries. */
     double *cum = malloc(sizeof(double) * (size_t)n_layer * n);
     if (!cum) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory for %d x %d priorities", n_layer, n);
@@ -70,20 +73,20 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long tot
     }
     free(cum);
     if (p_out) *p_out = p;
-    /* Scale to the budget exactly: largest remainders first, each layer in [1, n]. */
+    /* Scale to the budget exactly: largest remainders first, each layer in [min_keep, n]. */
     double *rem = malloc(sizeof(double) * (size_t)n_layer);
     if (!rem) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
     long got = 0;
     for (int l = 0; l < n_layer; l++) {
         const double x = (double)keep[l] * (double)total / (double)sum;
-        keep[l] = KVF_MIN(n, KVF_MAX(1, (int)floor(x)));
+        keep[l] = KVF_MIN(n, KVF_MAX(min_keep, (int)floor(x)));
         rem[l] = x - keep[l];
         got += keep[l];
     }
     while (got != total) {
         int best = -1;
         for (int l = 0; l < n_layer; l++) {
-            const bool room = got < total ? keep[l] < n : keep[l] > 1;
+            const bool room = got < total ? keep[l] < n : keep[l] > min_keep;
             if (room && (best < 0 || (got < total ? rem[l] > rem[best] : rem[l] < rem[best]))) best = l;
         }
         keep[best] += got < total ? 1 : -1;
