@@ -47,9 +47,11 @@ for part in "${parts[@]}"; do
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 32 "${haystack[@]:0:4}" --needle text \
             --depths 0.5 "${long[@]}" --budgets 0.2,0.05 --out "$out/needle-8k" ;;
     prefill)
-        # blockwise's budget is a count: 294 entries is 0.2 of these ~1470-token prompts.
+        # blockwise's budget is a count: 294 entries is 0.2 of these ~1470-token prompts; question=1
+        # scores every block with the question's queries (it runs alone first).
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.3,0.7 \
-            --kv lightkv --kv fastv --kv tome --kv blockwise --budgets 294 --out "$out/needle-prefill" ;;
+            --kv lightkv --kv fastv --kv tome --kv blockwise --kv blockwise:question=1 --budgets 294 \
+            --out "$out/needle-prefill" ;;
     *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k prefill)" >&2; exit 1 ;;
     esac
 done > /dev/null
