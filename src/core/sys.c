@@ -1,8 +1,11 @@
 #include "core/sys.h"
 #include "kvfold.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -45,4 +48,27 @@ bool sys_path_is_dir(const char *path) {
 bool sys_path_is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int sys_open_read(const char *path) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const int fl = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    if (fd >= 0 && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+FILE *sys_fopen_read(const char *path) {
+    const int fd = sys_open_read(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !f) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
 }

@@ -3,6 +3,7 @@
 #define KVF_SYS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* Milliseconds on a monotonic clock with an arbitrary origin; only
  * differences are meaningful. */
@@ -11,5 +12,12 @@ double sys_time_ms(void);
 /* Whether path names a directory / a regular file (links followed). */
 bool sys_path_is_dir(const char *path);
 bool sys_path_is_file(const char *path);
+
+/* open(path, O_RDONLY) / fopen(path, "rb") that do not wait: opening a FIFO
+ * for reading blocks until a writer appears, so the file is opened
+ * non-blocking and made blocking again once open. Callers still check that
+ * it is a regular file (fstat). -1 / NULL with errno set. */
+int sys_open_read(const char *path);
+FILE *sys_fopen_read(const char *path);
 
 #endif

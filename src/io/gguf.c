@@ -14,6 +14,7 @@
 #include "io/gguf.h"
 
 #include "core/quant.h"
+#include "core/sys.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -497,7 +498,7 @@ enum kvf_status gguf_open_buffer(const void *buf, size_t size, struct gguf_file 
 enum kvf_status gguf_open(const char *path, struct gguf_file **out) {
     if (!out || !path) return err_set(KVF_ERR_INVALID_ARG, "gguf_open: NULL argument");
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = sys_open_read(path);
     if (fd < 0) return err_set(KVF_ERR_IO, "gguf: cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

@@ -6,6 +6,8 @@
  * image processor runs, and the vision tower was trained on its output. */
 #include "io/image.h"
 
+#include "core/sys.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -157,7 +159,7 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
     *out = NULL;
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "image: NULL path");
-    FILE *f = fopen(path, "rb");
+    FILE *f = sys_fopen_read(path);
     if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -67,7 +67,7 @@ static char *path_join(const char *dir, const char *name) {
 
 /* Reads a whole small file; *out is malloc'd and NUL-terminated. */
 static enum kvf_status file_read_all(const char *path, size_t cap, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = sys_fopen_read(path);
     if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -341,7 +341,7 @@ static struct st_set *set_new(void) { return calloc(1, sizeof(struct st_set)); }
 /* Maps path read-only, records the mapping in s and parses it as shard
  * number s->n_maps. */
 static enum kvf_status shard_open(struct st_set *s, const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = sys_open_read(path);
     if (fd < 0) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

@@ -6,6 +6,7 @@
 #include "session/session.h"
 
 #include "attn/attn.h"
+#include "core/sys.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -74,7 +75,7 @@ void compress_reset(struct compress_state *c, const struct kv_policy *p) {
  * The spec's budget must be the profile's (it is taken when not given). */
 enum kvf_status compress_load_profile(struct kvf_session *s, const char *path) {
     const int L = s->model->hp.n_layer;
-    FILE *f = fopen(path, "rb");
+    FILE *f = sys_fopen_read(path);
     if (!f) return err_set(KVF_ERR_IO, "prefixkv profile '%s': cannot open", path);
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);

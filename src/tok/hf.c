@@ -7,6 +7,7 @@
  *    "best score first" is "lowest rank first". Tokens that no merge produces
  *    get -INFINITY and are never formed by merging. */
 #include "tok/tok_impl.h"
+#include "core/sys.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -18,7 +19,7 @@
 
 /* Whole file, NUL-terminated; NULL with *st set (IO when absent). */
 static char *read_text(const char *path, size_t *len, enum kvf_status *st) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = sys_fopen_read(path);
     if (!f) {
         *st = err_set(KVF_ERR_IO, "tokenizer: cannot open %s", path);
         return NULL;

@@ -162,6 +162,24 @@ def case_badfiles_real(ctx):
         f.write(b"XGUF" + data[4:1 << 20])
     expect_error(ctx, 2, ("info", "-m", p), "real model with a wrong magic")
     os.remove(p)
+    # Not regular files: a FIFO (opening one for reading waits for a writer) and /dev/zero (endless);
+    # a NUL byte in a prompt file (the text would end there for some readers).
+    fifo = os.path.join(ctx.tmp, "fifo")
+    os.mkfifo(fifo)
+    nul = os.path.join(ctx.tmp, "nul.txt")
+    with open(nul, "wb") as f:
+        f.write(b"Hello\0world")
+    for args, what in ((("info", "-m", fifo), "FIFO model"), (("generate", "-m", src, "-f", fifo), "FIFO prompt"),
+                       (("generate", "-m", src, "-f", "/dev/zero"), "/dev/zero prompt"),
+                       (("generate", "-m", src, "-p", "x", "--image", fifo), "FIFO image"),
+                       (("generate", "-m", src, "-f", nul, "-n", "1"), "NUL in a prompt"),
+                       (("perplexity", "-m", src, "-f", nul), "NUL in perplexity's text"),
+                       (("tokenize", "-m", src, "-f", nul), "NUL in tokenize's text")):
+        rc, _, err = ctx.run(*args, timeout=30)
+        lines = err.strip().splitlines()
+        check(rc == 2 and len(lines) == 1 and lines[0].startswith("kvfold: error: "),
+              f"{what}: exit {rc}, want 2 and one error line; stderr: {err!r}")
+    os.remove(fifo)
 
 
 def case_tokenize(ctx):

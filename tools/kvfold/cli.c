@@ -9,7 +9,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 /* -------------------------------------------------------------- errors -- */
@@ -193,9 +195,24 @@ int command_main(const struct command *c, int argc, char **argv) {
 /* --------------------------------------------------------------- files -- */
 
 int read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* Non-blocking open: a FIFO would otherwise wait here for a writer. */
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
         print_error("cannot open '%s': %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return EXIT_INPUT;
+    }
+    const int fl = fcntl(fd, F_GETFL);
+    FILE *f = S_ISREG(sb.st_mode) && (size_t)sb.st_size <= READ_FILE_MAX && fl >= 0 &&
+                      fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        if (!S_ISREG(sb.st_mode)) print_error("'%s' is not a regular file", path);
+        else if ((size_t)sb.st_size > READ_FILE_MAX)
+            print_error("'%s' is %lld bytes, over the %zu MiB limit on files read whole", path,
+                        (long long)sb.st_size, READ_FILE_MAX >> 20);
+        else print_error("cannot open '%s': %s", path, strerror(errno));
+        close(fd);
         return EXIT_INPUT;
     }
     size_t cap = 1 << 16, n = 0;
@@ -204,6 +221,12 @@ int read_file(const char *path, char **out, size_t *len) {
         n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1)
             break;
+        if (n > READ_FILE_MAX) { /* it grew while being read */
+            free(buf);
+            fclose(f);
+            print_error("'%s' is over the %zu MiB limit on files read whole", path, READ_FILE_MAX >> 20);
+            return EXIT_INPUT;
+        }
         char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
         if (!nb)
             free(buf);
@@ -227,6 +250,18 @@ int read_file(const char *path, char **out, size_t *len) {
     return 0;
 }
 
+int read_text_file(const char *path, char **out, size_t *len) {
+    const int rc = read_file(path, out, len);
+    const char *nul = rc ? NULL : memchr(*out, '\0', *len);
+    if (nul) {
+        print_error("'%s': a NUL byte at offset %zu; a prompt file must be text", path, (size_t)(nul - *out));
+        free(*out);
+        *out = NULL;
+        return EXIT_INPUT;
+    }
+    return rc;
+}
+
 bool write_text_file(const char *path, const char *text) {
     FILE *f = text ? fopen(path, "w") : NULL;
     const bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
@@ -239,7 +274,7 @@ int input_text(const char *cmd, const struct args *a, char **text, size_t *len) 
         return EXIT_USAGE;
     }
     if (a->file)
-        return read_file(a->file, text, len);
+        return read_text_file(a->file, text, len);
     *len = strlen(a->prompt);
     *text = malloc(*len + 1);
     if (!*text) {

@@ -120,8 +120,13 @@ int fail(enum kvf_status st, const char *what);
 
 /* ------------------------------------------------- files, clock, JSON -- */
 
-/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+/* Reads a whole regular file of at most READ_FILE_MAX bytes (prompts,
+ * JSON); *out is NUL-terminated and owned by the caller. */
+#define READ_FILE_MAX ((size_t)256 << 20)
 int read_file(const char *path, char **out, size_t *len);
+/* read_file for text that goes to the tokenizer: a NUL byte is refused
+ * (the text would end there for some readers and not for others). */
+int read_text_file(const char *path, char **out, size_t *len);
 /* Writes text and a newline to path; false on any failure. */
 bool write_text_file(const char *path, const char *text);
 /* The text given by -p or -f (exactly one of them). */

@@ -66,7 +66,7 @@ static int ppl_open(struct ppl *p) {
     const struct args *a = p->a;
     size_t len = 0;
     int rc;
-    if ((rc = read_file(a->file, &p->text, &len)) || (rc = load_model(a, &p->m)) ||
+    if ((rc = read_text_file(a->file, &p->text, &len)) || (rc = load_model(a, &p->m)) ||
         (rc = tokenize_text(p->m, p->text, len, true, false, &p->ids, &p->n_tok)))
         return rc;
     kvf_model_get_info(p->m, &p->info);
