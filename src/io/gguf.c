@@ -621,7 +621,7 @@ bool gguf_get_bool(const struct gguf_file *f, const char *key, bool *out) {
 
 const char *gguf_get_str(const struct gguf_file *f, const char *key) {
     const struct gguf_kv *kv = gguf_find(f, key);
-    return kv && kv->val.type == GGUF_STR ? kv->val.str.s : NULL;
+    return kv && kv->val.type == GGUF_STR && strlen(kv->val.str.s) == kv->val.str.len ? kv->val.str.s : NULL;
 }
 
 const struct gguf_value *gguf_get_arr(const struct gguf_file *f, const char *key,

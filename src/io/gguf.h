@@ -78,6 +78,8 @@ bool gguf_get_u32(const struct gguf_file *f, const char *key, uint32_t *out);
 bool gguf_get_i64(const struct gguf_file *f, const char *key, int64_t *out);
 bool gguf_get_f32(const struct gguf_file *f, const char *key, float *out);
 bool gguf_get_bool(const struct gguf_file *f, const char *key, bool *out);
+/* A string value as a C string; NULL when absent, not a string, or holding
+ * a NUL byte (C code would read only its prefix: "llama\0x" as "llama"). */
 const char *gguf_get_str(const struct gguf_file *f, const char *key);
 /* Array of the given element type, or NULL. */
 const struct gguf_value *gguf_get_arr(const struct gguf_file *f, const char *key,

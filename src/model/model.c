@@ -58,7 +58,8 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
     if (hp->head_dim > MAX_HEAD_DIM || hp->head_dim % 2)
         return err_set(KVF_ERR_UNSUPPORTED, "head dimension %d (must be even and <= %d)", hp->head_dim, MAX_HEAD_DIM);
     if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "rms epsilon %g out of range", hp->norm_eps);
-    if (!(hp->rope_base > 1.0f)) return err_set(KVF_ERR_FORMAT, "rope base %g out of range", hp->rope_base);
+    if (!(hp->rope_base > 1.0f && isfinite(hp->rope_base)) || !isfinite(hp->rope_base_local))
+        return err_set(KVF_ERR_FORMAT, "rope base %g out of range", hp->rope_base);
     if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048;
     if (hp->sliding_window < 0) return err_set(KVF_ERR_FORMAT, "negative sliding window");
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
@@ -283,7 +284,7 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     if (st != KVF_OK) return st;
     const struct gguf_file *f = m->gguf;
     const char *a = gguf_get_str(f, "general.architecture");
-    if (!a) return err_set(KVF_ERR_FORMAT, "%s: no general.architecture", path);
+    if (!a) return err_set(KVF_ERR_FORMAT, "%s: no general.architecture (or not a string without NUL bytes)", path);
     struct hparams *hp = &m->hp;
     if ((st = arch_parse(a, &hp->arch))) return st;
     hp->norm_eps = 1e-5f;

@@ -161,6 +161,14 @@ def case_badfiles_real(ctx):
     with open(p, "wb") as f:
         f.write(b"XGUF" + data[4:1 << 20])
     expect_error(ctx, 2, ("info", "-m", p), "real model with a wrong magic")
+    # ... with rope.freq_base (an f32 after its key and type) made infinite or NaN.
+    key = b"llama.rope.freq_base"
+    at = data.find(key, 0, 1 << 20) + len(key)
+    check(at > len(key) and struct.unpack("<I", data[at:at + 4])[0] == 6, "rope.freq_base: not an f32 key in SmolLM2")
+    for val in (float("inf"), float("nan"), 0.5):
+        with open(p, "wb") as f:
+            f.write(data[:at + 4] + struct.pack("<f", val) + data[at + 8:1 << 20])
+        expect_error(ctx, 2, ("info", "-m", p), f"rope.freq_base {val}")
     os.remove(p)
     # Not regular files: a FIFO (opening one for reading waits for a writer) and /dev/zero (endless);
     # a NUL byte in a prompt file (the text would end there for some readers).

@@ -178,6 +178,7 @@ static void check_all_types(const struct gguf_file *f) {
     const struct gguf_kv *nul = gguf_find(f, "str.nul");
     assert_int_equal(nul->val.str.len, 3);
     assert_memory_equal(nul->val.str.s, "a\0b", 4);
+    assert_null(gguf_get_str(f, "str.nul")); /* a C string would be its prefix ("llama\0x" is not llama) */
     assert_null(gguf_get_str(f, "u8"));
     assert_null(gguf_get_str(f, "missing"));
     assert_null(gguf_find(f, "u"));  /* prefix of a key */
