@@ -26,7 +26,8 @@ enum kvf_status compress_init(struct compress_state *c, const struct kvf_session
     }
     if (kv_policy_needs_window(p)) {
         c->win = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
-        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS) c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
+        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS)
+            c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
     }
     if (p->method != KV_FULL || p->blocks) {
         const size_t ranked = (size_t)n_ctx * (p->alloc == KV_ALLOC_ADAPTIVE ? hp->n_head_kv : 1);
@@ -176,7 +177,8 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
     /* No layer is searched below what its rule always keeps (the sinks and the protected tail of the
      * layer score): it would hold them anyway, past the total, and keep nothing else. */
     const int even = kv_policy_keep_count(&s->policy, n);
-    const int min_keep = kv_policy_per_layer(&s->policy) ? KVF_MAX(1, KVF_MIN(even, s->policy.sinks + s->policy.protect)) : 1;
+    const int protected = KVF_MAX(1, KVF_MIN(even, s->policy.sinks + s->policy.protect));
+    const int min_keep = kv_policy_per_layer(&s->policy) ? protected : 1;
     double p;
     if (st == KVF_OK && n > 0)
         st = kv_prefix_budgets(imp, L, n, (long)L * even, min_keep, 5.0, keep, s->cs.layer_gini, &p);
@@ -248,8 +250,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         float *score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
-            c->head_n[g] = h->n;
             if (!adaptive && h->n <= target) continue;
+            c->head_n[g] = h->n;
             const struct kv_score_in in = score_in(s, &bp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
              * the window sums; the others' scores are pooled once written. */

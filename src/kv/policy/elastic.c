@@ -6,10 +6,11 @@
  * (more queries saw them): with only the last entry protected, as in the
  * authors' code (protect=1), a chat prompt's question and the template's
  * assistant prefix are evicted and the model loses the thread (degenerate
- * text on Qwen2.5-1.5B at 0.2, docs/RESULTS.md), hence protect=32. Evicted entries are merged into the kept entry
- * nearest in position (merge=position, src/kv/policy/merge.c), and while
- * decoding the entry `distance` before the end of the compressed prompt
- * goes (decode=fixed-distance, src/kv/policy/decode.c). */
+ * text on Qwen2.5-1.5B at 0.2, docs/RESULTS.md), hence protect=32.
+ * Evicted entries are merged into the kept entry nearest in position
+ * (merge=position, src/kv/policy/merge.c), and while decoding the entry
+ * `distance` before the end of the compressed prompt goes
+ * (decode=fixed-distance, src/kv/policy/decode.c). */
 #include "kv/policy.h"
 
 const struct kv_rule kv_rule_elastic = {
