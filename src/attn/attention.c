@@ -187,7 +187,9 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         float *mine = rows ? rows + (size_t)th * rows_len : NULL;
         struct rows_f32 conv = {NULL, 0, mine, mine ? mine + rows_len / 2 : NULL};
         float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
-        const struct stats_part sp = {stats, parts + (size_t)th * part_len, p->n_head_kv, n_kv_max, slot};
+        /* No statistics: parts is NULL, and NULL + 0 is undefined behaviour. */
+        const struct stats_part sp = {stats, parts ? parts + (size_t)th * part_len : NULL, p->n_head_kv, n_kv_max,
+                                      slot};
 #define ATTN_TASK(t) \
     attn_block(p, q, qpos, ((t) % n_blocks) * ATTN_BLOCK, KVF_MIN(n_q, ((t) % n_blocks + 1) * ATTN_BLOCK), \
                (t) / n_blocks, &kv[(t) / n_blocks / group], out, s, &conv, stats ? &sp : NULL)
