@@ -21,14 +21,11 @@
 
 #include "core/sys.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <gif_lib.h>
 #include <jpeglib.h> /* before jerror.h */
@@ -36,7 +33,7 @@
 #include <png.h>
 #include <webp/decode.h>
 
-#define IMAGE_MAX_FILE (1024u * 1024u * 1024u) /* bytes read from one image file */
+#define IMAGE_MAX_FILE ((size_t)256 << 20) /* bytes read from one image file */
 #define IMAGE_MAX_SIDE 65535
 /* A progressive JPEG may repeat scans without end, each a pass over every
  * block (libjpeg-turbo's advice for untrusted input: limit them). Real
@@ -480,28 +477,10 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
     *out = NULL;
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "image: NULL path");
-    FILE *f = sys_fopen_read(path);
-    if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return err_set(KVF_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > IMAGE_MAX_FILE) {
-        fclose(f);
-        return err_set(KVF_ERR_FORMAT, "%s: %lld bytes is too large for an image file", path, (long long)sb.st_size);
-    }
-    const size_t n = (size_t)sb.st_size;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        fclose(f);
-        return err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
-    }
-    const size_t got = fread(buf, 1, n, f);
-    const bool bad = ferror(f) != 0;
-    fclose(f);
-    enum kvf_status st = bad || got != n ? err_set(KVF_ERR_IO, "%s: read failed", path)
-                                         : decode(path, buf, n, max_pixels, out);
+    char *buf;
+    size_t n;
+    enum kvf_status st = sys_read_file(path, IMAGE_MAX_FILE, "an image file", &buf, &n);
+    if (st == KVF_OK) st = decode(path, buf, n, max_pixels, out);
     free(buf);
     return st;
 }

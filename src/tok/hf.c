@@ -15,35 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HF_MAX_FILE ((long)1 << 30)
-
-/* Whole file, NUL-terminated; NULL with *st set (IO when absent). */
-static char *read_text(const char *path, size_t *len, enum kvf_status *st) {
-    FILE *f = sys_fopen_read(path);
-    if (!f) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: cannot open %s", path);
-        return NULL;
-    }
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        n = ftell(f);
-    }
-    if (n < 0 || n > HF_MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: cannot read %s", path);
-    } else if (!(buf = malloc((size_t)n + 1))) {
-        *st = err_set(KVF_ERR_NOMEM, "tokenizer: out of memory reading %s", path);
-    } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: short read on %s", path);
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    fclose(f);
-    return buf;
-}
+#define HF_MAX_FILE ((size_t)256 << 20) /* real tokenizer.json files: up to ~35 MB */
 
 static cJSON *parse_file(const char *dir, const char *name, bool required, enum kvf_status *st) {
     *st = KVF_OK;
@@ -52,12 +24,12 @@ static cJSON *parse_file(const char *dir, const char *name, bool required, enum 
         *st = err_set(KVF_ERR_INVALID_ARG, "tokenizer: path too long");
         return NULL;
     }
+    if (!required && !sys_path_is_file(path)) {
+        return NULL;
+    }
     size_t len;
-    char *text = read_text(path, &len, st);
-    if (!text) {
-        if (!required) {
-            *st = KVF_OK;
-        }
+    char *text;
+    if ((*st = sys_read_file(path, HF_MAX_FILE, "a tokenizer file", &text, &len)) != KVF_OK) {
         return NULL;
     }
     cJSON *j = cJSON_ParseWithLength(text, len);
