@@ -392,6 +392,17 @@ KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */
 KVF_API enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
+/* kvf_session_decode of tokens[i] in sessions[i] for n sessions of one model
+ * at once (a server's decode step): the weight products run once over the
+ * n rows, each session attends to its own cache and applies its own decode
+ * stage. The sessions must be distinct and not used by another thread
+ * meanwhile. Each session's logits are those kvf_session_decode gives
+ * (bit for bit while n < 16, where both read the weights through the same
+ * dot products; with more rows the products go through BLAS and may round
+ * differently). Checks every argument and context before any work
+ * (KVF_ERR_INVALID_ARG, KVF_ERR_CONTEXT); after another failure every
+ * session must be reset. */
+KVF_API enum kvf_status kvf_session_decode_batch(struct kvf_session *const *sessions, const int32_t *tokens, int n);
 /* n_vocab logits after the last token processed; NULL before the first.
  * Valid until the session next changes (prefill, decode, reset, free). */
 KVF_API const float *kvf_session_logits(const struct kvf_session *session);

@@ -324,6 +324,24 @@ enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
     return st == KVF_OK && s->cs.compressed ? decode_maintain(s) : st;
 }
 
+enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const int32_t *tokens, int n) {
+    if (!ss || !tokens || n < 1) return err_set(KVF_ERR_INVALID_ARG, "decode_batch: bad arguments");
+    for (int i = 0; i < n; i++) {
+        if (!ss[i] || ss[i]->model != ss[0]->model)
+            return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is NULL or of another model", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is also session %d", i, j);
+        if (tokens[i] < 0 || tokens[i] >= ss[i]->model->hp.n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "decode_batch: token id %d out of range [0, %d)", tokens[i],
+                           ss[i]->model->hp.n_vocab);
+        if (ss[i]->n_past >= ss[i]->params.n_ctx)
+            return err_set(KVF_ERR_CONTEXT, "decode_batch: session %d is full (%d positions)", i, ss[i]->n_past);
+    }
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; i < n && st == KVF_OK; i++) st = kvf_session_decode(ss[i], tokens[i]);
+    return st;
+}
+
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
