@@ -164,19 +164,33 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     return KVF_OK;
 }
 
-/* Runs the n rows the pass holds (decoder_input put them there) at
- * positions n_past.., recording their tags. */
-static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
-    memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
-    const struct decoder d = {
+/* The session's parts, lent to one forward pass. */
+static struct decoder session_decoder(struct kvf_session *s) {
+    return (struct decoder){
         .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
         .gather = !s->probing, /* not the statistics of the question's trial run (block-wise question=1) */
         .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
+}
+
+/* Runs the n rows the pass holds (decoder_input put them there) at
+ * positions n_past.., recording their tags. */
+static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
+    memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
+    const struct decoder d = session_decoder(s);
     const enum kvf_status st = decoder_forward(&d, n, all_logits, s->logits);
     s->n_past += n;
     s->has_logits = st == KVF_OK;
     return st;
+}
+
+/* Under block-wise prefill, a pass that filled the block budget is evicted
+ * back to it. */
+static enum kvf_status session_block_done(struct kvf_session *s) {
+    const struct kv_policy *p = &s->policy;
+    if (p->blocks && !s->cs.compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget))
+        return session_evict(s, EVICT_BLOCK);
+    return KVF_OK;
 }
 
 /* Runs n inputs (ids or embedding rows, already checked) in batches of at
@@ -189,16 +203,13 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
     enum kvf_status st = tags_reserve(s, n);
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
-    const struct kv_policy *p = &s->policy;
     for (int i = 0; i < n; i += batch) {
         const int nb = KVF_MIN(batch, n - i);
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        if (st == KVF_OK) st = session_block_done(s);
         if (st != KVF_OK) return st;
-        if (p->blocks && !s->cs.compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget) &&
-            (st = session_evict(s, EVICT_BLOCK)) != KVF_OK)
-            return st;
     }
     return KVF_OK;
 }
@@ -337,8 +348,38 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
         if (ss[i]->n_past >= ss[i]->params.n_ctx)
             return err_set(KVF_ERR_CONTEXT, "decode_batch: session %d is full (%d positions)", i, ss[i]->n_past);
     }
+    if (n == 1) return kvf_session_decode(ss[0], tokens[0]);
     enum kvf_status st = KVF_OK;
-    for (int i = 0; i < n && st == KVF_OK; i++) st = kvf_session_decode(ss[i], tokens[i]);
+    for (int i = 0; i < n && st == KVF_OK; i++) st = tags_reserve(ss[i], 1);
+    const struct kvf_model *m = ss[0]->model;
+    struct decoder *ds = malloc(sizeof *ds * (size_t)n);
+    float *logits = malloc(sizeof *logits * (size_t)n * m->hp.n_vocab);
+    struct fwd_scratch b = {0};
+    if (st == KVF_OK && (!ds || !logits)) st = err_set(KVF_ERR_NOMEM, "decode_batch: out of memory");
+    if (st == KVF_OK) st = fwd_init(&b, m, n, 1, ss[0]->fw.n_threads, false);
+    if (st == KVF_OK) {
+        for (int i = 0; i < n; i++) {
+            struct kvf_session *s = ss[i];
+            decoder_input(&s->fw, m, 0, &tokens[i], NULL, NULL, s->n_past, 1);
+            s->tags[s->n_past] = s->fw.btag[0];
+            ds[i] = session_decoder(s);
+        }
+        st = decoder_forward_rows(ds, n, &b, logits);
+        for (int i = 0; i < n; i++) {
+            struct kvf_session *s = ss[i];
+            memcpy(s->logits, logits + (size_t)i * m->hp.n_vocab, sizeof *logits * (size_t)m->hp.n_vocab);
+            s->n_past++;
+            s->has_logits = st == KVF_OK;
+        }
+        /* What kvf_session_decode does after its pass, session by session. */
+        for (int i = 0; i < n && st == KVF_OK; i++) {
+            st = session_block_done(ss[i]);
+            if (st == KVF_OK && ss[i]->cs.compressed) st = decode_maintain(ss[i]);
+        }
+    }
+    fwd_free(&b);
+    free(logits);
+    free(ds);
     return st;
 }
 

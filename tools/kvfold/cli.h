@@ -55,7 +55,7 @@ struct args {
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
     bool json, bos, special, chat, dump_tags, no_warmup;
-    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
+    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
