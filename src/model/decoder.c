@@ -122,6 +122,31 @@ static void layer_ffn(const struct fwd_scratch *f, const struct hparams *hp, con
     if (L->post_ffn_norm.data) norm_rows(f->xn, f->xn, &L->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
 }
 
+/* Layer l over the rows in f, which n_dec decoders own in turn, rows_each
+ * each (a prompt: one decoder, all its rows; a batch of sessions: a row
+ * each): the weight products run once over all the rows, attention in each
+ * decoder's own cache. */
+static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct fwd_scratch *f, int l, int rows_each) {
+    const struct hparams *hp = &ds[0].model->hp;
+    const struct layer_weights *L = &ds[0].model->layers[l];
+    const int n = n_dec * rows_each, E = hp->n_embd;
+    const size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim;
+    norm_rows(f->xn, f->x, &L->attn_norm, n, E, hp->norm_eps);
+    layer_qkv(f, L, n);
+    for (int i = 0; i < n_dec; i++) {
+        const size_t r = (size_t)i * rows_each;
+        const enum kvf_status st = layer_attend(&ds[i], l, f->q + r * QD, f->k + r * KD, f->v + r * KD, rows_each,
+                                                f->att + r * QD);
+        if (st != KVF_OK) return st;
+    }
+    layer_attn_out(f, hp, L, n);
+    ops_add(f->x, f->xn, (size_t)n * E);
+    norm_rows(f->xn, f->x, &L->ffn_norm, n, E, hp->norm_eps);
+    layer_ffn(f, hp, L, n);
+    ops_add(f->x, f->xn, (size_t)n * E);
+    return KVF_OK;
+}
+
 /* LightKV's weights after layer l (docs/METHODS.md §2.3, §5.6.3): the layer's
  * logits before the causal mask, softmax over the query axis, summed over
  * heads and text columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j),
@@ -262,17 +287,9 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
     }
 
     for (int l = 0; l < hp->n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
-        norm_rows(f->xn, f->x, &L->attn_norm, n, E, hp->norm_eps);
-        layer_qkv(f, L, n);
-        enum kvf_status st = layer_attend(d, l, f->q, f->k, f->v, n, f->att);
+        enum kvf_status st = layer_forward(d, 1, f, l, n);
+        if (st == KVF_OK && r->n_steps) st = reduce_step(d, l, &n);
         if (st != KVF_OK) return st;
-        layer_attn_out(f, hp, L, n);
-        ops_add(f->x, f->xn, (size_t)n * E);
-        norm_rows(f->xn, f->x, &L->ffn_norm, n, E, hp->norm_eps);
-        layer_ffn(f, hp, L, n);
-        ops_add(f->x, f->xn, (size_t)n * E);
-        if (r->n_steps && (st = reduce_step(d, l, &n)) != KVF_OK) return st;
     }
     if (all_logits && n != n_in)
         return err_set(KVF_ERR_UNSUPPORTED, "logits of every position: the reduce stage removed %d of them", n_in - n);
@@ -289,22 +306,11 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
 enum kvf_status decoder_forward_rows(const struct decoder *ds, int n, struct fwd_scratch *b, float *logits) {
     const struct kvf_model *m = ds[0].model;
     const struct hparams *hp = &m->hp;
-    const int E = hp->n_embd, QD = hp->n_head * hp->head_dim, KD = hp->n_head_kv * hp->head_dim;
+    const int E = hp->n_embd;
     for (int i = 0; i < n; i++) memcpy(b->x + (size_t)i * E, ds[i].fw->x, sizeof(float) * (size_t)E);
     for (int l = 0; l < hp->n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
-        norm_rows(b->xn, b->x, &L->attn_norm, n, E, hp->norm_eps);
-        layer_qkv(b, L, n);
-        for (int i = 0; i < n; i++) {
-            const enum kvf_status st = layer_attend(&ds[i], l, b->q + (size_t)i * QD, b->k + (size_t)i * KD,
-                                                    b->v + (size_t)i * KD, 1, b->att + (size_t)i * QD);
-            if (st != KVF_OK) return st;
-        }
-        layer_attn_out(b, hp, L, n);
-        ops_add(b->x, b->xn, (size_t)n * E);
-        norm_rows(b->xn, b->x, &L->ffn_norm, n, E, hp->norm_eps);
-        layer_ffn(b, hp, L, n);
-        ops_add(b->x, b->xn, (size_t)n * E);
+        const enum kvf_status st = layer_forward(ds, n, b, l, 1);
+        if (st != KVF_OK) return st;
     }
     norm_rows(b->xn, b->x, &m->output_norm, n, E, hp->norm_eps);
     matmul_rows(b, &m->output, b->xn, n, logits);

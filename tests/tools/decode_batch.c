@@ -105,27 +105,11 @@ static int check_blas_rows(const struct kvf_model *m, const struct kvf_prompt *p
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: decode_batch MODEL MMPROJ\n");
-        return 2;
-    }
-    struct kvf_model_params mp = kvf_model_default_params();
-    mp.mmproj = argv[2];
-    mp.n_threads = 2;
     struct kvf_model *m = NULL;
-    if (kvf_model_load(argv[1], &mp, &m) != KVF_OK) {
-        fprintf(stderr, "decode_batch: %s: %s\n", argv[1], kvf_last_error());
-        return 2;
-    }
     struct kvf_model_info mi;
-    kvf_model_get_info(m, &mi);
-    struct kvf_media *media[2] = {NULL, NULL};
-    struct kvf_prompt *pr = two_image_prompt(m, media);
-    if (!pr) {
-        fprintf(stderr, "decode_batch: prompt: %s\n", kvf_last_error());
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    struct kvf_media *media[2];
+    struct kvf_prompt *pr = NULL;
+    if (fixture_open("decode_batch", argc, argv, &m, &mi, media, &pr)) return 2;
     struct kvf_session *alone[N_SPECS] = {NULL}, *together[N_SPECS] = {NULL};
     int rc = 0;
     for (int i = 0; i < N_SPECS && !rc; i++)

@@ -90,27 +90,11 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: kv_fork MODEL MMPROJ\n");
-        return 2;
-    }
-    struct kvf_model_params mp = kvf_model_default_params();
-    mp.mmproj = argv[2];
-    mp.n_threads = 2;
     struct kvf_model *m = NULL;
-    if (kvf_model_load(argv[1], &mp, &m) != KVF_OK) {
-        fprintf(stderr, "kv_fork: %s: %s\n", argv[1], kvf_last_error());
-        return 2;
-    }
     struct kvf_model_info mi;
-    kvf_model_get_info(m, &mi);
-    struct kvf_media *media[2] = {NULL, NULL};
-    struct kvf_prompt *pr = two_image_prompt(m, media);
-    if (!pr) {
-        fprintf(stderr, "kv_fork: prompt: %s\n", kvf_last_error());
-        return 2;
-    }
-    setvbuf(stdout, NULL, _IOLBF, 0);
+    struct kvf_media *media[2];
+    struct kvf_prompt *pr = NULL;
+    if (fixture_open("kv_fork", argc, argv, &m, &mi, media, &pr)) return 2;
     const int np = kvf_prompt_n_tokens(pr);
     /* the source: full cache, gathering everything; forking leaves it as it was */
     struct kvf_session *src = prefilled(m, pr, "full", np), *src2 = prefilled(m, pr, "h2o:budget=0.5", GATHER);

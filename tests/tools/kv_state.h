@@ -75,4 +75,29 @@ static inline struct kvf_prompt *two_image_prompt(const struct kvf_model *m, str
     return st == KVF_OK ? pr : NULL;
 }
 
+/* `tool MODEL MMPROJ`: the fixture (2 threads), its info and the two-image
+ * prompt; 0, or 2 after a message. */
+static inline int fixture_open(const char *tool, int argc, char **argv, struct kvf_model **m,
+                               struct kvf_model_info *mi, struct kvf_media *media[2], struct kvf_prompt **pr) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s MODEL MMPROJ\n", tool);
+        return 2;
+    }
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = argv[2];
+    mp.n_threads = 2;
+    if (kvf_model_load(argv[1], &mp, m) != KVF_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, argv[1], kvf_last_error());
+        return 2;
+    }
+    kvf_model_get_info(*m, mi);
+    media[0] = media[1] = NULL;
+    if (!(*pr = two_image_prompt(*m, media))) {
+        fprintf(stderr, "%s: prompt: %s\n", tool, kvf_last_error());
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return 0;
+}
+
 #endif
