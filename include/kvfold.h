@@ -336,6 +336,16 @@ KVF_API enum kvf_status kvf_session_prefill(struct kvf_session *session, const i
  * pass, so its text can weigh the images before it; once that pass has merged
  * or dropped rows, all_logits is refused (KVF_ERR_UNSUPPORTED): those
  * positions have no logits. */
+/* kvf_session_prefill_prompt in parts: positions [first, first + n) of the
+ * prompt, the parts in order from first = 0 (each first = the positions
+ * already in), so that a server can interleave a long prompt with other
+ * sessions' decoding. The parts together give what the whole prompt gives
+ * (the same positions, tags and cache; logits within the rounding of other
+ * batch boundaries). KVF_ERR_UNSUPPORTED for policies that need the whole
+ * prompt in one pass (a reduce stage, block-wise question=1);
+ * KVF_ERR_INVALID_ARG for a part out of order. */
+KVF_API enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *session, const struct kvf_prompt *prompt,
+                                                        int first, int n);
 KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
                                            float *all_logits);
 /* Appends rows of input embeddings [n][n_embd] with their tags (the pos

@@ -110,6 +110,7 @@ void kvf_session_reset(struct kvf_session *s) {
     kv_qwin_clear(&s->qprox);
     compress_reset(&s->cs, &s->policy);
     kv_merge_log_clear(&s->merges);
+    s->part_of = NULL;
 }
 
 static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
@@ -267,15 +268,55 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     return st;
 }
 
-enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
-    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+/* The checks of a prompt about to be prefilled from its start. */
+static enum kvf_status prompt_check(const struct kvf_session *s, const struct kvf_prompt *p) {
     if (p->n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
                        s->params.n_ctx);
-    const int n_vocab = s->model->hp.n_vocab;
     for (int i = 0; i < p->n; i++)
-        if (p->ids[i] >= n_vocab) return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
-    enum kvf_status st = s->policy.question ? question_probe(s, p) : KVF_OK;
+        if (p->ids[i] >= s->model->hp.n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
+    return KVF_OK;
+}
+
+/* Text runs go in batches of n_batch, except under block-wise prefill with
+ * a block per image or frame: no larger than the largest of them, so that
+ * the cache never holds more than the block budget plus one block (a prompt
+ * within the budget is never evicted, and keeps the batching of a plain
+ * prefill). */
+static int prompt_text_batch(const struct kvf_session *s, const struct kvf_prompt *p) {
+    int text_batch = s->params.n_batch;
+    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
+        int largest = 0;
+        for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
+        if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
+    }
+    return text_batch;
+}
+
+/* The prompt's positions [first, first + n), segment by segment. */
+static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt *p, int first, int n, int text_batch,
+                                  float *all_logits) {
+    const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    enum kvf_status st = KVF_OK;
+    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        const int lo = KVF_MAX(sg->start, first), hi = KVF_MIN(sg->start + sg->n, first + n);
+        if (lo >= hi) continue;
+        float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
+        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, hi - lo,
+                                     s->params.n_batch, lg)
+                       : session_run(s, p->ids + lo, NULL, p->tags + lo, hi - lo, text_batch, lg);
+    }
+    return st;
+}
+
+enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
+    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+    enum kvf_status st = prompt_check(s, p);
+    if (st != KVF_OK) return st;
+    s->part_of = NULL;
+    if (s->policy.question) st = question_probe(s, p);
     if (st == KVF_OK && s->rd.n_steps > 0) {
         /* A reduce step weighs an image's tokens by the text after it: the
          * whole prompt is one pass. */
@@ -289,22 +330,31 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         }
         return session_pass(s, p->n, all_logits);
     }
-    /* Block-wise prefill with a block per image or frame: text runs go in
-     * blocks no larger than the largest of them, so that the cache never
-     * holds more than the block budget plus one block (a prompt within the
-     * budget is never evicted, and keeps the batching of a plain prefill). */
-    int text_batch = s->params.n_batch;
-    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
-        int largest = 0;
-        for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
-        if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
+    return st == KVF_OK ? prompt_run(s, p, 0, p->n, prompt_text_batch(s, p), all_logits) : st;
+}
+
+enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const struct kvf_prompt *p, int first, int n) {
+    if (!s || !p || first < 0 || n < 0 || n > p->n - first)
+        return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: bad arguments");
+    if (s->rd.n_steps > 0 || s->policy.question)
+        return err_set(KVF_ERR_UNSUPPORTED, "prefill_prompt_part: this policy needs the whole prompt in one pass "
+                       "(a reduce stage, or block-wise question=1): use kvf_session_prefill_prompt");
+    if (first == 0) {
+        const enum kvf_status st = prompt_check(s, p);
+        if (st != KVF_OK) return st;
+        s->part_of = p;
+        s->part_next = 0;
+    } else if (s->part_of != p || first != s->part_next) {
+        return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: positions from %d, but %d of this prompt are in",
+                       first, s->part_of == p ? s->part_next : 0);
     }
-    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
-        const struct prompt_seg *sg = &p->segs[g];
-        float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, s->params.n_batch, lg)
-                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, text_batch, lg);
-    }
+    /* The whole prompt's text batching: the positions before first are in. */
+    s->n_past -= first;
+    const int text_batch = prompt_text_batch(s, p);
+    s->n_past += first;
+    const enum kvf_status st = prompt_run(s, p, first, n, text_batch, NULL);
+    s->part_next = first + n;
+    if (st != KVF_OK || s->part_next == p->n) s->part_of = NULL;
     return st;
 }
 

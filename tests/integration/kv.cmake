@@ -23,3 +23,12 @@ set_tests_properties(kv_fork PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS in
 add_test(NAME decode_batch COMMAND decode_batch ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
                                    ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
 set_tests_properties(decode_batch PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
+# A prompt prefilled in parts (kvf_session_prefill_prompt_part, parts of 5
+# positions cutting through both images of the tiny LLaVA fixture) equals the
+# prompt prefilled whole, bit for bit with one row per pass, through
+# compression and decoding; whole-prompt policies and misordered parts are
+# refused (tests/tools/prefill_parts.c).
+add_test(NAME prefill_parts COMMAND prefill_parts ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
+                                    ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
+set_tests_properties(prefill_parts PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
