@@ -841,6 +841,24 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
 
 /* ------------------------------------------------------------- startup -- */
 
+/* --host and --port as a socket address; false when --host is not an address. */
+static bool host_addr(const struct args *a, struct sockaddr_storage *ss, unsigned *flags) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    memset(ss, 0, sizeof *ss);
+    if (inet_pton(AF_INET, a->host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)a->port);
+    } else if (inet_pton(AF_INET6, a->host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)a->port);
+        *flags |= MHD_USE_IPv6;
+    } else {
+        return false;
+    }
+    return true;
+}
+
 /* --api-key-file's first line. */
 static int api_key_read(struct args *a, char **owned) {
     size_t n;
@@ -872,6 +890,12 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
         print_error("serve: give one of --api-key and --api-key-file");
         return EXIT_USAGE;
     }
+    struct sockaddr_storage ss;
+    unsigned flags = 0;
+    if (!host_addr(a, &ss, &flags)) {
+        print_error("serve: --host '%s' is not an IPv4 or IPv6 address", a->host);
+        return EXIT_USAGE;
+    }
     if (a->media_dir && !path_is_dir(a->media_dir)) {
         print_error("serve: --media-dir %s: not a directory", a->media_dir);
         return EXIT_USAGE;
@@ -885,21 +909,9 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
 
 static struct MHD_Daemon *daemon_start(struct server *srv) {
     const struct args *a = srv->a;
-    struct sockaddr_storage ss = { 0 };
-    struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
-    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
+    struct sockaddr_storage ss;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD;
-    if (inet_pton(AF_INET, a->host, &v4->sin_addr) == 1) {
-        v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)a->port);
-    } else if (inet_pton(AF_INET6, a->host, &v6->sin6_addr) == 1) {
-        v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)a->port);
-        flags |= MHD_USE_IPv6;
-    } else {
-        print_error("serve: --host '%s' is not an IPv4 or IPv6 address", a->host);
-        return NULL;
-    }
+    host_addr(a, &ss, &flags);
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
