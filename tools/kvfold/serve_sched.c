@@ -471,7 +471,9 @@ bool sched_submit(struct server *srv, struct serve_job *j) {
         snprintf(j->err, sizeof j->err, "the server is shutting down");
         return false;
     }
-    if (srv->n_queued >= srv->a->queue) {
+    /* --queue counts the requests that wait for a slot: those a free slot
+     * takes at the scheduler's next turn do not. */
+    if (srv->n_queued >= srv->a->queue + MAX(0, srv->a->parallel - srv->n_active)) {
         j->status = 503;
         j->err_code = "queue_full";
         snprintf(j->err, sizeof j->err, "%d requests are waiting already (--queue); retry later", srv->n_queued);
