@@ -303,7 +303,8 @@ def case_serve_image(ctx):
             status, o, _ = ask(url)
             check(status == 400 and o["error"]["message"], f"{what}: {status} {o}")
             check(s.healthy(), f"/health after {what}")
-        three = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(img)}}] * 3}]}
+        part = {"type": "image_url", "image_url": {"url": data_url(img)}}
+        three = {"messages": [{"role": "user", "content": [part] * 3}]}
         status, o, _ = s.post("/v1/chat/completions", three)
         check(status == 400 and o["error"]["code"] == "too_many_images", f"--max-images: {status} {o}")
         s.stop()
@@ -366,7 +367,18 @@ def case_serve_load(ctx):
         # A request that alone exceeds the budget: 413 with the numbers.
         status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=3000))
         check(status == 413 and str(budget) in o["error"]["message"], f"over the budget alone: {status} {o}")
+        # SIGTERM with a stream running: it ends with an error event, then the process exits 0.
+        cut = []
+        t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions",
+                                                                 chat("Write a long story about a dragon.", max_tokens=200, stream=True))))
+        t.start()
+        while not json.loads(s.request("GET", "/slots")[2]) and t.is_alive():
+            time.sleep(0.02)
         s.stop()
+        t.join()
+        status, _, data = cut[0]
+        check(status == 200 and b"shutting_down" in data and data.endswith(b"data: [DONE]\n\n"),
+              f"a stream cut by SIGTERM: {data[-300:]!r}")
 
 
 def case_serve_errors(ctx):

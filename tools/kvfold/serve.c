@@ -44,7 +44,8 @@ static int serve_opts(struct args *a, struct opt *out) {
           "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "llama2, vicuna, chatml or gemma" },
-        { "--api-key", NULL, OPT_STR, &a->api_key, 0, 0, "KEY", "require 'Authorization: Bearer KEY' (not on /health)" },
+        { "--api-key", NULL, OPT_STR, &a->api_key, 0, 0, "KEY",
+          "require 'Authorization: Bearer KEY' (not on /health)" },
         { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
         { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
         { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE", "largest request body (default 64MiB)" },
@@ -130,8 +131,9 @@ static enum MHD_Result respond_json(struct MHD_Connection *c, struct request *r,
 static cJSON *error_json(int status, const char *code, const char *msg) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", status == 401 ? "authentication_error" : status >= 500 ? "server_error"
-                                                                                                : "invalid_request_error");
+    cJSON_AddStringToObject(e, "type", status == 401  ? "authentication_error"
+                                       : status >= 500 ? "server_error"
+                                                       : "invalid_request_error");
     cJSON_AddStringToObject(e, "code", code);
     return o;
 }
@@ -238,7 +240,8 @@ static bool image_from_url(const struct server *srv, const char *url, struct kvf
             return bad(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
         st = kvf_image_load(real, px, img);
     } else {
-        return bad(e, 400, "invalid_image_url", "image URLs must be data:image/...;base64 or file:// under --media-dir");
+        return bad(e, 400, "invalid_image_url",
+                   "image URLs must be data:image/...;base64 or file:// under --media-dir");
     }
     if (st != KVF_OK)
         return bad(e, 400, "invalid_image", "not a readable image: %s", kvf_last_error());
