@@ -368,9 +368,8 @@ def case_serve_load(ctx):
         status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=3000))
         check(status == 413 and str(budget) in o["error"]["message"], f"over the budget alone: {status} {o}")
         # SIGTERM with a stream running: it ends with an error event, then the process exits 0.
-        cut = []
-        t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions",
-                                                                 chat("Write a long story about a dragon.", max_tokens=200, stream=True))))
+        cut, story = [], chat("Write a long story about a dragon.", max_tokens=200, stream=True)
+        t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions", story)))
         t.start()
         while not json.loads(s.request("GET", "/slots")[2]) and t.is_alive():
             time.sleep(0.02)

@@ -122,9 +122,15 @@ static enum MHD_Result respond(struct MHD_Connection *c, struct request *r, int 
     return ok;
 }
 
-static enum MHD_Result respond_json(struct MHD_Connection *c, struct request *r, int status, cJSON *o) {
+/* The text of o, which is freed. */
+static char *json_text(cJSON *o) {
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
+    return s;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, struct request *r, int status, cJSON *o) {
+    char *s = json_text(o);
     return s ? respond(c, r, status, "application/json", s, strlen(s), 0) : MHD_NO;
 }
 
@@ -148,7 +154,7 @@ static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    char *s = cJSON_PrintUnformatted(error_json(status, code, msg));
+    char *s = json_text(error_json(status, code, msg));
     return s ? respond(c, r, status, "application/json", s, strlen(s), status == 503 ? 1 : 0) : MHD_NO;
 }
 
@@ -538,8 +544,7 @@ struct stream {
 };
 
 static void sse_put(struct stream *st, cJSON *o) {
-    char *s = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
+    char *s = json_text(o);
     if (s && strbuf_put(&st->buf, "data: ", 6) && strbuf_put(&st->buf, s, strlen(s)))
         strbuf_put(&st->buf, "\n\n", 2);
     free(s);
@@ -654,7 +659,6 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, struct reques
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->chat = chat;
-    j->t0 = r->t0;
     j->sampling = kvf_sampler_default_params();
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;

@@ -29,7 +29,6 @@ struct serve_job {
     int n_stops;
     char *kv;                 /* the request's policy; NULL: the server's --kv */
     int fd;                   /* the client's socket, watched for a hang-up */
-    double t0;
     /* Under the server's lock. */
     int refs;
     enum job_state state;
