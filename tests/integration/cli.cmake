@@ -29,3 +29,13 @@ foreach(case mm_generate mm_video mm_errors pseudo mm_bench milebench)
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300
                        FIXTURES_REQUIRED kvf_fixtures)
 endforeach()
+
+# kvfold serve (tests/cli/serve_test.py): the HTTP API through http.client and
+# the openai package, the shared KV budget under load, the bad-request battery.
+foreach(case serve_api serve_image serve_load serve_errors)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/serve_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS "cli;serve" SKIP_RETURN_CODE 77 TIMEOUT 300
+                       FIXTURES_REQUIRED kvf_fixtures)
+endforeach()
