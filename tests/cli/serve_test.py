@@ -125,8 +125,9 @@ def chat(text, **kw):
 
 
 def generate_text(ctx, model_args, prompt, n, kv=None, chat_mode=True):
-    """kvfold generate's greedy text for the same prompt (the reference)."""
-    args = ["generate", *model_args, "-p", prompt, "-n", str(n), "-t", "1", "--json"]
+    """kvfold generate's greedy text for the same prompt (the reference), with the batch size of the servers
+    that compare with it, so that rows go through the same products."""
+    args = ["generate", *model_args, "-p", prompt, "-n", str(n), "-t", "1", "-b", "16", "--json"]
     args += ["--chat"] if chat_mode else []
     args += ["--kv", kv] if kv else []
     rc, out, err = ctx.run(*args)
@@ -136,7 +137,8 @@ def generate_text(ctx, model_args, prompt, n, kv=None, chat_mode=True):
 
 def case_serve_api(ctx):
     model = ctx.model(SMOL)
-    with serving(ctx, "-m", model, "-t", "1", "--parallel", "8") as s:
+    # -b 16: a prompt goes in by parts of 16 positions between the other sessions' decode steps.
+    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "8") as s:
         check(s.healthy(), "/health")
         status, _, data = s.request("GET", "/v1/models")
         models = json.loads(data)
@@ -276,7 +278,7 @@ def case_serve_image(ctx):
     os.makedirs(media, exist_ok=True)
     img = write_ppm(os.path.join(media, "a.ppm"), 20, 13, 0)
     outside = write_ppm(os.path.join(ctx.tmp, "b.ppm"), 9, 9, 1)
-    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "--media-dir", media,
+    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "-b", "16", "--media-dir", media,
                  "--max-images", "2") as s:
         def ask(url, n=6, text="What is this?"):
             body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},

@@ -50,6 +50,7 @@ struct serve_job {
     struct media_set media;
     int32_t tok;              /* sampled and sent, not yet decoded */
     int n_ctx;
+    int part_next;            /* prompt positions prefilled so far */
     bool prepared;
 };
 
@@ -69,6 +70,7 @@ struct server {
     int n_queued;
     struct serve_job **active;
     int n_active;
+    struct serve_job *filling; /* admitted, its prompt going in a part per turn (one at a time) */
     bool stopping;
     size_t reserved, in_use, peak_in_use;
     /* /metrics */

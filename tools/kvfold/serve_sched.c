@@ -229,8 +229,8 @@ static size_t job_reserve_after_compress(const struct server *srv, const struct 
     return MIN(j->reserved, kvf_session_kv_bytes(j->s) + sched_reserve_bytes(srv, most + rest));
 }
 
-/* Session, prefill, compression and the first token (without the lock). */
-static bool job_start(struct server *srv, struct serve_job *j, int32_t *tok, struct job_error *e) {
+/* The session and sampler of an admitted job (without the lock). */
+static bool job_open(struct server *srv, struct serve_job *j, struct job_error *e) {
     struct kvf_session_params sp = session_params(srv->a, j->n_ctx);
     if (j->kv)
         sp.kv_spec = j->kv;
@@ -239,8 +239,26 @@ static bool job_start(struct server *srv, struct serve_job *j, int32_t *tok, str
         return error_kvf(e, st, "kv");
     if ((st = kvf_sampler_init(&j->sampling, &j->smp)) != KVF_OK)
         return error_kvf(e, st, "sampler");
-    if ((st = kvf_session_prefill_prompt(j->s, j->pr, NULL)) != KVF_OK)
+    j->part_next = 0;
+    return true;
+}
+
+/* One part of the prompt (--batch-size positions), so that a long prompt
+ * does not stop the running sessions for its whole prefill; the whole
+ * prompt at once for policies that need it in one pass. Then, once it is
+ * all in, compression and the first token (without the lock). *done says
+ * whether it was the last part. */
+static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, struct job_error *e) {
+    const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
+    enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
+    if (st == KVF_ERR_UNSUPPORTED && j->part_next == 0)
+        st = kvf_session_prefill_prompt(j->s, j->pr, NULL);
+    if (st != KVF_OK)
         return error_kvf(e, st, "prefill");
+    j->part_next = kvf_session_n_past(j->s);
+    *done = j->part_next >= n;
+    if (!*done)
+        return true;
     j->kv_full = kvf_session_kv_full_bytes(j->s);
     if (j->kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s))
         fprintf(stderr, "kvfold: serve: warning: a position costs %zu bytes, over the %zu the KV budget assumes\n",
@@ -264,11 +282,12 @@ static void queue_pop(struct server *srv) {
     srv->n_queued--;
 }
 
-/* The queue's head, prepared and started when its reservation fits; true
- * when the queue moved. Called with the lock held; drops it for the work. */
-static bool sched_admit(struct server *srv, char **piece, int32_t *cap) {
+/* The queue's head, prepared and given its session when its reservation
+ * fits and no other prompt is going in; true when the queue moved. Called
+ * with the lock held; drops it for the work. */
+static bool sched_admit(struct server *srv) {
     struct serve_job *j = srv->head;
-    if (!j || srv->n_active >= srv->a->parallel)
+    if (!j || srv->filling || srv->n_active + 1 > srv->a->parallel)
         return false;
     struct job_error e = { 0 };
     bool ok = true;
@@ -280,16 +299,45 @@ static bool sched_admit(struct server *srv, char **piece, int32_t *cap) {
     if (ok && srv->reserved + j->reserved > srv->budget)
         return false; /* until a running session gives memory back */
     queue_pop(srv);
-    int32_t tok = 0;
     if (ok) {
         srv->reserved += j->reserved;
         pthread_mutex_unlock(&srv->mu);
-        ok = job_start(srv, j, &tok, &e);
+        ok = job_open(srv, j, &e);
         pthread_mutex_lock(&srv->mu);
     }
-    if (!ok) {
+    if (ok) {
+        srv->filling = j;
+    } else {
         job_end(srv, j, NULL);
         job_fail(j, e.status, e.code, "%s", e.msg);
+        job_unref(j);
+    }
+    return true;
+}
+
+/* A part of the filling job's prompt; once it is all in, the job runs.
+ * true when work was done. Called with the lock held; drops it for the work. */
+static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
+    struct serve_job *j = srv->filling;
+    if (!j)
+        return false;
+    struct job_error e = { 0 };
+    int32_t tok = 0;
+    bool done = false, ok = !j->cancelled;
+    if (ok) {
+        pthread_mutex_unlock(&srv->mu);
+        ok = job_fill(srv, j, &tok, &done, &e);
+        pthread_mutex_lock(&srv->mu);
+    }
+    if (ok && !done && !j->cancelled)
+        return true;
+    srv->filling = NULL;
+    if (!ok || j->cancelled) {
+        job_end(srv, j, NULL);
+        if (j->cancelled)
+            job_fail(j, 499, "cancelled", "the client went away");
+        else
+            job_fail(j, e.status, e.code, "%s", e.msg);
     } else {
         const size_t r = job_reserve_after_compress(srv, j);
         srv->reserved -= j->reserved - r;
@@ -402,10 +450,10 @@ static void *sched_main(void *arg) {
     while (!srv->stopping && ss && toks) {
         sched_drop(srv, job_live);
         queue_reap(srv);
-        const bool moved = sched_admit(srv, &piece, &piece_cap);
+        const bool moved = sched_admit(srv), filled = sched_fill(srv, &piece, &piece_cap);
         if (srv->n_active > 0)
             sched_step(srv, ss, toks, &piece, &piece_cap);
-        else if (!moved)
+        else if (!moved && !filled)
             pthread_cond_wait(&srv->wake, &srv->mu);
         sched_account(srv);
     }
@@ -416,6 +464,12 @@ static void *sched_main(void *arg) {
             job_fail(srv->active[i], 503, "shutting_down", "the server is shutting down");
         }
     sched_drop(srv, job_never);
+    if (srv->filling) {
+        job_end(srv, srv->filling, NULL);
+        job_fail(srv->filling, 503, "shutting_down", "the server is shutting down");
+        job_unref(srv->filling);
+        srv->filling = NULL;
+    }
     while (srv->head) {
         struct serve_job *j = srv->head;
         queue_pop(srv);
@@ -473,7 +527,7 @@ bool sched_submit(struct server *srv, struct serve_job *j) {
     }
     /* --queue counts the requests that wait for a slot: those a free slot
      * takes at the scheduler's next turn do not. */
-    if (srv->n_queued >= srv->a->queue + MAX(0, srv->a->parallel - srv->n_active)) {
+    if (srv->n_queued >= srv->a->queue + MAX(0, srv->a->parallel - srv->n_active - (srv->filling != NULL))) {
         j->status = 503;
         j->err_code = "queue_full";
         snprintf(j->err, sizeof j->err, "%d requests are waiting already (--queue); retry later", srv->n_queued);
