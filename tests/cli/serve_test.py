@@ -157,6 +157,10 @@ def case_serve_api(ctx):
         status, o, _ = s.post("/v1/chat/completions", chat(PASSAGE + " Summarise.", max_tokens=3))
         check(o["choices"][0]["finish_reason"] == "length" and o["usage"]["completion_tokens"] == 3,
               f"length: {o['choices'][0]} {o['usage']}")
+        # ignore_eos (llama-server's extension): max_tokens whatever the model says.
+        status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=40, ignore_eos=True))
+        check(status == 200 and o["usage"]["completion_tokens"] == 40 and o["choices"][0]["finish_reason"] == "length",
+              f"ignore_eos: {o.get('usage')} {o['choices'][0]}")
         # The kv extension: a compressing policy keeps less of the prompt.
         kv = "snapkv:budget=0.3"
         status, o, _ = s.post("/v1/chat/completions", chat(PASSAGE + " Summarise.", max_tokens=8, kv=kv))

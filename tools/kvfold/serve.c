@@ -396,6 +396,7 @@ static bool common_parse(const struct server *srv, const cJSON *o, struct serve_
         !field_num(o, "temperature", 0, 2, &j->sampling.temp, e) ||
         !field_num(o, "top_p", 0, 1, &j->sampling.top_p, e) || !field_int(o, "top_k", 0, 1 << 30, &top_k, e) ||
         !field_num(o, "min_p", 0, 1, &j->sampling.min_p, e) || !field_bool(o, "stream", &j->stream, e) ||
+        !field_bool(o, "ignore_eos", &j->ignore_eos, e) ||
         !stops_parse(cJSON_GetObjectItemCaseSensitive(o, "stop"), j, e))
         return false;
     j->max_tokens = (int)max_tokens;

@@ -19,6 +19,7 @@ struct serve_job {
     /* Set by the HTTP side before the job is queued, read-only afterwards. */
     int id;
     bool chat, stream, include_usage;
+    bool ignore_eos;          /* llama-server's extension: generate max_tokens whatever the model says */
     char *text;               /* the prompt as the model sees it, with <image> markers */
     bool special;             /* parse control-token text (the chat template's markup) */
     struct kvf_image **images;

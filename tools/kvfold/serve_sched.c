@@ -146,7 +146,7 @@ static long stop_find(const struct serve_job *j, size_t from) {
 
 /* A sampled token: the end, or its text appended. False when the job ended. */
 static bool job_take_token(struct server *srv, struct serve_job *j, int32_t tok, char **piece, int32_t *cap) {
-    if (kvf_token_is_eog(srv->m, tok)) {
+    if (!j->ignore_eos && kvf_token_is_eog(srv->m, tok)) {
         job_end(srv, j, "stop");
         return false;
     }
@@ -358,7 +358,8 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
 /* ------------------------------------------------------------- decoding -- */
 
 static void sched_account(struct server *srv) {
-    size_t sum = 0;
+    /* The filling job's session is this thread's alone: read it directly. */
+    size_t sum = srv->filling && srv->filling->s ? kvf_session_kv_bytes(srv->filling->s) : 0;
     for (int i = 0; i < srv->n_active; i++)
         sum += srv->active[i]->kv_bytes;
     srv->in_use = sum;
