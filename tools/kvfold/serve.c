@@ -160,17 +160,7 @@ static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r
 
 /* ------------------------------------------------------------ requests -- */
 
-/* A failure found while reading a request: its status, code and message. */
-struct req_error {
-    int status;
-    const char *code;
-    char msg[SERVE_ERR_MAX];
-};
-
-static bool bad(struct req_error *e, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bool bad(struct req_error *e, int status, const char *code, const char *fmt, ...) {
+bool serve_error_set(struct serve_error *e, int status, const char *code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
@@ -223,87 +213,90 @@ static bool b64_decode(const char *s, size_t n, unsigned char **out, size_t *len
 }
 
 /* An image_url: a data:image/...;base64, URL, or file:// under --media-dir. */
-static bool image_from_url(const struct server *srv, const char *url, struct kvf_image **img, struct req_error *e) {
+static bool image_from_url(const struct server *srv, const char *url, struct kvf_image **img, struct serve_error *e) {
     const int64_t px = image_max_pixels(srv->a);
     enum kvf_status st;
     if (strncmp(url, "data:", 5) == 0) {
         const char *comma = strchr(url, ',');
         if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 || strncmp(comma - 7, ";base64", 7))
-            return bad(e, 400, "invalid_image_url", "a data URL must be data:image/TYPE;base64,DATA");
+            return serve_error_set(e, 400, "invalid_image_url", "a data URL must be data:image/TYPE;base64,DATA");
         unsigned char *data;
         size_t n;
         if (!b64_decode(comma + 1, strlen(comma + 1), &data, &n))
-            return bad(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
+            return serve_error_set(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
         st = kvf_image_load_memory(data, n, px, img);
         free(data);
     } else if (strncmp(url, "file://", 7) == 0) {
         const char *dir = srv->a->media_dir;
         char real[PATH_MAX], root[PATH_MAX];
         if (!dir)
-            return bad(e, 400, "invalid_image_url", "file:// URLs are refused (the server has no --media-dir)");
+            return serve_error_set(e, 400, "invalid_image_url",
+                    "file:// URLs are refused (the server has no --media-dir)");
         if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
             real[strlen(root)] != '/')
-            return bad(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
+            return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
         st = kvf_image_load(real, px, img);
     } else {
-        return bad(e, 400, "invalid_image_url",
+        return serve_error_set(e, 400, "invalid_image_url",
                    "image URLs must be data:image/...;base64 or file:// under --media-dir");
     }
     if (st != KVF_OK)
-        return bad(e, 400, "invalid_image", "not a readable image: %s", kvf_last_error());
+        return serve_error_set(e, 400, "invalid_image", "not a readable image: %s", kvf_last_error());
     return true;
 }
 
 /* A message's content: a string, or parts (text; image_url, which becomes
  * an <image> marker and an image of the job). */
 static bool content_text(const struct server *srv, const cJSON *content, struct serve_job *j, struct strbuf *b,
-                         struct req_error *e) {
+                         struct serve_error *e) {
     if (cJSON_IsString(content))
         return strbuf_put(b, content->valuestring, strlen(content->valuestring)) ||
-               bad(e, 500, "server_error", "out of memory");
+               serve_error_set(e, 500, "server_error", "out of memory");
     if (!cJSON_IsArray(content))
-        return bad(e, 400, "invalid_type", "a message's content must be a string or an array of parts");
+        return serve_error_set(e, 400, "invalid_type", "a message's content must be a string or an array of parts");
     const cJSON *part;
     cJSON_ArrayForEach(part, content) {
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
         if (type && strcmp(type, "text") == 0) {
             const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
             if (!t)
-                return bad(e, 400, "invalid_type", "a text part needs a string 'text'");
+                return serve_error_set(e, 400, "invalid_type", "a text part needs a string 'text'");
             if (!strbuf_put(b, t, strlen(t)))
-                return bad(e, 500, "server_error", "out of memory");
+                return serve_error_set(e, 500, "server_error", "out of memory");
             continue;
         }
         if (!type || strcmp(type, "image_url") != 0)
-            return bad(e, 400, "invalid_type", "content parts are {type: text} or {type: image_url}");
+            return serve_error_set(e, 400, "invalid_type", "content parts are {type: text} or {type: image_url}");
         const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
         const char *url = cJSON_IsString(iu) ? iu->valuestring
                                              : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(iu, "url"));
         if (!url)
-            return bad(e, 400, "invalid_type", "an image_url part needs image_url.url");
+            return serve_error_set(e, 400, "invalid_type", "an image_url part needs image_url.url");
         if (!srv->info.has_vision)
-            return bad(e, 400, "invalid_request", "the model has no vision tower (start the server with --mmproj)");
+            return serve_error_set(e, 400, "invalid_request",
+                    "the model has no vision tower (start the server with --mmproj)");
         if (j->n_images >= srv->a->max_images)
-            return bad(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
+            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
         if (!image_from_url(srv, url, &j->images[j->n_images], e))
             return false;
         j->n_images++;
         if (!strbuf_put(b, KVF_MARKER_IMAGE "\n", strlen(KVF_MARKER_IMAGE "\n")))
-            return bad(e, 500, "server_error", "out of memory");
+            return serve_error_set(e, 500, "server_error", "out of memory");
     }
     return true;
 }
 
 /* The messages through the chat template. */
-static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serve_job *j, struct req_error *e) {
+static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serve_job *j, struct serve_error *e) {
     static const char *const roles[] = { "system", "user", "assistant", "developer" };
     const int n = cJSON_GetArraySize(msgs);
     if (!cJSON_IsArray(msgs) || n == 0 || n > SERVE_MSG_MAX)
-        return bad(e, 400, "invalid_messages", "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
+        return serve_error_set(e, 400, "invalid_messages",
+                "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
     struct kvf_chat_message cm[SERVE_MSG_MAX];
     struct strbuf texts[SERVE_MSG_MAX] = { { 0 } };
     bool ok = (j->images = calloc((size_t)srv->a->max_images + 1, sizeof *j->images)) != NULL ||
-              bad(e, 500, "server_error", "out of memory");
+              serve_error_set(e, 500, "server_error", "out of memory");
     for (int i = 0; ok && i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(msgs, i);
         const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
@@ -311,79 +304,82 @@ static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serv
         while (role && r < COUNT_OF(roles) && strcmp(role, roles[r]) != 0)
             r++;
         if (!role || r == COUNT_OF(roles)) {
-            ok = bad(e, 400, "invalid_role", "message %d: role must be system, developer, user or assistant", i);
+            ok = serve_error_set(e, 400, "invalid_role",
+                    "message %d: role must be system, developer, user or assistant", i);
             break;
         }
         /* Templates know "system"; OpenAI's newer name for it is "developer". */
         cm[i].role = r == 3 ? "system" : roles[r];
         ok = content_text(srv, cJSON_GetObjectItemCaseSensitive(m, "content"), j, &texts[i], e) &&
-             (texts[i].s || strbuf_put(&texts[i], "", 0) || bad(e, 500, "server_error", "out of memory"));
+             (texts[i].s || strbuf_put(&texts[i], "", 0) || serve_error_set(e, 500, "server_error", "out of memory"));
         cm[i].content = texts[i].s;
     }
     const char *name = chat_template_for(srv->a, srv->m);
     int32_t need = 0, len;
     if (ok && kvf_chat_apply(srv->m, name, cm, n, true, NULL, 0, &need) != KVF_ERR_BUFFER)
-        ok = bad(e, 400, "invalid_messages", "chat template: %s", kvf_last_error());
+        ok = serve_error_set(e, 400, "invalid_messages", "chat template: %s", kvf_last_error());
     if (ok && (!(j->text = malloc((size_t)need)) || kvf_chat_apply(srv->m, name, cm, n, true, j->text, need, &len)))
-        ok = bad(e, 500, "server_error", "out of memory for the chat text");
+        ok = serve_error_set(e, 500, "server_error", "out of memory for the chat text");
     for (int i = 0; i < n && i < SERVE_MSG_MAX; i++)
         free(texts[i].s);
     return ok;
 }
 
 /* An integer field in [lo, hi]; absent: true and *out untouched. */
-static bool field_int(const cJSON *o, const char *name, double lo, double hi, double *out, struct req_error *e) {
+static bool field_int(const cJSON *o, const char *name, double lo, double hi, double *out, struct serve_error *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return bad(e, 400, "invalid_value", "'%s' must be an integer in [%.0f, %.0f]", name, lo, hi);
+        return serve_error_set(e, 400, "invalid_value", "'%s' must be an integer in [%.0f, %.0f]", name, lo, hi);
     *out = v->valuedouble;
     return true;
 }
 
-static bool field_num(const cJSON *o, const char *name, double lo, double hi, float *out, struct req_error *e) {
+static bool field_num(const cJSON *o, const char *name, double lo, double hi, float *out, struct serve_error *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi)
-        return bad(e, 400, "invalid_value", "'%s' must be a number in [%g, %g]", name, lo, hi);
+        return serve_error_set(e, 400, "invalid_value", "'%s' must be a number in [%g, %g]", name, lo, hi);
     *out = (float)v->valuedouble;
     return true;
 }
 
-static bool field_bool(const cJSON *o, const char *name, bool *out, struct req_error *e) {
+static bool field_bool(const cJSON *o, const char *name, bool *out, struct serve_error *e) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
     if (!v || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsBool(v))
-        return bad(e, 400, "invalid_type", "'%s' must be true or false", name);
+        return serve_error_set(e, 400, "invalid_type", "'%s' must be true or false", name);
     *out = cJSON_IsTrue(v);
     return true;
 }
 
-static bool stops_parse(const cJSON *v, struct serve_job *j, struct req_error *e) {
+static bool stops_parse(const cJSON *v, struct serve_job *j, struct serve_error *e) {
     const cJSON *s;
     if (!v || cJSON_IsNull(v))
         return true;
     if (!cJSON_IsString(v) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) <= SERVE_STOP_MAX))
-        return bad(e, 400, "invalid_stop", "'stop' must be a string or an array of at most %d strings", SERVE_STOP_MAX);
+        return serve_error_set(e, 400, "invalid_stop",
+                "'stop' must be a string or an array of at most %d strings", SERVE_STOP_MAX);
     for (s = cJSON_IsString(v) ? v : v->child; s; s = cJSON_IsString(v) ? NULL : s->next) {
         if (!cJSON_IsString(s) || !s->valuestring[0])
-            return bad(e, 400, "invalid_stop", "stop sequences must be non-empty strings");
+            return serve_error_set(e, 400, "invalid_stop", "stop sequences must be non-empty strings");
         if (!(j->stops[j->n_stops++] = strdup(s->valuestring)))
-            return bad(e, 500, "server_error", "out of memory");
+            return serve_error_set(e, 500, "server_error", "out of memory");
     }
     return true;
 }
 
 /* The fields both endpoints share (model, sampling, limits, stream, kv). */
-static bool common_parse(const struct server *srv, const cJSON *o, struct serve_job *j, struct req_error *e) {
+static bool common_parse(const struct server *srv, const cJSON *o, struct serve_job *j, struct serve_error *e) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
-        return bad(e, 400, "invalid_type", "'model' must be a string");
+        return serve_error_set(e, 400, "invalid_type", "'model' must be a string");
     if (cJSON_IsString(model) && strcmp(model->valuestring, srv->model_id) != 0)
-        return bad(e, 404, "model_not_found", "this server serves '%s', not '%s'", srv->model_id, model->valuestring);
+        return serve_error_set(e, 404, "model_not_found",
+                "this server serves '%s', not '%s'", srv->model_id, model->valuestring);
     double max_tokens = 0, seed = (double)j->sampling.seed, n = 1;
     j->sampling.temp = 1.0f;  /* OpenAI's defaults: temperature 1, nucleus off */
     j->sampling.top_p = 1.0f;
@@ -404,35 +400,35 @@ static bool common_parse(const struct server *srv, const cJSON *o, struct serve_
     j->sampling.top_k = (int)top_k;
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
-        return bad(e, 400, "invalid_type", "'stream_options' must be an object");
+        return serve_error_set(e, 400, "invalid_type", "'stream_options' must be an object");
     if (so && !field_bool(so, "include_usage", &j->include_usage, e))
         return false;
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv");
     if (kv && !cJSON_IsNull(kv)) {
         if (!cJSON_IsString(kv))
-            return bad(e, 400, "invalid_kv", "'kv' must be a policy string such as \"snapkv:budget=0.2\"");
+            return serve_error_set(e, 400, "invalid_kv", "'kv' must be a policy string such as \"snapkv:budget=0.2\"");
         if (kvf_kv_policy_check(kv->valuestring) != KVF_OK)
-            return bad(e, 400, "invalid_kv", "kv: %s", kvf_last_error());
+            return serve_error_set(e, 400, "invalid_kv", "kv: %s", kvf_last_error());
         if (!(j->kv = strdup(kv->valuestring)))
-            return bad(e, 500, "server_error", "out of memory");
+            return serve_error_set(e, 500, "server_error", "out of memory");
     }
     return true;
 }
 
 static bool job_parse(const struct server *srv, const struct request *r, bool chat, struct serve_job *j,
-                      struct req_error *e) {
+                      struct serve_error *e) {
     cJSON *o = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
     bool ok;
     if (!cJSON_IsObject(o)) {
-        ok = bad(e, 400, "invalid_json", "the body must be a JSON object");
+        ok = serve_error_set(e, 400, "invalid_json", "the body must be a JSON object");
     } else if (!(ok = common_parse(srv, o, j, e))) {
     } else if (chat) {
         j->special = true; /* the template's markup is control-token text */
         ok = chat_prompt(srv, cJSON_GetObjectItemCaseSensitive(o, "messages"), j, e);
     } else {
         const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "prompt"));
-        ok = p ? (j->text = strdup(p)) != NULL || bad(e, 500, "server_error", "out of memory")
-               : bad(e, 400, "invalid_prompt", "'prompt' must be a string");
+        ok = p ? (j->text = strdup(p)) != NULL || serve_error_set(e, 500, "server_error", "out of memory")
+               : serve_error_set(e, 400, "invalid_prompt", "'prompt' must be a string");
     }
     cJSON_Delete(o);
     return ok;
@@ -668,7 +664,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, struct reques
     j->id = ++srv->next_id;
     j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
     pthread_mutex_unlock(&srv->mu);
-    struct req_error e = { 0 };
+    struct serve_error e = { 0 };
     if (!job_parse(srv, r, chat, j, &e))
         return respond_error(c, r, e.status, e.code, "%s", e.msg);
     pthread_mutex_lock(&srv->mu);

@@ -80,6 +80,18 @@ struct server {
     int next_id;
 };
 
+/* A failure to report: its HTTP status, OpenAI error code and message;
+ * found while reading a request, or by the scheduler without the lock and
+ * reported under it. */
+struct serve_error {
+    int status;
+    const char *code;
+    char msg[SERVE_ERR_MAX];
+};
+/* Fills e; returns false, for `return serve_error_set(...)`. */
+bool serve_error_set(struct serve_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* The scheduler thread (serve_sched.c). */
 int sched_start(struct server *srv);
 /* Queues a job (taking a reference); false when the queue is full or the

@@ -14,30 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A failure found without the lock, reported under it. */
-struct job_error {
-    int status;
-    const char *code;
-    char msg[SERVE_ERR_MAX];
-};
-
-static bool error_set(struct job_error *e, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static bool error_set(struct job_error *e, int status, const char *code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->code = code;
-    return false;
-}
-
 /* A library failure: the caller's fault (400) unless memory or the library failed. */
-static bool error_kvf(struct job_error *e, enum kvf_status st, const char *what) {
+static bool error_kvf(struct serve_error *e, enum kvf_status st, const char *what) {
     const bool ours = st == KVF_ERR_NOMEM || st == KVF_ERR_INTERNAL;
-    return error_set(e, ours ? 500 : 400, ours ? "server_error" : "invalid_request", "%s: %s: %s", what,
+    return serve_error_set(e, ours ? 500 : 400, ours ? "server_error" : "invalid_request", "%s: %s: %s", what,
                      kvf_status_str(st), kvf_last_error());
 }
 
@@ -178,7 +158,7 @@ static bool job_take_token(struct server *srv, struct serve_job *j, int32_t tok,
 /* ------------------------------------------------------------ admission -- */
 
 /* Media through the vision tower and the prompt tokenized: the reservation. */
-static bool job_prepare(struct server *srv, struct serve_job *j, struct job_error *e) {
+static bool job_prepare(struct server *srv, struct serve_job *j, struct serve_error *e) {
     const struct args *a = srv->a;
     for (int i = 0; i < j->n_images; i++) {
         struct kvf_media *md;
@@ -186,7 +166,7 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_erro
         if (st != KVF_OK)
             return error_kvf(e, st, "image");
         if (media_push(&j->media, md))
-            return error_set(e, 500, "server_error", "out of memory for the media");
+            return serve_error_set(e, 500, "server_error", "out of memory for the media");
     }
     enum kvf_status st = kvf_prompt_init(srv->m, j->text, (const struct kvf_media *const *)j->media.items,
                                          j->media.n, true, j->special, &j->pr);
@@ -194,16 +174,16 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_erro
         return error_kvf(e, st, "prompt");
     const int n = kvf_prompt_n_tokens(j->pr);
     if (n == 0)
-        return error_set(e, 400, "invalid_request", "the prompt has no tokens");
+        return serve_error_set(e, 400, "invalid_request", "the prompt has no tokens");
     if (n >= srv->n_ctx)
-        return error_set(e, 400, "context_length_exceeded",
+        return serve_error_set(e, 400, "context_length_exceeded",
                          "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to generate",
                          n, srv->n_ctx);
     const int room = srv->n_ctx - n;
     j->n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
     const size_t need = sched_reserve_bytes(srv, j->n_ctx);
     if (need > srv->budget)
-        return error_set(e, 413, "kv_memory_exceeded",
+        return serve_error_set(e, 413, "kv_memory_exceeded",
                          "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
                          "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt or "
                          "lower max_tokens",
@@ -230,7 +210,7 @@ static size_t job_reserve_after_compress(const struct server *srv, const struct 
 }
 
 /* The session and sampler of an admitted job (without the lock). */
-static bool job_open(struct server *srv, struct serve_job *j, struct job_error *e) {
+static bool job_open(struct server *srv, struct serve_job *j, struct serve_error *e) {
     struct kvf_session_params sp = session_params(srv->a, j->n_ctx);
     if (j->kv)
         sp.kv_spec = j->kv;
@@ -248,7 +228,7 @@ static bool job_open(struct server *srv, struct serve_job *j, struct job_error *
  * prompt at once for policies that need it in one pass. Then, once it is
  * all in, compression and the first token (without the lock). *done says
  * whether it was the last part. */
-static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, struct job_error *e) {
+static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, struct serve_error *e) {
     const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
     enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
     if (st == KVF_ERR_UNSUPPORTED && j->part_next == 0)
@@ -289,7 +269,7 @@ static bool sched_admit(struct server *srv) {
     struct serve_job *j = srv->head;
     if (!j || srv->filling || srv->n_active + 1 > srv->a->parallel)
         return false;
-    struct job_error e = { 0 };
+    struct serve_error e = { 0 };
     bool ok = true;
     if (!j->prepared) {
         pthread_mutex_unlock(&srv->mu);
@@ -321,7 +301,7 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
     struct serve_job *j = srv->filling;
     if (!j)
         return false;
-    struct job_error e = { 0 };
+    struct serve_error e = { 0 };
     int32_t tok = 0;
     bool done = false, ok = !j->cancelled;
     if (ok) {
