@@ -337,13 +337,15 @@ KVF_API enum kvf_status kvf_session_prefill(struct kvf_session *session, const i
  * or dropped rows, all_logits is refused (KVF_ERR_UNSUPPORTED): those
  * positions have no logits. */
 /* kvf_session_prefill_prompt in parts: positions [first, first + n) of the
- * prompt, the parts in order from first = 0 (each first = the positions
- * already in), so that a server can interleave a long prompt with other
- * sessions' decoding. The parts together give what the whole prompt gives
- * (the same positions, tags and cache; logits within the rounding of other
- * batch boundaries). KVF_ERR_UNSUPPORTED for policies that need the whole
- * prompt in one pass (a reduce stage, block-wise question=1);
- * KVF_ERR_INVALID_ARG for a part out of order. */
+ * prompt, the parts in order from first = 0 (each first = the prompt's
+ * positions already in), so that a server can interleave a long prompt with
+ * other sessions' decoding. A part runs on to the end of the forward pass
+ * the whole prompt makes there (at most n_batch - 1 more positions; read
+ * how far it got from kvf_session_n_past), so the parts run the very passes
+ * of kvf_session_prefill_prompt and give its cache and logits bit for bit.
+ * KVF_ERR_UNSUPPORTED for policies that need the whole prompt in one pass
+ * (a reduce stage, block-wise question=1); KVF_ERR_INVALID_ARG for a part
+ * out of order. */
 KVF_API enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *session, const struct kvf_prompt *prompt,
                                                         int first, int n);
 KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,

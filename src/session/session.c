@@ -344,16 +344,25 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
         if (st != KVF_OK) return st;
         s->part_of = p;
         s->part_next = 0;
-    } else if (s->part_of != p || first != s->part_next) {
+        s->part_base = s->n_past;
+    } else if (s->part_of != p || first != s->part_next || s->n_past != s->part_base + first) {
         return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: positions from %d, but %d of this prompt are in",
                        first, s->part_of == p ? s->part_next : 0);
     }
-    /* The whole prompt's text batching: the positions before first are in. */
-    s->n_past -= first;
     const int text_batch = prompt_text_batch(s, p);
-    s->n_past += first;
-    const enum kvf_status st = prompt_run(s, p, first, n, text_batch, NULL);
-    s->part_next = first + n;
+    /* The part ends where a pass of the whole prompt ends, so that the
+     * parts run the very passes of kvf_session_prefill_prompt (block-wise
+     * eviction and the statistics' sums depend on them). */
+    int end = first + n;
+    for (int g = 0; g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        if (end <= sg->start || end >= sg->start + sg->n) continue;
+        const int b = sg->media ? s->params.n_batch : text_batch;
+        end = KVF_MIN(sg->start + sg->n, sg->start + (end - sg->start + b - 1) / b * b);
+        break;
+    }
+    const enum kvf_status st = prompt_run(s, p, first, end - first, text_batch, NULL);
+    s->part_next = end;
     if (st != KVF_OK || s->part_next == p->n) s->part_of = NULL;
     return st;
 }
@@ -421,10 +430,12 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
             s->n_past++;
             s->has_logits = st == KVF_OK;
         }
-        /* What kvf_session_decode does after its pass, session by session. */
-        for (int i = 0; i < n && st == KVF_OK; i++) {
-            st = session_block_done(ss[i]);
-            if (st == KVF_OK && ss[i]->cs.compressed) st = decode_maintain(ss[i]);
+        /* What kvf_session_decode does after its pass, in every session
+         * (the first failure is returned). */
+        for (int i = 0, pass_ok = st == KVF_OK; i < n && pass_ok; i++) {
+            enum kvf_status si = session_block_done(ss[i]);
+            if (si == KVF_OK && ss[i]->cs.compressed) si = decode_maintain(ss[i]);
+            if (st == KVF_OK) st = si;
         }
     }
     fwd_free(&b);

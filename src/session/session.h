@@ -55,9 +55,9 @@ struct kvf_session {
     struct compress_state cs;
     struct kv_merge_log merges;
     /* A prompt being prefilled in parts: its positions before part_next
-     * are in (part_of NULL: none). */
+     * are in, after the part_base positions before it (part_of NULL: none). */
     const struct kvf_prompt *part_of;
-    int part_next;
+    int part_next, part_base;
 };
 
 /* What brings the cache back within budget: the preset's rule and merge

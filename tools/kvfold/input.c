@@ -19,7 +19,8 @@ bool strbuf_put(struct strbuf *b, const char *s, size_t n) {
         b->s = p;
         b->cap = cap;
     }
-    memcpy(b->s + b->n, s, n);
+    if (n) /* s may be NULL then (an empty piece) */
+        memcpy(b->s + b->n, s, n);
     b->n += n;
     b->s[b->n] = '\0';
     return true;

@@ -212,20 +212,16 @@ static bool b64_decode(const char *s, size_t n, unsigned char **out, size_t *len
     return true;
 }
 
-/* An image_url: a data:image/...;base64, URL, or file:// under --media-dir. */
-static bool image_from_url(const struct server *srv, const char *url, struct kvf_image **img, struct serve_error *e) {
-    const int64_t px = image_max_pixels(srv->a);
-    enum kvf_status st;
+/* An image_url: a data:image/...;base64, URL, or file:// under --media-dir
+ * (decoded later, when its job is prepared). */
+static bool image_from_url(const struct server *srv, const char *url, struct serve_image *img,
+                           struct serve_error *e) {
     if (strncmp(url, "data:", 5) == 0) {
         const char *comma = strchr(url, ',');
         if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 || strncmp(comma - 7, ";base64", 7))
             return serve_error_set(e, 400, "invalid_image_url", "a data URL must be data:image/TYPE;base64,DATA");
-        unsigned char *data;
-        size_t n;
-        if (!b64_decode(comma + 1, strlen(comma + 1), &data, &n))
+        if (!b64_decode(comma + 1, strlen(comma + 1), &img->data, &img->n))
             return serve_error_set(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
-        st = kvf_image_load_memory(data, n, px, img);
-        free(data);
     } else if (strncmp(url, "file://", 7) == 0) {
         const char *dir = srv->a->media_dir;
         char real[PATH_MAX], root[PATH_MAX];
@@ -235,13 +231,12 @@ static bool image_from_url(const struct server *srv, const char *url, struct kvf
         if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
             real[strlen(root)] != '/')
             return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
-        st = kvf_image_load(real, px, img);
+        if (!(img->path = strdup(real)))
+            return serve_error_set(e, 500, "server_error", "out of memory");
     } else {
         return serve_error_set(e, 400, "invalid_image_url",
                    "image URLs must be data:image/...;base64 or file:// under --media-dir");
     }
-    if (st != KVF_OK)
-        return serve_error_set(e, 400, "invalid_image", "not a readable image: %s", kvf_last_error());
     return true;
 }
 
@@ -447,20 +442,27 @@ static bool peer_gone(int fd) {
 /* Waits (lock held) until the job started, has text past `sent`, or ended;
  * false when the client went away meanwhile (the job is then cancelled). */
 static bool job_wait(struct server *srv, struct serve_job *j, enum wait_for w, size_t sent) {
+    /* The hang-up check runs every 200 ms of waiting whatever wakes the
+     * thread: a job making tokens wakes it more often than that. */
+    struct timespec check, now;
+    clock_gettime(CLOCK_REALTIME, &check);
     for (;;) {
         if (j->state == JOB_DONE || (w == WAIT_STARTED && j->state != JOB_QUEUED) ||
             (w == WAIT_PROGRESS && j->ready > sent))
             return true;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000 * 1000;
-        ts.tv_sec += ts.tv_nsec / 1000000000;
-        ts.tv_nsec %= 1000000000;
-        if (pthread_cond_timedwait(&j->cv, &srv->mu, &ts) == ETIMEDOUT && peer_gone(j->fd)) {
-            j->cancelled = true;
-            pthread_cond_signal(&srv->wake);
-            return false;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if (now.tv_sec > check.tv_sec || (now.tv_sec == check.tv_sec && now.tv_nsec >= check.tv_nsec)) {
+            if (peer_gone(j->fd)) {
+                j->cancelled = true;
+                pthread_cond_signal(&srv->wake);
+                return false;
+            }
+            check = now;
+            check.tv_nsec += 200 * 1000 * 1000;
+            check.tv_sec += check.tv_nsec / 1000000000;
+            check.tv_nsec %= 1000000000;
         }
+        pthread_cond_timedwait(&j->cv, &srv->mu, &check);
     }
 }
 

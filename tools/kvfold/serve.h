@@ -15,6 +15,16 @@
 
 enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
+/* An image of a request as it came: its file bytes (a data URL) or a path
+ * under --media-dir. It is decoded only when its job is prepared, so that
+ * queued requests hold compressed bytes, not pixels (a 200 KB PNG can
+ * decode to 192 MiB). */
+struct serve_image {
+    unsigned char *data;
+    size_t n;
+    char *path;
+};
+
 struct serve_job {
     /* Set by the HTTP side before the job is queued, read-only afterwards. */
     int id;
@@ -22,7 +32,7 @@ struct serve_job {
     bool ignore_eos;          /* llama-server's extension: generate max_tokens whatever the model says */
     char *text;               /* the prompt as the model sees it, with <image> markers */
     bool special;             /* parse control-token text (the chat template's markup) */
-    struct kvf_image **images;
+    struct serve_image *images;
     int n_images;
     int max_tokens;           /* 0: the rest of the context */
     struct kvf_sampler_params sampling;

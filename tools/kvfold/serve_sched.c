@@ -37,8 +37,10 @@ void job_unref(struct serve_job *j) {
     if (!j || --j->refs > 0)
         return;
     job_release_model_state(j);
-    for (int i = 0; i < j->n_images; i++)
-        kvf_image_free(j->images[i]);
+    for (int i = 0; j->images && i < j->n_images; i++) {
+        free(j->images[i].data);
+        free(j->images[i].path);
+    }
     free(j->images);
     for (int i = 0; i < j->n_stops; i++)
         free(j->stops[i]);
@@ -157,12 +159,27 @@ static bool job_take_token(struct server *srv, struct serve_job *j, int32_t tok,
 
 /* ------------------------------------------------------------ admission -- */
 
-/* Media through the vision tower and the prompt tokenized: the reservation. */
-static bool job_prepare(struct server *srv, struct serve_job *j, struct serve_error *e) {
+/* What job_prepare finds, stored in the job under the lock. */
+struct job_plan {
+    int n_prompt, n_ctx;
+    size_t reserved;
+};
+
+/* Media through the vision tower and the prompt tokenized: the reservation
+ * (without the lock: the job's shared fields are left alone). */
+static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan *plan, struct serve_error *e) {
     const struct args *a = srv->a;
     for (int i = 0; i < j->n_images; i++) {
+        const struct serve_image *im = &j->images[i];
+        struct kvf_image *img;
         struct kvf_media *md;
-        const enum kvf_status st = kvf_media_encode_image(srv->m, j->images[i], KVF_MOD_IMAGE, a->threads, &md);
+        enum kvf_status st = im->path ? kvf_image_load(im->path, image_max_pixels(a), &img)
+                                      : kvf_image_load_memory(im->data, im->n, image_max_pixels(a), &img);
+        if (st != KVF_OK)
+            return serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s", i + 1,
+                                   kvf_last_error());
+        st = kvf_media_encode_image(srv->m, img, KVF_MOD_IMAGE, a->threads, &md);
+        kvf_image_free(img);
         if (st != KVF_OK)
             return error_kvf(e, st, "image");
         if (media_push(&j->media, md))
@@ -179,18 +196,15 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct serve_er
         return serve_error_set(e, 400, "context_length_exceeded",
                          "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to generate",
                          n, srv->n_ctx);
-    const int room = srv->n_ctx - n;
-    j->n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
-    const size_t need = sched_reserve_bytes(srv, j->n_ctx);
+    const int room = srv->n_ctx - n, n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
+    const size_t need = sched_reserve_bytes(srv, n_ctx);
     if (need > srv->budget)
         return serve_error_set(e, 413, "kv_memory_exceeded",
                          "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
                          "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt or "
                          "lower max_tokens",
-                         need, n, j->n_ctx - n, srv->pos_bytes, srv->budget);
-    j->n_prompt = n;
-    j->reserved = need;
-    j->prepared = true;
+                         need, n, n_ctx - n, srv->pos_bytes, srv->budget);
+    *plan = (struct job_plan){ .n_prompt = n, .n_ctx = n_ctx, .reserved = need };
     return true;
 }
 
@@ -226,9 +240,11 @@ static bool job_open(struct server *srv, struct serve_job *j, struct serve_error
 /* One part of the prompt (--batch-size positions), so that a long prompt
  * does not stop the running sessions for its whole prefill; the whole
  * prompt at once for policies that need it in one pass. Then, once it is
- * all in, compression and the first token (without the lock). *done says
- * whether it was the last part. */
-static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, struct serve_error *e) {
+ * all in, compression and the first token (without the lock: the bytes
+ * the full cache held go to *kv_full). *done says whether it was the last
+ * part. */
+static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, size_t *kv_full,
+                     struct serve_error *e) {
     const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
     enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
     if (st == KVF_ERR_UNSUPPORTED && j->part_next == 0)
@@ -239,13 +255,12 @@ static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool
     *done = j->part_next >= n;
     if (!*done)
         return true;
-    j->kv_full = kvf_session_kv_full_bytes(j->s);
-    if (j->kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s))
+    *kv_full = kvf_session_kv_full_bytes(j->s);
+    if (*kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s))
         fprintf(stderr, "kvfold: serve: warning: a position costs %zu bytes, over the %zu the KV budget assumes\n",
-                j->kv_full / (size_t)kvf_session_n_past(j->s), srv->pos_bytes);
+                *kv_full / (size_t)kvf_session_n_past(j->s), srv->pos_bytes);
     if ((st = kvf_session_compress(j->s)) != KVF_OK)
         return error_kvf(e, st, "kv compression");
-    j->kv_kept = j->kv_bytes = kvf_session_kv_bytes(j->s);
     if ((st = kvf_sampler_sample(j->smp, kvf_session_logits(j->s), srv->info.n_vocab, tok)) != KVF_OK)
         return error_kvf(e, st, "sampler");
     /* The prompt's media are in the cache now. */
@@ -272,9 +287,16 @@ static bool sched_admit(struct server *srv) {
     struct serve_error e = { 0 };
     bool ok = true;
     if (!j->prepared) {
+        struct job_plan plan = { 0 };
         pthread_mutex_unlock(&srv->mu);
-        ok = job_prepare(srv, j, &e);
+        ok = job_prepare(srv, j, &plan, &e);
         pthread_mutex_lock(&srv->mu);
+        if (ok) {
+            j->n_prompt = plan.n_prompt;
+            j->n_ctx = plan.n_ctx;
+            j->reserved = plan.reserved;
+            j->prepared = true;
+        }
     }
     if (ok && srv->reserved + j->reserved > srv->budget)
         return false; /* until a running session gives memory back */
@@ -303,10 +325,11 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
         return false;
     struct serve_error e = { 0 };
     int32_t tok = 0;
+    size_t kv_full = 0;
     bool done = false, ok = !j->cancelled;
     if (ok) {
         pthread_mutex_unlock(&srv->mu);
-        ok = job_fill(srv, j, &tok, &done, &e);
+        ok = job_fill(srv, j, &tok, &done, &kv_full, &e);
         pthread_mutex_lock(&srv->mu);
     }
     if (ok && !done && !j->cancelled)
@@ -319,6 +342,8 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
         else
             job_fail(j, e.status, e.code, "%s", e.msg);
     } else {
+        j->kv_full = kv_full;
+        j->kv_kept = j->kv_bytes = kvf_session_kv_bytes(j->s);
         const size_t r = job_reserve_after_compress(srv, j);
         srv->reserved -= j->reserved - r;
         j->reserved = r;
@@ -438,7 +463,9 @@ static void *sched_main(void *arg) {
             pthread_cond_wait(&srv->wake, &srv->mu);
         sched_account(srv);
     }
-    /* Stopping (or out of memory at the start): nobody waits forever. */
+    /* Stopping (or out of memory at the start): nobody waits forever, and
+     * nothing is queued from now on. */
+    srv->stopping = true;
     for (int i = 0; i < srv->n_active; i++)
         if (srv->active[i]->state != JOB_DONE) {
             job_end(srv, srv->active[i], NULL);
