@@ -222,6 +222,8 @@ def case_serve_api(ctx):
         check(m['kvfold_requests_total{status="200"}'] >= 15 and m["kvfold_generated_tokens_total"] > 50 and
               m["kvfold_compressions_total"] >= 15 and m["kvfold_sessions_active"] == 0 and
               m["kvfold_kv_bytes_in_use"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"metrics {m}")
+        check(m['kvfold_sessions_total{policy="snapkv"}'] >= 3 and m['kvfold_sessions_total{policy="h2o"}'] >= 2 and
+              m['kvfold_sessions_total{policy="full"}'] >= 5, f"sessions by policy {m}")
         openai_client(s, msg["content"])
         # A client that leaves mid-stream: its session goes at the next step
         # (400 tokens would take far longer than the 10 s allowed).

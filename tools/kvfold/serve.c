@@ -745,6 +745,17 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);
     metric(&b, "kvfold_kv_bytes_per_position", "gauge", "KV bytes one position may cost", (double)srv->pos_bytes);
     metric(&b, "kvfold_compressions_total", "counter", "KV compressions run", (double)srv->compressions);
+    static const char pol[] = "# HELP kvfold_sessions_total sessions started, by KV policy preset\n"
+                              "# TYPE kvfold_sessions_total counter\n";
+    strbuf_put(&b, pol, sizeof pol - 1);
+    for (int i = 0; i < (int)COUNT_OF(srv->by_policy); i++) {
+        struct kvf_kv_policy_info pi;
+        if (srv->by_policy[i] && kvf_kv_policy_get(i, &pi) == KVF_OK) {
+            const int n = snprintf(line, sizeof line, "kvfold_sessions_total{policy=\"%s\"} %llu\n", pi.name,
+                                   (unsigned long long)srv->by_policy[i]);
+            strbuf_put(&b, line, (size_t)n);
+        }
+    }
     pthread_mutex_unlock(&srv->mu);
     if (!b.s)
         return MHD_NO;

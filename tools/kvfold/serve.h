@@ -87,6 +87,7 @@ struct server {
     /* /metrics */
     uint64_t by_status[600];
     uint64_t prompt_tokens, gen_tokens, compressions;
+    uint64_t by_policy[64];   /* sessions started, by preset (kvf_kv_policy_get's index; "full" included) */
     int next_id;
 };
 

@@ -317,6 +317,18 @@ static bool sched_admit(struct server *srv) {
     return true;
 }
 
+/* The preset a spec starts with, as kvf_kv_policy_get's index (a label of
+ * bounded cardinality for /metrics, unlike the spec itself). */
+static int policy_index(const char *spec) {
+    const size_t len = spec ? strcspn(spec, ":+") : 0;
+    struct kvf_kv_policy_info pi;
+    for (int i = 0; i < kvf_kv_policy_count() && i < 64; i++)
+        if (kvf_kv_policy_get(i, &pi) == KVF_OK && !strcmp(pi.stage, "preset") &&
+            (len ? strlen(pi.name) == len && !strncmp(pi.name, spec, len) : !strcmp(pi.name, "full")))
+            return i;
+    return 0;
+}
+
 /* A part of the filling job's prompt; once it is all in, the job runs.
  * true when work was done. Called with the lock held; drops it for the work. */
 static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
@@ -348,6 +360,7 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
         srv->reserved -= j->reserved - r;
         j->reserved = r;
         srv->compressions++;
+        srv->by_policy[policy_index(j->kv ? j->kv : srv->a->kv)]++;
         srv->prompt_tokens += (uint64_t)j->n_prompt;
         j->n_past = kvf_session_n_past(j->s);
         j->state = JOB_RUNNING;
