@@ -324,6 +324,15 @@ KVF_API enum kvf_status kvf_session_init(const struct kvf_model *model, const st
 KVF_API void kvf_session_free(struct kvf_session *session);
 /* Forgets every cached position. */
 KVF_API void kvf_session_reset(struct kvf_session *session);
+/* Forgets the positions from n on (0 <= n <= n_past): their entries leave
+ * the cache (the memory is returned) and n_past becomes n, so that a
+ * conversation can go on from what it shares with an earlier turn (a
+ * server's prompt cache): kvf_session_prefill_prompt_part(session, prompt,
+ * n, ...) then takes the prompt's positions from n, the first n being the
+ * session's. A compressed session keeps the entries it kept of those
+ * positions (merges from later positions stay folded in). No logits until
+ * the next token. */
+KVF_API enum kvf_status kvf_session_truncate(struct kvf_session *session, int n);
 
 /* Appends tokens to the context and runs them through the model in batches.
  * all_logits (optional): receives n x n_vocab floats, row i = logits after
@@ -345,7 +354,9 @@ KVF_API enum kvf_status kvf_session_prefill(struct kvf_session *session, const i
  * of kvf_session_prefill_prompt and give its cache and logits bit for bit.
  * KVF_ERR_UNSUPPORTED for policies that need the whole prompt in one pass
  * (a reduce stage, block-wise question=1); KVF_ERR_INVALID_ARG for a part
- * out of order. */
+ * out of order. A first part may also start at first = kvf_session_n_past
+ * after kvf_session_truncate(session, first): the prompt's positions before
+ * first are then taken to be the session's. */
 KVF_API enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *session, const struct kvf_prompt *prompt,
                                                         int first, int n);
 KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,

@@ -113,6 +113,35 @@ void kvf_session_reset(struct kvf_session *s) {
     s->part_of = NULL;
 }
 
+enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
+    if (!s || n < 0 || n > s->n_past)
+        return err_set(KVF_ERR_INVALID_ARG, "truncate: %d positions of the %d seen", n, s ? s->n_past : 0);
+    int *keep = malloc(sizeof *keep * (size_t)s->params.n_ctx); /* a head holds at most n_ctx entries */
+    if (!keep) return err_set(KVF_ERR_NOMEM, "truncate: out of memory");
+    enum kvf_status st = KVF_OK;
+    for (int l = 0; l < s->kv.n_layer && st == KVF_OK; l++)
+        for (int g = 0; g < s->kv.n_head_kv && st == KVF_OK; g++) {
+            const struct kv_head *h = kv_cache_head(&s->kv, l, g);
+            int k = 0;
+            for (int j = 0; j < h->n; j++)
+                if (h->tag[j].pos < n) keep[k++] = j;
+            st = kv_cache_keep(&s->kv, l, g, keep, k);
+            if (s->merges.heads) { /* records of forgotten positions go too */
+                struct kv_merge_list *ml = kv_merge_log_head(&s->merges, l, g);
+                int m = 0;
+                for (int i = 0; i < ml->n; i++)
+                    if (ml->m[i].from < n && ml->m[i].into < n) ml->m[m++] = ml->m[i];
+                ml->n = m;
+            }
+        }
+    free(keep);
+    s->n_past = n;
+    s->has_logits = false;
+    s->part_of = NULL;
+    kv_qwin_clear(&s->qwin); /* the latest queries were of forgotten positions */
+    return st;
+}
+
 static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     if (s->n_past + n <= s->tags_cap) return KVF_OK;
     const int cap = KVF_MIN(s->params.n_ctx, KVF_MAX(s->n_past + n, s->tags_cap * 2));
@@ -268,25 +297,29 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     return st;
 }
 
-/* The checks of a prompt about to be prefilled from its start. */
-static enum kvf_status prompt_check(const struct kvf_session *s, const struct kvf_prompt *p) {
-    if (p->n > s->params.n_ctx - s->n_past)
-        return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
-                       s->params.n_ctx);
+static enum kvf_status prompt_check_ids(const struct kvf_session *s, const struct kvf_prompt *p) {
     for (int i = 0; i < p->n; i++)
         if (p->ids[i] >= s->model->hp.n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
     return KVF_OK;
 }
 
+/* The checks of a prompt about to be prefilled from its start. */
+static enum kvf_status prompt_check(const struct kvf_session *s, const struct kvf_prompt *p) {
+    if (p->n > s->params.n_ctx - s->n_past)
+        return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
+                       s->params.n_ctx);
+    return prompt_check_ids(s, p);
+}
+
 /* Text runs go in batches of n_batch, except under block-wise prefill with
  * a block per image or frame: no larger than the largest of them, so that
  * the cache never holds more than the block budget plus one block (a prompt
  * within the budget is never evicted, and keeps the batching of a plain
- * prefill). */
-static int prompt_text_batch(const struct kvf_session *s, const struct kvf_prompt *p) {
+ * prefill). n_past0: the positions before the prompt. */
+static int prompt_text_batch(const struct kvf_session *s, const struct kvf_prompt *p, int n_past0) {
     int text_batch = s->params.n_batch;
-    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
+    if (s->policy.blocks && s->policy.block == 0 && n_past0 + p->n > s->policy.block_budget) {
         int largest = 0;
         for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
         if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
@@ -330,7 +363,7 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         }
         return session_pass(s, p->n, all_logits);
     }
-    return st == KVF_OK ? prompt_run(s, p, 0, p->n, prompt_text_batch(s, p), all_logits) : st;
+    return st == KVF_OK ? prompt_run(s, p, 0, p->n, prompt_text_batch(s, p, s->n_past), all_logits) : st;
 }
 
 enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const struct kvf_prompt *p, int first, int n) {
@@ -339,17 +372,23 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     if (s->rd.n_steps > 0 || s->policy.question)
         return err_set(KVF_ERR_UNSUPPORTED, "prefill_prompt_part: this policy needs the whole prompt in one pass "
                        "(a reduce stage, or block-wise question=1): use kvf_session_prefill_prompt");
-    if (first == 0) {
-        const enum kvf_status st = prompt_check(s, p);
+    if (first == 0 || (s->part_of != p && first == s->n_past)) {
+        /* From the start, or after the first positions a truncated session
+         * shares with this prompt. */
+        if (p->n - first > s->params.n_ctx - s->n_past)
+            return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n - first,
+                           s->n_past, s->params.n_ctx);
+        const enum kvf_status st = prompt_check_ids(s, p);
         if (st != KVF_OK) return st;
         s->part_of = p;
-        s->part_next = 0;
-        s->part_base = s->n_past;
+        s->part_next = first;
+        s->part_base = s->n_past - first;
     } else if (s->part_of != p || first != s->part_next || s->n_past != s->part_base + first) {
         return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: positions from %d, but %d of this prompt are in",
                        first, s->part_of == p ? s->part_next : 0);
     }
-    const int text_batch = prompt_text_batch(s, p);
+    /* The whole prompt's batching: as if it had started at part_base. */
+    const int text_batch = prompt_text_batch(s, p, s->part_base);
     /* The part ends where a pass of the whole prompt ends, so that the
      * parts run the very passes of kvf_session_prefill_prompt (block-wise
      * eviction and the statistics' sums depend on them). */

@@ -55,6 +55,58 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
     return bad;
 }
 
+/* A conversation going on from a truncated session: the prompt's first
+ * image segment is shared with an earlier turn that went on differently
+ * (another question, 3 decoded tokens); truncated to the end of that
+ * segment, the session takes the rest of the prompt in parts and must equal
+ * a fresh session given the whole prompt (full cache: bit for bit). Under a
+ * compressing policy a truncated session holds no entry past the cut and
+ * fewer bytes. */
+static int check_truncate(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
+                          const struct kvf_prompt *other) {
+    struct kvf_session *turn = session_new(m, pr, "full"), *fresh = session_new(m, pr, "full");
+    struct kvf_session *cmp = session_new(m, pr, "snapkv:budget=0.5");
+    int cut = 0; /* the first position after the first image */
+    while (kvf_prompt_tags(pr)[cut].modality == KVF_MOD_TEXT) cut++;
+    while (kvf_prompt_tags(pr)[cut].modality != KVF_MOD_TEXT) cut++;
+    enum kvf_status st = turn && fresh && cmp ? kvf_session_prefill_prompt(turn, other, NULL) : KVF_ERR_INTERNAL;
+    for (int t = 0; t < 3 && st == KVF_OK; t++) st = kvf_session_decode(turn, 1 + t);
+    if (st == KVF_OK) st = kvf_session_truncate(turn, cut);
+    const bool cleared = kvf_session_logits(turn) == NULL && kvf_session_n_past(turn) == cut;
+    for (int first = cut; st == KVF_OK && first < kvf_prompt_n_tokens(pr); first = kvf_session_n_past(turn))
+        st = kvf_session_prefill_prompt_part(turn, pr, first, PART);
+    if (st == KVF_OK) st = kvf_session_prefill_prompt(fresh, pr, NULL);
+    /* compress (the full cache: sized to what it holds) before comparing
+     * bytes, which otherwise hold each session's own growth slack */
+    if (st == KVF_OK) st = kvf_session_compress(turn);
+    if (st == KVF_OK) st = kvf_session_compress(fresh);
+    int bad = st != KVF_OK || !cleared || kvf_session_kv_bytes(turn) != kvf_session_kv_bytes(fresh) ||
+              memcmp(kvf_session_logits(turn), kvf_session_logits(fresh), sizeof(float) * (size_t)mi->n_vocab);
+    for (int l = 0; !bad && l < mi->n_layer; l++)
+        for (int g = 0; g < mi->n_head_kv; g++) {
+            int na, nb;
+            const struct kvf_tag *ta = kvf_session_kv_tags(turn, l, g, &na), *tb = kvf_session_kv_tags(fresh, l, g, &nb);
+            bad |= na != nb || memcmp(ta, tb, sizeof *ta * (size_t)na);
+        }
+    /* compressed, then cut */
+    if (!bad && (kvf_session_prefill_prompt(cmp, pr, NULL) != KVF_OK || kvf_session_compress(cmp) != KVF_OK)) bad = 1;
+    const size_t before = bad ? 0 : kvf_session_kv_bytes(cmp);
+    bad |= bad || kvf_session_truncate(cmp, cut) != KVF_OK || kvf_session_kv_bytes(cmp) >= before ||
+           kvf_session_truncate(cmp, cut + 1) != KVF_ERR_INVALID_ARG;
+    for (int l = 0; !bad && l < mi->n_layer; l++)
+        for (int g = 0; g < mi->n_head_kv; g++) {
+            int n;
+            const struct kvf_tag *t = kvf_session_kv_tags(cmp, l, g, &n);
+            for (int j = 0; j < n; j++) bad |= t[j].pos >= cut;
+        }
+    if (st != KVF_OK) fprintf(stderr, "truncate: %s\n", kvf_last_error());
+    printf("%-40s %s\n", "a turn going on from a truncated session", bad ? "FAIL" : "ok");
+    kvf_session_free(turn);
+    kvf_session_free(fresh);
+    kvf_session_free(cmp);
+    return bad;
+}
+
 /* Refusals, with nothing run. */
 static int check_refusals(const struct kvf_model *m, const struct kvf_prompt *pr) {
     struct kvf_session *reduce = session_new(m, pr, "lightkv"), *plain = session_new(m, pr, "full");
@@ -84,6 +136,16 @@ int main(int argc, char **argv) {
     int rc = 0;
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) rc |= check_spec(m, &mi, pr, specs[i]);
     rc |= check_refusals(m, pr);
+    /* an earlier turn: the same first image and text, then another question */
+    struct kvf_prompt *other = NULL;
+    if (kvf_prompt_init(m, "USER: Here are two pictures. <image> The first one shows a field of colours. Is it red?",
+                        (const struct kvf_media *const *)media, 1, true, false, &other) != KVF_OK) {
+        fprintf(stderr, "prefill_parts: %s\n", kvf_last_error());
+        rc = 1;
+    } else {
+        rc |= check_truncate(m, &mi, pr, other);
+    }
+    kvf_prompt_free(other);
     printf("%s\n", rc ? "FAIL" : "ok: a prompt in parts is the prompt whole");
     kvf_prompt_free(pr);
     for (int k = 0; k < 2; k++) kvf_media_free(media[k]);
