@@ -48,7 +48,8 @@ class Server:
                     ready.set()
             ready.set()
 
-        threading.Thread(target=drain, daemon=True).start()
+        self.drain = threading.Thread(target=drain, daemon=True)
+        self.drain.start()
         ready.wait(60)
         check(self.port, f"the server did not start: {''.join(self.log)}")
 
@@ -98,6 +99,7 @@ class Server:
     def stop(self):
         self.p.send_signal(signal.SIGTERM)
         rc = self.p.wait(30)
+        self.drain.join(10)  # the last lines of the log
         check(rc == 0, f"SIGTERM: exit {rc}; log: {''.join(self.log[-5:])}")
         check(any("stopping" in line for line in self.log), "the server says it stops")
 
@@ -238,6 +240,45 @@ def case_serve_api(ctx):
         check(any(re.search(r"POST /v1/chat/completions 200 prompt=\d+ gen=\d+ kv=\d+ [\d.]+ms", line)
                   for line in s.log), "one log line per request")
         s.stop()
+
+
+def case_serve_cache(ctx):
+    """--cache-sessions: a conversation's next turn goes on in the session of the turn before (its prompt starts
+    with what that session holds). On the full cache it answers as a server without the cache does (bit for bit:
+    the same passes); under a compressing policy it goes on from what the policy kept, so only an answer is asked
+    for. Another conversation gets a session of its own; cached sessions stay inside the budget."""
+    model = ctx.model(SMOL)
+    first = chat(PASSAGE + " Summarise.", max_tokens=8)
+    answers = {}
+    for cache in ("0", "2"):
+        with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--cache-sessions", cache) as s:
+            for kv in (None, "snapkv:budget=0.5"):
+                extra = {"kv": kv} if kv else {}
+                status, o1, _ = s.post("/v1/chat/completions", dict(first, **extra))
+                check(status == 200 and o1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"turn 1: {o1}")
+                turn2 = dict(first, messages=first["messages"] + [
+                    {"role": "assistant", "content": o1["choices"][0]["message"]["content"]},
+                    {"role": "user", "content": "And what did the baker sell?"}], **extra)
+                status, o2, _ = s.post("/v1/chat/completions", turn2)
+                cached = o2["usage"]["prompt_tokens_details"]["cached_tokens"]
+                if cache == "0":
+                    check(cached == 0, f"no cache, yet {cached} cached tokens")
+                else:
+                    check(cached >= o1["usage"]["prompt_tokens"], f"turn 2 found {cached} positions cached, "
+                          f"turn 1's prompt was {o1['usage']['prompt_tokens']}")
+                answers.setdefault(kv, []).append(o2["choices"][0]["message"]["content"])
+            if cache == "2":
+                # another conversation: nothing cached for it; its session is cached too (2 at most)
+                status, o3, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=4))
+                check(o3["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"another conversation: {o3}")
+                m = s.metrics()
+                check(m["kvfold_sessions_cached"] == 2 and m["kvfold_prompt_tokens_reused_total"] > 0 and
+                      0 < m["kvfold_kv_bytes_reserved"] <= m["kvfold_kv_bytes_budget"] and
+                      m["kvfold_sessions_active"] == 0, f"metrics with cached sessions: {m}")
+            s.stop()
+    plain, cached = answers[None]
+    check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")
+    check(all(answers["snapkv:budget=0.5"]), f"snapkv: {answers['snapkv:budget=0.5']}")
 
 
 def openai_client(s, want):

@@ -67,7 +67,7 @@ struct args {
     int n_samples, seg_words;
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body;
-    int port, queue, max_images; /* --parallel is above, shared with bench */
+    int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
 };
 
 #define OPT_MAX 32

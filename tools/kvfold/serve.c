@@ -38,6 +38,8 @@ static int serve_opts(struct args *a, struct opt *out) {
         { "--port", NULL, OPT_INT, &a->port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "sessions generating at once (default 4)" },
         { "--queue", NULL, OPT_INT, &a->queue, 0, 1 << 16, "N", "requests waiting at most; more get 503 (default 64)" },
+        { "--cache-sessions", NULL, OPT_INT, &a->cache_sessions, 0, 1 << 12, "N",
+          "keep up to N finished sessions for the next turn of their conversation (default 0)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
         OPT_KV_TYPE,
         { "--kv-memory", NULL, OPT_STR, &a->kv_memory, 0, 0, "SIZE",
@@ -473,6 +475,8 @@ static void usage_json(cJSON *o, const struct serve_job *j) {
     cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
+    /* OpenAI's field: prompt positions an earlier turn's cache held */
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", j->n_reused);
 }
 
 /* The kvfold extension: what the policy kept (as generate --json says it). */
@@ -745,6 +749,9 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);
     metric(&b, "kvfold_kv_bytes_per_position", "gauge", "KV bytes one position may cost", (double)srv->pos_bytes);
     metric(&b, "kvfold_compressions_total", "counter", "KV compressions run", (double)srv->compressions);
+    metric(&b, "kvfold_sessions_cached", "gauge", "finished sessions kept for a next turn", srv->n_idle);
+    metric(&b, "kvfold_prompt_tokens_reused_total", "counter", "prompt positions found in cached sessions",
+           (double)srv->reused_tokens);
     static const char pol[] = "# HELP kvfold_sessions_total sessions started, by KV policy preset\n"
                               "# TYPE kvfold_sessions_total counter\n";
     strbuf_put(&b, pol, sizeof pol - 1);

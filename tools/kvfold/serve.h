@@ -63,6 +63,19 @@ struct serve_job {
     int n_ctx;
     int part_next;            /* prompt positions prefilled so far */
     bool prepared;
+    int64_t *keys;            /* [n_ctx] what the cache holds, position by position (prompt_keys) */
+    int n_keys;
+    int n_reused;             /* prompt positions a cached session of an earlier turn held (under the lock) */
+};
+
+/* A finished conversation's session, kept for its next turn
+ * (--cache-sessions) inside the KV budget. */
+struct serve_idle {
+    struct kvf_session *s;
+    int64_t *keys;            /* [n] what its cache holds, position by position */
+    int n;
+    char *kv;                 /* its policy; NULL: the server's */
+    size_t bytes;             /* its KV bytes, reserved while it waits */
 };
 
 struct server {
@@ -82,12 +95,15 @@ struct server {
     struct serve_job **active;
     int n_active;
     struct serve_job *filling; /* admitted, its prompt going in a part per turn (one at a time) */
+    struct serve_idle *idle;  /* [--cache-sessions], oldest first */
+    int n_idle;
     bool stopping;
     size_t reserved, in_use, peak_in_use;
     /* /metrics */
     uint64_t by_status[600];
     uint64_t prompt_tokens, gen_tokens, compressions;
     uint64_t by_policy[64];   /* sessions started, by preset (kvf_kv_policy_get's index; "full" included) */
+    uint64_t reused_tokens;   /* prompt positions found in cached sessions */
     int next_id;
 };
 

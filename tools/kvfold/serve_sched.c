@@ -42,6 +42,7 @@ void job_unref(struct serve_job *j) {
         free(j->images[i].path);
     }
     free(j->images);
+    free(j->keys);
     for (int i = 0; i < j->n_stops; i++)
         free(j->stops[i]);
     free(j->kv);
@@ -69,6 +70,59 @@ size_t sched_reserve_bytes(const struct server *srv, int n) {
     return srv->pos_bytes * (size_t)MAX(n + n / 8, 16);
 }
 
+/* ------------------------------------------------------ cached sessions -- */
+
+static void idle_drop(struct server *srv, int i) {
+    struct serve_idle *c = &srv->idle[i];
+    kvf_session_free(c->s);
+    free(c->keys);
+    free(c->kv);
+    srv->reserved -= c->bytes;
+    memmove(c, c + 1, sizeof *c * (size_t)(srv->n_idle - i - 1));
+    srv->n_idle--;
+}
+
+/* The job's session and keys become a cached session (the oldest goes when
+ * there are --cache-sessions already). */
+static void idle_push(struct server *srv, struct serve_job *j) {
+    char *kv = j->kv ? strdup(j->kv) : NULL;
+    if (j->kv && !kv)
+        return;
+    if (srv->n_idle == srv->a->cache_sessions)
+        idle_drop(srv, 0);
+    struct serve_idle *c = &srv->idle[srv->n_idle++];
+    *c = (struct serve_idle){ .s = j->s, .keys = j->keys, .n = j->n_keys, .kv = kv,
+                              .bytes = kvf_session_kv_bytes(j->s) };
+    srv->reserved += c->bytes;
+    j->s = NULL;
+    j->keys = NULL;
+    j->n_keys = 0;
+}
+
+/* The cached session of the same policy sharing the longest start with the
+ * job's prompt, when the prompt goes on from it: at least half of what it
+ * holds and 16 positions (a chat template's opening alone would waste a
+ * cached conversation), one short of the prompt at most (a part remains to
+ * give logits); -1 when none. *k: the positions shared. */
+static int idle_match(const struct server *srv, const struct serve_job *j, int *k) {
+    int best = -1;
+    *k = 0;
+    for (int i = 0; i < srv->n_idle; i++) {
+        const struct serve_idle *c = &srv->idle[i];
+        if ((c->kv == NULL) != (j->kv == NULL) || (c->kv && strcmp(c->kv, j->kv)))
+            continue;
+        const int lim = MIN(c->n, j->n_prompt - 1);
+        int n = 0;
+        while (n < lim && c->keys[n] == j->keys[n])
+            n++;
+        if (n > *k && n >= 16 && 2 * n >= c->n) {
+            *k = n;
+            best = i;
+        }
+    }
+    return best;
+}
+
 /* The session's KV statistics for /slots and the response, and its end:
  * the session and its reservation are given back. */
 static void job_end(struct server *srv, struct serve_job *j, const char *finish) {
@@ -77,9 +131,13 @@ static void job_end(struct server *srv, struct serve_job *j, const char *finish)
         j->kv_peak = kvf_session_kv_peak_bytes(j->s);
         j->n_past = kvf_session_n_past(j->s);
     }
-    job_release_model_state(j);
     srv->reserved -= j->reserved;
     j->reserved = 0;
+    /* A conversation that ended well keeps its session for its next turn;
+     * its bytes, no more than it had reserved, stay reserved. */
+    if (finish && !j->cancelled && j->s && srv->a->cache_sessions > 0 && j->n_keys == kvf_session_n_past(j->s))
+        idle_push(srv, j);
+    job_release_model_state(j);
     j->finish = finish;
     j->ready = j->out.n;
     j->state = JOB_DONE;
@@ -165,9 +223,19 @@ struct job_plan {
     size_t reserved;
 };
 
-/* Media through the vision tower and the prompt tokenized: the reservation
- * (without the lock: the job's shared fields are left alone). */
-static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan *plan, struct serve_error *e) {
+/* FNV-1a of an image's size and pixels: what identifies it in a cached
+ * session's keys. */
+static uint64_t pixels_hash(const struct kvf_image *img) {
+    const int w = kvf_image_width(img), h = kvf_image_height(img);
+    const uint8_t *p = kvf_image_rgb(img);
+    uint64_t x = 1469598103934665603ull ^ ((uint64_t)w << 32 | (uint32_t)h);
+    for (size_t i = 0; i < (size_t)w * h * 3; i++)
+        x = (x ^ p[i]) * 1099511628211ull;
+    return x;
+}
+
+/* The images decoded and through the vision tower; hash[i]: image i's. */
+static bool job_encode_images(struct server *srv, struct serve_job *j, uint64_t *hash, struct serve_error *e) {
     const struct args *a = srv->a;
     for (int i = 0; i < j->n_images; i++) {
         const struct serve_image *im = &j->images[i];
@@ -178,6 +246,7 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan
         if (st != KVF_OK)
             return serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s", i + 1,
                                    kvf_last_error());
+        hash[i] = pixels_hash(img);
         st = kvf_media_encode_image(srv->m, img, KVF_MOD_IMAGE, a->threads, &md);
         kvf_image_free(img);
         if (st != KVF_OK)
@@ -185,27 +254,49 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan
         if (media_push(&j->media, md))
             return serve_error_set(e, 500, "server_error", "out of memory for the media");
     }
-    enum kvf_status st = kvf_prompt_init(srv->m, j->text, (const struct kvf_media *const *)j->media.items,
-                                         j->media.n, true, j->special, &j->pr);
-    if (st != KVF_OK)
-        return error_kvf(e, st, "prompt");
-    const int n = kvf_prompt_n_tokens(j->pr);
-    if (n == 0)
-        return serve_error_set(e, 400, "invalid_request", "the prompt has no tokens");
-    if (n >= srv->n_ctx)
-        return serve_error_set(e, 400, "context_length_exceeded",
-                         "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to generate",
-                         n, srv->n_ctx);
+    return true;
+}
+
+/* A position's key in a cached session: its token id, or for an image's
+ * positions a negative number from the image's hash (the same image at the
+ * same place matches). */
+static int64_t prompt_key(const struct kvf_prompt *pr, int i, const uint64_t *hash) {
+    const int32_t id = kvf_prompt_token(pr, i);
+    return id >= 0 ? id : -1 - (int64_t)(hash[kvf_prompt_tags(pr)[i].media] >> 2);
+}
+
+/* Media through the vision tower and the prompt tokenized: the reservation
+ * (without the lock: the job's shared fields are left alone). */
+static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan *plan, struct serve_error *e) {
+    uint64_t *hash = calloc((size_t)j->n_images + 1, sizeof *hash);
+    bool ok = hash ? job_encode_images(srv, j, hash, e) : serve_error_set(e, 500, "server_error", "out of memory");
+    enum kvf_status st = KVF_OK;
+    if (ok && (st = kvf_prompt_init(srv->m, j->text, (const struct kvf_media *const *)j->media.items, j->media.n,
+                                    true, j->special, &j->pr)) != KVF_OK)
+        ok = error_kvf(e, st, "prompt");
+    const int n = ok ? kvf_prompt_n_tokens(j->pr) : 0;
+    if (ok && n == 0)
+        ok = serve_error_set(e, 400, "invalid_request", "the prompt has no tokens");
+    if (ok && n >= srv->n_ctx)
+        ok = serve_error_set(e, 400, "context_length_exceeded",
+                             "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to "
+                             "generate", n, srv->n_ctx);
     const int room = srv->n_ctx - n, n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
     const size_t need = sched_reserve_bytes(srv, n_ctx);
-    if (need > srv->budget)
-        return serve_error_set(e, 413, "kv_memory_exceeded",
-                         "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
-                         "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt or "
-                         "lower max_tokens",
-                         need, n, n_ctx - n, srv->pos_bytes, srv->budget);
-    *plan = (struct job_plan){ .n_prompt = n, .n_ctx = n_ctx, .reserved = need };
-    return true;
+    if (ok && need > srv->budget)
+        ok = serve_error_set(e, 413, "kv_memory_exceeded",
+                             "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
+                             "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt "
+                             "or lower max_tokens", need, n, n_ctx - n, srv->pos_bytes, srv->budget);
+    if (ok && !(j->keys = malloc(sizeof *j->keys * (size_t)n_ctx)))
+        ok = serve_error_set(e, 500, "server_error", "out of memory");
+    for (int i = 0; ok && i < n; i++)
+        j->keys[i] = prompt_key(j->pr, i, hash);
+    j->n_keys = ok ? n : 0;
+    free(hash);
+    if (ok)
+        *plan = (struct job_plan){ .n_prompt = n, .n_ctx = n_ctx, .reserved = need };
+    return ok;
 }
 
 /* After compression a session needs at most what it holds plus the growth
@@ -225,15 +316,23 @@ static size_t job_reserve_after_compress(const struct server *srv, const struct 
 
 /* The session and sampler of an admitted job (without the lock). */
 static bool job_open(struct server *srv, struct serve_job *j, struct serve_error *e) {
-    struct kvf_session_params sp = session_params(srv->a, j->n_ctx);
+    /* Sessions hold the whole context, so that a next turn can go on in
+     * them; memory grows with what they hold, within the reservation. */
+    struct kvf_session_params sp = session_params(srv->a, srv->n_ctx);
     if (j->kv)
         sp.kv_spec = j->kv;
-    enum kvf_status st = kvf_session_init(srv->m, &sp, &j->s);
+    enum kvf_status st = KVF_OK;
+    j->part_next = 0;
+    if (j->s) { /* a cached session: its positions from n_reused on go */
+        st = kvf_session_truncate(j->s, j->n_reused);
+        j->part_next = j->n_reused;
+    } else {
+        st = kvf_session_init(srv->m, &sp, &j->s);
+    }
     if (st != KVF_OK)
         return error_kvf(e, st, "kv");
     if ((st = kvf_sampler_init(&j->sampling, &j->smp)) != KVF_OK)
         return error_kvf(e, st, "sampler");
-    j->part_next = 0;
     return true;
 }
 
@@ -247,8 +346,10 @@ static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool
                      struct serve_error *e) {
     const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
     enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
-    if (st == KVF_ERR_UNSUPPORTED && j->part_next == 0)
+    if (st == KVF_ERR_UNSUPPORTED) { /* the whole prompt in one pass, from its start */
+        kvf_session_reset(j->s);
         st = kvf_session_prefill_prompt(j->s, j->pr, NULL);
+    }
     if (st != KVF_OK)
         return error_kvf(e, st, "prefill");
     j->part_next = kvf_session_n_past(j->s);
@@ -298,9 +399,26 @@ static bool sched_admit(struct server *srv) {
             j->prepared = true;
         }
     }
-    if (ok && srv->reserved + j->reserved > srv->budget)
+    /* A cached session of the conversation is taken (its reservation
+     * becomes part of the job's); other cached ones go, oldest first, while
+     * the job does not fit. */
+    int k = 0, hit = ok ? idle_match(srv, j, &k) : -1;
+    const size_t held = hit >= 0 ? srv->idle[hit].bytes : 0;
+    while (ok && srv->reserved - held + j->reserved > srv->budget && srv->n_idle > (hit >= 0)) {
+        const int victim = hit == 0 ? 1 : 0;
+        idle_drop(srv, victim);
+        hit -= victim < hit;
+    }
+    if (ok && srv->reserved - held + j->reserved > srv->budget)
         return false; /* until a running session gives memory back */
     queue_pop(srv);
+    if (ok && hit >= 0) {
+        j->s = srv->idle[hit].s;
+        srv->idle[hit].s = NULL;
+        j->n_reused = k;
+        srv->reused_tokens += (uint64_t)k;
+        idle_drop(srv, hit);
+    }
     if (ok) {
         srv->reserved += j->reserved;
         pthread_mutex_unlock(&srv->mu);
@@ -435,6 +553,8 @@ static void sched_step(struct server *srv, struct kvf_session **ss, int32_t *tok
         snprintf(err, sizeof err, "decode: %s: %s", kvf_status_str(st), kvf_last_error());
     for (int i = 0; i < n && st == KVF_OK; i++) {
         struct serve_job *j = srv->active[i]; /* only this thread changes the list */
+        if (j->n_keys < j->n_ctx) /* the token just decoded is in the cache now */
+            j->keys[j->n_keys++] = toks[i];
         if (kvf_sampler_sample(j->smp, kvf_session_logits(ss[i]), srv->info.n_vocab, &toks[i]) != KVF_OK)
             toks[i] = -1;
     }
@@ -497,6 +617,8 @@ static void *sched_main(void *arg) {
         job_fail(j, 503, "shutting_down", "the server is shutting down");
         job_unref(j);
     }
+    while (srv->n_idle > 0)
+        idle_drop(srv, srv->n_idle - 1);
     sched_account(srv);
     pthread_mutex_unlock(&srv->mu);
     free(piece);
@@ -532,7 +654,8 @@ int sched_start(struct server *srv) {
     if (srv->budget == 0) /* every slot can hold a whole context */
         srv->budget = sched_reserve_bytes(srv, srv->n_ctx) * (size_t)srv->a->parallel;
     srv->active = calloc((size_t)srv->a->parallel, sizeof *srv->active);
-    if (!srv->active || pthread_create(&srv->thread, NULL, sched_main, srv) != 0) {
+    srv->idle = calloc((size_t)srv->a->cache_sessions + 1, sizeof *srv->idle);
+    if (!srv->active || !srv->idle || pthread_create(&srv->thread, NULL, sched_main, srv) != 0) {
         print_error("serve: cannot start the scheduler thread");
         return EXIT_RUNTIME;
     }
@@ -573,4 +696,7 @@ void sched_stop(struct server *srv) {
     pthread_mutex_unlock(&srv->mu);
     pthread_join(srv->thread, NULL);
     free(srv->active);
+    free(srv->idle);
+    srv->active = NULL;
+    srv->idle = NULL;
 }
