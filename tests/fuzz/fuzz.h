@@ -37,8 +37,11 @@ bool fuzz_name_ok(const uint8_t *s, size_t n);
 /* Writes size bytes to dir/name; false when it cannot. */
 bool fuzz_write_file(const char *dir, const char *name, const void *data, size_t size);
 
-/* The text a model stands behind: its chat template and tokenizer on a
- * short text, a session prefilling a few tokens and decoding one, and its
+/* The greedy choice among logits[0..n). */
+int32_t fuzz_argmax(const float *logits, int n);
+
+/* What a loaded model offers, each tried once: its chat template and
+ * tokenizer on a short text, a session prefilling a few tokens and decoding one, and its
  * vision tower (when it has one) on a small picture. Every failure is an
  * answer, not a finding; only the sanitizers judge. */
 void fuzz_exercise_model(const struct kvf_model *m);

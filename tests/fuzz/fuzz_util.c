@@ -89,6 +89,13 @@ bool fuzz_write_file(const char *dir, const char *name, const void *data, size_t
     return fclose(f) == 0 && ok;
 }
 
+int32_t fuzz_argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int32_t t = 1; t < n; t++)
+        if (logits[t] > logits[best]) best = t;
+    return best;
+}
+
 /* A small picture with some structure (a gradient and a square), made once. */
 static const struct kvf_image *picture(void) {
     static struct kvf_image *img;
@@ -113,11 +120,7 @@ static void exercise_text(const struct kvf_model *m, const struct kvf_model_info
     sp.n_ctx = 32, sp.n_batch = 4, sp.n_threads = 1;
     struct kvf_session *s = NULL;
     if (kvf_session_init(m, &sp, &s) == KVF_OK && kvf_session_prefill(s, ids, n, NULL) == KVF_OK) {
-        const float *logits = kvf_session_logits(s);
-        int32_t best = 0;
-        for (int32_t t = 1; t < info->n_vocab; t++)
-            if (logits[t] > logits[best]) best = t;
-        kvf_session_decode(s, best);
+        kvf_session_decode(s, fuzz_argmax(kvf_session_logits(s), info->n_vocab));
     }
     kvf_session_free(s);
 }
