@@ -196,10 +196,13 @@ struct kvf_image;
 /* Largest image (in pixels) the loaders accept unless told otherwise. */
 #define KVF_IMAGE_MAX_PIXELS_DEFAULT (64 * 1024 * 1024)
 
-/* PNG, JPEG, BMP, PPM/PGM (and the other formats stb_image reads). max_pixels
- * <= 0 means KVF_IMAGE_MAX_PIXELS_DEFAULT; larger images are rejected before
- * their pixels are decoded. Grey and alpha images are converted to RGB (alpha
- * dropped). */
+/* PNG, JPEG, GIF (first frame), WebP (still) and binary PPM/PGM, converted
+ * to RGB as Pillow's convert("RGB") does (grey replicated, alpha dropped,
+ * palettes applied). max_pixels <= 0 means KVF_IMAGE_MAX_PIXELS_DEFAULT;
+ * larger images are rejected from their header, before any pixel buffer
+ * exists, and the memory one decode takes is bounded by a small multiple of
+ * the pixel count (at most 11 bytes per pixel, for a progressive CMYK JPEG).
+ * Safe on untrusted bytes. */
 KVF_API enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_image **out);
 KVF_API enum kvf_status kvf_image_load_memory(const void *data, size_t size, int64_t max_pixels,
                                       struct kvf_image **out);

@@ -1,9 +1,22 @@
-/* Image decoding through stb_image, with the size checked before any pixel
- * is decoded, and LLaVA-1.5's preprocessing. The resize reproduces Pillow's
- * Image.resize(BICUBIC) — separable convolution, support widened by the
- * scale when shrinking, cubic a = -0.5, 22-bit fixed-point coefficients,
- * horizontal pass first into an 8-bit image — because that is what LLaVA's
- * image processor runs, and the vision tower was trained on its output. */
+/* Image decoding and LLaVA-1.5's preprocessing.
+ *
+ * Each format is decoded by the library that production image stacks fuzz
+ * continuously (libpng, libjpeg-turbo, giflib, libwebp), never by a
+ * hand-written or single-header decoder: images come from anyone once the
+ * server runs. What is written here is the policy around them: the size is
+ * read from the header and checked against the caller's pixel limit before
+ * any pixel buffer exists, every pixel buffer is sized from that checked
+ * header, and the conversion to RGB follows Pillow's convert("RGB"), which
+ * LLaVA's image processor runs. Memory per image, P = width x height <= the
+ * limit: 3P for the result, plus 2P for 16-bit grey PNG, 8(w+32)(h+32) for
+ * progressive or CMYK JPEG, 8P for lossless or alpha WebP, each plus O(width)
+ * and libpng's 8 MB cap on ancillary chunks (docs/RELIABILITY.md).
+ *
+ * The resize reproduces Pillow's Image.resize(BICUBIC) — separable
+ * convolution, support widened by the scale when shrinking, cubic a = -0.5,
+ * 22-bit fixed-point coefficients, horizontal pass first into an 8-bit
+ * image — because that is what LLaVA's image processor runs, and the vision
+ * tower was trained on its output. */
 #include "io/image.h"
 
 #include "core/sys.h"
@@ -11,15 +24,24 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include <stb/stb_image.h>
+#include <gif_lib.h>
+#include <jpeglib.h> /* before jerror.h */
+#include <jerror.h>
+#include <png.h>
+#include <webp/decode.h>
 
 #define IMAGE_MAX_FILE (1024u * 1024u * 1024u) /* bytes read from one image file */
 #define IMAGE_MAX_SIDE 65535
+/* A progressive JPEG may repeat scans without end, each a pass over every
+ * block (libjpeg-turbo's advice for untrusted input: limit them). Real
+ * encoders write about ten. */
+#define JPEG_MAX_SCANS 500
 
 void kvf_image_free(struct kvf_image *img) {
     if (!img) return;
@@ -61,91 +83,390 @@ enum kvf_status kvf_image_from_rgb(int w, int h, const uint8_t *rgb, struct kvf_
     return st;
 }
 
-/* stb_image 2.27 copies a binary PNM's pixels without checking that the
- * file holds them all: the header is parsed here to count them (the
- * grammar stb reads: magic, then width, height and maxval each after
- * whitespace and '#' comments, then one whitespace byte). */
+/* The header's size against the limit: the only gate before allocation. */
+static enum kvf_status size_check(const char *label, uint64_t w, uint64_t h, int64_t max_pixels) {
+    if (w == 0 || h == 0)
+        return err_set(KVF_ERR_FORMAT, "%s: image of %llux%llu pixels", label, (unsigned long long)w,
+                       (unsigned long long)h);
+    if (w > IMAGE_MAX_SIDE || h > IMAGE_MAX_SIDE || w * h > (uint64_t)max_pixels)
+        return err_set(KVF_ERR_INVALID_ARG, "%s: %llux%llu pixels is over the limit of %lld pixels (sides <= %d)",
+                       label, (unsigned long long)w, (unsigned long long)h, (long long)max_pixels, IMAGE_MAX_SIDE);
+    return KVF_OK;
+}
+
+/* The bytes of one image being decoded, and why decoding stopped. */
+struct src {
+    const char *label;
+    const uint8_t *p;
+    size_t n, pos;
+    char why[200]; /* the decoder's message */
+};
+
+static size_t src_take(struct src *s, void *out, size_t want) {
+    const size_t k = want < s->n - s->pos ? want : s->n - s->pos;
+    memcpy(out, s->p + s->pos, k);
+    s->pos += k;
+    return k;
+}
+
+/* ---------------------------------------------------------------- PNG -- */
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    struct src *s = png_get_error_ptr(png);
+    snprintf(s->why, sizeof s->why, "%s", msg);
+    png_longjmp(png, 1);
+}
+
+/* Warnings (a bad ancillary chunk CRC, an unknown sRGB profile) change
+ * nothing kvfold reads, and a library does not print. */
+static void png_on_warning(png_structp png, png_const_charp msg) {
+    (void)png;
+    (void)msg;
+}
+
+static void png_on_read(png_structp png, png_bytep out, size_t n) {
+    if (src_take(png_get_io_ptr(png), out, n) != n) png_error(png, "file truncated");
+}
+
+/* Pillow's conversions: palette through the palette (transparency
+ * ignored), grey replicated, alpha dropped, 16 bits by their high byte,
+ * except 16-bit grey, which Pillow holds as I;16 and clips to 255. */
+static enum kvf_status png_decode(struct src *s, int64_t max_pixels, struct kvf_image **out) {
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, s, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return err_set(KVF_ERR_NOMEM, "%s: out of memory", s->label);
+    }
+    /* Set before the longjmp and read after it. */
+    struct kvf_image *volatile img = NULL;
+    uint16_t *volatile grey = NULL;
+    png_bytep *volatile rows = NULL;
+    volatile enum kvf_status st = KVF_OK;
+    if (setjmp(png_jmpbuf(png))) {
+        st = err_set(KVF_ERR_FORMAT, "%s: not a readable PNG (%s)", s->label, s->why);
+        goto done;
+    }
+    png_set_read_fn(png, s, png_on_read);
+    png_read_info(png, info);
+    png_uint_32 w, h;
+    int depth, colour, interlace;
+    png_get_IHDR(png, info, &w, &h, &depth, &colour, &interlace, NULL, NULL);
+    if ((st = size_check(s->label, w, h, max_pixels)) != KVF_OK) goto done;
+    const bool grey16 = colour == PNG_COLOR_TYPE_GRAY && depth == 16;
+    if (colour == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (colour == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    png_set_strip_alpha(png);
+    if (!grey16) {
+        png_set_strip_16(png);
+        png_set_gray_to_rgb(png);
+    } else {
+        png_set_swap(png); /* host order: little-endian x86-64 */
+    }
+    (void)png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != (size_t)w * (grey16 ? 2 : 3)) png_error(png, "unexpected row layout");
+    struct kvf_image *made;
+    if ((st = image_alloc((int)w, (int)h, &made)) != KVF_OK) goto done;
+    img = made;
+    rows = malloc(sizeof *rows * h);
+    if (grey16) grey = malloc(sizeof *grey * (size_t)w * h);
+    if (!rows || (grey16 && !grey)) {
+        st = err_set(KVF_ERR_NOMEM, "%s: out of memory for %ux%u pixels", s->label, (unsigned)w, (unsigned)h);
+        goto done;
+    }
+    for (png_uint_32 y = 0; y < h; y++)
+        rows[y] = grey16 ? (png_bytep)(grey + (size_t)y * w) : img->rgb + (size_t)y * w * 3;
+    png_read_image(png, rows);
+    if (grey16)
+        for (size_t i = 0; i < (size_t)w * h; i++) memset(img->rgb + 3 * i, grey[i] > 255 ? 255 : grey[i], 3);
+done:
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    free(grey);
+    if (st == KVF_OK) *out = img;
+    else kvf_image_free(img);
+    return st;
+}
+
+/* --------------------------------------------------------------- JPEG -- */
+
+struct jpeg_fail {
+    struct jpeg_error_mgr mgr; /* first: libjpeg hands back its address */
+    struct jpeg_progress_mgr progress;
+    jmp_buf jb;
+    struct src *s;
+};
+
+static void jpeg_on_error(j_common_ptr c) {
+    struct jpeg_fail *f = (struct jpeg_fail *)c->err;
+    char msg[JMSG_LENGTH_MAX];
+    c->err->format_message(c, msg);
+    snprintf(f->s->why, sizeof f->s->why, "%s", msg);
+    longjmp(f->jb, 1);
+}
+
+/* A file that ends early is an error, as in Pillow (libjpeg would pad it
+ * with grey); other warnings (extraneous bytes) are tolerated, as there. */
+static void jpeg_on_message(j_common_ptr c, int level) {
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) c->err->error_exit(c);
+}
+
+static void jpeg_on_progress(j_common_ptr c) {
+    const j_decompress_ptr d = (j_decompress_ptr)c;
+    struct jpeg_fail *f = (struct jpeg_fail *)c->err;
+    if (d->input_scan_number > JPEG_MAX_SCANS) {
+        snprintf(f->s->why, sizeof f->s->why, "more than %d scans", JPEG_MAX_SCANS);
+        longjmp(f->jb, 1);
+    }
+}
+
+/* Pillow reads every CMYK JPEG as inverted (Adobe's convention) and turns
+ * CMYK into RGB as 255 - k - c(255 - k)/255 with its rounding. */
+static void cmyk_to_rgb(const uint8_t *in, int w, uint8_t *out) {
+    for (int x = 0; x < w; x++) {
+        const int nk = in[4 * x + 3];
+        for (int c = 0; c < 3; c++) {
+            const int t = (255 - in[4 * x + c]) * nk + 128;
+            out[3 * x + c] = (uint8_t)(nk - (((t >> 8) + t) >> 8));
+        }
+    }
+}
+
+static enum kvf_status jpeg_decode(struct src *s, int64_t max_pixels, struct kvf_image **out) {
+    struct jpeg_decompress_struct d;
+    struct jpeg_fail f = {.s = s};
+    d.err = jpeg_std_error(&f.mgr);
+    f.mgr.error_exit = jpeg_on_error;
+    f.mgr.emit_message = jpeg_on_message;
+    f.progress.progress_monitor = jpeg_on_progress;
+    struct kvf_image *volatile img = NULL;
+    uint8_t *volatile cmyk = NULL;
+    volatile enum kvf_status st = KVF_OK;
+    volatile bool created = false;
+    if (setjmp(f.jb)) {
+        st = err_set(KVF_ERR_FORMAT, "%s: not a readable JPEG (%s)", s->label, s->why);
+        goto done;
+    }
+    jpeg_create_decompress(&d);
+    created = true;
+    d.progress = &f.progress;
+    jpeg_mem_src(&d, s->p, (unsigned long)s->n);
+    jpeg_read_header(&d, TRUE);
+    if ((st = size_check(s->label, d.image_width, d.image_height, max_pixels)) != KVF_OK) goto done;
+    const int w = (int)d.image_width, h = (int)d.image_height;
+    const bool is_cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
+    if (!is_cmyk && d.jpeg_color_space != JCS_GRAYSCALE && d.jpeg_color_space != JCS_YCbCr &&
+        d.jpeg_color_space != JCS_RGB) {
+        st = err_set(KVF_ERR_FORMAT, "%s: JPEG of %d components in no colour space kvfold reads "
+                     "(grey, YCbCr, RGB, CMYK, YCCK)", s->label, d.num_components);
+        goto done;
+    }
+    d.out_color_space = is_cmyk ? JCS_CMYK : JCS_RGB;
+    /* A progressive file keeps every coefficient, 2 bytes per sample of at
+     * most 4 components padded to whole blocks: more is hostile (libjpeg
+     * has no backing store to fall back on, so it fails). */
+    d.mem->max_memory_to_use = 8L * (w + 32) * (h + 32) + (16L << 20);
+    jpeg_start_decompress(&d);
+    struct kvf_image *made;
+    if ((st = image_alloc(w, h, &made)) != KVF_OK) goto done;
+    img = made;
+    if (is_cmyk && !(cmyk = malloc((size_t)w * 4))) {
+        st = err_set(KVF_ERR_NOMEM, "%s: out of memory", s->label);
+        goto done;
+    }
+    while (d.output_scanline < d.output_height) {
+        uint8_t *row = img->rgb + (size_t)d.output_scanline * w * 3;
+        JSAMPROW line = is_cmyk ? cmyk : row;
+        jpeg_read_scanlines(&d, &line, 1);
+        if (is_cmyk) cmyk_to_rgb(cmyk, w, row);
+    }
+done:
+    if (created) jpeg_destroy_decompress(&d);
+    free(cmyk);
+    if (st == KVF_OK) *out = img;
+    else kvf_image_free(img);
+    return st;
+}
+
+/* ---------------------------------------------------------------- GIF -- */
+
+static int gif_on_read(GifFileType *g, GifByteType *out, int n) {
+    return (int)src_take(g->UserData, out, n > 0 ? (size_t)n : 0);
+}
+
+static enum kvf_status gif_fail(struct src *s, int code) {
+    const char *why = GifErrorString(code);
+    return err_set(KVF_ERR_FORMAT, "%s: not a readable GIF (%s)", s->label, why ? why : "unknown error");
+}
+
+/* The first frame, as Pillow shows it: on a canvas of the logical screen
+ * (grown to hold the frame), the area outside the frame in palette entry
+ * 0, or in the transparent entry when there is one; indices through the
+ * frame's palette (the global one when it has none; grey without either),
+ * indices past its end black. */
+static enum kvf_status gif_decode(struct src *s, int64_t max_pixels, struct kvf_image **out) {
+    int code = 0;
+    GifFileType *g = DGifOpen(s, gif_on_read, &code);
+    if (!g) return gif_fail(s, code);
+    enum kvf_status st = KVF_OK;
+    int transparent = -1;
+    GifRecordType type;
+    uint8_t *line = NULL;
+    struct kvf_image *img = NULL;
+    for (;;) {
+        if (DGifGetRecordType(g, &type) != GIF_OK) {
+            st = gif_fail(s, g->Error);
+            goto done;
+        }
+        if (type == TERMINATE_RECORD_TYPE) {
+            st = err_set(KVF_ERR_FORMAT, "%s: GIF without an image", s->label);
+            goto done;
+        }
+        if (type == IMAGE_DESC_RECORD_TYPE) break;
+        if (type != EXTENSION_RECORD_TYPE) continue;
+        int ext_code;
+        GifByteType *ext;
+        if (DGifGetExtension(g, &ext_code, &ext) != GIF_OK) {
+            st = gif_fail(s, g->Error);
+            goto done;
+        }
+        /* A graphic control block: [4] flags delay delay index. */
+        if (ext_code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4) transparent = ext[1] & 1 ? ext[4] : -1;
+        while (ext)
+            if (DGifGetExtensionNext(g, &ext) != GIF_OK) {
+                st = gif_fail(s, g->Error);
+                goto done;
+            }
+    }
+    if (DGifGetImageDesc(g) != GIF_OK) {
+        st = gif_fail(s, g->Error);
+        goto done;
+    }
+    const GifImageDesc *fr = &g->Image;
+    const int64_t right = (int64_t)fr->Left + fr->Width, bottom = (int64_t)fr->Top + fr->Height;
+    const int64_t cw = right > g->SWidth ? right : g->SWidth, ch = bottom > g->SHeight ? bottom : g->SHeight;
+    if ((st = size_check(s->label, (uint64_t)cw, (uint64_t)ch, max_pixels)) != KVF_OK) goto done;
+    if (fr->Width <= 0 || fr->Height <= 0) {
+        st = err_set(KVF_ERR_FORMAT, "%s: GIF frame of %dx%d pixels", s->label, fr->Width, fr->Height);
+        goto done;
+    }
+    const ColorMapObject *map = fr->ColorMap ? fr->ColorMap : g->SColorMap;
+    uint8_t pal[256][3] = {{0}};
+    for (int i = 0; i < 256; i++) {
+        if (!map) memset(pal[i], i, 3);
+        else if (i < map->ColorCount) memcpy(pal[i], &map->Colors[i], 3); /* GifColorType: r, g, b bytes */
+    }
+    if ((st = image_alloc((int)cw, (int)ch, &img)) != KVF_OK) goto done;
+    const uint8_t *bg = pal[transparent >= 0 ? transparent : 0];
+    for (size_t i = 0; i < (size_t)cw * ch; i++) memcpy(img->rgb + 3 * i, bg, 3);
+    if (!(line = malloc((size_t)fr->Width))) {
+        st = err_set(KVF_ERR_NOMEM, "%s: out of memory", s->label);
+        goto done;
+    }
+    /* Interlaced rows come in four passes: every 8th from 0, from 4, every
+     * 4th from 2, every 2nd from 1. */
+    static const int first[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
+    const int passes = fr->Interlace ? 4 : 1;
+    for (int p = 0; p < passes; p++)
+        for (int y = fr->Interlace ? first[p] : 0; y < fr->Height; y += fr->Interlace ? step[p] : 1) {
+            if (DGifGetLine(g, line, fr->Width) != GIF_OK) {
+                st = gif_fail(s, g->Error);
+                goto done;
+            }
+            uint8_t *row = img->rgb + ((size_t)(fr->Top + y) * cw + fr->Left) * 3;
+            for (int x = 0; x < fr->Width; x++) memcpy(row + 3 * x, pal[line[x]], 3);
+        }
+done:
+    free(line);
+    DGifCloseFile(g, &code);
+    if (st == KVF_OK) *out = img;
+    else kvf_image_free(img);
+    return st;
+}
+
+/* --------------------------------------------------------------- WebP -- */
+
+/* A still image; alpha dropped as stored. Animated files need libwebp's
+ * demuxer and are refused. */
+static enum kvf_status webp_decode(struct src *s, int64_t max_pixels, struct kvf_image **out) {
+    WebPBitstreamFeatures f;
+    const VP8StatusCode vs = WebPGetFeatures(s->p, s->n, &f);
+    if (vs != VP8_STATUS_OK)
+        return err_set(KVF_ERR_FORMAT, "%s: not a readable WebP (libwebp status %d)", s->label, (int)vs);
+    if (f.has_animation) return err_set(KVF_ERR_UNSUPPORTED, "%s: animated WebP is not read", s->label);
+    enum kvf_status st = size_check(s->label, (uint64_t)f.width, (uint64_t)f.height, max_pixels);
+    if (st != KVF_OK) return st;
+    struct kvf_image *img;
+    if ((st = image_alloc(f.width, f.height, &img)) != KVF_OK) return st;
+    const size_t stride = (size_t)f.width * 3;
+    if (!WebPDecodeRGBInto(s->p, s->n, img->rgb, stride * f.height, (int)stride)) {
+        kvf_image_free(img);
+        return err_set(KVF_ERR_FORMAT, "%s: WebP data cannot be decoded", s->label);
+    }
+    *out = img;
+    return KVF_OK;
+}
+
+/* ---------------------------------------------------------------- PNM -- */
+
+/* Binary grey (P5) or RGB (P6) with 8-bit samples: a header and raw bytes,
+ * read here because no Debian library reads it from memory. The grammar:
+ * magic, then width, height and maxval each after whitespace and '#'
+ * comments, then one whitespace byte. */
 static bool pnm_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-static bool pnm_truncated(const uint8_t *p, size_t n, int w, int h) {
-    if (n < 2 || p[0] != 'P' || (p[1] != '5' && p[1] != '6')) return false;
+static enum kvf_status pnm_decode(struct src *s, int64_t max_pixels, struct kvf_image **out) {
+    const uint8_t *p = s->p;
+    const size_t n = s->n;
     size_t i = 2;
-    uint32_t v[3];
+    uint64_t v[3];
     for (int f = 0; f < 3; f++) {
         for (;;) {
             while (i < n && pnm_space(p[i])) i++;
             if (i >= n || p[i] != '#') break;
             while (i < n && p[i] != '\n' && p[i] != '\r') i++;
         }
-        v[f] = 0;
-        /* Saturated: only "over 255" matters, and only for maxval. */
-        for (; i < n && p[i] >= '0' && p[i] <= '9'; i++) v[f] = v[f] > 1000000 ? v[f] : v[f] * 10 + (p[i] - '0');
+        if (i >= n || p[i] < '0' || p[i] > '9') return err_set(KVF_ERR_FORMAT, "%s: PNM header cut short", s->label);
+        /* Saturated: any value past the side limit is refused the same. */
+        for (v[f] = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) v[f] = v[f] > 1000000 ? v[f] : v[f] * 10 + (p[i] - '0');
     }
-    i++; /* the whitespace byte after maxval */
-    const uint64_t need = (uint64_t)w * h * (p[1] == '6' ? 3 : 1) * (v[2] > 255 ? 2 : 1);
-    return i > n || n - i < need;
+    if (i >= n || !pnm_space(p[i])) return err_set(KVF_ERR_FORMAT, "%s: PNM header cut short", s->label);
+    i++;
+    enum kvf_status st = size_check(s->label, v[0], v[1], max_pixels);
+    if (st != KVF_OK) return st;
+    if (v[2] != 255)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: PNM with maxval %llu (8-bit, maxval 255, is read)", s->label,
+                       (unsigned long long)v[2]);
+    const int w = (int)v[0], h = (int)v[1], comp = p[1] == '6' ? 3 : 1;
+    const size_t need = (size_t)w * h * comp;
+    if (n - i < need)
+        return err_set(KVF_ERR_FORMAT, "%s: PNM file truncated (%dx%d pixels, %zu bytes)", s->label, w, h, n);
+    struct kvf_image *img;
+    if ((st = image_alloc(w, h, &img)) != KVF_OK) return st;
+    if (comp == 3) memcpy(img->rgb, p + i, need);
+    else
+        for (size_t k = 0; k < need; k++) memset(img->rgb + 3 * k, p[i + k], 3);
+    *out = img;
+    return KVF_OK;
 }
 
-/* Pixels are decoded through callbacks rather than from memory because a
- * short read from memory leaves stb_image's buffer uninitialised (2.27's
- * TGA rows, for one), while this reader fills what is past the end with
- * zeros: a truncated file then decodes the same every time. */
-struct mem_reader {
-    const uint8_t *p;
-    size_t n, pos;
-};
-
-static int mem_read(void *user, char *data, int size) {
-    struct mem_reader *r = user;
-    const size_t want = size > 0 ? (size_t)size : 0, left = r->n - r->pos, k = want < left ? want : left;
-    memcpy(data, r->p + r->pos, k);
-    memset(data + k, 0, want - k);
-    r->pos += k;
-    return (int)k;
-}
-
-static void mem_skip(void *user, int n) {
-    struct mem_reader *r = user;
-    const size_t back = n < 0 ? (size_t)(-(int64_t)n) : 0;
-    if (n < 0) r->pos = back < r->pos ? r->pos - back : 0;
-    else r->pos = (size_t)n < r->n - r->pos ? r->pos + (size_t)n : r->n;
-}
-
-static int mem_eof(void *user) {
-    const struct mem_reader *r = user;
-    return r->pos >= r->n;
+static bool has_prefix(const struct src *s, const char *magic, size_t n) {
+    return s->n >= n && memcmp(s->p, magic, n) == 0;
 }
 
 static enum kvf_status decode(const char *label, const void *data, size_t size, int64_t max_pixels,
                               struct kvf_image **out) {
     if (max_pixels <= 0) max_pixels = KVF_IMAGE_MAX_PIXELS_DEFAULT;
     if (size == 0) return err_set(KVF_ERR_FORMAT, "%s: empty file", label);
-    if (size > INT_MAX) return err_set(KVF_ERR_FORMAT, "%s: %zu bytes is too large for an image", label, size);
-    int w, h, comp;
-    /* The header alone: a hostile size is refused before any allocation. */
-    if (!stbi_info_from_memory(data, (int)size, &w, &h, &comp))
-        return err_set(KVF_ERR_FORMAT, "%s: not a readable image (%s); PNG, JPEG, BMP, PPM/PGM, TGA, GIF are read",
-                       label, stbi_failure_reason());
-    if (w <= 0 || h <= 0) return err_set(KVF_ERR_FORMAT, "%s: image of %dx%d pixels", label, w, h);
-    if ((int64_t)w * h > max_pixels || w > IMAGE_MAX_SIDE || h > IMAGE_MAX_SIDE)
-        return err_set(KVF_ERR_INVALID_ARG, "%s: %dx%d pixels is over the limit of %lld pixels (sides <= %d)", label,
-                       w, h, (long long)max_pixels, IMAGE_MAX_SIDE);
-    if (pnm_truncated(data, size, w, h))
-        return err_set(KVF_ERR_FORMAT, "%s: PNM file truncated (%dx%d pixels, %zu bytes)", label, w, h, size);
-    int dw, dh;
-    struct mem_reader rd = {.p = data, .n = size};
-    const stbi_io_callbacks io = {.read = mem_read, .skip = mem_skip, .eof = mem_eof};
-    /* 3 channels asked for: grey is replicated, alpha dropped (as PIL's
-     * convert("RGB") that LLaVA applies). */
-    uint8_t *px = stbi_load_from_callbacks(&io, &rd, &dw, &dh, &comp, 3);
-    if (!px) return err_set(KVF_ERR_FORMAT, "%s: cannot decode (%s)", label, stbi_failure_reason());
-    enum kvf_status st = KVF_OK;
-    if (dw != w || dh != h)
-        st = err_set(KVF_ERR_FORMAT, "%s: decoded %dx%d pixels, the header said %dx%d", label, dw, dh, w, h);
-    if (st == KVF_OK) st = image_alloc(w, h, out);
-    if (st == KVF_OK) memcpy((*out)->rgb, px, (size_t)w * h * 3);
-    stbi_image_free(px);
-    return st;
+    struct src s = {.label = label, .p = data, .n = size};
+    if (has_prefix(&s, "\x89PNG\r\n\x1a\n", 8)) return png_decode(&s, max_pixels, out);
+    if (has_prefix(&s, "\xff\xd8\xff", 3)) return jpeg_decode(&s, max_pixels, out);
+    if (has_prefix(&s, "GIF87a", 6) || has_prefix(&s, "GIF89a", 6)) return gif_decode(&s, max_pixels, out);
+    if (size >= 12 && has_prefix(&s, "RIFF", 4) && memcmp(s.p + 8, "WEBP", 4) == 0)
+        return webp_decode(&s, max_pixels, out);
+    if (has_prefix(&s, "P5", 2) || has_prefix(&s, "P6", 2)) return pnm_decode(&s, max_pixels, out);
+    return err_set(KVF_ERR_FORMAT, "%s: not an image kvfold reads (PNG, JPEG, GIF, WebP, binary PGM/PPM)", label);
 }
 
 enum kvf_status kvf_image_load_memory(const void *data, size_t size, int64_t max_pixels, struct kvf_image **out) {
@@ -262,7 +583,7 @@ static uint8_t clip8(int64_t v) {
 }
 
 /* The padded square of expand2square, never built whole (a 65535x1000
- * image would make a 12 GiB square): row y into row[side][3]. */
+ * image would make a 12 GiB square). */
 struct square {
     const struct kvf_image *img;
     int side, ox, oy;
@@ -278,27 +599,25 @@ static void square_row(const struct square *sq, int y, uint8_t *row) {
         memcpy(row + 3 * (size_t)sq->ox, sq->img->rgb + (size_t)(y - sq->oy) * w * 3, (size_t)w * 3);
 }
 
-static void resample_row(const uint8_t *in, const struct resample_plan *p, int out_len, uint8_t *out) {
-    for (int o = 0; o < out_len; o++) {
-        const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
-        const int32_t *k = p->k + (size_t)o * p->ksize;
-        const uint8_t *px = in + 3 * (size_t)first;
-        int64_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-        for (int x = 0; x < cnt; x++) {
-            s0 += (int64_t)px[3 * x] * k[x];
-            s1 += (int64_t)px[3 * x + 1] * k[x];
-            s2 += (int64_t)px[3 * x + 2] * k[x];
-        }
-        out[3 * o] = clip8(s0);
-        out[3 * o + 1] = clip8(s1);
-        out[3 * o + 2] = clip8(s2);
+static void resample_one(const uint8_t *in, const struct resample_plan *p, int o, uint8_t *out) {
+    const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
+    const int32_t *k = p->k + (size_t)o * p->ksize;
+    const uint8_t *px = in + 3 * (size_t)first;
+    int64_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    for (int x = 0; x < cnt; x++) {
+        s0 += (int64_t)px[3 * x] * k[x];
+        s1 += (int64_t)px[3 * x + 1] * k[x];
+        s2 += (int64_t)px[3 * x + 2] * k[x];
     }
+    out[3 * o] = clip8(s0);
+    out[3 * o + 1] = clip8(s1);
+    out[3 * o + 2] = clip8(s2);
 }
 
 /* Pillow's resize of the side x side square to size x size, into
  * out[size][size][3]: horizontal pass into 8-bit rows, then vertical. */
 static enum kvf_status square_resize(const struct square *sq, int size, uint8_t *out) {
-    const int side = sq->side;
+    const int side = sq->side, w = sq->img->w;
     size_t row_bytes, tmp_bytes, acc_n;
     if (!size_mul((size_t)side, 3, &row_bytes) || !size_mul((size_t)side, (size_t)size * 3, &tmp_bytes) ||
         !size_mul((size_t)size, 3, &acc_n))
@@ -306,23 +625,28 @@ static enum kvf_status square_resize(const struct square *sq, int size, uint8_t 
     struct resample_plan p = {0};
     enum kvf_status st = plan_make(side, size, &p);
     if (st != KVF_OK) return st;
-    uint8_t *row = malloc(row_bytes), *tmp = malloc(tmp_bytes);
+    uint8_t *row = malloc(row_bytes), *tmp = malloc(tmp_bytes), *bg_line = malloc(acc_n);
     int64_t *acc = malloc(acc_n * sizeof *acc);
-    if (!row || !tmp || !acc) {
+    if (!row || !tmp || !bg_line || !acc) {
         st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", side, side);
         goto done;
     }
+    /* Every row is background outside the image's columns [ox, ox + w), so
+     * an output sample whose taps miss them equals the background row's:
+     * only the samples from o_lo to o_hi are computed per row. A tall narrow
+     * image thus costs O(side x (size + taps)), not O(side^2). */
+    square_row(sq, -1, row);
+    for (int o = 0; o < size; o++) resample_one(row, &p, o, bg_line);
+    int o_lo = 0, o_hi = size;
+    while (o_lo < size && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= sq->ox) o_lo++;
+    while (o_hi > o_lo && p.bounds[2 * (o_hi - 1)] >= sq->ox + w) o_hi--;
     const size_t line = (size_t)size * 3;
-    int bg_done = -1; /* a background row already resampled: all others equal it */
     for (int y = 0; y < side; y++) {
         uint8_t *t = tmp + (size_t)y * line;
-        if (square_row_is_bg(sq, y) && bg_done >= 0) {
-            memcpy(t, tmp + (size_t)bg_done * line, line);
-            continue;
-        }
-        square_row(sq, y, row);
-        resample_row(row, &p, size, t);
-        if (square_row_is_bg(sq, y)) bg_done = y;
+        memcpy(t, bg_line, line);
+        if (square_row_is_bg(sq, y)) continue;
+        memcpy(row + 3 * (size_t)sq->ox, sq->img->rgb + (size_t)(y - sq->oy) * w * 3, (size_t)w * 3);
+        for (int o = o_lo; o < o_hi; o++) resample_one(row, &p, o, t);
     }
     /* The vertical plan equals the horizontal one (a square). Integer sums
      * are exact, so accumulating tap by tap over a whole row gives Pillow's
@@ -340,6 +664,7 @@ static enum kvf_status square_resize(const struct square *sq, int size, uint8_t 
 done:
     free(row);
     free(tmp);
+    free(bg_line);
     free(acc);
     plan_free(&p);
     return st;

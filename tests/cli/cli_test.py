@@ -188,6 +188,21 @@ def case_badfiles_real(ctx):
         check(rc == 2 and len(lines) == 1 and lines[0].startswith("kvfold: error: "),
               f"{what}: exit {rc}, want 2 and one error line; stderr: {err!r}")
     os.remove(fifo)
+    # An output file that cannot be written fails before the generation, naming the path and the reason.
+    bad = os.path.join(ctx.tmp, "no-such-dir", "kv.json")
+    line = expect_error(ctx, 2, ("generate", "-m", src, "-p", "hi", "-n", "2", "--dump-kv", bad), "--dump-kv unwritable")
+    check(bad in line and "No such file or directory" in line, f"--dump-kv unwritable: {line!r}")
+    line = expect_error(ctx, 2, ("generate", "-m", src, "-p", "hi", "-n", "2", "--dump-kv", "/dev/full"), "--dump-kv full")
+    check("/dev/full" in line and "No space left" in line, f"--dump-kv /dev/full: {line!r}")
+    # Values the library refuses for this model are usage errors (1), like those the parser refuses.
+    words = os.path.join(ctx.tmp, "words.txt")
+    with open(words, "w") as f:
+        f.write("alpha beta gamma")
+    for args, what in ((("-p", "hi", "--kv", "fastv:k=100"), "fastv past the last layer"),
+                       (("-p", "hi", "--kv", "fastv:k=0"), "fastv:k=0"),
+                       (("-p", "<image> hi", "--pseudo-image", words + ":0x0"), "pseudo-image 0x0"),
+                       (("-p", "<image> hi", "--pseudo-image", words + ":100000x100000"), "pseudo-image 100000x100000")):
+        expect_error(ctx, 1, ("generate", "-m", src, "-n", "1") + args, what)
 
 
 def case_tokenize(ctx):

@@ -321,6 +321,11 @@ def case_milebench(ctx):
             ("ALFRED", lambda d: d["data"][0]["task_instance"].update(context="a {image#1} b {image#1}"), "placeholders"),
             ("ALFRED", lambda d: d["data"][0].update(task_instruction_id=7), "instruction id"),
             ("ALFRED", lambda d: d["data"][0]["task_instance"].update(images_path=["absent.png"]), "missing image"),
+            # Paths out of the images folder, to images that exist (copied beside it below).
+            ("ALFRED", lambda d: d["data"][0]["task_instance"].update(images_path=["../out.ppm"]), "path with .."),
+            ("ALFRED", lambda d: d["data"][0]["task_instance"].update(images_path=["a/../../out.ppm"]), "inner .."),
+            ("ALFRED", lambda d: d["data"][0]["task_instance"].update(
+                images_path=[os.path.join(ctx.tmp, "broken", "ALFRED", "out.ppm")]), "absolute path"),
             ("ALFRED", lambda d: d.pop("meta_data"), "no meta_data"),
             ("ALFRED", lambda d: d["meta_data"].update(question_type="ranking"), "question type")):
         broken = os.path.join(ctx.tmp, "broken", name)
@@ -333,6 +338,9 @@ def case_milebench(ctx):
         for p in os.listdir(os.path.join(root, name, "images")):
             with open(os.path.join(root, name, "images", p), "rb") as src, \
                     open(os.path.join(broken, "images", p), "wb") as dst:
+                dst.write(src.read())
+            with open(os.path.join(root, name, "images", p), "rb") as src, \
+                    open(os.path.join(broken, "out.ppm"), "wb") as dst:
                 dst.write(src.read())
         expect_error(ctx, 2, [*plain, "--data", broken], why)
     with open(os.path.join(ctx.tmp, "broken", "ALFRED", "ALFRED.json"), "w") as f:

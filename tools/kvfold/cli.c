@@ -43,6 +43,11 @@ int fail(enum kvf_status st, const char *what) {
     return exit_code(st);
 }
 
+int fail_option(enum kvf_status st, const char *what) {
+    const int rc = fail(st, what);
+    return st == KVF_ERR_INVALID_ARG ? EXIT_USAGE : rc;
+}
+
 /* ------------------------------------------------------------ options -- */
 
 int opts_set(struct opt *dst, const struct opt *src, size_t n) {
@@ -262,10 +267,25 @@ int read_text_file(const char *path, char **out, size_t *len) {
     return rc;
 }
 
-bool write_text_file(const char *path, const char *text) {
-    FILE *f = text ? fopen(path, "w") : NULL;
-    const bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    return (!f || fclose(f) == 0) && ok;
+int out_open(const char *flag, const char *path, FILE **f) {
+    if (!(*f = fopen(path, "w"))) {
+        print_error("%s %s: cannot open for writing: %s", flag, path, strerror(errno));
+        return EXIT_INPUT;
+    }
+    return 0;
+}
+
+int out_write(const char *flag, const char *path, FILE *f, const char *text) {
+    if (!f) return 0;
+    errno = 0;
+    const bool ok = text && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    const int err = errno;
+    if (fclose(f) != 0 || !ok) {
+        const int why = err ? err : errno;
+        print_error("%s %s: cannot write: %s", flag, path, why ? strerror(why) : "out of memory");
+        return EXIT_INPUT;
+    }
+    return 0;
 }
 
 int input_text(const char *cmd, const struct args *a, char **text, size_t *len) {
@@ -383,7 +403,7 @@ struct kvf_session_params session_params(const struct args *a, int n_ctx) {
 int open_session(const struct kvf_model *m, const struct kvf_session_params *sp, const char *what,
                  struct kvf_session **out) {
     const enum kvf_status st = kvf_session_init(m, sp, out);
-    return st == KVF_OK ? 0 : fail(st, what);
+    return st == KVF_OK ? 0 : fail_option(st, what);
 }
 
 /* ------------------------------------------------------ KV cache JSON -- */

@@ -117,6 +117,11 @@ void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int exit_code(enum kvf_status st);
 /* Prints "what: status: last error" and returns the exit code for st. */
 int fail(enum kvf_status st, const char *what);
+/* fail() for a call whose arguments all come from command-line values (a
+ * --kv spec, a grid size): one the library refuses (KVF_ERR_INVALID_ARG,
+ * e.g. fastv:k past the model's layers) is a usage error, as when the
+ * option parser refuses it. */
+int fail_option(enum kvf_status st, const char *what);
 
 /* ------------------------------------------------- files, clock, JSON -- */
 
@@ -127,8 +132,13 @@ int read_file(const char *path, char **out, size_t *len);
 /* read_file for text that goes to the tokenizer: a NUL byte is refused
  * (the text would end there for some readers and not for others). */
 int read_text_file(const char *path, char **out, size_t *len);
-/* Writes text and a newline to path; false on any failure. */
-bool write_text_file(const char *path, const char *text);
+/* An output file named by FLAG, opened before the work starts so that a
+ * bad path fails at once rather than after the generation: 0, or an error
+ * line naming the flag, the path and the reason and EXIT_INPUT. */
+int out_open(const char *flag, const char *path, FILE **f);
+/* Writes text and a newline to f and closes it (f may be NULL after a
+ * failed out_open: nothing is done); 0 or an error line and EXIT_INPUT. */
+int out_write(const char *flag, const char *path, FILE *f, const char *text);
 /* The text given by -p or -f (exactly one of them). */
 int input_text(const char *cmd, const struct args *a, char **text, size_t *len);
 /* Milliseconds on a monotonic clock (only differences mean anything). */

@@ -321,7 +321,7 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
     enum kvf_status st = kvf_session_fork(sh->src, run->kv, run_budget(run), out);
     int rc = 0;
     if (st == KVF_OK) r->prefill_ms = sh->prefill_ms;
-    else if (st != KVF_ERR_UNSUPPORTED) rc = fail(st, "eval: kv fork");
+    else if (st != KVF_ERR_UNSUPPORTED) rc = fail_option(st, "eval: kv fork");
     else if (!(rc = prefilled_session(a, m, pr, run, n_extra, 0, out))) r->prefill_ms = now_ms() - t0;
     if (rc) return rc;
     r->kv_full_mib = (double)kvf_session_kv_full_bytes(*out) / MIB;

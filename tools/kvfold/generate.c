@@ -59,6 +59,7 @@ struct gen {
     struct strbuf out;     /* the generated text (--json) */
     cJSON *per_layer;      /* entries per layer after compression */
     cJSON *dump;           /* --dump-kv */
+    FILE *dump_f;          /* --dump-kv, open from the start */
     double prefill_ms, compress_ms, decode_ms;
     size_t kv_full, kv_kept;
     int n_gen, n_decoded;
@@ -68,6 +69,7 @@ struct gen {
 static void gen_free(struct gen *g) {
     cJSON_Delete(g->per_layer);
     cJSON_Delete(g->dump);
+    if (g->dump_f) fclose(g->dump_f);
     free(g->out.s);
     kvf_prompt_free(g->pr);
     media_set_free(&g->media);
@@ -135,7 +137,8 @@ static int gen_open(struct gen *g) {
     size_t len = 0;
     int rc;
     enum kvf_status st;
-    if ((rc = input_text("generate", a, &g->text, &len)) || (rc = load_model(a, &g->m)) ||
+    if ((a->dump_kv && (rc = out_open("--dump-kv", a->dump_kv, &g->dump_f))) ||
+        (rc = input_text("generate", a, &g->text, &len)) || (rc = load_model(a, &g->m)) ||
         (rc = build_prompt(a, g->m, g->text, &g->prompt)) || (rc = media_build(a, g->m, &g->media)))
         return rc;
     /* BOS as the model's tokenizer says; chat markup is control-token text. */
@@ -233,9 +236,10 @@ static int gen_write_dump(struct gen *g) {
     cJSON_AddNumberToObject(g->dump, "n_past", kvf_session_n_past(g->s));
     cJSON_AddItemToObject(g->dump, "final", kv_positions_json(g->s, &g->info));
     char *txt = cJSON_PrintUnformatted(g->dump);
-    const bool ok = write_text_file(g->a->dump_kv, txt);
+    const int rc = out_write("--dump-kv", g->a->dump_kv, g->dump_f, txt);
+    g->dump_f = NULL; /* closed */
     free(txt);
-    return ok ? 0 : fail(KVF_ERR_IO, "generate: cannot write --dump-kv");
+    return rc;
 }
 
 static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {

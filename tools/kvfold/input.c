@@ -244,7 +244,7 @@ static int media_pseudo(const struct args *a, const struct kvf_model *m, const c
     enum kvf_status st = kvf_media_pseudo_image(m, text, r, c, a->pseudo_noise, a->seed + (uint64_t)index, &md);
     free(text);
     if (st != KVF_OK)
-        return fail(st, "--pseudo-image");
+        return fail_option(st, "--pseudo-image");
     return media_push(ms, md);
 }
 

@@ -183,6 +183,16 @@ static char *json_text(const cJSON *v) {
     return strdup(out);
 }
 
+/* A task file names its images relative to its images folder; one that
+ * leads out of it (absolute, or through "..") would read any file the
+ * user can. */
+static bool path_stays_inside(const char *p) {
+    if (p[0] == '/') return false;
+    for (const char *s = p; *s; s = strchr(s, '/') ? strchr(s, '/') + 1 : s + strlen(s))
+        if (s[0] == '.' && s[1] == '.' && (s[2] == '/' || s[2] == '\0')) return false;
+    return true;
+}
+
 static int bad_sample(const struct mb_task *t, int k, const char *why) {
     print_error("eval milebench: %s sample %d: %s", t->name, k, why);
     return EXIT_INPUT;
@@ -266,8 +276,12 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     if (!cJSON_IsString(ctx) || (imgs && !cJSON_IsArray(imgs)) || (opts && !cJSON_IsArray(opts)) ||
         !(out->answer = json_text(item(s, "response"))))
         return bad_sample(t, k, "want {\"task_instance\": {\"context\", \"images_path\", [\"choice_list\"]}, \"response\"}");
-    for (int i = 0; i < n_img; i++)
-        if (!cJSON_IsString(cJSON_GetArrayItem(imgs, i))) return bad_sample(t, k, "images_path holds a non-string");
+    for (int i = 0; i < n_img; i++) {
+        const cJSON *p = cJSON_GetArrayItem(imgs, i);
+        if (!cJSON_IsString(p)) return bad_sample(t, k, "images_path holds a non-string");
+        if (!path_stays_inside(p->valuestring))
+            return bad_sample(t, k, "images_path leads out of the task's images folder (absolute, or '..')");
+    }
     const cJSON *instr = t->instructions;
     if (cJSON_IsArray(instr)) {
         /* compared as a double first: a JSON number need not fit an int */

@@ -33,6 +33,7 @@ struct profile {
     double *ratio, *gini;  /* per layer, summed over the samples */
     cJSON *per_sample;   /* each sample's ratios */
     int n;               /* samples run */
+    FILE *out;           /* -o, open from the start; NULL once written */
 };
 
 /* One line of the samples file through prefixkv online; its layers' ratios
@@ -118,7 +119,8 @@ static int profile_write(struct profile *p) {
     cJSON_AddItemToObject(out, "per_sample", p->per_sample);
     p->per_sample = NULL;
     char *txt = cJSON_Print(out);
-    int rc = write_text_file(a->output, txt) ? 0 : fail(KVF_ERR_IO, "profile: cannot write the output file");
+    int rc = out_write("-o", a->output, p->out, txt);
+    p->out = NULL;
     free(txt);
     if (!rc && a->json)
         return print_json(out);
@@ -139,10 +141,13 @@ static int cmd_profile(const struct args *a) {
     }
     char *text = NULL;
     size_t len = 0;
+    struct profile p = { .a = a };
     int rc = read_file(a->samples, &text, &len);
-    if (rc)
+    if (rc || (rc = out_open("-o", a->output, &p.out))) {
+        free(text);
         return rc;
-    struct profile p = { .a = a, .per_sample = cJSON_CreateArray() };
+    }
+    p.per_sample = cJSON_CreateArray();
     const char *slash = strrchr(a->samples, '/');
     snprintf(p.dir, sizeof p.dir, "%.*s", slash ? (int)(slash - a->samples + 1) : 0, a->samples);
     if (!(rc = load_model(a, &p.m))) {
@@ -157,6 +162,7 @@ static int cmd_profile(const struct args *a) {
     if (!rc)
         rc = profile_write(&p);
     cJSON_Delete(p.per_sample);
+    if (p.out) fclose(p.out);
     free(p.ratio);
     free(p.gini);
     kvf_model_free(p.m);
