@@ -16,10 +16,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* A fixture of tests/tools/make_fixture (KVF_FUZZ_FIXTURES in the
- * environment, else the folder the build wrote them to) loaded once per
- * process with one thread; NULL name: no mmproj. Aborts when it cannot be
- * loaded: a harness without its fixture tests nothing. */
-const struct kvf_model *fuzz_fixed_model(const char *gguf, const char *mmproj);
+ * environment, else the folder the build wrote them to) loaded with one
+ * thread, for the harness to keep; mmproj NULL: none. Aborts when it cannot
+ * be loaded: a harness without its fixture tests nothing. */
+const struct kvf_model *fuzz_fixed_model(const char *name, const char *mmproj, bool vocab_only);
 /* path (of at least FUZZ_PATH_MAX bytes) gets the path of fixture `name`. */
 #define FUZZ_PATH_MAX 4096
 void fuzz_fixture_path(const char *name, char *path);

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const struct kvf_model *m;
     static struct kvf_model_info info;
     if (!m) {
-        m = fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf");
+        m = fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf", false);
         kvf_model_get_info(m, &info);
     }
     struct kvf_image *img = NULL;

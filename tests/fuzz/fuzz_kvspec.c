@@ -48,7 +48,7 @@ static void run_session(const char *spec, double budget) {
     static struct kvf_model_info info;
     static struct kvf_media *pseudo;
     if (!m) {
-        m = fuzz_fixed_model("gemma3-f32.gguf", NULL);
+        m = fuzz_fixed_model("gemma3-f32.gguf", NULL, false);
         kvf_model_get_info(m, &info);
         if (kvf_media_pseudo_image(m, "a red square on grey", 3, 4, 0.1f, 7, &pseudo) != KVF_OK ||
             kvf_prompt_init(m, "Look at <image> and say what the colour is.", (const struct kvf_media *const *)&pseudo,

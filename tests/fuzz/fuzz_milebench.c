@@ -41,7 +41,7 @@ static bool write_task(const uint8_t *data, size_t size, char *path) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const struct kvf_model *m;
-    if (!m) m = fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf");
+    if (!m) m = fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf", false);
     char dir[FUZZ_PATH_MAX];
     if (!write_task(data, size, dir)) return 0;
     struct args a = {.data = dir, .threads = 1};

@@ -12,15 +12,7 @@
 
 static const struct kvf_model *vocab(int which) {
     static const struct kvf_model *m[2];
-    if (!m[which]) {
-        char path[FUZZ_PATH_MAX];
-        fuzz_fixture_path(which ? "llama-st" : "llama-q4_0.gguf", path);
-        struct kvf_model_params mp = kvf_model_default_params();
-        mp.vocab_only = true;
-        struct kvf_model *loaded;
-        if (kvf_model_load(path, &mp, &loaded) != KVF_OK) abort();
-        m[which] = loaded;
-    }
+    if (!m[which]) m[which] = fuzz_fixed_model(which ? "llama-st" : "llama-q4_0.gguf", NULL, true);
     return m[which];
 }
 

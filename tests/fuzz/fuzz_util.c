@@ -14,11 +14,11 @@ void fuzz_fixture_path(const char *name, char *path) {
     snprintf(path, FUZZ_PATH_MAX, "%s/%s", dir && *dir ? dir : KVF_FUZZ_FIXTURES, name);
 }
 
-const struct kvf_model *fuzz_fixed_model(const char *gguf, const char *mmproj) {
+const struct kvf_model *fuzz_fixed_model(const char *name, const char *mmproj, bool vocab_only) {
     char path[FUZZ_PATH_MAX], proj[FUZZ_PATH_MAX];
     struct kvf_model_params mp = kvf_model_default_params();
-    mp.n_threads = 1;
-    fuzz_fixture_path(gguf, path);
+    mp.n_threads = 1, mp.vocab_only = vocab_only;
+    fuzz_fixture_path(name, path);
     if (mmproj) fuzz_fixture_path(mmproj, proj), mp.mmproj = proj;
     struct kvf_model *m = NULL;
     if (kvf_model_load(path, &mp, &m) != KVF_OK) {
