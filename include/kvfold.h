@@ -336,6 +336,16 @@ KVF_API enum kvf_status kvf_session_prefill(struct kvf_session *session, const i
  * pass, so its text can weigh the images before it; once that pass has merged
  * or dropped rows, all_logits is refused (KVF_ERR_UNSUPPORTED): those
  * positions have no logits. */
+/* kvf_session_prefill_prompt in parts: positions [first, first + n) of the
+ * prompt, the parts in order from first = 0 (each first = the positions
+ * already in), so that a server can interleave a long prompt with other
+ * sessions' decoding. The parts together give what the whole prompt gives
+ * (the same positions, tags and cache; logits within the rounding of other
+ * batch boundaries). KVF_ERR_UNSUPPORTED for policies that need the whole
+ * prompt in one pass (a reduce stage, block-wise question=1);
+ * KVF_ERR_INVALID_ARG for a part out of order. */
+KVF_API enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *session, const struct kvf_prompt *prompt,
+                                                        int first, int n);
 KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
                                            float *all_logits);
 /* Appends rows of input embeddings [n][n_embd] with their tags (the pos
@@ -392,6 +402,17 @@ KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
  * KVF_ERR_INVALID_ARG or KVF_ERR_CONTEXT (checked before any work), the
  * session must be reset. */
 KVF_API enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t token);
+/* kvf_session_decode of tokens[i] in sessions[i] for n sessions of one model
+ * at once (a server's decode step): the weight products run once over the
+ * n rows, each session attends to its own cache and applies its own decode
+ * stage. The sessions must be distinct and not used by another thread
+ * meanwhile. Each session's logits are those kvf_session_decode gives
+ * (bit for bit while n < 16, where both read the weights through the same
+ * dot products; with more rows the products go through BLAS and may round
+ * differently). Checks every argument and context before any work
+ * (KVF_ERR_INVALID_ARG, KVF_ERR_CONTEXT); after another failure every
+ * session must be reset. */
+KVF_API enum kvf_status kvf_session_decode_batch(struct kvf_session *const *sessions, const int32_t *tokens, int n);
 /* n_vocab logits after the last token processed; NULL before the first.
  * Valid until the session next changes (prefill, decode, reset, free). */
 KVF_API const float *kvf_session_logits(const struct kvf_session *session);

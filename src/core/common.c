@@ -4,7 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-static _Thread_local char last_error[512];
+/* Long enough for the list of pre-tokenizer names (tok_pre_from_name). */
+static _Thread_local char last_error[2048];
 
 enum kvf_status err_set(enum kvf_status st, const char *fmt, ...) {
     va_list ap;

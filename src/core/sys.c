@@ -1,5 +1,6 @@
 #include "core/sys.h"
-#include "kvfold.h"
+
+#include "core/common.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,4 +72,34 @@ FILE *sys_fopen_read(const char *path) {
         errno = e;
     }
     return f;
+}
+
+enum kvf_status sys_read_file(const char *path, size_t cap, const char *what, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = sys_fopen_read(path);
+    if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    enum kvf_status st = KVF_OK;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode))
+        st = err_set(KVF_ERR_IO, "%s: not a regular file", path);
+    else if (sb.st_size < 0 || (uint64_t)sb.st_size > cap)
+        st = err_set(KVF_ERR_FORMAT, "%s: %lld bytes is over the limit for %s (%zu MiB)", path,
+                     (long long)sb.st_size, what, cap >> 20);
+    char *buf = st == KVF_OK ? malloc((size_t)sb.st_size + 1) : NULL;
+    if (st == KVF_OK && !buf) st = err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
+    if (st == KVF_OK) {
+        const size_t n = (size_t)sb.st_size, got = fread(buf, 1, n, f);
+        if (ferror(f) || got != n) {
+            st = err_set(KVF_ERR_IO, "%s: read failed", path);
+        } else {
+            buf[n] = '\0';
+            *out = buf;
+            *len = n;
+            buf = NULL;
+        }
+    }
+    free(buf);
+    fclose(f);
+    return st;
 }

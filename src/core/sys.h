@@ -2,6 +2,8 @@
 #ifndef KVF_SYS_H
 #define KVF_SYS_H
 
+#include "kvfold.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -19,5 +21,11 @@ bool sys_path_is_file(const char *path);
  * it is a regular file (fstat). -1 / NULL with errno set. */
 int sys_open_read(const char *path);
 FILE *sys_fopen_read(const char *path);
+
+/* A whole regular file in memory, NUL-terminated (*out malloc'd, *len
+ * bytes before the NUL). Files over cap bytes are refused before anything
+ * is allocated, with an error naming `what` (e.g. "a tokenizer.json") and
+ * the cap: every file the library reads whole has one. */
+enum kvf_status sys_read_file(const char *path, size_t cap, const char *what, char **out, size_t *len);
 
 #endif

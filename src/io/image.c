@@ -21,14 +21,11 @@
 
 #include "core/sys.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <gif_lib.h>
 #include <jpeglib.h> /* before jerror.h */
@@ -36,7 +33,7 @@
 #include <png.h>
 #include <webp/decode.h>
 
-#define IMAGE_MAX_FILE (1024u * 1024u * 1024u) /* bytes read from one image file */
+#define IMAGE_MAX_FILE ((size_t)256 << 20) /* bytes read from one image file */
 #define IMAGE_MAX_SIDE 65535
 /* A progressive JPEG may repeat scans without end, each a pass over every
  * block (libjpeg-turbo's advice for untrusted input: limit them). Real
@@ -480,28 +477,10 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
     *out = NULL;
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "image: NULL path");
-    FILE *f = sys_fopen_read(path);
-    if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return err_set(KVF_ERR_IO, "%s: not a regular file", path);
-    }
-    if (sb.st_size < 0 || (uint64_t)sb.st_size > IMAGE_MAX_FILE) {
-        fclose(f);
-        return err_set(KVF_ERR_FORMAT, "%s: %lld bytes is too large for an image file", path, (long long)sb.st_size);
-    }
-    const size_t n = (size_t)sb.st_size;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        fclose(f);
-        return err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
-    }
-    const size_t got = fread(buf, 1, n, f);
-    const bool bad = ferror(f) != 0;
-    fclose(f);
-    enum kvf_status st = bad || got != n ? err_set(KVF_ERR_IO, "%s: read failed", path)
-                                         : decode(path, buf, n, max_pixels, out);
+    char *buf;
+    size_t n;
+    enum kvf_status st = sys_read_file(path, IMAGE_MAX_FILE, "an image file", &buf, &n);
+    if (st == KVF_OK) st = decode(path, buf, n, max_pixels, out);
     free(buf);
     return st;
 }
@@ -599,44 +578,35 @@ static void square_row(const struct square *sq, int y, uint8_t *row) {
         memcpy(row + 3 * (size_t)sq->ox, sq->img->rgb + (size_t)(y - sq->oy) * w * 3, (size_t)w * 3);
 }
 
-static void resample_one(const uint8_t *in, const struct resample_plan *p, int o, uint8_t *out) {
-    const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
-    const int32_t *k = p->k + (size_t)o * p->ksize;
-    const uint8_t *px = in + 3 * (size_t)first;
-    int64_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-    for (int x = 0; x < cnt; x++) {
-        s0 += (int64_t)px[3 * x] * k[x];
-        s1 += (int64_t)px[3 * x + 1] * k[x];
-        s2 += (int64_t)px[3 * x + 2] * k[x];
-    }
-    out[3 * o] = clip8(s0);
-    out[3 * o + 1] = clip8(s1);
-    out[3 * o + 2] = clip8(s2);
-}
-
 /* Pillow's resize of the side x side square to size x size, into
  * out[size][size][3]: horizontal pass into 8-bit rows, then vertical. */
 static enum kvf_status square_resize(const struct square *sq, int size, uint8_t *out) {
     const int side = sq->side, w = sq->img->w;
-    size_t row_bytes, tmp_bytes, acc_n;
-    if (!size_mul((size_t)side, 3, &row_bytes) || !size_mul((size_t)side, (size_t)size * 3, &tmp_bytes) ||
-        !size_mul((size_t)size, 3, &acc_n))
+    size_t tmp_bytes, acc_n;
+    if (!size_mul((size_t)side, (size_t)size * 3, &tmp_bytes) || !size_mul((size_t)size, 3, &acc_n))
         return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", side, side, size, size);
     struct resample_plan p = {0};
     enum kvf_status st = plan_make(side, size, &p);
     if (st != KVF_OK) return st;
-    uint8_t *row = malloc(row_bytes), *tmp = malloc(tmp_bytes), *bg_line = malloc(acc_n);
-    int64_t *acc = malloc(acc_n * sizeof *acc);
-    if (!row || !tmp || !bg_line || !acc) {
+    uint8_t *tmp = malloc(tmp_bytes), *bg_line = malloc(acc_n);
+    int64_t *acc = malloc(acc_n * sizeof *acc), *bg_acc = malloc(acc_n * sizeof *bg_acc);
+    if (!tmp || !bg_line || !acc || !bg_acc) {
         st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", side, side);
         goto done;
     }
-    /* Every row is background outside the image's columns [ox, ox + w), so
-     * an output sample whose taps miss them equals the background row's:
-     * only the samples from o_lo to o_hi are computed per row. A tall narrow
-     * image thus costs O(side x (size + taps)), not O(side^2). */
-    square_row(sq, -1, row);
-    for (int o = 0; o < size; o++) resample_one(row, &p, o, bg_line);
+    /* Every row is background outside the image's columns [ox, ox + w): an
+     * output sample is the background row's sum plus, over its taps on the
+     * image, k x (pixel - background), which is exact in integers. A row
+     * costs O(size + w x taps per input sample), so a tall narrow image is
+     * linear in its side, not O(side^2 / size). */
+    for (int o = 0; o < size; o++) {
+        int64_t ksum = 0;
+        for (int x = 0; x < p.bounds[2 * o + 1]; x++) ksum += p.k[(size_t)o * p.ksize + x];
+        for (int c = 0; c < 3; c++) {
+            bg_acc[3 * o + c] = (1 << (PRECISION_BITS - 1)) + ksum * sq->bg[c];
+            bg_line[3 * o + c] = clip8(bg_acc[3 * o + c]);
+        }
+    }
     int o_lo = 0, o_hi = size;
     while (o_lo < size && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= sq->ox) o_lo++;
     while (o_hi > o_lo && p.bounds[2 * (o_hi - 1)] >= sq->ox + w) o_hi--;
@@ -645,8 +615,18 @@ static enum kvf_status square_resize(const struct square *sq, int size, uint8_t 
         uint8_t *t = tmp + (size_t)y * line;
         memcpy(t, bg_line, line);
         if (square_row_is_bg(sq, y)) continue;
-        memcpy(row + 3 * (size_t)sq->ox, sq->img->rgb + (size_t)(y - sq->oy) * w * 3, (size_t)w * 3);
-        for (int o = o_lo; o < o_hi; o++) resample_one(row, &p, o, t);
+        const uint8_t *src = sq->img->rgb + (size_t)(y - sq->oy) * w * 3;
+        for (int o = o_lo; o < o_hi; o++) {
+            const int first = p.bounds[2 * o], end = first + p.bounds[2 * o + 1];
+            const int x0 = first > sq->ox ? first : sq->ox, x1 = end < sq->ox + w ? end : sq->ox + w;
+            const int32_t *k = p.k + (size_t)o * p.ksize;
+            int64_t s3[3] = {bg_acc[3 * o], bg_acc[3 * o + 1], bg_acc[3 * o + 2]};
+            for (int x = x0; x < x1; x++) {
+                const uint8_t *px = src + 3 * (size_t)(x - sq->ox);
+                for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x - first] * (px[c] - sq->bg[c]);
+            }
+            for (int c = 0; c < 3; c++) t[3 * o + c] = clip8(s3[c]);
+        }
     }
     /* The vertical plan equals the horizontal one (a square). Integer sums
      * are exact, so accumulating tap by tap over a whole row gives Pillow's
@@ -662,10 +642,10 @@ static enum kvf_status square_resize(const struct square *sq, int size, uint8_t 
         for (size_t i = 0; i < acc_n; i++) out[(size_t)yy * line + i] = clip8(acc[i]);
     }
 done:
-    free(row);
     free(tmp);
     free(bg_line);
     free(acc);
+    free(bg_acc);
     plan_free(&p);
     return st;
 }

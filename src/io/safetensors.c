@@ -65,39 +65,6 @@ static char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-/* Reads a whole small file; *out is malloc'd and NUL-terminated. */
-static enum kvf_status file_read_all(const char *path, size_t cap, char **out, size_t *len) {
-    FILE *f = sys_fopen_read(path);
-    if (!f) return err_set(KVF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return err_set(KVF_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > cap) {
-        fclose(f);
-        return err_set(KVF_ERR_FORMAT, "%s: %lld bytes is too large for a JSON file of this kind",
-                       path, (long long)st.st_size);
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(f);
-        return err_set(KVF_ERR_NOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, n, f);
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad || got != n) {
-        free(buf);
-        return err_set(KVF_ERR_IO, "%s: read failed", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return KVF_OK;
-}
-
 static enum kvf_status json_parse(const char *label, const char *text, size_t len, cJSON **out) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
@@ -379,7 +346,7 @@ static int str_ptr_cmp(const void *a, const void *b) {
 static enum kvf_status index_open(struct st_set *s, const char *dir, const char *index_path) {
     char *text;
     size_t len;
-    enum kvf_status st = file_read_all(index_path, ST_MAX_JSON_FILE, &text, &len);
+    enum kvf_status st = sys_read_file(index_path, ST_MAX_JSON_FILE, "a JSON file of a model directory", &text, &len);
     if (st) return st;
     cJSON *root;
     st = json_parse(index_path, text, len, &root);
@@ -915,7 +882,7 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     char *text;
     size_t len;
     cJSON *root = NULL;
-    enum kvf_status st = file_read_all(file, ST_MAX_JSON_FILE, &text, &len);
+    enum kvf_status st = sys_read_file(file, ST_MAX_JSON_FILE, "a JSON file of a model directory", &text, &len);
     if (!st) {
         st = json_parse(file, text, len, &root);
         free(text);
@@ -969,7 +936,7 @@ done:
 static enum kvf_status json_load_object(const char *file, cJSON **root) {
     char *text;
     size_t len;
-    enum kvf_status st = file_read_all(file, ST_MAX_JSON_FILE, &text, &len);
+    enum kvf_status st = sys_read_file(file, ST_MAX_JSON_FILE, "a JSON file of a model directory", &text, &len);
     if (st) return st;
     st = json_parse(file, text, len, root);
     free(text);

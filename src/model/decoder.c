@@ -24,23 +24,31 @@ static void matmul_rows(const struct fwd_scratch *f, const struct weight *w, con
     }
 }
 
-/* Self-attention of layer l for n tokens: reads f->xn, leaves the projected
- * output in f->xn. */
-static enum kvf_status layer_attention(const struct decoder *d, int l, int n) {
+/* The query, key and value projections of n rows: f->xn into f->q, f->k,
+ * f->v (the products only; a batch of sessions shares them). */
+static void layer_qkv(const struct fwd_scratch *f, const struct layer_weights *L, int n) {
+    matmul_rows(f, &L->wq, f->xn, n, f->q);
+    matmul_rows(f, &L->wk, f->xn, n, f->k);
+    matmul_rows(f, &L->wv, f->xn, n, f->v);
+}
+
+/* The rest of layer l's self-attention for n rows of one session, whose
+ * projections are q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
+ * biases, norms and RoPE, the cache append, and attention over the
+ * session's cache into att [n][n_head*head_dim]. Positions, tags and the
+ * attention scratch are the session's (d->fw). */
+static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, float *k, float *v, int n, float *att) {
     const struct hparams *hp = &d->model->hp;
     const struct layer_weights *L = &d->model->layers[l];
     struct fwd_scratch *f = d->fw;
     const int hd = hp->head_dim, QD = hp->n_head * hd, KD = hp->n_head_kv * hd;
 
-    matmul_rows(f, &L->wq, f->xn, n, f->q);
-    matmul_rows(f, &L->wk, f->xn, n, f->k);
-    matmul_rows(f, &L->wv, f->xn, n, f->v);
-    ops_add_bias(f->q, &L->bq, n, QD);
-    ops_add_bias(f->k, &L->bk, n, KD);
-    ops_add_bias(f->v, &L->bv, n, KD);
+    ops_add_bias(q, &L->bq, n, QD);
+    ops_add_bias(k, &L->bk, n, KD);
+    ops_add_bias(v, &L->bv, n, KD);
     if (L->q_norm.data) { /* Gemma: RMSNorm per head before RoPE */
-        norm_rows(f->q, f->q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
-        norm_rows(f->k, f->k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
+        norm_rows(q, q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
+        norm_rows(k, k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
     }
     if (d->rd->kind == KV_REDUCE_TOME && reduce_step_at(d->rd, l) >= 0) {
         /* ToMe's metric: the keys before RoPE, mean over the kv heads. */
@@ -48,20 +56,20 @@ static enum kvf_status layer_attention(const struct decoder *d, int l, int n) {
             float *metric = d->rd->metric + (size_t)t * hd;
             memset(metric, 0, sizeof(float) * (size_t)hd);
             for (int g = 0; g < hp->n_head_kv; g++)
-                for (int e = 0; e < hd; e++) metric[e] += f->k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
+                for (int e = 0; e < hd; e++) metric[e] += k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
         }
     }
     const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
     for (int t = 0; t < n; t++) {
-        ops_rope(f->q + (size_t)t * QD, hp->n_head, f->k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], base,
+        ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], base,
                  hp->rope_style);
     }
 
-    if (kv_qwin_on(d->qwin)) kv_qwin_push(d->qwin, l, f->q, f->pos, n);
+    if (kv_qwin_on(d->qwin)) kv_qwin_push(d->qwin, l, q, f->pos, n);
 
     enum kvf_status st = kv_cache_reserve(d->kv, l, n);
     if (st != KVF_OK) return st;
-    kv_cache_append(d->kv, l, f->k, f->v, f->btag, n);
+    kv_cache_append(d->kv, l, k, v, f->btag, n);
 
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
@@ -76,28 +84,30 @@ static enum kvf_status layer_attention(const struct decoder *d, int l, int n) {
         stats.a[ATTN_STAT_SQ] = f->acc_tmp + KV_ACC_SQ * plane;
         stats.a[ATTN_STAT_COUNT] = f->acc_tmp + KV_ACC_COUNT * plane;
     }
-    if ((st = attn_forward(&ap, f->q, f->pos, n, kv_cache_head(d->kv, l, 0), f->att, f->attn_scratch, f->n_threads,
+    if ((st = attn_forward(&ap, q, f->pos, n, kv_cache_head(d->kv, l, 0), att, f->attn_scratch, f->n_threads,
                            acc ? &stats : NULL)))
         return st;
     for (int g = 0; acc && g < hp->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(d->kv, l, g);
-        for (int k = 0; k < KV_ACC_N; k++) {
-            float *t = f->acc_tmp + k * plane + (size_t)g * f->n_ctx;
-            for (int j = 0; j < h->n; j++) h->acc[(size_t)j * KV_ACC_N + k] += t[j];
+        for (int a = 0; a < KV_ACC_N; a++) {
+            float *t = f->acc_tmp + a * plane + (size_t)g * f->n_ctx;
+            for (int j = 0; j < h->n; j++) h->acc[(size_t)j * KV_ACC_N + a] += t[j];
             memset(t, 0, sizeof(float) * (size_t)h->n);
         }
     }
-    matmul_rows(f, &L->wo, f->att, n, f->xn);
-    if (L->post_attn_norm.data) norm_rows(f->xn, f->xn, &L->post_attn_norm, n, hp->n_embd, hp->norm_eps);
     return KVF_OK;
 }
 
-/* Feed-forward of layer l: reads f->xn, leaves the output in f->xn; in
+/* The output projection of n rows' attention: f->att into f->xn. */
+static void layer_attn_out(const struct fwd_scratch *f, const struct hparams *hp, const struct layer_weights *L,
+                           int n) {
+    matmul_rows(f, &L->wo, f->att, n, f->xn);
+    if (L->post_attn_norm.data) norm_rows(f->xn, f->xn, &L->post_attn_norm, n, hp->n_embd, hp->norm_eps);
+}
+
+/* Feed-forward of a layer: reads f->xn, leaves the output in f->xn; in
  * n_batch rows at a time, the size of the gate and up buffers. */
-static void layer_ffn(const struct decoder *d, int l, int n) {
-    const struct hparams *hp = &d->model->hp;
-    const struct layer_weights *L = &d->model->layers[l];
-    const struct fwd_scratch *f = d->fw;
+static void layer_ffn(const struct fwd_scratch *f, const struct hparams *hp, const struct layer_weights *L, int n) {
     for (int i = 0; i < n; i += f->n_batch) {
         const int nb = KVF_MIN(f->n_batch, n - i);
         float *xn = f->xn + (size_t)i * hp->n_embd;
@@ -110,6 +120,31 @@ static void layer_ffn(const struct decoder *d, int l, int n) {
         matmul_rows(f, &L->w_down, f->gate, nb, xn);
     }
     if (L->post_ffn_norm.data) norm_rows(f->xn, f->xn, &L->post_ffn_norm, n, hp->n_embd, hp->norm_eps);
+}
+
+/* Layer l over the rows in f, which n_dec decoders own in turn, rows_each
+ * each (a prompt: one decoder, all its rows; a batch of sessions: a row
+ * each): the weight products run once over all the rows, attention in each
+ * decoder's own cache. */
+static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct fwd_scratch *f, int l, int rows_each) {
+    const struct hparams *hp = &ds[0].model->hp;
+    const struct layer_weights *L = &ds[0].model->layers[l];
+    const int n = n_dec * rows_each, E = hp->n_embd;
+    const size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim;
+    norm_rows(f->xn, f->x, &L->attn_norm, n, E, hp->norm_eps);
+    layer_qkv(f, L, n);
+    for (int i = 0; i < n_dec; i++) {
+        const size_t r = (size_t)i * rows_each;
+        const enum kvf_status st = layer_attend(&ds[i], l, f->q + r * QD, f->k + r * KD, f->v + r * KD, rows_each,
+                                                f->att + r * QD);
+        if (st != KVF_OK) return st;
+    }
+    layer_attn_out(f, hp, L, n);
+    ops_add(f->x, f->xn, (size_t)n * E);
+    norm_rows(f->xn, f->x, &L->ffn_norm, n, E, hp->norm_eps);
+    layer_ffn(f, hp, L, n);
+    ops_add(f->x, f->xn, (size_t)n * E);
+    return KVF_OK;
 }
 
 /* LightKV's weights after layer l (docs/METHODS.md §2.3, §5.6.3): the layer's
@@ -252,15 +287,9 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
     }
 
     for (int l = 0; l < hp->n_layer; l++) {
-        const struct layer_weights *L = &m->layers[l];
-        norm_rows(f->xn, f->x, &L->attn_norm, n, E, hp->norm_eps);
-        enum kvf_status st = layer_attention(d, l, n);
+        enum kvf_status st = layer_forward(d, 1, f, l, n);
+        if (st == KVF_OK && r->n_steps) st = reduce_step(d, l, &n);
         if (st != KVF_OK) return st;
-        ops_add(f->x, f->xn, (size_t)n * E);
-        norm_rows(f->xn, f->x, &L->ffn_norm, n, E, hp->norm_eps);
-        layer_ffn(d, l, n);
-        ops_add(f->x, f->xn, (size_t)n * E);
-        if (r->n_steps && (st = reduce_step(d, l, &n)) != KVF_OK) return st;
     }
     if (all_logits && n != n_in)
         return err_set(KVF_ERR_UNSUPPORTED, "logits of every position: the reduce stage removed %d of them", n_in - n);
@@ -271,6 +300,20 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
     float *dst = all_logits ? all_logits : logits;
     matmul_rows(f, &m->output, f->xn, n - first, dst);
     if (all_logits) memcpy(logits, all_logits + (size_t)(n - 1) * hp->n_vocab, sizeof(float) * hp->n_vocab);
+    return KVF_OK;
+}
+
+enum kvf_status decoder_forward_rows(const struct decoder *ds, int n, struct fwd_scratch *b, float *logits) {
+    const struct kvf_model *m = ds[0].model;
+    const struct hparams *hp = &m->hp;
+    const int E = hp->n_embd;
+    for (int i = 0; i < n; i++) memcpy(b->x + (size_t)i * E, ds[i].fw->x, sizeof(float) * (size_t)E);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const enum kvf_status st = layer_forward(ds, n, b, l, 1);
+        if (st != KVF_OK) return st;
+    }
+    norm_rows(b->xn, b->x, &m->output_norm, n, E, hp->norm_eps);
+    matmul_rows(b, &m->output, b->xn, n, logits);
     return KVF_OK;
 }
 

@@ -55,5 +55,11 @@ void decoder_input(struct fwd_scratch *f, const struct kvf_model *m, int at, con
  * step) and writes logits: every row into all_logits ([n][n_vocab]) when
  * given, the last row into logits ([n_vocab]). */
 enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logits, float *logits);
+/* One row for each of n decoders (sessions of one model), each already in
+ * row 0 of its own scratch (decoder_input): the weight products run once
+ * over the n rows in the batch scratch b (rows_cap, n_batch >= n), each
+ * row attends to its own session's cache; logits [n][n_vocab]. Decode
+ * rows are text, which no reduce step touches, so none runs. */
+enum kvf_status decoder_forward_rows(const struct decoder *ds, int n, struct fwd_scratch *b, float *logits);
 
 #endif

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "tok/chat.h"
 
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -446,7 +447,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "no model path");
     struct kvf_model_params p = params ? *params : kvf_model_default_params();
     struct stat sb;
-    if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s'", path);
+    if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct kvf_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(KVF_ERR_NOMEM, "out of memory");
     if (p.vocab_only) {

@@ -76,23 +76,14 @@ void compress_reset(struct compress_state *c, const struct kv_policy *p) {
  * The spec's budget must be the profile's (it is taken when not given). */
 enum kvf_status compress_load_profile(struct kvf_session *s, const char *path) {
     const int L = s->model->hp.n_layer;
-    FILE *f = sys_fopen_read(path);
-    if (!f) return err_set(KVF_ERR_IO, "prefixkv profile '%s': cannot open", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    while (buf && (len += fread(buf + len, 1, cap - len - 1, f)) == cap - 1 && cap < (16u << 20)) {
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) free(buf);
-        buf = nb;
-    }
-    const bool whole = buf && feof(f);
-    fclose(f);
-    if (buf) buf[len] = '\0';
-    cJSON *o = whole ? cJSON_Parse(buf) : NULL;
+    char *buf;
+    size_t len;
+    enum kvf_status st = sys_read_file(path, (size_t)16 << 20, "a PrefixKV profile", &buf, &len);
+    if (st != KVF_OK) return st;
+    cJSON *o = cJSON_ParseWithLength(buf, len);
     free(buf);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
     const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
-    enum kvf_status st = KVF_OK;
     if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
         st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
     else if (nl->valuedouble != L || cJSON_GetArraySize(r) != L)

@@ -110,6 +110,7 @@ void kvf_session_reset(struct kvf_session *s) {
     kv_qwin_clear(&s->qprox);
     compress_reset(&s->cs, &s->policy);
     kv_merge_log_clear(&s->merges);
+    s->part_of = NULL;
 }
 
 static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
@@ -164,19 +165,33 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     return KVF_OK;
 }
 
-/* Runs the n rows the pass holds (decoder_input put them there) at
- * positions n_past.., recording their tags. */
-static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
-    memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
-    const struct decoder d = {
+/* The session's parts, lent to one forward pass. */
+static struct decoder session_decoder(struct kvf_session *s) {
+    return (struct decoder){
         .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
         .gather = !s->probing, /* not the statistics of the question's trial run (block-wise question=1) */
         .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
+}
+
+/* Runs the n rows the pass holds (decoder_input put them there) at
+ * positions n_past.., recording their tags. */
+static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
+    memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
+    const struct decoder d = session_decoder(s);
     const enum kvf_status st = decoder_forward(&d, n, all_logits, s->logits);
     s->n_past += n;
     s->has_logits = st == KVF_OK;
     return st;
+}
+
+/* Under block-wise prefill, a pass that filled the block budget is evicted
+ * back to it. */
+static enum kvf_status session_block_done(struct kvf_session *s) {
+    const struct kv_policy *p = &s->policy;
+    if (p->blocks && !s->cs.compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget))
+        return session_evict(s, EVICT_BLOCK);
+    return KVF_OK;
 }
 
 /* Runs n inputs (ids or embedding rows, already checked) in batches of at
@@ -189,16 +204,13 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
     enum kvf_status st = tags_reserve(s, n);
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
-    const struct kv_policy *p = &s->policy;
     for (int i = 0; i < n; i += batch) {
         const int nb = KVF_MIN(batch, n - i);
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
+        if (st == KVF_OK) st = session_block_done(s);
         if (st != KVF_OK) return st;
-        if (p->blocks && !s->cs.compressed && !s->probing && s->n_past >= (p->first > 0 ? p->first : p->block_budget) &&
-            (st = session_evict(s, EVICT_BLOCK)) != KVF_OK)
-            return st;
     }
     return KVF_OK;
 }
@@ -256,15 +268,55 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     return st;
 }
 
-enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
-    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+/* The checks of a prompt about to be prefilled from its start. */
+static enum kvf_status prompt_check(const struct kvf_session *s, const struct kvf_prompt *p) {
     if (p->n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "the prompt's %d positions do not fit: %d of %d used", p->n, s->n_past,
                        s->params.n_ctx);
-    const int n_vocab = s->model->hp.n_vocab;
     for (int i = 0; i < p->n; i++)
-        if (p->ids[i] >= n_vocab) return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
-    enum kvf_status st = s->policy.question ? question_probe(s, p) : KVF_OK;
+        if (p->ids[i] >= s->model->hp.n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "prompt made for another model (id %d)", p->ids[i]);
+    return KVF_OK;
+}
+
+/* Text runs go in batches of n_batch, except under block-wise prefill with
+ * a block per image or frame: no larger than the largest of them, so that
+ * the cache never holds more than the block budget plus one block (a prompt
+ * within the budget is never evicted, and keeps the batching of a plain
+ * prefill). */
+static int prompt_text_batch(const struct kvf_session *s, const struct kvf_prompt *p) {
+    int text_batch = s->params.n_batch;
+    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
+        int largest = 0;
+        for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
+        if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
+    }
+    return text_batch;
+}
+
+/* The prompt's positions [first, first + n), segment by segment. */
+static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt *p, int first, int n, int text_batch,
+                                  float *all_logits) {
+    const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    enum kvf_status st = KVF_OK;
+    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        const int lo = KVF_MAX(sg->start, first), hi = KVF_MIN(sg->start + sg->n, first + n);
+        if (lo >= hi) continue;
+        float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
+        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, hi - lo,
+                                     s->params.n_batch, lg)
+                       : session_run(s, p->ids + lo, NULL, p->tags + lo, hi - lo, text_batch, lg);
+    }
+    return st;
+}
+
+enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct kvf_prompt *p, float *all_logits) {
+    if (!s || !p) return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt: NULL argument");
+    enum kvf_status st = prompt_check(s, p);
+    if (st != KVF_OK) return st;
+    s->part_of = NULL;
+    if (s->policy.question) st = question_probe(s, p);
     if (st == KVF_OK && s->rd.n_steps > 0) {
         /* A reduce step weighs an image's tokens by the text after it: the
          * whole prompt is one pass. */
@@ -278,22 +330,31 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         }
         return session_pass(s, p->n, all_logits);
     }
-    /* Block-wise prefill with a block per image or frame: text runs go in
-     * blocks no larger than the largest of them, so that the cache never
-     * holds more than the block budget plus one block (a prompt within the
-     * budget is never evicted, and keeps the batching of a plain prefill). */
-    int text_batch = s->params.n_batch;
-    if (s->policy.blocks && s->policy.block == 0 && s->n_past + p->n > s->policy.block_budget) {
-        int largest = 0;
-        for (int g = 0; g < p->n_segs; g++) largest = p->segs[g].media ? KVF_MAX(largest, p->segs[g].n) : largest;
-        if (largest > 0) text_batch = KVF_MIN(text_batch, largest);
+    return st == KVF_OK ? prompt_run(s, p, 0, p->n, prompt_text_batch(s, p), all_logits) : st;
+}
+
+enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const struct kvf_prompt *p, int first, int n) {
+    if (!s || !p || first < 0 || n < 0 || n > p->n - first)
+        return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: bad arguments");
+    if (s->rd.n_steps > 0 || s->policy.question)
+        return err_set(KVF_ERR_UNSUPPORTED, "prefill_prompt_part: this policy needs the whole prompt in one pass "
+                       "(a reduce stage, or block-wise question=1): use kvf_session_prefill_prompt");
+    if (first == 0) {
+        const enum kvf_status st = prompt_check(s, p);
+        if (st != KVF_OK) return st;
+        s->part_of = p;
+        s->part_next = 0;
+    } else if (s->part_of != p || first != s->part_next) {
+        return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: positions from %d, but %d of this prompt are in",
+                       first, s->part_of == p ? s->part_next : 0);
     }
-    for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
-        const struct prompt_seg *sg = &p->segs[g];
-        float *lg = all_logits ? all_logits + (size_t)sg->start * n_vocab : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd, p->tags + sg->start, sg->n, s->params.n_batch, lg)
-                       : session_run(s, p->ids + sg->start, NULL, p->tags + sg->start, sg->n, text_batch, lg);
-    }
+    /* The whole prompt's text batching: the positions before first are in. */
+    s->n_past -= first;
+    const int text_batch = prompt_text_batch(s, p);
+    s->n_past += first;
+    const enum kvf_status st = prompt_run(s, p, first, n, text_batch, NULL);
+    s->part_next = first + n;
+    if (st != KVF_OK || s->part_next == p->n) s->part_of = NULL;
     return st;
 }
 
@@ -322,6 +383,54 @@ static enum kvf_status decode_maintain(struct kvf_session *s) {
 enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {
     enum kvf_status st = kvf_session_prefill(s, &token, 1, NULL);
     return st == KVF_OK && s->cs.compressed ? decode_maintain(s) : st;
+}
+
+enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const int32_t *tokens, int n) {
+    if (!ss || !tokens || n < 1) return err_set(KVF_ERR_INVALID_ARG, "decode_batch: bad arguments");
+    for (int i = 0; i < n; i++) {
+        if (!ss[i] || ss[i]->model != ss[0]->model)
+            return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is NULL or of another model", i);
+        for (int j = 0; j < i; j++)
+            if (ss[j] == ss[i]) return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is also session %d", i, j);
+        if (tokens[i] < 0 || tokens[i] >= ss[i]->model->hp.n_vocab)
+            return err_set(KVF_ERR_INVALID_ARG, "decode_batch: token id %d out of range [0, %d)", tokens[i],
+                           ss[i]->model->hp.n_vocab);
+        if (ss[i]->n_past >= ss[i]->params.n_ctx)
+            return err_set(KVF_ERR_CONTEXT, "decode_batch: session %d is full (%d positions)", i, ss[i]->n_past);
+    }
+    if (n == 1) return kvf_session_decode(ss[0], tokens[0]);
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; i < n && st == KVF_OK; i++) st = tags_reserve(ss[i], 1);
+    const struct kvf_model *m = ss[0]->model;
+    struct decoder *ds = malloc(sizeof *ds * (size_t)n);
+    float *logits = malloc(sizeof *logits * (size_t)n * m->hp.n_vocab);
+    struct fwd_scratch b = {0};
+    if (st == KVF_OK && (!ds || !logits)) st = err_set(KVF_ERR_NOMEM, "decode_batch: out of memory");
+    if (st == KVF_OK) st = fwd_init(&b, m, n, 1, ss[0]->fw.n_threads, false);
+    if (st == KVF_OK) {
+        for (int i = 0; i < n; i++) {
+            struct kvf_session *s = ss[i];
+            decoder_input(&s->fw, m, 0, &tokens[i], NULL, NULL, s->n_past, 1);
+            s->tags[s->n_past] = s->fw.btag[0];
+            ds[i] = session_decoder(s);
+        }
+        st = decoder_forward_rows(ds, n, &b, logits);
+        for (int i = 0; i < n; i++) {
+            struct kvf_session *s = ss[i];
+            memcpy(s->logits, logits + (size_t)i * m->hp.n_vocab, sizeof *logits * (size_t)m->hp.n_vocab);
+            s->n_past++;
+            s->has_logits = st == KVF_OK;
+        }
+        /* What kvf_session_decode does after its pass, session by session. */
+        for (int i = 0; i < n && st == KVF_OK; i++) {
+            st = session_block_done(ss[i]);
+            if (st == KVF_OK && ss[i]->cs.compressed) st = decode_maintain(ss[i]);
+        }
+    }
+    fwd_free(&b);
+    free(logits);
+    free(ds);
+    return st;
 }
 
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }

@@ -54,6 +54,10 @@ struct kvf_session {
     struct reduce_state rd;
     struct compress_state cs;
     struct kv_merge_log merges;
+    /* A prompt being prefilled in parts: its positions before part_next
+     * are in (part_of NULL: none). */
+    const struct kvf_prompt *part_of;
+    int part_next;
 };
 
 /* What brings the cache back within budget: the preset's rule and merge

@@ -40,7 +40,6 @@ int tok_cp_to_byte(uint32_t cp) {
 
 struct bpe_state {
     const struct tokenizer *t;
-    const char *text;
     struct tok_vec *out;
     struct tok_symbol *sym;
     size_t sym_cap;
@@ -91,10 +90,10 @@ static bool bpe_whole_word(struct bpe_state *st, const uint8_t *w, size_t len, i
     return true;
 }
 
-static bool bpe_word(void *ud, size_t off, size_t len) {
+static bool bpe_word(void *ud, const char *piece, size_t len) {
     struct bpe_state *st = ud;
     const struct tokenizer *t = st->t;
-    const uint8_t *w = (const uint8_t *)st->text + off;
+    const uint8_t *w = (const uint8_t *)piece;
     if (t->ignore_merges) {
         int32_t id;
         if (!bpe_whole_word(st, w, len, &id)) {
@@ -145,7 +144,7 @@ static bool bpe_word(void *ud, size_t off, size_t len) {
 }
 
 bool tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_vec *out) {
-    struct bpe_state st = { .t = t, .text = text, .out = out, .ok = true };
+    struct bpe_state st = { .t = t, .out = out, .ok = true };
     bool ok = pretok_split(t->pretok, text, len, bpe_word, &st) && st.ok;
     free(st.sym);
     free(st.enc);

@@ -15,35 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HF_MAX_FILE ((long)1 << 30)
-
-/* Whole file, NUL-terminated; NULL with *st set (IO when absent). */
-static char *read_text(const char *path, size_t *len, enum kvf_status *st) {
-    FILE *f = sys_fopen_read(path);
-    if (!f) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: cannot open %s", path);
-        return NULL;
-    }
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        n = ftell(f);
-    }
-    if (n < 0 || n > HF_MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: cannot read %s", path);
-    } else if (!(buf = malloc((size_t)n + 1))) {
-        *st = err_set(KVF_ERR_NOMEM, "tokenizer: out of memory reading %s", path);
-    } else if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        *st = err_set(KVF_ERR_IO, "tokenizer: short read on %s", path);
-        free(buf);
-        buf = NULL;
-    } else {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    fclose(f);
-    return buf;
-}
+#define HF_MAX_FILE ((size_t)256 << 20) /* real tokenizer.json files: up to ~35 MB */
 
 static cJSON *parse_file(const char *dir, const char *name, bool required, enum kvf_status *st) {
     *st = KVF_OK;
@@ -52,12 +24,12 @@ static cJSON *parse_file(const char *dir, const char *name, bool required, enum 
         *st = err_set(KVF_ERR_INVALID_ARG, "tokenizer: path too long");
         return NULL;
     }
+    if (!required && !sys_path_is_file(path)) {
+        return NULL;
+    }
     size_t len;
-    char *text = read_text(path, &len, st);
-    if (!text) {
-        if (!required) {
-            *st = KVF_OK;
-        }
+    char *text;
+    if ((*st = sys_read_file(path, HF_MAX_FILE, "a tokenizer file", &text, &len)) != KVF_OK) {
         return NULL;
     }
     cJSON *j = cJSON_ParseWithLength(text, len);
@@ -96,44 +68,23 @@ static const cJSON *find_type(const cJSON *j, const char *type) {
     return NULL;
 }
 
-/* The pre-tokenizer regexes as tokenizer.json files spell them. */
-static const char hf_gpt2[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char hf_llama3[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
-    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-static const char hf_qwen2[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-/* Recognises the pre-tokenizer from the Split regexes; gpt2 otherwise (a
- * bare ByteLevel with use_regex applies the GPT-2 regex). */
-static void recognise_pre(const cJSON *pre, enum tok_pre *out, const char **name) {
-    *out = TOK_PRE_GPT2;
-    *name = "gpt2";
+/* Recognises the pre-tokenizer from the Split regexes (the last one known
+ * wins); gpt2 otherwise (a bare ByteLevel with use_regex applies the GPT-2
+ * regex). The name is the rule's first. */
+static enum kvf_status recognise_pre(const cJSON *pre, const struct tok_pre **out) {
+    *out = NULL;
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers");
     const cJSON *one = pre;
     for (const cJSON *p = cJSON_IsArray(list) ? list->child : one; p;
          p = cJSON_IsArray(list) ? p->next : NULL) {
         const char *ty = str_of(p, "type");
         const char *re = str_of(cJSON_GetObjectItemCaseSensitive(p, "pattern"), "Regex");
-        if (!ty || strcmp(ty, "Split") != 0 || !re) {
-            continue;
-        }
-        if (strcmp(re, hf_llama3) == 0) {
-            *out = TOK_PRE_LLAMA3;
-            *name = "llama3";
-        } else if (strcmp(re, hf_qwen2) == 0) {
-            *out = TOK_PRE_QWEN2;
-            *name = "qwen2";
-        } else if (strcmp(re, "\\p{N}") == 0) {
-            *out = TOK_PRE_STARCODER;
-            *name = "starcoder";
-        } else if (strcmp(re, hf_gpt2) == 0) {
-            *out = TOK_PRE_GPT2;
-            *name = "gpt2";
+        const struct tok_pre *known = ty && strcmp(ty, "Split") == 0 && re ? tok_pre_from_hf(re) : NULL;
+        if (known) {
+            *out = known;
         }
     }
+    return *out ? KVF_OK : tok_pre_from_name("gpt2", out);
 }
 
 /* bos_token / eos_token: a string or {"content": ...}. */
@@ -290,13 +241,14 @@ static enum kvf_status load_hf(const cJSON *root, const cJSON *cfg, struct token
         }
     }
 
-    const char *pre_name = "spm";
     if (algo == TOK_ALGO_BPE) {
-        recognise_pre(pre, &t->pre, &pre_name);
+        if ((st = recognise_pre(pre, &t->pre)) != KVF_OK) {
+            return st;
+        }
         const cJSON *im = cJSON_GetObjectItemCaseSensitive(model, "ignore_merges");
-        t->ignore_merges = cJSON_IsBool(im) ? cJSON_IsTrue(im) : t->pre == TOK_PRE_LLAMA3;
-        t->add_bos = t->pre == TOK_PRE_LLAMA3;
-        snprintf(t->kind, sizeof t->kind, "bpe:%s", pre_name);
+        t->ignore_merges = cJSON_IsBool(im) ? cJSON_IsTrue(im) : t->pre->ignore_merges;
+        t->add_bos = t->pre->add_bos;
+        snprintf(t->kind, sizeof t->kind, "bpe:%.*s", (int)strcspn(t->pre->names, "|"), t->pre->names);
     } else {
         const cJSON *prepend = find_type(norm, "Prepend");
         const char *scheme = str_of(meta, "prepend_scheme");

@@ -18,7 +18,22 @@ enum tok_type {
 
 enum tok_algo { TOK_ALGO_SPM, TOK_ALGO_BPE };
 
-enum tok_pre { TOK_PRE_GPT2, TOK_PRE_LLAMA3, TOK_PRE_QWEN2, TOK_PRE_STARCODER };
+/* Longest chain of pre-tokenizer regexes (deepseek-llm, chameleon). */
+#define PRETOK_MAX 6
+
+/* A pre-tokenizer of llama.cpp (pretok.c): the regexes it runs in turn for
+ * some tokenizer.ggml.pre names and the settings its loader applies with
+ * them, or why kvfold cannot run it. */
+struct tok_pre {
+    const char *names;          /* '|'-separated */
+    const char *re[PRETOK_MAX]; /* the chain; NULL after the last */
+    const char *hf;             /* the Split regex of tokenizer.json files, or NULL */
+    bool ignore_merges;         /* a pre-token that is itself a token skips merging */
+    bool add_bos;               /* llama.cpp's default when the file does not say */
+    const char *unsupported;    /* why not, or NULL */
+};
+extern const struct tok_pre tok_pre_table[];
+extern const size_t tok_pre_count;
 
 struct tok_entry {
     const char *text; /* into tokenizer.pool, NUL-terminated (may contain NULs) */
@@ -68,7 +83,7 @@ struct tokenizer {
     int32_t byte_id[256];
 
     struct tok_merge_map merges;   /* BPE */
-    enum tok_pre pre;
+    const struct tok_pre *pre;     /* BPE */
     struct pretok *pretok;
     bool ignore_merges;            /* BPE: a pre-token that is itself a token skips merging */
 
@@ -90,8 +105,12 @@ enum kvf_status tok_finish(struct tokenizer *t);
 /* Id of the token with exactly this text, or -1. */
 int32_t tok_find(const struct tokenizer *t, const char *text, size_t len);
 
-/* The pre-tokenizer for a GGUF tokenizer.ggml.pre name; false if unknown. */
-bool tok_pre_from_name(const char *name, enum tok_pre *pre);
+/* The pre-tokenizer for a GGUF tokenizer.ggml.pre name. KVF_ERR_UNSUPPORTED
+ * naming it and why when kvfold cannot run it, or listing the known names
+ * when it is unknown. */
+enum kvf_status tok_pre_from_name(const char *name, const struct tok_pre **out);
+/* The pre-tokenizer whose tokenizer.json Split regex this is, or NULL. */
+const struct tok_pre *tok_pre_from_hf(const char *regex);
 
 /* ----------------------------------------------------------- encoding -- */
 
@@ -131,12 +150,14 @@ int tok_cp_to_byte(uint32_t cp);
 
 /* ------------------------------------------------------ pre-tokenizer -- */
 
-enum kvf_status pretok_init(enum tok_pre pre, struct pretok **out);
+enum kvf_status pretok_init(const struct tok_pre *pre, struct pretok **out);
 void pretok_free(struct pretok *p);
-/* Splits text into pieces; calls fn(ud, off, len) for each, in order. Stops
- * and returns false when fn does, or when out of memory. */
+/* Splits text into pieces; calls fn(ud, piece, len) for each, in order. The
+ * pieces are of the text, or of a copy with invalid UTF-8 replaced as
+ * llama.cpp does (U+FFFD). Stops and returns false when fn does, or when out
+ * of memory. */
 bool pretok_split(const struct pretok *p, const char *text, size_t len,
-                  bool (*fn)(void *ud, size_t off, size_t len), void *ud);
+                  bool (*fn)(void *ud, const char *piece, size_t len), void *ud);
 
 /* Length of a UTF-8 sequence from its lead byte (1 for stray continuation bytes). */
 static inline size_t tok_utf8_len(uint8_t c) {

@@ -440,22 +440,6 @@ enum kvf_status tok_finish(struct tokenizer *t) {
     return KVF_OK;
 }
 
-bool tok_pre_from_name(const char *name, enum tok_pre *pre) {
-    static const struct { const char *name; enum tok_pre pre; } names[] = {
-        { "gpt2", TOK_PRE_GPT2 }, { "gpt-2", TOK_PRE_GPT2 }, { "default", TOK_PRE_GPT2 },
-        { "llama3", TOK_PRE_LLAMA3 }, { "llama-v3", TOK_PRE_LLAMA3 },
-        { "llama-bpe", TOK_PRE_LLAMA3 }, { "qwen2", TOK_PRE_QWEN2 },
-        { "smollm", TOK_PRE_STARCODER }, { "starcoder", TOK_PRE_STARCODER },
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(name, names[i].name) == 0) {
-            *pre = names[i].pre;
-            return true;
-        }
-    }
-    return false;
-}
-
 void tok_free(struct tokenizer *t) {
     if (!t) {
         return;
@@ -766,16 +750,16 @@ static enum kvf_status load_gguf(const struct gguf_file *f, struct tokenizer **o
         return err_set(KVF_ERR_UNSUPPORTED,
                        "tokenizer: model '%.64s' not supported (llama, gpt2)", model);
     }
-    enum tok_pre pre = TOK_PRE_GPT2;
+    const struct tok_pre *pre = NULL;
+    /* llama.cpp's choice when the file names none, with a warning. */
     const char *pre_name = "default";
     if (algo == TOK_ALGO_BPE) {
         if (gguf_get_str(f, "tokenizer.ggml.pre")) {
             pre_name = gguf_get_str(f, "tokenizer.ggml.pre");
         }
-        if (!tok_pre_from_name(pre_name, &pre)) {
-            return err_set(KVF_ERR_UNSUPPORTED,
-                           "tokenizer: pre-tokenizer '%.64s' not supported (gpt2, llama3/llama-bpe, "
-                           "qwen2, smollm/starcoder)", pre_name);
+        enum kvf_status st = tok_pre_from_name(pre_name, &pre);
+        if (st != KVF_OK) {
+            return st;
         }
     }
 
@@ -848,8 +832,8 @@ static enum kvf_status load_gguf(const struct gguf_file *f, struct tokenizer **o
         t->add_space_prefix = true;
         snprintf(t->kind, sizeof t->kind, "spm");
     } else {
-        t->add_bos = pre == TOK_PRE_LLAMA3;
-        t->ignore_merges = pre == TOK_PRE_LLAMA3;
+        t->add_bos = pre->add_bos;
+        t->ignore_merges = pre->ignore_merges;
         t->pre = pre;
         snprintf(t->kind, sizeof t->kind, "bpe:%.40s", pre_name);
     }

@@ -1,6 +1,6 @@
 /* Tokenizers: SentencePiece-style (GGUF model "llama") and byte-level BPE
- * (GGUF model "gpt2") with the pre-tokenizers gpt2, llama3 (llama-bpe),
- * qwen2 and smollm/starcoder. Loaded from GGUF metadata or tokenizer.json. */
+ * (GGUF model "gpt2") with llama.cpp's pre-tokenizers (tok/pretok.c).
+ * Loaded from GGUF metadata or tokenizer.json. */
 #ifndef KVF_TOKENIZER_H
 #define KVF_TOKENIZER_H
 

@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import zlib
 
 SKIP = 77
 SMOL = "smollm2-135m-instruct-q4_1.gguf"
@@ -203,6 +204,99 @@ def case_badfiles_real(ctx):
                        (("-p", "<image> hi", "--pseudo-image", words + ":0x0"), "pseudo-image 0x0"),
                        (("-p", "<image> hi", "--pseudo-image", words + ":100000x100000"), "pseudo-image 100000x100000")):
         expect_error(ctx, 1, ("generate", "-m", src, "-n", "1") + args, what)
+
+
+def png_file(w, h, idat_len=None):
+    """A PNG header of w x h RGB; with idat_len, an IDAT chunk claiming that many bytes and holding none."""
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    head = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    if idat_len is not None:
+        return head + struct.pack(">I", idat_len) + b"IDAT"
+    return head + chunk(b"IDAT", zlib.compress(b"\0" * (1 + 3 * w) * h)) + chunk(b"IEND", b"")
+
+
+def case_hostile(ctx):
+    """The bad-input table of docs/RELIABILITY.md: every hostile input a server or a user can hand the CLI, each a
+    single `kvfold: error:` line with the documented exit code (1 usage, 2 bad input) and a message saying why.
+    The table is written to TMP/bad_input.md."""
+    src = ctx.model(SMOL)
+    t = ctx.tmp
+
+    def put(name, data):
+        p = os.path.join(t, name)
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
+
+    with open(src, "rb") as f:
+        whole = f.read()
+    head = whole[:1 << 20]
+    key = b"llama.rope.freq_base"
+    at = head.find(key) + len(key)
+    fifo = os.path.join(t, "fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    big = os.path.join(t, "big.txt")
+    with open(big, "wb") as f:
+        f.truncate(300 << 20)  # sparse: 300 MiB without the disk
+    jpeg = b"\xff\xd8\xff\xc4\x00\x13\x00" + b"\xff" * 16 + b"\xff\xd9"  # DHT counts summing past 256 (F1)
+    words = put("words.txt", b"alpha beta gamma delta")
+    gen = ("generate", "-m", src, "-n", "1")
+    img = gen + ("-p", "<image> hi", "--image")
+    cases = [
+        ("model", "missing file", ("info", "-m", os.path.join(t, "absent.gguf")), 2, "No such file"),
+        ("model", "a folder without config.json", ("info", "-m", t), 2, "config.json"),
+        ("model", "a FIFO (F4)", ("info", "-m", fifo), 2, "not a regular file"),
+        ("model", "empty file", ("info", "-m", put("empty.gguf", b"")), 2, ""),
+        ("model", "wrong magic", ("info", "-m", put("magic.gguf", b"XGUF" + head[4:])), 2, "magic"),
+        ("model", "cut inside the metadata", ("info", "-m", put("cut.gguf", head[:1 << 19])), 2, ""),
+        ("model", "rope.freq_base = +inf (F7)", ("info", "-m", put("inf.gguf", whole[:at + 4] + struct.pack("<f", math.inf)
+                                                                   + whole[at + 8:])), 2, "rope base inf"),
+        ("model", "architecture \"ll\\0ma\" (F7)", ("info", "-m", put("nul.gguf", whole.replace(
+            b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00ll\0ma", 1))), 2, "architecture"),
+        ("prompt", "-f a FIFO (F4)", gen + ("-f", fifo), 2, "not a regular file"),
+        ("prompt", "-f /dev/zero (F10)", gen + ("-f", "/dev/zero"), 2, "not a regular file"),
+        ("prompt", "-f a 300 MiB file (F10)", gen + ("-f", big), 2, "MiB"),
+        ("prompt", "a NUL byte in -f (F6)", gen + ("-f", put("nul.txt", b"Hello\0world")), 2, "NUL"),
+        ("prompt", "over the context", gen + ("-p", "one two three four five six seven eight", "-c", "4"), 2, "context"),
+        ("image", "missing file", img + (os.path.join(t, "absent.png"),), 2, "No such file"),
+        ("image", "a FIFO (F4)", img + (fifo,), 2, "not a regular file"),
+        ("image", "BMP (not read)", img + (put("a.bmp", b"BM" + b"\0" * 60),), 2, "PNG, JPEG, GIF, WebP"),
+        ("image", "1x1 PNG, IDAT of 2 GB claimed (F2)", img + (put("f2.png", png_file(1, 1, 0x7fffffff)),), 2,
+         "truncated"),
+        ("image", "60000x60000 PNG header", img + (put("huge.png", png_file(60000, 60000, 10)),), 2,
+         "60000x60000 pixels is over the limit"),
+        ("image", "JPEG with a bad Huffman table (F1)", img + (put("f1.jpg", jpeg),), 2, "JPEG ("),
+        ("image", "text named .jpg", img + (put("text.jpg", b"not an image at all"),), 2, "not an image"),
+        ("--kv", "unknown policy", gen + ("-p", "hi", "--kv", "nope"), 1, "unknown"),
+        ("--kv", "a key glued to another (F5)", gen + ("-p", "hi", "--kv", "snapkv:budget=0.2,window kernel=0"), 1, ""),
+        ("--kv", "budget 0", gen + ("-p", "hi", "--kv", "snapkv:budget=0"), 1, "budget"),
+        ("--kv", "budget 1.5", gen + ("-p", "hi", "--kv", "snapkv:budget=1.5"), 1, "budget"),
+        ("--kv", "even kernel", gen + ("-p", "hi", "--kv", "snapkv:kernel=4"), 1, "odd"),
+        ("--kv", "fastv:k past the last layer", gen + ("-p", "hi", "--kv", "fastv:k=100"), 1, "layer"),
+        ("--pseudo-image", "grid 0x0", gen + ("-p", "<image> hi", "--pseudo-image", words + ":0x0"), 1, "RxC"),
+        ("--pseudo-image", "grid 100000x100000", gen + ("-p", "<image> hi", "--pseudo-image", words + ":100000x100000"),
+         1, "out of range"),
+        ("output", "--dump-kv into a missing folder", gen + ("-p", "hi", "--dump-kv", os.path.join(t, "no", "kv.json")),
+         2, "No such file"),
+        ("output", "--dump-kv to a full disk", gen + ("-p", "hi", "--dump-kv", "/dev/full"), 2, "No space left"),
+        ("chat", "unknown template", gen + ("-p", "hi", "--chat-template", "nope"), 1, "nope"),
+    ]
+    rows = ["| input | case | exit | message |", "|---|---|---|---|"]
+    bad = []
+    for kind, what, args, code, part in cases:
+        rc, _, err = ctx.run(*args, timeout=30)
+        lines = err.strip().splitlines()
+        if not (rc == code and len(lines) == 1 and lines[0].startswith("kvfold: error: ") and part in lines[0]):
+            bad.append(f"{kind}, {what}: exit {rc} (want {code}), want one error line holding {part!r}; stderr: {err!r}")
+            continue
+        msg = lines[0][len("kvfold: error: "):].replace(t + "/", "").replace(src, "MODEL").replace("|", "\\|")
+        rows.append(f"| {kind} | {what} | {rc} | `{msg}` |")
+    os.remove(big)
+    check(not bad, "\n".join(bad))
+    with open(os.path.join(t, "bad_input.md"), "w") as f:
+        f.write("\n".join(rows) + "\n")
 
 
 def case_tokenize(ctx):
@@ -599,7 +693,7 @@ def case_kv_mm(ctx):
     counts = [len(h[0]) for h in d["compressed"]]
     check(all(c == int(r * n + 0.5) for c, r in zip(counts, pj["ratios"])), f"profiled counts {counts}")
     plain = ["generate", "-m", smol, "-p", "Hello there", "-n", "1"]
-    expect_error(ctx, 2, [*plain, "--kv", f"prefixkv:profile={prof},budget=0.2"], "profile for another budget")
+    expect_error(ctx, 1, [*plain, "--kv", f"prefixkv:profile={prof},budget=0.2"], "profile for another budget")
     expect_error(ctx, 2, [*plain, "--kv", f"prefixkv:profile={samples}"], "not a profile")
     expect_error(ctx, 1, [*plain, "--kv", "lookm:merge=sum"], "bad merge")
     expect_error(ctx, 1, ["profile", "-m", smol, "--samples", samples], "profile without -o")
@@ -692,7 +786,7 @@ def case_reduce(ctx):
     plain = ["generate", "-m", smol, "-p", "Hello", "-n", "1"]
     expect_error(ctx, 1, [*plain, "--kv", "lightkv+schedule=blocks"], "reduce with blocks")
     expect_error(ctx, 1, [*plain, "--kv", "lightkv:layers=12,18"], "windows per layer")
-    expect_error(ctx, 2, [*plain, "--kv", "lightkv:layers=4,40,windows=2,1"], "step past the last layer")
+    expect_error(ctx, 1, [*plain, "--kv", "lightkv:layers=4,40,windows=2,1"], "step past the last layer")
     expect_error(ctx, 1, [*plain, "--kv", "fastv:r=2"], "ratio out of range")
 
 
@@ -794,7 +888,7 @@ def main():
         return 2
     name, ctx = sys.argv[1], Ctx(*sys.argv[2:6])
     cases = {
-        "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real,
+        "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real, "hostile": case_hostile,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
         "kv_mm": case_kv_mm, "blockwise": case_blockwise, "reduce": case_reduce,

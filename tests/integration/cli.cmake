@@ -9,7 +9,7 @@
 # while kernel, threading and summation-order changes move it by far less.
 set(KVF_CLI_PPL_MAX 19.2)
 set(KVF_CLI_TEST ${CMAKE_CURRENT_SOURCE_DIR}/cli/cli_test.py)
-foreach(case usage badfiles badfiles_real tokenize info generate generate_json perplexity bench demo kv kv_mm blockwise reduce eval)
+foreach(case usage badfiles badfiles_real hostile tokenize info generate generate_json perplexity bench demo kv kv_mm blockwise reduce eval)
   set(extra)
   if(case STREQUAL "perplexity")
     set(extra ${KVF_CLI_PPL_MAX})
@@ -27,5 +27,15 @@ foreach(case mm_generate mm_video mm_errors pseudo mm_bench milebench)
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/mm_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300
+                       FIXTURES_REQUIRED kvf_fixtures)
+endforeach()
+
+# kvfold serve (tests/cli/serve_test.py): the HTTP API through http.client and
+# the openai package, the shared KV budget under load, the bad-request battery.
+foreach(case serve_api serve_image serve_load serve_errors)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/serve_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS "cli;serve" SKIP_RETURN_CODE 77 TIMEOUT 300
                        FIXTURES_REQUIRED kvf_fixtures)
 endforeach()

@@ -15,3 +15,20 @@ set_tests_properties(kv_ref PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS int
 add_test(NAME kv_fork COMMAND kv_fork ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
                               ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
 set_tests_properties(kv_fork PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
+# Many sessions decoded together (kvf_session_decode_batch): every policy on
+# the tiny LLaVA fixture decoded in one batch equals decoding alone, bit for
+# bit, for 6 steps; 66 rows (through BLAS) within 1e-4 of the largest logit;
+# bad arguments and a full session refused (tests/tools/decode_batch.c).
+add_test(NAME decode_batch COMMAND decode_batch ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
+                                   ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
+set_tests_properties(decode_batch PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
+# A prompt prefilled in parts (kvf_session_prefill_prompt_part, parts of 5
+# positions cutting through both images of the tiny LLaVA fixture) equals the
+# prompt prefilled whole, bit for bit with one row per pass, through
+# compression and decoding; whole-prompt policies and misordered parts are
+# refused (tests/tools/prefill_parts.c).
+add_test(NAME prefill_parts COMMAND prefill_parts ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
+                                    ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
+set_tests_properties(prefill_parts PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)

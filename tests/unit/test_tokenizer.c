@@ -729,6 +729,112 @@ static void test_contracts(void **state) {
     gguf_close(g);
 }
 
+/* ------------------------------------------------------ pre-tokenizers -- */
+
+/* Every name of the table resolves to its own row; the refused ones say
+ * which and why. */
+static void test_pre_names(void **state) {
+    (void)state;
+    size_t n_names = 0, n_ok = 0;
+    for (size_t i = 0; i < tok_pre_count; i++) {
+        const struct tok_pre *row = &tok_pre_table[i];
+        assert_true(row->unsupported || row->re[0]);
+        for (const char *p = row->names; *p;) {
+            char name[64];
+            const size_t n = strcspn(p, "|");
+            assert_true(n > 0 && n < sizeof name);
+            memcpy(name, p, n);
+            name[n] = '\0';
+            const struct tok_pre *got = NULL;
+            const enum kvf_status st = tok_pre_from_name(name, &got);
+            if (row->unsupported) {
+                assert_int_equal(st, KVF_ERR_UNSUPPORTED);
+                assert_non_null(strstr(kvf_last_error(), name));
+                assert_non_null(strstr(kvf_last_error(), row->unsupported));
+            } else {
+                assert_int_equal(st, KVF_OK);
+                assert_ptr_equal(got, row);
+                struct pretok *pt;
+                assert_int_equal(pretok_init(got, &pt), KVF_OK);
+                pretok_free(pt);
+                n_ok++;
+            }
+            n_names++;
+            p += n + (p[n] == '|');
+        }
+    }
+    assert_true(n_ok >= 80 && n_names > n_ok);
+    static const char *const required[] = {
+        "gpt2", "llama3", "llama-bpe", "qwen2", "smollm", "starcoder", "refact", "mpt", "falcon", "deepseek-llm",
+        "deepseek-coder", "dbrx", "command-r", "olmo", "gpt-4o", "tekken", "deepseek-v3", "jais", "chatglm-bpe",
+        "viking", "poro-chat", "bloom", "gpt3-finnish", "exaone", "chameleon", "minerva-7b", "codeshell",
+        "bailingmoe", "seed-coder", "llama4", "superbpe", "trillion", "kimi-k2", "hunyuan", "default",
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        const struct tok_pre *got;
+        assert_int_equal(tok_pre_from_name(required[i], &got), KVF_OK);
+    }
+    const struct tok_pre *got;
+    assert_int_equal(tok_pre_from_name("martian", &got), KVF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kvf_last_error(), "'martian' unknown"));
+    assert_non_null(strstr(kvf_last_error(), " tekken "));
+    assert_non_null(strstr(kvf_last_error(), " minicpm5)"));
+    assert_null(strstr(kvf_last_error(), "gemma4"));
+    /* A prefix or a suffix of a name is not the name. */
+    assert_int_equal(tok_pre_from_name("llama", &got), KVF_ERR_UNSUPPORTED);
+    assert_int_equal(tok_pre_from_name("gpt-2x", &got), KVF_ERR_UNSUPPORTED);
+    assert_int_equal(tok_pre_from_name("", &got), KVF_ERR_UNSUPPORTED);
+}
+
+struct pieces { char buf[256]; size_t n; };
+
+static bool piece_join(void *ud, const char *piece, size_t len) {
+    struct pieces *p = ud;
+    assert_true(p->n + len + 2 < sizeof p->buf);
+    memcpy(p->buf + p->n, piece, len);
+    p->n += len;
+    p->buf[p->n++] = '|';
+    p->buf[p->n] = '\0';
+    return true;
+}
+
+/* A few cuts written out by hand, for builds without the Python reference
+ * (tests/ref/pretok_ref.py has the full set). */
+static void test_pre_split(void **state) {
+    (void)state;
+    static const struct { const char *name, *text, *want; } cases[] = {
+        { "gpt2", "Hello world's 1234  x\t\ty ", "Hello| world|'s| 1234| | x|\t|\t|y| |" },
+        { "llama3", "I'M 1234567\n\n  ok!\r\n", "I|'M| |123|456|7|\n\n| | ok|!\r\n|" },
+        { "qwen2", "ab12", "ab|1|2|" },
+        { "smollm", "x 42", "x| |4|2|" },
+        /* The text before a run of digits goes with its first group. */
+        { "afmoe", "ab 12345", "ab| |12|345|" },
+        /* Empty matches split: three digits from the end. */
+        { "superbpe", "v1234567 ok", "v|1|234|567| ok|" },
+        /* An undecodable byte is U+FFFD, a symbol joining its neighbours. */
+        { "gpt2", "a\xff!b", "a|\xef\xbf\xbd!|b|" },
+        /* An overlong '/' is '/'. */
+        { "gpt2", "a\xc0\xaf", "a|/|" },
+        /* '~' is no symbol for deepseek-v3 (llama.cpp's collapse). */
+        { "deepseek-v3", "x~~!", "x|~~|!|" },
+        { "tekken", "iPhone", "i|Phone|" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct tok_pre *pre;
+        struct pretok *pt;
+        assert_int_equal(tok_pre_from_name(cases[i].name, &pre), KVF_OK);
+        assert_int_equal(pretok_init(pre, &pt), KVF_OK);
+        struct pieces got = { .n = 0 };
+        got.buf[0] = '\0';
+        assert_true(pretok_split(pt, cases[i].text, strlen(cases[i].text), piece_join, &got));
+        if (strcmp(got.buf, cases[i].want) != 0) {
+            print_message("%s '%s': got '%s', want '%s'\n", cases[i].name, cases[i].text, got.buf, cases[i].want);
+        }
+        assert_string_equal(got.buf, cases[i].want);
+        pretok_free(pt);
+    }
+}
+
 /* ---------------------------------------------------------------- speed -- */
 
 static double now_s(void) {
@@ -807,6 +913,8 @@ int main(void) {
         cmocka_unit_test(test_hostile_gguf),
         cmocka_unit_test(test_hostile_json),
         cmocka_unit_test(test_contracts),
+        cmocka_unit_test(test_pre_names),
+        cmocka_unit_test(test_pre_split),
         cmocka_unit_test(test_speed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,6 +27,7 @@ static void bench_defaults(struct args *a) {
     a->n_predict = 128;
     a->reps = 3;
     a->batch = kvf_session_default_params().n_batch;
+    a->parallel = 1;
 }
 
 static int bench_opts(struct args *a, struct opt *out) {
@@ -41,13 +42,14 @@ static int bench_opts(struct args *a, struct opt *out) {
         { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: tgN then decodes after a -p prompt compressed by it" },
         OPT_KV_TYPE,
+        { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "decode N sessions together (kvf_session_decode_batch); tg reports their total tokens/s (default 1)" },
     };
     OPTS_RETURN(out, t);
 }
 
 struct bench_result {
     char name[32];
-    int n_tokens;
+    int n_tokens, n_par; /* per session; sessions decoding together */
     double mean, std;   /* tokens per second */
     size_t kv_bytes;    /* after the test   */
     size_t kv_peak;     /* the most allocated during the test, prefill included */
@@ -60,50 +62,66 @@ struct bench_result {
 /* Runs one test (prefill of n tokens, or n single-token decodes) reps + 1
  * times; the first run warms caches and is not timed (unless !warmup). Decodes follow a
  * prefilled and compressed context of n_ctx_pre tokens (0: an empty cache),
- * so that policies can be compared at the same prompt length. */
-static enum kvf_status bench_run(struct kvf_session *s, const struct kvf_model_info *info, const int32_t *tok, int n,
-                                 bool decode, int n_ctx_pre, int reps, bool warmup, struct bench_result *r) {
+ * so that policies can be compared at the same prompt length. A prefill runs
+ * in ss[0]; decodes run in all n_par sessions together, each step one
+ * kvf_session_decode_batch, and count the tokens of all. */
+static enum kvf_status bench_run(struct kvf_session **ss, int n_par, const struct kvf_model_info *info,
+                                 const int32_t *tok, int n, bool decode, int n_ctx_pre, int reps, bool warmup,
+                                 struct bench_result *r) {
     double tps[1000], compress = 0, prefill = 0;
+    int32_t step[256];
+    if (!decode)
+        n_par = 1;
     for (int rep = warmup ? 0 : 1; rep <= reps; rep++) {
-        kvf_session_reset(s);
         enum kvf_status st = KVF_OK;
-        if (decode && n_ctx_pre > 0) {
+        for (int k = 0; k < n_par && st == KVF_OK; k++) {
+            struct kvf_session *s = ss[k];
+            kvf_session_reset(s);
+            if (!decode || n_ctx_pre == 0)
+                continue;
             double t0 = now_ms();
             st = kvf_session_prefill(s, tok, n_ctx_pre, NULL);
             if (rep > 0)
-                prefill += now_ms() - t0;
+                prefill += (now_ms() - t0) / n_par;
             r->kv_full = kvf_session_kv_full_bytes(s);
             t0 = now_ms();
             if (st == KVF_OK)
                 st = kvf_session_compress(s);
             if (rep > 0)
-                compress += now_ms() - t0;
+                compress += (now_ms() - t0) / n_par;
             r->kv_kept = kvf_session_kv_bytes(s);
             if (!r->per_layer)
                 r->per_layer = kv_per_layer_json(s, info);
         }
         double t0 = now_ms();
         if (decode) {
-            for (int i = 0; i < n && st == KVF_OK; i++)
-                st = kvf_session_decode(s, tok[n_ctx_pre + i]);
+            for (int i = 0; i < n && st == KVF_OK; i++) {
+                for (int k = 0; k < n_par; k++)
+                    step[k] = tok[n_ctx_pre + i];
+                st = kvf_session_decode_batch(ss, step, n_par);
+            }
         } else if (st == KVF_OK) {
-            st = kvf_session_prefill(s, tok, n, NULL);
+            st = kvf_session_prefill(ss[0], tok, n, NULL);
         }
         if (st != KVF_OK)
             return st;
         double ms = now_ms() - t0;
         if (rep > 0)
-            tps[rep - 1] = ms > 0 ? n * 1e3 / ms : 0;
+            tps[rep - 1] = ms > 0 ? (double)n * n_par * 1e3 / ms : 0;
     }
-    if (decode && n_ctx_pre > 0)
-        snprintf(r->name, sizeof r->name, "tg%d@%d", n, n_ctx_pre);
-    else
-        snprintf(r->name, sizeof r->name, "%s%d", decode ? "tg" : "pp", n);
+    const int o = decode && n_ctx_pre > 0 ? snprintf(r->name, sizeof r->name, "tg%d@%d", n, n_ctx_pre)
+                                          : snprintf(r->name, sizeof r->name, "%s%d", decode ? "tg" : "pp", n);
+    if (n_par > 1 && o > 0 && (size_t)o < sizeof r->name)
+        snprintf(r->name + o, sizeof r->name - (size_t)o, "x%d", n_par);
     r->n_tokens = n;
+    r->n_par = n_par;
     r->mean = mean_of(tps, reps);
     r->std = std_of(tps, reps);
-    r->kv_bytes = kvf_session_kv_bytes(s);
-    r->kv_peak = kvf_session_kv_peak_bytes(s);
+    r->kv_bytes = r->kv_peak = 0;
+    for (int k = 0; k < n_par; k++) {
+        r->kv_bytes += kvf_session_kv_bytes(ss[k]);
+        r->kv_peak += kvf_session_kv_peak_bytes(ss[k]);
+    }
     r->prefill_ms = prefill / reps;
     r->compress_ms = compress / reps;
     return KVF_OK;
@@ -230,8 +248,10 @@ static cJSON *bench_test_json(const struct args *a, const struct kvf_model_info 
     cJSON_AddNumberToObject(t, "tok_per_s_std", r->std);
     cJSON_AddNumberToObject(t, "kv_bytes", (double)r->kv_bytes);
     cJSON_AddNumberToObject(t, "kv_peak_bytes", (double)r->kv_peak);
+    cJSON_AddNumberToObject(t, "parallel", r->n_par);
     if (r->name[0] == 't') {
-        cJSON_AddNumberToObject(t, "decode_ms_per_token", r->mean > 0 ? 1e3 / r->mean : 0);
+        /* one step decodes a token in each session */
+        cJSON_AddNumberToObject(t, "decode_ms_per_token", r->mean > 0 ? 1e3 * r->n_par / r->mean : 0);
         cJSON_AddNumberToObject(t, "prefill_ms", r->prefill_ms);
         cJSON_AddNumberToObject(t, "compress_ms", r->compress_ms);
     }
@@ -244,7 +264,7 @@ static cJSON *bench_test_json(const struct args *a, const struct kvf_model_info 
         r->per_layer = NULL;
     }
     if (r->name[0] == 't')
-        cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)info->weight_bytes * r->mean);
+        cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)info->weight_bytes * r->mean / r->n_par);
     return t;
 }
 
@@ -296,8 +316,8 @@ static void bench_report_text(const struct args *a, const struct kvf_model_info 
         const struct bench_result *r = &res[i];
         printf("%-8s %10.2f ± %-8.2f tok/s   kv %8.2f MiB", r->name, r->mean, r->std, r->kv_bytes / MIB);
         if (r->name[0] == 't')
-            printf("   weights %.2f GB/s   %.3f ms/token", (double)info->weight_bytes * r->mean / 1e9,
-                   r->mean > 0 ? 1e3 / r->mean : 0);
+            printf("   weights %.2f GB/s   %.3f ms/%s", (double)info->weight_bytes * r->mean / r->n_par / 1e9,
+                   r->mean > 0 ? 1e3 * r->n_par / r->mean : 0, r->n_par > 1 ? "step" : "token");
         if (r->compress_ms > 0)
             printf("   compress %.2f ms (%.1f%% of the %.0f ms prefill)", r->compress_ms,
                    r->prefill_ms > 0 ? 100 * r->compress_ms / r->prefill_ms : 0, r->prefill_ms);
@@ -318,7 +338,7 @@ static int cmd_bench(const struct args *a) {
         return EXIT_USAGE;
     }
     struct kvf_model *m = NULL;
-    struct kvf_session *s = NULL;
+    struct kvf_session *ss[256] = { NULL };
     int32_t *tok = NULL;
     struct bench_result res[2] = { 0 };
     struct bench_mm mmr = { 0 };
@@ -334,8 +354,9 @@ static int cmd_bench(const struct args *a) {
     const int n_max = MAX(MAX(a->n_prompt_bench, n_pre + a->n_predict), 1);
     const struct kvf_session_params sp = session_params(a, n_max);
     enum kvf_status st = KVF_OK;
-    if ((rc = open_session(m, &sp, "bench: cannot create the session", &s)))
-        goto done;
+    for (int k = 0; k < a->parallel; k++)
+        if ((rc = open_session(m, &sp, "bench: cannot create the session", &ss[k])))
+            goto done;
     if (!(tok = bench_tokens(n_max, info.n_vocab))) {
         rc = fail(KVF_ERR_NOMEM, "bench");
         goto done;
@@ -343,9 +364,10 @@ static int cmd_bench(const struct args *a) {
     if (mm && (rc = bench_media(a, m, &sp, &mmr)))
         goto done;
     if (a->n_prompt_bench > 0)
-        st = bench_run(s, &info, tok, a->n_prompt_bench, false, 0, a->reps, !a->no_warmup, &res[n_res++]);
+        st = bench_run(ss, 1, &info, tok, a->n_prompt_bench, false, 0, a->reps, !a->no_warmup, &res[n_res++]);
     if (st == KVF_OK && a->n_predict > 0)
-        st = bench_run(s, &info, tok, a->n_predict, true, n_pre, a->reps, !a->no_warmup, &res[n_res++]);
+        st = bench_run(ss, a->parallel, &info, tok, a->n_predict, true, n_pre, a->reps, !a->no_warmup,
+                       &res[n_res++]);
     if (st != KVF_OK) {
         rc = fail(st, "bench");
         goto done;
@@ -359,7 +381,8 @@ done:
     for (int i = 0; i < n_res; i++)
         cJSON_Delete(res[i].per_layer);
     free(tok);
-    kvf_session_free(s);
+    for (int k = 0; k < a->parallel; k++)
+        kvf_session_free(ss[k]);
     kvf_model_free(m);
     return rc;
 }
@@ -370,7 +393,9 @@ const struct command bench_command = {
     .usage = "-m FILE [-p N] [-n N] [-r REPS] [options]",
     .details = "ppN prefills N random tokens at once; tgN decodes N tokens one at a time. Each runs\n"
                "once untimed, then -r times; reported as mean ± std tokens/s, with the KV cache size,\n"
-               "peak resident memory, and for tg the weight bytes read per second.",
+               "peak resident memory, and for tg the weight bytes read per second. With --parallel N,\n"
+               "tgNxP decodes in N sessions at once (one batched step each token, as a server runs\n"
+               "them) and reports their total tokens/s and KV bytes.",
     .run = cmd_bench,
     .defaults = bench_defaults,
     .opts = bench_opts,

@@ -55,7 +55,7 @@ struct args {
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
     bool json, bos, special, chat, dump_tags, no_warmup;
-    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth;
+    int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
@@ -65,6 +65,9 @@ struct args {
     struct str_list kvs;          /* every --kv */
     const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
     int n_samples, seg_words;
+    /* kvfold serve */
+    const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body;
+    int port, queue, max_images; /* --parallel is above, shared with bench */
 };
 
 #define OPT_MAX 32
@@ -80,7 +83,7 @@ struct command {
 
 /* The commands (one file each), in the order --help lists them. */
 extern const struct command info_command, tokenize_command, generate_command, perplexity_command, bench_command,
-    profile_command, eval_command, policies_command;
+    profile_command, eval_command, policies_command, serve_command;
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
@@ -196,6 +199,11 @@ int tokenize_text(const struct kvf_model *m, const char *text, size_t len, bool 
  * *buf grows as needed. */
 int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t *cap);
 bool wants_chat(const struct args *a);
+/* The chat template to apply: --chat-template, else vicuna for a vision
+ * model whose file names none, else NULL (the model's own). */
+const char *chat_template_for(const struct args *a, const struct kvf_model *m);
+/* --max-image-mpix in pixels (0: the library's default). */
+int64_t image_max_pixels(const struct args *a);
 /* The prompt as the model sees it: raw, or wrapped in a chat template. */
 int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out);
 

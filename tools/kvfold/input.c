@@ -70,6 +70,15 @@ int32_t token_piece(const struct kvf_model *m, int32_t tok, char **buf, int32_t 
 
 bool wants_chat(const struct args *a) { return a->chat || a->chat_template || a->system; }
 
+const char *chat_template_for(const struct args *a, const struct kvf_model *m) {
+    /* LLaVA GGUF files rarely carry a template; LLaVA-1.5 speaks Vicuna. */
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    if (!a->chat_template && info.has_vision && strcmp(info.chat_template_name, "none") == 0)
+        return "vicuna";
+    return a->chat_template;
+}
+
 int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
     if (!wants_chat(a)) {
         *out = strdup(text);
@@ -80,12 +89,7 @@ int build_prompt(const struct args *a, const struct kvf_model *m, const char *te
     if (a->system)
         msgs[n++] = (struct kvf_chat_message){ "system", a->system };
     msgs[n++] = (struct kvf_chat_message){ "user", text };
-    /* LLaVA GGUF files rarely carry a template; LLaVA-1.5 speaks Vicuna. */
-    struct kvf_model_info info;
-    kvf_model_get_info(m, &info);
-    const char *name = a->chat_template;
-    if (!name && info.has_vision && strcmp(info.chat_template_name, "none") == 0)
-        name = "vicuna";
+    const char *name = chat_template_for(a, m);
     /* No buffer: the size needed (an unknown name fails only without one:
      * the commands check --chat-template first). */
     int32_t need = 0;
@@ -132,7 +136,7 @@ int media_push(struct media_set *ms, struct kvf_media *md) {
     return 0;
 }
 
-static int64_t max_pixels(const struct args *a) {
+int64_t image_max_pixels(const struct args *a) {
     return a->max_image_mpix > 0 ? (int64_t)((double)a->max_image_mpix * 1e6) : 0;
 }
 
@@ -151,7 +155,7 @@ int media_encode(const struct args *a, const struct kvf_model *m, const struct k
 int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
                      struct media_set *ms) {
     struct kvf_image *img;
-    enum kvf_status st = kvf_image_load(path, max_pixels(a), &img);
+    enum kvf_status st = kvf_image_load(path, image_max_pixels(a), &img);
     if (st != KVF_OK) {
         char what[512];
         snprintf(what, sizeof what, "cannot read image '%s'", path);

@@ -11,7 +11,7 @@
 
 static const struct command *const commands[] = {
     &info_command, &tokenize_command, &generate_command, &perplexity_command,
-    &bench_command, &profile_command, &eval_command, &policies_command,
+    &bench_command, &profile_command, &eval_command, &policies_command, &serve_command,
 };
 
 static void print_usage(FILE *f) {

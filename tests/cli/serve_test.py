@@ -1,0 +1,459 @@
+"""End-to-end tests of kvfold serve, one case per ctest entry.
+
+usage: serve_test.py CASE KVFOLD_BINARY MODELS_DIR FIXTURE_DIR TMP_DIR
+
+Each case starts its own server on a free loopback port (--port 0; the port
+is read from the "listening on" line), drives it with http.client and with
+the openai package (from the project's venv), and stops it with SIGTERM.
+Exit status 0 = pass, 1 = fail, 77 = skipped (a model or fixture is absent).
+"""
+import base64
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import SMOL, Ctx, Skip, check, run_case  # noqa: E402
+from mm_test import write_ppm  # noqa: E402
+
+QUESTION = "What is the capital of France?"
+PASSAGE = ("The river rose in the spring and the town by the old mill moved its market to the hill. "
+           "Farmers brought apples, cheese and wool; the baker sold bread shaped like fish. ") * 3
+
+
+class Server:
+    """A kvfold serve process and a small HTTP client for it."""
+
+    def __init__(self, ctx, *args, key=None):
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.p = subprocess.Popen([ctx.bin, "serve", "--port", "0", *args], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, env=env, text=True)
+        self.key, self.log, self.port = key, [], None
+        ready = threading.Event()
+
+        def drain():
+            for line in self.p.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        ready.wait(60)
+        check(self.port, f"the server did not start: {''.join(self.log)}")
+
+    def conn(self, timeout=120):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, key=True):
+        h = dict(headers or {})
+        if key and self.key:
+            h["Authorization"] = f"Bearer {self.key}"
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+            h.setdefault("Content-Type", "application/json")
+        c = self.conn()
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        return r.status, dict(r.getheaders()), data
+
+    def post(self, path, body, **kw):
+        status, headers, data = self.request("POST", path, body, **kw)
+        return status, json.loads(data) if data else None, headers
+
+    def stream(self, path, body):
+        """The events of a streaming request, parsed (the last one is [DONE])."""
+        status, headers, data = self.request("POST", path, dict(body, stream=True))
+        check(status == 200, f"stream: status {status}: {data[:300]!r}")
+        check(headers.get("Content-Type") == "text/event-stream", f"stream content type {headers}")
+        events = [e[len("data: "):] for e in data.decode().split("\n\n") if e]
+        check(events and events[-1] == "[DONE]", f"the stream ends with [DONE]: {events[-2:]}")
+        return [json.loads(e) for e in events[:-1]]
+
+    def metrics(self):
+        status, _, data = self.request("GET", "/metrics")
+        check(status == 200, f"/metrics: {status}")
+        out = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def healthy(self):
+        return self.request("GET", "/health", key=False)[0] == 200
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        rc = self.p.wait(30)
+        check(rc == 0, f"SIGTERM: exit {rc}; log: {''.join(self.log[-5:])}")
+        check(any("stopping" in line for line in self.log), "the server says it stops")
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+def serving(ctx, *args, key=None):
+    """A context manager: the server, killed if the case fails."""
+    class Scope:
+        def __enter__(self):
+            self.s = Server(ctx, *args, key=key)
+            return self.s
+
+        def __exit__(self, *exc):
+            self.s.kill()
+            return False
+    return Scope()
+
+
+def chat(text, **kw):
+    return dict(messages=[{"role": "user", "content": text}], temperature=0, **kw)
+
+
+def generate_text(ctx, model_args, prompt, n, kv=None, chat_mode=True):
+    """kvfold generate's greedy text for the same prompt (the reference), with the batch size of the servers
+    that compare with it, so that rows go through the same products."""
+    args = ["generate", *model_args, "-p", prompt, "-n", str(n), "-t", "1", "-b", "16", "--json"]
+    args += ["--chat"] if chat_mode else []
+    args += ["--kv", kv] if kv else []
+    rc, out, err = ctx.run(*args)
+    check(rc == 0, f"generate: {err}")
+    return json.loads(out)["text"]
+
+
+def case_serve_api(ctx):
+    model = ctx.model(SMOL)
+    # -b 16: a prompt goes in by parts of 16 positions between the other sessions' decode steps.
+    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "8") as s:
+        check(s.healthy(), "/health")
+        status, _, data = s.request("GET", "/v1/models")
+        models = json.loads(data)
+        check(status == 200 and models["data"][0]["id"] == SMOL, f"/v1/models: {data!r}")
+        # Plain answer: the OpenAI shape, usage and the kv extension.
+        status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=12, model=SMOL))
+        check(status == 200 and o["object"] == "chat.completion", f"chat: {status} {o}")
+        msg = o["choices"][0]["message"]
+        check(msg["role"] == "assistant" and "Paris" in msg["content"], f"chat answer: {msg}")
+        u = o["usage"]
+        check(u["prompt_tokens"] > 5 and 0 < u["completion_tokens"] <= 12 and
+              u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], f"usage {u}")
+        check(o["choices"][0]["finish_reason"] in ("stop", "length"), "finish_reason")
+        check(o["kv"]["policy"] == "full" and o["kv"]["ratio"] == 1 and o["kv"]["peak_bytes"] > 0, f"kv {o['kv']}")
+        # max_tokens cuts with finish_reason length.
+        status, o, _ = s.post("/v1/chat/completions", chat(PASSAGE + " Summarise.", max_tokens=3))
+        check(o["choices"][0]["finish_reason"] == "length" and o["usage"]["completion_tokens"] == 3,
+              f"length: {o['choices'][0]} {o['usage']}")
+        # The kv extension: a compressing policy keeps less of the prompt.
+        kv = "snapkv:budget=0.3"
+        status, o, _ = s.post("/v1/chat/completions", chat(PASSAGE + " Summarise.", max_tokens=8, kv=kv))
+        check(status == 200 and o["kv"]["policy"] == kv and o["kv"]["ratio"] < 0.6, f"kv extension: {o.get('kv')}")
+        want = generate_text(ctx, ["-m", model], PASSAGE + " Summarise.", 8, kv=kv)
+        check(o["choices"][0]["message"]["content"] == want, f"server {o['choices'][0]} vs generate {want!r}")
+        # Streaming: role first, the same text as without, usage at the end.
+        events = s.stream("/v1/chat/completions", chat(QUESTION, max_tokens=12,
+                                                          stream_options={"include_usage": True}))
+        check(events[0]["choices"][0]["delta"].get("role") == "assistant", "the first delta names the role")
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+        check(text == msg["content"], f"streamed {text!r} vs {msg['content']!r}")
+        check(events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == u["completion_tokens"],
+              "include_usage: a last chunk with usage")
+        check(any(e["choices"] and e["choices"][0]["finish_reason"] for e in events), "a finish_reason chunk")
+        # Stop sequences: the text ends before the first match, finish_reason stop.
+        full = msg["content"]
+        cut = full.find("France")
+        check(cut > 0, f"the answer {full!r} names France")
+        for stop in ("France", ["zzz", "France"]):
+            status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=12, stop=stop))
+            c = o["choices"][0]
+            check(c["message"]["content"] == full[:cut] and c["finish_reason"] == "stop", f"stop {stop}: {c}")
+        events = s.stream("/v1/chat/completions", chat(QUESTION, max_tokens=12, stop="France"))
+        text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+        check(text == full[:cut], f"streamed with stop: {text!r}")
+        # /v1/completions: a raw prompt, as generate without --chat.
+        status, o, _ = s.post("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 6,
+                                                  "temperature": 0})
+        want = generate_text(ctx, ["-m", model], "The capital of France is", 6, chat_mode=False)
+        check(status == 200 and o["object"] == "text_completion" and o["choices"][0]["text"] == want,
+              f"completions: {o} vs {want!r}")
+        # Greedy output through the server equals generate's, alone and with 8 sessions at once.
+        prompts = [f"Name {k + 2} fruits that are red." for k in range(8)]
+        policies = [None, "snapkv:budget=0.5", "h2o:budget=0.5", "streaming:budget=0.5"] * 2
+        want = [generate_text(ctx, ["-m", model], p, 10, kv=kv) for p, kv in zip(prompts, policies)]
+        results = [None] * 8
+
+        def one(i):
+            body = chat(prompts[i], max_tokens=10)
+            if policies[i]:
+                body["kv"] = policies[i]
+            results[i] = s.post("/v1/chat/completions", body)[1]["choices"][0]["message"]["content"]
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        peak_active = 0
+        while any(t.is_alive() for t in threads):
+            peak_active = max(peak_active, s.metrics()["kvfold_sessions_active"])
+            status, _, data = s.request("GET", "/slots")
+            for slot in json.loads(data):
+                check(slot["kv_bytes"] <= slot["kv_reserved_bytes"] and slot["tokens_seen"] >= slot["n_prompt"],
+                      f"/slots: {slot}")
+            time.sleep(0.05)
+        check(results == want, f"8 sessions at once: {results} vs {want}")
+        check(peak_active >= 2, f"sessions ran together (at most {peak_active} seen)")
+        m = s.metrics()
+        check(m['kvfold_requests_total{status="200"}'] >= 15 and m["kvfold_generated_tokens_total"] > 50 and
+              m["kvfold_compressions_total"] >= 15 and m["kvfold_sessions_active"] == 0 and
+              m["kvfold_kv_bytes_in_use"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"metrics {m}")
+        openai_client(s, msg["content"])
+        # A client that leaves mid-stream: its session goes at the next step
+        # (400 tokens would take far longer than the 10 s allowed).
+        sock = read_stream_start(s, chat(PASSAGE, max_tokens=400))
+        sock.close()
+        deadline = time.time() + 10
+        while s.metrics()["kvfold_sessions_active"] and time.time() < deadline:
+            time.sleep(0.05)
+        m = s.metrics()
+        check(m["kvfold_sessions_active"] == 0 and m["kvfold_kv_bytes_reserved"] == 0,
+              f"the session of a client that left is freed: {m}")
+        check(any(re.search(r"POST /v1/chat/completions 200 prompt=\d+ gen=\d+ kv=\d+ [\d.]+ms", line)
+                  for line in s.log), "one log line per request")
+        s.stop()
+
+
+def openai_client(s, want):
+    """The official client, unchanged, against the server."""
+    try:
+        import openai
+    except ImportError:
+        raise Skip("the openai package is not installed in the venv")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{s.port}/v1", api_key=s.key or "none")
+    r = client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": QUESTION}],
+                                       max_tokens=12, temperature=0)
+    check(r.choices[0].message.content == want and r.usage.completion_tokens > 0, f"openai: {r}")
+    parts = client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": QUESTION}],
+                                           max_tokens=12, temperature=0, stream=True,
+                                           stream_options={"include_usage": True})
+    text, usage = "", None
+    for chunk in parts:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        usage = chunk.usage or usage
+    check(text == want and usage and usage.completion_tokens > 0, f"openai stream: {text!r} {usage}")
+    r = client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": QUESTION}],
+                                       max_tokens=8, temperature=0, extra_body={"kv": "snapkv:budget=0.5"})
+    check(r.model_extra["kv"]["policy"] == "snapkv:budget=0.5", f"kv through extra_body: {r.model_extra}")
+    try:
+        client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": "x"}], extra_body={"kv": "x"})
+        check(False, "a bad kv is refused")
+    except openai.BadRequestError as e:
+        check("snapkv" in str(e), f"the error names the valid policies: {e}")
+
+
+def data_url(path, mime="image/x-portable-pixmap"):
+    with open(path, "rb") as f:
+        return f"data:{mime};base64,{base64.b64encode(f.read()).decode()}"
+
+
+def case_serve_image(ctx):
+    fx = ctx.fixtures
+    llava = [os.path.join(fx, "llava-f32.gguf"), os.path.join(fx, "llava-mmproj-f32.gguf")]
+    for f in llava:
+        if not os.path.exists(f):
+            raise Skip(f"{f} is absent (the fixtures_make test writes it)")
+    media = os.path.join(ctx.tmp, "media")
+    os.makedirs(media, exist_ok=True)
+    img = write_ppm(os.path.join(media, "a.ppm"), 20, 13, 0)
+    outside = write_ppm(os.path.join(ctx.tmp, "b.ppm"), 9, 9, 1)
+    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "-b", "16", "--media-dir", media,
+                 "--max-images", "2") as s:
+        def ask(url, n=6, text="What is this?"):
+            body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                               {"type": "text", "text": text}]}],
+                    "max_tokens": n, "temperature": 0}
+            return s.post("/v1/chat/completions", body)
+
+        status, o, _ = ask(data_url(img))
+        check(status == 200, f"image data URL: {status} {o}")
+        want = generate_text(ctx, ["-m", llava[0], "--mmproj", llava[1], "--image", img], "<image>\nWhat is this?", 6)
+        check(o["choices"][0]["message"]["content"] == want, f"image: server {o['choices'][0]} vs generate {want!r}")
+        check(o["usage"]["prompt_tokens"] > 64, f"the image's 64 positions are in the prompt: {o['usage']}")
+        status, o2, _ = ask("file://" + img)
+        check(status == 200 and o2["choices"] == o["choices"], f"file:// under --media-dir: {status} {o2}")
+        refused = [
+            ("file://" + outside, "outside --media-dir"),
+            ("file://" + media + "/../b.ppm", "a path out of --media-dir through .."),
+            ("http://example.com/a.png", "a URL scheme other than data and file"),
+            ("data:image/png;base64,@@@@", "bad base64"),
+            (f"data:image/png;base64,{base64.b64encode(b'hello, not an image').decode()}", "a non-image payload"),
+            (data_url(img, "text/plain"), "a data URL that is not an image type"),
+        ]
+        for url, what in refused:
+            status, o, _ = ask(url)
+            check(status == 400 and o["error"]["message"], f"{what}: {status} {o}")
+            check(s.healthy(), f"/health after {what}")
+        part = {"type": "image_url", "image_url": {"url": data_url(img)}}
+        three = {"messages": [{"role": "user", "content": [part] * 3}]}
+        status, o, _ = s.post("/v1/chat/completions", three)
+        check(status == 400 and o["error"]["code"] == "too_many_images", f"--max-images: {status} {o}")
+        s.stop()
+
+
+def read_stream_start(s, body):
+    """Opens a streaming request and reads its first event; returns the socket."""
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    data = json.dumps(dict(body, stream=True)).encode()
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    got = b""
+    while b"data: " not in got:
+        chunk = sock.recv(4096)
+        check(chunk, "the stream started")
+        got += chunk
+    return sock
+
+
+def case_serve_load(ctx):
+    model = ctx.model(SMOL)
+    budget = 12 * 1024 * 1024
+    with serving(ctx, "-m", model, "-t", "2", "--parallel", "4", "--queue", "12", "--kv-memory", "12MiB",
+                 "--kv", "snapkv:budget=0.5") as s:
+        # 24 streaming clients at once, mixed policies, a tight budget.
+        policies = [None, "h2o:budget=0.3", "streaming:budget=0.5", "snapkv:budget=0.2+decode=h2o"]
+        outcomes = [None] * 24
+
+        def client(i):
+            body = chat(f"Story {i}: " + PASSAGE[: 80 + 7 * i] + " Go on.", max_tokens=12 + i % 5, seed=i)
+            body["temperature"] = 0.7
+            if policies[i % 4]:
+                body["kv"] = policies[i % 4]
+            status, _, data = s.request("POST", "/v1/chat/completions", dict(body, stream=True))
+            outcomes[i] = (status, data)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
+        for t in threads:
+            t.start()
+        samples, queued = [], [0]
+        while any(t.is_alive() for t in threads):
+            m = s.metrics()
+            samples.append(m["kvfold_kv_bytes_in_use"])
+            queued.append(m["kvfold_sessions_queued"])
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        statuses = [o[0] for o in outcomes]
+        check(set(statuses) <= {200, 503} and statuses.count(200) >= 12, f"statuses: {statuses}")
+        check(max(q for q in queued) > 0, "requests waited for memory or a slot")
+        for status, data in outcomes:
+            if status == 200:
+                check(data.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"' in data, f"a stream: {data[-200:]}")
+            else:
+                check(json.loads(data)["error"]["code"] == "queue_full", f"503 body: {data!r}")
+        m = s.metrics()
+        check(max(samples) <= budget and m["kvfold_kv_bytes_peak"] <= budget and max(samples) > 0,
+              f"KV in use {max(samples)} / peak {m['kvfold_kv_bytes_peak']} within {budget}")
+        check(m["kvfold_sessions_active"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"all freed: {m}")
+        # A request that alone exceeds the budget: 413 with the numbers.
+        status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=3000))
+        check(status == 413 and str(budget) in o["error"]["message"], f"over the budget alone: {status} {o}")
+        # SIGTERM with a stream running: it ends with an error event, then the process exits 0.
+        cut, story = [], chat("Write a long story about a dragon.", max_tokens=200, stream=True)
+        t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions", story)))
+        t.start()
+        while not json.loads(s.request("GET", "/slots")[2]) and t.is_alive():
+            time.sleep(0.02)
+        s.stop()
+        t.join()
+        status, _, data = cut[0]
+        check(status == 200 and b"shutting_down" in data and data.endswith(b"data: [DONE]\n\n"),
+              f"a stream cut by SIGTERM: {data[-300:]!r}")
+
+
+def case_serve_errors(ctx):
+    model = ctx.model(SMOL)
+    with serving(ctx, "-m", model, "-t", "1", "-c", "256", "--max-body", "4KiB", "--api-key", "sekret",
+                 key="sekret") as s:
+        long_prompt = "word " * 600
+        battery = [
+            (400, "not JSON", "{\"messages\": ["),
+            (400, "a JSON array", []),
+            (400, "messages missing", {"max_tokens": 3}),
+            (400, "messages not an array", {"messages": "hi"}),
+            (400, "an empty messages array", {"messages": []}),
+            (400, "an unknown role", {"messages": [{"role": "tool", "content": "x"}]}),
+            (400, "content of the wrong type", {"messages": [{"role": "user", "content": 5}]}),
+            (400, "an unknown content part", {"messages": [{"role": "user", "content": [{"type": "audio"}]}]}),
+            (400, "an image for a text model", {"messages": [{"role": "user", "content": [
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}),
+            (400, "max_tokens 0", chat("x", max_tokens=0)),
+            (400, "max_tokens negative", chat("x", max_tokens=-4)),
+            (400, "max_tokens a string", chat("x", max_tokens="5")),
+            (400, "max_tokens fractional", chat("x", max_tokens=1.5)),
+            (400, "temperature a string", dict(chat("x"), temperature="hot")),
+            (400, "stop a number", chat("x", stop=5)),
+            (400, "stream a string", chat("x", stream="yes")),
+            (400, "n of 2", chat("x", n=2)),
+            (400, "a bad kv spec", chat("x", kv="snapkv:budgett=0.2")),
+            (404, "another model", chat("x", model="gpt-4o")),
+            (400, "a prompt over the context", chat(long_prompt[:3900])),
+            (413, "a body over --max-body", chat(long_prompt * 2)),
+        ]
+        for status, what, body in battery:
+            got, headers, data = s.request("POST", "/v1/chat/completions", body)
+            err = json.loads(data).get("error", {}) if data.startswith(b"{") else {}
+            check(got == status and err.get("message") and err.get("type") and err.get("code"),
+                  f"{what}: {got} {data[:300]!r}, want {status} with an OpenAI error body")
+            check(s.healthy(), f"/health after {what}")
+        got, _, data = s.request("POST", "/v1/chat/completions", chat("x", kv="bogus"))
+        check(b"snapkv" in data and b"h2o" in data, f"a bad kv names the valid ones: {data!r}")
+        got, _, data = s.request("POST", "/v1/chat/completions", chat(long_prompt[:3900]))
+        check(json.loads(data)["error"]["code"] == "context_length_exceeded", f"context: {data!r}")
+        for status, method, path, body in [(404, "GET", "/nope", None), (405, "GET", "/v1/chat/completions", None),
+                                           (405, "POST", "/health", "{}"), (400, "POST", "/v1/completions", {}),
+                                           (400, "POST", "/v1/completions", {"prompt": 7})]:
+            got, _, data = s.request(method, path, body)
+            check(got == status, f"{method} {path}: {got}, want {status}: {data!r}")
+        # --api-key: everything but /health needs it.
+        for path in ("/v1/models", "/metrics", "/slots"):
+            check(s.request("GET", path, key=False)[0] == 401, f"{path} without the key")
+            check(s.request("GET", path, headers={"Authorization": "Bearer sekreT"}, key=False)[0] == 401,
+                  f"{path} with a wrong key")
+            check(s.request("GET", path)[0] == 200, f"{path} with the key")
+        check(s.request("POST", "/v1/chat/completions", chat("hi", max_tokens=2), key=False)[0] == 401,
+              "a completion without the key")
+        check(s.request("POST", "/v1/chat/completions", chat("hi", max_tokens=2))[0] == 200, "with the key")
+        m = s.metrics()
+        check(m['kvfold_requests_total{status="400"}'] >= 18 and m['kvfold_requests_total{status="401"}'] >= 7,
+              f"requests by status: {m}")
+        s.stop()
+    # Startup errors are usage errors with one line.
+    for args, what in [(["--kv-memory", "lots"], "a bad size"), (["--kv", "nope"], "a bad --kv"),
+                       (["--host", "example.com"], "a host that is not an address")]:
+        rc, _, err = ctx.run("serve", "-m", model, "--port", "0", *args)
+        check(rc != 0 and err.startswith("kvfold: error: "), f"{what}: exit {rc} {err!r}")
+
+
+class ServeCtx(Ctx):
+    def __init__(self, binary, models, fixtures, tmp):
+        super().__init__(binary, models, "", tmp)
+        self.fixtures = fixtures
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+if __name__ == "__main__":
+    random.seed(0)
+    sys.exit(run_case(CASES, sys.argv[1], ServeCtx(*sys.argv[2:6])))

@@ -1,0 +1,995 @@
+/* kvfold serve: an OpenAI-compatible HTTP server (libmicrohttpd, a thread
+ * per connection) in which many sessions share one KV memory budget. This
+ * file speaks HTTP and JSON: it checks a request, turns it into a serve_job,
+ * queues it for the scheduler (serve_sched.c) and answers from what the job
+ * becomes — one JSON object, or server-sent events while it generates. */
+#include "serve.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define SERVE_MSG_MAX 64 /* messages in one chat request */
+
+static void serve_defaults(struct args *a) {
+    a->host = "127.0.0.1";
+    a->port = 8080;
+    a->parallel = 4;
+    a->queue = 64;
+    a->ctx = 4096;
+    a->max_body = "64MiB";
+    a->max_images = 8;
+    a->batch = kvf_session_default_params().n_batch;
+}
+
+static int serve_opts(struct args *a, struct opt *out) {
+    const struct opt t[] = {
+        OPT_MODEL, OPT_MMPROJ,
+        { "--host", NULL, OPT_STR, &a->host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)" },
+        { "--port", NULL, OPT_INT, &a->port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
+        { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "sessions generating at once (default 4)" },
+        { "--queue", NULL, OPT_INT, &a->queue, 0, 1 << 16, "N", "requests waiting at most; more get 503 (default 64)" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
+        OPT_KV_TYPE,
+        { "--kv-memory", NULL, OPT_STR, &a->kv_memory, 0, 0, "SIZE",
+          "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
+        { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },
+        { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "llama2, vicuna, chatml or gemma" },
+        { "--api-key", NULL, OPT_STR, &a->api_key, 0, 0, "KEY",
+          "require 'Authorization: Bearer KEY' (not on /health)" },
+        { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
+        { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
+        { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE", "largest request body (default 64MiB)" },
+        { "--max-images", NULL, OPT_INT, &a->max_images, 0, 1024, "N", "images per request at most (default 8)" },
+        { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M",
+          "reject images over M megapixels (default 64)" },
+        OPT_THREADS, OPT_BATCH,
+    };
+    OPTS_RETURN(out, t);
+}
+
+/* "512MiB", "2GiB", "64M" (binary multiples), "1GB" (decimal), "1000". */
+static bool size_parse(const char *s, size_t *out) {
+    static const struct { const char *unit; double mult; } units[] = {
+        { "", 1 }, { "B", 1 }, { "K", 1024.0 }, { "KiB", 1024.0 }, { "KB", 1e3 }, { "M", MIB }, { "MiB", MIB },
+        { "MB", 1e6 }, { "G", MIB * 1024 }, { "GiB", MIB * 1024 }, { "GB", 1e9 },
+    };
+    char *end;
+    errno = 0;
+    const double x = strtod(s, &end);
+    if (end == s || errno || !isfinite(x) || x <= 0)
+        return false;
+    for (size_t i = 0; i < COUNT_OF(units); i++)
+        if (strcmp(end, units[i].unit) == 0 && x * units[i].mult < 0x1p62) {
+            *out = (size_t)(x * units[i].mult);
+            return *out > 0;
+        }
+    return false;
+}
+
+/* ------------------------------------------------------------ responses -- */
+
+static const struct route {
+    const char *path, *method;
+    int kind;
+} routes[] = {
+    { "/health", "GET", 0 }, { "/v1/models", "GET", 1 }, { "/metrics", "GET", 2 }, { "/slots", "GET", 3 },
+    { "/v1/chat/completions", "POST", 4 }, { "/v1/completions", "POST", 5 },
+};
+
+/* One HTTP request, from its first header to its log line. */
+struct request {
+    struct server *srv;
+    char method[16], path[128];
+    struct strbuf body;
+    bool too_big;
+    int status;
+    double t0;
+    const struct route *route; /* NULL: refused at the first call */
+    struct serve_job *job;
+};
+
+static enum MHD_Result respond(struct MHD_Connection *c, struct request *r, int status, const char *type,
+                               char *body, size_t n, int retry_after) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (status == 401)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    r->status = status;
+    pthread_mutex_lock(&r->srv->mu);
+    r->srv->by_status[status]++;
+    pthread_mutex_unlock(&r->srv->mu);
+    const enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* The text of o, which is freed. */
+static char *json_text(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, struct request *r, int status, cJSON *o) {
+    char *s = json_text(o);
+    return s ? respond(c, r, status, "application/json", s, strlen(s), 0) : MHD_NO;
+}
+
+static cJSON *error_json(int status, const char *code, const char *msg) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", status == 401  ? "authentication_error"
+                                       : status >= 500 ? "server_error"
+                                                       : "invalid_request_error");
+    cJSON_AddStringToObject(e, "code", code);
+    return o;
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r, int status, const char *code,
+                                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r, int status, const char *code,
+                                     const char *fmt, ...) {
+    char msg[SERVE_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char *s = json_text(error_json(status, code, msg));
+    return s ? respond(c, r, status, "application/json", s, strlen(s), status == 503 ? 1 : 0) : MHD_NO;
+}
+
+/* ------------------------------------------------------------ requests -- */
+
+/* A failure found while reading a request: its status, code and message. */
+struct req_error {
+    int status;
+    const char *code;
+    char msg[SERVE_ERR_MAX];
+};
+
+static bool bad(struct req_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool bad(struct req_error *e, int status, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->code = code;
+    return false;
+}
+
+static int b64_value(int ch) {
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
+}
+
+/* Standard base64 (padding optional); false on any other byte. */
+static bool b64_decode(const char *s, size_t n, unsigned char **out, size_t *len) {
+    while (n > 0 && s[n - 1] == '=')
+        n--;
+    unsigned char *buf = malloc(n / 4 * 3 + 3);
+    if (!buf || n % 4 == 1) {
+        free(buf);
+        return false;
+    }
+    size_t o = 0;
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int v = b64_value((unsigned char)s[i]);
+        if (v < 0) {
+            free(buf);
+            return false;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        if (i % 4 == 3) {
+            buf[o++] = (unsigned char)(acc >> 16);
+            buf[o++] = (unsigned char)(acc >> 8);
+            buf[o++] = (unsigned char)acc;
+        }
+    }
+    if (n % 4 == 2)
+        buf[o++] = (unsigned char)(acc >> 4);
+    else if (n % 4 == 3) {
+        buf[o++] = (unsigned char)(acc >> 10);
+        buf[o++] = (unsigned char)(acc >> 2);
+    }
+    *out = buf;
+    *len = o;
+    return true;
+}
+
+/* An image_url: a data:image/...;base64, URL, or file:// under --media-dir. */
+static bool image_from_url(const struct server *srv, const char *url, struct kvf_image **img, struct req_error *e) {
+    const int64_t px = image_max_pixels(srv->a);
+    enum kvf_status st;
+    if (strncmp(url, "data:", 5) == 0) {
+        const char *comma = strchr(url, ',');
+        if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 || strncmp(comma - 7, ";base64", 7))
+            return bad(e, 400, "invalid_image_url", "a data URL must be data:image/TYPE;base64,DATA");
+        unsigned char *data;
+        size_t n;
+        if (!b64_decode(comma + 1, strlen(comma + 1), &data, &n))
+            return bad(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
+        st = kvf_image_load_memory(data, n, px, img);
+        free(data);
+    } else if (strncmp(url, "file://", 7) == 0) {
+        const char *dir = srv->a->media_dir;
+        char real[PATH_MAX], root[PATH_MAX];
+        if (!dir)
+            return bad(e, 400, "invalid_image_url", "file:// URLs are refused (the server has no --media-dir)");
+        if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
+            real[strlen(root)] != '/')
+            return bad(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
+        st = kvf_image_load(real, px, img);
+    } else {
+        return bad(e, 400, "invalid_image_url",
+                   "image URLs must be data:image/...;base64 or file:// under --media-dir");
+    }
+    if (st != KVF_OK)
+        return bad(e, 400, "invalid_image", "not a readable image: %s", kvf_last_error());
+    return true;
+}
+
+/* A message's content: a string, or parts (text; image_url, which becomes
+ * an <image> marker and an image of the job). */
+static bool content_text(const struct server *srv, const cJSON *content, struct serve_job *j, struct strbuf *b,
+                         struct req_error *e) {
+    if (cJSON_IsString(content))
+        return strbuf_put(b, content->valuestring, strlen(content->valuestring)) ||
+               bad(e, 500, "server_error", "out of memory");
+    if (!cJSON_IsArray(content))
+        return bad(e, 400, "invalid_type", "a message's content must be a string or an array of parts");
+    const cJSON *part;
+    cJSON_ArrayForEach(part, content) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
+        if (type && strcmp(type, "text") == 0) {
+            const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
+            if (!t)
+                return bad(e, 400, "invalid_type", "a text part needs a string 'text'");
+            if (!strbuf_put(b, t, strlen(t)))
+                return bad(e, 500, "server_error", "out of memory");
+            continue;
+        }
+        if (!type || strcmp(type, "image_url") != 0)
+            return bad(e, 400, "invalid_type", "content parts are {type: text} or {type: image_url}");
+        const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+        const char *url = cJSON_IsString(iu) ? iu->valuestring
+                                             : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(iu, "url"));
+        if (!url)
+            return bad(e, 400, "invalid_type", "an image_url part needs image_url.url");
+        if (!srv->info.has_vision)
+            return bad(e, 400, "invalid_request", "the model has no vision tower (start the server with --mmproj)");
+        if (j->n_images >= srv->a->max_images)
+            return bad(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
+        if (!image_from_url(srv, url, &j->images[j->n_images], e))
+            return false;
+        j->n_images++;
+        if (!strbuf_put(b, KVF_MARKER_IMAGE "\n", strlen(KVF_MARKER_IMAGE "\n")))
+            return bad(e, 500, "server_error", "out of memory");
+    }
+    return true;
+}
+
+/* The messages through the chat template. */
+static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serve_job *j, struct req_error *e) {
+    static const char *const roles[] = { "system", "user", "assistant", "developer" };
+    const int n = cJSON_GetArraySize(msgs);
+    if (!cJSON_IsArray(msgs) || n == 0 || n > SERVE_MSG_MAX)
+        return bad(e, 400, "invalid_messages", "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
+    struct kvf_chat_message cm[SERVE_MSG_MAX];
+    struct strbuf texts[SERVE_MSG_MAX] = { { 0 } };
+    bool ok = (j->images = calloc((size_t)srv->a->max_images + 1, sizeof *j->images)) != NULL ||
+              bad(e, 500, "server_error", "out of memory");
+    for (int i = 0; ok && i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(msgs, i);
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+        size_t r = 0;
+        while (role && r < COUNT_OF(roles) && strcmp(role, roles[r]) != 0)
+            r++;
+        if (!role || r == COUNT_OF(roles)) {
+            ok = bad(e, 400, "invalid_role", "message %d: role must be system, developer, user or assistant", i);
+            break;
+        }
+        /* Templates know "system"; OpenAI's newer name for it is "developer". */
+        cm[i].role = r == 3 ? "system" : roles[r];
+        ok = content_text(srv, cJSON_GetObjectItemCaseSensitive(m, "content"), j, &texts[i], e) &&
+             (texts[i].s || strbuf_put(&texts[i], "", 0) || bad(e, 500, "server_error", "out of memory"));
+        cm[i].content = texts[i].s;
+    }
+    const char *name = chat_template_for(srv->a, srv->m);
+    int32_t need = 0, len;
+    if (ok && kvf_chat_apply(srv->m, name, cm, n, true, NULL, 0, &need) != KVF_ERR_BUFFER)
+        ok = bad(e, 400, "invalid_messages", "chat template: %s", kvf_last_error());
+    if (ok && (!(j->text = malloc((size_t)need)) || kvf_chat_apply(srv->m, name, cm, n, true, j->text, need, &len)))
+        ok = bad(e, 500, "server_error", "out of memory for the chat text");
+    for (int i = 0; i < n && i < SERVE_MSG_MAX; i++)
+        free(texts[i].s);
+    return ok;
+}
+
+/* An integer field in [lo, hi]; absent: true and *out untouched. */
+static bool field_int(const cJSON *o, const char *name, double lo, double hi, double *out, struct req_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return true;
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
+        return bad(e, 400, "invalid_value", "'%s' must be an integer in [%.0f, %.0f]", name, lo, hi);
+    *out = v->valuedouble;
+    return true;
+}
+
+static bool field_num(const cJSON *o, const char *name, double lo, double hi, float *out, struct req_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return true;
+    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi)
+        return bad(e, 400, "invalid_value", "'%s' must be a number in [%g, %g]", name, lo, hi);
+    *out = (float)v->valuedouble;
+    return true;
+}
+
+static bool field_bool(const cJSON *o, const char *name, bool *out, struct req_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!v || cJSON_IsNull(v))
+        return true;
+    if (!cJSON_IsBool(v))
+        return bad(e, 400, "invalid_type", "'%s' must be true or false", name);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+static bool stops_parse(const cJSON *v, struct serve_job *j, struct req_error *e) {
+    const cJSON *s;
+    if (!v || cJSON_IsNull(v))
+        return true;
+    if (!cJSON_IsString(v) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) <= SERVE_STOP_MAX))
+        return bad(e, 400, "invalid_stop", "'stop' must be a string or an array of at most %d strings", SERVE_STOP_MAX);
+    for (s = cJSON_IsString(v) ? v : v->child; s; s = cJSON_IsString(v) ? NULL : s->next) {
+        if (!cJSON_IsString(s) || !s->valuestring[0])
+            return bad(e, 400, "invalid_stop", "stop sequences must be non-empty strings");
+        if (!(j->stops[j->n_stops++] = strdup(s->valuestring)))
+            return bad(e, 500, "server_error", "out of memory");
+    }
+    return true;
+}
+
+/* The fields both endpoints share (model, sampling, limits, stream, kv). */
+static bool common_parse(const struct server *srv, const cJSON *o, struct serve_job *j, struct req_error *e) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
+        return bad(e, 400, "invalid_type", "'model' must be a string");
+    if (cJSON_IsString(model) && strcmp(model->valuestring, srv->model_id) != 0)
+        return bad(e, 404, "model_not_found", "this server serves '%s', not '%s'", srv->model_id, model->valuestring);
+    double max_tokens = 0, seed = (double)j->sampling.seed, n = 1;
+    j->sampling.temp = 1.0f;  /* OpenAI's defaults: temperature 1, nucleus off */
+    j->sampling.top_p = 1.0f;
+    j->sampling.top_k = 0;
+    j->sampling.min_p = 0.0f;
+    double top_k = 0;
+    if (!field_int(o, "max_tokens", 1, 1 << 24, &max_tokens, e) ||
+        !field_int(o, "max_completion_tokens", 1, 1 << 24, &max_tokens, e) ||
+        !field_int(o, "seed", 0, 9007199254740991.0, &seed, e) || !field_int(o, "n", 1, 1, &n, e) ||
+        !field_num(o, "temperature", 0, 2, &j->sampling.temp, e) ||
+        !field_num(o, "top_p", 0, 1, &j->sampling.top_p, e) || !field_int(o, "top_k", 0, 1 << 30, &top_k, e) ||
+        !field_num(o, "min_p", 0, 1, &j->sampling.min_p, e) || !field_bool(o, "stream", &j->stream, e) ||
+        !stops_parse(cJSON_GetObjectItemCaseSensitive(o, "stop"), j, e))
+        return false;
+    j->max_tokens = (int)max_tokens;
+    j->sampling.seed = (uint64_t)seed;
+    j->sampling.top_k = (int)top_k;
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
+        return bad(e, 400, "invalid_type", "'stream_options' must be an object");
+    if (so && !field_bool(so, "include_usage", &j->include_usage, e))
+        return false;
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv");
+    if (kv && !cJSON_IsNull(kv)) {
+        if (!cJSON_IsString(kv))
+            return bad(e, 400, "invalid_kv", "'kv' must be a policy string such as \"snapkv:budget=0.2\"");
+        if (kvf_kv_policy_check(kv->valuestring) != KVF_OK)
+            return bad(e, 400, "invalid_kv", "kv: %s", kvf_last_error());
+        if (!(j->kv = strdup(kv->valuestring)))
+            return bad(e, 500, "server_error", "out of memory");
+    }
+    return true;
+}
+
+static bool job_parse(const struct server *srv, const struct request *r, bool chat, struct serve_job *j,
+                      struct req_error *e) {
+    cJSON *o = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
+    bool ok;
+    if (!cJSON_IsObject(o)) {
+        ok = bad(e, 400, "invalid_json", "the body must be a JSON object");
+    } else if (!(ok = common_parse(srv, o, j, e))) {
+    } else if (chat) {
+        j->special = true; /* the template's markup is control-token text */
+        ok = chat_prompt(srv, cJSON_GetObjectItemCaseSensitive(o, "messages"), j, e);
+    } else {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "prompt"));
+        ok = p ? (j->text = strdup(p)) != NULL || bad(e, 500, "server_error", "out of memory")
+               : bad(e, 400, "invalid_prompt", "'prompt' must be a string");
+    }
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* ------------------------------------------------------------- waiting -- */
+
+enum wait_for { WAIT_STARTED, WAIT_PROGRESS, WAIT_DONE };
+
+/* Whether the client closed its end (a read would return end of file). */
+static bool peer_gone(int fd) {
+    char ch;
+    return fd >= 0 && recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* Waits (lock held) until the job started, has text past `sent`, or ended;
+ * false when the client went away meanwhile (the job is then cancelled). */
+static bool job_wait(struct server *srv, struct serve_job *j, enum wait_for w, size_t sent) {
+    for (;;) {
+        if (j->state == JOB_DONE || (w == WAIT_STARTED && j->state != JOB_QUEUED) ||
+            (w == WAIT_PROGRESS && j->ready > sent))
+            return true;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000 * 1000;
+        ts.tv_sec += ts.tv_nsec / 1000000000;
+        ts.tv_nsec %= 1000000000;
+        if (pthread_cond_timedwait(&j->cv, &srv->mu, &ts) == ETIMEDOUT && peer_gone(j->fd)) {
+            j->cancelled = true;
+            pthread_cond_signal(&srv->wake);
+            return false;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ answers -- */
+
+static void usage_json(cJSON *o, const struct serve_job *j) {
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", j->n_gen);
+    cJSON_AddNumberToObject(u, "total_tokens", j->n_prompt + j->n_gen);
+}
+
+/* The kvfold extension: what the policy kept (as generate --json says it). */
+static cJSON *kv_json(const struct server *srv, const struct serve_job *j) {
+    cJSON *kv = cJSON_CreateObject();
+    const char *policy = j->kv ? j->kv : srv->a->kv;
+    cJSON_AddStringToObject(kv, "policy", policy ? policy : "full");
+    cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(srv->a->kv_type_id));
+    cJSON_AddNumberToObject(kv, "bytes", (double)j->kv_bytes);
+    kv_kept_json(kv, j->kv_full, j->kv_kept);
+    cJSON_AddNumberToObject(kv, "peak_bytes", (double)j->kv_peak);
+    cJSON_AddNumberToObject(kv, "n_past", j->n_past);
+    return kv;
+}
+
+/* The head every answer and chunk starts with. */
+static cJSON *answer_json(const struct server *srv, const struct serve_job *j, const char *object) {
+    char id[32];
+    snprintf(id, sizeof id, "%s-%d", j->chat ? "chatcmpl" : "cmpl", j->id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", object);
+    cJSON_AddNumberToObject(o, "created", (double)time(NULL));
+    cJSON_AddStringToObject(o, "model", srv->model_id);
+    return o;
+}
+
+/* A choice holding text[0..n) (sanitized), as a message, delta or text. */
+static cJSON *choice_json(const struct serve_job *j, const char *text, size_t n, const char *key, const char *finish,
+                          bool role) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", 0);
+    char *clean = text ? utf8_sanitize(text, n) : NULL;
+    if (j->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, key);
+        if (role)
+            cJSON_AddStringToObject(m, "role", "assistant");
+        if (clean)
+            cJSON_AddStringToObject(m, "content", clean);
+    } else {
+        cJSON_AddStringToObject(c, "text", clean ? clean : "");
+        cJSON_AddNullToObject(c, "logprobs");
+    }
+    free(clean);
+    if (finish)
+        cJSON_AddStringToObject(c, "finish_reason", finish);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    return c;
+}
+
+static enum MHD_Result answer_whole(struct MHD_Connection *c, struct request *r, struct serve_job *j) {
+    cJSON *o = answer_json(r->srv, j, j->chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON_AddItemToArray(choices, choice_json(j, j->out.s ? j->out.s : "", j->out.n, "message", j->finish, true));
+    usage_json(o, j);
+    cJSON_AddItemToObject(o, "kv", kv_json(r->srv, j));
+    return respond_json(c, r, 200, o);
+}
+
+/* Server-sent events of one streaming job; the reader's own reference. */
+struct stream {
+    struct server *srv;
+    struct serve_job *job;
+    struct strbuf buf;    /* events not yet written */
+    size_t off, sent;     /* bytes of buf written; of job->out turned into events */
+    bool began, ended;
+};
+
+static void sse_put(struct stream *st, cJSON *o) {
+    char *s = json_text(o);
+    if (s && strbuf_put(&st->buf, "data: ", 6) && strbuf_put(&st->buf, s, strlen(s)))
+        strbuf_put(&st->buf, "\n\n", 2);
+    free(s);
+}
+
+/* The events for what the job did since the last call (lock held). */
+static void sse_events(struct stream *st) {
+    const struct server *srv = st->srv;
+    const struct serve_job *j = st->job;
+    const char *object = j->chat ? "chat.completion.chunk" : "text_completion";
+    if (!st->began && j->chat) {
+        cJSON *o = answer_json(srv, j, object);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice_json(j, "", 0, "delta", NULL, true));
+        sse_put(st, o);
+    }
+    st->began = true;
+    const size_t upto = j->state == JOB_DONE ? j->out.n : j->ready;
+    if (upto > st->sent && !j->status) {
+        cJSON *o = answer_json(srv, j, object);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"),
+                             choice_json(j, j->out.s + st->sent, upto - st->sent, "delta", NULL, false));
+        sse_put(st, o);
+        st->sent = upto;
+    }
+    if (j->state != JOB_DONE)
+        return;
+    if (j->status) {
+        sse_put(st, error_json(j->status, j->err_code, j->err));
+    } else {
+        cJSON *o = answer_json(srv, j, object);
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice_json(j, NULL, 0, "delta", j->finish, false));
+        cJSON_AddItemToObject(o, "kv", kv_json(srv, j));
+        sse_put(st, o);
+        if (j->include_usage) {
+            o = answer_json(srv, j, object);
+            cJSON_AddArrayToObject(o, "choices");
+            usage_json(o, j);
+            sse_put(st, o);
+        }
+    }
+    strbuf_put(&st->buf, "data: [DONE]\n\n", 14);
+    st->ended = true;
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    struct stream *st = cls;
+    (void)pos;
+    while (st->off == st->buf.n) {
+        if (st->ended)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        st->buf.n = st->off = 0;
+        pthread_mutex_lock(&st->srv->mu);
+        const bool alive = job_wait(st->srv, st->job, WAIT_PROGRESS, st->sent);
+        if (alive)
+            sse_events(st);
+        pthread_mutex_unlock(&st->srv->mu);
+        if (!alive)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    const size_t n = MIN(max, st->buf.n - st->off);
+    memcpy(buf, st->buf.s + st->off, n);
+    st->off += n;
+    return (ssize_t)n;
+}
+
+static void sse_free(void *cls) {
+    struct stream *st = cls;
+    pthread_mutex_lock(&st->srv->mu);
+    if (st->job->state != JOB_DONE) { /* the client left mid-stream */
+        st->job->cancelled = true;
+        pthread_cond_signal(&st->srv->wake);
+    }
+    job_unref(st->job);
+    pthread_mutex_unlock(&st->srv->mu);
+    free(st->buf.s);
+    free(st);
+}
+
+static enum MHD_Result answer_stream(struct MHD_Connection *c, struct request *r, struct serve_job *j) {
+    struct stream *st = calloc(1, sizeof *st);
+    if (!st)
+        return respond_error(c, r, 500, "server_error", "out of memory");
+    st->srv = r->srv;
+    st->job = j;
+    pthread_mutex_lock(&r->srv->mu);
+    j->refs++;
+    pthread_mutex_unlock(&r->srv->mu);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, st, sse_free);
+    if (!resp) {
+        sse_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    r->status = 200;
+    pthread_mutex_lock(&r->srv->mu);
+    r->srv->by_status[200]++;
+    pthread_mutex_unlock(&r->srv->mu);
+    const enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* POST /v1/chat/completions and /v1/completions. */
+static enum MHD_Result handle_completion(struct MHD_Connection *c, struct request *r, bool chat) {
+    struct server *srv = r->srv;
+    if (r->too_big)
+        return respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->max_body);
+    struct serve_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return respond_error(c, r, 500, "server_error", "out of memory");
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->chat = chat;
+    j->sampling = kvf_sampler_default_params();
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+    r->job = j;
+    pthread_mutex_lock(&srv->mu);
+    j->id = ++srv->next_id;
+    j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
+    pthread_mutex_unlock(&srv->mu);
+    struct req_error e = { 0 };
+    if (!job_parse(srv, r, chat, j, &e))
+        return respond_error(c, r, e.status, e.code, "%s", e.msg);
+    pthread_mutex_lock(&srv->mu);
+    bool alive = sched_submit(srv, j) && job_wait(srv, j, j->stream ? WAIT_STARTED : WAIT_DONE, 0);
+    const int status = j->status;
+    pthread_mutex_unlock(&srv->mu);
+    if (!alive && !status)
+        return MHD_NO; /* the client is gone: close */
+    if (status)
+        return respond_error(c, r, status, j->err_code, "%s", j->err);
+    return j->stream ? answer_stream(c, r, j) : answer_whole(c, r, j);
+}
+
+/* ---------------------------------------------------------- endpoints -- */
+
+static enum MHD_Result handle_models(struct MHD_Connection *c, struct request *r) {
+    cJSON *o = cJSON_CreateObject(), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    cJSON_AddStringToObject(m, "id", r->srv->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "kvfold");
+    return respond_json(c, r, 200, o);
+}
+
+static enum MHD_Result handle_slots(struct MHD_Connection *c, struct request *r) {
+    struct server *srv = r->srv;
+    cJSON *arr = cJSON_CreateArray();
+    pthread_mutex_lock(&srv->mu);
+    for (int i = 0; i < srv->n_active; i++) {
+        const struct serve_job *j = srv->active[i];
+        const char *policy = j->kv ? j->kv : srv->a->kv;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", j->id);
+        cJSON_AddStringToObject(o, "policy", policy ? policy : "full");
+        cJSON_AddNumberToObject(o, "n_prompt", j->n_prompt);
+        cJSON_AddNumberToObject(o, "n_gen", j->n_gen);
+        cJSON_AddNumberToObject(o, "tokens_seen", j->n_past);
+        cJSON_AddNumberToObject(o, "n_ctx", j->n_ctx);
+        cJSON_AddNumberToObject(o, "kv_bytes", (double)j->kv_bytes);
+        cJSON_AddNumberToObject(o, "kv_reserved_bytes", (double)j->reserved);
+        cJSON_AddItemToArray(arr, o);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    return respond_json(c, r, 200, arr);
+}
+
+static void metric(struct strbuf *b, const char *name, const char *type, const char *help, double v) {
+    char line[512];
+    const int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.0f\n", name, help, name, type, name, v);
+    strbuf_put(b, line, (size_t)n);
+}
+
+static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *r) {
+    struct server *srv = r->srv;
+    struct strbuf b = { 0 };
+    char line[128];
+    pthread_mutex_lock(&srv->mu);
+    static const char head[] = "# HELP kvfold_requests_total HTTP requests answered, by status\n"
+                               "# TYPE kvfold_requests_total counter\n";
+    strbuf_put(&b, head, sizeof head - 1);
+    for (int s = 100; s < (int)COUNT_OF(srv->by_status); s++)
+        if (srv->by_status[s]) {
+            const int n = snprintf(line, sizeof line, "kvfold_requests_total{status=\"%d\"} %llu\n", s,
+                                   (unsigned long long)srv->by_status[s]);
+            strbuf_put(&b, line, (size_t)n);
+        }
+    metric(&b, "kvfold_prompt_tokens_total", "counter", "prompt tokens prefilled", (double)srv->prompt_tokens);
+    metric(&b, "kvfold_generated_tokens_total", "counter", "tokens generated", (double)srv->gen_tokens);
+    metric(&b, "kvfold_sessions_active", "gauge", "sessions generating", srv->n_active);
+    metric(&b, "kvfold_sessions_queued", "gauge", "requests waiting for admission", srv->n_queued);
+    metric(&b, "kvfold_kv_bytes_in_use", "gauge", "KV cache bytes of the running sessions", (double)srv->in_use);
+    metric(&b, "kvfold_kv_bytes_peak", "gauge", "most KV bytes in use at once", (double)srv->peak_in_use);
+    metric(&b, "kvfold_kv_bytes_reserved", "gauge", "KV bytes reserved by admitted sessions", (double)srv->reserved);
+    metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);
+    metric(&b, "kvfold_kv_bytes_per_position", "gauge", "KV bytes one position may cost", (double)srv->pos_bytes);
+    metric(&b, "kvfold_compressions_total", "counter", "KV compressions run", (double)srv->compressions);
+    pthread_mutex_unlock(&srv->mu);
+    if (!b.s)
+        return MHD_NO;
+    return respond(c, r, 200, "text/plain; version=0.0.4", b.s, b.n, 0);
+}
+
+/* Compares in a time that depends on the key's length only. */
+static bool key_matches(const char *given, const char *key) {
+    const size_t gl = strlen(given), kl = strlen(key);
+    unsigned diff = gl != kl;
+    for (size_t i = 0; i < kl; i++)
+        diff |= (unsigned char)key[i] ^ (unsigned char)(i < gl ? given[i] : 0);
+    return diff == 0;
+}
+
+/* The route of the request, or an answer refusing it (auth, path, method, size). */
+static const struct route *route_check(struct MHD_Connection *c, struct request *r, enum MHD_Result *answer) {
+    const struct route *rt = NULL;
+    for (size_t i = 0; i < COUNT_OF(routes) && !rt; i++)
+        if (strcmp(r->path, routes[i].path) == 0)
+            rt = &routes[i];
+    const char *key = r->srv->a->api_key;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (key && (!rt || rt->kind != 0) && !(auth && strncmp(auth, "Bearer ", 7) == 0 && key_matches(auth + 7, key)))
+        *answer = respond_error(c, r, 401, "invalid_api_key", "a valid 'Authorization: Bearer KEY' is required");
+    else if (!rt)
+        *answer = respond_error(c, r, 404, "not_found", "no endpoint %s", r->path);
+    else if (strcmp(r->method, rt->method) != 0)
+        *answer = respond_error(c, r, 405, "method_not_allowed", "%s takes %s", rt->path, rt->method);
+    else if (len && strtoull(len, NULL, 10) > r->srv->max_body)
+        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", r->srv->a->max_body);
+    else
+        return rt;
+    return NULL;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                              const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    struct server *srv = cls;
+    struct request *r = *con_cls;
+    (void)version;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r)))
+            return MHD_NO;
+        r->srv = srv;
+        r->t0 = now_ms();
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
+        *con_cls = r;
+        enum MHD_Result answer = MHD_YES;
+        r->route = route_check(c, r, &answer);
+        return r->route ? MHD_YES : answer;
+    }
+    if (*upload_size) {
+        r->too_big = r->too_big || r->body.n + *upload_size > srv->max_body;
+        if (r->route && !r->too_big && !strbuf_put(&r->body, upload, *upload_size))
+            return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    switch (r->route ? r->route->kind : -1) {
+    case 0: return respond(c, r, 200, "application/json", strdup("{\"status\":\"ok\"}"), 15, 0);
+    case 1: return handle_models(c, r);
+    case 2: return handle_metrics(c, r);
+    case 3: return handle_slots(c, r);
+    case 4: return handle_completion(c, r, true);
+    case 5: return handle_completion(c, r, false);
+    default: return MHD_YES; /* refused at the first call */
+    }
+}
+
+/* One log line per request, when it is over. */
+static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    struct server *srv = cls;
+    struct request *r = *con_cls;
+    (void)c;
+    if (!r)
+        return;
+    int n_prompt = 0, n_gen = 0;
+    size_t kv = 0;
+    pthread_mutex_lock(&srv->mu);
+    if (r->job) {
+        if (r->job->state != JOB_DONE) {
+            r->job->cancelled = true;
+            pthread_cond_signal(&srv->wake);
+        }
+        n_prompt = r->job->n_prompt;
+        n_gen = r->job->n_gen;
+        kv = r->job->state == JOB_DONE ? r->job->kv_peak : r->job->kv_bytes;
+        job_unref(r->job);
+    }
+    pthread_mutex_unlock(&srv->mu);
+    fprintf(stderr, "kvfold: serve: %s %s %d prompt=%d gen=%d kv=%zu %.1fms%s\n", r->method, r->path, r->status,
+            n_prompt, n_gen, kv, now_ms() - r->t0, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
+    free(r->body.s);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* ------------------------------------------------------------- startup -- */
+
+/* --host and --port as a socket address; false when --host is not an address. */
+static bool host_addr(const struct args *a, struct sockaddr_storage *ss, unsigned *flags) {
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    memset(ss, 0, sizeof *ss);
+    if (inet_pton(AF_INET, a->host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)a->port);
+    } else if (inet_pton(AF_INET6, a->host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)a->port);
+        *flags |= MHD_USE_IPv6;
+    } else {
+        return false;
+    }
+    return true;
+}
+
+/* --api-key-file's first line. */
+static int api_key_read(struct args *a, char **owned) {
+    size_t n;
+    int rc = read_file(a->api_key_file, owned, &n);
+    if (rc)
+        return rc;
+    while (n > 0 && isspace((unsigned char)(*owned)[n - 1]))
+        (*owned)[--n] = '\0';
+    if (n == 0 || strchr(*owned, '\n')) {
+        print_error("serve: --api-key-file %s: want one line holding the key", a->api_key_file);
+        return EXIT_USAGE;
+    }
+    a->api_key = *owned;
+    return 0;
+}
+
+/* Checks the options that are not plain numbers. */
+static int serve_check(struct args *a, struct server *srv, char **key) {
+    int32_t n;
+    if (a->kv_memory && !size_parse(a->kv_memory, &srv->budget)) {
+        print_error("serve: --kv-memory '%s': want a size such as 512MiB or 2GiB", a->kv_memory);
+        return EXIT_USAGE;
+    }
+    if (!size_parse(a->max_body, &srv->max_body)) {
+        print_error("serve: --max-body '%s': want a size such as 64MiB", a->max_body);
+        return EXIT_USAGE;
+    }
+    if (a->api_key && a->api_key_file) {
+        print_error("serve: give one of --api-key and --api-key-file");
+        return EXIT_USAGE;
+    }
+    struct sockaddr_storage ss;
+    unsigned flags = 0;
+    if (!host_addr(a, &ss, &flags)) {
+        print_error("serve: --host '%s' is not an IPv4 or IPv6 address", a->host);
+        return EXIT_USAGE;
+    }
+    if (a->media_dir && !path_is_dir(a->media_dir)) {
+        print_error("serve: --media-dir %s: not a directory", a->media_dir);
+        return EXIT_USAGE;
+    }
+    if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0, &n) != KVF_ERR_BUFFER) {
+        print_error("serve: %s", kvf_last_error());
+        return EXIT_USAGE;
+    }
+    return a->api_key_file ? api_key_read(a, key) : 0;
+}
+
+static struct MHD_Daemon *daemon_start(struct server *srv) {
+    const struct args *a = srv->a;
+    struct sockaddr_storage ss;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD;
+    host_addr(a, &ss, &flags);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(a->parallel + a->queue + 64), MHD_OPTION_END);
+    if (!d)
+        print_error("serve: cannot listen on %s port %d: %s", a->host, a->port, strerror(errno));
+    return d;
+}
+
+static int serve_run(struct server *srv) {
+    /* Only the main thread takes SIGINT and SIGTERM (the mask is inherited
+     * by the threads started below); it then stops everything in order. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    int rc = sched_start(srv);
+    if (rc)
+        return rc;
+    struct MHD_Daemon *d = daemon_start(srv);
+    if (d) {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+        fprintf(stderr, "kvfold: serve: listening on http://%s:%u (model %s, parallel %d, queue %d, ctx %d, "
+                        "kv-memory %zu bytes, %zu bytes per position)\n",
+                srv->a->host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->queue, srv->n_ctx,
+                srv->budget, srv->pos_bytes);
+        sigdelset(&sigs, SIGPIPE);
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        fprintf(stderr, "kvfold: serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }
+    sched_stop(srv); /* every waiting request is answered, then the connections close */
+    if (d)
+        MHD_stop_daemon(d);
+    return d ? 0 : EXIT_RUNTIME;
+}
+
+static int cmd_serve(const struct args *given) {
+    struct args a = *given;
+    struct server srv = { .a = &a };
+    char *key = NULL;
+    int rc = serve_check(&a, &srv, &key);
+    if (!rc)
+        rc = load_model(&a, &srv.m);
+    if (!rc) {
+        kvf_model_get_info(srv.m, &srv.info);
+        const char *slash = strrchr(a.model, '/');
+        srv.model_id = slash && slash[1] ? slash + 1 : a.model;
+        srv.n_ctx = a.ctx;
+        pthread_mutex_init(&srv.mu, NULL);
+        pthread_cond_init(&srv.wake, NULL);
+        rc = serve_run(&srv);
+        pthread_cond_destroy(&srv.wake);
+        pthread_mutex_destroy(&srv.mu);
+    }
+    kvf_model_free(srv.m);
+    free(key);
+    return rc;
+}
+
+const struct command serve_command = {
+    .name = "serve",
+    .summary = "Serve the model over HTTP with OpenAI's API; sessions share one KV memory budget.",
+    .usage = "-m FILE [--mmproj FILE] [--host ADDR] [--port N] [--parallel N] [--kv-memory SIZE] [options]",
+    .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics\n"
+               "(Prometheus text), /slots. A request may name its KV policy in a \"kv\" field (as --kv).\n"
+               "A request is admitted when the KV bytes it may reach fit --kv-memory beside those of the running\n"
+               "sessions, so their sum never exceeds it (README, Serving). SIGINT or SIGTERM stop the server.",
+    .run = cmd_serve,
+    .defaults = serve_defaults,
+    .opts = serve_opts,
+};

@@ -1,0 +1,97 @@
+/* What kvfold serve's two files share: serve.c speaks HTTP and JSON
+ * (libmicrohttpd threads, one per connection), serve_sched.c runs the model
+ * on one scheduler thread. A request becomes a serve_job; the two sides meet
+ * under the server's lock, and the job is freed by whichever side lets go of
+ * it last (refs). */
+#ifndef KVF_SERVE_H
+#define KVF_SERVE_H
+
+#include "cli.h"
+
+#include <pthread.h>
+
+#define SERVE_STOP_MAX 4
+#define SERVE_ERR_MAX 512
+
+enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+struct serve_job {
+    /* Set by the HTTP side before the job is queued, read-only afterwards. */
+    int id;
+    bool chat, stream, include_usage;
+    char *text;               /* the prompt as the model sees it, with <image> markers */
+    bool special;             /* parse control-token text (the chat template's markup) */
+    struct kvf_image **images;
+    int n_images;
+    int max_tokens;           /* 0: the rest of the context */
+    struct kvf_sampler_params sampling;
+    char *stops[SERVE_STOP_MAX];
+    int n_stops;
+    char *kv;                 /* the request's policy; NULL: the server's --kv */
+    int fd;                   /* the client's socket, watched for a hang-up */
+    /* Under the server's lock. */
+    int refs;
+    enum job_state state;
+    bool cancelled;
+    int status;               /* HTTP status of a failure (0: none) */
+    const char *err_code;
+    char err[SERVE_ERR_MAX];
+    struct strbuf out;        /* generated text (stop sequences cut off) */
+    size_t ready;             /* bytes of out that can be sent: no stop sequence or UTF-8 character cut */
+    const char *finish;       /* "stop" or "length" */
+    int n_prompt, n_gen, n_past;
+    size_t kv_bytes, kv_full, kv_kept, kv_peak, reserved;
+    pthread_cond_t cv;
+    struct serve_job *next;   /* the queue */
+    /* The scheduler's alone. */
+    struct kvf_session *s;
+    struct kvf_sampler *smp;
+    struct kvf_prompt *pr;
+    struct media_set media;
+    int32_t tok;              /* sampled and sent, not yet decoded */
+    int n_ctx;
+    int part_next;            /* prompt positions prefilled so far */
+    bool prepared;
+};
+
+struct server {
+    const struct args *a;
+    struct kvf_model *m;
+    struct kvf_model_info info;
+    const char *model_id;     /* the model file's base name */
+    int n_ctx;                /* --ctx-size, or the model's */
+    size_t budget;            /* --kv-memory in bytes */
+    size_t max_body;          /* --max-body in bytes */
+    size_t pos_bytes;         /* KV bytes one position costs at most (all layers, heads, statistics) */
+    pthread_mutex_t mu;
+    pthread_cond_t wake;      /* the scheduler's: work arrived, a job was cancelled, stop */
+    pthread_t thread;
+    struct serve_job *head, *tail;
+    int n_queued;
+    struct serve_job **active;
+    int n_active;
+    struct serve_job *filling; /* admitted, its prompt going in a part per turn (one at a time) */
+    bool stopping;
+    size_t reserved, in_use, peak_in_use;
+    /* /metrics */
+    uint64_t by_status[600];
+    uint64_t prompt_tokens, gen_tokens, compressions;
+    int next_id;
+};
+
+/* The scheduler thread (serve_sched.c). */
+int sched_start(struct server *srv);
+/* Queues a job (taking a reference); false when the queue is full or the
+ * server stops (job->status says which). Under the lock. */
+bool sched_submit(struct server *srv, struct serve_job *job);
+/* Fails every queued and running job, joins the thread, frees the sessions. */
+void sched_stop(struct server *srv);
+/* The KV bytes a request of n positions may reach, at most. */
+size_t sched_reserve_bytes(const struct server *srv, int n);
+/* Drops a reference; the last one frees the job. Under the lock. */
+void job_unref(struct serve_job *job);
+/* Ends a job with an error (under the lock). */
+void job_fail(struct serve_job *job, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,555 @@
+/* kvfold serve's scheduler: the one thread that runs the model. Each turn
+ * of its loop admits at most one queued request (media encoding, prompt,
+ * prefill, compression, first token) and then runs one decode step for every
+ * running session together (kvf_session_decode_batch), so a long prompt
+ * delays the others' next token by one prefill, not by a whole generation.
+ *
+ * The KV memory rule (docs/ARCHITECTURE.md §10): a request is admitted only
+ * when the bytes reserved for the running sessions plus its own reservation
+ * fit --kv-memory, and a session's KV bytes never exceed its reservation, so
+ * their sum never exceeds the budget. */
+#include "serve.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A failure found without the lock, reported under it. */
+struct job_error {
+    int status;
+    const char *code;
+    char msg[SERVE_ERR_MAX];
+};
+
+static bool error_set(struct job_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool error_set(struct job_error *e, int status, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    e->status = status;
+    e->code = code;
+    return false;
+}
+
+/* A library failure: the caller's fault (400) unless memory or the library failed. */
+static bool error_kvf(struct job_error *e, enum kvf_status st, const char *what) {
+    const bool ours = st == KVF_ERR_NOMEM || st == KVF_ERR_INTERNAL;
+    return error_set(e, ours ? 500 : 400, ours ? "server_error" : "invalid_request", "%s: %s: %s", what,
+                     kvf_status_str(st), kvf_last_error());
+}
+
+/* ----------------------------------------------------------------- jobs -- */
+
+static void job_release_model_state(struct serve_job *j) {
+    kvf_prompt_free(j->pr);
+    j->pr = NULL;
+    media_set_free(&j->media);
+    kvf_sampler_free(j->smp);
+    j->smp = NULL;
+    kvf_session_free(j->s);
+    j->s = NULL;
+}
+
+void job_unref(struct serve_job *j) {
+    if (!j || --j->refs > 0)
+        return;
+    job_release_model_state(j);
+    for (int i = 0; i < j->n_images; i++)
+        kvf_image_free(j->images[i]);
+    free(j->images);
+    for (int i = 0; i < j->n_stops; i++)
+        free(j->stops[i]);
+    free(j->kv);
+    free(j->text);
+    free(j->out.s);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+void job_fail(struct serve_job *j, int status, const char *code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->err, sizeof j->err, fmt, ap);
+    va_end(ap);
+    j->status = status;
+    j->err_code = code;
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+}
+
+size_t sched_reserve_bytes(const struct server *srv, int n) {
+    /* A head's storage grows by 1/8 of itself, at least to 16 entries
+     * (kvf_session_kv_bytes counts what is allocated): with at most n
+     * positions it never holds storage for more than n + n/8 of them. */
+    return srv->pos_bytes * (size_t)MAX(n + n / 8, 16);
+}
+
+/* The session's KV statistics for /slots and the response, and its end:
+ * the session and its reservation are given back. */
+static void job_end(struct server *srv, struct serve_job *j, const char *finish) {
+    if (j->s) {
+        j->kv_bytes = kvf_session_kv_bytes(j->s);
+        j->kv_peak = kvf_session_kv_peak_bytes(j->s);
+        j->n_past = kvf_session_n_past(j->s);
+    }
+    job_release_model_state(j);
+    srv->reserved -= j->reserved;
+    j->reserved = 0;
+    j->finish = finish;
+    j->ready = j->out.n;
+    j->state = JOB_DONE;
+    pthread_cond_broadcast(&j->cv);
+    pthread_cond_broadcast(&srv->wake); /* memory came back: the queue's head may fit now */
+}
+
+/* Bytes at the end of s[0..n) that may begin one of the stop strings. */
+static size_t stop_hold(const struct serve_job *j, const char *s, size_t n) {
+    size_t hold = 0;
+    for (int i = 0; i < j->n_stops; i++) {
+        const size_t len = strlen(j->stops[i]);
+        for (size_t k = MIN(len - 1, n); k > hold; k--)
+            if (memcmp(s + n - k, j->stops[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* n moved back to the start of a UTF-8 character cut at the end of s[0..n). */
+static size_t utf8_boundary(const char *s, size_t n) {
+    for (size_t back = 1; back <= MIN(n, 3); back++) {
+        const unsigned char c = (unsigned char)s[n - back];
+        if ((c & 0xc0) == 0x80)
+            continue; /* a continuation byte: look further back */
+        const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+        return len > back ? n - back : n;
+    }
+    return n;
+}
+
+/* The earliest match of a stop string that ends after `from`, or -1. */
+static long stop_find(const struct serve_job *j, size_t from) {
+    long best = -1;
+    for (int i = 0; i < j->n_stops; i++) {
+        const size_t len = strlen(j->stops[i]);
+        const size_t start = from >= len ? from - len + 1 : 0;
+        const char *hit = start < j->out.n ? memmem(j->out.s + start, j->out.n - start, j->stops[i], len) : NULL;
+        if (hit && (best < 0 || hit - j->out.s < best))
+            best = hit - j->out.s;
+    }
+    return best;
+}
+
+/* A sampled token: the end, or its text appended. False when the job ended. */
+static bool job_take_token(struct server *srv, struct serve_job *j, int32_t tok, char **piece, int32_t *cap) {
+    if (kvf_token_is_eog(srv->m, tok)) {
+        job_end(srv, j, "stop");
+        return false;
+    }
+    const int32_t np = token_piece(srv->m, tok, piece, cap);
+    const size_t before = j->out.n;
+    if (np < 0 || !strbuf_put(&j->out, *piece, (size_t)np)) {
+        job_end(srv, j, "length");
+        job_fail(j, 500, "server_error", "out of memory for the generated text");
+        return false;
+    }
+    j->n_gen++;
+    srv->gen_tokens++;
+    const long hit = stop_find(j, before);
+    if (hit >= 0) {
+        j->out.n = (size_t)hit;
+        job_end(srv, j, "stop");
+        return false;
+    }
+    if (j->n_prompt + j->n_gen >= j->n_ctx) {
+        job_end(srv, j, "length");
+        return false;
+    }
+    j->tok = tok;
+    j->ready = MAX(j->ready, utf8_boundary(j->out.s, j->out.n - stop_hold(j, j->out.s, j->out.n)));
+    pthread_cond_broadcast(&j->cv);
+    return true;
+}
+
+/* ------------------------------------------------------------ admission -- */
+
+/* Media through the vision tower and the prompt tokenized: the reservation. */
+static bool job_prepare(struct server *srv, struct serve_job *j, struct job_error *e) {
+    const struct args *a = srv->a;
+    for (int i = 0; i < j->n_images; i++) {
+        struct kvf_media *md;
+        const enum kvf_status st = kvf_media_encode_image(srv->m, j->images[i], KVF_MOD_IMAGE, a->threads, &md);
+        if (st != KVF_OK)
+            return error_kvf(e, st, "image");
+        if (media_push(&j->media, md))
+            return error_set(e, 500, "server_error", "out of memory for the media");
+    }
+    enum kvf_status st = kvf_prompt_init(srv->m, j->text, (const struct kvf_media *const *)j->media.items,
+                                         j->media.n, true, j->special, &j->pr);
+    if (st != KVF_OK)
+        return error_kvf(e, st, "prompt");
+    const int n = kvf_prompt_n_tokens(j->pr);
+    if (n == 0)
+        return error_set(e, 400, "invalid_request", "the prompt has no tokens");
+    if (n >= srv->n_ctx)
+        return error_set(e, 400, "context_length_exceeded",
+                         "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to generate",
+                         n, srv->n_ctx);
+    const int room = srv->n_ctx - n;
+    j->n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
+    const size_t need = sched_reserve_bytes(srv, j->n_ctx);
+    if (need > srv->budget)
+        return error_set(e, 413, "kv_memory_exceeded",
+                         "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
+                         "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt or "
+                         "lower max_tokens",
+                         need, n, j->n_ctx - n, srv->pos_bytes, srv->budget);
+    j->n_prompt = n;
+    j->reserved = need;
+    j->prepared = true;
+    return true;
+}
+
+/* After compression a session needs at most what it holds plus the growth
+ * of its fullest head by every token still to come (each head grows on its
+ * own: storage for at most n + n/8 entries, see sched_reserve_bytes). */
+static size_t job_reserve_after_compress(const struct server *srv, const struct serve_job *j) {
+    int most = 0;
+    for (int l = 0; l < srv->info.n_layer; l++)
+        for (int g = 0; g < srv->info.n_head_kv; g++) {
+            int n = 0;
+            kvf_session_kv_tags(j->s, l, g, &n);
+            most = MAX(most, n);
+        }
+    const int rest = j->n_ctx - kvf_session_n_past(j->s);
+    return MIN(j->reserved, kvf_session_kv_bytes(j->s) + sched_reserve_bytes(srv, most + rest));
+}
+
+/* The session and sampler of an admitted job (without the lock). */
+static bool job_open(struct server *srv, struct serve_job *j, struct job_error *e) {
+    struct kvf_session_params sp = session_params(srv->a, j->n_ctx);
+    if (j->kv)
+        sp.kv_spec = j->kv;
+    enum kvf_status st = kvf_session_init(srv->m, &sp, &j->s);
+    if (st != KVF_OK)
+        return error_kvf(e, st, "kv");
+    if ((st = kvf_sampler_init(&j->sampling, &j->smp)) != KVF_OK)
+        return error_kvf(e, st, "sampler");
+    j->part_next = 0;
+    return true;
+}
+
+/* One part of the prompt (--batch-size positions), so that a long prompt
+ * does not stop the running sessions for its whole prefill; the whole
+ * prompt at once for policies that need it in one pass. Then, once it is
+ * all in, compression and the first token (without the lock). *done says
+ * whether it was the last part. */
+static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, struct job_error *e) {
+    const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
+    enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
+    if (st == KVF_ERR_UNSUPPORTED && j->part_next == 0)
+        st = kvf_session_prefill_prompt(j->s, j->pr, NULL);
+    if (st != KVF_OK)
+        return error_kvf(e, st, "prefill");
+    j->part_next = kvf_session_n_past(j->s);
+    *done = j->part_next >= n;
+    if (!*done)
+        return true;
+    j->kv_full = kvf_session_kv_full_bytes(j->s);
+    if (j->kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s))
+        fprintf(stderr, "kvfold: serve: warning: a position costs %zu bytes, over the %zu the KV budget assumes\n",
+                j->kv_full / (size_t)kvf_session_n_past(j->s), srv->pos_bytes);
+    if ((st = kvf_session_compress(j->s)) != KVF_OK)
+        return error_kvf(e, st, "kv compression");
+    j->kv_kept = j->kv_bytes = kvf_session_kv_bytes(j->s);
+    if ((st = kvf_sampler_sample(j->smp, kvf_session_logits(j->s), srv->info.n_vocab, tok)) != KVF_OK)
+        return error_kvf(e, st, "sampler");
+    /* The prompt's media are in the cache now. */
+    kvf_prompt_free(j->pr);
+    j->pr = NULL;
+    media_set_free(&j->media);
+    return true;
+}
+
+static void queue_pop(struct server *srv) {
+    srv->head = srv->head->next;
+    if (!srv->head)
+        srv->tail = NULL;
+    srv->n_queued--;
+}
+
+/* The queue's head, prepared and given its session when its reservation
+ * fits and no other prompt is going in; true when the queue moved. Called
+ * with the lock held; drops it for the work. */
+static bool sched_admit(struct server *srv) {
+    struct serve_job *j = srv->head;
+    if (!j || srv->filling || srv->n_active + 1 > srv->a->parallel)
+        return false;
+    struct job_error e = { 0 };
+    bool ok = true;
+    if (!j->prepared) {
+        pthread_mutex_unlock(&srv->mu);
+        ok = job_prepare(srv, j, &e);
+        pthread_mutex_lock(&srv->mu);
+    }
+    if (ok && srv->reserved + j->reserved > srv->budget)
+        return false; /* until a running session gives memory back */
+    queue_pop(srv);
+    if (ok) {
+        srv->reserved += j->reserved;
+        pthread_mutex_unlock(&srv->mu);
+        ok = job_open(srv, j, &e);
+        pthread_mutex_lock(&srv->mu);
+    }
+    if (ok) {
+        srv->filling = j;
+    } else {
+        job_end(srv, j, NULL);
+        job_fail(j, e.status, e.code, "%s", e.msg);
+        job_unref(j);
+    }
+    return true;
+}
+
+/* A part of the filling job's prompt; once it is all in, the job runs.
+ * true when work was done. Called with the lock held; drops it for the work. */
+static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
+    struct serve_job *j = srv->filling;
+    if (!j)
+        return false;
+    struct job_error e = { 0 };
+    int32_t tok = 0;
+    bool done = false, ok = !j->cancelled;
+    if (ok) {
+        pthread_mutex_unlock(&srv->mu);
+        ok = job_fill(srv, j, &tok, &done, &e);
+        pthread_mutex_lock(&srv->mu);
+    }
+    if (ok && !done && !j->cancelled)
+        return true;
+    srv->filling = NULL;
+    if (!ok || j->cancelled) {
+        job_end(srv, j, NULL);
+        if (j->cancelled)
+            job_fail(j, 499, "cancelled", "the client went away");
+        else
+            job_fail(j, e.status, e.code, "%s", e.msg);
+    } else {
+        const size_t r = job_reserve_after_compress(srv, j);
+        srv->reserved -= j->reserved - r;
+        j->reserved = r;
+        srv->compressions++;
+        srv->prompt_tokens += (uint64_t)j->n_prompt;
+        j->n_past = kvf_session_n_past(j->s);
+        j->state = JOB_RUNNING;
+        if (job_take_token(srv, j, tok, piece, cap)) {
+            srv->active[srv->n_active++] = j;
+            return true;
+        }
+    }
+    job_unref(j);
+    return true;
+}
+
+/* ------------------------------------------------------------- decoding -- */
+
+static void sched_account(struct server *srv) {
+    size_t sum = 0;
+    for (int i = 0; i < srv->n_active; i++)
+        sum += srv->active[i]->kv_bytes;
+    srv->in_use = sum;
+    srv->peak_in_use = MAX(srv->peak_in_use, sum);
+}
+
+/* Ends the running jobs for which keep() is false. */
+static void sched_drop(struct server *srv, bool (*keep)(const struct serve_job *)) {
+    int n = 0;
+    for (int i = 0; i < srv->n_active; i++) {
+        struct serve_job *j = srv->active[i];
+        if (keep(j)) {
+            srv->active[n++] = j;
+        } else {
+            if (j->state != JOB_DONE)
+                job_end(srv, j, "length");
+            job_unref(j);
+        }
+    }
+    srv->n_active = n;
+}
+
+static bool job_live(const struct serve_job *j) { return !j->cancelled && j->state != JOB_DONE; }
+
+/* Queued jobs whose client went away leave the queue. */
+static void queue_reap(struct server *srv) {
+    struct serve_job **p = &srv->head, *last = NULL;
+    while (*p) {
+        struct serve_job *j = *p;
+        if (j->cancelled) {
+            *p = j->next;
+            srv->n_queued--;
+            job_fail(j, 499, "cancelled", "the client went away");
+            job_unref(j);
+        } else {
+            last = j;
+            p = &j->next;
+        }
+    }
+    srv->tail = last;
+}
+
+/* One token for every running session: decode the last sampled tokens
+ * together, then sample each. Called with the lock held. */
+static void sched_step(struct server *srv, struct kvf_session **ss, int32_t *toks, char **piece, int32_t *cap) {
+    const int n = srv->n_active;
+    for (int i = 0; i < n; i++) {
+        ss[i] = srv->active[i]->s;
+        toks[i] = srv->active[i]->tok;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    enum kvf_status st = kvf_session_decode_batch(ss, toks, n);
+    char err[SERVE_ERR_MAX] = "";
+    if (st != KVF_OK)
+        snprintf(err, sizeof err, "decode: %s: %s", kvf_status_str(st), kvf_last_error());
+    for (int i = 0; i < n && st == KVF_OK; i++) {
+        struct serve_job *j = srv->active[i]; /* only this thread changes the list */
+        if (kvf_sampler_sample(j->smp, kvf_session_logits(ss[i]), srv->info.n_vocab, &toks[i]) != KVF_OK)
+            toks[i] = -1;
+    }
+    pthread_mutex_lock(&srv->mu);
+    for (int i = 0; i < n; i++) {
+        struct serve_job *j = srv->active[i];
+        j->kv_bytes = kvf_session_kv_bytes(j->s);
+        j->n_past = kvf_session_n_past(j->s);
+        if (st != KVF_OK || toks[i] < 0) {
+            job_end(srv, j, NULL);
+            job_fail(j, 500, "server_error", "%s", err[0] ? err : "sampler: out of memory");
+        } else if (!j->cancelled) {
+            job_take_token(srv, j, toks[i], piece, cap);
+        }
+    }
+    sched_account(srv);
+    sched_drop(srv, job_live);
+}
+
+static bool job_never(const struct serve_job *j) {
+    (void)j;
+    return false;
+}
+
+static void *sched_main(void *arg) {
+    struct server *srv = arg;
+    const int p = srv->a->parallel;
+    struct kvf_session **ss = malloc((size_t)p * sizeof *ss);
+    int32_t *toks = malloc((size_t)p * sizeof *toks), piece_cap = 0;
+    char *piece = NULL;
+    pthread_mutex_lock(&srv->mu);
+    while (!srv->stopping && ss && toks) {
+        sched_drop(srv, job_live);
+        queue_reap(srv);
+        const bool moved = sched_admit(srv), filled = sched_fill(srv, &piece, &piece_cap);
+        if (srv->n_active > 0)
+            sched_step(srv, ss, toks, &piece, &piece_cap);
+        else if (!moved && !filled)
+            pthread_cond_wait(&srv->wake, &srv->mu);
+        sched_account(srv);
+    }
+    /* Stopping (or out of memory at the start): nobody waits forever. */
+    for (int i = 0; i < srv->n_active; i++)
+        if (srv->active[i]->state != JOB_DONE) {
+            job_end(srv, srv->active[i], NULL);
+            job_fail(srv->active[i], 503, "shutting_down", "the server is shutting down");
+        }
+    sched_drop(srv, job_never);
+    if (srv->filling) {
+        job_end(srv, srv->filling, NULL);
+        job_fail(srv->filling, 503, "shutting_down", "the server is shutting down");
+        job_unref(srv->filling);
+        srv->filling = NULL;
+    }
+    while (srv->head) {
+        struct serve_job *j = srv->head;
+        queue_pop(srv);
+        job_fail(j, 503, "shutting_down", "the server is shutting down");
+        job_unref(j);
+    }
+    sched_account(srv);
+    pthread_mutex_unlock(&srv->mu);
+    free(piece);
+    free(ss);
+    free(toks);
+    return NULL;
+}
+
+/* ---------------------------------------------------------- the thread -- */
+
+/* The KV bytes of one position, measured on a session that gathers every
+ * statistic a policy can keep per entry (kv_gather), so no policy's costs
+ * more. */
+static int sched_measure(struct server *srv) {
+    struct kvf_session_params sp = session_params(srv->a, 2);
+    sp.kv_spec = NULL;
+    sp.kv_gather = 1;
+    struct kvf_session *s;
+    int rc = open_session(srv->m, &sp, "serve: cannot create a session", &s);
+    if (rc)
+        return rc;
+    const int32_t tok = srv->info.bos >= 0 ? srv->info.bos : 0;
+    const enum kvf_status st = kvf_session_prefill(s, &tok, 1, NULL);
+    srv->pos_bytes = kvf_session_kv_full_bytes(s);
+    kvf_session_free(s);
+    return st == KVF_OK ? 0 : fail(st, "serve: a first prefill");
+}
+
+int sched_start(struct server *srv) {
+    int rc = sched_measure(srv);
+    if (rc)
+        return rc;
+    if (srv->budget == 0) /* every slot can hold a whole context */
+        srv->budget = sched_reserve_bytes(srv, srv->n_ctx) * (size_t)srv->a->parallel;
+    srv->active = calloc((size_t)srv->a->parallel, sizeof *srv->active);
+    if (!srv->active || pthread_create(&srv->thread, NULL, sched_main, srv) != 0) {
+        print_error("serve: cannot start the scheduler thread");
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
+bool sched_submit(struct server *srv, struct serve_job *j) {
+    if (srv->stopping) {
+        j->status = 503;
+        j->err_code = "shutting_down";
+        snprintf(j->err, sizeof j->err, "the server is shutting down");
+        return false;
+    }
+    /* --queue counts the requests that wait for a slot: those a free slot
+     * takes at the scheduler's next turn do not. */
+    if (srv->n_queued >= srv->a->queue + MAX(0, srv->a->parallel - srv->n_active - (srv->filling != NULL))) {
+        j->status = 503;
+        j->err_code = "queue_full";
+        snprintf(j->err, sizeof j->err, "%d requests are waiting already (--queue); retry later", srv->n_queued);
+        return false;
+    }
+    j->refs++;
+    j->state = JOB_QUEUED;
+    if (srv->tail)
+        srv->tail->next = j;
+    else
+        srv->head = j;
+    srv->tail = j;
+    srv->n_queued++;
+    pthread_cond_signal(&srv->wake);
+    return true;
+}
+
+void sched_stop(struct server *srv) {
+    pthread_mutex_lock(&srv->mu);
+    srv->stopping = true;
+    pthread_cond_signal(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+    pthread_join(srv->thread, NULL);
+    free(srv->active);
+}
