@@ -5,7 +5,7 @@ BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 PREFIX ?= /usr/local
 
-.PHONY: all setup models models-large build build-asan build-clang install test test-unit demo bench clean
+.PHONY: all setup models models-large build build-asan build-clang fuzz install test test-unit demo bench clean
 
 all: build
 
@@ -34,6 +34,16 @@ build-clang: setup
 	@cmake -S . -B $(BUILD)-clang -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Release -DKVF_BUILD_TESTS=OFF >/dev/null
 	@cmake --build $(BUILD)-clang -j $(JOBS)
 
+# The fuzz harnesses of tests/fuzz/ built with clang, libFuzzer, ASan and
+# UBSan, each run for FUZZ_TIME seconds in turn (niced) on a corpus kept in
+# $(BUILD)-fuzz/tests/fuzz/corpus/; `make fuzz FUZZ=image FUZZ_TIME=600` runs one.
+FUZZ_TIME ?= 60
+FUZZ ?= gguf mmproj safetensors image kvspec milebench tokenizer
+fuzz: setup
+	@cmake -S . -B $(BUILD)-fuzz -DCMAKE_C_COMPILER=clang -DKVF_FUZZ=ON -DKVF_UNIT_ONLY=ON >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_seeds $(addprefix fuzz_,$(FUZZ))
+	@bash tests/fuzz/run.sh $(BUILD)-fuzz $(FUZZ_TIME) $(FUZZ)
+
 # include/kvfold.h, libkvfold.a, libkvfold.so.0, the CLI and
 # lib/pkgconfig/kvfold.pc under PREFIX (DESTDIR is honoured).
 install: build
@@ -52,4 +62,4 @@ demo: build models
 	@bash scripts/demo.sh $(BUILD)/kvfold $(DEMO_MODEL)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang $(BUILD)-fuzz

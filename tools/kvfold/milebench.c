@@ -284,8 +284,9 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     }
     const cJSON *instr = t->instructions;
     if (cJSON_IsArray(instr)) {
-        const int n = cJSON_GetArraySize(instr), i = cJSON_IsNumber(iid) ? (int)iid->valuedouble : -1;
-        instr = i >= 0 && i < n && (double)i == iid->valuedouble ? cJSON_GetArrayItem(instr, i) : NULL;
+        /* compared as a double first: a JSON number need not fit an int */
+        const double i = cJSON_IsNumber(iid) ? iid->valuedouble : -1;
+        instr = i >= 0 && i < cJSON_GetArraySize(instr) && i == floor(i) ? cJSON_GetArrayItem(instr, (int)i) : NULL;
     }
     if (!cJSON_IsString(instr)) return bad_sample(t, k, "task_instruction_id names no task instruction");
     char *id = json_text(item(s, "sample_id"));
