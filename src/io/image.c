@@ -426,7 +426,8 @@ static enum kvf_status pnm_decode(struct src *s, int64_t max_pixels, struct kvf_
         }
         if (i >= n || p[i] < '0' || p[i] > '9') return err_set(KVF_ERR_FORMAT, "%s: PNM header cut short", s->label);
         /* Saturated: any value past the side limit is refused the same. */
-        for (v[f] = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++) v[f] = v[f] > 1000000 ? v[f] : v[f] * 10 + (p[i] - '0');
+        for (v[f] = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+            v[f] = v[f] > 1000000 ? v[f] : v[f] * 10 + (p[i] - '0');
     }
     if (i >= n || !pnm_space(p[i])) return err_set(KVF_ERR_FORMAT, "%s: PNM header cut short", s->label);
     i++;
