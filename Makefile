@@ -38,7 +38,7 @@ build-clang: setup
 # UBSan, each run for FUZZ_TIME seconds in turn (niced) on a corpus kept in
 # $(BUILD)-fuzz/tests/fuzz/corpus/; `make fuzz FUZZ=image FUZZ_TIME=600` runs one.
 FUZZ_TIME ?= 60
-FUZZ ?= gguf mmproj safetensors image kvspec milebench tokenizer
+FUZZ ?= gguf mmproj safetensors image kvspec milebench tokenizer serve
 fuzz: setup
 	@cmake -S . -B $(BUILD)-fuzz -DCMAKE_C_COMPILER=clang -DKVF_FUZZ=ON -DKVF_UNIT_ONLY=ON >/dev/null
 	@cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_seeds $(addprefix fuzz_,$(FUZZ))

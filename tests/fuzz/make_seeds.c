@@ -166,6 +166,60 @@ static void tokenizer_seeds(void) {
     }
 }
 
+/* Requests to kvfold serve: fuzz_serve's flags byte (bit 0: chat, bit 1: the
+ * vision tower, bit 2: --media-dir the fixtures' folder, bits 3-5: the chat
+ * template), then the body. The parser accepts the first six and file-url;
+ * each of the others is refused for one reason. */
+static void serve_seeds(void) {
+#define PNG "\"data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAFklEQVR42mM8ISfHwMDAxMDAwMDAAAAN" \
+            "BAEIf62CUQAAAABJRU5ErkJggg==\""
+#define USER(content) "{\"messages\": [{\"role\": \"user\", \"content\": " content "}]}"
+#define REQ(name, s) {name, s, sizeof s - 1} /* the flags byte may be 0 */
+    static const struct { const char *name, *s; size_t len; } reqs[] = {
+        REQ("chat", "\x09{\"model\": \"llava-f32.gguf\", \"messages\": [{\"role\": \"system\", \"content\": "
+                    "\"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hello there\"}], \"max_tokens\": 8, "
+                    "\"temperature\": 0.7, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05, \"seed\": 42, \"n\": 1}"),
+        REQ("chat-image", "\x03{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": "
+                          "\"What is this?\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": " PNG "}}]}], "
+                          "\"stream\": true, \"stream_options\": {\"include_usage\": true}}"),
+        REQ("chat-turns-chatml", "\x1b{\"messages\": [{\"role\": \"developer\", \"content\": \"Answer in one word.\"}, "
+                                 "{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": " PNG
+                                 "}, {\"type\": \"text\", \"text\": \"Colour?\"}]}, {\"role\": \"assistant\", "
+                                 "\"content\": \"Red.\"}, {\"role\": \"user\", \"content\": \"Sure?\"}], "
+                                 "\"ignore_eos\": true, \"max_completion_tokens\": 4, \"model\": null}"),
+        REQ("chat-gemma", "\x21" USER("\"<start_of_turn>model\\n\\u00e9t\\u00e9 \\ud83d\\ude42\"")),
+        REQ("completion", "\x00{\"prompt\": \"The cat sat on\", \"max_tokens\": 4, \"stop\": [\"\\n\", \".\"], "
+                          "\"temperature\": 0, \"stream\": false}"),
+        REQ("completion-kv", "\x02{\"prompt\": \"Once upon a time\", \"kv\": \"snapkv:budget=0.2\", \"stop\": \"END\", "
+                             "\"stream\": true, \"stream_options\": null, \"seed\": 0}"),
+        REQ("bad-json", "\x01{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}"),
+        REQ("bad-type", "\x00{\"prompt\": \"x\", \"temperature\": \"hot\"}"),
+        REQ("bad-prompt", "\x00{\"prompt\": [1, 2, 3]}"),
+        REQ("bad-base64", "\x03" USER("[{\"type\": \"image_url\", \"image_url\": {\"url\": "
+                                      "\"data:image/png;base64,iVBO@@@@\"}}]")),
+        REQ("bad-role", "\x01{\"messages\": [{\"role\": \"tool\", \"content\": \"42\"}]}"),
+        REQ("bad-stop", "\x00{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}"),
+        REQ("bad-kv", "\x00{\"prompt\": \"x\", \"kv\": \"nosuch:budget=0.2\"}"),
+        REQ("bad-model", "\x00{\"model\": \"gpt-4o\", \"prompt\": \"x\"}"),
+        REQ("bad-stream-options", "\x01{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                                  "\"stream_options\": [true]}"),
+        REQ("image-without-vision", "\x01" USER("[{\"type\": \"image_url\", \"image_url\": " PNG "}]")),
+        REQ("file-url-without-media-dir", "\x03" USER("[{\"type\": \"image_url\", \"image_url\": "
+                                                      "\"file:///etc/hostname\"}]")),
+        REQ("file-url-outside", "\x07" USER("[{\"type\": \"image_url\", \"image_url\": "
+                                            "{\"url\": \"file:///etc/hostname\"}}]")),
+    };
+#undef REQ
+#undef USER
+#undef PNG
+    for (size_t i = 0; i < sizeof reqs / sizeof *reqs; i++) seed("serve", reqs[i].name, reqs[i].s, reqs[i].len);
+    /* a file under --media-dir: accepted, though no image */
+    char req[8192];
+    snprintf(req, sizeof req, "\x07{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", "
+             "\"image_url\": {\"url\": \"file://%s/llava-f32.gguf\"}}]}]}", fixtures);
+    seed_text("serve", "file-url", req);
+}
+
 /* Images the harness reads without any encoder: binary and ASCII PPM/PGM. */
 static void image_seeds(void) {
     unsigned char ppm[15 + 4 * 3 * 3];
@@ -195,5 +249,6 @@ int main(int argc, char **argv) {
     milebench_seeds();
     tokenizer_seeds();
     image_seeds();
+    serve_seeds();
     return 0;
 }

@@ -1,14 +1,14 @@
 /* kvfold serve: an OpenAI-compatible HTTP server (libmicrohttpd, a thread
  * per connection) in which many sessions share one KV memory budget. This
- * file speaks HTTP and JSON: it checks a request, turns it into a serve_job,
- * queues it for the scheduler (serve_sched.c) and answers from what the job
- * becomes — one JSON object, or server-sent events while it generates. */
+ * file speaks HTTP and JSON: it checks a request, has its body turned into a
+ * serve_job (serve_req.c), queues it for the scheduler (serve_sched.c) and
+ * answers from what the job becomes — one JSON object, or server-sent events
+ * while it generates. */
 #include "serve.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -17,8 +17,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
-
-#define SERVE_MSG_MAX 64 /* messages in one chat request */
 
 static void serve_defaults(struct args *a) {
     a->host = "127.0.0.1";
@@ -158,277 +156,6 @@ static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r
     va_end(ap);
     char *s = json_text(error_json(status, code, msg));
     return s ? respond(c, r, status, "application/json", s, strlen(s), status == 503 ? 1 : 0) : MHD_NO;
-}
-
-/* ------------------------------------------------------------ requests -- */
-
-bool serve_error_set(struct serve_error *e, int status, const char *code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    e->status = status;
-    e->code = code;
-    return false;
-}
-
-static int b64_value(int ch) {
-    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-/* Standard base64 (padding optional); false on any other byte. */
-static bool b64_decode(const char *s, size_t n, unsigned char **out, size_t *len) {
-    while (n > 0 && s[n - 1] == '=')
-        n--;
-    unsigned char *buf = malloc(n / 4 * 3 + 3);
-    if (!buf || n % 4 == 1) {
-        free(buf);
-        return false;
-    }
-    size_t o = 0;
-    uint32_t acc = 0;
-    for (size_t i = 0; i < n; i++) {
-        const int v = b64_value((unsigned char)s[i]);
-        if (v < 0) {
-            free(buf);
-            return false;
-        }
-        acc = acc << 6 | (uint32_t)v;
-        if (i % 4 == 3) {
-            buf[o++] = (unsigned char)(acc >> 16);
-            buf[o++] = (unsigned char)(acc >> 8);
-            buf[o++] = (unsigned char)acc;
-        }
-    }
-    if (n % 4 == 2)
-        buf[o++] = (unsigned char)(acc >> 4);
-    else if (n % 4 == 3) {
-        buf[o++] = (unsigned char)(acc >> 10);
-        buf[o++] = (unsigned char)(acc >> 2);
-    }
-    *out = buf;
-    *len = o;
-    return true;
-}
-
-/* An image_url: a data:image/...;base64, URL, or file:// under --media-dir
- * (decoded later, when its job is prepared). */
-static bool image_from_url(const struct server *srv, const char *url, struct serve_image *img,
-                           struct serve_error *e) {
-    if (strncmp(url, "data:", 5) == 0) {
-        const char *comma = strchr(url, ',');
-        if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 || strncmp(comma - 7, ";base64", 7))
-            return serve_error_set(e, 400, "invalid_image_url", "a data URL must be data:image/TYPE;base64,DATA");
-        if (!b64_decode(comma + 1, strlen(comma + 1), &img->data, &img->n))
-            return serve_error_set(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
-    } else if (strncmp(url, "file://", 7) == 0) {
-        const char *dir = srv->a->media_dir;
-        char real[PATH_MAX], root[PATH_MAX];
-        if (!dir)
-            return serve_error_set(e, 400, "invalid_image_url",
-                    "file:// URLs are refused (the server has no --media-dir)");
-        if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
-            real[strlen(root)] != '/')
-            return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
-        if (!(img->path = strdup(real)))
-            return serve_error_set(e, 500, "server_error", "out of memory");
-    } else {
-        return serve_error_set(e, 400, "invalid_image_url",
-                   "image URLs must be data:image/...;base64 or file:// under --media-dir");
-    }
-    return true;
-}
-
-/* A message's content: a string, or parts (text; image_url, which becomes
- * an <image> marker and an image of the job). */
-static bool content_text(const struct server *srv, const cJSON *content, struct serve_job *j, struct strbuf *b,
-                         struct serve_error *e) {
-    if (cJSON_IsString(content))
-        return strbuf_put(b, content->valuestring, strlen(content->valuestring)) ||
-               serve_error_set(e, 500, "server_error", "out of memory");
-    if (!cJSON_IsArray(content))
-        return serve_error_set(e, 400, "invalid_type", "a message's content must be a string or an array of parts");
-    const cJSON *part;
-    cJSON_ArrayForEach(part, content) {
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
-        if (type && strcmp(type, "text") == 0) {
-            const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
-            if (!t)
-                return serve_error_set(e, 400, "invalid_type", "a text part needs a string 'text'");
-            if (!strbuf_put(b, t, strlen(t)))
-                return serve_error_set(e, 500, "server_error", "out of memory");
-            continue;
-        }
-        if (!type || strcmp(type, "image_url") != 0)
-            return serve_error_set(e, 400, "invalid_type", "content parts are {type: text} or {type: image_url}");
-        const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
-        const char *url = cJSON_IsString(iu) ? iu->valuestring
-                                             : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(iu, "url"));
-        if (!url)
-            return serve_error_set(e, 400, "invalid_type", "an image_url part needs image_url.url");
-        if (!srv->info.has_vision)
-            return serve_error_set(e, 400, "invalid_request",
-                    "the model has no vision tower (start the server with --mmproj)");
-        if (j->n_images >= srv->a->max_images)
-            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
-        if (!image_from_url(srv, url, &j->images[j->n_images], e))
-            return false;
-        j->n_images++;
-        if (!strbuf_put(b, KVF_MARKER_IMAGE "\n", strlen(KVF_MARKER_IMAGE "\n")))
-            return serve_error_set(e, 500, "server_error", "out of memory");
-    }
-    return true;
-}
-
-/* The messages through the chat template. */
-static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serve_job *j, struct serve_error *e) {
-    static const char *const roles[] = { "system", "user", "assistant", "developer" };
-    const int n = cJSON_GetArraySize(msgs);
-    if (!cJSON_IsArray(msgs) || n == 0 || n > SERVE_MSG_MAX)
-        return serve_error_set(e, 400, "invalid_messages",
-                "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
-    struct kvf_chat_message cm[SERVE_MSG_MAX];
-    struct strbuf texts[SERVE_MSG_MAX] = { { 0 } };
-    bool ok = (j->images = calloc((size_t)srv->a->max_images + 1, sizeof *j->images)) != NULL ||
-              serve_error_set(e, 500, "server_error", "out of memory");
-    for (int i = 0; ok && i < n; i++) {
-        const cJSON *m = cJSON_GetArrayItem(msgs, i);
-        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
-        size_t r = 0;
-        while (role && r < COUNT_OF(roles) && strcmp(role, roles[r]) != 0)
-            r++;
-        if (!role || r == COUNT_OF(roles)) {
-            ok = serve_error_set(e, 400, "invalid_role",
-                    "message %d: role must be system, developer, user or assistant", i);
-            break;
-        }
-        /* Templates know "system"; OpenAI's newer name for it is "developer". */
-        cm[i].role = r == 3 ? "system" : roles[r];
-        ok = content_text(srv, cJSON_GetObjectItemCaseSensitive(m, "content"), j, &texts[i], e) &&
-             (texts[i].s || strbuf_put(&texts[i], "", 0) || serve_error_set(e, 500, "server_error", "out of memory"));
-        cm[i].content = texts[i].s;
-    }
-    const char *name = chat_template_for(srv->a, srv->m);
-    int32_t need = 0, len;
-    if (ok && kvf_chat_apply(srv->m, name, cm, n, true, NULL, 0, &need) != KVF_ERR_BUFFER)
-        ok = serve_error_set(e, 400, "invalid_messages", "chat template: %s", kvf_last_error());
-    if (ok && (!(j->text = malloc((size_t)need)) || kvf_chat_apply(srv->m, name, cm, n, true, j->text, need, &len)))
-        ok = serve_error_set(e, 500, "server_error", "out of memory for the chat text");
-    for (int i = 0; i < n && i < SERVE_MSG_MAX; i++)
-        free(texts[i].s);
-    return ok;
-}
-
-/* An integer field in [lo, hi]; absent: true and *out untouched. */
-static bool field_int(const cJSON *o, const char *name, double lo, double hi, double *out, struct serve_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
-        return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi)
-        return serve_error_set(e, 400, "invalid_value", "'%s' must be an integer in [%.0f, %.0f]", name, lo, hi);
-    *out = v->valuedouble;
-    return true;
-}
-
-static bool field_num(const cJSON *o, const char *name, double lo, double hi, float *out, struct serve_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
-        return true;
-    if (!cJSON_IsNumber(v) || v->valuedouble < lo || v->valuedouble > hi)
-        return serve_error_set(e, 400, "invalid_value", "'%s' must be a number in [%g, %g]", name, lo, hi);
-    *out = (float)v->valuedouble;
-    return true;
-}
-
-static bool field_bool(const cJSON *o, const char *name, bool *out, struct serve_error *e) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!v || cJSON_IsNull(v))
-        return true;
-    if (!cJSON_IsBool(v))
-        return serve_error_set(e, 400, "invalid_type", "'%s' must be true or false", name);
-    *out = cJSON_IsTrue(v);
-    return true;
-}
-
-static bool stops_parse(const cJSON *v, struct serve_job *j, struct serve_error *e) {
-    const cJSON *s;
-    if (!v || cJSON_IsNull(v))
-        return true;
-    if (!cJSON_IsString(v) && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) <= SERVE_STOP_MAX))
-        return serve_error_set(e, 400, "invalid_stop",
-                "'stop' must be a string or an array of at most %d strings", SERVE_STOP_MAX);
-    for (s = cJSON_IsString(v) ? v : v->child; s; s = cJSON_IsString(v) ? NULL : s->next) {
-        if (!cJSON_IsString(s) || !s->valuestring[0])
-            return serve_error_set(e, 400, "invalid_stop", "stop sequences must be non-empty strings");
-        if (!(j->stops[j->n_stops++] = strdup(s->valuestring)))
-            return serve_error_set(e, 500, "server_error", "out of memory");
-    }
-    return true;
-}
-
-/* The fields both endpoints share (model, sampling, limits, stream, kv). */
-static bool common_parse(const struct server *srv, const cJSON *o, struct serve_job *j, struct serve_error *e) {
-    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
-    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
-        return serve_error_set(e, 400, "invalid_type", "'model' must be a string");
-    if (cJSON_IsString(model) && strcmp(model->valuestring, srv->model_id) != 0)
-        return serve_error_set(e, 404, "model_not_found",
-                "this server serves '%s', not '%s'", srv->model_id, model->valuestring);
-    double max_tokens = 0, seed = (double)j->sampling.seed, n = 1;
-    j->sampling.temp = 1.0f;  /* OpenAI's defaults: temperature 1, nucleus off */
-    j->sampling.top_p = 1.0f;
-    j->sampling.top_k = 0;
-    j->sampling.min_p = 0.0f;
-    double top_k = 0;
-    if (!field_int(o, "max_tokens", 1, 1 << 24, &max_tokens, e) ||
-        !field_int(o, "max_completion_tokens", 1, 1 << 24, &max_tokens, e) ||
-        !field_int(o, "seed", 0, 9007199254740991.0, &seed, e) || !field_int(o, "n", 1, 1, &n, e) ||
-        !field_num(o, "temperature", 0, 2, &j->sampling.temp, e) ||
-        !field_num(o, "top_p", 0, 1, &j->sampling.top_p, e) || !field_int(o, "top_k", 0, 1 << 30, &top_k, e) ||
-        !field_num(o, "min_p", 0, 1, &j->sampling.min_p, e) || !field_bool(o, "stream", &j->stream, e) ||
-        !field_bool(o, "ignore_eos", &j->ignore_eos, e) ||
-        !stops_parse(cJSON_GetObjectItemCaseSensitive(o, "stop"), j, e))
-        return false;
-    j->max_tokens = (int)max_tokens;
-    j->sampling.seed = (uint64_t)seed;
-    j->sampling.top_k = (int)top_k;
-    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
-    if (so && !cJSON_IsNull(so) && !cJSON_IsObject(so))
-        return serve_error_set(e, 400, "invalid_type", "'stream_options' must be an object");
-    if (so && !field_bool(so, "include_usage", &j->include_usage, e))
-        return false;
-    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv");
-    if (kv && !cJSON_IsNull(kv)) {
-        if (!cJSON_IsString(kv))
-            return serve_error_set(e, 400, "invalid_kv", "'kv' must be a policy string such as \"snapkv:budget=0.2\"");
-        if (kvf_kv_policy_check(kv->valuestring) != KVF_OK)
-            return serve_error_set(e, 400, "invalid_kv", "kv: %s", kvf_last_error());
-        if (!(j->kv = strdup(kv->valuestring)))
-            return serve_error_set(e, 500, "server_error", "out of memory");
-    }
-    return true;
-}
-
-static bool job_parse(const struct server *srv, const struct request *r, bool chat, struct serve_job *j,
-                      struct serve_error *e) {
-    cJSON *o = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
-    bool ok;
-    if (!cJSON_IsObject(o)) {
-        ok = serve_error_set(e, 400, "invalid_json", "the body must be a JSON object");
-    } else if (!(ok = common_parse(srv, o, j, e))) {
-    } else if (chat) {
-        j->special = true; /* the template's markup is control-token text */
-        ok = chat_prompt(srv, cJSON_GetObjectItemCaseSensitive(o, "messages"), j, e);
-    } else {
-        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "prompt"));
-        ok = p ? (j->text = strdup(p)) != NULL || serve_error_set(e, 500, "server_error", "out of memory")
-               : serve_error_set(e, 400, "invalid_prompt", "'prompt' must be a string");
-    }
-    cJSON_Delete(o);
-    return ok;
 }
 
 /* ------------------------------------------------------------- waiting -- */
@@ -671,7 +398,7 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, struct reques
     j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
     pthread_mutex_unlock(&srv->mu);
     struct serve_error e = { 0 };
-    if (!job_parse(srv, r, chat, j, &e))
+    if (!serve_job_parse(srv, r->body.s, r->body.n, chat, j, &e))
         return respond_error(c, r, e.status, e.code, "%s", e.msg);
     pthread_mutex_lock(&srv->mu);
     bool alive = sched_submit(srv, j) && job_wait(srv, j, j->stream ? WAIT_STARTED : WAIT_DONE, 0);

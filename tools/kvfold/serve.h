@@ -1,8 +1,8 @@
-/* What kvfold serve's two files share: serve.c speaks HTTP and JSON
- * (libmicrohttpd threads, one per connection), serve_sched.c runs the model
- * on one scheduler thread. A request becomes a serve_job; the two sides meet
- * under the server's lock, and the job is freed by whichever side lets go of
- * it last (refs). */
+/* What kvfold serve's files share: serve.c speaks HTTP and JSON
+ * (libmicrohttpd threads, one per connection), serve_req.c turns a request
+ * body into a serve_job, serve_sched.c runs the model on one scheduler
+ * thread. The HTTP side and the scheduler meet under the server's lock, and
+ * the job is freed by whichever side lets go of it last (refs). */
 #ifndef KVF_SERVE_H
 #define KVF_SERVE_H
 
@@ -118,6 +118,16 @@ struct serve_error {
 /* Fills e; returns false, for `return serve_error_set(...)`. */
 bool serve_error_set(struct serve_error *e, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* A request body of n bytes (chat: /v1/chat/completions, else
+ * /v1/completions) read into j: prompt text, images (not yet decoded),
+ * sampling, limits, stops, kv (serve_req.c). j->sampling holds the
+ * defaults beforehand. False with e filled when the request is refused;
+ * what was read so far stays in j either way, for serve_job_request_free. */
+bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool chat, struct serve_job *j,
+                     struct serve_error *e);
+/* Frees what serve_job_parse put in j, not j itself. */
+void serve_job_request_free(struct serve_job *j);
 
 /* The scheduler thread (serve_sched.c). */
 int sched_start(struct server *srv);

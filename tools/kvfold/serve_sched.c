@@ -37,16 +37,8 @@ void job_unref(struct serve_job *j) {
     if (!j || --j->refs > 0)
         return;
     job_release_model_state(j);
-    for (int i = 0; j->images && i < j->n_images; i++) {
-        free(j->images[i].data);
-        free(j->images[i].path);
-    }
-    free(j->images);
+    serve_job_request_free(j);
     free(j->keys);
-    for (int i = 0; i < j->n_stops; i++)
-        free(j->stops[i]);
-    free(j->kv);
-    free(j->text);
     free(j->out.s);
     pthread_cond_destroy(&j->cv);
     free(j);
