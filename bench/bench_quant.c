@@ -1,7 +1,9 @@
-/* Micro-benchmark of quant_vec_dot, the decode hot path: a matrix-vector
- * product done row by row, single thread, at every SIMD level the CPU has.
- * Reports weight bytes streamed per second for a matrix that stays in L2
- * (~1 MiB) and one that does not (~64 MiB).
+/* Micro-benchmark of quant_vec_dot_rows, the decode hot path: a matrix
+ * times one activation row (one session decoding) and times 8 rows (8
+ * sessions in one batch), weight row by weight row, single thread, at every
+ * SIMD level the CPU has. Reports weight bytes streamed per second for a
+ * matrix that stays in L2 (~1 MiB) and one that does not (~64 MiB), and for
+ * 8 rows how many times one row's time the batch takes.
  *
  * Not part of the build. From the repository root:
  *   F="-std=gnu11 -O2 -D_GNU_SOURCE -Iinclude -Isrc"
@@ -25,8 +27,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* GB/s of weights for `reps` passes over `rows` rows of n values. */
-static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, float *y) {
+/* Seconds per pass over `rows` weight rows of n values against nx rows of x. */
+static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, int nx, float *y) {
     const size_t rb = dtype_row_bytes(t, n);
     int reps = 1;
     double dt;
@@ -34,13 +36,13 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
         const double t0 = now_s();
         for (int r = 0; r < reps; r++)
             for (int64_t i = 0; i < rows; i++)
-                y[i] = quant_vec_dot(t, n, (const char *)w + i * rb, x);
+                quant_vec_dot_rows(t, n, (const char *)w + i * rb, x, nx, y + i, (size_t)rows);
         dt = now_s() - t0;
         if (dt > 0.2)
             break;
         reps *= 2;
     }
-    return (double)rb * (double)rows * reps / dt * 1e-9;
+    return dt / reps;
 }
 
 int main(int argc, char **argv) {
@@ -55,23 +57,23 @@ int main(int argc, char **argv) {
     }
     printf("%-6s %6s %8s", "type", "n", "set");
     for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++)
-        printf(" %10s", simd_name((enum simd_level)lv));
-    printf("   (GB/s of weights, 1 thread)\n");
+        printf(" %10s %6s", simd_name((enum simd_level)lv), "x8");
+    printf("   (GB/s of weights for 1 row; time of 8 rows / 1 row; 1 thread)\n");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const enum dtype t = types[ti], vt = dtype_get(t)->vec_dot;
+        const enum dtype t = types[ti];
         for (int li = 0; li < nlens; li++) {
             const int64_t n = lens[li];
             const size_t rb = dtype_row_bytes(t, n);
             if (rb == 0)
                 continue;
-            float *xf = malloc((size_t)n * sizeof *xf);
-            void *x = malloc(dtype_row_bytes(vt, n));
-            for (int64_t i = 0; i < n; i++)
+            float *xf = malloc(8 * (size_t)n * sizeof *xf);
+            void *x = malloc(8 * quant_batch_row_bytes(t, n));
+            for (int64_t i = 0; i < 8 * n; i++)
                 xf[i] = (float)rand() / RAND_MAX - 0.5f;
-            quant_quantize_row(vt, xf, x, n);
+            quant_quantize_batch(t, xf, n, 8, x);
             for (size_t si = 0; si < 2; si++) {
                 const int64_t rows = (int64_t)(sets[si] / rb);
-                float *wf = malloc((size_t)n * sizeof *wf), *y = malloc((size_t)rows * sizeof *y);
+                float *wf = malloc((size_t)n * sizeof *wf), *y = malloc(8 * (size_t)rows * sizeof *y);
                 char *w = malloc(rb * (size_t)rows);
                 for (int64_t r = 0; r < rows; r++) {
                     if (r < 64) {
@@ -86,10 +88,11 @@ int main(int argc, char **argv) {
                 for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++) {
                     simd_set((enum simd_level)lv);
                     if (simd_get() != (enum simd_level)lv) {
-                        printf(" %10s", "-");
+                        printf(" %10s %6s", "-", "-");
                         continue;
                     }
-                    printf(" %10.2f", bench_one(t, n, rows, w, x, y));
+                    const double t1 = bench_one(t, n, rows, w, x, 1, y), t8 = bench_one(t, n, rows, w, x, 8, y);
+                    printf(" %10.2f %6.2f", (double)rb * (double)rows / t1 * 1e-9, t8 / t1);
                     fflush(stdout);
                 }
                 printf("\n");

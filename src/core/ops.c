@@ -18,18 +18,13 @@ size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
 
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                        int n_threads) {
-    const enum dtype vt = dtype_get(w->type)->vec_dot;
-    const size_t xrow = dtype_row_bytes(vt, w->cols);
-    uint8_t *xq = scratch;
-    for (int t = 0; t < n_tok; t++) quant_quantize_row(vt, x + (size_t)t * w->cols, xq + t * xrow, w->cols);
-
+    uint8_t *xb = scratch;
+    quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
     const int64_t rows = w->rows;
     #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *wr = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
-        for (int t = 0; t < n_tok; t++)
-            y[(size_t)t * rows + r] = quant_vec_dot(w->type, w->cols, wr, xq + t * xrow);
-    }
+    for (int64_t r = 0; r < rows; r++)
+        quant_vec_dot_rows(w->type, w->cols, (const uint8_t *)w->data + (size_t)r * w->row_bytes, xb, n_tok, y + r,
+                           (size_t)rows);
 }
 
 /* Our threads split the weight rows into tiles and each calls a one-thread

@@ -280,74 +280,79 @@ static float dot_bf16_row(int64_t n, const void *w, const void *x) {
     return (float)s;
 }
 
-static float dot_q4_0_q8_0(int64_t n, const void *w, const void *x) {
-    const struct block_q4_0 *a = w;
-    const struct block_q8_0 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK4_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK4_0 / 2; j++)
-            sumi += ((a[i].qs[j] & 0xf) - 8) * b[i].qs[j] + ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + 16];
-        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
-    }
-    return s;
+/* The 32-value block formats read their activations in the batch form
+ * (quant_quantize_batch): a row's codes, then its block scales d as floats
+ * (each 8 times, QUANT_D_REPEAT), then (Q8_1) its block sums s. Per block,
+ * the exact integer dot of the codes, then s += d_w * d_x * sumi
+ * (+ m_w * s_x), as ggml's reference. */
+static inline int sumi_q4_0(const struct block_q4_0 *a, const int8_t *y) {
+    int sumi = 0;
+    for (int j = 0; j < QK4_0 / 2; j++)
+        sumi += ((a->qs[j] & 0xf) - 8) * y[j] + ((a->qs[j] >> 4) - 8) * y[j + 16];
+    return sumi;
 }
 
-static float dot_q4_1_q8_1(int64_t n, const void *w, const void *x) {
-    const struct block_q4_1 *a = w;
-    const struct block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK4_1; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK4_1 / 2; j++)
-            sumi += (a[i].qs[j] & 0xf) * b[i].qs[j] + (a[i].qs[j] >> 4) * b[i].qs[j + 16];
-        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi + fp16_to_f32(a[i].m) * fp16_to_f32(b[i].s);
-    }
-    return s;
+static inline int sumi_q4_1(const struct block_q4_1 *a, const int8_t *y) {
+    int sumi = 0;
+    for (int j = 0; j < QK4_1 / 2; j++)
+        sumi += (a->qs[j] & 0xf) * y[j] + (a->qs[j] >> 4) * y[j + 16];
+    return sumi;
 }
 
-static float dot_q5_0_q8_0(int64_t n, const void *w, const void *x) {
-    const struct block_q5_0 *a = w;
-    const struct block_q8_0 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK5_0; i++) {
-        uint32_t qh;
-        memcpy(&qh, a[i].qh, sizeof qh);
-        int sumi = 0;
-        for (int j = 0; j < QK5_0; j++)
-            sumi += (q5_value(a[i].qs, qh, j) - 16) * b[i].qs[j];
-        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
-    }
-    return s;
+static inline int sumi_q5_0(const struct block_q5_0 *a, const int8_t *y) {
+    uint32_t qh;
+    memcpy(&qh, a->qh, sizeof qh);
+    int sumi = 0;
+    for (int j = 0; j < QK5_0; j++)
+        sumi += (q5_value(a->qs, qh, j) - 16) * y[j];
+    return sumi;
 }
 
-static float dot_q5_1_q8_1(int64_t n, const void *w, const void *x) {
-    const struct block_q5_1 *a = w;
-    const struct block_q8_1 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK5_1; i++) {
-        uint32_t qh;
-        memcpy(&qh, a[i].qh, sizeof qh);
-        int sumi = 0;
-        for (int j = 0; j < QK5_1; j++)
-            sumi += q5_value(a[i].qs, qh, j) * b[i].qs[j];
-        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi + fp16_to_f32(a[i].m) * fp16_to_f32(b[i].s);
-    }
-    return s;
+static inline int sumi_q5_1(const struct block_q5_1 *a, const int8_t *y) {
+    uint32_t qh;
+    memcpy(&qh, a->qh, sizeof qh);
+    int sumi = 0;
+    for (int j = 0; j < QK5_1; j++)
+        sumi += q5_value(a->qs, qh, j) * y[j];
+    return sumi;
 }
 
-static float dot_q8_0_q8_0(int64_t n, const void *w, const void *x) {
-    const struct block_q8_0 *a = w;
-    const struct block_q8_0 *b = x;
-    float s = 0;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < QK8_0; j++)
-            sumi += a[i].qs[j] * b[i].qs[j];
-        s += fp16_to_f32(a[i].d) * fp16_to_f32(b[i].d) * (float)sumi;
-    }
-    return s;
+static inline int sumi_q8_0(const struct block_q8_0 *a, const int8_t *y) {
+    int sumi = 0;
+    for (int j = 0; j < QK8_0; j++)
+        sumi += a->qs[j] * y[j];
+    return sumi;
 }
+
+static inline float min_none(const void *a, float xs) {
+    (void)a, (void)xs;
+    return 0.0f;
+}
+
+static inline float min_q4_1(const struct block_q4_1 *a, float xs) { return fp16_to_f32(a->m) * xs; }
+static inline float min_q5_1(const struct block_q5_1 *a, float xs) { return fp16_to_f32(a->m) * xs; }
+
+#define SCALAR_ROWS_32(name, wt, sumi, min, x_sums)                                                     \
+    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {         \
+        const wt *a = w;                                                                                \
+        const int64_t nb = n / 32;                                                                      \
+        const size_t rb = quant_planar_row_bytes(n, x_sums);                                               \
+        for (int r = 0; r < nx; r++) {                                                                  \
+            const int8_t *y = (const int8_t *)xb + (size_t)r * rb;                                      \
+            const float *xd = (const float *)(const void *)(y + n), *xs = xd + QUANT_D_REPEAT * nb;      \
+            float s = 0;                                                                                \
+            for (int64_t i = 0; i < nb; i++)                                                            \
+                s += fp16_to_f32(a[i].d) * xd[QUANT_D_REPEAT * i] * (float)sumi(&a[i], y + 32 * i) +    \
+                     min(&a[i], x_sums ? xs[i] : 0.0f);                                                 \
+            out[(size_t)r * os] = s;                                                                    \
+        }                                                                                               \
+    }
+
+SCALAR_ROWS_32(rows_q4_0_q8_0, struct block_q4_0, sumi_q4_0, min_none, 0)
+SCALAR_ROWS_32(rows_q4_1_q8_1, struct block_q4_1, sumi_q4_1, min_q4_1, 1)
+SCALAR_ROWS_32(rows_q5_0_q8_0, struct block_q5_0, sumi_q5_0, min_none, 0)
+SCALAR_ROWS_32(rows_q5_1_q8_1, struct block_q5_1, sumi_q5_1, min_q5_1, 1)
+SCALAR_ROWS_32(rows_q8_0_q8_0, struct block_q8_0, sumi_q8_0, min_none, 0)
 
 /* Activation formats used as weights (unusual): dequantise and dot. */
 static float dot_q8_1_f32(int64_t n, const void *w, const void *x) {
@@ -482,6 +487,22 @@ static inline float store_fp16(uint16_t *dst, float d) {
     return fp16_to_f32(*dst);
 }
 
+static float absmax32_ref(const float *x) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
+    return amax;
+}
+
+static int codes32_ref(const float *x, float id, int8_t qs[32]) {
+    int sum = 0;
+    for (int j = 0; j < 32; j++) {
+        qs[j] = (int8_t)round_clamp(x[j] * id, -127, 127);
+        sum += qs[j];
+    }
+    return sum;
+}
+
 /* The element of largest magnitude, sign kept. */
 static float signed_absmax(const float *x, int n) {
     float amax = 0, max = 0;
@@ -591,18 +612,12 @@ static void quant_q5_1(const float *x, void *dst, int64_t n) {
 
 /* Q8_0 and Q8_1 stay within [-127, 127], which the sign trick of the SIMD
  * Q8_0 dot relies on. Returns sum(qs). */
+static inline const struct quant_kernels *kernels(void);
+
 static int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]) {
-    float amax = 0;
-    for (int j = 0; j < 32; j++)
-        amax = fmaxf(amax, fabsf(x[j]));
-    const float df = store_fp16(d, amax / 127);
-    const float id = df != 0 ? 1.0f / df : 0;
-    int sum = 0;
-    for (int j = 0; j < 32; j++) {
-        qs[j] = (int8_t)round_clamp(x[j] * id, -127, 127);
-        sum += qs[j];
-    }
-    return sum;
+    const struct quant_kernels *k = kernels();
+    const float df = store_fp16(d, k->absmax32(x) / 127);
+    return k->codes32(x, df != 0 ? 1.0f / df : 0, qs);
 }
 
 static void quant_q8_0(const float *x, void *dst, int64_t n) {
@@ -765,11 +780,17 @@ static const struct quant_kernels scalar_kernels = {
     .dot =
         {
             [DT_F32] = dot_f32_row,    [DT_F16] = dot_f16_row,    [DT_BF16] = dot_bf16_row,
-            [DT_Q4_0] = dot_q4_0_q8_0, [DT_Q4_1] = dot_q4_1_q8_1, [DT_Q5_0] = dot_q5_0_q8_0,
-            [DT_Q5_1] = dot_q5_1_q8_1, [DT_Q8_0] = dot_q8_0_q8_0, [DT_Q8_1] = dot_q8_1_f32,
+            [DT_Q8_1] = dot_q8_1_f32,
             [DT_Q8_K] = dot_q8_K_f32,  [DT_Q4_K] = dot_q4_K_q8_K, [DT_Q5_K] = dot_q5_K_q8_K,
             [DT_Q6_K] = dot_q6_K_q8_K,
         },
+    .dot_rows =
+        {
+            [DT_Q4_0] = rows_q4_0_q8_0, [DT_Q4_1] = rows_q4_1_q8_1, [DT_Q5_0] = rows_q5_0_q8_0,
+            [DT_Q5_1] = rows_q5_1_q8_1, [DT_Q8_0] = rows_q8_0_q8_0,
+        },
+    .absmax32 = absmax32_ref,
+    .codes32 = codes32_ref,
     .dot_f32 = dot_f32_ref,
     .axpy_f32 = axpy_f32_ref,
     .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
@@ -910,14 +931,61 @@ void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n)
         quantize_table[type](src, dst, n);
 }
 
-float quant_vec_dot(enum dtype type, int64_t n, const void *w, const void *x) {
-    const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot[type] : NULL;
-    return f != NULL ? f(n, w, x) : 0.0f;
+/* Whether the batch form of `type`'s activations is planar (32-value
+ * blocks: codes, then float scales, then Q8_1's float sums). */
+static bool batch_planar(enum dtype vt) { return vt == DT_Q8_0 || vt == DT_Q8_1; }
+
+size_t quant_batch_row_bytes(enum dtype type, int64_t n) {
+    const struct dtype_traits *t = dtype_get(type);
+    if (t == NULL || n < 0 || n % t->block != 0)
+        return 0;
+    if (batch_planar(t->vec_dot))
+        return quant_planar_row_bytes(n, t->vec_dot == DT_Q8_1);
+    return dtype_row_bytes(t->vec_dot, n);
 }
 
-float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x) {
-    const quant_dot_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dot[type] : NULL;
-    return f != NULL ? f(n, w, x) : 0.0f;
+void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, void *dst) {
+    const size_t rb = quant_batch_row_bytes(type, n);
+    if (rb == 0)
+        return;
+    const enum dtype vt = dtype_get(type)->vec_dot;
+    for (int r = 0; r < nx; r++, x += n) {
+        uint8_t *row = (uint8_t *)dst + (size_t)r * rb;
+        if (!batch_planar(vt)) {
+            quant_quantize_row(vt, x, row, n);
+            continue;
+        }
+        float *xd = (float *)(void *)(row + n), *xs = xd + QUANT_D_REPEAT * (n / 32);
+        for (int64_t i = 0; i < n / 32; i++) {
+            uint16_t d;
+            const int sum = quant_q8_32(x + 32 * i, &d, (int8_t *)row + 32 * i);
+            const float df = fp16_to_f32(d);
+            for (int k = 0; k < QUANT_D_REPEAT; k++)
+                xd[QUANT_D_REPEAT * i + k] = df;
+            if (vt == DT_Q8_1) /* rounded to fp16 as Q8_1 stores it */
+                xs[i] = fp16_to_f32(f32_to_fp16(df * (float)sum));
+        }
+    }
+}
+
+static void rows_run(const struct quant_kernels *k, enum dtype type, int64_t n, const void *w, const void *xb, int nx,
+                     float *out, size_t os) {
+    if ((unsigned)type < DT_COUNT && k->dot_rows[type] != NULL) {
+        k->dot_rows[type](n, w, xb, nx, out, os);
+        return;
+    }
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? k->dot[type] : NULL;
+    const size_t rb = quant_batch_row_bytes(type, n);
+    for (int r = 0; r < nx; r++)
+        out[(size_t)r * os] = f != NULL ? f(n, w, (const uint8_t *)xb + (size_t)r * rb) : 0.0f;
+}
+
+void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {
+    rows_run(kernels(), type, n, w, xb, nx, out, os);
+}
+
+void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {
+    rows_run(&scalar_kernels, type, n, w, xb, nx, out, os);
 }
 
 /* Unsupported types give 0 and leave y, like quant_vec_dot. */

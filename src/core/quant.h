@@ -52,13 +52,29 @@ void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
 /* Reference quantiser (round to nearest, per-block scales). Supported for
  * every readable type, including DT_Q8_K; used for activations and fixtures. */
 void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n);
-/* sum_i w[i] * x[i], with w a row of `type` and x a row of
- * dtype_get(type)->vec_dot already quantised by quant_quantize_row. */
-float quant_vec_dot(enum dtype type, int64_t n, const void *w, const void *x);
+/* Activations for the dot products against weights of `type`, nx rows of
+ * n values quantised as quant_quantize_row quantises them to the type's
+ * vec_dot type, laid out in the "batch form": for the 32-value block types
+ * (vec_dot Q8_0 / Q8_1) each row is planar, its n codes, then its block
+ * scales as floats (each repeated, quant_impl.h), then (Q8_1) its block
+ * sums as floats, so that kernels load them as vectors; other types keep
+ * rows of their vec_dot type.
+ * Rows are quant_batch_row_bytes apart (0: type unknown or n not a multiple
+ * of its block). */
+size_t quant_batch_row_bytes(enum dtype type, int64_t n);
+void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, void *dst);
+/* sum_i w[i] * x_r[i] for a row w of `type` and each of nx rows x_r of a
+ * batch form, into out[r * out_stride]. Each row's result is bit for bit
+ * what it gets alone (nx = 1): a weight row's blocks are unpacked once for
+ * all rows of a batch (batched decoding) without changing anyone's result.
+ * Unknown types give zeros. */
+void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out,
+                        size_t out_stride);
 
 /* The scalar references behind the dispatchers, for tests. */
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
-float quant_vec_dot_ref(enum dtype type, int64_t n, const void *w, const void *x);
+void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out,
+                            size_t out_stride);
 
 /* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0) against plain f32,
  * nothing quantised on the f32 side: sum_i w[i] * x[i], and y += a * w.

@@ -151,27 +151,66 @@ static inline __m256 load_bf16x8(const uint16_t *h) {
 HALF_ROW_KERNELS(f16, load_f16x8)
 HALF_ROW_KERNELS(bf16, load_bf16x8)
 
+/* ---- activation quantisation ---------------------------------------- */
+
+/* max(|x|, acc) keeps acc where |x| is NaN, as fmaxf does. */
+static float absmax32(const float *x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < 32; j += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* Clamped in float first (max(NaN, lo) is lo), then rounded half to even
+ * by the default MXCSR mode, as lrintf. */
+static int codes32(const float *x, float id, int8_t qs[32]) {
+    const __m256 v = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++)
+        q[j] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * j), v), lo), hi));
+    /* The packs work within 128-bit lanes: put the 32 bytes back in order. */
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)qs, _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+
 /* ---- 32-value blocks ------------------------------------------------ */
 
-/* Integer dot of one 32-value block as 8 float partial sums (exact). */
-static inline __m256 q4_0_block(const struct block_q4_0 *a, const struct block_q8_0 *b) {
-    const __m256i y = _mm256_loadu_si256((const __m256i *)b->qs);
+/* The 32-value block formats against activations in the batch form
+ * (quant_quantize_batch), one weight row against up to four activation
+ * rows at a time: w_*() unpacks a weight block once for every row, x_*()
+ * multiplies it with a row's 32 codes into 8 exact float partial sums. */
+struct wcodes {
+    __m256i u;   /* unsigned codes (Q8_0: their magnitudes) */
+    __m256i sgn; /* Q8_0: the codes, for their signs */
+};
+
+static inline struct wcodes w_q4_0(const struct block_q4_0 *a) { return (struct wcodes){ nibbles_32(a->qs), {0} }; }
+static inline struct wcodes w_q4_1(const struct block_q4_1 *a) { return (struct wcodes){ nibbles_32(a->qs), {0} }; }
+
+static inline struct wcodes w_q8_0(const struct block_q8_0 *a) {
+    const __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
+    return (struct wcodes){ _mm256_sign_epi8(q, q), q };
+}
+
+static inline __m256 x_q4_0(struct wcodes w, __m256i y) {
     /* (q - 8) * y without a signed*signed multiply. */
-    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(nibbles_32(a->qs), y),
-                                       _mm256_maddubs_epi16(_mm256_set1_epi8(8), y));
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w.u, y), _mm256_maddubs_epi16(_mm256_set1_epi8(8), y));
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
-static inline __m256 q4_1_block(const struct block_q4_1 *a, const struct block_q8_1 *b) {
-    return _mm256_cvtepi32_ps(dot_u8_i8(nibbles_32(a->qs), _mm256_loadu_si256((const __m256i *)b->qs)));
-}
+static inline __m256 x_q4_1(struct wcodes w, __m256i y) { return _mm256_cvtepi32_ps(dot_u8_i8(w.u, y)); }
 
-static inline __m256 q8_0_block(const struct block_q8_0 *a, const struct block_q8_0 *b) {
-    const __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
-    const __m256i y = _mm256_loadu_si256((const __m256i *)b->qs);
+static inline __m256 x_q8_0(struct wcodes w, __m256i y) {
     /* |q| * (y with q's sign): y is within [-127, 127] (quant_q8_32) so
      * negating it cannot overflow; |q| = 128 is fine as unsigned. */
-    return _mm256_cvtepi32_ps(dot_u8_i8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)));
+    return _mm256_cvtepi32_ps(dot_u8_i8(w.u, _mm256_sign_epi8(y, w.sgn)));
 }
 
 static inline __m256 lane_ps(__m128 v, int k) {
@@ -183,38 +222,87 @@ static inline float hsum128_ps(__m128 s) {
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* Row dots over 32-value blocks, four blocks per step: their scales are
- * converted together (quant_fp16_mul4) and the last partial group reuses a
- * valid block under a zero scale. `offsets` gives the four blocks' min
- * terms m * s (zero for formats without a min), summed on the side. */
-#define ROW_DOT_32(name, wt, xt, block_dot, offsets)                                                        \
-    static float name(int64_t n, const void *w, const void *x) {                                             \
-        const wt *a = w;                                                                                     \
-        const xt *b = x;                                                                                     \
+/* Four fp16 fields as floats. */
+static inline __m128 fp16x4(uint16_t f0, uint16_t f1, uint16_t f2, uint16_t f3) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)f0, (short)f1, (short)f2, (short)f3, 0, 0, 0, 0));
+}
+
+/* Q4_1's offsets m of blocks 0, k1, k2, k3; none for the other formats. */
+static inline __m128 m_q4_1(const struct block_q4_1 *p, int k1, int k2, int k3) {
+    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
+}
+
+static inline __m128 no_min(const void *p, int k1, int k2, int k3) {
+    (void)p, (void)k1, (void)k2, (void)k3;
+    return _mm_setzero_ps();
+}
+
+/* Four blocks per step: the weight side (codes, and scales d and offsets m
+ * of blocks 0, k1, k2, k3 converted together, each scale spread over 8
+ * lanes) is made once for all rows; per row, its codes and its repeated
+ * scales are loaded as they lie. In the last, partial group the missing
+ * blocks (weights and activations) repeat block 0 under a zero weight
+ * scale, and the activation sums are loaded under a mask. `min`: the format
+ * has an offset m, whose terms m * s are summed on the side. Each row's
+ * arithmetic is the same whatever nr is. */
+#define ROWS_DOT_32(name, wt, w_block, x_block, min, w_min)                                                  \
+    static inline __attribute__((always_inline)) void name##_n(int64_t n, const wt *a, const uint8_t *xb,    \
+                                                               size_t rb, const int nr, float *out, size_t os) { \
         const int64_t nb = n / 32;                                                                           \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;                                                      \
-        __m128 off = _mm_setzero_ps();                                                                       \
+        __m256 acc[4];                                                                                       \
+        __m128 off[4];                                                                                       \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            acc[r] = _mm256_setzero_ps();                                                                    \
+            off[r] = _mm_setzero_ps();                                                                       \
+        }                                                                                                    \
         for (int64_t i = 0; i < nb; i += 4) {                                                                \
             const int cnt = nb - i >= 4 ? 4 : (int)(nb - i);                                                 \
             const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
+            const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(cnt), _mm_setr_epi32(0, 1, 2, 3));           \
             const wt *p = a + i;                                                                             \
-            const xt *q = b + i;                                                                             \
-            const __m128i keep = _mm_loadu_si128((const __m128i *)quant_keep4[cnt]);                         \
-            const __m128 s = quant_fp16_mul4(_mm_and_si128(                                                  \
-                keep, _mm_setr_epi16((short)p[0].d, (short)p[k1].d, (short)p[k2].d, (short)p[k3].d,           \
-                                     (short)q[0].d, (short)q[k1].d, (short)q[k2].d, (short)q[k3].d)));        \
-            acc0 = _mm256_fmadd_ps(lane_ps(s, 0), block_dot(p, q), acc0);                                    \
-            acc1 = _mm256_fmadd_ps(lane_ps(s, 1), block_dot(p + k1, q + k1), acc1);                          \
-            acc0 = _mm256_fmadd_ps(lane_ps(s, 2), block_dot(p + k2, q + k2), acc0);                          \
-            acc1 = _mm256_fmadd_ps(lane_ps(s, 3), block_dot(p + k3, q + k3), acc1);                          \
-            off = _mm_add_ps(off, offsets(p, q, k1, k2, k3, keep));                                          \
+            const __m128 wd = _mm_and_ps(_mm_castsi128_ps(keep), fp16x4(p[0].d, p[k1].d, p[k2].d, p[k3].d)); \
+            const __m256 wd0 = lane_ps(wd, 0), wd1 = lane_ps(wd, 1), wd2 = lane_ps(wd, 2), wd3 = lane_ps(wd, 3); \
+            const __m128 wm = _mm_and_ps(_mm_castsi128_ps(keep), w_min(p, k1, k2, k3));                      \
+            const struct wcodes w0 = w_block(p), w1 = w_block(p + k1), w2 = w_block(p + k2),                 \
+                                w3 = w_block(p + k3);                                                        \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                           \
+                const int8_t *y = (const int8_t *)(xb + (size_t)r * rb) + 32 * i;                            \
+                const float *xd = (const float *)(const void *)(xb + (size_t)r * rb + n) + QUANT_D_REPEAT * i; \
+                __m256 t = _mm256_mul_ps(_mm256_mul_ps(wd0, _mm256_loadu_ps(xd)),                            \
+                                         x_block(w0, _mm256_loadu_si256((const __m256i *)y)));               \
+                t = _mm256_fmadd_ps(_mm256_mul_ps(wd1, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k1)),           \
+                                    x_block(w1, _mm256_loadu_si256((const __m256i *)(y + 32 * k1))), t);     \
+                t = _mm256_fmadd_ps(_mm256_mul_ps(wd2, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k2)),           \
+                                    x_block(w2, _mm256_loadu_si256((const __m256i *)(y + 32 * k2))), t);     \
+                t = _mm256_fmadd_ps(_mm256_mul_ps(wd3, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k3)),           \
+                                    x_block(w3, _mm256_loadu_si256((const __m256i *)(y + 32 * k3))), t);     \
+                acc[r] = _mm256_add_ps(acc[r], t);                                                           \
+                if (min) {                                                                                   \
+                    const float *xs = (const float *)(const void *)(xb + (size_t)r * rb + n) +               \
+                                      QUANT_D_REPEAT * nb + i;                                               \
+                    off[r] = _mm_add_ps(off[r], _mm_mul_ps(wm, _mm_maskload_ps(xs, keep)));                  \
+                }                                                                                            \
+            }                                                                                                \
         }                                                                                                    \
-        return hsum_ps(_mm256_add_ps(acc0, acc1)) + hsum128_ps(off);                                         \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                                 \
+            out[(size_t)r * os] = hsum_ps(acc[r]) + hsum128_ps(off[r]);                                      \
+    }                                                                                                        \
+    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
+        const size_t rb = quant_planar_row_bytes(n, min);                                                    \
+        const uint8_t *x = xb;                                                                               \
+        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
+            name##_n(n, w, x, rb, 4, out, os);                                                               \
+        if (nx == 3)                                                                                         \
+            name##_n(n, w, x, rb, 3, out, os);                                                               \
+        else if (nx == 2)                                                                                    \
+            name##_n(n, w, x, rb, 2, out, os);                                                               \
+        else if (nx == 1)                                                                                    \
+            name##_n(n, w, x, rb, 1, out, os);                                                               \
     }
 
-ROW_DOT_32(dot_q4_0_q8_0, struct block_q4_0, struct block_q8_0, q4_0_block, quant_no_offsets4)
-ROW_DOT_32(dot_q4_1_q8_1, struct block_q4_1, struct block_q8_1, q4_1_block, quant_q4_1_offsets4)
-ROW_DOT_32(dot_q8_0_q8_0, struct block_q8_0, struct block_q8_0, q8_0_block, quant_no_offsets4)
+ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
+ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
+ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     const struct block_q8_0 *b = src;
@@ -404,9 +492,11 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->dot[DT_F32] = dot_f32_row;
     k->dot[DT_F16] = dot_f16_row;
     k->dot[DT_BF16] = dot_bf16_row;
-    k->dot[DT_Q4_0] = dot_q4_0_q8_0;
-    k->dot[DT_Q4_1] = dot_q4_1_q8_1;
-    k->dot[DT_Q8_0] = dot_q8_0_q8_0;
+    k->absmax32 = absmax32;
+    k->codes32 = codes32;
+    k->dot_rows[DT_Q4_0] = rows_q4_0_q8_0;
+    k->dot_rows[DT_Q4_1] = rows_q4_1_q8_1;
+    k->dot_rows[DT_Q8_0] = rows_q8_0_q8_0;
     k->dot[DT_Q4_K] = dot_q4_K_q8_K;
     k->dot[DT_Q5_K] = dot_q5_K_q8_K;
     k->dot[DT_Q6_K] = dot_q6_K_q8_K;

@@ -111,65 +111,131 @@ HALF_ROW_KERNELS(bf16, load_bf16x16)
 
 /* ---- 32-value blocks, two per step ---------------------------------- */
 
-/* Integer dots of two 32-value blocks (a0.b0 in lanes 0..7, a1.b1 in
- * lanes 8..15) as exact float partial sums. */
-static inline __m512 q4_0_pair(const struct block_q4_0 *a0, const struct block_q4_0 *a1, const struct block_q8_0 *b0,
-                               const struct block_q8_0 *b1) {
-    const __m512i y = acts_2x32(b0->qs, b1->qs);
+/* The 32-value block formats against activations in the batch form
+ * (quant_quantize_batch), one weight row against up to four activation
+ * rows at a time: w_*() unpacks two weight blocks once for every row,
+ * x_*() multiplies them with the row's 64 codes, giving block 0's dot in
+ * lanes 0..7 and block 1's in lanes 8..15 as exact float sums. */
+struct wcodes {
+    __m512i u;     /* unsigned codes (Q8_0: their magnitudes) */
+    __mmask64 neg; /* Q8_0: the codes' signs */
+};
+
+static inline struct wcodes w_q4_0(const struct block_q4_0 *a0, const struct block_q4_0 *a1) {
+    return (struct wcodes){ nibbles_2x32(a0->qs, a1->qs), 0 };
+}
+
+static inline struct wcodes w_q4_1(const struct block_q4_1 *a0, const struct block_q4_1 *a1) {
+    return (struct wcodes){ nibbles_2x32(a0->qs, a1->qs), 0 };
+}
+
+static inline struct wcodes w_q8_0(const struct block_q8_0 *a0, const struct block_q8_0 *a1) {
+    const __m512i q = acts_2x32(a0->qs, a1->qs);
+    return (struct wcodes){ _mm512_abs_epi8(q), _mm512_movepi8_mask(q) };
+}
+
+static inline __m512 x_q4_0(struct wcodes w, __m512i y) {
     /* (q - 8) * y without a signed*signed multiply. */
-    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(nibbles_2x32(a0->qs, a1->qs), y),
-                                       _mm512_maddubs_epi16(_mm512_set1_epi8(8), y));
+    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(w.u, y), _mm512_maddubs_epi16(_mm512_set1_epi8(8), y));
     return _mm512_cvtepi32_ps(_mm512_madd_epi16(p, _mm512_set1_epi16(1)));
 }
 
-static inline __m512 q4_1_pair(const struct block_q4_1 *a0, const struct block_q4_1 *a1, const struct block_q8_1 *b0,
-                               const struct block_q8_1 *b1) {
-    return _mm512_cvtepi32_ps(dot_u8_i8(nibbles_2x32(a0->qs, a1->qs), acts_2x32(b0->qs, b1->qs)));
-}
+static inline __m512 x_q4_1(struct wcodes w, __m512i y) { return _mm512_cvtepi32_ps(dot_u8_i8(w.u, y)); }
 
-static inline __m512 q8_0_pair(const struct block_q8_0 *a0, const struct block_q8_0 *a1, const struct block_q8_0 *b0,
-                               const struct block_q8_0 *b1) {
-    const __m512i q = acts_2x32(a0->qs, a1->qs);
-    const __m512i y = acts_2x32(b0->qs, b1->qs);
+static inline __m512 x_q8_0(struct wcodes w, __m512i y) {
     /* |q| * (y with q's sign); y is within [-127, 127] (quant_q8_32). */
-    const __mmask64 neg = _mm512_movepi8_mask(q);
-    const __m512i sy = _mm512_mask_sub_epi8(y, neg, _mm512_setzero_si512(), y);
-    return _mm512_cvtepi32_ps(dot_u8_i8(_mm512_abs_epi8(q), sy));
+    return _mm512_cvtepi32_ps(dot_u8_i8(w.u, _mm512_mask_sub_epi8(y, w.neg, _mm512_setzero_si512(), y)));
 }
 
-/* Row dots over 32-value blocks, four blocks (two vectors) per step, as
- * ROW_DOT_32 in quant_avx2.c: scales converted together, the last partial
- * group padded with block 0 under a zero scale, min terms on the side. */
-#define ROW_DOT_32(name, wt, xt, pair_dot, offsets)                                                          \
-    static float name(int64_t n, const void *w, const void *x) {                                             \
-        const wt *a = w;                                                                                     \
-        const xt *b = x;                                                                                     \
-        const int64_t nb = n / 32;                                                                           \
+/* Four fp16 fields as floats. */
+static inline __m128 fp16x4(uint16_t f0, uint16_t f1, uint16_t f2, uint16_t f3) {
+    return _mm_cvtph_ps(_mm_setr_epi16((short)f0, (short)f1, (short)f2, (short)f3, 0, 0, 0, 0));
+}
+
+/* Q4_1's offsets m of blocks 0, k1, k2, k3; none for the other formats. */
+static inline __m128 m_q4_1(const struct block_q4_1 *p, int k1, int k2, int k3) {
+    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
+}
+
+static inline __m128 no_min(const void *p, int k1, int k2, int k3) {
+    (void)p, (void)k1, (void)k2, (void)k3;
+    return _mm_setzero_ps();
+}
+
+/* Four blocks (two vectors) per step: the weight side (codes, scales d
+ * and offsets m of blocks 0, k1, k2, k3, scales spread over each block's
+ * 8 lanes) is made once for all rows; per row, its codes and its repeated
+ * scales are loaded as they lie. In the last, partial group the missing
+ * weight blocks repeat block 0 under a zero scale and the missing
+ * activations are loaded as zeros (`full` false: masked loads, which read
+ * nothing past the row). `min`: the format has an offset m, whose terms
+ * m * s are summed on the side. Each row's arithmetic is the same whatever
+ * nr is. */
+#define ROWS_DOT_32(name, wt, w_pair, x_pair, min, w_min)                                                    \
+    static inline __attribute__((always_inline)) void name##_group(                                          \
+        const wt *p, int cnt, const bool full, const uint8_t *xb, size_t rb, int64_t n, int64_t i, const int nr, \
+        __m512 *acc0, __m512 *acc1, __m128 *off) {                                                           \
+        const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                                  \
+        const __mmask8 m4 = (__mmask8)((1u << cnt) - 1);                                                     \
+        const __mmask16 f01 = cnt > 1 ? 0xffff : 0xff, f23 = cnt > 3 ? 0xffff : cnt > 2 ? 0xff : 0;          \
+        const __mmask64 b01 = cnt > 1 ? ~0ULL : 0xffffffffULL, b23 = cnt > 3 ? ~0ULL : cnt > 2 ? 0xffffffffULL : 0; \
         const __m512i lo = join256(_mm256_setzero_si256(), _mm256_set1_epi32(1));                            \
         const __m512i hi = join256(_mm256_set1_epi32(2), _mm256_set1_epi32(3));                              \
-        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                                      \
-        __m128 off = _mm_setzero_ps();                                                                       \
-        for (int64_t i = 0; i < nb; i += 4) {                                                                \
-            const int cnt = nb - i >= 4 ? 4 : (int)(nb - i);                                                 \
-            const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
-            const wt *p = a + i;                                                                             \
-            const xt *q = b + i;                                                                             \
-            const __m128i keep = _mm_loadu_si128((const __m128i *)quant_keep4[cnt]);                         \
-            const __m512 s = _mm512_castps128_ps512(quant_fp16_mul4(_mm_and_si128(                           \
-                keep, _mm_setr_epi16((short)p[0].d, (short)p[k1].d, (short)p[k2].d, (short)p[k3].d,           \
-                                     (short)q[0].d, (short)q[k1].d, (short)q[k2].d, (short)q[k3].d))));       \
-            acc0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(lo, s), pair_dot(p, p + k1, q, q + k1), acc0);      \
-            acc1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(hi, s), pair_dot(p + k2, p + k3, q + k2, q + k3), acc1); \
-            off = _mm_add_ps(off, offsets(p, q, k1, k2, k3, keep));                                          \
+        const __m512 wd = _mm512_castps128_ps512(_mm_maskz_mov_ps(m4, fp16x4(p[0].d, p[k1].d, p[k2].d, p[k3].d))); \
+        const __m512 wd01 = _mm512_permutexvar_ps(lo, wd), wd23 = _mm512_permutexvar_ps(hi, wd);             \
+        const __m128 wm = _mm_maskz_mov_ps(m4, w_min(p, k1, k2, k3));                                        \
+        const struct wcodes w01 = w_pair(p, p + k1), w23 = w_pair(p + k2, p + k3);                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            const int8_t *y = (const int8_t *)(xb + (size_t)r * rb) + 32 * i;                                \
+            const float *xd = (const float *)(const void *)(xb + (size_t)r * rb + n) + QUANT_D_REPEAT * i;   \
+            const __m512 d01 = full ? _mm512_loadu_ps(xd) : _mm512_maskz_loadu_ps(f01, xd);                  \
+            const __m512 d23 = full ? _mm512_loadu_ps(xd + 16) : _mm512_maskz_loadu_ps(f23, xd + 16);        \
+            const __m512i y01 = full ? _mm512_loadu_si512(y) : _mm512_maskz_loadu_epi8(b01, y);              \
+            const __m512i y23 = full ? _mm512_loadu_si512(y + 64) : _mm512_maskz_loadu_epi8(b23, y + 64);    \
+            acc0[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd01, d01), x_pair(w01, y01), acc0[r]);                  \
+            acc1[r] = _mm512_fmadd_ps(_mm512_mul_ps(wd23, d23), x_pair(w23, y23), acc1[r]);                  \
+            if (min) {                                                                                       \
+                const float *xs = (const float *)(const void *)(xb + (size_t)r * rb + n) +                   \
+                                  QUANT_D_REPEAT * (n / 32) + i;                                             \
+                off[r] = _mm_add_ps(off[r], _mm_mul_ps(wm, full ? _mm_loadu_ps(xs) : _mm_maskz_loadu_ps(m4, xs))); \
+            }                                                                                                \
         }                                                                                                    \
-        __m128 t = _mm_add_ps(off, _mm_movehl_ps(off, off));                                                 \
-        t = _mm_add_ss(t, _mm_movehdup_ps(t));                                                               \
-        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm_cvtss_f32(t);                           \
+    }                                                                                                        \
+    static inline __attribute__((always_inline)) void name##_n(int64_t n, const wt *a, const uint8_t *xb,    \
+                                                               size_t rb, const int nr, float *out, size_t os) { \
+        const int64_t nb = n / 32, full = nb / 4 * 4;                                                        \
+        __m512 acc0[4], acc1[4];                                                                             \
+        __m128 off[4];                                                                                       \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            acc0[r] = acc1[r] = _mm512_setzero_ps();                                                         \
+            off[r] = _mm_setzero_ps();                                                                       \
+        }                                                                                                    \
+        for (int64_t i = 0; i < full; i += 4)                                                                \
+            name##_group(a + i, 4, true, xb, rb, n, i, nr, acc0, acc1, off);                                 \
+        if (full < nb)                                                                                       \
+            name##_group(a + full, (int)(nb - full), false, xb, rb, n, full, nr, acc0, acc1, off);           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));                                    \
+            t = _mm_add_ss(t, _mm_movehdup_ps(t));                                                           \
+            out[(size_t)r * os] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + _mm_cvtss_f32(t);  \
+        }                                                                                                    \
+    }                                                                                                        \
+    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
+        const size_t rb = quant_planar_row_bytes(n, min);                                                    \
+        const uint8_t *x = xb;                                                                               \
+        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
+            name##_n(n, w, x, rb, 4, out, os);                                                               \
+        if (nx == 3)                                                                                         \
+            name##_n(n, w, x, rb, 3, out, os);                                                               \
+        else if (nx == 2)                                                                                    \
+            name##_n(n, w, x, rb, 2, out, os);                                                               \
+        else if (nx == 1)                                                                                    \
+            name##_n(n, w, x, rb, 1, out, os);                                                               \
     }
 
-ROW_DOT_32(dot_q4_0_q8_0, struct block_q4_0, struct block_q8_0, q4_0_pair, quant_no_offsets4)
-ROW_DOT_32(dot_q4_1_q8_1, struct block_q4_1, struct block_q8_1, q4_1_pair, quant_q4_1_offsets4)
-ROW_DOT_32(dot_q8_0_q8_0, struct block_q8_0, struct block_q8_0, q8_0_pair, quant_no_offsets4)
+ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
+ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
+ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     const struct block_q8_0 *b = src;
@@ -180,6 +246,28 @@ static void dequant_q8_0(const void *src, float *dst, int64_t n) {
             _mm512_storeu_ps(dst + j, _mm512_mul_ps(_mm512_cvtepi32_ps(v), d));
         }
     }
+}
+
+/* ---- activation quantisation ---------------------------------------- */
+
+/* max(|x|, acc) keeps acc where |x| is NaN, as fmaxf does. */
+static float absmax32(const float *x) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x)), b = _mm512_abs_ps(_mm512_loadu_ps(x + 16));
+    return _mm512_reduce_max_ps(_mm512_max_ps(b, _mm512_max_ps(a, _mm512_setzero_ps())));
+}
+
+/* Clamped in float first (max(NaN, lo) is lo), then rounded half to even
+ * by the default MXCSR mode, as lrintf. */
+static int codes32(const float *x, float id, int8_t qs[32]) {
+    const __m512 v = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    __m512i sum = _mm512_setzero_si512();
+    for (int j = 0; j < 32; j += 16) {
+        const __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + j), v), lo), hi);
+        const __m512i q = _mm512_cvtps_epi32(f);
+        _mm_storeu_si128((__m128i *)(qs + j), _mm512_cvtepi32_epi8(q));
+        sum = _mm512_add_epi32(sum, q);
+    }
+    return _mm512_reduce_add_epi32(sum);
 }
 
 /* ---- KV cache rows against f32 -------------------------------------- */
@@ -383,12 +471,14 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dot[DT_F32] = dot_f32_row;
     k->dot[DT_F16] = dot_f16_row;
     k->dot[DT_BF16] = dot_bf16_row;
-    k->dot[DT_Q4_0] = dot_q4_0_q8_0;
-    k->dot[DT_Q4_1] = dot_q4_1_q8_1;
-    k->dot[DT_Q8_0] = dot_q8_0_q8_0;
+    k->dot_rows[DT_Q4_0] = rows_q4_0_q8_0;
+    k->dot_rows[DT_Q4_1] = rows_q4_1_q8_1;
+    k->dot_rows[DT_Q8_0] = rows_q8_0_q8_0;
     k->dot[DT_Q4_K] = dot_q4_K_q8_K;
     k->dot[DT_Q5_K] = dot_q5_K_q8_K;
     k->dot[DT_Q6_K] = dot_q6_K_q8_K;
+    k->absmax32 = absmax32;
+    k->codes32 = codes32;
     k->dot_f32 = dot_f32;
     k->axpy_f32 = axpy_f32;
     k->dot_f32x[DT_F32] = dot_f32_row;

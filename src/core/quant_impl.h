@@ -19,6 +19,15 @@
 #define QK8_1 32
 #define QK_K 256
 #define K_SCALE_SIZE 12
+/* The batch form repeats each 32-value block's activation scale this many
+ * times, so that the SIMD kernels load a block's scale for the block's
+ * 8 partial sums as a vector instead of broadcasting it row by row. */
+#define QUANT_D_REPEAT 8
+
+/* Bytes of a planar batch-form row of n values; `sums`: Q8_1 activations. */
+static inline size_t quant_planar_row_bytes(int64_t n, int sums) {
+    return (size_t)n + (size_t)(n / 32) * sizeof(float) * (size_t)(QUANT_D_REPEAT + (sums != 0));
+}
 
 /* fp16 fields are kept as raw uint16_t bits. */
 struct block_q4_0 { uint16_t d; uint8_t qs[QK4_0 / 2]; };
@@ -57,36 +66,6 @@ static_assert(sizeof(struct block_q8_K) == 292, "q8_K layout");
 #include <immintrin.h>
 /* One vcvtph2ps; identical to fp16_to_f32 for every input (tested). */
 #define QUANT_H2F(h) _cvtsh_ss(h)
-
-/* Scale products of four blocks from their fp16 fields h = {w0..w3, x0..x3}:
- * one conversion instead of eight scalar ones. Zeroed entries give 0,
- * which is how the SIMD dots drop the unused slots of a final group. */
-static inline __m128 quant_fp16_mul4(__m128i h) {
-    const __m256 f = _mm256_cvtph_ps(h);
-    return _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
-}
-
-/* The min terms m * s of four Q4_1 blocks p[0], p[k1], p[k2], p[k3] and
- * their Q8_1 activations; `keep` as quant_fp16_mul4's zeroing mask. */
-static inline __m128 quant_q4_1_offsets4(const struct block_q4_1 *p, const struct block_q8_1 *q, int k1, int k2,
-                                         int k3, __m128i keep) {
-    return quant_fp16_mul4(_mm_and_si128(keep, _mm_setr_epi16((short)p[0].m, (short)p[k1].m, (short)p[k2].m,
-                                                               (short)p[k3].m, (short)q[0].s, (short)q[k1].s,
-                                                               (short)q[k2].s, (short)q[k3].s)));
-}
-
-/* The same for formats without a min. */
-static inline __m128 quant_no_offsets4(const void *p, const void *q, int k1, int k2, int k3, __m128i keep) {
-    (void)p, (void)q, (void)k1, (void)k2, (void)k3, (void)keep;
-    return _mm_setzero_ps();
-}
-
-/* For the last group of cnt < 4 blocks: keeps the first cnt of the four
- * w fields and all x fields. Index cnt. */
-static const int16_t quant_keep4[5][8] = {
-    {0, 0, 0, 0, -1, -1, -1, -1},   {-1, 0, 0, 0, -1, -1, -1, -1},  {-1, -1, 0, 0, -1, -1, -1, -1},
-    {-1, -1, -1, 0, -1, -1, -1, -1}, {-1, -1, -1, -1, -1, -1, -1, -1},
-};
 #else
 #define QUANT_H2F(h) fp16_to_f32(h)
 #endif
@@ -116,10 +95,22 @@ static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t s
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
+/* One weight row against nx activation rows in the batch form
+ * (quant_quantize_batch): out[r * out_stride], each row's arithmetic the
+ * same whatever nx is. */
+typedef void (*quant_rows_fn)(int64_t n, const void *w, const void *xb, int nx, float *out, size_t out_stride);
 
 struct quant_kernels {
     quant_dequant_fn dequant[DT_COUNT]; /* NULL: type not readable */
     quant_dot_fn dot[DT_COUNT];
+    /* dot[t]: one row of t's vec_dot type; dot_rows[t]: the batch form,
+     * which the 32-value block types have only (NULL: dot[] row by row). */
+    quant_rows_fn dot_rows[DT_COUNT];
+    /* Activation quantisation of a 32-value block: max |x_j| (NaN
+     * ignored), and the codes clamp(round_even(x_j * id), -127, 127)
+     * with their sum (NaN -> -127). */
+    float (*absmax32)(const float *x);
+    int (*codes32)(const float *x, float id, int8_t qs[32]);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
     /* KV cache rows (F32, F16, Q8_0) against plain f32 vectors:

@@ -303,12 +303,14 @@ struct dot_case {
 };
 
 /* Weights of type t (random codes if `random_codes`, else quantised
- * activations), activations quantised to the vec_dot type. */
+ * activations), activations quantised to the vec_dot type: the naive sum
+ * reads them dequantised, the kernels in the batch form. */
 static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
     const enum dtype vt = dtype_get(t)->vec_dot;
     float *xf = malloc(n * sizeof *xf), *wd = malloc(n * sizeof *wd), *xd = malloc(n * sizeof *xd),
           *off = malloc(n * sizeof *off);
-    void *w = malloc(dtype_row_bytes(t, n)), *x = malloc(dtype_row_bytes(vt, n));
+    void *w = malloc(dtype_row_bytes(t, n)), *x = malloc(dtype_row_bytes(vt, n)),
+         *xb = malloc(quant_batch_row_bytes(t, n));
     for (int64_t i = 0; i < n; i++)
         xf[i] = rnd_act();
     if (random_codes) {
@@ -321,6 +323,7 @@ static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
         free(wf);
     }
     quant_quantize_row(vt, xf, x, n);
+    quant_quantize_batch(t, xf, n, 1, xb);
     quant_dequant_row_ref(t, w, wd, n);
     quant_dequant_row_ref(vt, x, xd, n);
     row_offsets(t, w, n, off);
@@ -330,9 +333,12 @@ static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
         c.off_mag += fabs((double)off[i] * xd[i]);
         c.mag += fabs((double)wd[i] * xd[i]) + fabs((double)off[i] * xd[i]);
     }
-    c.got_simd = quant_vec_dot(t, n, w, x);
-    c.got_ref = quant_vec_dot_ref(t, n, w, x);
-    free(xf), free(wd), free(xd), free(off), free(w), free(x);
+    float got;
+    quant_vec_dot_rows(t, n, w, xb, 1, &got, 1);
+    c.got_simd = got;
+    quant_vec_dot_rows_ref(t, n, w, xb, 1, &got, 1);
+    c.got_ref = got;
+    free(xf), free(wd), free(xd), free(off), free(w), free(x), free(xb);
     return c;
 }
 
@@ -363,6 +369,77 @@ static void test_vec_dot(void **state) {
                                  c.got_ref, c.naive);
                 }
         }
+    }
+    simd_set(SIMD_AVX512);
+}
+
+/* A weight row against 1..9 activation rows (a batch of decoding sessions):
+ * each row's result is bit for bit what it gets alone, at every level. */
+static void test_vec_dot_rows(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        for (size_t t = 0; t < N_TYPES; t++) {
+            const enum dtype ty = all_types[t];
+            int64_t lens[10];
+            const int nn = row_lengths(ty, lens);
+            for (int i = 0; i < nn; i++) {
+                const int64_t n = lens[i];
+                const size_t rb = quant_batch_row_bytes(ty, n);
+                uint8_t *w = malloc(dtype_row_bytes(ty, n)), *x = malloc(9 * rb);
+                float *xf = malloc(9 * n * sizeof *xf), out[9 * 3];
+                rnd_row(ty, w, n, 0);
+                for (int64_t j = 0; j < 9 * n; j++)
+                    xf[j] = rnd_act();
+                quant_quantize_batch(ty, xf, n, 9, x);
+                for (int nx = 1; nx <= 9; nx++) {
+                    quant_vec_dot_rows(ty, n, w, x, nx, out, 3);
+                    for (int r = 0; r < nx; r++) {
+                        float alone;
+                        quant_vec_dot_rows(ty, n, w, x + r * rb, 1, &alone, 1);
+                        if (memcmp(&out[3 * r], &alone, sizeof alone) != 0)
+                            fail_msg("%s %s n=%lld nx=%d row %d: %.9g, alone %.9g", dtype_get(ty)->name,
+                                     simd_name(lv[k]), (long long)n, nx, r, out[3 * r], alone);
+                    }
+                }
+                free(w), free(x), free(xf);
+            }
+        }
+    }
+    simd_set(SIMD_AVX512);
+}
+
+/* The activation quantiser's SIMD paths give the scalar one's bytes: ties
+ * rounded to even, values past the clamp, NaN, infinities, zeros. */
+static void test_quantize_levels(void **state) {
+    (void)state;
+    enum {N = 32 * 40};
+    float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = rnd_act() * (float)(1 << (i % 7));
+    for (int i = 0; i < 32; i++) /* amax 127 -> d = 1: every x.5 is a tie */
+        x[i] = i == 0 ? 127.0f : (float)(i - 16) + 0.5f;
+    x[40] = NAN, x[70] = INFINITY, x[101] = -INFINITY, x[140] = -NAN;
+    for (int i = 160; i < 192; i++)
+        x[i] = i % 2 ? 0.0f : -0.0f;
+    x[200] = 1e30f, x[230] = -1e-30f;
+    const enum dtype types[2] = {DT_Q8_0, DT_Q8_1};
+    for (int t = 0; t < 2; t++) {
+        const size_t rb = dtype_row_bytes(types[t], N);
+        uint8_t *want = malloc(rb), *got = malloc(rb);
+        simd_set(SIMD_SCALAR);
+        quant_quantize_row(types[t], x, want, N);
+        enum simd_level lv[3];
+        const int nl = levels(lv);
+        for (int k = 0; k < nl; k++) {
+            simd_set(lv[k]);
+            quant_quantize_row(types[t], x, got, N);
+            if (memcmp(got, want, rb) != 0)
+                fail_msg("%s at %s differs from scalar", dtype_get(types[t])->name, simd_name(lv[k]));
+        }
+        free(want), free(got);
     }
     simd_set(SIMD_AVX512);
 }
@@ -632,8 +709,12 @@ static void test_unknown_type_is_harmless(void **state) {
     quant_dequant_row(DT_Q2_K, junk, y, 32);
     for (int i = 0; i < 32; i++)
         assert_true(y[i] == 0);
-    assert_true(quant_vec_dot(DT_Q3_K, 256, junk, junk) == 0);
-    assert_true(quant_vec_dot((enum dtype)77, 32, junk, junk) == 0);
+    float d[2] = {1, 1};
+    quant_vec_dot_rows(DT_Q3_K, 256, junk, junk, 1, &d[0], 1);
+    quant_vec_dot_rows((enum dtype)77, 32, junk, junk, 1, &d[1], 1);
+    assert_true(d[0] == 0 && d[1] == 0);
+    assert_int_equal(quant_batch_row_bytes(DT_Q3_K, 256), 0);
+    assert_int_equal(quant_batch_row_bytes(DT_Q4_1, 33), 0);
 }
 
 static void test_simd_levels(void **state) {
@@ -660,6 +741,7 @@ int main(void) {
         cmocka_unit_test(test_q4_0_layout),         cmocka_unit_test(test_q4_K_layout),
         cmocka_unit_test(test_q6_K_layout),         cmocka_unit_test(test_dequant_matches_ref),
         cmocka_unit_test(test_dequant_f16_all_patterns), cmocka_unit_test(test_vec_dot),
+        cmocka_unit_test(test_vec_dot_rows),        cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_f32_helpers),         cmocka_unit_test(test_quantize_error),
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
