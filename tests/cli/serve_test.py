@@ -357,6 +357,15 @@ def case_serve_image(ctx):
         status, o, _ = s.post("/v1/chat/completions", three)
         check(status == 400 and o["error"]["code"] == "too_many_images", f"--max-images: {status} {o}")
         s.stop()
+    # The root as --media-dir: every file is under it.
+    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "--media-dir", "/") as s:
+        body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file://" + img}},
+                                                           {"type": "text", "text": "What is this?"}]}],
+                "max_tokens": 6, "temperature": 0}
+        status, o3, _ = s.post("/v1/chat/completions", body)
+        check(status == 200 and o3["choices"][0]["message"]["content"] == want,
+              f"file:// under --media-dir /: {status} {o3}")
+        s.stop()
 
 
 def read_stream_start(s, body):
@@ -454,6 +463,9 @@ def case_serve_errors(ctx):
             (400, "stream a string", chat("x", stream="yes")),
             (400, "n of 2", chat("x", n=2)),
             (400, "a bad kv spec", chat("x", kv="snapkv:budgett=0.2")),
+            (400, "a media marker in the text", chat("what is in <image>?")),
+            (400, "a media marker in a text part", {"messages": [{"role": "user", "content": [
+                {"type": "text", "text": "<video> frames"}]}]}),
             (404, "another model", chat("x", model="gpt-4o")),
             (400, "a prompt over the context", chat(long_prompt[:3900])),
             (413, "a body over --max-body", chat(long_prompt * 2)),
@@ -470,7 +482,8 @@ def case_serve_errors(ctx):
         check(json.loads(data)["error"]["code"] == "context_length_exceeded", f"context: {data!r}")
         for status, method, path, body in [(404, "GET", "/nope", None), (405, "GET", "/v1/chat/completions", None),
                                            (405, "POST", "/health", "{}"), (400, "POST", "/v1/completions", {}),
-                                           (400, "POST", "/v1/completions", {"prompt": 7})]:
+                                           (400, "POST", "/v1/completions", {"prompt": 7}),
+                                           (400, "POST", "/v1/completions", {"prompt": "a <image> here"})]:
             got, _, data = s.request(method, path, body)
             check(got == status, f"{method} {path}: {got}, want {status}: {data!r}")
         # --api-key: everything but /health needs it.

@@ -79,8 +79,9 @@ static bool image_from_url(const struct server *srv, const char *url, struct ser
         if (!dir)
             return serve_error_set(e, 400, "invalid_image_url",
                     "file:// URLs are refused (the server has no --media-dir)");
+        /* Under root: root itself ends in '/' (only "/" does) or the next character of real is one. */
         if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
-            real[strlen(root)] != '/')
+            (root[strlen(root) - 1] != '/' && real[strlen(root)] != '/'))
             return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
         if (!(img->path = strdup(real)))
             return serve_error_set(e, 500, "server_error", "out of memory");
@@ -91,13 +92,25 @@ static bool image_from_url(const struct server *srv, const char *url, struct ser
     return true;
 }
 
+/* Media go in as image_url parts only: a marker in a request's text would
+ * take an image that is not there, or one meant for another marker, so it
+ * is refused here rather than when the job's prompt is built. */
+static bool text_ok(const char *t, struct serve_error *e) {
+    if (strstr(t, KVF_MARKER_IMAGE) || strstr(t, KVF_MARKER_VIDEO))
+        return serve_error_set(e, 400, "invalid_content",
+                "text may not contain %s or %s (the media markers); send images as image_url parts",
+                KVF_MARKER_IMAGE, KVF_MARKER_VIDEO);
+    return true;
+}
+
 /* A message's content: a string, or parts (text; image_url, which becomes
  * an <image> marker and an image of the job). */
 static bool content_text(const struct server *srv, const cJSON *content, struct serve_job *j, struct strbuf *b,
                          struct serve_error *e) {
     if (cJSON_IsString(content))
-        return strbuf_put(b, content->valuestring, strlen(content->valuestring)) ||
-               serve_error_set(e, 500, "server_error", "out of memory");
+        return text_ok(content->valuestring, e) &&
+               (strbuf_put(b, content->valuestring, strlen(content->valuestring)) ||
+                serve_error_set(e, 500, "server_error", "out of memory"));
     if (!cJSON_IsArray(content))
         return serve_error_set(e, 400, "invalid_type", "a message's content must be a string or an array of parts");
     const cJSON *part;
@@ -107,6 +120,8 @@ static bool content_text(const struct server *srv, const cJSON *content, struct 
             const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
             if (!t)
                 return serve_error_set(e, 400, "invalid_type", "a text part needs a string 'text'");
+            if (!text_ok(t, e))
+                return false;
             if (!strbuf_put(b, t, strlen(t)))
                 return serve_error_set(e, 500, "server_error", "out of memory");
             continue;
@@ -273,8 +288,9 @@ bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool 
         ok = chat_prompt(srv, cJSON_GetObjectItemCaseSensitive(o, "messages"), j, e);
     } else {
         const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "prompt"));
-        ok = p ? (j->text = strdup(p)) != NULL || serve_error_set(e, 500, "server_error", "out of memory")
-               : serve_error_set(e, 400, "invalid_prompt", "'prompt' must be a string");
+        ok = !p ? serve_error_set(e, 400, "invalid_prompt", "'prompt' must be a string")
+                : text_ok(p, e) && ((j->text = strdup(p)) != NULL ||
+                                    serve_error_set(e, 500, "server_error", "out of memory"));
     }
     cJSON_Delete(o);
     return ok;
