@@ -194,6 +194,23 @@ struct wcodes {
 static inline struct wcodes w_q4_0(const struct block_q4_0 *a) { return (struct wcodes){ nibbles_32(a->qs), {0} }; }
 static inline struct wcodes w_q4_1(const struct block_q4_1 *a) { return (struct wcodes){ nibbles_32(a->qs), {0} }; }
 
+/* Q5_0/Q5_1: the nibbles plus bit j of qh as bit 4 of value j. Byte j of
+ * the mask gets qh's byte j/8, and then everything but its bit j%8 set:
+ * it is all ones exactly where that bit is. */
+static inline __m256i fives_32(const uint8_t *qs, const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h),
+                                               _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                  0x0303030303030303LL));
+    const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfeLL);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(nibbles_32(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+}
+
+static inline struct wcodes w_q5_0(const struct block_q5_0 *a) { return (struct wcodes){ fives_32(a->qs, a->qh), {0} }; }
+static inline struct wcodes w_q5_1(const struct block_q5_1 *a) { return (struct wcodes){ fives_32(a->qs, a->qh), {0} }; }
+
 static inline struct wcodes w_q8_0(const struct block_q8_0 *a) {
     const __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
     return (struct wcodes){ _mm256_sign_epi8(q, q), q };
@@ -206,6 +223,12 @@ static inline __m256 x_q4_0(struct wcodes w, __m256i y) {
 }
 
 static inline __m256 x_q4_1(struct wcodes w, __m256i y) { return _mm256_cvtepi32_ps(dot_u8_i8(w.u, y)); }
+
+static inline __m256 x_q5_0(struct wcodes w, __m256i y) {
+    /* (q - 16) * y, as x_q4_0 */
+    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(w.u, y), _mm256_maddubs_epi16(_mm256_set1_epi8(16), y));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
 
 static inline __m256 x_q8_0(struct wcodes w, __m256i y) {
     /* |q| * (y with q's sign): y is within [-127, 127] (quant_q8_32) so
@@ -229,6 +252,10 @@ static inline __m128 fp16x4(uint16_t f0, uint16_t f1, uint16_t f2, uint16_t f3) 
 
 /* Q4_1's offsets m of blocks 0, k1, k2, k3; none for the other formats. */
 static inline __m128 m_q4_1(const struct block_q4_1 *p, int k1, int k2, int k3) {
+    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
+}
+
+static inline __m128 m_q5_1(const struct block_q5_1 *p, int k1, int k2, int k3) {
     return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
 }
 
@@ -302,6 +329,8 @@ static inline __m128 no_min(const void *p, int k1, int k2, int k3) {
 
 ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
 ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
+ROWS_DOT_32(rows_q5_0_q8_0, struct block_q5_0, w_q5_0, x_q5_0, 0, no_min)
+ROWS_DOT_32(rows_q5_1_q8_1, struct block_q5_1, w_q5_1, x_q4_1, 1, m_q5_1)
 ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
@@ -496,6 +525,8 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->codes32 = codes32;
     k->dot_rows[DT_Q4_0] = rows_q4_0_q8_0;
     k->dot_rows[DT_Q4_1] = rows_q4_1_q8_1;
+    k->dot_rows[DT_Q5_0] = rows_q5_0_q8_0;
+    k->dot_rows[DT_Q5_1] = rows_q5_1_q8_1;
     k->dot_rows[DT_Q8_0] = rows_q8_0_q8_0;
     k->dot[DT_Q4_K] = dot_q4_K_q8_K;
     k->dot[DT_Q5_K] = dot_q5_K_q8_K;

@@ -129,6 +129,23 @@ static inline struct wcodes w_q4_1(const struct block_q4_1 *a0, const struct blo
     return (struct wcodes){ nibbles_2x32(a0->qs, a1->qs), 0 };
 }
 
+/* Q5_0/Q5_1: the nibbles plus bit j of qh as bit 4 of value j. */
+static inline __m512i fives_2x32(const uint8_t *p, const uint8_t *ph, const uint8_t *q, const uint8_t *qh) {
+    uint32_t hp, hq;
+    memcpy(&hp, ph, 4);
+    memcpy(&hq, qh, 4);
+    const __m512i high = _mm512_maskz_set1_epi8((__mmask64)hp | (__mmask64)hq << 32, 0x10);
+    return _mm512_or_si512(nibbles_2x32(p, q), high);
+}
+
+static inline struct wcodes w_q5_0(const struct block_q5_0 *a0, const struct block_q5_0 *a1) {
+    return (struct wcodes){ fives_2x32(a0->qs, a0->qh, a1->qs, a1->qh), 0 };
+}
+
+static inline struct wcodes w_q5_1(const struct block_q5_1 *a0, const struct block_q5_1 *a1) {
+    return (struct wcodes){ fives_2x32(a0->qs, a0->qh, a1->qs, a1->qh), 0 };
+}
+
 static inline struct wcodes w_q8_0(const struct block_q8_0 *a0, const struct block_q8_0 *a1) {
     const __m512i q = acts_2x32(a0->qs, a1->qs);
     return (struct wcodes){ _mm512_abs_epi8(q), _mm512_movepi8_mask(q) };
@@ -142,6 +159,12 @@ static inline __m512 x_q4_0(struct wcodes w, __m512i y) {
 
 static inline __m512 x_q4_1(struct wcodes w, __m512i y) { return _mm512_cvtepi32_ps(dot_u8_i8(w.u, y)); }
 
+static inline __m512 x_q5_0(struct wcodes w, __m512i y) {
+    /* (q - 16) * y, as x_q4_0 */
+    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(w.u, y), _mm512_maddubs_epi16(_mm512_set1_epi8(16), y));
+    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+}
+
 static inline __m512 x_q8_0(struct wcodes w, __m512i y) {
     /* |q| * (y with q's sign); y is within [-127, 127] (quant_q8_32). */
     return _mm512_cvtepi32_ps(dot_u8_i8(w.u, _mm512_mask_sub_epi8(y, w.neg, _mm512_setzero_si512(), y)));
@@ -154,6 +177,10 @@ static inline __m128 fp16x4(uint16_t f0, uint16_t f1, uint16_t f2, uint16_t f3) 
 
 /* Q4_1's offsets m of blocks 0, k1, k2, k3; none for the other formats. */
 static inline __m128 m_q4_1(const struct block_q4_1 *p, int k1, int k2, int k3) {
+    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
+}
+
+static inline __m128 m_q5_1(const struct block_q5_1 *p, int k1, int k2, int k3) {
     return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
 }
 
@@ -235,6 +262,8 @@ static inline __m128 no_min(const void *p, int k1, int k2, int k3) {
 
 ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
 ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
+ROWS_DOT_32(rows_q5_0_q8_0, struct block_q5_0, w_q5_0, x_q5_0, 0, no_min)
+ROWS_DOT_32(rows_q5_1_q8_1, struct block_q5_1, w_q5_1, x_q4_1, 1, m_q5_1)
 ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
@@ -335,15 +364,22 @@ static inline float k4_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
     return (float)_mm_cvtsi128_si32(s);
 }
 
-/* Q4_K (q5 = 0) and Q5_K (q5 = 1); one 64-value chunk (two sub-blocks) per
- * vector: low nibbles in the low half, high nibbles in the high half, which
- * is exactly the order of the 64 activations. */
-static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5) {
-    const struct block_q8_K *b = x;
+/* Q4_K (q5 = 0) and Q5_K (q5 = 1) against up to four Q8_K rows of a batch
+ * form (rows rb bytes apart); one 64-value chunk (two sub-blocks) per
+ * vector: low nibbles in the low half, high nibbles in the high half,
+ * which is exactly the order of the 64 activations. A weight block's codes
+ * and scales are unpacked once for all rows; each row's arithmetic is the
+ * same whatever nr is. */
+static inline __attribute__((always_inline)) void k4_rows_n(int64_t n, const void *w, const uint8_t *xb, size_t rb,
+                                                            const int q5, const int nr, float *out, size_t os) {
     const size_t stride = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(0x0f), bit4 = _mm512_set1_epi8(0x10);
-    __m512 acc = _mm512_setzero_ps();
-    float mins = 0;
+    __m512 acc[4];
+    float mins[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+        acc[r] = _mm512_setzero_ps();
+        mins[r] = 0;
+    }
     for (int64_t i = 0; i < n / QK_K; i++) {
         const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
         const struct block_q4_K *a4 = (const void *)a5;
@@ -358,27 +394,49 @@ static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5
             const __m256i h = _mm256_loadu_si256((const __m256i *)a5->qh);
             hb = join256(h, _mm256_srli_epi16(h, 1));
         }
-        __m512i sumi = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
+        __m512i q[4], s[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m512i q = _mm512_and_si512(join256(raw, _mm256_srli_epi16(raw, 4)), m4);
+            q[j] = _mm512_and_si512(join256(raw, _mm256_srli_epi16(raw, 4)), m4);
             if (q5) {
-                q = _mm512_or_si512(q, _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
+                q[j] = _mm512_or_si512(q[j], _mm512_and_si512(_mm512_slli_epi16(hb, 4), bit4));
                 hb = _mm512_srli_epi16(hb, 2);
             }
-            const __m512i y = _mm512_loadu_si512(b[i].qs + 64 * j);
-            const __m512i s = _mm512_permutexvar_epi16(k4_index(j), scales);
-            sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q, y), s));
+            s[j] = _mm512_permutexvar_epi16(k4_index(j), scales);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a4->d) * b[i].d), _mm512_cvtepi32_ps(sumi), acc);
-        mins += QUANT_H2F(a4->dmin) * b[i].d * k4_min_term(mn, b[i].bsums);
+        const float d = QUANT_H2F(a4->d), dmin = QUANT_H2F(a4->dmin);
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+            const struct block_q8_K *b = (const struct block_q8_K *)(const void *)(xb + (size_t)r * rb) + i;
+            __m512i sumi = _mm512_setzero_si512();
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+                const __m512i y = _mm512_loadu_si512(b->qs + 64 * j);
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[j], y), s[j]));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * b->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+            mins[r] += dmin * b->d * k4_min_term(mn, b->bsums);
+        }
     }
-    return _mm512_reduce_add_ps(acc) - mins;
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = _mm512_reduce_add_ps(acc[r]) - mins[r];
 }
 
-static float dot_q4_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 0); }
-static float dot_q5_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 1); }
+/* A rows kernel from its four-row body: rows in fours, then the rest. */
+#define ROWS_BY_4(name, body, ...)                                                                           \
+    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
+        const size_t rb = dtype_row_bytes(DT_Q8_K, n);                                                       \
+        const uint8_t *x = xb;                                                                               \
+        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
+            body(n, w, x, rb, __VA_ARGS__, 4, out, os);                                                      \
+        if (nx == 3)                                                                                         \
+            body(n, w, x, rb, __VA_ARGS__, 3, out, os);                                                      \
+        else if (nx == 2)                                                                                    \
+            body(n, w, x, rb, __VA_ARGS__, 2, out, os);                                                      \
+        else if (nx == 1)                                                                                    \
+            body(n, w, x, rb, __VA_ARGS__, 1, out, os);                                                      \
+    }
+
+ROWS_BY_4(rows_q4_K_q8_K, k4_rows_n, 0)
+ROWS_BY_4(rows_q5_K_q8_K, k4_rows_n, 1)
 
 static void dequant_q4_K(const void *src, float *dst, int64_t n) {
     const struct block_q4_K *b = src;
@@ -411,31 +469,40 @@ static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m512i q[2]) 
     q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), _mm512_and_si512(down, m2));
 }
 
-static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
+/* Q6_K against up to four Q8_K rows, as k4_rows_n. The codes are stored
+ * +32: each row subtracts 32 * sum_g sc_g * bsums_g once per block. */
+static inline __attribute__((always_inline)) void q6_rows_n(int64_t n, const void *w, const uint8_t *xb, size_t rb,
+                                                            const int unused, const int nr, float *out, size_t os) {
+    (void)unused;
     const struct block_q6_K *a = w;
-    const struct block_q8_K *b = x;
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
         const __m512i scales = _mm512_castsi256_si512(sc16);
-        /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
-        const __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)b[i].bsums));
-        __m512i sumi = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), bias), 5));
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i q[2];
-            q6_codes(a[i].ql + 64 * h, a[i].qh + 32 * h, q);
-            #pragma GCC unroll 2
-            for (int c = 0; c < 2; c++) {
-                const __m512i y = _mm512_loadu_si512(b[i].qs + 128 * h + 64 * c);
-                const __m512i s = _mm512_permutexvar_epi16(q6_index(2 * h + c), scales);
-                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[c], y), s));
-            }
+        __m512i q[4], s[4];
+        _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+            q6_codes(a[i].ql + 64 * h, a[i].qh + 32 * h, q + 2 * h);
+            s[2 * h] = _mm512_permutexvar_epi16(q6_index(2 * h), scales);
+            s[2 * h + 1] = _mm512_permutexvar_epi16(q6_index(2 * h + 1), scales);
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a[i].d) * b[i].d), _mm512_cvtepi32_ps(sumi), acc);
+        const float d = QUANT_H2F(a[i].d);
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+            const struct block_q8_K *b = (const struct block_q8_K *)(const void *)(xb + (size_t)r * rb) + i;
+            const __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)b->bsums));
+            __m512i sumi = _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), bias), 5));
+            _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+                const __m512i y = _mm512_loadu_si512(b->qs + 64 * c);
+                sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(_mm512_maddubs_epi16(q[c], y), s[c]));
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(d * b->d), _mm512_cvtepi32_ps(sumi), acc[r]);
+        }
     }
-    return _mm512_reduce_add_ps(acc);
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = _mm512_reduce_add_ps(acc[r]);
 }
+
+ROWS_BY_4(rows_q6_K_q8_K, q6_rows_n, 0)
 
 /* dst[0..15] = ds * v (16 signed bytes). */
 static inline void q6_store16(float *dst, float ds, __m128i v) {
@@ -473,10 +540,12 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dot[DT_BF16] = dot_bf16_row;
     k->dot_rows[DT_Q4_0] = rows_q4_0_q8_0;
     k->dot_rows[DT_Q4_1] = rows_q4_1_q8_1;
+    k->dot_rows[DT_Q5_0] = rows_q5_0_q8_0;
+    k->dot_rows[DT_Q5_1] = rows_q5_1_q8_1;
     k->dot_rows[DT_Q8_0] = rows_q8_0_q8_0;
-    k->dot[DT_Q4_K] = dot_q4_K_q8_K;
-    k->dot[DT_Q5_K] = dot_q5_K_q8_K;
-    k->dot[DT_Q6_K] = dot_q6_K_q8_K;
+    k->dot_rows[DT_Q4_K] = rows_q4_K_q8_K;
+    k->dot_rows[DT_Q5_K] = rows_q5_K_q8_K;
+    k->dot_rows[DT_Q6_K] = rows_q6_K_q8_K;
     k->absmax32 = absmax32;
     k->codes32 = codes32;
     k->dot_f32 = dot_f32;
