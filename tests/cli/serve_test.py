@@ -215,8 +215,7 @@ def case_serve_api(ctx):
             peak_active = max(peak_active, s.metrics()["kvfold_sessions_active"])
             status, _, data = s.request("GET", "/slots")
             for slot in json.loads(data):
-                check(slot["kv_bytes"] <= slot["kv_reserved_bytes"] and slot["tokens_seen"] >= slot["n_prompt"],
-                      f"/slots: {slot}")
+                check_slot(slot)
             time.sleep(0.05)
         check(results == want, f"8 sessions at once: {results} vs {want}")
         check(peak_active >= 2, f"sessions ran together (at most {peak_active} seen)")
@@ -242,16 +241,48 @@ def case_serve_api(ctx):
         s.stop()
 
 
+def check_slot(slot):
+    """What a /slots entry must say in its state: ids and counts, no text."""
+    check(set(slot) >= {"id", "state", "policy", "tokens_seen", "kv_entries", "kv_bytes", "kv_reserved_bytes"} and
+          not set(slot) & {"prompt", "text", "messages", "content"}, f"/slots fields: {slot}")
+    state = slot["state"]
+    if state == "running":
+        check(slot["kv_bytes"] <= slot["kv_reserved_bytes"] and slot["tokens_seen"] >= slot["n_prompt"] > 0 and
+              slot["kv_entries"] > 0 and slot["n_prompt"] + slot["n_gen"] <= slot["n_ctx"], f"/slots: {slot}")
+    elif state == "filling":  # the prompt going in by parts: positions in so far of n_prompt
+        check(slot["kv_bytes"] <= slot["kv_reserved_bytes"] and 0 <= slot["tokens_seen"] < slot["n_prompt"] and
+              slot["kv_reserved_bytes"] > 0, f"/slots: {slot}")
+    elif state == "queued":  # not tokenized (n_prompt 0), or waiting for kv_needed_bytes to fit
+        check(slot["queue_position"] >= 1 and slot["kv_bytes"] == slot["kv_reserved_bytes"] == 0 and
+              slot["tokens_seen"] == slot["kv_entries"] == 0 and
+              (slot["n_prompt"] == 0) == (slot["kv_needed_bytes"] == 0), f"/slots: {slot}")
+    else:  # a cached session keeps its bytes reserved
+        check(state == "idle" and slot["tokens_seen"] > 0 and 0 < slot["kv_bytes"] == slot["kv_reserved_bytes"] and
+              slot["kv_entries"] > 0, f"/slots: {slot}")
+
+
+def slots(s):
+    status, _, data = s.request("GET", "/slots")
+    check(status == 200, f"/slots: {status}")
+    got = json.loads(data)
+    for slot in got:
+        check_slot(slot)
+    return got
+
+
 def case_serve_cache(ctx):
     """--cache-sessions: a conversation's next turn goes on in the session of the turn before (its prompt starts
     with what that session holds). On the full cache it answers as a server without the cache does (bit for bit:
     the same passes); under a compressing policy it goes on from what the policy kept, so only an answer is asked
-    for. Another conversation gets a session of its own; cached sessions stay inside the budget."""
+    for. Another conversation gets a session of its own; cached sessions stay inside the budget. /slots shows the
+    cached sessions (idle), and a prompt going in by parts (filling) while another request waits (queued): with
+    --parallel 1 the second waits for the whole of the first."""
     model = ctx.model(SMOL)
     first = chat(PASSAGE + " Summarise.", max_tokens=8)
     answers = {}
     for cache in ("0", "2"):
-        with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--cache-sessions", cache) as s:
+        with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "1", "--cache-sessions", cache) as s:
+            ids = []
             for kv in (None, "snapkv:budget=0.5"):
                 extra = {"kv": kv} if kv else {}
                 status, o1, _ = s.post("/v1/chat/completions", dict(first, **extra))
@@ -260,6 +291,7 @@ def case_serve_cache(ctx):
                     {"role": "assistant", "content": o1["choices"][0]["message"]["content"]},
                     {"role": "user", "content": "And what did the baker sell?"}], **extra)
                 status, o2, _ = s.post("/v1/chat/completions", turn2)
+                ids.append(int(o2["id"].split("-")[1]))
                 cached = o2["usage"]["prompt_tokens_details"]["cached_tokens"]
                 if cache == "0":
                     check(cached == 0, f"no cache, yet {cached} cached tokens")
@@ -275,10 +307,49 @@ def case_serve_cache(ctx):
                 check(m["kvfold_sessions_cached"] == 2 and m["kvfold_prompt_tokens_reused_total"] > 0 and
                       0 < m["kvfold_kv_bytes_reserved"] <= m["kvfold_kv_bytes_budget"] and
                       m["kvfold_sessions_active"] == 0, f"metrics with cached sessions: {m}")
+                # /slots: the two cached sessions, oldest first (snapkv's turn 2, then o3's), their bytes reserved
+                idle = slots(s)
+                check([(x["state"], x["id"], x["policy"]) for x in idle] ==
+                      [("idle", ids[1], "snapkv:budget=0.5"), ("idle", int(o3["id"].split("-")[1]), "full")] and
+                      sum(x["kv_reserved_bytes"] for x in idle) == m["kvfold_kv_bytes_reserved"], f"/slots: {idle}")
+                slots_fill_and_queue(s)
             s.stop()
     plain, cached = answers[None]
     check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")
     check(all(answers["snapkv:budget=0.5"]), f"snapkv: {answers['snapkv:budget=0.5']}")
+
+
+def slots_fill_and_queue(s):
+    """Two long prompts at once on a --parallel 1 server: /slots shows the first filling (its positions in so far
+    growing by parts of -b) while the second is queued (first in the queue, not yet tokenized), then the first
+    running; afterwards both are cached (idle)."""
+    out = [None, None]
+
+    def one(i):
+        body = chat(f"Request {i}: " + PASSAGE + " Summarise.", max_tokens=12, ignore_eos=True)
+        out[i] = s.post("/v1/chat/completions", body)
+
+    first, second = (threading.Thread(target=one, args=(i,)) for i in range(2))
+    first.start()
+    states, filled, deadline = set(), [], time.time() + 120
+    while (first.is_alive() or second.is_alive()) and time.time() < deadline:
+        got = slots(s)
+        states |= {x["state"] for x in got if x["state"] != "idle"}
+        filled += [x["tokens_seen"] for x in got if x["state"] == "filling"]
+        if filled and not second.ident:  # the second comes while the first's prompt goes in
+            second.start()
+        queued = [x for x in got if x["state"] == "queued"]
+        check(len(queued) <= 1 and all(x["queue_position"] == 1 for x in queued), f"/slots: {got}")
+        check(sum(x["state"] in ("running", "filling") for x in got) <= 1, f"--parallel 1: {got}")
+        time.sleep(0.005)
+    check(second.ident, f"the first prompt was never seen filling: {states}")
+    first.join()
+    second.join()
+    check(all(o and o[0] == 200 for o in out), f"the two long prompts: {out}")
+    check(states >= {"filling", "queued", "running"}, f"/slots showed {states} (want filling, queued, running)")
+    check(len(set(filled)) >= 2, f"a filling prompt's positions grow by parts: {filled}")
+    idle = slots(s)
+    check([x["id"] for x in idle] == [int(o[1]["id"].split("-")[1]) for o in out], f"/slots after: {idle}")
 
 
 def openai_client(s, want):
@@ -382,46 +453,127 @@ def read_stream_start(s, body):
     return sock
 
 
+def rss_bytes(pid):
+    """A process's resident memory (VmRSS of /proc/PID/status), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
+
+
+def leave_mid_stream(s, body, deadline):
+    """A streaming request whose client hangs up after the first event (retried while the queue is full); True
+    when it got a stream and left it."""
+    data = json.dumps(dict(body, stream=True)).encode()
+    while time.time() < deadline:
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(data) + data)
+        got = b""
+        while b"\r\n\r\n" not in got or (got.startswith(b"HTTP/1.1 200") and b"data: " not in got):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        sock.close()
+        if got.startswith(b"HTTP/1.1 200") and b"data: " in got:
+            return True
+        check(got.startswith(b"HTTP/1.1 503"), f"a client that leaves: {got[:300]!r}")
+        time.sleep(0.2)
+    return False
+
+
 def case_serve_load(ctx):
     model = ctx.model(SMOL)
-    budget = 12 * 1024 * 1024
-    with serving(ctx, "-m", model, "-t", "2", "--parallel", "4", "--queue", "40", "--kv-memory", "12MiB",
+    MiB = 1024 * 1024
+    budget, parallel, n_clients = 12 * MiB, 4, 64
+    with serving(ctx, "-m", model, "-t", "2", "--parallel", str(parallel), "--queue", "40", "--kv-memory", "12MiB",
                  "--kv", "snapkv:budget=0.5") as s:
+        # The server's resident memory: after startup it holds the code and the weights (mapped, and touched by
+        # the one-token prefill that measures a position's bytes before it listens). Under load it may hold
+        # besides, at once:
+        #  - the KV caches: at most --kv-memory, by the admission rule (checked below through /metrics);
+        #  - each session's own buffers, for at most --parallel sessions (the filling one included: it is
+        #    admitted only when a slot is free). For SmolLM2-135M (embedding E 576, feed-forward F 1536, kv
+        #    width 192, 30 layers, vocabulary 49152) with the default -b 512, --ctx-size 4096 and -t 2: forward
+        #    buffers for 512 rows, gate and up 2*512*F*4 = 6 MiB, the matmul scratch 512*F*4 = 3 MiB, x, xn, q and
+        #    att 4*512*E*4 = 4.5 MiB, k and v 2*512*192*4 = 0.75 MiB, attention 2 threads*32*4096*4 = 1 MiB;
+        #    snapkv's query window 30*32*E*4 = 2.1 MiB; logits and the sampler's candidates 49152*12 = 0.6 MiB;
+        #    statistics and tags by position, under 1 MiB: SESSION = 20 MiB each;
+        #  - process-wide buffers: a decode step's (the matmul scratch of 512 rows, 3 MiB, and the logits of
+        #    every row) and OpenBLAS's packing buffers (about 1 MiB a thread): 8 MiB;
+        #  - a thread per connection (stack pages, a malloc arena, the request and its event buffer): 256 KiB
+        #    for each of the 64 clients, 16 MiB;
+        #  - 16 MiB of slack for the allocator's fragmentation (KV heads grow by reallocation) and the prompts.
+        # glibc keeps much of what it freed: its mmap threshold rises to the largest block freed (a session's
+        # 3 MiB buffers, up to 32 MiB) and then such blocks come from arenas it trims only when their free top
+        # passes twice that, so after the load the server may keep up to what it used at once — everything
+        # above but a decode step's buffers and the slack. A leak of the sessions' memory instead grows with
+        # the sessions run (over 40 here, each with SESSION of buffers and up to 7 MiB of KV).
+        SESSION = 20 * MiB
+        rss0 = rss_bytes(s.p.pid)
+        retained = budget + parallel * SESSION + 8 * MiB + n_clients * 256 * 1024
+        rss_bound = rss0 + retained + 16 * MiB
         # 64 streaming clients at once, mixed policies, a tight budget: those the queue (40) cannot hold get 503.
+        # Four of them hang up after their first event (and retry while the queue is full).
         policies = [None, "h2o:budget=0.3", "streaming:budget=0.5", "snapkv:budget=0.2+decode=h2o"]
-        outcomes = [None] * 64
+        leavers = {i for i in range(n_clients) if i % 16 == 15}
+        outcomes = [None] * n_clients
 
         def client(i):
             body = chat(f"Story {i}: " + PASSAGE[: 80 + 7 * (i % 24)] + " Go on.", max_tokens=6 + i % 5, seed=i)
             body["temperature"] = 0.7
             if policies[i % 4]:
                 body["kv"] = policies[i % 4]
+            if i in leavers:  # 40 tokens would take far longer than it takes to notice the hang-up
+                outcomes[i] = ("left", leave_mid_stream(s, dict(body, max_tokens=40, ignore_eos=True),
+                                                        time.time() + 60))
+                return
             status, _, data = s.request("POST", "/v1/chat/completions", dict(body, stream=True))
             outcomes[i] = (status, data)
 
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
         for t in threads:
             t.start()
-        samples, queued = [], [0]
+        samples, queued, rss = [], [0], [rss0]
         while any(t.is_alive() for t in threads):
             m = s.metrics()
+            rss.append(rss_bytes(s.p.pid))  # at the moment /metrics is read
             samples.append(m["kvfold_kv_bytes_in_use"])
             queued.append(m["kvfold_sessions_queued"])
             time.sleep(0.02)
         for t in threads:
             t.join()
-        statuses = [o[0] for o in outcomes]
-        check(set(statuses) <= {200, 503} and statuses.count(200) >= 40, f"statuses: {statuses}")
+        statuses = [o[0] for i, o in enumerate(outcomes) if i not in leavers]
+        check(set(statuses) <= {200, 503} and statuses.count(200) >= 40 - len(leavers), f"statuses: {statuses}")
+        check(all(outcomes[i] == ("left", True) for i in leavers), f"the clients that leave: {outcomes}")
         check(max(q for q in queued) > 0, "requests waited for memory or a slot")
-        for status, data in outcomes:
+        for i, (status, data) in enumerate(outcomes):
+            if i in leavers:
+                continue
             if status == 200:
                 check(data.endswith(b"data: [DONE]\n\n") and b'"finish_reason":"' in data, f"a stream: {data[-200:]}")
             else:
                 check(json.loads(data)["error"]["code"] == "queue_full", f"503 body: {data!r}")
+        # The sessions of the clients that left go at the next step after the hang-up is noticed.
+        deadline = time.time() + 10
+        while time.time() < deadline and (m := s.metrics())["kvfold_sessions_active"] + m["kvfold_sessions_queued"]:
+            time.sleep(0.05)
         m = s.metrics()
         check(max(samples) <= budget and m["kvfold_kv_bytes_peak"] <= budget and max(samples) > 0,
               f"KV in use {max(samples)} / peak {m['kvfold_kv_bytes_peak']} within {budget}")
-        check(m["kvfold_sessions_active"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"all freed: {m}")
+        check(m["kvfold_sessions_active"] == 0 and m["kvfold_sessions_queued"] == 0 and
+              m["kvfold_kv_bytes_in_use"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"all freed: {m}")
+        check(slots(s) == [], "/slots is empty after the load")
+        rss_after = rss_bytes(s.p.pid)
+        print(f"server RSS: {rss0 / MiB:.1f} MiB after startup, {max(rss) / MiB:.1f} MiB at most under load "
+              f"(bound {rss_bound / MiB:.1f}), {rss_after / MiB:.1f} MiB after (bound "
+              f"{(rss0 + retained) / MiB:.1f})")
+        check(max(rss) <= rss_bound, f"server RSS {max(rss)} under load, over {rss_bound} "
+              f"(after startup {rss0} + {retained + 16 * MiB})")
+        check(rss_after <= rss0 + retained, f"server RSS {rss_after} after the load, {rss_after - rss0} over "
+              f"its {rss0} after startup (allowed {retained}): the sessions' memory leaks")
         # A request that alone exceeds the budget: 413 with the numbers.
         status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=3000))
         check(status == 413 and str(budget) in o["error"]["message"], f"over the budget alone: {status} {o}")
@@ -429,13 +581,15 @@ def case_serve_load(ctx):
         cut, story = [], chat("Write a long story about a dragon.", max_tokens=200, stream=True)
         t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions", story)))
         t.start()
-        while not json.loads(s.request("GET", "/slots")[2]) and t.is_alive():
+        while not any(x["state"] == "running" for x in slots(s)) and t.is_alive():
             time.sleep(0.02)
         s.stop()
         t.join()
         status, _, data = cut[0]
         check(status == 200 and b"shutting_down" in data and data.endswith(b"data: [DONE]\n\n"),
               f"a stream cut by SIGTERM: {data[-300:]!r}")
+        n_cut = sum(bool(re.search(r"POST /v1/chat/completions 200 .*\(cut\)$", line)) for line in s.log)
+        check(n_cut >= len(leavers), f"{n_cut} requests logged as cut, {len(leavers)} clients left mid-stream")
 
 
 def case_serve_errors(ctx):

@@ -424,23 +424,59 @@ static enum MHD_Result handle_models(struct MHD_Connection *c, struct request *r
     return respond_json(c, r, 200, o);
 }
 
+/* One /slots entry: what every state shows (ids and counts, never a
+ * request's text). */
+static cJSON *slot_json(const struct server *srv, int id, const char *state, const char *kv, int tokens_seen,
+                        int entries, size_t bytes, size_t reserved) {
+    const char *policy = kv ? kv : srv->a->kv;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "state", state);
+    cJSON_AddStringToObject(o, "policy", policy ? policy : "full");
+    cJSON_AddNumberToObject(o, "tokens_seen", tokens_seen);
+    cJSON_AddNumberToObject(o, "kv_entries", entries);
+    cJSON_AddNumberToObject(o, "kv_bytes", (double)bytes);
+    cJSON_AddNumberToObject(o, "kv_reserved_bytes", (double)reserved);
+    return o;
+}
+
+/* Every session the scheduler holds: running (decoding), filling (its
+ * prompt going in by parts), queued (in queue order) and idle (cached for a
+ * next turn, oldest first: the first freed). */
 static enum MHD_Result handle_slots(struct MHD_Connection *c, struct request *r) {
     struct server *srv = r->srv;
     cJSON *arr = cJSON_CreateArray();
     pthread_mutex_lock(&srv->mu);
     for (int i = 0; i < srv->n_active; i++) {
         const struct serve_job *j = srv->active[i];
-        const char *policy = j->kv ? j->kv : srv->a->kv;
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "id", j->id);
-        cJSON_AddStringToObject(o, "policy", policy ? policy : "full");
+        cJSON *o = slot_json(srv, j->id, "running", j->kv, j->n_past, j->kv_entries, j->kv_bytes, j->reserved);
         cJSON_AddNumberToObject(o, "n_prompt", j->n_prompt);
+        cJSON_AddNumberToObject(o, "n_cached", j->n_reused);
         cJSON_AddNumberToObject(o, "n_gen", j->n_gen);
-        cJSON_AddNumberToObject(o, "tokens_seen", j->n_past);
         cJSON_AddNumberToObject(o, "n_ctx", j->n_ctx);
-        cJSON_AddNumberToObject(o, "kv_bytes", (double)j->kv_bytes);
-        cJSON_AddNumberToObject(o, "kv_reserved_bytes", (double)j->reserved);
         cJSON_AddItemToArray(arr, o);
+    }
+    const struct serve_job *f = srv->filling;
+    if (f) { /* tokens_seen: the prompt's positions in so far, of n_prompt */
+        cJSON *o = slot_json(srv, f->id, "filling", f->kv, f->n_past, f->kv_entries, f->kv_bytes, f->reserved);
+        cJSON_AddNumberToObject(o, "n_prompt", f->n_prompt);
+        cJSON_AddNumberToObject(o, "n_cached", f->n_reused);
+        cJSON_AddNumberToObject(o, "n_ctx", f->n_ctx);
+        cJSON_AddItemToArray(arr, o);
+    }
+    int pos = 0;
+    for (const struct serve_job *j = srv->head; j; j = j->next) {
+        /* Nothing reserved yet; the head, once tokenized, may wait for
+         * kv_needed_bytes to fit (n_prompt 0: not tokenized yet). */
+        cJSON *o = slot_json(srv, j->id, "queued", j->kv, 0, 0, 0, 0);
+        cJSON_AddNumberToObject(o, "queue_position", ++pos);
+        cJSON_AddNumberToObject(o, "n_prompt", j->n_prompt);
+        cJSON_AddNumberToObject(o, "kv_needed_bytes", (double)j->reserved);
+        cJSON_AddItemToArray(arr, o);
+    }
+    for (int i = 0; i < srv->n_idle; i++) { /* a cached session's bytes stay reserved */
+        const struct serve_idle *ci = &srv->idle[i];
+        cJSON_AddItemToArray(arr, slot_json(srv, ci->id, "idle", ci->kv, ci->n, ci->entries, ci->bytes, ci->bytes));
     }
     pthread_mutex_unlock(&srv->mu);
     return respond_json(c, r, 200, arr);

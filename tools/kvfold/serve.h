@@ -51,6 +51,7 @@ struct serve_job {
     size_t ready;             /* bytes of out that can be sent: no stop sequence or UTF-8 character cut */
     const char *finish;       /* "stop" or "length" */
     int n_prompt, n_gen, n_past;
+    int kv_entries;           /* entries its cache holds, all layers and kv heads (/slots) */
     size_t kv_bytes, kv_full, kv_kept, kv_peak, reserved;
     pthread_cond_t cv;
     struct serve_job *next;   /* the queue */
@@ -71,11 +72,13 @@ struct serve_job {
 /* A finished conversation's session, kept for its next turn
  * (--cache-sessions) inside the KV budget. */
 struct serve_idle {
+    int id;                   /* the request whose session it was (/slots) */
     struct kvf_session *s;
     int64_t *keys;            /* [n] what its cache holds, position by position */
     int n;
     char *kv;                 /* its policy; NULL: the server's */
     size_t bytes;             /* its KV bytes, reserved while it waits */
+    int entries;              /* the entries its cache holds (/slots) */
 };
 
 struct server {
@@ -94,7 +97,8 @@ struct server {
     int n_queued;
     struct serve_job **active;
     int n_active;
-    struct serve_job *filling; /* admitted, its prompt going in a part per turn (one at a time) */
+    struct serve_job *filling; /* admitted (from the moment it leaves the queue), its prompt going in a part
+                                * per turn (one at a time) */
     struct serve_idle *idle;  /* [--cache-sessions], oldest first */
     int n_idle;
     bool stopping;

@@ -62,6 +62,19 @@ size_t sched_reserve_bytes(const struct server *srv, int n) {
     return srv->pos_bytes * (size_t)MAX(n + n / 8, 16);
 }
 
+/* The entries a session's cache holds, over all layers and kv heads (for
+ * /slots; the session is the scheduler's). */
+static int session_entries(const struct server *srv, const struct kvf_session *s) {
+    int sum = 0;
+    for (int l = 0; l < srv->info.n_layer; l++)
+        for (int g = 0; g < srv->info.n_head_kv; g++) {
+            int n = 0;
+            kvf_session_kv_tags(s, l, g, &n);
+            sum += n;
+        }
+    return sum;
+}
+
 /* ------------------------------------------------------ cached sessions -- */
 
 static void idle_drop(struct server *srv, int i) {
@@ -83,8 +96,8 @@ static void idle_push(struct server *srv, struct serve_job *j) {
     if (srv->n_idle == srv->a->cache_sessions)
         idle_drop(srv, 0);
     struct serve_idle *c = &srv->idle[srv->n_idle++];
-    *c = (struct serve_idle){ .s = j->s, .keys = j->keys, .n = j->n_keys, .kv = kv,
-                              .bytes = kvf_session_kv_bytes(j->s) };
+    *c = (struct serve_idle){ .id = j->id, .s = j->s, .keys = j->keys, .n = j->n_keys, .kv = kv,
+                              .bytes = kvf_session_kv_bytes(j->s), .entries = session_entries(srv, j->s) };
     srv->reserved += c->bytes;
     j->s = NULL;
     j->keys = NULL;
@@ -122,6 +135,7 @@ static void job_end(struct server *srv, struct serve_job *j, const char *finish)
         j->kv_bytes = kvf_session_kv_bytes(j->s);
         j->kv_peak = kvf_session_kv_peak_bytes(j->s);
         j->n_past = kvf_session_n_past(j->s);
+        j->kv_entries = session_entries(srv, j->s);
     }
     srv->reserved -= j->reserved;
     j->reserved = 0;
@@ -363,6 +377,13 @@ static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool
     return true;
 }
 
+/* What /slots shows of the job's session, copied under the lock. */
+static void job_progress(const struct server *srv, struct serve_job *j) {
+    j->n_past = kvf_session_n_past(j->s);
+    j->kv_bytes = kvf_session_kv_bytes(j->s);
+    j->kv_entries = session_entries(srv, j->s);
+}
+
 static void queue_pop(struct server *srv) {
     srv->head = srv->head->next;
     if (!srv->head)
@@ -412,14 +433,18 @@ static bool sched_admit(struct server *srv) {
         idle_drop(srv, hit);
     }
     if (ok) {
+        /* filling from now on (/slots shows it), though its session opens
+         * without the lock */
         srv->reserved += j->reserved;
+        srv->filling = j;
         pthread_mutex_unlock(&srv->mu);
         ok = job_open(srv, j, &e);
         pthread_mutex_lock(&srv->mu);
     }
     if (ok) {
-        srv->filling = j;
+        job_progress(srv, j);
     } else {
+        srv->filling = NULL;
         job_end(srv, j, NULL);
         job_fail(j, e.status, e.code, "%s", e.msg);
         job_unref(j);
@@ -453,6 +478,7 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
         pthread_mutex_unlock(&srv->mu);
         ok = job_fill(srv, j, &tok, &done, &kv_full, &e);
         pthread_mutex_lock(&srv->mu);
+        job_progress(srv, j);
     }
     if (ok && !done && !j->cancelled)
         return true;
@@ -465,14 +491,13 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
             job_fail(j, e.status, e.code, "%s", e.msg);
     } else {
         j->kv_full = kv_full;
-        j->kv_kept = j->kv_bytes = kvf_session_kv_bytes(j->s);
+        j->kv_kept = j->kv_bytes; /* job_progress read it after the compression */
         const size_t r = job_reserve_after_compress(srv, j);
         srv->reserved -= j->reserved - r;
         j->reserved = r;
         srv->compressions++;
         srv->by_policy[policy_index(j->kv ? j->kv : srv->a->kv)]++;
         srv->prompt_tokens += (uint64_t)j->n_prompt;
-        j->n_past = kvf_session_n_past(j->s);
         j->state = JOB_RUNNING;
         if (job_take_token(srv, j, tok, piece, cap)) {
             srv->active[srv->n_active++] = j;
@@ -553,8 +578,7 @@ static void sched_step(struct server *srv, struct kvf_session **ss, int32_t *tok
     pthread_mutex_lock(&srv->mu);
     for (int i = 0; i < n; i++) {
         struct serve_job *j = srv->active[i];
-        j->kv_bytes = kvf_session_kv_bytes(j->s);
-        j->n_past = kvf_session_n_past(j->s);
+        job_progress(srv, j);
         if (st != KVF_OK || toks[i] < 0) {
             job_end(srv, j, NULL);
             job_fail(j, 500, "server_error", "%s", err[0] ? err : "sampler: out of memory");
