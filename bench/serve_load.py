@@ -16,6 +16,14 @@ the last client's last), the peak KV bytes from /metrics, and how many
 sessions ran at once. With --kv-memory the server admits what fits and the
 rest wait: the table shows how many ran together. Only the standard library
 is used. Run it on an otherwise idle machine; it prints a Markdown table.
+
+With --fit SIZE it measures instead how many such sessions fit in a
+--kv-memory of SIZE under each policy: one request per policy, and from
+/metrics the bytes reserved while its prompt goes in (R0, the admission
+rule's full reservation) and once it is compressed and decoding (Ra). The
+server admits a request when the others' reservations plus R0 fit, and the
+request then shrinks to Ra, so 1 + (SIZE - R0) // Ra sessions run at once
+(SIZE // R0 where nothing is evicted).
 """
 import argparse
 import http.client
@@ -63,8 +71,8 @@ def metrics(port):
 
 
 def prompt(i, n_tokens):
-    # About 10 tokens a sentence for BPE vocabularies of this size.
-    body = " ".join(f"Sentence {k} of note {i} says that the weather was mild." for k in range(n_tokens // 10))
+    # About 16 tokens a sentence for SmolLM2's vocabulary (the tables print the real count).
+    body = " ".join(f"Sentence {k} of note {i} says that the weather was mild." for k in range(n_tokens // 16))
     return body + " Summarise the notes."
 
 
@@ -113,6 +121,43 @@ def run(port, n_clients, args):
     }
 
 
+def size_bytes(text):
+    m = re.fullmatch(r"(\d+)\s*([KMG]i?B?)?", text.strip(), re.I)
+    if not m:
+        sys.exit(f"serve_load: bad size {text!r}")
+    unit = (m.group(2) or "").upper()[:1]
+    return int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[unit]
+
+
+def fit(port, args, budget):
+    """One request: its reservation while prefilling and once compressed."""
+    body = {"messages": [{"role": "user", "content": prompt(0, args.prompt_tokens)}],
+            "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "ignore_eos": True}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=3600)
+    c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    after = usage = None
+    tokens = 0
+    for raw in r:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        e = json.loads(line[6:])
+        if e.get("choices") and e["choices"][0]["delta"].get("content"):
+            tokens += 1
+            if tokens == 2:  # decoding: the prompt is in and compressed
+                after = metrics(port)
+        usage = e.get("usage") or usage
+    c.close()
+    p = after["kvfold_kv_bytes_per_position"]
+    n = usage["prompt_tokens"] + args.max_tokens
+    r0 = p * max(n + n // 8, 16)
+    ra = after["kvfold_kv_bytes_reserved"]
+    fits = budget // r0 if ra >= r0 else 1 + (budget - r0) // ra
+    return usage["prompt_tokens"], after["kvfold_kv_bytes_in_use"], r0, ra, int(fits)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--model", required=True)
@@ -123,10 +168,25 @@ def main():
     ap.add_argument("--kv", default="full,snapkv:budget=0.2")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-memory", default=None)
+    ap.add_argument("--fit", default=None, metavar="SIZE", help="count the sessions that fit in SIZE instead")
     args = ap.parse_args()
     args.clients = [int(x) for x in args.clients.split(",")]
     print(f"model {os.path.basename(args.model)}, prompts of ~{args.prompt_tokens} tokens, {args.max_tokens} new, "
           f"{args.threads} threads" + (f", --kv-memory {args.kv_memory}" if args.kv_memory else ""))
+    if args.fit:
+        budget = size_bytes(args.fit)
+        args.kv_memory, args.clients = args.fit, [1]
+        print(f"\n| kv | prompt tokens | KV kept (MiB) | R0 (MiB) | Ra (MiB) | sessions in {args.fit} |")
+        print("|---|---|---|---|---|---|")
+        for kv in args.kv.split(","):
+            p, port = start(args, kv)
+            try:
+                n, kept, r0, ra, fits = fit(port, args, budget)
+                print(f"| {kv} | {n} | {kept / 2**20:.1f} | {r0 / 2**20:.1f} | {ra / 2**20:.1f} | {fits} |", flush=True)
+            finally:
+                p.terminate()
+                p.wait(60)
+        return
     print("\n| kv | clients | done | ran at once | TTFT p50 (s) | TTFT p95 (s) | decode tok/s (all) | peak KV MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for kv in args.kv.split(","):

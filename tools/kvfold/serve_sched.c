@@ -305,9 +305,12 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan
     return ok;
 }
 
-/* After compression a session needs at most what it holds plus the growth
- * of its fullest head by every token still to come (each head grows on its
- * own: storage for at most n + n/8 entries, see sched_reserve_bytes). */
+/* After compression every head's storage is what it holds
+ * (kvf_session_compress sizes it so), at most `most` entries; from then on
+ * a head only grows by the tokens still to come, to storage for at most
+ * n + n/8 of its n entries (sched_reserve_bytes). So no head exceeds the
+ * fullest head's bound, and the session stays within that many positions'
+ * reservation: what it holds now is inside the bound, not added to it. */
 static size_t job_reserve_after_compress(const struct server *srv, const struct serve_job *j) {
     int most = 0;
     for (int l = 0; l < srv->info.n_layer; l++)
@@ -317,7 +320,7 @@ static size_t job_reserve_after_compress(const struct server *srv, const struct 
             most = MAX(most, n);
         }
     const int rest = j->n_ctx - kvf_session_n_past(j->s);
-    return MIN(j->reserved, kvf_session_kv_bytes(j->s) + sched_reserve_bytes(srv, most + rest));
+    return MIN(j->reserved, sched_reserve_bytes(srv, most + rest));
 }
 
 /* The session and sampler of an admitted job (without the lock). */
