@@ -405,7 +405,8 @@ KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const ch
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
  * entries are freed, and every head's storage is sized to what it holds
- * (for the full cache too). From then on each kvf_session_decode keeps the
+ * (for the full cache too). The buffers the prompt's passes needed
+ * (n_batch rows) are freed as well; a later prefill allocates them again. From then on each kvf_session_decode keeps the
  * cache within budget by the policy's decode stage (the budget applies to
  * the tokens seen so far). May be called again (it compresses to the
  * budget). */

@@ -12,8 +12,11 @@
 #define MATMUL_TILE_ROWS 256
 
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
-    /* F32 is the widest activation type; each thread dequantises its own tile. */
-    return (size_t)KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) * (size_t)cols * sizeof(float);
+    /* The dot path's batch form is at most 4 bytes a value (F32 is the
+     * widest activation type); the BLAS path's threads each dequantise a
+     * tile of weight rows. */
+    const int rows = n_tok >= MATMUL_BLAS_MIN_ROWS ? KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) : n_tok;
+    return (size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float);
 }
 
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,

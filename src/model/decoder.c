@@ -321,12 +321,7 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
                          bool acc) {
     const struct hparams *hp = &m->hp;
     *f = (struct fwd_scratch){.n_batch = n_batch, .n_ctx = n_ctx, .n_threads = n_threads};
-    const int64_t QD = (int64_t)hp->n_head * hp->head_dim;
-    const int64_t widest = KVF_MAX(KVF_MAX((int64_t)hp->n_embd, hp->n_ff), QD);
     bool ok = true;
-    f->gate = mem_alloc((size_t)n_batch * hp->n_ff, sizeof(float), &ok);
-    f->up = mem_alloc((size_t)n_batch * hp->n_ff, sizeof(float), &ok);
-    f->mm_scratch = mem_alloc(ops_matmul_scratch_bytes(widest, n_batch, n_threads), 1, &ok);
     f->attn_scratch = mem_alloc(attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
     if (acc) f->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * n_ctx, sizeof(float)), ok &= f->acc_tmp != NULL;
     enum kvf_status st = ok ? fwd_reserve(f, m, n_batch)
@@ -339,27 +334,33 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
     if (rows <= f->rows_cap) return KVF_OK;
     const struct hparams *hp = &m->hp;
     const size_t QD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim, R = (size_t)rows;
+    const int B = KVF_MIN(rows, f->n_batch);
+    const int64_t widest = KVF_MAX(KVF_MAX((int64_t)hp->n_embd, hp->n_ff), (int64_t)QD);
     if (!mem_resize(&f->x, R * hp->n_embd, sizeof *f->x) || !mem_resize(&f->xn, R * hp->n_embd, sizeof *f->xn) ||
         !mem_resize(&f->q, R * QD, sizeof *f->q) || !mem_resize(&f->k, R * KD, sizeof *f->k) ||
         !mem_resize(&f->v, R * KD, sizeof *f->v) || !mem_resize(&f->att, R * QD, sizeof *f->att) ||
-        !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->btag, R, sizeof *f->btag))
+        !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->btag, R, sizeof *f->btag) ||
+        !mem_resize(&f->gate, (size_t)B * hp->n_ff, sizeof *f->gate) ||
+        !mem_resize(&f->up, (size_t)B * hp->n_ff, sizeof *f->up) ||
+        !mem_resize(&f->mm_scratch, ops_matmul_scratch_bytes(widest, B, f->n_threads), 1))
         return err_set(KVF_ERR_NOMEM, "out of memory for a pass of %d rows", rows);
     f->rows_cap = rows;
     return KVF_OK;
 }
 
+/* The row buffers go; fwd_reserve brings them back for the next pass. */
+void fwd_release_rows(struct fwd_scratch *f) {
+    free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
+    free(f->gate), free(f->up), free(f->pos), free(f->btag), free(f->mm_scratch);
+    f->x = f->xn = f->q = f->k = f->v = f->att = f->gate = f->up = NULL;
+    f->pos = NULL;
+    f->btag = NULL;
+    f->mm_scratch = NULL;
+    f->rows_cap = 0;
+}
+
 void fwd_free(struct fwd_scratch *f) {
-    free(f->x);
-    free(f->xn);
-    free(f->q);
-    free(f->k);
-    free(f->v);
-    free(f->att);
-    free(f->gate);
-    free(f->up);
-    free(f->pos);
-    free(f->btag);
-    free(f->mm_scratch);
+    fwd_release_rows(f);
     free(f->attn_scratch);
     free(f->acc_tmp);
     *f = (struct fwd_scratch){0};

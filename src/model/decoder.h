@@ -12,8 +12,11 @@
 
 /* Buffers for one forward pass of up to rows_cap rows (R below): a batch of
  * n_batch tokens, or a whole prompt when a reduce stage runs it in one pass.
- * gate, up and the matmul scratch stay at n_batch rows (B): the decoder
- * feeds them a batch at a time. */
+ * gate, up and the matmul scratch hold B = min(R, n_batch) rows: the
+ * decoder feeds them a batch at a time. The row buffers are grown by
+ * fwd_reserve and may be given back between passes (fwd_release_rows: a
+ * decoding session needs one row, not its prompt's batch); attn_scratch
+ * and acc_tmp stay. */
 struct fwd_scratch {
     int rows_cap, n_batch, n_ctx, n_threads;
     float *x, *xn;           /* [R][n_embd] residual stream, normed copy */
@@ -31,6 +34,7 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
                          bool acc);
 /* Grows the row buffers to `rows` rows. */
 enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, int rows);
+void fwd_release_rows(struct fwd_scratch *f);
 void fwd_free(struct fwd_scratch *f);
 
 /* What one pass reads and writes (borrowed from a session). */

@@ -231,6 +231,7 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
     if (n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
     enum kvf_status st = tags_reserve(s, n);
+    if (st == KVF_OK) st = fwd_reserve(&s->fw, s->model, KVF_MIN(batch, n));
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
     for (int i = 0; i < n; i += batch) {
@@ -409,10 +410,16 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
     /* What the prompt left allocated beyond its entries is returned, so
-     * that the bytes kept compare with kvf_session_kv_full_bytes exactly. */
-    if (s->policy.method == KV_FULL) return kv_cache_fit(&s->kv);
+     * that the bytes kept compare with kvf_session_kv_full_bytes exactly,
+     * and so are its pass buffers: decoding runs a row at a time (a server
+     * holds many decoding sessions; a later prefill takes them again). */
+    if (s->policy.method == KV_FULL) {
+        fwd_release_rows(&s->fw);
+        return kv_cache_fit(&s->kv);
+    }
     enum kvf_status st = session_evict(s, EVICT_COMPRESS);
     if (st == KVF_OK) st = kv_cache_fit(&s->kv);
+    fwd_release_rows(&s->fw);
     for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->cs.n0[i] = s->kv.heads[i].n;
     s->cs.compressed = true;
     s->cs.decode_steps = 0;
@@ -448,7 +455,10 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
     }
     if (n == 1) return kvf_session_decode(ss[0], tokens[0]);
     enum kvf_status st = KVF_OK;
-    for (int i = 0; i < n && st == KVF_OK; i++) st = tags_reserve(ss[i], 1);
+    for (int i = 0; i < n && st == KVF_OK; i++) {
+        st = tags_reserve(ss[i], 1);
+        if (st == KVF_OK) st = fwd_reserve(&ss[i]->fw, ss[i]->model, 1);
+    }
     const struct kvf_model *m = ss[0]->model;
     struct decoder *ds = malloc(sizeof *ds * (size_t)n);
     float *logits = malloc(sizeof *logits * (size_t)n * m->hp.n_vocab);
