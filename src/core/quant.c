@@ -336,7 +336,7 @@ static inline float min_q5_1(const struct block_q5_1 *a, float xs) { return fp16
     static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {         \
         const wt *a = w;                                                                                \
         const int64_t nb = n / 32;                                                                      \
-        const size_t rb = quant_planar_row_bytes(n, x_sums);                                               \
+        const size_t rb = quant_planar_row_bytes(n, x_sums);                                            \
         for (int r = 0; r < nx; r++) {                                                                  \
             const int8_t *y = (const int8_t *)xb + (size_t)r * rb;                                      \
             const float *xd = (const float *)(const void *)(y + n), *xs = xd + QUANT_D_REPEAT * nb;      \
@@ -988,7 +988,7 @@ void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const voi
     rows_run(&scalar_kernels, type, n, w, xb, nx, out, os);
 }
 
-/* Unsupported types give 0 and leave y, like quant_vec_dot. */
+/* Unsupported types give 0 and leave y, like quant_vec_dot_rows. */
 float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x) {
     const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot_f32x[type] : NULL;
     return f != NULL ? f(n, w, x) : 0.0f;

@@ -19,7 +19,7 @@ struct dtype_traits {
     const char *name;      /* "q4_K" ... as llama.cpp prints it            */
     int block;             /* values per block                             */
     size_t block_bytes;    /* bytes per block                              */
-    enum dtype vec_dot;    /* type the activation vector must be in for quant_vec_dot */
+    enum dtype vec_dot;    /* type the activations are quantised to (quant_quantize_batch) */
 };
 
 /* NULL for a type number kvfold cannot read (including types >= DT_COUNT). */
