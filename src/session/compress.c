@@ -196,7 +196,9 @@ static enum kvf_status merge_record(struct kv_merge_list *list, const struct kv_
 static enum kvf_status head_evict(struct kvf_session *s, int l, int g, const int *keep, int n_keep, bool merge) {
     struct kv_head *h = kv_cache_head(&s->kv, l, g);
     struct compress_state *c = &s->cs;
-    if (merge && s->policy.merge != KV_MERGE_NONE) {
+    /* With nothing kept there is nothing to merge into: the head is
+     * emptied, and no entry went anywhere to be recorded. */
+    if (merge && s->policy.merge != KV_MERGE_NONE && n_keep > 0) {
         enum kvf_status st = kv_merge_head(&s->policy, h, s->kv.head_dim, keep, n_keep, c->into);
         /* The scores are used up: their space marks the kept entries for the record. */
         char *is_kept = (char *)c->score;
