@@ -18,9 +18,11 @@ for kind in "$@"; do
     [ -d "$src/regress/$kind" ] && inputs+=("$src/regress/$kind")
     log=$out/logs/$kind.log
     # -timeout / -rss_limit_mb: a small input taking seconds or gigabytes is a
-    # finding; -close_fd_mask=3: the library's error messages would flood the
-    # log (libFuzzer and the sanitizers still report on their own descriptor).
-    OMP_NUM_THREADS=1 nice -n 19 "$out/fuzz_$kind" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    # finding (FUZZ_TIMEOUT raises the limit for runs on a busy machine, where a
+    # niced harness can wait seconds for a core); -close_fd_mask=3: the
+    # library's error messages would flood the log (libFuzzer and the
+    # sanitizers still report on their own descriptor).
+    OMP_NUM_THREADS=1 nice -n 19 "$out/fuzz_$kind" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
         -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="$out/findings/$kind/" \
         "$out/corpus/$kind" "${inputs[@]}" >"$log" 2>&1
     rc=$?

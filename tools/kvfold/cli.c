@@ -4,8 +4,10 @@
 #include "cli.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,70 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <time.h>
+
+/* --------------------------------------------- Ctrl-C and progress -- */
+
+static volatile sig_atomic_t sigint_count;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    static const char msg[] = "\nkvfold: interrupted: finishing what is running (Ctrl-C again to quit now)\n";
+    if (sigint_count++)
+        _exit(130);
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do about it in a handler */ }
+}
+
+static void interrupt_install(void) {
+    struct sigaction sa = { .sa_handler = on_sigint };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+bool interrupted(void) { return sigint_count > 0; }
+
+void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a) {
+    *p = (struct progress){ .label = label, .unit = unit, .total = total, .t0 = now_ms() };
+    p->last = p->t0;
+    p->tty = !a->no_progress && isatty(STDERR_FILENO);
+}
+
+/* "1:05" or "2:03:10" */
+static void fmt_duration(char *out, size_t cap, double s) {
+    const long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(out, cap, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(out, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+void progress_update(struct progress *p, long done, const char *detail) {
+    p->done = done;
+    const double now = now_ms();
+    if (now - p->last < (p->tty ? 100.0 : 5000.0))
+        return;
+    p->last = now;
+    const double secs = (now - p->t0) / 1e3, rate = secs > 0 ? done / secs : 0;
+    char left[32] = "?", el[32];
+    fmt_duration(el, sizeof el, secs);
+    if (p->total > 0 && rate > 0)
+        fmt_duration(left, sizeof left, (double)(p->total - done) / rate);
+    char line[256];
+    if (p->total > 0)
+        snprintf(line, sizeof line, "kvfold: %s: %ld/%ld %s (%.0f%%), %.1f %s/s, %s elapsed, %s left%s%s", p->label, done,
+                 p->total, p->unit, 100.0 * done / p->total, rate, p->unit, el, left, detail ? ": " : "",
+                 detail ? detail : "");
+    else
+        snprintf(line, sizeof line, "kvfold: %s: %ld %s, %.1f %s/s, %s elapsed%s%s", p->label, done, p->unit, rate,
+                 p->unit, el, detail ? ": " : "", detail ? detail : "");
+    /* \r and erase-to-end redraw the one line on a terminal */
+    fprintf(stderr, p->tty ? "\r%s\033[K" : "%s\n", line);
+    fflush(stderr);
+    p->drawn = true;
+}
+
+void progress_end(struct progress *p) {
+    if (p->tty && p->drawn)
+        fputs("\r\033[K", stderr);
+    p->drawn = false;
+}
 
 /* -------------------------------------------------------------- errors -- */
 
@@ -87,20 +153,35 @@ static void print_help(const struct command *c, const struct opt *opts, int n, F
     fputs("\noptions:\n", f);
     for (int i = 0; i < n; i++) {
         char left[64];
-        snprintf(left, sizeof left, "%s%s%s%s%s", opts[i].shrt ? opts[i].shrt : "", opts[i].shrt ? ", " : "    ",
-                 opts[i].lng, opts[i].metavar ? " " : "", opts[i].metavar ? opts[i].metavar : "");
+        const int n1 = (int)strcspn(opts[i].lng, " ");
+        snprintf(left, sizeof left, "%s%s%.*s%s%s", opts[i].shrt ? opts[i].shrt : "", opts[i].shrt ? ", " : "    ",
+                 n1, opts[i].lng, opts[i].metavar ? " " : "", opts[i].metavar ? opts[i].metavar : "");
         fprintf(f, "  %-24s %s\n", left, opts[i].help);
+        if (opts[i].lng[n1])
+            fprintf(f, "  %-24s (also%s)\n", "", opts[i].lng + n1);
     }
     fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
+    fprintf(f, "  %-24s %s\n", "    --version", "print the version and the commit built from");
+}
+
+/* An option's first name, for "%.*s". */
+#define NAME1(lng) (int)strcspn(lng, " "), lng
+
+/* Whether arg[0..name_len) is one of the space-separated names in list. */
+static bool name_in(const char *list, const char *arg, size_t name_len) {
+    for (const char *w = list; w && *w;) {
+        const size_t n = strcspn(w, " ");
+        if (n == name_len && strncmp(w, arg, n) == 0)
+            return true;
+        w += n + (w[n] == ' ');
+    }
+    return false;
 }
 
 static const struct opt *find_opt(const struct opt *opts, int n, const char *arg, size_t name_len) {
-    for (int k = 0; k < n; k++) {
-        const char *names[2] = { opts[k].lng, opts[k].shrt };
-        for (int j = 0; j < 2; j++)
-            if (names[j] && strlen(names[j]) == name_len && strncmp(names[j], arg, name_len) == 0)
-                return &opts[k];
-    }
+    for (int k = 0; k < n; k++)
+        if (name_in(opts[k].lng, arg, name_len) || name_in(opts[k].shrt, arg, name_len))
+            return &opts[k];
     return NULL;
 }
 
@@ -111,7 +192,7 @@ static int store_value(const struct command *c, struct args *a, const struct opt
     } else if (o->kind == OPT_LIST) {
         struct str_list *l = o->dst;
         if (l->n == STR_LIST_MAX) {
-            print_error("%s: more than %d %s options", c->name, STR_LIST_MAX, o->lng);
+            print_error("%s: more than %d %.*s options", c->name, STR_LIST_MAX, NAME1(o->lng));
             return EXIT_USAGE;
         }
         l->v[l->n++] = v;
@@ -124,9 +205,9 @@ static int store_value(const struct command *c, struct args *a, const struct opt
         a->media[a->n_media++].value = v;
     } else if (!parse_number(o, v)) {
         if (o->kind == OPT_U64)
-            print_error("%s: option '%s': '%s' is not an unsigned 64-bit integer", c->name, o->lng, v);
+            print_error("%s: option '%.*s': '%s' is not an unsigned 64-bit integer", c->name, NAME1(o->lng), v);
         else
-            print_error("%s: option '%s': '%s' is not %s in [%g, %g]", c->name, o->lng, v,
+            print_error("%s: option '%.*s': '%s' is not %s in [%g, %g]", c->name, NAME1(o->lng), v,
                         o->kind == OPT_INT ? "an integer" : "a number", o->lo, o->hi);
         return EXIT_USAGE;
     }
@@ -143,6 +224,10 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
             print_help(c, opts, n_opts, stdout);
             return 0;
         }
+        if (strcmp(arg, "--version") == 0) {
+            printf("%s\n", kvf_build_info());
+            return 0;
+        }
         if (arg[0] != '-' || arg[1] == '\0') {
             print_error("%s: unexpected argument '%s' (see kvfold %s --help)", c->name, arg, c->name);
             return EXIT_USAGE;
@@ -156,7 +241,7 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
         }
         if (o->kind == OPT_FLAG) {
             if (eq) {
-                print_error("%s: option '%s' takes no value", c->name, o->lng);
+                print_error("%s: option '%.*s' takes no value", c->name, NAME1(o->lng));
                 return EXIT_USAGE;
             }
             *(bool *)o->dst = true;
@@ -178,6 +263,32 @@ static int parse_args(const struct command *c, struct args *a, int argc, char **
     return -1;
 }
 
+/* llama.cpp's escapes, in place (the text only shrinks): \\n \\r \\t \\\\ \\'
+ * \\" and \\xHH; anything else, and \\x00, stays as written. */
+static void escapes_process(char *s) {
+    char *o = s;
+    for (const char *i = s; *i; i++) {
+        if (*i != '\\' || !i[1]) {
+            *o++ = *i;
+            continue;
+        }
+        const char c = i[1];
+        const char *hex = "0123456789abcdef";
+        const char *h1 = c == 'x' && i[2] ? strchr(hex, tolower((unsigned char)i[2])) : NULL;
+        const char *h2 = h1 && i[3] ? strchr(hex, tolower((unsigned char)i[3])) : NULL;
+        if (c == 'n' || c == 'r' || c == 't' || c == '\\' || c == '\'' || c == '"') {
+            *o++ = c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
+            i++;
+        } else if (h2 && (h1 != hex || h2 != hex)) {
+            *o++ = (char)((h1 - hex) * 16 + (h2 - hex));
+            i += 3;
+        } else {
+            *o++ = *i;
+        }
+    }
+    *o = '\0';
+}
+
 int command_main(const struct command *c, int argc, char **argv) {
     struct args a = { 0 };
     if (c->defaults)
@@ -194,10 +305,59 @@ int command_main(const struct command *c, int argc, char **argv) {
         print_error("%s: --kv-type: %s", c->name, kvf_last_error());
         rc = EXIT_USAGE;
     }
-    return rc >= 0 ? rc : c->run(&a);
+    if (rc >= 0)
+        return rc;
+    if (!a.no_escape) {
+        /* Each of these points into argv, whose strings are the program's to change. */
+        if (a.prompt) escapes_process((char *)a.prompt);
+        if (a.system) escapes_process((char *)a.system);
+        for (int i = 0; i < a.stops.n; i++)
+            escapes_process((char *)a.stops.v[i]);
+    }
+    interrupt_install();
+    return c->run(&a);
 }
 
 /* --------------------------------------------------------------- files -- */
+
+/* The rest of f, at most READ_FILE_MAX bytes, NUL-terminated; closes f
+ * unless it is stdin. */
+static int read_stream(FILE *f, const char *name, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    bool over = false;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        if (n > READ_FILE_MAX) { /* it grew while being read, or a pipe */
+            over = true;
+            break;
+        }
+        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!nb)
+            free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    const bool err = ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (!buf) {
+        print_error("'%s': out of memory", name);
+        return EXIT_RUNTIME;
+    }
+    if (err || over) {
+        free(buf);
+        if (over) print_error("'%s' is over the %zu MiB limit on files read whole", name, READ_FILE_MAX >> 20);
+        else print_error("cannot read '%s'", name);
+        return EXIT_INPUT;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
 
 int read_file(const char *path, char **out, size_t *len) {
     /* Non-blocking open: a FIFO would otherwise wait here for a writer. */
@@ -220,43 +380,12 @@ int read_file(const char *path, char **out, size_t *len) {
         close(fd);
         return EXIT_INPUT;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1)
-            break;
-        if (n > READ_FILE_MAX) { /* it grew while being read */
-            free(buf);
-            fclose(f);
-            print_error("'%s' is over the %zu MiB limit on files read whole", path, READ_FILE_MAX >> 20);
-            return EXIT_INPUT;
-        }
-        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-        if (!nb)
-            free(buf);
-        buf = nb;
-        cap *= 2;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf) {
-        print_error("'%s': out of memory", path);
-        return EXIT_RUNTIME;
-    }
-    if (err) {
-        free(buf);
-        print_error("cannot read '%s'", path);
-        return EXIT_INPUT;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
+    return read_stream(f, path, out, len);
 }
 
 int read_text_file(const char *path, char **out, size_t *len) {
-    const int rc = read_file(path, out, len);
+    /* "-": standard input, which may be a pipe or a terminal */
+    const int rc = strcmp(path, "-") == 0 ? read_stream(stdin, "<stdin>", out, len) : read_file(path, out, len);
     const char *nul = rc ? NULL : memchr(*out, '\0', *len);
     if (nul) {
         print_error("'%s': a NUL byte at offset %zu; a prompt file must be text", path, (size_t)(nul - *out));

@@ -48,15 +48,19 @@ struct opt {
     const char *metavar;
     const char *help;
 };
+/* lng may name aliases after the first name, space-separated ("--kv-type
+ * --cache-type-k -ctk"): llama.cpp's names for the same thing. */
 
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
-    bool json, bos, special, chat, dump_tags, no_warmup;
+    bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
-    float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget;
+    float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
+    int repeat_last_n;
+    struct str_list stops;        /* every -r / --stop */
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
     int n_media;
@@ -87,11 +91,18 @@ extern const struct command info_command, tokenize_command, generate_command, pe
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
+/* llama.cpp's escape processing of -p, -sys and -r text (on by default). */
+#define OPTS_ESCAPE \
+    { "--escape", "-e", OPT_FLAG, &a->escape, 0, 0, NULL, "turn \\n \\r \\t \\\\ \\\" \\' \\xHH in -p, -sys and -r into what they name (default)" }, \
+    { "--no-escape", NULL, OPT_FLAG, &a->no_escape, 0, 0, NULL, "take -p, -sys and -r text literally" }
+#define OPT_NO_PROGRESS { "--no-progress", NULL, OPT_FLAG, &a->no_progress, 0, 0, NULL, \
+    "no updating progress line on a terminal: a line every few seconds at most, as in a pipe" }
 #define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
-#define OPT_KV_TYPE { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", "how the KV cache stores keys and values: f32 (default), f16 or q8_0" }
+#define OPT_KV_TYPE { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
+    "how the KV cache stores keys and values: f32 (default), f16 or q8_0 (-ctk/-ctv: one type for both)" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
-#define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE" }
+#define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }
 #define OPT_MMPROJ { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }
 #define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 /* Multimodal input, shared by generate and bench. */
@@ -113,6 +124,31 @@ int opts_set(struct opt *dst, const struct opt *src, size_t n);
  * --kv and --kv-type, and runs the command; returns the exit code. */
 int command_main(const struct command *c, int argc, char **argv);
 
+/* --------------------------------------------- Ctrl-C and progress -- */
+
+/* command_main installs a SIGINT handler before running a command: the
+ * first Ctrl-C only sets a flag, which long commands read at their safe
+ * points (between tokens, chunks, tests, samples) to stop and finish
+ * normally, with their timings, JSON and files for what was done; a second
+ * Ctrl-C exits at once with status 130. */
+bool interrupted(void);
+
+/* One long task's progress on stderr, never stdout: on a terminal a single
+ * updating line (done/total, rate, time left) redrawn at most 10 times a
+ * second; in a pipe, or with --no-progress, a line every 5 s at most. */
+struct progress {
+    const char *label, *unit;  /* "prefill", "tok" */
+    long total;                /* <= 0: unknown */
+    long done;
+    double t0, last;           /* now_ms() at the start and at the last line */
+    bool tty, drawn;
+};
+void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a);
+/* done so far; detail (optional): what is running now, e.g. "snapkv:budget=0.2". */
+void progress_update(struct progress *p, long done, const char *detail);
+/* Clears the terminal line (the command's own report follows). */
+void progress_end(struct progress *p);
+
 /* -------------------------------------------------------------- errors -- */
 
 /* "kvfold: error: ..." on stderr, one line. */
@@ -133,7 +169,8 @@ int fail_option(enum kvf_status st, const char *what);
 #define READ_FILE_MAX ((size_t)256 << 20)
 int read_file(const char *path, char **out, size_t *len);
 /* read_file for text that goes to the tokenizer: a NUL byte is refused
- * (the text would end there for some readers and not for others). */
+ * (the text would end there for some readers and not for others). "-"
+ * reads standard input (a pipe or a terminal too). */
 int read_text_file(const char *path, char **out, size_t *len);
 /* An output file named by FLAG, opened before the work starts so that a
  * bad path fails at once rather than after the generation: 0, or an error
@@ -142,7 +179,7 @@ int out_open(const char *flag, const char *path, FILE **f);
 /* Writes text and a newline to f and closes it (f may be NULL after a
  * failed out_open: nothing is done); 0 or an error line and EXIT_INPUT. */
 int out_write(const char *flag, const char *path, FILE *f, const char *text);
-/* The text given by -p or -f (exactly one of them). */
+/* The text given by -p or -f (exactly one of them); -f - reads stdin. */
 int input_text(const char *cmd, const struct args *a, char **text, size_t *len);
 /* Milliseconds on a monotonic clock (only differences mean anything). */
 double now_ms(void);

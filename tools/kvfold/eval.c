@@ -46,7 +46,7 @@ static int eval_opts(struct args *a, struct opt *out) {
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
         { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
         { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data)" },
-        { "--ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
+        { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
         { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },

@@ -18,7 +18,7 @@ static void generate_defaults(struct args *a) {
 
 static int generate_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_PROMPT, OPT_FILE,
+        OPT_MODEL, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 1 << 24, "N", "tokens to generate at most (default 128)" },
         { "--temp", NULL, OPT_FLOAT, &a->temp, 0, 100, "T", "temperature; 0 = greedy (default 0)" },
         { "--top-k", NULL, OPT_INT, &a->top_k, 0, 1 << 30, "K", "keep the K most likely tokens, 0 = off (default 40)" },

@@ -5,7 +5,7 @@
 
 static int tokenize_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_PROMPT, OPT_FILE,
+        OPT_MODEL, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
         { "--bos", NULL, OPT_FLAG, &a->bos, 0, 0, NULL, "start with BOS when the model's tokenizer adds one" },
         { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "turn special-token text (<|im_start|>...) into ids" },
     };
