@@ -431,6 +431,9 @@ KVF_API enum kvf_status kvf_session_decode_batch(struct kvf_session *const *sess
  * Valid until the session next changes (prefill, decode, reset, free). */
 KVF_API const float *kvf_session_logits(const struct kvf_session *session);
 KVF_API int kvf_session_n_past(const struct kvf_session *session);
+/* The positions the session can hold (n_ctx as resolved: the model's
+ * training context, capped, where the params said <= 0). */
+KVF_API int kvf_session_n_ctx(const struct kvf_session *session);
 /* Bytes of KV cache currently allocated (all layers: keys, values, tags and
  * per-entry statistics), and the most allocated at any moment since the
  * session started or was reset (prefill included). */
@@ -477,6 +480,12 @@ struct kvf_sampler_params {
     float top_p;     /* >= 1: off                                   */
     float min_p;     /* <= 0: off                                   */
     uint64_t seed;
+    /* llama.cpp's repeat penalty: each distinct token among the last
+     * penalty_last_n given to kvf_sampler_accept has its logit divided by
+     * penalty_repeat (multiplied, when negative) before sampling, greedy
+     * included. penalty_repeat <= 0 or 1, or penalty_last_n <= 0: off. */
+    float penalty_repeat;
+    int penalty_last_n;
 };
 KVF_API struct kvf_sampler_params kvf_sampler_default_params(void);
 KVF_API enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct kvf_sampler **out);
@@ -486,6 +495,9 @@ KVF_API void kvf_sampler_free(struct kvf_sampler *sampler);
  * cannot be allocated. */
 KVF_API enum kvf_status kvf_sampler_sample(struct kvf_sampler *sampler, const float *logits, int n_vocab,
                                            int32_t *token);
+/* Records a token of the context (the prompt's and each one generated), for
+ * the repeat penalty; nothing to do when it is off. */
+KVF_API void kvf_sampler_accept(struct kvf_sampler *sampler, int32_t token);
 
 /* ---------------------------------------------------------------- misc -- */
 

@@ -1,11 +1,12 @@
-/* Token sampler: greedy, or temperature -> top-k -> top-p -> min-p -> a draw
- * from a seeded xoshiro256** generator. Temperature is applied first, so the
+/* Token sampler: the repeat penalty, then greedy, or temperature -> top-k ->
+ * top-p -> min-p -> a draw from a seeded xoshiro256** generator. Temperature is applied first, so the
  * top-p and min-p cut-offs act on the distribution that is actually sampled.
  * The same seed and logits always give the same tokens. */
 #include "core/common.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct cand {
     int32_t id;
@@ -17,12 +18,17 @@ struct kvf_sampler {
     uint64_t rng[4];      /* xoshiro256** state               */
     struct cand *cands;   /* scratch, cap entries, grown on demand */
     int cap;
+    int32_t *hist;        /* the last penalty_last_n accepted tokens, a ring; NULL when the penalty is off */
+    int hist_n, hist_at;  /* tokens in it, and where the next goes */
+    float *pen;           /* scratch: penalised logits, pen_cap entries */
+    int pen_cap;
 };
 
 struct kvf_sampler_params kvf_sampler_default_params(void) {
     /* llama.cpp's defaults for the truncation stages. */
     return (struct kvf_sampler_params){
         .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 42,
+        .penalty_repeat = 1.0f, .penalty_last_n = 64,
     };
 }
 
@@ -48,11 +54,16 @@ enum kvf_status kvf_sampler_init(const struct kvf_sampler_params *params, struct
         return err_set(KVF_ERR_INVALID_ARG, "kvf_sampler_init: out is NULL");
     *out = NULL;
     struct kvf_sampler_params p = params ? *params : kvf_sampler_default_params();
-    if (isnan(p.temp) || isnan(p.top_p) || isnan(p.min_p))
-        return err_set(KVF_ERR_INVALID_ARG, "sampler: temp, top_p and min_p must be numbers");
+    if (isnan(p.temp) || isnan(p.top_p) || isnan(p.min_p) || !isfinite(p.penalty_repeat))
+        return err_set(KVF_ERR_INVALID_ARG, "sampler: temp, top_p, min_p and penalty_repeat must be numbers");
+    if (p.penalty_last_n > (1 << 20))
+        return err_set(KVF_ERR_INVALID_ARG, "sampler: penalty_last_n %d over 2^20", p.penalty_last_n);
+    const bool penalty = p.penalty_repeat > 0 && p.penalty_repeat != 1 && p.penalty_last_n > 0;
     struct kvf_sampler *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s || (penalty && !(s->hist = malloc((size_t)p.penalty_last_n * sizeof *s->hist)))) {
+        free(s);
         return err_set(KVF_ERR_NOMEM, "sampler: out of memory");
+    }
     s->params = p;
     /* splitmix64 spreads any seed (including 0) over a non-zero state. */
     uint64_t x = p.seed;
@@ -66,7 +77,42 @@ void kvf_sampler_free(struct kvf_sampler *sampler) {
     if (!sampler)
         return;
     free(sampler->cands);
+    free(sampler->hist);
+    free(sampler->pen);
     free(sampler);
+}
+
+void kvf_sampler_accept(struct kvf_sampler *s, int32_t token) {
+    if (!s || !s->hist)
+        return;
+    s->hist[s->hist_at] = token;
+    s->hist_at = (s->hist_at + 1) % s->params.penalty_last_n;
+    s->hist_n = KVF_MIN(s->hist_n + 1, s->params.penalty_last_n);
+}
+
+/* logits with the repeat penalty applied (a copy in s->pen), or logits
+ * itself when no token is penalised; NULL when out of memory. */
+static const float *penalise(struct kvf_sampler *s, const float *logits, int n_vocab) {
+    if (!s->hist_n)
+        return logits;
+    if (s->pen_cap < n_vocab) {
+        float *p = realloc(s->pen, (size_t)n_vocab * sizeof *p);
+        if (!p)
+            return NULL;
+        s->pen = p;
+        s->pen_cap = n_vocab;
+    }
+    memcpy(s->pen, logits, (size_t)n_vocab * sizeof *logits);
+    const float r = s->params.penalty_repeat;
+    for (int i = 0; i < s->hist_n; i++) {
+        const int32_t t = s->hist[i];
+        bool seen = false; /* each distinct token once, as llama.cpp does */
+        for (int j = 0; j < i && !seen; j++)
+            seen = s->hist[j] == t;
+        if (!seen && t >= 0 && t < n_vocab)
+            s->pen[t] = s->pen[t] <= 0 ? s->pen[t] * r : s->pen[t] / r;
+    }
+    return s->pen;
 }
 
 /* First index of the largest logit; NaN never wins, and an all -inf/NaN row
@@ -136,6 +182,10 @@ static int32_t sample(struct kvf_sampler *s, const float *logits, int n_vocab) {
         return -1;
     }
     const struct kvf_sampler_params *p = &s->params;
+    if (!(logits = penalise(s, logits, n_vocab))) {
+        err_set(KVF_ERR_NOMEM, "sampler: out of memory for %d logits", n_vocab);
+        return -2;
+    }
     int32_t best = argmax(logits, n_vocab);
     /* Greedy cases, and a +inf logit (which would take all the mass). */
     if (p->temp <= 0 || p->top_k == 1 || n_vocab == 1 || isinf(logits[best]) || isnan(logits[best]))

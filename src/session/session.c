@@ -495,6 +495,7 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
 
 const float *kvf_session_logits(const struct kvf_session *s) { return s->has_logits ? s->logits : NULL; }
 int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
+int kvf_session_n_ctx(const struct kvf_session *s) { return s->params.n_ctx; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
 size_t kvf_session_kv_full_bytes(const struct kvf_session *s) { return kv_cache_bytes_for(&s->kv, s->n_past); }

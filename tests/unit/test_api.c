@@ -119,6 +119,10 @@ static void test_prefill_embd_matches_tokens(void **state) {
     assert_close(kvf_session_logits(a), kvf_session_logits(b), (size_t)V);
     /* tags NULL: text, positions 0.. */
     assert_int_equal(kvf_session_n_past(b), n);
+    assert_int_equal(kvf_session_n_ctx(b), n + 1);
+    struct kvf_session *d = session(NULL, 0, 0); /* <= 0: the training context, capped */
+    assert_int_equal(kvf_session_n_ctx(d), info().n_ctx_train < 8192 ? info().n_ctx_train : 8192);
+    kvf_session_free(d);
     const struct kvf_tag *t = kvf_session_tags(b);
     for (int i = 0; i < n; i++) {
         assert_int_equal(t[i].pos, i);

@@ -237,6 +237,42 @@ static void test_edge_inputs(void **state) {
     kvf_sampler_free(NULL);
 }
 
+/* llama.cpp's rule on a greedy sampler: a penalised token's positive logit
+ * is divided by the penalty, a negative one multiplied; each distinct token
+ * once; only the last penalty_last_n accepted tokens count; the caller's
+ * logits stay as they were. */
+static void test_repeat_penalty(void **state) {
+    (void)state;
+    struct kvf_sampler_params p = { .temp = 0, .penalty_repeat = 2.0f, .penalty_last_n = 2 };
+    struct kvf_sampler *s = NULL;
+    assert_int_equal(kvf_sampler_init(&p, &s), KVF_OK);
+    const float l[4] = { 2.0f, 1.5f, -1.0f, -0.5f };
+    assert_int_equal(draw(s, l, 4), 0);
+    kvf_sampler_accept(s, 0); /* 2.0 -> 1.0 */
+    assert_int_equal(draw(s, l, 4), 1);
+    assert_true(l[0] == 2.0f);
+    kvf_sampler_accept(s, 1); /* 1.5 -> 0.75 */
+    assert_int_equal(draw(s, l, 4), 0);
+    kvf_sampler_accept(s, 1); /* the window holds 1, 1: token 0 is free again */
+    assert_int_equal(draw(s, l, 4), 0);
+    const float once[2] = { 1.0f, 3.0f }, neg[2] = { -1.0f, -0.6f };
+    assert_int_equal(draw(s, once, 2), 1); /* 3.0 -> 1.5: once, though accepted twice */
+    assert_int_equal(draw(s, neg, 2), 0);  /* -0.6 -> -1.2 */
+    kvf_sampler_accept(s, 1000); /* past the vocabulary: ignored when sampling */
+    assert_int_equal(draw(s, neg, 2), 0);
+    kvf_sampler_free(s);
+
+    /* penalty 1 is off */
+    p.penalty_repeat = 1.0f;
+    assert_int_equal(kvf_sampler_init(&p, &s), KVF_OK);
+    kvf_sampler_accept(s, 0);
+    assert_int_equal(draw(s, l, 4), 0);
+    kvf_sampler_free(s);
+    kvf_sampler_accept(NULL, 0);
+    p.penalty_repeat = NAN;
+    assert_int_equal(kvf_sampler_init(&p, &s), KVF_ERR_INVALID_ARG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax),
@@ -246,6 +282,7 @@ int main(void) {
         cmocka_unit_test(test_large_vocab_nucleus),
         cmocka_unit_test(test_same_seed_same_sequence),
         cmocka_unit_test(test_edge_inputs),
+        cmocka_unit_test(test_repeat_penalty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
