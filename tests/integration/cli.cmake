@@ -20,6 +20,15 @@ foreach(case usage badfiles badfiles_real hostile tokenize info generate generat
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 
+# kvfold eval's long runs (tests/cli/eval_test.py): results.jsonl row by row,
+# Ctrl-C, --resume, the progress line, the SVG pictures.
+foreach(case eval_resume)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/eval_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
+
 # Multimodal input (tests/cli/mm_test.py): the tiny LLaVA fixture and
 # pseudo-images on the real SmolLM2.
 foreach(case mm_generate mm_video mm_errors pseudo mm_bench milebench)

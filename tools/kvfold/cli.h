@@ -69,6 +69,7 @@ struct args {
     struct str_list kvs;          /* every --kv */
     const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
     int n_samples, seg_words;
+    bool resume;                  /* kvfold eval */
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EVAL_MAX_BUDGETS 16
 #define EVAL_MAX_LIST 16
@@ -57,7 +58,9 @@ static int eval_opts(struct args *a, struct opt *out) {
         { "--grid", NULL, OPT_STR, &a->grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
         OPT_PSEUDO_NOISE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "chat template (default: the model's)" },
-        { "--out", "-o", OPT_STR, &a->out_dir, 0, 0, "DIR", "write summary.md, summary.csv and results.jsonl" },
+        { "--out", "-o", OPT_STR, &a->out_dir, 0, 0, "DIR", "write results.jsonl (a row as each finishes), summary.md and summary.csv" },
+        { "--resume", NULL, OPT_FLAG, &a->resume, 0, 0, NULL, "keep the rows of --out's results.jsonl and run only the missing ones" },
+        OPT_NO_PROGRESS,
         { "--plots", NULL, OPT_STR, &a->plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
         { "--kept-map", NULL, OPT_STR, &a->kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
     };
@@ -507,8 +510,11 @@ static bool same_str(const char *a, const char *b) {
     return a == b || (a && b && !strcmp(a, b));
 }
 
+/* Budgets are NaN for presets without one. */
+static bool same_budget(double x, double y) { return x == y || (isnan(x) && isnan(y)); }
+
 static bool same_run(const struct row *x, const struct summary *s, bool by_group) {
-    return !strcmp(x->spec, s->spec) && (x->budget == s->budget || (isnan(x->budget) && isnan(s->budget))) &&
+    return !strcmp(x->spec, s->spec) && same_budget(x->budget, s->budget) &&
            (!by_group || (same_str(x->task, s->task) && same_str(x->needle, s->needle)));
 }
 
@@ -578,10 +584,11 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
     }
 }
 
-static int write_outputs(const struct args *a, const char *mode, const struct rows *rs, const struct summary *s, int n) {
-    make_dirs(a->out_dir);
-    static const char *const names[3] = {"summary.md", "summary.csv", "results.jsonl"};
-    for (int k = 0; k < 3; k++) {
+/* summary.md and summary.csv (results.jsonl grows as rows finish); note:
+ * a line under the build saying the sweep was interrupted, or NULL. */
+static int write_outputs(const struct args *a, const char *mode, const struct summary *s, int n, const char *note) {
+    static const char *const names[2] = {"summary.md", "summary.csv"};
+    for (int k = 0; k < 2; k++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", a->out_dir, names[k]);
         FILE *f = fopen(path, "w");
@@ -589,12 +596,8 @@ static int write_outputs(const struct args *a, const char *mode, const struct ro
             print_error("eval: cannot write '%s': %s", path, strerror(errno));
             return EXIT_INPUT;
         }
-        if (k == 0) fprintf(f, "%s\n\n", kvf_build_info());
-        if (k < 2) {
-            print_summary(f, mode, s, n, k == 1);
-        } else {
-            for (int i = 0; i < rs->n; i++) row_json(f, mode, &rs->r[i]);
-        }
+        if (k == 0) fprintf(f, "%s\n\n%s%s", kvf_build_info(), note ? note : "", note ? "\n\n" : "");
+        print_summary(f, mode, s, n, k == 1);
         if (fclose(f) != 0) {
             print_error("eval: cannot write '%s'", path);
             return EXIT_INPUT;
@@ -687,6 +690,275 @@ static int write_plots(const struct args *a, const char *mode, const struct rows
     return rc;
 }
 
+/* ------------------------------------------------ the sweep, --resume -- */
+
+/* One eval from start to end: its runs, every row so far (those read back
+ * by --resume first), results.jsonl growing row by row, the progress. Rows
+ * are known by (run, sample index): the settings on results.jsonl's first
+ * line pin everything else a sample depends on. */
+struct sweep {
+    const char *mode;
+    const struct run *runs;
+    int n_runs, n_gen;        /* n_gen: tokens generated per answer */
+    struct rows rows;
+    cJSON *old;               /* --resume: results.jsonl's lines; the rows read back point into them */
+    FILE *results;            /* --out DIR/results.jsonl, a line flushed as each row finishes */
+    char path[4096];
+    struct progress prog;
+    char label[96];
+    long total, todo, done;   /* rows of the sweep; left to do at the start; done since */
+    bool stopped;             /* Ctrl-C left rows undone */
+};
+
+/* Tokens generated per answer: -n, else the mode's default. */
+static int n_generate(const struct args *a, const char *mode) {
+    return a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : !strcmp(mode, "milebench") ? 64 : 32;
+}
+
+/* The row of run k on sample index, when there is one. */
+static const struct row *row_find(const struct sweep *sw, int k, int index) {
+    for (int i = 0; i < sw->rows.n; i++) {
+        const struct row *r = &sw->rows.r[i];
+        if (r->sample == index && !strcmp(r->spec, sw->runs[k].kv) && same_budget(r->budget, sw->runs[k].budget))
+            return r;
+    }
+    return NULL;
+}
+
+/* Once the sample count is known: the total, what --resume left to do, and
+ * the progress line over that. */
+static void sweep_begin(struct sweep *sw, int n_samples, const struct args *a) {
+    sw->total = (long)n_samples * sw->n_runs;
+    long have = 0;
+    for (int i = 0; i < n_samples; i++)
+        for (int k = 0; k < sw->n_runs; k++) have += row_find(sw, k, i) != NULL;
+    sw->todo = sw->total - have;
+    if (have) snprintf(sw->label, sizeof sw->label, "eval %s (resumed, %ld rows done before)", sw->mode, have);
+    else snprintf(sw->label, sizeof sw->label, "eval %s", sw->mode);
+    progress_init(&sw->prog, sw->label, "rows", sw->todo, a);
+}
+
+/* Whether sample index has a row left to do; the sweep stops here (a safe
+ * point) once Ctrl-C was pressed. */
+static bool sweep_wants(struct sweep *sw, int index) {
+    bool todo = false;
+    for (int k = 0; !todo && k < sw->n_runs; k++) todo = !row_find(sw, k, index);
+    if (todo && interrupted()) sw->stopped = true;
+    return todo && !sw->stopped;
+}
+
+/* A finished row: on stdout with --json, appended to results.jsonl (flushed,
+ * so that a kill loses no finished row), kept for the summary (which takes
+ * its strings). */
+static int sweep_add(struct sweep *sw, const struct args *a, struct row *r) {
+    if (a->json) row_json(stdout, sw->mode, r);
+    if (sw->results) {
+        row_json(sw->results, sw->mode, r);
+        if (fflush(sw->results) != 0 || ferror(sw->results)) {
+            print_error("eval: cannot write '%s': %s", sw->path, strerror(errno));
+            free(r->output), free(r->gt);
+            return EXIT_INPUT;
+        }
+    }
+    sw->done++;
+    return rows_push(&sw->rows, r);
+}
+
+/* The last component of a path ("models/llava-hf/" -> "llava-hf"), so that a
+ * moved model file still resumes. */
+static void add_name(cJSON *o, const char *key, const char *path) {
+    if (!path) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    char name[1024];
+    snprintf(name, sizeof name, "%.*s", (int)(n - b), path + b);
+    cJSON_AddStringToObject(o, key, name);
+}
+
+static void add_str(cJSON *o, const char *key, const char *v) {
+    if (v) cJSON_AddStringToObject(o, key, v);
+    else cJSON_AddNullToObject(o, key);
+}
+
+/* What the rows depend on besides their run and sample index, keyed by the
+ * option that sets it (for the error of a --resume that does not fit):
+ * the mode, the model, and the options of the mode that shape a sample or
+ * its answer. Threads are left out (they change timings, not results). */
+static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    const bool mb = !strcmp(mode, "milebench"), synthetic = !mb && !a->data;
+    add_str(o, "mode", mode);
+    add_name(o, "--model", a->model);
+    add_name(o, "--mmproj", a->mmproj);
+    cJSON_AddNumberToObject(o, "--n-predict", n_gen);
+    add_str(o, "--chat-template", a->chat_template);
+    add_str(o, "--kv-type", a->kv_type ? a->kv_type : "f32");
+    cJSON_AddNumberToObject(o, "--batch", a->batch);
+    cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
+    add_str(o, "--data", a->data);
+    if (mb) {
+        add_str(o, "--tasks", a->tasks);
+        cJSON_AddNumberToObject(o, "--ctx-size", a->ctx);
+    }
+    if (mb || synthetic) cJSON_AddNumberToObject(o, "--samples", a->n_samples);
+    if (synthetic) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
+        add_str(o, "--seed", seed);
+        add_str(o, "--segments", a->segments);
+        cJSON_AddNumberToObject(o, "--segment-words", a->seg_words);
+        add_str(o, "--grid", a->grid);
+    }
+    if (synthetic && !strcmp(mode, "needle")) {
+        add_str(o, "--depths", a->depths);
+        add_str(o, "--needle", a->needle);
+    }
+    return o;
+}
+
+/* results.jsonl's first line against this run's settings: the first that
+ * differs is a usage error naming it. */
+static int settings_check(const struct sweep *sw, const cJSON *line, const cJSON *want) {
+    const cJSON *have = cJSON_GetObjectItemCaseSensitive(line, "settings");
+    if (!cJSON_IsObject(have)) {
+        print_error("eval: --resume: %s line 1: not the settings of kvfold eval", sw->path);
+        return EXIT_INPUT;
+    }
+    for (const cJSON *w = want->child; w; w = w->next) {
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, w->string);
+        if (h && cJSON_Compare(h, w, true)) continue;
+        char *hs = h ? cJSON_PrintUnformatted(h) : NULL, *ws = cJSON_PrintUnformatted(w);
+        print_error("eval: --resume: %s holds rows made with %s %s, this run has %s: use another --out, or leave "
+                    "--resume out to start over", sw->path, w->string, hs ? hs : "unset", ws ? ws : "?");
+        free(hs), free(ws);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static double num_or(const cJSON *o, const char *key, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static const char *str_or_null(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A line of results.jsonl back into a row (row_json's fields); its strings
+ * point into o, but for gt and output, which rows own. */
+static bool row_read(const cJSON *o, struct row *r) {
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    const cJSON *smp = cJSON_GetObjectItemCaseSensitive(o, "sample"), *score = cJSON_GetObjectItemCaseSensitive(o, "score");
+    if (!cJSON_IsString(kv) || !(cJSON_IsNumber(b) || cJSON_IsNull(b)) || !cJSON_IsNumber(smp) || !cJSON_IsNumber(score))
+        return false;
+    *r = (struct row){.budget = cJSON_IsNumber(b) ? b->valuedouble : NAN, .sample = smp->valueint,
+                      .score = score->valuedouble, .n_prompt = (int)num_or(o, "n_prompt", 0),
+                      .segments = (int)num_or(o, "segments", 0), .depth = num_or(o, "depth", NAN),
+                      .needle = str_or_null(o, "needle"), .task = str_or_null(o, "task"),
+                      .metric = str_or_null(o, "metric"), .level = str_or_null(o, "image_quantity_level"),
+                      .images = (int)num_or(o, "images", 0), .ppl = num_or(o, "ppl", NAN),
+                      .kv_mib = num_or(o, "kv_mib", NAN), .kv_full_mib = num_or(o, "kv_full_mib", NAN),
+                      .kv_peak_mib = num_or(o, "kv_peak_mib", NAN), .prefill_ms = num_or(o, "prefill_ms", NAN),
+                      .compress_ms = num_or(o, "compress_ms", NAN),
+                      .ms_per_token = num_or(o, "decode_ms_per_token", NAN)};
+    snprintf(r->spec, sizeof r->spec, "%s", kv->valuestring);
+    const char *id = str_or_null(o, "sample_id"), *gt = str_or_null(o, "gt"), *out = str_or_null(o, "output");
+    snprintf(r->id, sizeof r->id, "%s", id ? id : "");
+    r->gt = r->task ? strdup(gt ? gt : "") : NULL;
+    r->output = strdup(out ? out : "");
+    if ((r->task && !r->gt) || !r->output) {
+        free(r->gt), free(r->output);
+        return false;
+    }
+    return true;
+}
+
+/* --resume: the settings line checked, the rows read back into sw. A last
+ * line without its newline was cut short by a kill: it is dropped, and cut
+ * from the file before rows are appended. *any: the file had its settings. */
+static int sweep_read(struct sweep *sw, const cJSON *settings, bool *any) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_file(sw->path, &text, &len), line = 0;
+    if (rc) return rc;
+    size_t keep = len;
+    while (keep > 0 && text[keep - 1] != '\n') keep--;
+    if (keep < len && truncate(sw->path, (off_t)keep) != 0) {
+        print_error("eval: --resume: cannot cut the unfinished last line of '%s': %s", sw->path, strerror(errno));
+        rc = EXIT_INPUT;
+    }
+    if (!rc && !(sw->old = cJSON_CreateArray())) rc = fail(KVF_ERR_NOMEM, "eval");
+    for (size_t at = 0; !rc && at < keep; line++) {
+        const size_t end = at + strcspn(text + at, "\n");
+        cJSON *o = cJSON_ParseWithLength(text + at, end - at);
+        at = end + 1;
+        struct row r;
+        if (o) cJSON_AddItemToArray(sw->old, o);
+        if (o && line == 0) rc = settings_check(sw, o, settings);
+        else if (o && row_read(o, &r)) rc = rows_push(&sw->rows, &r);
+        else {
+            print_error("eval: --resume: %s line %d: not a row of kvfold eval", sw->path, line + 1);
+            rc = EXIT_INPUT;
+        }
+    }
+    free(text);
+    *any = line > 0;
+    return rc;
+}
+
+/* --out: results.jsonl opened before the model loads (a bad path, or a
+ * --resume that does not fit, fails at once). Its first line is the
+ * settings, each further line a row; --resume reads the rows there and
+ * appends, else the file starts over. Without --out nothing is written. */
+static int sweep_open(struct sweep *sw, const struct args *a) {
+    if (!a->out_dir) {
+        if (!a->resume) return 0;
+        print_error("eval: --resume continues the rows of DIR/results.jsonl: give --out DIR");
+        return EXIT_USAGE;
+    }
+    make_dirs(a->out_dir);
+    snprintf(sw->path, sizeof sw->path, "%s/results.jsonl", a->out_dir);
+    cJSON *settings = sweep_settings(a, sw->mode, sw->n_gen);
+    bool append = false;
+    int rc = settings ? 0 : fail(KVF_ERR_NOMEM, "eval");
+    if (!rc && a->resume && path_is_file(sw->path)) rc = sweep_read(sw, settings, &append);
+    if (!rc && !(sw->results = fopen(sw->path, append ? "a" : "w"))) {
+        print_error("eval: cannot write '%s': %s", sw->path, strerror(errno));
+        rc = EXIT_INPUT;
+    }
+    if (!rc && !append) {
+        cJSON *head = cJSON_CreateObject();
+        char *line = NULL;
+        if (head && cJSON_AddItemReferenceToObject(head, "settings", settings) &&
+            cJSON_AddStringToObject(head, "build", kvf_build_info()))
+            line = cJSON_PrintUnformatted(head);
+        if (!line) rc = fail(KVF_ERR_NOMEM, "eval");
+        else if (fprintf(sw->results, "%s\n", line) < 0 || fflush(sw->results) != 0) {
+            print_error("eval: cannot write '%s': %s", sw->path, strerror(errno));
+            rc = EXIT_INPUT;
+        }
+        free(line);
+        cJSON_Delete(head);
+    }
+    cJSON_Delete(settings);
+    return rc;
+}
+
+static void sweep_free(struct sweep *sw) {
+    if (sw->results) fclose(sw->results);
+    for (int i = 0; i < sw->rows.n; i++) free(sw->rows.r[i].output), free(sw->rows.r[i].gt);
+    free(sw->rows.r);
+    cJSON_Delete(sw->old);
+}
+
 /* ---------------------------------------------------------------- driver -- */
 
 static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
@@ -723,9 +995,11 @@ static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
     return 0;
 }
 
-/* Runs every run on one sample; consistency's reference is the first run's. */
-static int eval_sample(const struct args *a, const char *mode, const struct kvf_model *m, struct sample *smp,
-                       int index, const struct run *runs, int n_runs, struct rows *rs) {
+/* Runs every run that has no row yet on one sample; consistency's reference
+ * is the full cache's output (run again, without a new row, when only its
+ * row is there). Stops between runs once Ctrl-C was pressed. */
+static int eval_sample(const struct args *a, const struct kvf_model *m, struct sample *smp, int index,
+                       struct sweep *sw) {
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
     struct args ca = *a;
@@ -735,15 +1009,28 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
     int rc = build_prompt(&ca, m, smp->text, &text);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
-    const bool consistency = !strcmp(mode, "consistency");
-    const int n_gen = a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : !strcmp(mode, "milebench") ? 64 : 32;
+    const bool consistency = !strcmp(sw->mode, "consistency");
+    const int n_gen = sw->n_gen;
+    const struct run *runs = sw->runs;
     int32_t *ref = calloc((size_t)n_gen + 1, sizeof *ref);
     char *ref_text = NULL;
     int n_ref = 0;
     if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
     struct shared sh = {0};
     if (!rc) rc = shared_open(a, m, pr, n_gen, &sh);
-    for (int k = 0; !rc && k < n_runs; k++) {
+    char what[400] = "";
+    if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
+    else if (smp->needle && !isnan(smp->depth)) snprintf(what, sizeof what, " (%s needle at depth %g)", smp->needle, smp->depth);
+    for (int k = 0; !rc && k < sw->n_runs; k++) {
+        const bool have = row_find(sw, k, index) != NULL, ref_only = have && k == 0 && consistency;
+        if (have && !ref_only) continue;
+        if (interrupted()) {
+            sw->stopped = true;
+            break;
+        }
+        char detail[sizeof what + sizeof runs[k].label + 32];
+        snprintf(detail, sizeof detail, "sample %d/%ld%s, %s", index + 1, sw->total / sw->n_runs, what, runs[k].label);
+        progress_update(&sw->prog, sw->done, detail);
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
                         .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr)};
         snprintf(r.spec, sizeof r.spec, "%s", runs[k].kv);
@@ -756,7 +1043,7 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
         if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &r);
-        if (!rc && a->kept_map && index == 0) {
+        if (!rc && a->kept_map && index == 0 && !ref_only) {
             char label[128];
             run_label(runs[k].kv, runs[k].budget, label, sizeof label);
             rc = write_kept_maps(a, m, s, pr, smp, label);
@@ -764,9 +1051,9 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
         if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
         kvf_session_free(s);
         s = NULL;
-        if (!rc && k == 0 && consistency) ref_text = strdup(out.s ? out.s : "");
-        if (!rc && consistency) {
-            r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text ? ref_text : "");
+        if (!rc && k == 0 && consistency && !(ref_text = strdup(out.s ? out.s : ""))) rc = fail(KVF_ERR_NOMEM, "eval");
+        if (!rc && consistency && !ref_only) {
+            r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text);
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
             rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &forced);
@@ -774,16 +1061,12 @@ static int eval_sample(const struct args *a, const char *mode, const struct kvf_
             kvf_session_free(s);
         } else if (!rc && smp->task) {
             r.score = mb_score(smp, out.s ? out.s : "");
-        } else if (!rc) {
+        } else if (!rc && !consistency) {
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
         r.output = out.s ? out.s : strdup("");
-        if (!rc && a->json) row_json(stdout, mode, &r);
-        if (!rc) rc = rows_push(rs, &r);
+        if (!rc && !ref_only) rc = sweep_add(sw, a, &r);
         else free(r.output), free(r.gt);
-        if (!a->json && !rc)
-            fprintf(stderr, "kvfold: eval %s: sample %d, %s: score %.3f, KV %.2f MiB\n", mode, index, runs[k].label,
-                    r.score, r.kv_mib);
     }
     kvf_session_free(sh.src);
     free(ref);
@@ -835,13 +1118,12 @@ static int data_sample(const struct args *a, const struct kvf_model *m, bool nee
     return rc;
 }
 
-static int eval_data(const struct args *a, const char *mode, const struct kvf_model *m, const struct run *runs,
-                     int n_runs, struct rows *rs) {
+static int eval_data(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     char *text = NULL, dir[4096];
     size_t len = 0;
     int rc = read_file(a->data, &text, &len), n = 0, line = 0;
     if (rc) return rc;
-    const bool needle = !strcmp(mode, "needle");
+    const bool needle = !strcmp(sw->mode, "needle");
     const char *slash = strrchr(a->data, '/');
     snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->data + 1) : 0, a->data);
     /* Every line is parsed and checked before the first run: bad data fails fast. */
@@ -863,10 +1145,12 @@ static int eval_data(const struct args *a, const char *mode, const struct kvf_mo
         print_error("eval: %s holds no samples", a->data);
         rc = EXIT_INPUT;
     }
-    for (int i = 0; !rc && i < n; i++) {
+    if (!rc) sweep_begin(sw, n, a);
+    for (int i = 0; !rc && !sw->stopped && i < n; i++) {
+        if (!sweep_wants(sw, i)) continue;
         struct sample smp;
         rc = data_sample(a, m, needle, items[i].o, dir, items[i].line, i == 0, &smp);
-        if (!rc) rc = eval_sample(a, mode, m, &smp, i, runs, n_runs, rs);
+        if (!rc) rc = eval_sample(a, m, &smp, i, sw);
         sample_free(&smp);
     }
     for (int i = 0; i < n; i++) cJSON_Delete(items[i].o);
@@ -875,9 +1159,15 @@ static int eval_data(const struct args *a, const char *mode, const struct kvf_mo
     return rc;
 }
 
+/* The samples of a task that run: --samples of them at most. */
+static int mb_task_samples(const struct args *a, const struct mb_task *t) {
+    const int n = cJSON_GetArraySize(t->data);
+    return a->n_samples > 0 && a->n_samples < n ? a->n_samples : n;
+}
+
 /* MileBench's tasks, each sample under every run. */
 static int eval_milebench(const struct args *a, const struct kvf_model *m, const struct mb_task *tasks, int n_tasks,
-                          const struct run *runs, int n_runs, struct rows *rs) {
+                          struct sweep *sw) {
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
     if (!info.has_vision) {
@@ -885,22 +1175,22 @@ static int eval_milebench(const struct args *a, const struct kvf_model *m, const
                     "Face LLaVA directory)");
         return EXIT_USAGE;
     }
-    int rc = 0, index = 0;
-    for (int t = 0; !rc && t < n_tasks; t++) {
-        const int n = cJSON_GetArraySize(tasks[t].data);
-        for (int k = 0; !rc && k < (a->n_samples > 0 && a->n_samples < n ? a->n_samples : n); k++) {
+    int rc = 0, index = 0, n_samples = 0;
+    for (int t = 0; t < n_tasks; t++) n_samples += mb_task_samples(a, &tasks[t]);
+    sweep_begin(sw, n_samples, a);
+    for (int t = 0; !rc && !sw->stopped && t < n_tasks; t++)
+        for (int k = 0; !rc && !sw->stopped && k < mb_task_samples(a, &tasks[t]); k++, index++) {
+            if (!sweep_wants(sw, index)) continue;
             struct sample smp;
             rc = mb_sample(a, m, &tasks[t], k, &smp);
-            if (!rc) rc = eval_sample(a, "milebench", m, &smp, index++, runs, n_runs, rs);
+            if (!rc) rc = eval_sample(a, m, &smp, index, sw);
             sample_free(&smp);
         }
-    }
     return rc;
 }
 
 /* The samples of a mode, one at a time; synthetic unless --data. */
-static int eval_samples(const struct args *a, const char *mode, const struct kvf_model *m, const struct run *runs,
-                        int n_runs, struct rows *rs) {
+static int eval_samples(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
     const bool vision = info.has_vision;
@@ -921,8 +1211,8 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
         print_error("eval: --depths '%s': want a list of depths in [0, 1]", a->depths);
         return EXIT_USAGE;
     }
-    if (a->data) return eval_data(a, mode, m, runs, n_runs, rs);
-    if (!strcmp(mode, "needle")) {
+    if (a->data) return eval_data(a, m, sw);
+    if (!strcmp(sw->mode, "needle")) {
         const bool text = strcmp(a->needle, "image") != 0, image = strcmp(a->needle, "text") != 0;
         if (strcmp(a->needle, "text") && strcmp(a->needle, "image") && strcmp(a->needle, "both")) {
             print_error("eval: --needle '%s': want text, image or both", a->needle);
@@ -932,32 +1222,35 @@ static int eval_samples(const struct args *a, const char *mode, const struct kvf
             print_error("eval: --needle image hides the password in a pseudo-image, which needs a text model");
             return EXIT_USAGE;
         }
-        for (int g = 0; !rc && g < n_segs; g++)
-            for (int d = 0; !rc && d < n_depths; d++)
-                for (int kind = 0; !rc && kind < 2; kind++) {
+        for (int g = 0; image && g < n_segs; g++)
+            if (segs[g] < 2) {
+                print_error("eval: an image needle needs --segments of at least 2");
+                return EXIT_USAGE;
+            }
+        sweep_begin(sw, n_segs * n_depths * (text + image) * per, a);
+        for (int g = 0; !rc && !sw->stopped && g < n_segs; g++)
+            for (int d = 0; !rc && !sw->stopped && d < n_depths; d++)
+                for (int kind = 0; !rc && !sw->stopped && kind < 2; kind++) {
                     if (!(kind ? image : text)) continue;
-                    if (kind && segs[g] < 2) {
-                        print_error("eval: an image needle needs --segments of at least 2");
-                        return EXIT_USAGE;
-                    }
-                    for (int i = 0; !rc && i < per; i++) {
+                    for (int i = 0; !rc && !sw->stopped && i < per; i++, index++) {
+                        if (!sweep_wants(sw, index)) continue;
                         struct sample smp;
                         rc = needle_sample(a, m, vision, (int)segs[g], depths[d], kind, a->seed + (uint64_t)index, &smp);
-                        if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
+                        if (!rc) rc = eval_sample(a, m, &smp, index, sw);
                         sample_free(&smp);
                     }
                 }
         return rc;
     }
-    if (!strcmp(mode, "consistency")) {
-        for (int g = 0; !rc && g < n_segs; g++)
-            for (int i = 0; !rc && i < per; i++) {
-                struct sample smp;
-                rc = summary_sample(a, m, vision, (int)segs[g], a->seed + (uint64_t)index, &smp);
-                if (!rc) rc = eval_sample(a, mode, m, &smp, index++, runs, n_runs, rs);
-                sample_free(&smp);
-            }
-    }
+    sweep_begin(sw, n_segs * per, a); /* consistency */
+    for (int g = 0; !rc && !sw->stopped && g < n_segs; g++)
+        for (int i = 0; !rc && !sw->stopped && i < per; i++, index++) {
+            if (!sweep_wants(sw, index)) continue;
+            struct sample smp;
+            rc = summary_sample(a, m, vision, (int)segs[g], a->seed + (uint64_t)index, &smp);
+            if (!rc) rc = eval_sample(a, m, &smp, index, sw);
+            sample_free(&smp);
+        }
     return rc;
 }
 
@@ -970,23 +1263,33 @@ static int cmd_eval(const struct args *a) {
     }
     struct run *runs = calloc(1 + (size_t)STR_LIST_MAX * EVAL_MAX_LIST, sizeof *runs);
     if (!runs) return fail(KVF_ERR_NOMEM, "eval");
-    int n_runs = 0, n_tasks = 0, rc = make_runs(a, runs, &n_runs);
+    struct sweep sw = {.mode = mode, .runs = runs, .n_gen = n_generate(a, mode)};
+    int n_tasks = 0, rc = make_runs(a, runs, &sw.n_runs);
     struct mb_task *tasks = NULL;
     if (!rc && mb) rc = mb_tasks_open(a, &tasks, &n_tasks); /* before the model: bad data fails fast */
+    if (!rc) rc = sweep_open(&sw, a);
     struct kvf_model *m = NULL;
-    struct rows rs = { 0 };
     if (!rc) rc = load_model(a, &m);
-    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, runs, n_runs, &rs) : eval_samples(a, mode, m, runs, n_runs, &rs);
+    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : eval_samples(a, m, &sw);
+    progress_end(&sw.prog);
+    /* Ctrl-C: the summary of the rows there are, saying so */
+    char note[160] = "";
+    if (sw.stopped)
+        snprintf(note, sizeof note, "**Interrupted** (Ctrl-C) with %ld of %ld rows done: `--resume` runs the rest.",
+                 sw.total - sw.todo + sw.done, sw.total);
     /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
     const bool by_group = mb || (!strcmp(mode, "needle") && !strcmp(a->needle, "both"));
     struct summary *sum = NULL, *all = NULL;
-    const int n_sum = rc ? 0 : summarise(&rs, by_group, &sum), n_all = rc ? 0 : summarise(&rs, false, &all);
+    const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, &sum), n_all = rc ? 0 : summarise(&sw.rows, false, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
-    if (!rc && !a->json) print_summary(stdout, mode, sum, n_sum, false);
-    if (!rc && a->out_dir) rc = write_outputs(a, mode, &rs, sum, n_sum);
-    if (!rc && a->plots) rc = write_plots(a, mode, &rs, all, n_all);
-    for (int i = 0; i < rs.n; i++) free(rs.r[i].output), free(rs.r[i].gt);
-    free(rs.r);
+    if (!rc && !a->json) {
+        if (sw.stopped) printf("%s\n\n", note);
+        print_summary(stdout, mode, sum, n_sum, false);
+    }
+    if (!rc && a->out_dir) rc = write_outputs(a, mode, sum, n_sum, sw.stopped ? note : NULL);
+    if (!rc && a->plots) rc = write_plots(a, mode, &sw.rows, all, n_all);
+    if (!rc && sw.stopped) rc = 130; /* the shell's 128 + SIGINT, as for a second Ctrl-C */
+    sweep_free(&sw);
     free(sum);
     free(all);
     free(runs);
@@ -1009,8 +1312,12 @@ const struct command eval_command = {
         "LLaVA, scored by its own rules (accuracy or ROUGE-L); needs a vision model. Each --kv runs\n"
         "at every budget of --budgets (presets without a budget run once); the full cache always\n"
         "runs. Prints a markdown summary (--json: one JSON line per run and sample instead); --out\n"
-        "DIR adds summary.md, summary.csv and results.jsonl, --plots DIR SVG charts, --kept-map DIR\n"
-        "per-layer maps of the image entries kept, merged and evicted.",
+        "DIR adds results.jsonl (its settings, then a row as each finishes), summary.md and\n"
+        "summary.csv, --plots DIR SVG charts, --kept-map DIR per-layer maps of the image entries\n"
+        "kept, merged and evicted. Ctrl-C stops after the row that is running, writes the summary\n"
+        "of the rows done and exits 130; --resume then runs only the rows results.jsonl lacks\n"
+        "(refused when the model or a setting that shapes the samples differs) and summarises\n"
+        "them all.",
     .run = cmd_eval,
     .defaults = eval_defaults,
     .opts = eval_opts,

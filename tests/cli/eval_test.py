@@ -1,0 +1,151 @@
+"""End-to-end tests of kvfold eval's long-run machinery, one case per ctest entry.
+
+usage: eval_test.py CASE KVFOLD_BINARY MODELS_DIR SHARED_DIR TMP_DIR
+
+results.jsonl written row by row, Ctrl-C (exit 130 with the finished rows and
+their summary), --resume, the progress line, and the SVG pictures. Runs on
+SmolLM2 with tiny synthetic haystacks. Exit status 0 = pass, 1 = fail, 77 =
+skipped (the model is absent). Standard library only.
+"""
+import csv
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import SMOL, Ctx, check, expect_error, run_case  # noqa: E402
+
+# 2 segments of 10 words and a 2x2 pseudo-image: about 60 prompt tokens
+TINY = ["-t", "1", "--segments", "2", "--segment-words", "10", "--grid", "2x2", "-n", "2"]
+# what a row's values are, timings aside (they differ from run to run)
+VALUES = ("mode", "kv", "budget", "sample", "n_prompt", "segments", "depth", "needle", "score", "kv_mib",
+          "kv_full_mib", "kv_peak_mib", "output")
+
+
+def results(out_dir):
+    """results.jsonl: its settings line and its rows."""
+    with open(os.path.join(out_dir, "results.jsonl")) as f:
+        lines = [json.loads(ln) for ln in f]
+    check(lines and "settings" in lines[0], f"results.jsonl: no settings line first: {lines[:1]}")
+    return lines[0], lines[1:]
+
+
+def line_count(path):
+    try:
+        with open(path) as f:
+            return sum(1 for ln in f if ln.endswith("\n"))
+    except FileNotFoundError:
+        return 0
+
+
+def summary_values(out_dir):
+    """summary.csv without its timing column."""
+    with open(os.path.join(out_dir, "summary.csv")) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.pop("decode_ms_per_token")
+    return rows
+
+
+def row_values(rows):
+    return sorted((json.dumps([r.get(k) for k in VALUES]) for r in rows))
+
+
+def run_with_tty_stderr(ctx, args):
+    """Runs kvfold with stderr on a pseudo-terminal (the progress line's
+    home) and stdout on a pipe: (exit status, stdout, stderr)."""
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ctx.bin, *args], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = p.stdout.read()
+    p.wait(timeout=240)
+    os.close(master)
+    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def case_eval_resume(ctx):
+    """A needle sweep of 6 rows: uninterrupted (progress on a terminal), then
+    interrupted by Ctrl-C once results.jsonl has its first row (exit 130, the
+    rows so far and their summary marked interrupted), then --resume, which
+    runs only the missing rows and ends with the uninterrupted run's summary
+    and rows; a --resume with other settings is refused."""
+    smol = ctx.model(SMOL)
+    sweep = ["eval", "needle", "-m", smol, *TINY, "--kv", "snapkv", "--budgets", "0.5", "--depths", "0.2,0.5,0.8"]
+    n_rows = 6  # (full, snapkv 0.5) x 3 depths
+    whole = os.path.join(ctx.tmp, "whole")
+    rc, out, err = run_with_tty_stderr(ctx, [*sweep, "--out", whole])
+    check(rc == 0, f"uninterrupted: exit {rc}: {err}")
+    check("rows (" in err and " left: sample " in err and "eval needle: " in err,
+          f"no progress line on the terminal: {err!r}")
+    check("kvfold:" not in out and "| `snapkv` | 0.5 | 3 |" in out, f"stdout: the summary only: {out!r}")
+    settings, want_rows = results(whole)
+    check(len(want_rows) == n_rows and settings["settings"]["--model"] == SMOL, f"uninterrupted: {settings} {want_rows}")
+
+    # Ctrl-C once the first row is in results.jsonl
+    part = os.path.join(ctx.tmp, "part")
+    path = os.path.join(part, "results.jsonl")
+    p = subprocess.Popen([ctx.bin, *sweep, "--out", part], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, deadline = [], time.time() + 120
+    while line_count(path) < 2 and p.poll() is None and time.time() < deadline:
+        seen.append(line_count(path))
+        time.sleep(0.01)
+    check(p.poll() is None and line_count(path) == 2, f"the first row was not written while running: {seen[-3:]}")
+    p.send_signal(signal.SIGINT)
+    out, err = (s.decode() for s in p.communicate(timeout=120))
+    check(p.returncode == 130, f"Ctrl-C: exit {p.returncode}, want 130: {err}")
+    _, done = results(part)
+    check(0 < len(done) < n_rows, f"Ctrl-C: {len(done)} rows of {n_rows}")
+    check(all(r["sample"] == i // 2 for i, r in enumerate(done)), f"rows in order: {done}")
+    with open(os.path.join(part, "summary.md")) as f:
+        md = f.read()
+    check(f"Interrupted** (Ctrl-C) with {len(done)} of {n_rows} rows done" in md and "| `full` |" in md,
+          f"summary.md of what finished, marked interrupted: {md}")
+    check("Interrupted" in out, f"stdout summary not marked: {out}")
+    check(sum(int(r["samples"]) for r in csv.DictReader(open(os.path.join(part, "summary.csv")))) == len(done),
+          "summary.csv counts the finished rows")
+
+    # a last line cut short by a kill is dropped; other settings are refused
+    with open(path, "a") as f:
+        f.write('{"mode":"needle","kv":"snap')
+    for flag, name, value in (("--depths", "--depths", "0.2,0.5"), ("-n", "--n-predict", "3"), ("--seed", "--seed", "2")):
+        line = expect_error(ctx, 1, [*sweep, "--out", part, "--resume", flag, value], f"--resume with another {flag}")
+        check(f"made with {name} " in line, f"the mismatch named: {line}")
+    expect_error(ctx, 1, [*sweep, "--resume"], "--resume without --out")
+
+    rc, out, err = ctx.run(*sweep, "--out", part, "--resume", "--json")
+    check(rc == 0, f"--resume: exit {rc}: {err}")
+    new = [json.loads(ln) for ln in out.splitlines()]
+    check(len(new) == n_rows - len(done), f"--resume ran {len(new)} rows, want the {n_rows - len(done)} missing")
+    _, got_rows = results(part)
+    check(row_values(got_rows) == row_values(want_rows), "the rows differ from the uninterrupted run's")
+    check(summary_values(part) == summary_values(whole), "the summary differs from the uninterrupted run's")
+    with open(os.path.join(part, "summary.md")) as f:
+        check("Interrupted" not in f.read(), "a finished sweep's summary is not marked interrupted")
+    rc, out, err = ctx.run(*sweep, "--out", part, "--resume", "--json")
+    check(rc == 0 and out == "", f"nothing left to resume: exit {rc}, {out!r}")
+
+
+def main():
+    if len(sys.argv) < 6:
+        print(__doc__, file=sys.stderr)
+        return 2
+    name, ctx = sys.argv[1], Ctx(*sys.argv[2:6])
+    return run_case({"eval_resume": case_eval_resume}, name, ctx)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
