@@ -20,6 +20,15 @@ foreach(case usage badfiles badfiles_real hostile tokenize info generate generat
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
 endforeach()
 
+# kvfold bench's llama-bench lists and formats, progress and Ctrl-C in bench
+# and perplexity (tests/cli/bench_test.py).
+foreach(case bench_lists bench_errors bench_interrupt)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/bench_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300)
+endforeach()
+
 # kvfold eval's long runs (tests/cli/eval_test.py): results.jsonl row by row,
 # Ctrl-C, --resume, the progress line, the SVG pictures.
 foreach(case eval_resume)
@@ -46,5 +55,15 @@ foreach(case serve_api serve_image serve_load serve_errors serve_cache)
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/serve_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
   set_tests_properties(cli_${case} PROPERTIES LABELS "cli;serve" SKIP_RETURN_CODE 77 TIMEOUT 300
+                       FIXTURES_REQUIRED kvf_fixtures)
+endforeach()
+
+# kvfold chat and generate's llama.cpp flags (tests/cli/chat_test.py): scripted
+# conversations through a pipe and a pseudo-terminal, Ctrl-C, the LLaVA fixture.
+foreach(case chat_turns chat_kv chat_image chat_pty generate_flags)
+  add_test(NAME cli_${case}
+    COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/chat_test.py ${case} $<TARGET_FILE:kvfold_cli>
+            ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
+  set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300
                        FIXTURES_REQUIRED kvf_fixtures)
 endforeach()

@@ -35,6 +35,7 @@ static void interrupt_install(void) {
 }
 
 bool interrupted(void) { return sigint_count > 0; }
+void interrupt_clear(void) { sigint_count = 0; }
 
 void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a) {
     *p = (struct progress){ .label = label, .unit = unit, .total = total, .t0 = now_ms() };

@@ -56,7 +56,7 @@ struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
-    bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape;
+    bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape, conversation;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
     int repeat_last_n;
@@ -73,9 +73,10 @@ struct args {
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
+    const char *bench_lists[4], *bench_format; /* kvfold bench: -p -n -t -d as given (comma lists), -o */
 };
 
-#define OPT_MAX 32
+#define OPT_MAX 48
 
 struct command {
     const char *name, *summary, *usage, *details;
@@ -87,8 +88,8 @@ struct command {
 };
 
 /* The commands (one file each), in the order --help lists them. */
-extern const struct command info_command, tokenize_command, generate_command, perplexity_command, bench_command,
-    profile_command, eval_command, policies_command, serve_command;
+extern const struct command info_command, tokenize_command, generate_command, chat_command, perplexity_command,
+    bench_command, profile_command, eval_command, policies_command, serve_command;
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
@@ -104,6 +105,7 @@ extern const struct command info_command, tokenize_command, generate_command, pe
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }
+#define OPT_SYSTEM { "--system --system-prompt", "-sys", OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" }
 #define OPT_MMPROJ { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }
 #define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 /* Multimodal input, shared by generate and bench. */
@@ -133,6 +135,9 @@ int command_main(const struct command *c, int argc, char **argv);
  * normally, with their timings, JSON and files for what was done; a second
  * Ctrl-C exits at once with status 130. */
 bool interrupted(void);
+/* Forgets a Ctrl-C once handled (chat: a stopped reply), so that the next
+ * one stops again rather than quits. */
+void interrupt_clear(void);
 
 /* One long task's progress on stderr, never stdout: on a terminal a single
  * updating line (done/total, rate, time left) redrawn at most 10 times a
@@ -155,6 +160,9 @@ void progress_end(struct progress *p);
 /* "kvfold: error: ..." on stderr, one line. */
 void print_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int exit_code(enum kvf_status st);
+/* Exit status of a command that stopped early on Ctrl-C but finished its
+ * report (the shell's 128 + SIGINT). */
+#define EXIT_INTERRUPTED 130
 /* Prints "what: status: last error" and returns the exit code for st. */
 int fail(enum kvf_status st, const char *what);
 /* fail() for a call whose arguments all come from command-line values (a
@@ -244,6 +252,10 @@ const char *chat_template_for(const struct args *a, const struct kvf_model *m);
 int64_t image_max_pixels(const struct args *a);
 /* The prompt as the model sees it: raw, or wrapped in a chat template. */
 int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out);
+/* msgs in the chat template of chat_template_for(a, m), with the assistant's
+ * prefix after them when add_assistant; *out malloc'd. */
+int chat_text(const struct args *a, const struct kvf_model *m, const struct kvf_chat_message *msgs, int n,
+                bool add_assistant, char **out);
 
 void media_set_free(struct media_set *ms);
 /* Takes md (freed on failure). */
@@ -263,6 +275,52 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
 /* The prompt with its markers filled by the media. */
 int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                 struct kvf_prompt **out);
+
+/* ------------------------------------- generation (generate.c) -- */
+
+/* The sampling options of generate and chat, with llama.cpp's names. */
+#define OPTS_SAMPLING \
+    { "--n-predict", "-n", OPT_INT, &a->n_predict, -1, 1 << 24, "N", \
+      "tokens to generate at most; -1: until the end of generation or of the context" }, \
+    { "--temp", NULL, OPT_FLOAT, &a->temp, 0, 100, "T", "temperature; 0 = greedy (default 0)" }, \
+    { "--top-k", NULL, OPT_INT, &a->top_k, 0, 1 << 30, "K", "keep the K most likely tokens, 0 = off (default 40)" }, \
+    { "--top-p", NULL, OPT_FLOAT, &a->top_p, 0, 1, "P", "nucleus sampling, 1 = off (default 0.95)" }, \
+    { "--min-p", NULL, OPT_FLOAT, &a->min_p, 0, 1, "P", "drop tokens below P x the best, 0 = off (default 0.05)" }, \
+    { "--seed", NULL, OPT_U64, &a->seed, 0, 0, "S", "random seed (default 42)" }, \
+    { "--repeat-penalty", NULL, OPT_FLOAT, &a->repeat_penalty, 0, 100, "R", \
+      "divide the logits of tokens among the last --repeat-last-n by R (default 1: off)" }, \
+    { "--repeat-last-n", NULL, OPT_INT, &a->repeat_last_n, 0, 1 << 20, "N", "tokens the repeat penalty looks back (default 64)" }, \
+    { "--reverse-prompt --stop", "-r", OPT_LIST, &a->stops, 0, 0, "TEXT", \
+      "stop once the text generated ends with TEXT (repeatable; the text keeps it)" }
+
+/* Defaults of OPTS_SAMPLING (greedy, -n n_predict). */
+void sampling_defaults(struct args *a, int n_predict);
+/* The sampler of OPTS_SAMPLING. */
+int sampler_open(const struct args *a, struct kvf_sampler **out);
+/* pr through the session in parts of one forward pass, with progress on
+ * stderr (label: "prompt"); stops early when interrupted() (*stopped set;
+ * the positions in so far stay). Policies that need the whole prompt in one
+ * pass run it in one call. */
+int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, const struct args *a, const char *what,
+                   bool *stopped);
+/* One reply: sampled, streamed to stdout when stream, each token but the
+ * last decoded into the session. */
+struct reply {
+    struct strbuf text;   /* what was generated */
+    int n_gen, n_decoded;
+    double decode_ms;
+    const char *stop;     /* eog, length, context, stop (an -r text) or interrupted */
+    int32_t last;         /* the token it stopped on, not decoded (-1: none, at eog or interrupted) */
+};
+int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_sampler *smp, const struct args *a,
+                   bool stream, const char *what, struct reply *r);
+/* kvf_sampler_accept of a prompt's token ids. */
+void sampler_accept_prompt(struct kvf_sampler *smp, const struct kvf_prompt *pr);
+
+/* ------------------------------------------------ chat (chat.c) -- */
+
+/* kvfold chat, also run by generate -cnv. */
+int chat_run(const struct args *a);
 
 /* ------------------------------------------------------------ scoring -- */
 

@@ -5,33 +5,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void generate_defaults(struct args *a) {
-    struct kvf_sampler_params sp = kvf_sampler_default_params();
-    a->n_predict = 128;
+void sampling_defaults(struct args *a, int n_predict) {
+    const struct kvf_sampler_params sp = kvf_sampler_default_params();
+    a->n_predict = n_predict;
     a->temp = 0.0f; /* greedy: the same prompt always gives the same text */
     a->top_k = sp.top_k;
     a->top_p = sp.top_p;
     a->min_p = sp.min_p;
     a->seed = sp.seed;
+    a->repeat_penalty = sp.penalty_repeat;
+    a->repeat_last_n = sp.penalty_last_n;
     a->batch = kvf_session_default_params().n_batch;
 }
+
+static void generate_defaults(struct args *a) { sampling_defaults(a, 128); }
 
 static int generate_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
-        { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 1 << 24, "N", "tokens to generate at most (default 128)" },
-        { "--temp", NULL, OPT_FLOAT, &a->temp, 0, 100, "T", "temperature; 0 = greedy (default 0)" },
-        { "--top-k", NULL, OPT_INT, &a->top_k, 0, 1 << 30, "K", "keep the K most likely tokens, 0 = off (default 40)" },
-        { "--top-p", NULL, OPT_FLOAT, &a->top_p, 0, 1, "P", "nucleus sampling, 1 = off (default 0.95)" },
-        { "--min-p", NULL, OPT_FLOAT, &a->min_p, 0, 1, "P", "drop tokens below P x the best, 0 = off (default 0.05)" },
-        { "--seed", NULL, OPT_U64, &a->seed, 0, 0, "S", "random seed (default 42)" },
+        OPTS_SAMPLING,
         OPT_THREADS,
-        { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N", "context size (default 0: prompt + n)" },
+        { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N",
+          "context size (default 0: prompt + n, or the model's with -n -1)" },
         OPT_BATCH,
         { "--chat", NULL, OPT_FLAG, &a->chat, 0, 0, NULL, "wrap the prompt in the model's chat template" },
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME",
           "llama2, vicuna, chatml or gemma (implies --chat)" },
-        { "--system", NULL, OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" },
+        OPT_SYSTEM,
+        { "--conversation --interactive -i", "-cnv", OPT_FLAG, &a->conversation, 0, 0, NULL,
+          "a conversation on the terminal, as kvfold chat (-p, if given, is the first turn)" },
         { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
         OPTS_MEDIA,
         { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
@@ -39,9 +41,115 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
         OPT_KV_TYPE,
+        OPT_NO_PROGRESS,
         OPT_JSON,
     };
     OPTS_RETURN(out, t);
+}
+
+int sampler_open(const struct args *a, struct kvf_sampler **out) {
+    const struct kvf_sampler_params p = {
+        .temp = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
+        .penalty_repeat = a->repeat_penalty, .penalty_last_n = a->repeat_last_n,
+    };
+    const enum kvf_status st = kvf_sampler_init(&p, out);
+    return st == KVF_OK ? 0 : fail_option(st, "sampler");
+}
+
+void sampler_accept_prompt(struct kvf_sampler *smp, const struct kvf_prompt *pr) {
+    for (int i = 0; i < kvf_prompt_n_tokens(pr); i++)
+        if (kvf_prompt_token(pr, i) >= 0) /* media rows have no id */
+            kvf_sampler_accept(smp, kvf_prompt_token(pr, i));
+}
+
+int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, const struct args *a, const char *what,
+                   bool *stopped) {
+    const int n = kvf_prompt_n_tokens(pr), base = kvf_session_n_past(s);
+    *stopped = false;
+    /* n = 1: each part runs to the end of one of the whole prompt's passes */
+    enum kvf_status st = kvf_session_prefill_prompt_part(s, pr, 0, 1);
+    if (st == KVF_ERR_UNSUPPORTED)
+        st = kvf_session_prefill_prompt(s, pr, NULL);
+    struct progress p;
+    progress_init(&p, "prompt", "tok", n, a);
+    for (int done; st == KVF_OK && (done = kvf_session_n_past(s) - base) < n;) {
+        progress_update(&p, done, NULL);
+        if (interrupted()) {
+            *stopped = true;
+            break;
+        }
+        st = kvf_session_prefill_prompt_part(s, pr, done, 1);
+    }
+    progress_end(&p);
+    return st == KVF_OK ? 0 : fail(st, what);
+}
+
+/* Whether the text ends with one of the -r texts. */
+static bool ends_with_stop(const struct args *a, const struct strbuf *t) {
+    for (int i = 0; i < a->stops.n; i++) {
+        const size_t len = strlen(a->stops.v[i]);
+        if (len && t->n >= len && memcmp(t->s + t->n - len, a->stops.v[i], len) == 0)
+            return true;
+    }
+    return false;
+}
+
+int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_sampler *smp, const struct args *a,
+                   bool stream, const char *what, struct reply *r) {
+    char *piece = NULL;
+    int32_t piece_cap = 0;
+    int rc = 0;
+    enum kvf_status st;
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    r->stop = "length";
+    r->last = -1;
+    for (;;) {
+        int32_t tok;
+        if (interrupted()) {
+            r->stop = "interrupted";
+            break;
+        }
+        if ((st = kvf_sampler_sample(smp, kvf_session_logits(s), info.n_vocab, &tok)) != KVF_OK) {
+            rc = fail(st, what);
+            break;
+        }
+        if (kvf_token_is_eog(m, tok)) {
+            r->stop = "eog";
+            break;
+        }
+        kvf_sampler_accept(smp, tok);
+        r->last = tok;
+        const int32_t np = token_piece(m, tok, &piece, &piece_cap);
+        if (np < 0 || !strbuf_put(&r->text, piece, (size_t)np)) {
+            rc = fail(KVF_ERR_NOMEM, what);
+            break;
+        }
+        if (stream) {
+            fwrite(piece, 1, (size_t)np, stdout);
+            fflush(stdout);
+        }
+        if (ends_with_stop(a, &r->text)) {
+            r->stop = "stop";
+            break;
+        }
+        if (++r->n_gen == a->n_predict)
+            break;
+        if (kvf_session_n_past(s) >= kvf_session_n_ctx(s)) {
+            r->stop = "context";
+            break;
+        }
+        const double t0 = now_ms();
+        if ((st = kvf_session_decode(s, tok)) != KVF_OK) {
+            rc = fail(st, what);
+            break;
+        }
+        r->decode_ms += now_ms() - t0;
+        r->n_decoded++;
+        r->last = -1;
+    }
+    free(piece);
+    return rc;
 }
 
 /* Everything one run holds, released by gen_free. */
@@ -56,21 +164,20 @@ struct gen {
     struct kvf_prompt *pr;
     char *text, *prompt;   /* the input, and as the model sees it */
     int n_prompt;
-    struct strbuf out;     /* the generated text (--json) */
+    struct reply r;        /* what was generated */
     cJSON *per_layer;      /* entries per layer after compression */
     cJSON *dump;           /* --dump-kv */
     FILE *dump_f;          /* --dump-kv, open from the start */
-    double prefill_ms, compress_ms, decode_ms;
+    double prefill_ms, compress_ms;
     size_t kv_full, kv_kept;
-    int n_gen, n_decoded;
-    const char *stop;
+    bool interrupted;      /* Ctrl-C during the prompt or the reply */
 };
 
 static void gen_free(struct gen *g) {
     cJSON_Delete(g->per_layer);
     cJSON_Delete(g->dump);
     if (g->dump_f) fclose(g->dump_f);
-    free(g->out.s);
+    free(g->r.text.s);
     kvf_prompt_free(g->pr);
     media_set_free(&g->media);
     kvf_sampler_free(g->smp);
@@ -136,7 +243,6 @@ static int gen_open(struct gen *g) {
     const struct args *a = g->a;
     size_t len = 0;
     int rc;
-    enum kvf_status st;
     if ((a->dump_kv && (rc = out_open("--dump-kv", a->dump_kv, &g->dump_f))) ||
         (rc = input_text("generate", a, &g->text, &len)) || (rc = load_model(a, &g->m)) ||
         (rc = build_prompt(a, g->m, g->text, &g->prompt)) || (rc = media_build(a, g->m, &g->media)))
@@ -149,14 +255,12 @@ static int gen_open(struct gen *g) {
         print_tags(g->m, g->pr);
     if (kvf_prompt_is_synthetic(g->pr))
         fprintf(stderr, "kvfold: note: the prompt holds synthetic (pseudo-image) segments; results are synthetic\n");
-    g->sp = session_params(a, a->ctx > 0 ? a->ctx : g->n_prompt + a->n_predict);
-    if ((rc = open_session(g->m, &g->sp, "generate: cannot create the session", &g->s)))
+    /* -n -1: the session's default context (the model's, capped) */
+    g->sp = session_params(a, a->ctx > 0 ? a->ctx : a->n_predict < 0 ? 0 : g->n_prompt + a->n_predict);
+    if ((rc = open_session(g->m, &g->sp, "generate: cannot create the session", &g->s)) ||
+        (rc = sampler_open(a, &g->smp)))
         return rc;
-    struct kvf_sampler_params smpp = {
-        .temp = a->temp, .top_k = a->top_k, .top_p = a->top_p, .min_p = a->min_p, .seed = a->seed,
-    };
-    if ((st = kvf_sampler_init(&smpp, &g->smp)) != KVF_OK)
-        return fail(st, "generate: sampler");
+    sampler_accept_prompt(g->smp, g->pr);
     kvf_model_get_info(g->m, &g->info);
     return 0;
 }
@@ -165,8 +269,9 @@ static int gen_open(struct gen *g) {
 static int gen_prefill(struct gen *g) {
     enum kvf_status st;
     double t0 = now_ms();
-    if ((st = kvf_session_prefill_prompt(g->s, g->pr, NULL)) != KVF_OK)
-        return fail(st, "generate: prompt");
+    int rc = prompt_prefill(g->s, g->pr, g->a, "generate: prompt", &g->interrupted);
+    if (rc)
+        return rc;
     g->prefill_ms = now_ms() - t0;
     g->kv_full = kvf_session_kv_full_bytes(g->s);
     t0 = now_ms();
@@ -183,52 +288,6 @@ static int gen_prefill(struct gen *g) {
         cJSON_AddItemToObject(g->dump, "merged", kv_merges_json(g->s, &g->info));
     }
     return 0;
-}
-
-/* Sample, print, decode: until an end-of-generation token, -n tokens or
- * the end of the context. */
-static int gen_decode(struct gen *g) {
-    const struct args *a = g->a;
-    char *piece = NULL;
-    int32_t piece_cap = 0;
-    int rc = 0;
-    enum kvf_status st;
-    g->stop = "length";
-    for (;;) {
-        int32_t tok;
-        if ((st = kvf_sampler_sample(g->smp, kvf_session_logits(g->s), g->info.n_vocab, &tok)) != KVF_OK) {
-            rc = fail(st, "generate: sampler");
-            break;
-        }
-        if (kvf_token_is_eog(g->m, tok)) {
-            g->stop = "eog";
-            break;
-        }
-        int32_t np = token_piece(g->m, tok, &piece, &piece_cap);
-        if (np < 0 || (a->json && !strbuf_put(&g->out, piece, (size_t)np))) {
-            rc = fail(KVF_ERR_NOMEM, "generate");
-            break;
-        }
-        if (!a->json) {
-            fwrite(piece, 1, (size_t)np, stdout);
-            fflush(stdout);
-        }
-        if (++g->n_gen == a->n_predict)
-            break;
-        if (kvf_session_n_past(g->s) >= g->sp.n_ctx) {
-            g->stop = "context";
-            break;
-        }
-        double t1 = now_ms();
-        if ((st = kvf_session_decode(g->s, tok)) != KVF_OK) {
-            rc = fail(st, "generate: decode");
-            break;
-        }
-        g->decode_ms += now_ms() - t1;
-        g->n_decoded++;
-    }
-    free(piece);
-    return rc;
 }
 
 /* --dump-kv: the positions after compression, and now. */
@@ -264,24 +323,25 @@ static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {
 
 static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, size_t rss) {
     const struct args *a = g->a;
-    char *clean = utf8_sanitize(g->out.s ? g->out.s : "", g->out.n);
+    char *clean = utf8_sanitize(g->r.text.s ? g->r.text.s : "", g->r.text.n);
     if (!clean)
         return fail(KVF_ERR_NOMEM, "generate");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "text", clean);
     free(clean);
+    cJSON_AddBoolToObject(o, "interrupted", g->interrupted);
     cJSON_AddStringToObject(o, "model", g->info.name);
     cJSON_AddStringToObject(o, "build", kvf_build_info());
     cJSON_AddNumberToObject(o, "n_prompt", g->n_prompt);
     cJSON_AddNumberToObject(o, "n_media", g->media.n);
     cJSON_AddBoolToObject(o, "synthetic", kvf_prompt_is_synthetic(g->pr));
-    cJSON_AddNumberToObject(o, "n_gen", g->n_gen);
-    cJSON_AddStringToObject(o, "stop", g->stop);
+    cJSON_AddNumberToObject(o, "n_gen", g->r.n_gen);
+    cJSON_AddStringToObject(o, "stop", g->r.stop);
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "vision_encode_ms", g->media.encode_ms);
     cJSON_AddNumberToObject(t, "prefill_ms", g->prefill_ms);
     cJSON_AddNumberToObject(t, "prefill_tok_per_s", g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0);
-    cJSON_AddNumberToObject(t, "decode_ms", g->decode_ms);
+    cJSON_AddNumberToObject(t, "decode_ms", g->r.decode_ms);
     cJSON_AddNumberToObject(t, "decode_ms_per_token", ms_per_tok);
     cJSON_AddNumberToObject(t, "decode_tok_per_s", ms_per_tok > 0 ? 1e3 / ms_per_tok : 0);
     cJSON_AddNumberToObject(t, "compress_ms", g->compress_ms);
@@ -293,13 +353,15 @@ static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, si
     cJSON_AddNumberToObject(sa, "top_p", f32_json(a->top_p));
     cJSON_AddNumberToObject(sa, "min_p", f32_json(a->min_p));
     cJSON_AddNumberToObject(sa, "seed", (double)a->seed);
+    cJSON_AddNumberToObject(sa, "repeat_penalty", f32_json(a->repeat_penalty));
+    cJSON_AddNumberToObject(sa, "repeat_last_n", a->repeat_last_n);
     if (a->dump_tags)
         cJSON_AddItemToObject(o, "tags", tags_json(g->pr));
     return print_json(o);
 }
 
 static int gen_report(struct gen *g) {
-    const double ms_per_tok = g->n_decoded ? g->decode_ms / g->n_decoded : 0;
+    const double ms_per_tok = g->r.n_decoded ? g->r.decode_ms / g->r.n_decoded : 0;
     const size_t kv_bytes = kvf_session_kv_bytes(g->s), rss = kvf_peak_rss_bytes();
     int rc = g->dump ? gen_write_dump(g) : 0;
     if (rc)
@@ -311,8 +373,8 @@ static int gen_report(struct gen *g) {
     fprintf(stderr,
             "kvfold: prompt %d tokens in %.1f ms (%.1f tok/s); generated %d tokens, %.2f ms/token "
             "(%.1f tok/s); stop %s; kv %.2f MiB; peak rss %.1f MiB\n",
-            g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0, g->n_gen,
-            ms_per_tok, ms_per_tok > 0 ? 1e3 / ms_per_tok : 0, g->stop, kv_bytes / MIB, rss / MIB);
+            g->n_prompt, g->prefill_ms, g->prefill_ms > 0 ? g->n_prompt * 1e3 / g->prefill_ms : 0, g->r.n_gen,
+            ms_per_tok, ms_per_tok > 0 ? 1e3 / ms_per_tok : 0, g->r.stop, kv_bytes / MIB, rss / MIB);
     return 0;
 }
 
@@ -324,16 +386,24 @@ static int cmd_generate(const struct args *a) {
         print_error("generate: %s", kvf_last_error());
         return EXIT_USAGE;
     }
-    struct gen g = { .a = a };
+    if (a->n_predict == 0) {
+        print_error("generate: -n must be -1 (until the end of generation or of the context) or at least 1");
+        return EXIT_USAGE;
+    }
+    if (a->conversation)
+        return chat_run(a);
+    struct gen g = { .a = a, .r.stop = "interrupted" };
     int rc = gen_open(&g);
     if (!rc)
         rc = gen_prefill(&g);
-    if (!rc)
-        rc = gen_decode(&g);
+    if (!rc && !g.interrupted) {
+        rc = reply_generate(g.s, g.m, g.smp, a, !a->json, "generate", &g.r);
+        g.interrupted = !strcmp(g.r.stop, "interrupted");
+    }
     if (!rc)
         rc = gen_report(&g);
     gen_free(&g);
-    return rc;
+    return rc ? rc : g.interrupted ? EXIT_INTERRUPTED : 0;
 }
 
 const struct command generate_command = {
@@ -342,8 +412,11 @@ const struct command generate_command = {
     .usage = "-m FILE (-p TEXT | -f FILE) [options]",
     .details = "Decoding is greedy by default (--temp 0), so runs are reproducible; with --temp > 0 the\n"
                "sampler applies temperature, then top-k, top-p and min-p, and draws with --seed.\n"
-               "Generation stops at an end-of-generation token or after -n tokens. --json prints one\n"
-               "object (text, n_prompt, n_gen, stop, timings, kv, peak_rss_bytes) instead of streaming.",
+               "Generation stops at an end-of-generation token, after -n tokens, at an -r text or at the end\n"
+               "of the context. --json prints one object (text, n_prompt, n_gen, stop, interrupted, timings,\n"
+               "kv, peak_rss_bytes) instead of streaming. Ctrl-C stops the prompt or the reply where it is\n"
+               "and reports as usual (stop \"interrupted\", exit status 130); a second Ctrl-C quits at once.\n"
+               "-cnv runs kvfold chat.",
     .run = cmd_generate,
     .defaults = generate_defaults,
     .opts = generate_opts,

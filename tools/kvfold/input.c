@@ -80,6 +80,28 @@ const char *chat_template_for(const struct args *a, const struct kvf_model *m) {
     return a->chat_template;
 }
 
+int chat_text(const struct args *a, const struct kvf_model *m, const struct kvf_chat_message *msgs, int n,
+                bool add_assistant, char **out) {
+    const char *name = chat_template_for(a, m);
+    /* No buffer: the size needed (an unknown name fails only without one:
+     * the commands check --chat-template first). */
+    int32_t need = 0;
+    if (kvf_chat_apply(m, name, msgs, n, add_assistant, NULL, 0, &need) != KVF_ERR_BUFFER) {
+        print_error("no chat template recognised (%s); pass --chat-template NAME (one of %s)", kvf_last_error(),
+                    kvf_chat_templates());
+        return EXIT_INPUT;
+    }
+    int32_t len;
+    *out = malloc((size_t)need);
+    if (!*out || kvf_chat_apply(m, name, msgs, n, add_assistant, *out, need, &len) != KVF_OK) {
+        free(*out);
+        *out = NULL;
+        print_error("out of memory for the chat text");
+        return EXIT_RUNTIME;
+    }
+    return 0;
+}
+
 int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
     if (!wants_chat(a)) {
         *out = strdup(text);
@@ -90,23 +112,7 @@ int build_prompt(const struct args *a, const struct kvf_model *m, const char *te
     if (a->system)
         msgs[n++] = (struct kvf_chat_message){ "system", a->system };
     msgs[n++] = (struct kvf_chat_message){ "user", text };
-    const char *name = chat_template_for(a, m);
-    /* No buffer: the size needed (an unknown name fails only without one:
-     * the commands check --chat-template first). */
-    int32_t need = 0;
-    if (kvf_chat_apply(m, name, msgs, n, true, NULL, 0, &need) != KVF_ERR_BUFFER) {
-        print_error("generate: no chat template recognised (%s); pass --chat-template NAME (one of %s)",
-                    kvf_last_error(), kvf_chat_templates());
-        return EXIT_INPUT;
-    }
-    int32_t len;
-    *out = malloc((size_t)need);
-    if (!*out || kvf_chat_apply(m, name, msgs, n, true, *out, need, &len) != KVF_OK) {
-        free(*out);
-        print_error("generate: out of memory for the chat text");
-        return EXIT_RUNTIME;
-    }
-    return 0;
+    return chat_text(a, m, msgs, n, true, out);
 }
 
 /* ---------------------------------------------------------------- media -- */

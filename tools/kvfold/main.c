@@ -10,7 +10,7 @@
 #include <string.h>
 
 static const struct command *const commands[] = {
-    &info_command, &tokenize_command, &generate_command, &perplexity_command,
+    &info_command, &tokenize_command, &generate_command, &chat_command, &perplexity_command,
     &bench_command, &profile_command, &eval_command, &policies_command, &serve_command,
 };
 

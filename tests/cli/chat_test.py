@@ -1,0 +1,240 @@
+"""End-to-end tests of kvfold chat and of generate's llama.cpp flags, one case
+per ctest entry.
+
+usage: chat_test.py CASE KVFOLD_BINARY MODELS_DIR FIXTURE_DIR TMP_DIR
+
+Conversations are scripted through a pipe, and once through a pseudo-terminal
+(Python's pty), where Ctrl-C stops a reply. Exit status 0 = pass, 1 = fail,
+77 = skipped (a file is absent). Standard library only.
+"""
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import SMOL, Ctx, Skip, check, expect_error, run_case  # noqa: E402
+from mm_test import MM, write_ppm  # noqa: E402
+
+CHATML = ["--chat-template", "chatml"]
+
+
+def chat(ctx, lines, *args, timeout=240):
+    """kvfold chat with lines on stdin: (exit status, stdout, stderr)."""
+    p = subprocess.run([ctx.bin, "chat", *args], input="".join(l + "\n" for l in lines).encode(),
+                       capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+KV_LINE = re.compile(r"kv: (\S+), (\S+); (\d+) positions seen of (\d+); ([\d.]+) MiB of ([\d.]+) MiB")
+
+
+def kv_reports(out):
+    """Every /kv report: (positions seen, MiB held, MiB a full cache holds, entries per layer)."""
+    lines = out.splitlines()
+    reps = []
+    for i, line in enumerate(lines):
+        m = KV_LINE.match(line)
+        if m:
+            per_layer = [int(x) for x in lines[i + 1].split(":")[1].split()]
+            reps.append((int(m.group(3)), float(m.group(5)), float(m.group(6)), per_layer))
+    return reps
+
+
+def case_chat_turns(ctx):
+    smol = ctx.model(SMOL)
+    turns = ["Hello! My name is Ana.", "What is my name?"]
+    # -b 1: every pass one row, as decoding is, so that the conversation and a
+    # one-shot prompt of the same tokens compute bit for bit the same.
+    rc, out, err = chat(ctx, turns, "-m", smol, "-n", "12", "-b", "1", *CHATML)
+    check(rc == 0, f"chat: exit {rc}: {err}")
+    replies = out.splitlines()
+    check(len(replies) == 2 and all(replies), f"two replies, one line each: {out!r}")
+    check(re.search(r"kvfold: chat: 2 turns; prompts \d+ tokens", err), f"the closing line: {err!r}")
+    # The reference: the whole conversation as one raw prompt.
+    whole = (f"<|im_start|>user\n{turns[0]}<|im_end|>\n<|im_start|>assistant\n{replies[0]}<|im_end|>\n"
+             f"<|im_start|>user\n{turns[1]}<|im_end|>\n<|im_start|>assistant\n")
+    rc, ref, err = ctx.run("generate", "-m", smol, "-n", "12", "-b", "1", "--special", "--no-escape", "-p", whole)
+    check(rc == 0 and ref.rstrip("\n") == replies[1],
+          f"the second reply {replies[1]!r} is not the one-shot prompt's {ref!r}")
+
+    # Commands: /kv, an unknown command and /image on a text model (errors,
+    # the conversation goes on), /reset (then the first reply again), /exit.
+    script = [turns[0], "/kv", "/nope", "/image x.png", "/help", "/reset", "/kv", turns[0], "/exit", "never sent"]
+    rc, out, err = chat(ctx, script, "-m", smol, "-n", "12", "-b", "1", *CHATML)
+    check(rc == 0, f"commands: exit {rc}: {err}")
+    check("unknown command '/nope'" in err and "no vision tower" in err, f"command errors: {err!r}")
+    check("/image PATH" in out and "(the conversation is forgotten)" in out, f"/help and /reset: {out!r}")
+    reps = kv_reports(out)
+    check(len(reps) == 2, f"two /kv reports: {out!r}")
+    n_layer = len(reps[0][3])
+    check(reps[0][0] > 10 and all(n == reps[0][0] for n in reps[0][3]),
+          f"full cache: every layer holds every position: {reps[0]}")
+    check(reps[1][0] == 0 and reps[1][3] == [0] * n_layer, f"after /reset the cache is empty: {reps[1]}")
+    check(out.count(replies[0]) == 2, f"after /reset the first reply again: {out!r}")
+    check("1 turns" not in err and "2 turns" in err, f"/exit ends before 'never sent': {err!r}")
+
+    # generate -cnv runs the same conversation, -p its first turn.
+    p = subprocess.run([ctx.bin, "generate", "-cnv", "-m", smol, "-n", "12", "-b", "1", *CHATML, "-p", turns[0]],
+                       input=(turns[1] + "\n").encode(), capture_output=True, timeout=240)
+    check(p.returncode == 0 and p.stdout.decode().splitlines() == replies, f"generate -cnv: {p.stdout!r}")
+    # Errors: a bad template, -n 0.
+    expect_error(ctx, 1, ["chat", "-m", smol, "--chat-template", "nope"], "unknown template")
+    expect_error(ctx, 1, ["chat", "-m", smol, "-n", "0"], "-n 0")
+
+
+def case_chat_kv(ctx):
+    smol = ctx.model(SMOL)
+    turns = ["Tell me about the history of the city of Paris in a few sentences.", "/kv",
+             "And what about its museums?", "/kv", "Which one would you visit first, and why?", "/kv"]
+    spec = "snapkv:budget=0.3+decode=h2o"
+    rc, out, err = chat(ctx, turns, "-m", smol, "-n", "40", "--kv", spec)
+    check(rc == 0, f"chat --kv: exit {rc}: {err}")
+    reps = kv_reports(out)
+    check(len(reps) == 3, f"three /kv reports: {out!r}")
+    seen = [r[0] for r in reps]
+    check(seen[0] < seen[1] < seen[2], f"positions grow turn by turn: {seen}")
+    for n, held, full, per_layer in reps:
+        # the budget applies to the positions seen: 30% of them (the window of
+        # recent entries SnapKV keeps is 32 of them)
+        check(held < full, f"compressed: {held} MiB held, a full cache {full} MiB")
+        check(max(per_layer) <= max(0.3 * n, 32) + 2, f"{n} positions seen, {max(per_layer)} entries kept")
+    check(reps[2][1] < 0.6 * reps[2][2], f"the cache stays near its budget: {reps[2]}")
+
+
+def case_chat_image(ctx):
+    mm = MM(ctx.bin, ctx.models, ctx.fixtures, ctx.tmp)
+    img = write_ppm(os.path.join(ctx.tmp, "a.ppm"), 30, 20, 1)
+    rc, out, err = chat(ctx, [f"/image {img}", "What is this?", "/kv", "/image /nonexistent.png", "And now?", "/kv"],
+                        *mm.llava(), "-n", "4")
+    check(rc == 0, f"chat with an image: exit {rc}: {err}")
+    check(f"({img}: attached to the next message)" in out, f"/image acknowledged: {out!r}")
+    check("cannot read image '/nonexistent.png'" in err, f"a missing image is an error line: {err!r}")
+    reps = kv_reports(out)
+    check(len(reps) == 2 and reps[0][0] > 64 and reps[1][0] > reps[0][0], f"the image's 64 positions: {reps}")
+    # A message with a marker but no image is refused, and the chat goes on.
+    rc, out, err = chat(ctx, ["<image> what?", "/kv"], *mm.llava(), "-n", "4")
+    check(rc == 0 and kv_reports(out)[0][0] == 0, f"an <image> marker without /image: {rc} {out!r} {err!r}")
+
+
+class Pty:
+    """kvfold chat on a pseudo-terminal."""
+
+    def __init__(self, argv):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            try:
+                os.execv(argv[0], argv)
+            finally:
+                os._exit(127)
+        self.buf = b""
+
+    def expect(self, pattern, timeout=120):
+        end = time.time() + timeout
+        while not re.search(pattern, self.buf):
+            left = end - time.time()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise AssertionError(f"no {pattern!r} on the terminal: {self.buf[-400:]!r}")
+            try:
+                self.buf += os.read(self.fd, 4096)
+            except OSError:  # the child is gone
+                raise AssertionError(f"no {pattern!r}; the chat ended: {self.buf[-400:]!r}")
+        return self.buf
+
+    def send(self, text):
+        os.write(self.fd, text.encode())
+
+    def wait(self):
+        return os.waitpid(self.pid, 0)[1]
+
+
+def case_chat_pty(ctx):
+    smol = ctx.model(SMOL)
+    t = Pty([ctx.bin, "chat", "-m", smol, "-n", "-1", "--temp", "0.8", "--seed", "3", "--repeat-penalty", "1.0"])
+    t.expect(rb"/help lists the commands")
+    t.expect(rb"> ")
+    t.send("Write a very long story about a dragon, with many chapters.\n")
+    time.sleep(0.5)
+    t.expect(rb"\w+ \w+ \w+", timeout=120)  # words are streaming
+    os.kill(t.pid, signal.SIGINT)  # the pty's Ctrl-C: stop this reply, not the chat
+    t.expect(rb"reply interrupted")
+    t.expect(rb"> ")
+    t.send("/kv\n")
+    t.expect(rb"kv: full, f32; \d+ positions seen")
+    t.send("/exit\n")
+    t.expect(rb"kvfold: chat: 1 turns")
+    status = t.wait()
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"exit status {status}")
+
+
+def case_generate_flags(ctx):
+    smol = ctx.model(SMOL)
+    base = ["generate", "-m", smol, "--json"]
+
+    def gen(*args, stdin=None):
+        p = subprocess.run([ctx.bin, *base, *args], input=stdin, capture_output=True, timeout=240)
+        check(p.returncode == 0, f"generate {args}: exit {p.returncode}: {p.stderr.decode()}")
+        return json.loads(p.stdout)
+
+    # -r / --stop: the text ends at the first stop string, and keeps it.
+    o = gen("-p", "Count: one, two, three, four, five,", "-n", "30")
+    words = o["text"].split()
+    check(len(words) > 3, f"a long enough continuation: {o['text']!r}")
+    stop = words[1]
+    o2 = gen("-p", "Count: one, two, three, four, five,", "-n", "30", "-r", "zzz", "--stop", stop)
+    check(o2["stop"] == "stop" and o2["text"].endswith(stop) and o["text"].startswith(o2["text"]),
+          f"stopped at {stop!r}: {o2['text']!r} (stop {o2['stop']})")
+    # The repeat penalty: off by default (1), changes a repetitive greedy text.
+    rep = "the cat the cat the cat the cat the cat the cat"
+    plain, pen = gen("-p", rep, "-n", "16"), gen("-p", rep, "-n", "16", "--repeat-penalty", "1.5")
+    check(plain["sampler"]["repeat_penalty"] == 1 and pen["sampler"]["repeat_penalty"] == 1.5, "sampler JSON")
+    check(plain["text"] != pen["text"], f"the penalty changes the text: {plain['text']!r}")
+    # -sys is --system; -f - reads stdin; escapes in -p by default, not with --no-escape.
+    a = gen("-sys", "Be brief.", "-p", "Hi", "-n", "4")
+    b = gen("--system-prompt", "Be brief.", "-f", "-", "-n", "4", stdin=b"Hi")
+    check(a["text"] == b["text"] and a["n_prompt"] == b["n_prompt"], "-sys / -f - agree with --system-prompt / -p")
+    toks = [[t[5] for t in gen(*args, "-n", "1", "--dump-tags")["tags"]]
+            for args in (["-p", "a\\nb\\x41"], ["--no-escape", "-p", "a\nbA"], ["--no-escape", "-p", "a\\nb\\x41"])]
+    check(toks[0] == toks[1] != toks[2], f"\\n and \\xHH are escapes by default, not with --no-escape: {toks}")
+    # -ctk / -ctv name --kv-type; -c is --ctx-size; --version in a command.
+    o = gen("-p", "Hi", "-n", "2", "-ctk", "f16", "-c", "64")
+    check(o["kv"]["type"] == "f16" and o["kv"]["n_ctx"] == 64, f"-ctk f16 -c 64: {o['kv']['type']} {o['kv']['n_ctx']}")
+    rc, out, _ = ctx.run("perplexity", "--version")
+    check(rc == 0 and out.startswith("kvfold "), "perplexity --version")
+    expect_error(ctx, 1, ["generate", "-m", smol, "-p", "x", "-n", "0"], "-n 0")
+    expect_error(ctx, 1, ["generate", "-m", smol, "-p", "x", "-n", "-2"], "-n -2")
+
+    # -n -1 runs to the end of the context; Ctrl-C stops it and the report
+    # still comes, marked interrupted, exit status 130.
+    p = subprocess.Popen([ctx.bin, *base, "-p", "Once upon a time", "-n", "-1", "-c", "4096", "--temp", "0.9",
+                          "--seed", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    check(p.returncode == 130, f"interrupted generate: exit {p.returncode}: {err.decode()}")
+    o = json.loads(out)
+    check(o["interrupted"] is True and o["stop"] == "interrupted" and o["n_gen"] > 0, f"JSON after Ctrl-C: {o}")
+    check(o["kv"]["n_ctx"] == 4096, "-n -1 keeps -c")
+
+
+def main():
+    if len(sys.argv) < 6:
+        print(__doc__, file=sys.stderr)
+        return 2
+    name = sys.argv[1]
+    ctx = Ctx(sys.argv[2], sys.argv[3], "", sys.argv[5])
+    ctx.fixtures = sys.argv[4]
+    cases = {
+        "chat_turns": case_chat_turns, "chat_kv": case_chat_kv, "chat_image": case_chat_image,
+        "chat_pty": case_chat_pty, "generate_flags": case_generate_flags,
+    }
+    return run_case(cases, name, ctx)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
