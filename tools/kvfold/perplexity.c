@@ -17,7 +17,7 @@ static int perplexity_opts(struct args *a, struct opt *out) {
         { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: each chunk's first half is compressed by it, then "
           "the second half is scored token by token (decode stage active)" },
-        OPT_KV_TYPE, OPT_BATCH, OPT_THREADS, OPT_JSON,
+        OPT_KV_TYPE, OPT_BATCH, OPT_THREADS, OPT_JSON, OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
 }
@@ -44,7 +44,8 @@ struct ppl {
     char *text;
     int32_t *ids, n_tok;
     bool use_bos, short_text;
-    int ctx, n_chunks, first; /* chunk length, chunks scored, first position scored */
+    int ctx, n_chunks, first; /* chunk length, chunks to score, first position scored */
+    int n_done;               /* chunks scored: n_chunks unless Ctrl-C stopped the scoring */
     int rows;                 /* logits rows per scoring pass */
     float *logits;
     double *running;          /* PPL after each chunk */
@@ -136,8 +137,11 @@ static enum kvf_status ppl_chunk_full(struct ppl *p, const int32_t *tok) {
     return KVF_OK;
 }
 
+/* Scores the chunks in order until all are done or Ctrl-C stops it. */
 static int ppl_score(struct ppl *p) {
-    for (int c = 0; c < p->n_chunks; c++) {
+    struct progress pg;
+    progress_init(&pg, "perplexity", "chunks", p->n_chunks, p->a);
+    for (int c = 0; c < p->n_chunks && !interrupted(); c++) {
         int32_t *tok = p->ids + (size_t)c * p->ctx;
         const int32_t saved = tok[0];
         if (p->use_bos && !p->short_text)
@@ -145,15 +149,25 @@ static int ppl_score(struct ppl *p) {
         kvf_session_reset(p->s);
         const double t0 = now_ms();
         const enum kvf_status st = p->a->kv ? ppl_chunk_compressed(p, tok) : ppl_chunk_full(p, tok);
-        if (st != KVF_OK)
+        if (st != KVF_OK) {
+            progress_end(&pg);
             return fail(st, "perplexity: forward pass");
+        }
         p->t_total += now_ms() - t0;
         tok[0] = saved;
         p->running[c] = exp(p->nll / p->count);
+        p->n_done = c + 1;
+        progress_end(&pg); /* the terminal line goes before stdout's */
         if (!p->a->json) {
             printf("[%d/%d] %.4f\n", c + 1, p->n_chunks, p->running[c]);
             fflush(stdout);
         }
+        progress_update(&pg, p->n_done, NULL);
+    }
+    progress_end(&pg);
+    if (p->n_done == 0) {
+        print_error("perplexity: interrupted before the first chunk was scored");
+        return EXIT_INTERRUPTED;
     }
     return 0;
 }
@@ -163,11 +177,16 @@ static int ppl_report(const struct ppl *p) {
     /* llama.cpp's estimate: the error of the mean NLL, carried through exp. */
     const double mean = p->nll / p->count, var = p->nll2 / p->count - mean * mean;
     const double ppl = exp(mean), err = p->count > 1 && var > 0 ? ppl * sqrt(var / (p->count - 1)) : 0;
-    const double tps = p->t_total > 0 ? (double)p->n_chunks * (p->ctx - 1) * 1e3 / p->t_total : 0;
+    const double tps = p->t_total > 0 ? (double)p->n_done * (p->ctx - 1) * 1e3 / p->t_total : 0;
+    const bool stopped = p->n_done < p->n_chunks;
+    const int rc = stopped ? EXIT_INTERRUPTED : 0;
     if (!a->json) {
-        printf("PPL = %.4f +/- %.4f (%ld tokens scored in %d chunk%s of %d; %.1f tok/s)\n", ppl, err, p->count,
-               p->n_chunks, p->n_chunks == 1 ? "" : "s", p->ctx, tps);
-        return 0;
+        printf("PPL = %.4f +/- %.4f (%ld tokens scored in %d chunk%s of %d; %.1f tok/s)", ppl, err, p->count,
+               p->n_done, p->n_done == 1 ? "" : "s", p->ctx, tps);
+        if (stopped)
+            printf(", interrupted after %d of %d chunks", p->n_done, p->n_chunks);
+        putchar('\n');
+        return rc;
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", p->info.name);
@@ -176,15 +195,17 @@ static int ppl_report(const struct ppl *p) {
     cJSON_AddNumberToObject(o, "ppl_stderr", err);
     cJSON_AddNumberToObject(o, "n_tokens", p->n_tok);
     cJSON_AddNumberToObject(o, "n_scored", (double)p->count);
-    cJSON_AddNumberToObject(o, "n_chunks", p->n_chunks);
+    cJSON_AddNumberToObject(o, "n_chunks", p->n_done);
+    cJSON_AddBoolToObject(o, "interrupted", stopped);
     cJSON_AddNumberToObject(o, "ctx", p->ctx);
     cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
     cJSON_AddBoolToObject(o, "short_text", p->short_text);
-    cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(p->running, p->n_chunks));
+    cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(p->running, p->n_done));
     cJSON_AddNumberToObject(o, "tok_per_s", tps);
     cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)kvf_peak_rss_bytes());
-    return print_json(o);
+    const int jrc = print_json(o);
+    return jrc ? jrc : rc;
 }
 
 static int cmd_perplexity(const struct args *a) {
@@ -209,7 +230,9 @@ const struct command perplexity_command = {
     .details = "The text is split into chunks of --ctx tokens (BOS first when the model uses one); the\n"
                "second half of each chunk is scored. A text shorter than one chunk is scored as a\n"
                "single chunk, all but its first token. Prints the running PPL per chunk and the final\n"
-               "PPL with its standard error.",
+               "PPL with its standard error. Progress goes to stderr. Ctrl-C stops after the chunk\n"
+               "being scored and reports the PPL of the chunks scored so far (--json: \"interrupted\":\n"
+               "true); the exit status is then 130.",
     .run = cmd_perplexity,
     .defaults = perplexity_defaults,
     .opts = perplexity_opts,

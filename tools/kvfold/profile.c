@@ -20,7 +20,7 @@ static int profile_opts(struct args *a, struct opt *out) {
         { "--budget", NULL, OPT_FLOAT, &a->budget, 0.001, 1, "R", "share of the KV cache kept (default 0.2)" },
         { "--output", "-o", OPT_STR, &a->output, 0, 0, "FILE", "where to write the profile (JSON)" },
         OPT_PSEUDO_NOISE,
-        OPT_BATCH, OPT_THREADS, OPT_JSON,
+        OPT_BATCH, OPT_THREADS, OPT_JSON, OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
 }
@@ -32,8 +32,9 @@ struct profile {
     char dir[4096];      /* of the samples file, for relative media paths */
     double *ratio, *gini;  /* per layer, summed over the samples */
     cJSON *per_sample;   /* each sample's ratios */
-    int n;               /* samples run */
+    int n, total;        /* samples run, samples in the file */
     FILE *out;           /* -o, open from the start; NULL once written */
+    struct progress pg;
 };
 
 /* One line of the samples file through prefixkv online; its layers' ratios
@@ -73,8 +74,9 @@ static int profile_sample(struct profile *p, const char *ln, int line) {
         }
         cJSON_AddItemToArray(p->per_sample, rs);
         p->n++;
-        if (!a->json)
-            fprintf(stderr, "kvfold: sample %d (line %d): %d positions\n", p->n, line, kvf_prompt_n_tokens(pr));
+        char detail[64];
+        snprintf(detail, sizeof detail, "line %d, %d positions", line, kvf_prompt_n_tokens(pr));
+        progress_update(&p->pg, p->n, detail);
     }
     kvf_session_free(s);
     kvf_prompt_free(pr);
@@ -83,16 +85,33 @@ static int profile_sample(struct profile *p, const char *ln, int line) {
     return rc;
 }
 
-/* Every non-blank line of text (modified in place). */
+/* Whether the line at ln (ending at a newline or NUL) holds only spaces. */
+static bool blank_line(const char *ln) {
+    const char c = ln[strspn(ln, " \t\r")];
+    return c == '\n' || c == '\0';
+}
+
+/* Every non-blank line of text (modified in place), until Ctrl-C. */
 static int profile_samples(struct profile *p, char *text) {
+    for (const char *ln = text; ln;) {
+        p->total += !blank_line(ln);
+        if ((ln = strchr(ln, '\n')))
+            ln++;
+    }
+    progress_init(&p->pg, "profile", "samples", p->total, p->a);
     int rc = 0, line = 0;
-    for (char *ln = text, *next; ln && *ln && !rc; ln = next) {
+    for (char *ln = text, *next; ln && *ln && !rc && !interrupted(); ln = next) {
         next = strchr(ln, '\n');
         if (next)
             *next++ = '\0';
         line++;
-        if (ln[strspn(ln, " \t\r")])
+        if (!blank_line(ln))
             rc = profile_sample(p, ln, line);
+    }
+    progress_end(&p->pg);
+    if (!rc && p->n == 0 && interrupted()) {
+        print_error("profile: interrupted before the first sample was run; nothing written");
+        rc = EXIT_INTERRUPTED;
     }
     if (!rc && p->n == 0) {
         print_error("profile: '%s' holds no samples", p->a->samples);
@@ -161,6 +180,11 @@ static int cmd_profile(const struct args *a) {
         rc = profile_samples(&p, text);
     if (!rc)
         rc = profile_write(&p);
+    if (!rc && p.n < p.total) {
+        fprintf(stderr, "kvfold: profile: interrupted: %s averages the first %d of %d samples\n", a->output, p.n,
+                p.total);
+        rc = EXIT_INTERRUPTED;
+    }
     cJSON_Delete(p.per_sample);
     if (p.out) fclose(p.out);
     free(p.ratio);
@@ -177,7 +201,9 @@ const struct command profile_command = {
     .details = "Each sample runs with prefixkv online (a binary search for the retention threshold at\n"
                "which the layers' budgets add up to R); the per-layer ratios averaged over the samples\n"
                "are written as JSON, with the Gini coefficient of each layer's priority curve, for\n"
-               "--kv prefixkv:profile=FILE.",
+               "--kv prefixkv:profile=FILE. Progress goes to stderr. Ctrl-C stops after the sample\n"
+               "running and writes the averages of the samples done (none done: nothing is written);\n"
+               "the exit status is then 130.",
     .run = cmd_profile,
     .defaults = profile_defaults,
     .opts = profile_opts,

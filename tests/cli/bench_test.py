@@ -1,0 +1,201 @@
+"""kvfold bench as llama-bench users expect it, progress on stderr and Ctrl-C
+in bench and perplexity; one case per ctest entry.
+
+usage: bench_test.py CASE KVFOLD_BINARY MODELS_DIR SHARED_DIR TMP_DIR
+
+Exit status 0 = pass, 1 = fail, 77 = skipped (the model is absent).
+Standard library only. The runs use -t 1 and -r 1 where they can: the
+machines that run the suite have few cores.
+"""
+import csv
+import io
+import json
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cli_test import SMOL, Ctx, check, expect_error, run_case  # noqa: E402
+
+PASSAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppl_passage.txt")
+MD_HEAD = ["model", "size", "params", "backend", "threads", "kv", "kv MiB", "test", "t/s"]
+
+
+def md_table(out):
+    """The rows of the markdown table that stdout must be: a header, the
+    alignment row, then one row per test; after the table only a blank line,
+    notes and the build line."""
+    lines = out.splitlines()
+    table = [ln for ln in lines if ln.startswith("|")]
+    check(lines[:len(table)] == table, f"the table comes first: {out!r}")
+    check(all(not ln or re.match(r"mm\d+ \(|build: ", ln) for ln in lines[len(table):]), f"after the table: {out!r}")
+    cells = [[c.strip() for c in ln.split("|")[1:-1]] for ln in table]
+    check(len(cells) >= 2 and cells[0] == MD_HEAD, f"header {cells[:1]}")
+    check(all(re.fullmatch(r"-+:?", c) for c in cells[1]) and len(cells[1]) == len(MD_HEAD), f"alignment {table[1]!r}")
+    check(all(len(r) == len(MD_HEAD) for r in cells[2:]), f"ragged table: {out!r}")
+    for r in cells[2:]:
+        check(re.fullmatch(r"\d+\.\d\d ± \d+\.\d\d", r[8]) and float(r[8].split()[0]) > 0, f"t/s {r}")
+    return [dict(zip(MD_HEAD, r)) for r in cells[2:]]
+
+
+def run_pty_stderr(args, timeout=240):
+    """Runs with stderr on a pseudo-terminal (where progress redraws one
+    line) and stdout on a pipe: (exit status, stdout, stderr)."""
+    master, slave = os.openpty()
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    err, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            if not chunk and p.poll() is not None:
+                break
+            err += chunk
+        elif p.poll() is not None:
+            break
+    os.close(master)
+    out = p.communicate(timeout=max(1, deadline - time.monotonic()))[0]
+    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def interrupt(args, after):
+    """Starts the command, sends one SIGINT after `after` seconds, waits:
+    (exit status, stdout, stderr)."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(after)
+    check(p.poll() is None, f"{args[1]} finished before the SIGINT: give it more work")
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=240)
+    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def case_bench_lists(ctx):
+    smol = ctx.model(SMOL)
+    # The cross product, in llama-bench's order: each thread count, each pp, then each tg.
+    rc, out, err = run_pty_stderr([ctx.bin, "bench", "-m", smol, "-p", "8,16", "-n", "2,3", "-t", "1,2", "-r", "1",
+                                   "--no-warmup"])
+    check(rc == 0, f"bench lists: {rc} {err!r}")
+    rows = md_table(out)
+    check([r["threads"] for r in rows] == ["1"] * 4 + ["2"] * 4, f"threads column {[r['threads'] for r in rows]}")
+    check([r["test"] for r in rows] == ["pp8", "pp16", "tg2", "tg3"] * 2, f"test column {[r['test'] for r in rows]}")
+    check(all(r["kv"] == "full" and float(r["kv MiB"]) > 0 and r["backend"].startswith("CPU") for r in rows),
+          f"kv and backend columns {rows}")
+    # Progress: on the terminal (stderr) as one redrawn line, never on stdout.
+    check(re.search(r"kvfold: bench: \d+/8 tests", err) and "\r" in err, f"no progress line on stderr: {err!r}")
+    check("kvfold:" not in out and "\r" not in out and "\033" not in out, f"progress on stdout: {out!r}")
+
+    base = ["bench", "-m", smol, "-p", "8", "-n", "2", "-t", "1", "-r", "1", "--no-warmup"]
+    # -o json: one object per test, with the numbers.
+    rc, out, err = ctx.run(*base, "-o", "json")
+    check(rc == 0, f"-o json: {err}")
+    arr = json.loads(out)
+    check(isinstance(arr, list) and [t["name"] for t in arr] == ["pp8", "tg2"], f"-o json {out}")
+    for t in arr:
+        check(t["n_threads"] == 1 and t["policy"] == "full" and t["tok_per_s"] > 0 and t["kv_bytes"] > 0
+              and t["n_params"] > 0 and t["model"], f"-o json test {t}")
+    check((arr[0]["n_prompt"], arr[0]["n_gen"], arr[1]["n_prompt"], arr[1]["n_gen"]) == (8, 0, 0, 2), f"{arr}")
+    # -o csv: a header and a line per test, as the csv module reads it.
+    rc, out, err = ctx.run(*base, "-o", "csv")
+    check(rc == 0, f"-o csv: {err}")
+    recs = list(csv.DictReader(io.StringIO(out)))
+    check([r["name"] for r in recs] == ["pp8", "tg2"] and all(float(r["tok_per_s"]) > 0 for r in recs)
+          and all(r["n_threads"] == "1" and r["policy"] == "full" for r in recs), f"-o csv {out!r}")
+    # -o md is the default; --json is still the one-object report.
+    rc, out, err = ctx.run(*base, "-o", "md")
+    check(rc == 0 and [r["test"] for r in md_table(out)] == ["pp8", "tg2"], f"-o md: {err}")
+    rc, out, err = ctx.run(*base, "--json")
+    o = json.loads(out)
+    check(rc == 0 and [t["name"] for t in o["tests"]] == ["pp8", "tg2"] and o["interrupted"] is False
+          and o["peak_rss_bytes"] > 0, f"--json: {out} {err}")
+    check("kvfold:" not in out, "a short run: stdout holds only the report")
+
+    # --kv twice: a set of rows each, tg after each -p prompt compressed by the policy.
+    rc, out, err = ctx.run("bench", "-m", smol, "-p", "32", "-n", "2", "-t", "1", "-r", "1", "--no-warmup",
+                           "--kv", "knorm:budget=0.25", "--kv", "full", "-o", "json")
+    check(rc == 0, f"--kv twice: {err}")
+    arr = json.loads(out)
+    check([(t["policy"], t["name"]) for t in arr] == [("knorm:budget=0.25", "pp32"), ("knorm:budget=0.25", "tg2@32"),
+                                                      ("full", "pp32"), ("full", "tg2@32")], f"--kv twice {arr}")
+    knorm, full = arr[1]["kv"], arr[3]["kv"]
+    check(knorm["bytes_kept"] < 0.5 * knorm["bytes_full"] and full["bytes_kept"] == full["bytes_full"],
+          f"KV kept: knorm {knorm['bytes_kept']}/{knorm['bytes_full']}, full {full['bytes_kept']}/{full['bytes_full']}")
+    rc, out, err = ctx.run("bench", "-m", smol, "-p", "32", "-n", "2", "-t", "1", "-r", "1", "--no-warmup",
+                           "--kv", "knorm:budget=0.25", "--kv", "full")
+    rows = md_table(out)
+    check(rc == 0 and [r["kv"] for r in rows] == ["knorm:budget=0.25"] * 2 + ["full"] * 2
+          and float(rows[1]["kv MiB"]) < float(rows[3]["kv MiB"]), f"md kv column: {out!r}")
+
+
+def case_bench_errors(ctx):
+    m = os.path.join(ctx.tmp, "never-opened.gguf")  # usage errors come before any file access
+    for args, what in [
+        (("-p", "16,,32"), "empty item"),
+        (("-p", "a"), "not a number"),
+        (("-p", "16,"), "trailing comma"),
+        (("-n", ",4"), "leading comma"),
+        (("-n", "4;8"), "bad separator"),
+        (("-t", "1,2000"), "threads out of range"),
+        (("-d", "-1"), "negative depth"),
+        (("-p", "2000000"), "prompt out of range"),
+        (("-p", ",".join(["8"] * 33)), "too many values"),
+        (("-o", "xml"), "unknown format"),
+        (("-o", "csv", "--json"), "two formats"),
+        (("--kv", "full", "--kv", "snapkv:window=x"), "a bad second --kv"),
+        (("-p", "0,0", "-n", "0"), "nothing to run"),
+    ]:
+        line = expect_error(ctx, 1, ["bench", "-m", m, *args], what)
+        check(args[1] in line or what in ("two formats", "a bad second --kv", "nothing to run"),
+              f"{what}: the message names the value: {line}")
+
+
+def case_bench_interrupt(ctx):
+    smol = ctx.model(SMOL)
+    # Ctrl-C during 24 tests: the table of those done, exit status 130.
+    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, "-p", ",".join(["32"] * 24), "-n", "0", "-t", "1",
+                              "-r", "1", "--no-warmup"], 5)
+    check(rc == 130, f"bench after Ctrl-C: exit {rc}, want 130: {err!r}")
+    rows = md_table(out)
+    check(1 <= len(rows) < 24 and all(r["test"] == "pp32" for r in rows), f"{len(rows)} rows after Ctrl-C: {out!r}")
+    check(re.search(rf"interrupted after {len(rows)} of 24 tests", err), f"stderr says so: {err!r}")
+    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, "-p", ",".join(["32"] * 24), "-n", "0", "-t", "1",
+                              "-r", "1", "--no-warmup", "--json"], 5)
+    o = json.loads(out)
+    check(rc == 130 and o["interrupted"] is True and 1 <= len(o["tests"]) < 24, f"bench --json after Ctrl-C: {rc} {out}")
+
+    # perplexity: the PPL of the chunks scored so far.
+    args = [ctx.bin, "perplexity", "-m", smol, "-f", PASSAGE, "-c", "64", "-t", "1"]
+    rc, out, err = interrupt(args + ["--json"], 4)
+    o = json.loads(out)
+    check(rc == 130 and o["interrupted"] is True and 1 <= o["n_chunks"] == len(o["running_ppl"]) < o["n_tokens"] // 64
+          and o["n_scored"] == 32 * o["n_chunks"] and math.isfinite(o["ppl"]) and o["ppl"] > 1,
+          f"perplexity --json after Ctrl-C: {rc} {out} {err!r}")
+    rc, out, err = interrupt(args, 4)
+    last = out.strip().splitlines()[-1]
+    check(rc == 130 and re.match(r"PPL = \d+\.\d+ \+/- \d+\.\d+ .*, interrupted after \d+ of \d+ chunks$", last),
+          f"perplexity after Ctrl-C: {rc} {out!r} {err!r}")
+    # A run to the end says nothing of it, and its progress stays off stdout.
+    rc, out, err = run_pty_stderr(args + ["--chunks", "3", "--json"])
+    o = json.loads(out)
+    check(rc == 0 and o["interrupted"] is False and o["n_chunks"] == 3, f"perplexity --json: {rc} {out} {err!r}")
+    check("kvfold: perplexity: " in err and "chunks" in err, f"no progress line on stderr: {err!r}")
+
+
+def main():
+    if len(sys.argv) < 6:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cases = {"bench_lists": case_bench_lists, "bench_errors": case_bench_errors,
+             "bench_interrupt": case_bench_interrupt}
+    return run_case(cases, sys.argv[1], Ctx(*sys.argv[2:6]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
