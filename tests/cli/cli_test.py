@@ -498,6 +498,11 @@ def case_kv(ctx):
     baselines = ["full", "streaming", "h2o", "snapkv", "pyramidkv", "roco", "keydiff", "knorm", "random", "imgrand"]
     presets = [p["name"] for p in listed if p["stage"] == "preset"]
     check(set(baselines) <= set(presets), f"policies: {presets}")
+    # Every preset says when to use it, and cites its paper with an arXiv id (random and imgrand have none).
+    for p in listed:
+        if p["stage"] == "preset":
+            check(len(p["when"]) > 40, f"policies: {p['name']} has no 'when' guide")
+            check("arXiv:" in p["paper"] or p["name"] in ("full", "random", "imgrand"), f"policies: {p['paper']}")
     names = [n for n in presets if n in baselines]  # the multimodal methods have their own case
     check({"budget=uniform", "budget=pyramid", "decode=grow", "decode=window", "decode=h2o", "decode=fixed-distance",
            "decode=recompress"} <= {f"{p['stage']}={p['name']}" for p in listed}, f"stages: {listed}")

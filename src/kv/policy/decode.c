@@ -35,15 +35,22 @@ const struct kv_rule kv_decode_rules[KV_DECODE_COUNT] = {
     [KV_DECODE_GROW] = {"decode", "grow", "decoded tokens are all kept (the cache grows)", "-", "", "",
                         {.decode = KV_DECODE_GROW}, 0, NULL},
     [KV_DECODE_WINDOW] = {"decode", "window", "over budget: evict the oldest entry after the sinks",
-                          "StreamingLLM (Xiao et al., 2023)", "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4},
-                          0, NULL},
+                          "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., "
+                          "ICLR 2024, arXiv:2309.17453)",
+                          "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4}, 0, NULL},
     [KV_DECODE_H2O] = {"decode", "h2o", "over budget: evict the entry with the least attention so far, outside the "
-                       "recent share", "H2O (Zhang et al., 2023)", "recent", "recent=0.5",
+                       "recent share",
+                       "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
+                       "(Zhang et al., NeurIPS 2023, arXiv:2306.14048)",
+                       "recent", "recent=0.5",
                        {.decode = KV_DECODE_H2O, .recent = 0.5}, KV_NEEDS_ACC, NULL},
     [KV_DECODE_FIXED] = {"decode", "fixed-distance", "over budget: evict the entry `distance` before the end of the "
-                         "compressed prompt", "Elastic Cache (Liu et al., 2024)", "distance", "distance=25",
+                         "compressed prompt",
+                         "Efficient Inference of Vision Instruction-Following Models with Elastic Cache "
+                         "(Liu et al., ECCV 2024, arXiv:2407.18121)",
+                         "distance", "distance=25",
                          {.decode = KV_DECODE_FIXED, .distance = 25}, 0, NULL},
     [KV_DECODE_RECOMPRESS] = {"decode", "recompress", "every `every` steps, rerun the preset's rule down to budget",
-                              "kvpress DecodingPress", "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32},
-                              0, NULL},
+                              "kvpress's DecodingPress (NVIDIA kvpress, github.com/NVIDIA/kvpress; no paper)",
+                              "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32}, 0, NULL},
 };

@@ -24,13 +24,18 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
 const struct kv_rule kv_rule_fastv = {
     "preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended to least is "
     "dropped; layers k on neither compute nor cache them",
-    "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+    "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
+    "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
+    "k r", "k=2,r=0.5",
     {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
      .reduce_ratio = 0.5, KV_STAGE_DEFAULTS},
     0, NULL,
 };
 
 const struct kv_rule kv_rule_reduce_fastv = {
-    "reduce", "fastv", "as the fastv preset", "FastV (Chen et al., 2024)", "k r", "k=2,r=0.5",
+    "reduce", "fastv", "as the fastv preset",
+    "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
+    "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
+    "k r", "k=2,r=0.5",
     {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5}, 0, NULL,
 };

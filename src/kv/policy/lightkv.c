@@ -25,13 +25,14 @@ const struct kv_rule kv_rule_lightkv = {
     "grid (bipartite matching on hidden-state cosine, weighted by the attention text pays them), so later layers "
     "see and cache fewer; the default layers are for 32 layers and are scaled to the model's depth "
     "(round(l * layers / 32))",
-    "LightKV (Make Your LVLM KV Cache More Lightweight, 2025)", "layers windows ratio",
-    "layers=12,18,24,windows=4,2,1,ratio=0.5",
+    "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
+    "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
     {.method = KV_LIGHTKV, .budget = 1.0, .reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5, KV_STAGE_DEFAULTS}, 0, NULL,
 };
 
 const struct kv_rule kv_rule_reduce_lightkv = {
-    "reduce", "lightkv", "as the lightkv preset", "LightKV (Make Your LVLM KV Cache More Lightweight, 2025)",
+    "reduce", "lightkv", "as the lightkv preset",
+    "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
     "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
     {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}, 0, NULL,
 };

@@ -34,7 +34,9 @@ const struct kv_rule kv_rule_lookm = {
     "it), then image entries by attention received; evicted entries merged into the most similar kept key "
     "(merge=none|avg|pivotal|weighted). Summed attention, as h2o: weak at keeping a detail of a long prompt for "
     "a later question",
-    "LOOK-M (Wan et al., 2024)", "budget recent important merge text_prior",
+    "LOOK-M: Look-Once Optimization in KV Cache for Efficient Multimodal Long-Context Inference (Wan et al., "
+    "Findings of EMNLP 2024, arXiv:2406.18139)",
+    "budget recent important merge text_prior",
     "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
     {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL, .text_prior = KV_TEXT_FIRST,
      KV_STAGE_DEFAULTS},

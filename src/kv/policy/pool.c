@@ -23,5 +23,7 @@ void kv_pool_scores(float *score, int n, int width, float *tmp) {
 
 const struct kv_rule kv_rule_pool_avg = {
     "pool", "avg", "each finite score averaged over `width` neighbouring entries (zero padding), as SnapKV pools",
-    "SnapKV's pooling (Li et al., 2024), for any rule", "width", "width=5", {.pool = KV_POOL_AVG, .width = 5}, 0, NULL,
+    "SnapKV's pooling, for any rule: SnapKV: LLM Knows What You are Looking for Before Generation "
+    "(Li et al., NeurIPS 2024, arXiv:2404.14469)",
+    "width", "width=5", {.pool = KV_POOL_AVG, .width = 5}, 0, NULL,
 };

@@ -106,7 +106,9 @@ const struct kv_rule kv_rule_prefixkv = {
     "set per layer, the first `sinks` and the last `protect` entries kept (protect=1: the authors' code); "
     "profile=FILE (kvfold profile) or online=1. Summed attention, as h2o: weak at keeping a detail of a long "
     "prompt for a later question",
-    "PrefixKV (Wang et al., 2024)", "budget profile online sinks protect distance",
+    "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
+    "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
+    "budget profile online sinks protect distance",
     "budget=0.2,online=1,sinks=4,protect=32 +budget=prefix +decode=fixed-distance:distance=25",
     {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
      .protect = 32, .decode = KV_DECODE_FIXED},
@@ -115,6 +117,9 @@ const struct kv_rule kv_rule_prefixkv = {
 
 const struct kv_rule kv_rule_budget_prefix = {
     "budget", "prefix", "per-layer ratios where every layer keeps the same share of its attention (binary search), "
-    "online or from profile=FILE", "PrefixKV (Wang et al., 2024)", "profile online", "online=1",
+    "online or from profile=FILE",
+    "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
+    "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
+    "profile online", "online=1",
     {.alloc = KV_ALLOC_PREFIX, .online = true}, 0, NULL,
 };

@@ -17,12 +17,17 @@ int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n
 /* PyramidKV is SnapKV's rule under this allocation. */
 const struct kv_rule kv_rule_pyramidkv = {
     "preset", "pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
-    "PyramidKV (Cai et al., 2024)", "budget window kernel beta", "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
+    "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
+    "COLM 2025, arXiv:2406.02069)",
+    "budget window kernel beta", "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
     {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS, .alloc = KV_ALLOC_PYRAMID},
     KV_NEEDS_WINDOW, kv_score_snapkv,
 };
 
 const struct kv_rule kv_rule_budget_pyramid = {
-    "budget", "pyramid", "a linear pyramid: lower layers keep more", "PyramidKV (Cai et al., 2024)", "beta", "beta=20",
+    "budget", "pyramid", "a linear pyramid: lower layers keep more",
+    "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
+    "COLM 2025, arXiv:2406.02069)",
+    "beta", "beta=20",
     {.alloc = KV_ALLOC_PYRAMID, .beta = 20}, 0, NULL,
 };

@@ -17,11 +17,12 @@ void kv_score_random(const struct kv_score_in *in, float *score) { score_uniform
 void kv_score_imgrand(const struct kv_score_in *in, float *score) { score_uniform(in, true, score); }
 
 const struct kv_rule kv_rule_random = {
-    "preset", "random", "a uniform random subset (seeded)", "baseline", "budget seed", "budget=0.2,seed=1",
+    "preset", "random", "a uniform random subset (seeded)", "a baseline (no paper)", "budget seed", "budget=0.2,seed=1",
     {.method = KV_RANDOM, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0, kv_score_random,
 };
 
 const struct kv_rule kv_rule_imgrand = {
-    "preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)", "baseline", "budget seed",
-    "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0, kv_score_imgrand,
+    "preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)", "a baseline (no paper)",
+    "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0,
+    kv_score_imgrand,
 };

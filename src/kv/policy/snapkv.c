@@ -21,7 +21,9 @@ void kv_score_snapkv(const struct kv_score_in *in, float *score) {
 
 const struct kv_rule kv_rule_snapkv = {
     "preset", "snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
-    "SnapKV (Li et al., 2024)", "budget window kernel", "budget=0.2,window=32,kernel=5",
+    "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al., NeurIPS 2024, "
+    "arXiv:2404.14469)",
+    "budget window kernel", "budget=0.2,window=32,kernel=5",
     {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS}, KV_NEEDS_WINDOW,
     kv_score_snapkv,
 };

@@ -10,6 +10,8 @@ void kv_score_streaming(const struct kv_score_in *in, float *score) {
 
 const struct kv_rule kv_rule_streaming = {
     "preset", "streaming", "attention sinks + the most recent entries, also while decoding",
-    "StreamingLLM (Xiao et al., 2023)", "budget sinks", "budget=0.2,sinks=4 +decode=window",
+    "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., ICLR 2024, "
+    "arXiv:2309.17453)",
+    "budget sinks", "budget=0.2,sinks=4 +decode=window",
     {.method = KV_STREAMING, .budget = 0.2, KV_STAGE_DEFAULTS, .decode = KV_DECODE_WINDOW}, 0, kv_score_streaming,
 };
