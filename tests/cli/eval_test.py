@@ -139,12 +139,57 @@ def case_eval_resume(ctx):
     check(rc == 0 and out == "", f"nothing left to resume: exit {rc}, {out!r}")
 
 
+def svg_text(path):
+    return "".join(ET.parse(path).getroot().itertext())
+
+
+def case_eval_plots(ctx):
+    """--plots and --kept-map of a needle sweep with text and image needles
+    at two prompt lengths: valid SVG naming the model and the synthetic data;
+    quality in a panel per needle kind with the full cache as a reference
+    line; decode speed as lines in prompt-length order; the needle heatmap
+    (a panel per kind and run, depth x prompt length); one kept map per
+    layer and run with every kv head and every image, labelled."""
+    smol = ctx.model(SMOL)
+    plots, maps = os.path.join(ctx.tmp, "plots"), os.path.join(ctx.tmp, "maps")
+    rc, out, err = ctx.run("eval", "needle", "-m", smol, *TINY, "--segments", "4,2", "--needle", "both", "--depths",
+                           "0,1", "--kv", "snapkv", "--budgets", "0.5", "--plots", plots, "--kept-map", maps)
+    check(rc == 0, f"eval: exit {rc}: {err}")
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    model = SMOL[:-len(".gguf")]
+    for name in ("quality.svg", "kv_memory.svg", "decode_speed.svg", "needle_heatmap.svg"):
+        text = svg_text(os.path.join(plots, name))
+        check(model in text and "synthetic" in text, f"{name}: the title lacks the model or 'synthetic': {text[:200]}")
+    quality = svg_text(os.path.join(plots, "quality.svg"))
+    check("text needle" in quality and "image needle" in quality, "quality.svg: no panel per needle kind")
+    for name in ("quality.svg", "kv_memory.svg"):  # the full cache: a black dashed line across each panel
+        root = ET.parse(os.path.join(plots, name)).getroot()
+        ref = [ln for ln in root.iterfind("s:line", ns) if ln.get("stroke") == "#000000" and ln.get("stroke-dasharray")
+               and float(ln.get("x2")) - float(ln.get("x1")) > 300]
+        check(len(ref) == (2 if name == "quality.svg" else 1), f"{name}: {len(ref)} full-cache reference lines")
+    root = ET.parse(os.path.join(plots, "decode_speed.svg")).getroot()
+    lines = [[float(p.split(",")[0]) for p in pl.get("points").split()] for pl in root.iterfind("s:polyline", ns)]
+    check(len(lines) == 2 and all(len(x) >= 2 and x == sorted(x) for x in lines),
+          f"decode_speed.svg: a line per method through the prompt lengths in order: {lines}")
+    heat = svg_text(os.path.join(plots, "needle_heatmap.svg"))
+    for panel in ("text needle: full", "image needle: full", "text needle: snapkv at 0.5", "image needle: snapkv at 0.5"):
+        check(panel in heat, f"needle_heatmap.svg: no panel '{panel}'")
+    check("needle depth" in heat and "prompt tokens" in heat, "needle_heatmap.svg: axes unnamed")
+    files = sorted(os.listdir(maps))
+    check(len(files) == 2 * 30 and "snapkv_0.5_layer29.svg" in files, f"kept maps: {len(files)} files, want 2 x 30 layers")
+    text = svg_text(os.path.join(maps, "snapkv_0.5_layer29.svg"))
+    for label in ("kv head 0", "kv head 1", "kv head 2", "image 0", "image 1", model, "synthetic"):
+        check(label in text, f"kept map: no '{label}'")
+    cells = ET.parse(os.path.join(maps, "snapkv_0.5_layer29.svg")).getroot().iterfind("s:rect", ns)
+    check(sum(1 for c in cells if c.get("width") == c.get("height")) >= 3 * 2 * 4, "kept map: a cell per head, image, entry")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     name, ctx = sys.argv[1], Ctx(*sys.argv[2:6])
-    return run_case({"eval_resume": case_eval_resume}, name, ctx)
+    return run_case({"eval_resume": case_eval_resume, "eval_plots": case_eval_plots}, name, ctx)
 
 
 if __name__ == "__main__":
