@@ -716,7 +716,9 @@ static int sweep_add(struct sweep *sw, const struct args *a, struct row *r) {
         }
     }
     sw->done++;
-    return rows_push(&sw->rows, r);
+    const int rc = rows_push(&sw->rows, r);
+    if (rc) free(r->output), free(r->gt);
+    return rc;
 }
 
 /* The last component of a path ("models/llava-hf/" -> "llava-hf"). */
