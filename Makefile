@@ -56,9 +56,14 @@ test: build build-asan build-clang models
 	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The demo runs on Qwen2.5-Coder-1.5B when `make models-large` fetched it.
+# The demo runs on Qwen2.5-Coder-1.5B when `make models-large` fetched it. It
+# builds only the CLI, with the build's progress lines (stdout, ~200 of them
+# through the sub-makes) dropped, so that it prints the models line, its
+# header and its table; compiler and make errors go to stderr and stop it.
 DEMO_MODEL ?= $(or $(wildcard models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf),$(MODEL))
-demo: build models
+demo: models
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target kvfold_cli >/dev/null
 	@bash scripts/demo.sh $(BUILD)/kvfold $(DEMO_MODEL)
 
 clean:
