@@ -67,3 +67,11 @@ foreach(case chat_turns chat_kv chat_image chat_pty generate_flags)
   set_tests_properties(cli_${case} PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 300
                        FIXTURES_REQUIRED kvf_fixtures)
 endforeach()
+
+# The README runs as written (tests/cli/readme_test.py): every kvfold command of
+# its sh blocks, against examples/ and the `make models` files; the lines that
+# need LLaVA-1.5-7B or `make models-large` files are skipped with the reason.
+add_test(NAME cli_readme
+  COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/readme_test.py ${CMAKE_SOURCE_DIR}/README.md
+          $<TARGET_FILE:kvfold_cli> ${KVF_MODELS_DIR} ${CMAKE_SOURCE_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/readme)
+set_tests_properties(cli_readme PROPERTIES LABELS cli SKIP_RETURN_CODE 77 TIMEOUT 600)
