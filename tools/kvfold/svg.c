@@ -98,7 +98,8 @@ static void axis_fit(struct axis *a, const struct svg_chart *c, bool x) {
             a->lo = fmin(a->lo, v), a->hi = fmax(a->hi, v);
         }
     if (a->lo > a->hi) a->lo = 0, a->hi = 1; /* no data */
-    if (!x && c->unit_y) a->lo = fmin(a->lo, 0), a->hi = fmax(a->hi, 1);
+    /* scores: from 0, with room above 1 so that a line at 1 (the full cache) is not the frame */
+    if (!x && c->unit_y) a->lo = fmin(a->lo, 0), a->hi = fmax(a->hi, 1) + 0.05;
     if (a->hi - a->lo < 1e-12) { /* one value: pad around it */
         const double pad = a->log ? 0.5 : fabs(a->lo) > 0 ? fabs(a->lo) * 0.1 : 1;
         a->lo -= pad, a->hi += pad;
