@@ -317,7 +317,7 @@ int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_
 /* kvf_sampler_accept of a prompt's token ids. */
 void sampler_accept_prompt(struct kvf_sampler *smp, const struct kvf_prompt *pr);
 
-/* ------------------------------------------------ chat (chat.c) -- */
+/* ------------------------------------------------ chat (conversation.c) -- */
 
 /* kvfold chat, also run by generate -cnv. */
 int chat_run(const struct args *a);

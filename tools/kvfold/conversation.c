@@ -2,7 +2,8 @@
  * lives across turns: each turn appends only what the chat template adds
  * after what the cache already covers, the policy (--kv) compresses the
  * cache after each prompt and keeps it within budget while decoding, so a
- * long conversation holds a bounded cache. Lines starting with '/' are
+ * long conversation holds a bounded cache. (Not chat.c: tests/unit/
+ * test_chat.c, the chat templates' test, would be built with that file.) Lines starting with '/' are
  * commands (/help lists them); a line ending in '\' goes on on the next. */
 #include "cli.h"
 
