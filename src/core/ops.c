@@ -124,20 +124,15 @@ void ops_gelu_erf(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-void ops_gelu_quick(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
-}
+void ops_gelu_quick(float *x, int64_t n) { quant_sigmoid_mul(x, NULL, n, 1.702f, 0.0f); }
 
-void ops_silu_mul(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-}
+void ops_silu_mul(float *g, const float *u, int64_t n) { quant_sigmoid_mul(g, u, n, 1.0f, 0.0f); }
 
 void ops_gelu_tanh_mul(float *g, const float *u, int64_t n) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i];
-        g[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x))) * u[i];
-    }
+    /* 0.5 x (1 + tanh(c (x + 0.044715 x^3))) = x sigmoid(2c (x + 0.044715 x^3)),
+     * c = sqrt(2/pi): one exp, and no cancellation in 1 + tanh for x << 0. */
+    const float c2 = 2 * 0.7978845608028654f;
+    quant_sigmoid_mul(g, u, n, c2, c2 * 0.044715f);
 }
 
 float ops_softmax_sum(float *x, int n, double *sum_out) {
@@ -148,11 +143,7 @@ float ops_softmax_sum(float *x, int n, double *sum_out) {
         memset(x, 0, sizeof(float) * n);
         return mx;
     }
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - mx);
-        sum += x[i];
-    }
+    const double sum = quant_exp_sum(x, n, mx);
     const float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++) x[i] *= inv;
     *sum_out = sum;

@@ -435,6 +435,22 @@ static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
         y[i] += a * x[i];
 }
 
+static void sigmoid_mul_ref(float *g, const float *u, int64_t n, float a, float b) {
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i], z = b != 0 ? x * (a + b * x * x) : a * x;
+        g[i] = x / (1.0f + expf(-z)) * (u ? u[i] : 1.0f);
+    }
+}
+
+static double exp_sum_ref(float *x, int64_t n, float m) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - m);
+        sum += x[i];
+    }
+    return sum;
+}
+
 /* ---- KV cache rows against f32 -------------------------------------- */
 
 /* Attention reads cached keys and values against the float32 query and
@@ -793,6 +809,8 @@ static const struct quant_kernels scalar_kernels = {
     .codes32 = codes32_ref,
     .dot_f32 = dot_f32_ref,
     .axpy_f32 = axpy_f32_ref,
+    .sigmoid_mul = sigmoid_mul_ref,
+    .exp_sum = exp_sum_ref,
     .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
     .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row},
 };
@@ -1004,6 +1022,12 @@ void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n
     if (f != NULL)
         f(y, a, w, n);
 }
+
+void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
+    kernels()->sigmoid_mul(g, u, n, a, b);
+}
+
+double quant_exp_sum(float *x, int64_t n, float m) { return kernels()->exp_sum(x, n, m); }
 
 void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
     const quant_axpy_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.axpy[type] : NULL;

@@ -81,6 +81,14 @@ void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const voi
  * n: a multiple of the type's block size. Other types: 0 / y unchanged. */
 float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x);
 void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
+/* g[i] = g[i] * sigmoid(z) * u[i] with z = a g[i] + b g[i]^3 (b = 0: a g[i]);
+ * u NULL: no factor. SiLU is (1, 0), quick GELU (1.702, 0), the tanh GELU
+ * (2 sqrt(2/pi), 2 sqrt(2/pi) 0.044715), as 0.5 (1 + tanh(y)) = sigmoid(2y).
+ * The SIMD levels compute exp with a polynomial within 2 ulp of expf. */
+void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b);
+/* x[i] = exp(x[i] - m) (-inf and anything under expf's range -> 0); returns
+ * their sum, added in double. */
+double quant_exp_sum(float *x, int64_t n, float m);
 float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x);
 void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n);
 

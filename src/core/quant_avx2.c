@@ -8,6 +8,8 @@
 #include "common.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 /* ---- helpers -------------------------------------------------------- */
 
@@ -493,7 +495,71 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- activations and softmax ------------------------------------- */
+
+/* e^x by EXP_POLY (quant_impl.h), as the AVX-512 exp16; 2^k is built in
+ * the exponent bits (EXP_MAX keeps k <= 127). */
+static inline __m256 exp8(__m256 x) {
+    const __m256 c = _mm256_max_ps(_mm256_set1_ps(EXP_MIN), _mm256_min_ps(_mm256_set1_ps(EXP_MAX), x));
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_LO), _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_HI), c));
+    __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_POLY_5), r, _mm256_set1_ps(EXP_POLY_4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_0));
+    p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+    const __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(two_k));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(EXP_MIN), _CMP_LT_OQ), e);
+}
+
+/* A tail of fewer than 8 floats, as one vector: every element goes through
+ * the same code whatever the length. */
+static inline __m256 load_tail(const float *p, int64_t n, float fill) {
+    float t[8];
+    for (int j = 0; j < 8; j++) t[j] = j < n ? p[j] : fill;
+    return _mm256_loadu_ps(t);
+}
+
+static inline void store_tail(float *p, int64_t n, __m256 v) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(p, t, (size_t)n * sizeof *p);
+}
+
+static void sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t left = n - i;
+        const __m256 x = left >= 8 ? _mm256_loadu_ps(g + i) : load_tail(g + i, left, 0.0f);
+        const __m256 z = b != 0 ? _mm256_mul_ps(x, _mm256_fmadd_ps(_mm256_mul_ps(vb, x), x, va)) : _mm256_mul_ps(va, x);
+        __m256 y = _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+        if (u) y = _mm256_mul_ps(y, left >= 8 ? _mm256_loadu_ps(u + i) : load_tail(u + i, left, 0.0f));
+        if (left >= 8) _mm256_storeu_ps(g + i, y);
+        else store_tail(g + i, left, y);
+    }
+}
+
+static double exp_sum(float *x, int64_t n, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t left = n - i;
+        const __m256 e = exp8(_mm256_sub_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_tail(x + i, left, -INFINITY), vm));
+        if (left >= 8) _mm256_storeu_ps(x + i, e);
+        else store_tail(x + i, left, e);
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(lo, hi));
+    return (t[0] + t[1]) + (t[2] + t[3]);
+}
+
 void quant_kernels_avx2(struct quant_kernels *k) {
+    k->sigmoid_mul = sigmoid_mul;
+    k->exp_sum = exp_sum;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

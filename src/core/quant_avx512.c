@@ -7,6 +7,8 @@
 #include "quant_impl.h"
 
 #include <immintrin.h>
+#include <math.h>
+#include <string.h>
 
 /* ---- helpers -------------------------------------------------------- */
 
@@ -510,7 +512,54 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- activations and softmax ------------------------------------- */
+
+/* e^x by EXP_POLY (quant_impl.h); NaN stays NaN (min/max return their
+ * second operand when one is NaN), under EXP_MIN gives 0. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 c = _mm512_max_ps(_mm512_set1_ps(EXP_MIN), _mm512_min_ps(_mm512_set1_ps(EXP_MAX), x));
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(EXP_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_LO), _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_HI), c));
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_POLY_5), r, _mm512_set1_ps(EXP_POLY_4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_0));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    const __m512 e = _mm512_scalef_ps(p, k);
+    return _mm512_maskz_mov_ps(~_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_MIN), _CMP_LT_OQ), e);
+}
+
+static void sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
+    const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        const __m512 x = _mm512_maskz_loadu_ps(m, g + i);
+        const __m512 z = b != 0 ? _mm512_mul_ps(x, _mm512_fmadd_ps(_mm512_mul_ps(vb, x), x, va)) : _mm512_mul_ps(va, x);
+        __m512 y = _mm512_div_ps(x, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+        if (u) y = _mm512_mul_ps(y, _mm512_maskz_loadu_ps(m, u + i));
+        _mm512_mask_storeu_ps(g + i, m, y);
+    }
+}
+
+static double exp_sum(float *x, int64_t n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        /* masked-off lanes load -inf: their exp is 0 */
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t, x + i), vm));
+        _mm512_mask_storeu_ps(x + i, t, e);
+        lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1))));
+    }
+    return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
+}
+
 void quant_kernels_avx512(struct quant_kernels *k) {
+    k->sigmoid_mul = sigmoid_mul;
+    k->exp_sum = exp_sum;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

@@ -138,7 +138,29 @@ struct quant_kernels {
      * dot_f32x[t](n, row, x) and axpy[t](y, a, row, n). */
     quant_dot_fn dot_f32x[DT_COUNT];
     quant_axpy_fn axpy[DT_COUNT];
+    /* Activations and softmax (ops.c), see quant_sigmoid_mul and
+     * quant_exp_sum. The SIMD levels share one expf approximation
+     * (EXP_POLY_*), so that every element, a vector's or a tail's, gets the
+     * same value. */
+    void (*sigmoid_mul)(float *g, const float *u, int64_t n, float a, float b);
+    double (*exp_sum)(float *x, int64_t n, float m);
 };
+
+/* e^r = 1 + r + r^2 p(r) on |r| <= ln2/2 (Cephes' expf polynomial: within
+ * 2 ulp of expf once 2^k scales it back); x = k ln2 + r with ln2 in two
+ * parts for an exact reduction. Inputs are clamped to the range where 2^k
+ * is a normal float: below EXP_MIN the result is flushed to 0. */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693359375f
+#define EXP_LN2_LO -2.12194440e-4f
+#define EXP_MIN -87.33654475f
+#define EXP_MAX 88.02969193f
+#define EXP_POLY_5 1.9875691500e-4f
+#define EXP_POLY_4 1.3981999507e-3f
+#define EXP_POLY_3 8.3334519073e-3f
+#define EXP_POLY_2 4.1665795894e-2f
+#define EXP_POLY_1 1.6666665459e-1f
+#define EXP_POLY_0 5.0000001201e-1f
 
 /* Each overrides the entries it has a faster kernel for and leaves the rest
  * (the next lower level's) in place. Only called when the CPU has the ISA. */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -736,6 +737,87 @@ static void test_simd_levels(void **state) {
     assert_string_equal(simd_name(SIMD_AVX512), "avx512");
 }
 
+/* quant_sigmoid_mul and quant_exp_sum at every level against double
+ * references: within 4e-7 relative (expf's and the shared polynomial's
+ * error; the sigmoid's argument, rounded in float, adds |z| ulp), 1e-30 absolute where the exact value underflows (inputs past
+ * expf's range are clamped); NaN stays NaN, -inf's exp is exactly 0; and an
+ * element's value does not depend on the length of the call (vector or
+ * tail). */
+static void test_exp_kernels(void **state) {
+    (void)state;
+    enum { N = 77 };
+    static const float edge[] = { 0.0f, -0.0f, 1e-30f, -1e-30f, 1e-3f, -0.25f, 3.0f, -3.0f, 12.0f, -12.0f,
+                                  40.0f, -40.0f, 87.0f, -87.5f, 88.5f, -100.0f, 100.0f, 1e4f, -1e4f };
+    float x[N], u[N], g[N], full[N], part[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = i < (int)(sizeof edge / sizeof *edge) ? edge[i] : (float)((i * 7919 % 1000) / 50.0 - 10.0);
+        u[i] = (float)(0.5 + (i % 5) * 0.37) * (i % 3 ? 1.0f : -1.0f);
+    }
+    const float c2 = 2 * 0.7978845608028654f;
+    const float ab[3][2] = { { 1.0f, 0.0f }, { 1.702f, 0.0f }, { c2, c2 * 0.044715f } };
+    enum simd_level lv[3];
+    const int n_lv = levels(lv);
+    for (int k = 0; k < n_lv; k++) {
+        simd_set(lv[k]);
+        for (int f = 0; f < 3; f++)
+            for (int with_u = 0; with_u < 2; with_u++) {
+                memcpy(full, x, sizeof x);
+                quant_sigmoid_mul(full, with_u ? u : NULL, N, ab[f][0], ab[f][1]);
+                for (int i = 0; i < N; i++) {
+                    const double xd = x[i], z = ab[f][1] != 0 ? xd * (ab[f][0] + (double)ab[f][1] * xd * xd)
+                                                             : ab[f][0] * xd;
+                    const double ref = xd / (1 + exp(-z)) * (with_u ? u[i] : 1.0);
+                    /* z itself is rounded in float: exp(-z) then carries |z| ulp-sized errors */
+                    if (fabs(full[i] - ref) > (4e-7 + 2.5e-7 * fabs(z)) * fabs(ref) + 1e-30)
+                        fail_msg("%s sigmoid_mul(%g, %g) at %g: %.9g, want %.9g", simd_name(lv[k]), ab[f][0],
+                                 ab[f][1], x[i], full[i], ref);
+                }
+                for (int n = 1; n <= N; n += 5) { /* every length: the same values */
+                    memcpy(part, x, sizeof x);
+                    quant_sigmoid_mul(part, with_u ? u : NULL, n, ab[f][0], ab[f][1]);
+                    assert_memory_equal(part, full, (size_t)n * sizeof *part);
+                    assert_memory_equal(part + n, x + n, (size_t)(N - n) * sizeof *part); /* past n: untouched */
+                }
+            }
+        /* softmax's use: every x - m <= 0, down into the range that underflows */
+        float e[N];
+        for (int i = 0; i < N; i++)
+            e[i] = fabsf(x[i]) > 100 ? -200.0f : x[i];
+        memcpy(g, e, sizeof e);
+        g[3] = -INFINITY;
+        g[5] = NAN;
+        const float m = 100.0f;
+        const double sum = quant_exp_sum(g, N, m);
+        double want = 0;
+        for (int i = 0; i < N; i++) {
+            if (i == 3) {
+                assert_true(g[i] == 0.0f);
+                continue;
+            }
+            if (i == 5) {
+                assert_true(isnan(g[i]));
+                continue;
+            }
+            const double ref = exp((double)(e[i] - m)); /* of the float difference, as the kernels take it */
+            want += ref;
+            if (fabs(g[i] - ref) > 4e-7 * ref + 1e-30)
+                fail_msg("%s exp(%g - %g): %.9g, want %.9g", simd_name(lv[k]), e[i], m, g[i], ref);
+        }
+        assert_true(isnan(sum)); /* the NaN reaches the sum, as in the scalar loop */
+        memcpy(part, e, sizeof e);
+        part[3] = -INFINITY;
+        part[5] = -INFINITY;
+        const double s2 = quant_exp_sum(part, N, m);
+        if (fabs(s2 - want) > 1e-6 * want)
+            fail_msg("%s exp sum %.9g, want %.9g", simd_name(lv[k]), s2, want);
+        for (int n = 1; n <= 20; n++) { /* e^0 = 1 exactly: lanes past n add nothing */
+            float z[20] = { 0 };
+            assert_true(quant_exp_sum(z, n, 0.0f) == n && z[n - 1] == 1.0f);
+        }
+    }
+    simd_set(SIMD_AVX512);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_0_layout),         cmocka_unit_test(test_q4_K_layout),
@@ -745,7 +827,7 @@ int main(void) {
         cmocka_unit_test(test_f32_helpers),         cmocka_unit_test(test_quantize_error),
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
-        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels),
+        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
