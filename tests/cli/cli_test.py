@@ -424,6 +424,12 @@ def case_perplexity(ctx, ppl_max):
         q = json.loads(out)
         check(q["kv"] == spec and q["n_scored"] == o["n_scored"], f"{spec}: {q}")
         ppl[spec] = q["ppl"]
+        # the share kept after each first half, and at each chunk's end (where
+        # storage grown by appends is counted too)
+        kept = q["kv_memory"]
+        want = 1.0 if spec != "h2o:budget=0.2" else 0.2
+        check(abs(kept["ratio"] - want) < 0.01 and abs(kept["ratio_end"] - want) < 0.05
+              and kept["bytes_kept"] <= kept["bytes_full"], f"{spec}: kv_memory {kept}")
     print(f"ppl under --kv: {ppl}")
     check(ppl["snapkv:budget=1.0"] == ppl["full"], f"budget 1.0 changed the perplexity: {ppl}")
     check(abs(ppl["full"] - o["ppl"]) < 0.01 * o["ppl"], f"decode path {ppl['full']} vs batched {o['ppl']}")

@@ -51,6 +51,9 @@ struct ppl {
     double *running;          /* PPL after each chunk */
     double nll, nll2, t_total;
     long count;
+    /* --kv: KV bytes a full cache would hold and the policy kept, summed over
+     * the chunks, after the first half's compression and at the chunk's end */
+    double kv_full, kv_kept, kv_end_full, kv_end_kept;
 };
 
 static void ppl_free(struct ppl *p) {
@@ -112,10 +115,15 @@ static enum kvf_status ppl_chunk_compressed(struct ppl *p, const int32_t *tok) {
     enum kvf_status st;
     if ((st = kvf_session_prefill(p->s, tok, p->first, NULL)) != KVF_OK || (st = kvf_session_compress(p->s)) != KVF_OK)
         return st;
+    p->kv_full += (double)kvf_session_kv_full_bytes(p->s);
+    p->kv_kept += (double)kvf_session_kv_bytes(p->s);
     for (int i = p->first;; i++) {
         ppl_add(p, kvf_session_logits(p->s), tok[i]);
-        if (i == p->ctx - 1)
+        if (i == p->ctx - 1) {
+            p->kv_end_full += (double)kvf_session_kv_full_bytes(p->s);
+            p->kv_end_kept += (double)kvf_session_kv_bytes(p->s);
             return KVF_OK;
+        }
         if ((st = kvf_session_decode(p->s, tok[i])) != KVF_OK)
             return st;
     }
@@ -185,6 +193,10 @@ static int ppl_report(const struct ppl *p) {
                p->n_done, p->n_done == 1 ? "" : "s", p->ctx, tps);
         if (stopped)
             printf(", interrupted after %d of %d chunks", p->n_done, p->n_chunks);
+        if (a->kv)
+            printf("\nkv %s kept %.1f%% of a full cache after compressing each chunk's first half (%.2f of %.2f MiB), "
+                   "%.1f%% at the chunk's end", a->kv, 100 * p->kv_kept / p->kv_full, p->kv_kept / p->n_done / MIB,
+                   p->kv_full / p->n_done / MIB, 100 * p->kv_end_kept / p->kv_end_full);
         putchar('\n');
         return rc;
     }
@@ -200,6 +212,11 @@ static int ppl_report(const struct ppl *p) {
     cJSON_AddNumberToObject(o, "ctx", p->ctx);
     cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
+    if (a->kv) { /* means per chunk */
+        cJSON *m = cJSON_AddObjectToObject(o, "kv_memory");
+        kv_kept_json(m, (size_t)(p->kv_full / p->n_done), (size_t)(p->kv_kept / p->n_done));
+        cJSON_AddNumberToObject(m, "ratio_end", p->kv_end_kept / p->kv_end_full);
+    }
     cJSON_AddBoolToObject(o, "short_text", p->short_text);
     cJSON_AddItemToObject(o, "running_ppl", cJSON_CreateDoubleArray(p->running, p->n_done));
     cJSON_AddNumberToObject(o, "tok_per_s", tps);
