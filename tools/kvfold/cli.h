@@ -40,7 +40,7 @@ enum media_kind { MEDIA_IMAGE, MEDIA_FRAME, MEDIA_VIDEO_DIR, MEDIA_PSEUDO };
 #define MEDIA_ARGS_MAX 256
 
 struct opt {
-    const char *lng;     /* "--top-k"                       */
+    const char *lng;     /* "--top-k"; aliases may follow, space-separated: "--kv-type -ctk" (llama.cpp's names) */
     const char *shrt;    /* "-k" or NULL                    */
     enum opt_kind kind;
     void *dst;           /* bool, int, float, uint64_t or const char * */
@@ -48,8 +48,6 @@ struct opt {
     const char *metavar;
     const char *help;
 };
-/* lng may name aliases after the first name, space-separated ("--kv-type
- * --cache-type-k -ctk"): llama.cpp's names for the same thing. */
 
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {

@@ -186,15 +186,20 @@ static int chat_turn(struct chat *c, const char *text) {
                                          c->pending.n, kvf_session_n_past(c->s) == 0, true, &pr);
     const int n_past = kvf_session_n_past(c->s), n_ctx = kvf_session_n_ctx(c->s);
     char why[160];
-    if (st == KVF_OK && kvf_prompt_n_tokens(pr) >= n_ctx - n_past) {
+    const char *refusal = NULL; /* NULL: the library's message */
+    if (st == KVF_OK && kvf_prompt_n_tokens(pr) == 0) {
+        refusal = "the message adds no tokens";
+        st = KVF_ERR_INVALID_ARG;
+    } else if (st == KVF_OK && kvf_prompt_n_tokens(pr) >= n_ctx - n_past) {
         snprintf(why, sizeof why, "the conversation is full (%d of %d positions, the message needs %d): /reset to "
                  "start over, or a larger -c", n_past, n_ctx, kvf_prompt_n_tokens(pr));
+        refusal = why;
         st = KVF_ERR_CONTEXT;
     }
     if (st != KVF_OK) {
         kvf_prompt_free(pr);
         free(fmt);
-        return turn_refused(c, st, st == KVF_ERR_CONTEXT ? why : NULL);
+        return turn_refused(c, st, refusal);
     }
     sampler_accept_prompt(c->smp, pr);
     bool stopped;
