@@ -136,16 +136,14 @@ void ops_gelu_tanh_mul(float *g, const float *u, int64_t n) {
 }
 
 float ops_softmax_sum(float *x, int n, double *sum_out) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    const float mx = quant_max_f32(x, n);
     *sum_out = 0.0;
     if (mx == -INFINITY) {
         memset(x, 0, sizeof(float) * n);
         return mx;
     }
     const double sum = quant_exp_sum(x, n, mx);
-    const float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++) x[i] *= inv;
+    quant_scale_f32(x, (float)(1.0 / sum), n);
     *sum_out = sum;
     return mx;
 }

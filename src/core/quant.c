@@ -442,6 +442,18 @@ static void sigmoid_mul_ref(float *g, const float *u, int64_t n, float a, float 
     }
 }
 
+static float max_f32_ref(const float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static void scale_f32_ref(float *x, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= a;
+}
+
 static double exp_sum_ref(float *x, int64_t n, float m) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -811,6 +823,8 @@ static const struct quant_kernels scalar_kernels = {
     .axpy_f32 = axpy_f32_ref,
     .sigmoid_mul = sigmoid_mul_ref,
     .exp_sum = exp_sum_ref,
+    .max_f32 = max_f32_ref,
+    .scale_f32 = scale_f32_ref,
     .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
     .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row},
 };
@@ -1028,6 +1042,8 @@ void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
 }
 
 double quant_exp_sum(float *x, int64_t n, float m) { return kernels()->exp_sum(x, n, m); }
+float quant_max_f32(const float *x, int64_t n) { return kernels()->max_f32(x, n); }
+void quant_scale_f32(float *x, float a, int64_t n) { kernels()->scale_f32(x, a, n); }
 
 void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
     const quant_axpy_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.axpy[type] : NULL;

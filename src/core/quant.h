@@ -89,6 +89,10 @@ void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b);
 /* x[i] = exp(x[i] - m) (-inf and anything under expf's range -> 0); returns
  * their sum, added in double. */
 double quant_exp_sum(float *x, int64_t n, float m);
+/* The largest of x[0..n), NaN ignored (-inf when there is none); and
+ * x[i] *= a. Exact, so every level gives the same bits. */
+float quant_max_f32(const float *x, int64_t n);
+void quant_scale_f32(float *x, float a, int64_t n);
 float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x);
 void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n);
 

@@ -541,6 +541,29 @@ static void sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
     }
 }
 
+/* max(x, acc) takes acc where x is NaN, so NaN never wins. */
+static float max_f32(const float *x, int64_t n) {
+    __m256 acc = _mm256_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t left = n - i;
+        acc = _mm256_max_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_tail(x + i, left, -INFINITY), acc);
+    }
+    float t[8], m = -INFINITY;
+    _mm256_storeu_ps(t, acc);
+    for (int j = 0; j < 8; j++)
+        m = t[j] > m ? t[j] : m;
+    return m;
+}
+
+static void scale_f32(float *x, float a, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), va));
+    for (; i < n; i++)
+        x[i] *= a;
+}
+
 static double exp_sum(float *x, int64_t n, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
@@ -560,6 +583,8 @@ static double exp_sum(float *x, int64_t n, float m) {
 void quant_kernels_avx2(struct quant_kernels *k) {
     k->sigmoid_mul = sigmoid_mul;
     k->exp_sum = exp_sum;
+    k->max_f32 = max_f32;
+    k->scale_f32 = scale_f32;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

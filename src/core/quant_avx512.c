@@ -543,6 +543,24 @@ static void sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
     }
 }
 
+/* max(x, acc) takes acc where x is NaN, so NaN never wins. */
+static float max_f32(const float *x, int64_t n) {
+    __m512 acc = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        acc = _mm512_max_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), t, x + i), acc);
+    }
+    return _mm512_reduce_max_ps(acc);
+}
+
+static void scale_f32(float *x, float a, int64_t n) {
+    const __m512 va = _mm512_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? 0xffff : tail_mask(n - i);
+        _mm512_mask_storeu_ps(x + i, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, x + i), va));
+    }
+}
+
 static double exp_sum(float *x, int64_t n, float m) {
     const __m512 vm = _mm512_set1_ps(m);
     __m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
@@ -560,6 +578,8 @@ static double exp_sum(float *x, int64_t n, float m) {
 void quant_kernels_avx512(struct quant_kernels *k) {
     k->sigmoid_mul = sigmoid_mul;
     k->exp_sum = exp_sum;
+    k->max_f32 = max_f32;
+    k->scale_f32 = scale_f32;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

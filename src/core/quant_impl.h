@@ -144,6 +144,8 @@ struct quant_kernels {
      * same value. */
     void (*sigmoid_mul)(float *g, const float *u, int64_t n, float a, float b);
     double (*exp_sum)(float *x, int64_t n, float m);
+    float (*max_f32)(const float *x, int64_t n);
+    void (*scale_f32)(float *x, float a, int64_t n);
 };
 
 /* e^r = 1 + r + r^2 p(r) on |r| <= ln2/2 (Cephes' expf polynomial: within

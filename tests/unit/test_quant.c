@@ -818,6 +818,38 @@ static void test_exp_kernels(void **state) {
     simd_set(SIMD_AVX512);
 }
 
+/* quant_max_f32 and quant_scale_f32 are exact: every level gives the
+ * scalar loop's bits, NaN never the maximum, every length (tails). */
+static void test_max_scale(void **state) {
+    (void)state;
+    enum { N = 77 };
+    float x[N], a[N], b[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((i * 7919 % 1000) / 37.0 - 12.0);
+    x[5] = NAN, x[9] = -INFINITY, x[40] = 1e30f, x[41] = -0.0f;
+    enum simd_level lv[3];
+    const int n_lv = levels(lv);
+    for (int n = 0; n <= N; n++) {
+        float want = -INFINITY;
+        for (int i = 0; i < n; i++)
+            want = x[i] > want ? x[i] : want;
+        for (int i = 0; i < n; i++)
+            a[i] = x[i] * 0.37f;
+        for (int k = 0; k < n_lv; k++) {
+            simd_set(lv[k]);
+            const float got = quant_max_f32(x, n);
+            assert_memory_equal(&got, &want, sizeof got);
+            memcpy(b, x, sizeof x);
+            quant_scale_f32(b, 0.37f, n);
+            assert_memory_equal(b, a, (size_t)n * sizeof *b); /* NaN: the same bits too */
+            assert_memory_equal(b + n, x + n, (size_t)(N - n) * sizeof *b);
+        }
+    }
+    float nan2[3] = { NAN, NAN, NAN };
+    assert_true(quant_max_f32(nan2, 3) == -INFINITY);
+    simd_set(SIMD_AVX512);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4_0_layout),         cmocka_unit_test(test_q4_K_layout),
@@ -827,7 +859,7 @@ int main(void) {
         cmocka_unit_test(test_f32_helpers),         cmocka_unit_test(test_quantize_error),
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
-        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels),
+        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels), cmocka_unit_test(test_max_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
