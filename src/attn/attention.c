@@ -125,7 +125,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         for (int j = 0; j < jb; j++) row[j] = -INFINITY;
         for (int j = je; j < jend; j++) row[j] = -INFINITY;
         if (!blas)
-            for (int j = jb; j < je; j++) row[j] = quant_row_dot_f32(h->type, d, kr + j * rb, qi) * p->scale;
+            quant_rows_dot_f32(h->type, d, kr + jb * rb, je - jb, qi, p->scale, row + jb);
         double sum;
         const float mx = ops_softmax_sum(row, jend, &sum);
         /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
@@ -140,8 +140,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         if (!blas) {
             float *o = out + (size_t)i * qstride + (size_t)head * d;
             memset(o, 0, sizeof(float) * d);
-            for (int j = jb; j < je; j++)
-                if (row[j] != 0.0f) quant_row_axpy(h->type, o, row[j], vr + j * rb, d);
+            quant_rows_axpy(h->type, o, row + jb, vr + jb * rb, je - jb, d);
         }
     }
     if (blas)

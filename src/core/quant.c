@@ -1037,6 +1037,33 @@ void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n
         f(y, a, w, n);
 }
 
+void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
+    const struct quant_kernels *k = kernels();
+    if ((unsigned)type >= DT_COUNT || !k->dot_f32x[type])
+        return;
+    if (k->dots[type]) {
+        k->dots[type](d, rows, n, x, scale, out);
+        return;
+    }
+    const size_t rb = dtype_row_bytes(type, d);
+    for (int j = 0; j < n; j++)
+        out[j] = k->dot_f32x[type](d, (const uint8_t *)rows + j * rb, x) * scale;
+}
+
+void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows, int n, int64_t d) {
+    const struct quant_kernels *k = kernels();
+    if ((unsigned)type >= DT_COUNT || !k->axpy[type])
+        return;
+    if (k->axpys[type]) {
+        k->axpys[type](y, w, rows, n, d);
+        return;
+    }
+    const size_t rb = dtype_row_bytes(type, d);
+    for (int j = 0; j < n; j++)
+        if (w[j] != 0.0f)
+            k->axpy[type](y, w[j], (const uint8_t *)rows + j * rb, d);
+}
+
 void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
     kernels()->sigmoid_mul(g, u, n, a, b);
 }

@@ -81,6 +81,12 @@ void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const voi
  * n: a multiple of the type's block size. Other types: 0 / y unchanged. */
 float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x);
 void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
+/* Attention over n consecutive KV rows of d values each (rows of type's row
+ * bytes): out[j] = scale * quant_row_dot_f32(row j, x), and y += w[j] row j
+ * for every w[j] != 0, in j order. Bit for bit the row-by-row calls; the F32
+ * forms keep y in registers across the rows. */
+void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, float scale, float *out);
+void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows, int n, int64_t d);
 /* g[i] = g[i] * sigmoid(z) * u[i] with z = a g[i] + b g[i]^3 (b = 0: a g[i]);
  * u NULL: no factor. SiLU is (1, 0), quick GELU (1.702, 0), the tanh GELU
  * (2 sqrt(2/pi), 2 sqrt(2/pi) 0.044715), as 0.5 (1 + tanh(y)) = sigmoid(2y).

@@ -495,6 +495,43 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- attention over runs of F32 rows --------------------------------- */
+
+static void dots_f32(int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
+    const float *r = rows;
+    for (int j = 0; j < n; j++)
+        out[j] = dot_f32(r + (size_t)j * d, x, d) * scale;
+}
+
+/* y stays in up to 8 registers (64 values) across the rows, each element
+ * the fmadd axpy_f32 gives it, row after row. */
+static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t d) {
+    const float *v = rows;
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t c = 0; c < d; c += 64) {
+        __m256i m[8];
+        __m256 acc[8];
+        int nr = 0; /* registers in use */
+        for (int r = 0; r < 8; r++) {
+            const int64_t left = d - c - 8 * r;
+            m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)), lane);
+            acc[r] = _mm256_maskload_ps(y + c + 8 * r, m[r]);
+            nr += left > 0;
+        }
+        for (int j = 0; j < n; j++) {
+            if (w[j] == 0.0f)
+                continue;
+            const __m256 a = _mm256_set1_ps(w[j]);
+            const float *vj = v + (size_t)j * d + c;
+            for (int r = 0; r < 8; r++)
+                if (r < nr)
+                    acc[r] = _mm256_fmadd_ps(a, _mm256_maskload_ps(vj + 8 * r, m[r]), acc[r]);
+        }
+        for (int r = 0; r < nr; r++)
+            _mm256_maskstore_ps(y + c + 8 * r, m[r], acc[r]);
+    }
+}
+
 /* ---- activations and softmax ------------------------------------- */
 
 /* e^x by EXP_POLY (quant_impl.h), as the AVX-512 exp16; 2^k is built in
@@ -585,6 +622,8 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->exp_sum = exp_sum;
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
+    k->dots[DT_F32] = dots_f32;
+    k->axpys[DT_F32] = axpys_f32;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

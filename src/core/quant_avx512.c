@@ -512,6 +512,40 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* ---- attention over runs of F32 rows --------------------------------- */
+
+static void dots_f32(int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
+    const float *r = rows;
+    for (int j = 0; j < n; j++)
+        out[j] = dot_f32(r + (size_t)j * d, x, d) * scale;
+}
+
+/* y stays in up to 8 registers (128 values) across the rows, each element
+ * the fmadd axpy_f32 gives it, row after row. */
+static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t d) {
+    const float *v = rows;
+    for (int64_t c = 0; c < d; c += 128) {
+        __mmask16 m[8];
+        __m512 acc[8];
+        for (int r = 0; r < 8; r++) {
+            const int64_t left = d - c - 16 * r;
+            m[r] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
+            acc[r] = _mm512_maskz_loadu_ps(m[r], y + c + 16 * r);
+        }
+        for (int j = 0; j < n; j++) {
+            if (w[j] == 0.0f)
+                continue;
+            const __m512 a = _mm512_set1_ps(w[j]);
+            const float *vj = v + (size_t)j * d + c;
+            for (int r = 0; r < 8; r++)
+                if (m[r])
+                    acc[r] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m[r], vj + 16 * r), acc[r]);
+        }
+        for (int r = 0; r < 8; r++)
+            _mm512_mask_storeu_ps(y + c + 16 * r, m[r], acc[r]);
+    }
+}
+
 /* ---- activations and softmax ------------------------------------- */
 
 /* e^x by EXP_POLY (quant_impl.h); NaN stays NaN (min/max return their
@@ -580,6 +614,8 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->exp_sum = exp_sum;
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
+    k->dots[DT_F32] = dots_f32;
+    k->axpys[DT_F32] = axpys_f32;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

@@ -116,6 +116,8 @@ static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t s
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
+typedef void (*quant_dots_fn)(int64_t d, const void *rows, int n, const float *x, float scale, float *out);
+typedef void (*quant_axpys_fn)(float *y, const float *w, const void *rows, int n, int64_t d);
 /* One weight row against nx activation rows in the batch form
  * (quant_quantize_batch): out[r * out_stride], each row's arithmetic the
  * same whatever nx is. */
@@ -138,6 +140,10 @@ struct quant_kernels {
      * dot_f32x[t](n, row, x) and axpy[t](y, a, row, n). */
     quant_dot_fn dot_f32x[DT_COUNT];
     quant_axpy_fn axpy[DT_COUNT];
+    /* The same over a run of rows (quant_rows_dot_f32, quant_rows_axpy),
+     * each row's arithmetic that of dot_f32x / axpy; NULL: those row by row. */
+    quant_dots_fn dots[DT_COUNT];
+    quant_axpys_fn axpys[DT_COUNT];
     /* Activations and softmax (ops.c), see quant_sigmoid_mul and
      * quant_exp_sum. The SIMD levels share one expf approximation
      * (EXP_POLY_*), so that every element, a vector's or a tail's, gets the

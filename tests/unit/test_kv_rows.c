@@ -86,11 +86,52 @@ static void test_other_types(void **st) {
     for (int i = 0; i < 32; i++) assert_true(y[i] == 2.0f);
 }
 
+/* quant_rows_dot_f32 and quant_rows_axpy over runs of n rows give the
+ * row-by-row calls' bits at every level: head sizes with and without SIMD
+ * tails (and past the 128 values the F32 forms keep in registers), runs of
+ * 0 to 9 rows, weights with zeros (skipped). */
+static void test_runs(void **st) {
+    (void)st;
+    const enum simd_level top = simd_detect();
+    static const int dims[] = {32, 40, 64, 96, 128, 160, 256, 288};
+    for (int lv = SIMD_SCALAR; lv <= (int)top; lv++) {
+        simd_set((enum simd_level)lv);
+        for (size_t k = 0; k < sizeof kv_types / sizeof *kv_types; k++)
+            for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
+                const enum dtype t = kv_types[k];
+                const int d = dims[di], n_max = 9;
+                const size_t rb = dtype_row_bytes(t, d);
+                uint8_t *rows = malloc(rb * n_max);
+                float *x = malloc(sizeof(float) * d), *v = malloc(sizeof(float) * d);
+                float *y1 = malloc(sizeof(float) * d), *y2 = malloc(sizeof(float) * d);
+                float w[9], o1[9], o2[9];
+                for (int j = 0; j < n_max; j++) {
+                    for (int i = 0; i < d; i++) v[i] = rnd();
+                    quant_quantize_row(t, v, rows + j * rb, d);
+                    w[j] = j % 3 == 1 ? 0.0f : rnd();
+                }
+                for (int i = 0; i < d; i++) x[i] = rnd(), y1[i] = y2[i] = rnd();
+                for (int n = 0; n <= n_max; n++) {
+                    quant_rows_dot_f32(t, d, rows, n, x, 0.125f, o1);
+                    for (int j = 0; j < n; j++) o2[j] = quant_row_dot_f32(t, d, rows + j * rb, x) * 0.125f;
+                    assert_memory_equal(o1, o2, sizeof(float) * n);
+                    quant_rows_axpy(t, y1, w, rows, n, d);
+                    for (int j = 0; j < n; j++)
+                        if (w[j] != 0.0f) quant_row_axpy(t, y2, w[j], rows + j * rb, d);
+                    assert_memory_equal(y1, y2, sizeof(float) * d);
+                }
+                free(rows), free(x), free(v), free(y1), free(y2);
+            }
+    }
+    simd_set(top);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_scalar_reference),
         cmocka_unit_test(test_other_types),
+        cmocka_unit_test(test_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
