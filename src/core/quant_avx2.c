@@ -511,12 +511,15 @@ static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t
     for (int64_t c = 0; c < d; c += 64) {
         __m256i m[8];
         __m256 acc[8];
-        int nr = 0; /* registers in use */
+        int nr = 0; /* registers in use: no address past the row's end is formed */
         for (int r = 0; r < 8; r++) {
             const int64_t left = d - c - 8 * r;
             m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)), lane);
-            acc[r] = _mm256_maskload_ps(y + c + 8 * r, m[r]);
-            nr += left > 0;
+            acc[r] = _mm256_setzero_ps();
+            if (left > 0) {
+                acc[r] = _mm256_maskload_ps(y + c + 8 * r, m[r]);
+                nr = r + 1;
+            }
         }
         for (int j = 0; j < n; j++) {
             if (w[j] == 0.0f)

@@ -527,10 +527,15 @@ static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t
     for (int64_t c = 0; c < d; c += 128) {
         __mmask16 m[8];
         __m512 acc[8];
+        int nr = 0; /* registers in use: no address past the row's end is formed */
         for (int r = 0; r < 8; r++) {
             const int64_t left = d - c - 16 * r;
             m[r] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
-            acc[r] = _mm512_maskz_loadu_ps(m[r], y + c + 16 * r);
+            acc[r] = _mm512_setzero_ps();
+            if (left > 0) {
+                acc[r] = _mm512_maskz_loadu_ps(m[r], y + c + 16 * r);
+                nr = r + 1;
+            }
         }
         for (int j = 0; j < n; j++) {
             if (w[j] == 0.0f)
@@ -538,10 +543,10 @@ static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t
             const __m512 a = _mm512_set1_ps(w[j]);
             const float *vj = v + (size_t)j * d + c;
             for (int r = 0; r < 8; r++)
-                if (m[r])
+                if (r < nr)
                     acc[r] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m[r], vj + 16 * r), acc[r]);
         }
-        for (int r = 0; r < 8; r++)
+        for (int r = 0; r < nr; r++)
             _mm512_mask_storeu_ps(y + c + 16 * r, m[r], acc[r]);
     }
 }

@@ -21,6 +21,8 @@ struct kvf_sampler {
     int32_t *hist;        /* the last penalty_last_n accepted tokens, a ring; NULL when the penalty is off */
     int hist_n, hist_at;  /* tokens in it, and where the next goes */
     float *pen;           /* scratch: penalised logits, pen_cap entries */
+    uint32_t *seen;       /* [pen_cap]: the call that last penalised each token */
+    uint32_t calls;
     int pen_cap;
 };
 
@@ -79,6 +81,7 @@ void kvf_sampler_free(struct kvf_sampler *sampler) {
     free(sampler->cands);
     free(sampler->hist);
     free(sampler->pen);
+    free(sampler->seen);
     free(sampler);
 }
 
@@ -97,20 +100,29 @@ static const float *penalise(struct kvf_sampler *s, const float *logits, int n_v
         return logits;
     if (s->pen_cap < n_vocab) {
         float *p = realloc(s->pen, (size_t)n_vocab * sizeof *p);
-        if (!p)
+        uint32_t *seen = p ? calloc((size_t)n_vocab, sizeof *seen) : NULL;
+        if (p)
+            s->pen = p;
+        if (!seen)
             return NULL;
-        s->pen = p;
+        free(s->seen);
+        s->seen = seen;
         s->pen_cap = n_vocab;
+        s->calls = 0;
+    }
+    if (++s->calls == 0) { /* the stamps wrapped: clear them */
+        memset(s->seen, 0, (size_t)s->pen_cap * sizeof *s->seen);
+        s->calls = 1;
     }
     memcpy(s->pen, logits, (size_t)n_vocab * sizeof *logits);
     const float r = s->params.penalty_repeat;
     for (int i = 0; i < s->hist_n; i++) {
         const int32_t t = s->hist[i];
-        bool seen = false; /* each distinct token once, as llama.cpp does */
-        for (int j = 0; j < i && !seen; j++)
-            seen = s->hist[j] == t;
-        if (!seen && t >= 0 && t < n_vocab)
+        /* each distinct token once, as llama.cpp does */
+        if (t >= 0 && t < n_vocab && s->seen[t] != s->calls) {
+            s->seen[t] = s->calls;
             s->pen[t] = s->pen[t] <= 0 ? s->pen[t] * r : s->pen[t] / r;
+        }
     }
     return s->pen;
 }

@@ -119,7 +119,7 @@ static int bench_check(const struct args *a, struct int_list l[N_LISTS], enum be
             l[k].n = 0;
         } else if (!parse_int_list(s, list_opts[k].hi, &l[k])) {
             print_error("bench: option '%.*s': '%s' is not a comma list of at most %d integers in [0, %d]",
-                        (int)strcspn(list_opts[k].lng, " "), list_opts[k].lng, s, LIST_MAX, list_opts[k].hi);
+                        NAME1(list_opts[k].lng), s, LIST_MAX, list_opts[k].hi);
             return EXIT_USAGE;
         }
     }

@@ -165,9 +165,6 @@ static void print_help(const struct command *c, const struct opt *opts, int n, F
     fprintf(f, "  %-24s %s\n", "    --version", "print the version and the commit built from");
 }
 
-/* An option's first name, for "%.*s". */
-#define NAME1(lng) (int)strcspn(lng, " "), lng
-
 /* Whether arg[0..name_len) is one of the space-separated names in list. */
 static bool name_in(const char *list, const char *arg, size_t name_len) {
     for (const char *w = list; w && *w;) {

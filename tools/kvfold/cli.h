@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 enum { EXIT_USAGE = 1, EXIT_INPUT = 2, EXIT_RUNTIME = 3 };
 #define MIB (1024.0 * 1024.0)
@@ -116,6 +117,9 @@ extern const struct command info_command, tokenize_command, generate_command, ch
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
     OPT_PSEUDO_NOISE, \
     { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" }
+
+/* An option's first name (lng may list aliases after it), for "%.*s". */
+#define NAME1(lng) (int)strcspn(lng, " "), lng
 
 /* The option tables point into a struct args, so they are built per call:
  * copies src[0..n) to dst and returns n. */

@@ -1,10 +1,11 @@
 /* kvfold chat: a conversation on a terminal (or from a pipe) whose KV cache
- * lives across turns: each turn appends only what the chat template adds
- * after what the cache already covers, the policy (--kv) compresses the
- * cache after each prompt and keeps it within budget while decoding, so a
- * long conversation holds a bounded cache. (Not chat.c: tests/unit/
- * test_chat.c, the chat templates' test, would be built with that file.) Lines starting with '/' are
- * commands (/help lists them); a line ending in '\' goes on on the next. */
+ * lives across turns: each message appends only what the chat template adds
+ * to the conversation the cache holds, the policy (--kv) compresses the
+ * cache after each message and keeps it within budget while decoding, so a
+ * long conversation holds a bounded cache. Lines starting with '/' are
+ * commands (/help lists them); a line ending in '\' goes on on the next.
+ * (Not chat.c: tests/unit/test_chat.c, the chat templates' test, would be
+ * built with that file.) */
 #include "cli.h"
 
 #include <errno.h>
@@ -41,7 +42,7 @@ static int chat_opts(struct args *a, struct opt *out) {
     "/kv          what the KV cache holds: positions seen, entries kept per layer, bytes\n"                          \
     "/reset       forget the conversation (the system message stays)\n"                                             \
     "/exit        end (also /quit, or end of input: Ctrl-D)\n"                                                       \
-    "Ctrl-C stops a reply; at the prompt it ends the conversation.\n"
+    "Ctrl-C stops a reply; at the prompt it ends the conversation (exit status 130).\n"
 
 /* One conversation. msgs[i].content is owned (malloc'd); roles are static. */
 struct chat {
@@ -52,7 +53,6 @@ struct chat {
     struct kvf_sampler *smp;
     struct kvf_chat_message *msgs;
     int n_msgs, cap_msgs;
-    char *covered;           /* the formatted conversation the cache holds, through the last decoded token */
     struct media_set pending; /* /image: for the next message */
     int n_turns, n_prompt, n_gen;
     double prefill_ms, decode_ms;
@@ -63,8 +63,6 @@ static void chat_forget(struct chat *c) {
     for (int i = keep; i < c->n_msgs; i++)
         free((char *)c->msgs[i].content);
     c->n_msgs = keep;
-    free(c->covered);
-    c->covered = NULL;
 }
 
 static void chat_free(struct chat *c) {
@@ -142,26 +140,61 @@ static int turn_refused(struct chat *c, enum kvf_status st, const char *why) {
     return 0;
 }
 
-/* The reply's text joins what the cache covers, its last token decoded
- * first (reply_generate leaves the token it stopped on undecoded). */
-static int turn_close(struct chat *c, const char *fmt, const struct reply *r) {
-    if (r->last >= 0 && kvf_session_n_past(c->s) < kvf_session_n_ctx(c->s)) {
-        const double t0 = now_ms();
-        const enum kvf_status st = kvf_session_decode(c->s, r->last);
-        if (st != KVF_OK)
-            return fail(st, "chat: decode");
-        c->decode_ms += now_ms() - t0;
+/* reply_generate leaves the token it stopped on undecoded: it goes into the
+ * cache now, which then holds the whole reply. */
+static int turn_close(struct chat *c, const struct reply *r) {
+    if (r->last < 0 || kvf_session_n_past(c->s) >= kvf_session_n_ctx(c->s))
+        return 0;
+    const double t0 = now_ms();
+    const enum kvf_status st = kvf_session_decode(c->s, r->last);
+    c->decode_ms += now_ms() - t0;
+    return st == KVF_OK ? 0 : fail(st, "chat: decode");
+}
+
+/* Stands for the last reply when formatting, to find what the template
+ * writes after a reply. */
+#define REPLY_MARK "KVFOLD_REPLY_MARK"
+
+/* The text the newest message (the last of c->msgs) adds to the cache: the
+ * whole formatted conversation when no reply is in it yet; else the markup
+ * the template closes the last reply with (found around REPLY_MARK), then
+ * what the template writes after the closed conversation. The cache holds
+ * each reply as generated, so a template that trims or rewrites a reply's
+ * text never makes it go in twice. *out malloc'd. */
+static int turn_text(struct chat *c, char **out) {
+    const struct args *a = c->a;
+    const int n = c->n_msgs;
+    if (n < 2 || strcmp(c->msgs[n - 2].role, "assistant") != 0)
+        return chat_text(a, c->m, c->msgs, n, true, out);
+    char *closed = NULL, *marked = NULL, *full = NULL;
+    struct kvf_chat_message *last = &c->msgs[n - 2];
+    const char *reply = last->content;
+    int rc = chat_text(a, c->m, c->msgs, n - 1, false, &closed);
+    last->content = REPLY_MARK;
+    if (!rc)
+        rc = chat_text(a, c->m, c->msgs, n - 1, false, &marked);
+    last->content = reply;
+    if (!rc)
+        rc = chat_text(a, c->m, c->msgs, n, true, &full);
+    if (!rc) {
+        /* templates write the conversation so far the same way before a new message */
+        size_t k = 0;
+        while (closed[k] && closed[k] == full[k])
+            k++;
+        const char *mark = strstr(marked, REPLY_MARK);
+        const char *after = mark ? mark + strlen(REPLY_MARK) : "";
+        const size_t na = strlen(after), nf = strlen(full + k);
+        if ((*out = malloc(na + nf + 1))) {
+            memcpy(*out, after, na);
+            memcpy(*out + na, full + k, nf + 1);
+        } else {
+            rc = fail(KVF_ERR_NOMEM, "chat");
+        }
     }
-    const size_t nf = strlen(fmt);
-    char *cov = malloc(nf + r->text.n + 1);
-    if (!cov)
-        return fail(KVF_ERR_NOMEM, "chat");
-    memcpy(cov, fmt, nf);
-    memcpy(cov + nf, r->text.s ? r->text.s : "", r->text.n);
-    cov[nf + r->text.n] = '\0';
-    free(c->covered);
-    c->covered = cov;
-    return 0;
+    free(closed);
+    free(marked);
+    free(full);
+    return rc;
 }
 
 /* One exchange: the user's message through the model, the reply streamed. */
@@ -170,19 +203,13 @@ static int chat_turn(struct chat *c, const char *text) {
     char *fmt = NULL;
     if (!chat_push(c, "user", user_content(c, text)))
         return fail(KVF_ERR_NOMEM, "chat");
-    int rc = chat_text(a, c->m, c->msgs, c->n_msgs, true, &fmt);
+    int rc = turn_text(c, &fmt);
     if (rc) {
         chat_pop(c);
         return rc;
     }
-    /* What the template adds after the cache's text. Templates format
-     * earlier turns the same way each time, so this is the new turn; should
-     * one differ (e.g. trim a reply), the text from there on is sent again. */
-    size_t k = 0;
-    while (c->covered && c->covered[k] && c->covered[k] == fmt[k])
-        k++;
     struct kvf_prompt *pr = NULL;
-    enum kvf_status st = kvf_prompt_init(c->m, fmt + k, (const struct kvf_media *const *)c->pending.items,
+    enum kvf_status st = kvf_prompt_init(c->m, fmt, (const struct kvf_media *const *)c->pending.items,
                                          c->pending.n, kvf_session_n_past(c->s) == 0, true, &pr);
     const int n_past = kvf_session_n_past(c->s), n_ctx = kvf_session_n_ctx(c->s);
     char why[160];
@@ -201,10 +228,11 @@ static int chat_turn(struct chat *c, const char *text) {
         free(fmt);
         return turn_refused(c, st, refusal);
     }
-    sampler_accept_prompt(c->smp, pr);
     bool stopped;
     double t0 = now_ms();
     rc = prompt_prefill(c->s, pr, a, "chat: prompt", &stopped);
+    if (!rc && !stopped) /* the repeat penalty's history: what the cache holds */
+        sampler_accept_prompt(c->smp, pr);
     c->prefill_ms += now_ms() - t0;
     c->n_prompt += kvf_session_n_past(c->s) - n_past;
     kvf_prompt_free(pr);
@@ -228,7 +256,7 @@ static int chat_turn(struct chat *c, const char *text) {
         } else if (!strcmp(r.stop, "context")) {
             fprintf(stderr, "kvfold: chat: the conversation reached its %d positions: /reset to start over\n", n_ctx);
         }
-        rc = turn_close(c, fmt, &r);
+        rc = turn_close(c, &r);
         if (!rc && !chat_push(c, "assistant", strdup(r.text.s ? r.text.s : "")))
             rc = fail(KVF_ERR_NOMEM, "chat");
     }
@@ -270,6 +298,12 @@ static int chat_slash(struct chat *c, const char *line) {
     } else if (IS("/kv")) {
         print_kv(c);
     } else if (IS("/reset")) {
+        /* a fresh sampler too: its repeat-penalty history held the old conversation */
+        struct kvf_sampler *fresh = NULL;
+        if (sampler_open(c->a, &fresh) != 0)
+            return -EXIT_RUNTIME;
+        kvf_sampler_free(c->smp);
+        c->smp = fresh;
         chat_forget(c);
         kvf_session_reset(c->s);
         media_set_free(&c->pending);
@@ -304,7 +338,7 @@ static char *read_message(bool tty) {
         ssize_t len = getline(&line, &cap, stdin);
         if (len < 0 || interrupted()) {
             free(line);
-            if (b.n || len >= 0 || !interrupted())
+            if (!interrupted())
                 return b.s; /* the end of input ends a pending continuation */
             free(b.s);
             return NULL;
@@ -356,9 +390,12 @@ int chat_run(const struct args *a) {
         else if (msg[0])
             rc = chat_turn(&c, msg);
         free(msg);
+        if (r < 0)
+            rc = -r;
         if (r == 1)
             break;
     }
+    const bool quit = !rc && interrupted(); /* Ctrl-C at the prompt */
     if (!rc)
         fprintf(stderr,
                 "kvfold: chat: %d turns; prompts %d tokens (%.1f tok/s); replies %d tokens (%.1f tok/s); kv %.2f MiB, "
@@ -367,7 +404,7 @@ int chat_run(const struct args *a) {
                 c.decode_ms > 0 ? c.n_gen * 1e3 / c.decode_ms : 0, kvf_session_kv_bytes(c.s) / MIB,
                 kvf_session_kv_peak_bytes(c.s) / MIB, kvf_peak_rss_bytes() / MIB);
     chat_free(&c);
-    return rc;
+    return quit ? EXIT_INTERRUPTED : rc;
 }
 
 const struct command chat_command = {

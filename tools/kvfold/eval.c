@@ -25,6 +25,8 @@
 
 #define EVAL_MAX_BUDGETS 16
 #define EVAL_MAX_LIST 16
+/* Policies a plot shows: every --kv of this run and of the rows resumed. */
+#define PLOT_MAX_SPECS 64
 
 /* ------------------------------------------------------------ options -- */
 
@@ -730,10 +732,18 @@ static void path_name(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)(n - b), path + b);
 }
 
-/* A file by its name only, so that a moved model file still resumes. */
+/* A file by its name and size (a directory: the name), so that a moved
+ * file still resumes while another model of the same file name (llama.cpp's
+ * 7b/ggml-model-q4_0.gguf, 13b/ggml-model-q4_0.gguf) or an edited data file
+ * does not. */
 static void add_name(cJSON *o, const char *key, const char *path) {
     char name[1024];
+    struct stat sb;
     if (path) path_name(path, name, sizeof name);
+    if (path && stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        const size_t n = strlen(name);
+        snprintf(name + n, sizeof name - n, " (%lld bytes)", (long long)sb.st_size);
+    }
     if (path) cJSON_AddStringToObject(o, key, name);
     else cJSON_AddNullToObject(o, key);
 }
@@ -759,12 +769,12 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     add_str(o, "--kv-type", a->kv_type ? a->kv_type : "f32");
     cJSON_AddNumberToObject(o, "--batch", a->batch);
     cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
-    add_str(o, "--data", a->data);
+    add_name(o, "--data", a->data);
     if (mb) {
         add_str(o, "--tasks", a->tasks);
         cJSON_AddNumberToObject(o, "--ctx-size", a->ctx);
     }
-    if (mb || synthetic) cJSON_AddNumberToObject(o, "--samples", a->n_samples);
+    cJSON_AddNumberToObject(o, "--samples", a->n_samples);
     if (synthetic) {
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
@@ -925,7 +935,7 @@ static void sweep_free(struct sweep *sw) {
 struct plots {
     const struct args *a;
     char subtitle[512];
-    const char *specs[EVAL_MAX_LIST + 1]; /* the --kv of the summaries, in order ("full" first) */
+    const char *specs[PLOT_MAX_SPECS]; /* the --kv of the summaries, in order ("full" first) */
     int n_specs;
 };
 
@@ -959,12 +969,20 @@ static int budget_series(const struct plots *pl, const struct summary *s, int n,
     return used;
 }
 
+/* The index of v in x[0..*n), appended when absent. */
+static int category(double *x, int *n, double v) {
+    int i = 0;
+    while (i < *n && x[i] != v) i++;
+    if (i == *n) x[(*n)++] = v;
+    return i;
+}
+
 /* Decode ms/token against prompt length: each --kv at its lowest budget
  * (so that lines compare methods), the mean over its rows of each length. */
 static int plot_decode_speed(const struct plots *pl, const struct rows *rs) {
     double *xs = calloc((size_t)rs->n + 1, sizeof *xs), *ys = calloc((size_t)rs->n + 1, sizeof *ys);
     double *cnt = calloc((size_t)rs->n + 1, sizeof *cnt);
-    struct svg_series series[EVAL_MAX_LIST + 1];
+    struct svg_series series[PLOT_MAX_SPECS];
     int rc = xs && ys && cnt ? 0 : fail(KVF_ERR_NOMEM, "eval");
     for (int j = 0, used = 0; !rc && j < pl->n_specs; j++) {
         double lo = INFINITY;
@@ -975,9 +993,7 @@ static int plot_decode_speed(const struct plots *pl, const struct rows *rs) {
         for (int i = 0; i < rs->n; i++) {
             const struct row *r = &rs->r[i];
             if (strcmp(r->spec, pl->specs[j]) || isnan(r->ms_per_token) || (!isnan(r->budget) && r->budget != lo)) continue;
-            int p = 0;
-            while (p < np && x[p] != r->n_prompt) p++;
-            if (p == np) x[np++] = r->n_prompt;
+            const int p = category(x, &np, r->n_prompt);
             y[p] += r->ms_per_token, c[p] += 1;
         }
         for (int p = 0; p < np; p++) y[p] /= c[p];
@@ -990,14 +1006,6 @@ static int plot_decode_speed(const struct plots *pl, const struct rows *rs) {
                              &ch, 1);
     free(cnt), free(xs), free(ys);
     return rc;
-}
-
-/* The index of v in x[0..*n), appended when absent. */
-static int category(double *x, int *n, double v) {
-    int i = 0;
-    while (i < *n && x[i] != v) i++;
-    if (i == *n) x[(*n)++] = v;
-    return i;
 }
 
 static int cmp_double(const void *p, const void *q) {
@@ -1086,7 +1094,12 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
     for (int k = 0; k < n_all; k++) {
         int j = 0;
         while (j < pl.n_specs && strcmp(pl.specs[j], all[k].spec)) j++;
-        if (j == pl.n_specs && pl.n_specs < EVAL_MAX_LIST + 1) pl.specs[pl.n_specs++] = all[k].spec;
+        if (j < pl.n_specs) continue;
+        if (pl.n_specs == PLOT_MAX_SPECS) {
+            fprintf(stderr, "kvfold: eval: the plots show the first %d policies of the rows\n", PLOT_MAX_SPECS);
+            break;
+        }
+        pl.specs[pl.n_specs++] = all[k].spec;
     }
     make_dirs(a->plots);
     /* a needle's quality in a panel per kind, text first: never averaged together */
@@ -1103,7 +1116,7 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
     struct summary *by_kind = NULL;
     const int n_by = n_kinds ? summarise(&sw->rows, true, &by_kind) : 0;
     double *xs = calloc((size_t)(n_by + n_all + 1), sizeof *xs), *ys = calloc((size_t)(n_by + n_all + 1), sizeof *ys);
-    struct svg_series series[2][EVAL_MAX_LIST + 1];
+    struct svg_series series[2][PLOT_MAX_SPECS];
     int rc = xs && ys && n_by >= 0 ? 0 : fail(KVF_ERR_NOMEM, "eval");
     const struct { const char *file, *title, *ylabel; int what; } charts[] = {
         {"quality.svg", "Answer quality against KV budget", score_name(sw->mode), 0},

@@ -129,11 +129,12 @@ int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_
             fwrite(piece, 1, (size_t)np, stdout);
             fflush(stdout);
         }
+        ++r->n_gen;
         if (ends_with_stop(a, &r->text)) {
             r->stop = "stop";
             break;
         }
-        if (++r->n_gen == a->n_predict)
+        if (r->n_gen == a->n_predict)
             break;
         if (kvf_session_n_past(s) >= kvf_session_n_ctx(s)) {
             r->stop = "context";
@@ -273,6 +274,7 @@ static int gen_prefill(struct gen *g) {
     if (rc)
         return rc;
     g->prefill_ms = now_ms() - t0;
+    g->n_prompt = kvf_session_n_past(g->s); /* what Ctrl-C let in */
     g->kv_full = kvf_session_kv_full_bytes(g->s);
     t0 = now_ms();
     if ((st = kvf_session_compress(g->s)) != KVF_OK)

@@ -110,7 +110,7 @@ static int profile_samples(struct profile *p, char *text) {
     }
     progress_end(&p->pg);
     if (!rc && p->n == 0 && interrupted()) {
-        print_error("profile: interrupted before the first sample was run; nothing written");
+        print_error("profile: interrupted before the first sample was run; %s is left empty", p->a->output);
         rc = EXIT_INTERRUPTED;
     }
     if (!rc && p->n == 0) {

@@ -322,6 +322,8 @@ int svg_heatmaps(const char *path, const char *title, const char *subtitle, cons
 }
 
 /* stb_image_write's sink: the PNG bytes, base64 encoded as they come. */
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
 struct b64 {
     FILE *f;
     unsigned char pend[3];
@@ -329,7 +331,7 @@ struct b64 {
 };
 
 static void b64_put(struct b64 *b, const unsigned char *p, int n) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *A = B64;
     for (int i = 0; i < n; i++) {
         b->pend[b->n_pend++] = p[i];
         if (b->n_pend < 3) continue;
@@ -340,7 +342,7 @@ static void b64_put(struct b64 *b, const unsigned char *p, int n) {
 }
 
 static void b64_end(struct b64 *b) {
-    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const char *A = B64;
     if (!b->n_pend) return;
     const unsigned v = (unsigned)b->pend[0] << 16 | (b->n_pend > 1 ? (unsigned)b->pend[1] << 8 : 0);
     fputc(A[v >> 18], b->f), fputc(A[(v >> 12) & 63], b->f);
