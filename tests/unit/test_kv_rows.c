@@ -100,6 +100,8 @@ static void test_runs(void **st) {
             for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
                 const enum dtype t = kv_types[k];
                 const int d = dims[di], n_max = 9;
+                if (d % dtype_get(t)->block) /* Q8_0 rows are whole 32-value blocks */
+                    continue;
                 const size_t rb = dtype_row_bytes(t, d);
                 uint8_t *rows = malloc(rb * n_max);
                 float *x = malloc(sizeof(float) * d), *v = malloc(sizeof(float) * d);
