@@ -51,7 +51,6 @@ static void fmt_duration(char *out, size_t cap, double s) {
 }
 
 void progress_update(struct progress *p, long done, const char *detail) {
-    p->done = done;
     const double now = now_ms();
     if (now - p->last < (p->tty ? 100.0 : 5000.0))
         return;

@@ -147,7 +147,6 @@ void interrupt_clear(void);
 struct progress {
     const char *label, *unit;  /* "prefill", "tok" */
     long total;                /* <= 0: unknown */
-    long done;
     double t0, last;           /* now_ms() at the start and at the last line */
     bool tty, drawn;
 };
