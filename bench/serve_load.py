@@ -76,6 +76,15 @@ def prompt(i, n_tokens):
     return body + " Summarise the notes."
 
 
+def events(r):
+    """The JSON events of a server-sent-events response, in order, as they come (the closing [DONE] and any
+    line that is not a data line are skipped)."""
+    for raw in r:
+        line = raw.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield json.loads(line[6:])
+
+
 def client(port, i, args, out):
     body = {"messages": [{"role": "user", "content": prompt(i, args.prompt_tokens)}], "max_tokens": args.max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True}
@@ -85,11 +94,7 @@ def client(port, i, args, out):
     r = c.getresponse()
     first = last = None
     n = 0
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        e = json.loads(line[6:])
+    for e in events(r):
         if e.get("choices") and e["choices"][0]["delta"].get("content"):
             now = time.monotonic()
             first = first or now
@@ -139,11 +144,7 @@ def fit(port, args, budget):
     r = c.getresponse()
     after = usage = None
     tokens = 0
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        e = json.loads(line[6:])
+    for e in events(r):
         if e.get("choices") and e["choices"][0]["delta"].get("content"):
             tokens += 1
             if tokens == 2:  # decoding: the prompt is in and compressed

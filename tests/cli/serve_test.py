@@ -13,6 +13,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -287,6 +288,7 @@ def case_serve_cache(ctx):
                 extra = {"kv": kv} if kv else {}
                 status, o1, _ = s.post("/v1/chat/completions", dict(first, **extra))
                 check(status == 200 and o1["usage"]["prompt_tokens_details"]["cached_tokens"] == 0, f"turn 1: {o1}")
+                check_in_use(s, cache != "0")
                 turn2 = dict(first, messages=first["messages"] + [
                     {"role": "assistant", "content": o1["choices"][0]["message"]["content"]},
                     {"role": "user", "content": "And what did the baker sell?"}], **extra)
@@ -299,6 +301,7 @@ def case_serve_cache(ctx):
                     check(cached >= o1["usage"]["prompt_tokens"], f"turn 2 found {cached} positions cached, "
                           f"turn 1's prompt was {o1['usage']['prompt_tokens']}")
                 answers.setdefault(kv, []).append(o2["choices"][0]["message"]["content"])
+                check_in_use(s, cache != "0")
             if cache == "2":
                 # another conversation: nothing cached for it; its session is cached too (2 at most)
                 status, o3, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=4))
@@ -313,10 +316,23 @@ def case_serve_cache(ctx):
                       [("idle", ids[1], "snapkv:budget=0.5"), ("idle", int(o3["id"].split("-")[1]), "full")] and
                       sum(x["kv_reserved_bytes"] for x in idle) == m["kvfold_kv_bytes_reserved"], f"/slots: {idle}")
                 slots_fill_and_queue(s)
+                check_in_use(s, True)
             s.stop()
     plain, cached = answers[None]
     check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")
     check(all(answers["snapkv:budget=0.5"]), f"snapkv: {answers['snapkv:budget=0.5']}")
+
+
+def check_in_use(s, cached):
+    """With no request running, the KV bytes in use are those of the cached sessions (idle in /slots): they hold
+    their memory as a running session does, so kvfold_kv_bytes_in_use counts them, as much as they keep reserved,
+    and the peak is at least that."""
+    m = s.metrics()
+    idle = slots(s)
+    held = sum(x["kv_bytes"] for x in idle)
+    check(all(x["state"] == "idle" for x in idle) and (held > 0) == cached and
+          m["kvfold_kv_bytes_in_use"] == held == m["kvfold_kv_bytes_reserved"] and m["kvfold_kv_bytes_peak"] >= held,
+          f"KV bytes in use with {len(idle)} cached sessions ({held} bytes): {m}")
 
 
 def slots_fill_and_queue(s):
@@ -396,8 +412,16 @@ def case_serve_image(ctx):
     os.makedirs(media, exist_ok=True)
     img = write_ppm(os.path.join(media, "a.ppm"), 20, 13, 0)
     outside = write_ppm(os.path.join(ctx.tmp, "b.ppm"), 9, 9, 1)
+    secret = os.path.join(ctx.tmp, "secret.txt")
+    with open(secret, "w") as f:
+        f.write("not for the server's clients\n")
+    for name, target in (("in.ppm", img), ("out.ppm", outside)):  # links in --media-dir, to a file in it and out
+        if os.path.lexists(os.path.join(media, name)):
+            os.remove(os.path.join(media, name))
+        os.symlink(target, os.path.join(media, name))
+    # --parallel 1: a request waits in the queue while another runs (the swapped link below).
     with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "-b", "16", "--media-dir", media,
-                 "--max-images", "2") as s:
+                 "--max-images", "2", "--parallel", "1") as s:
         def ask(url, n=6, text="What is this?"):
             body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                                                {"type": "text", "text": text}]}],
@@ -411,9 +435,15 @@ def case_serve_image(ctx):
         check(o["usage"]["prompt_tokens"] > 64, f"the image's 64 positions are in the prompt: {o['usage']}")
         status, o2, _ = ask("file://" + img)
         check(status == 200 and o2["choices"] == o["choices"], f"file:// under --media-dir: {status} {o2}")
+        status, o2, _ = ask("file://" + os.path.join(media, "in.ppm"))
+        check(status == 200 and o2["choices"] == o["choices"], f"a link in --media-dir to a file in it: {status} {o2}")
+        swapped_link(s, ask, media, img, secret, o)
         refused = [
             ("file://" + outside, "outside --media-dir"),
             ("file://" + media + "/../b.ppm", "a path out of --media-dir through .."),
+            ("file://" + os.path.join(media, "out.ppm"), "a link in --media-dir to a file outside it"),
+            ("file://" + os.path.join(media, "none.ppm"), "a file that is not there"),
+            ("file://" + media, "the folder itself"),
             ("http://example.com/a.png", "a URL scheme other than data and file"),
             ("data:image/png;base64,@@@@", "bad base64"),
             (f"data:image/png;base64,{base64.b64encode(b'hello, not an image').decode()}", "a non-image payload"),
@@ -428,15 +458,48 @@ def case_serve_image(ctx):
         status, o, _ = s.post("/v1/chat/completions", three)
         check(status == 400 and o["error"]["code"] == "too_many_images", f"--max-images: {status} {o}")
         s.stop()
-    # The root as --media-dir: every file is under it.
-    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "--media-dir", "/") as s:
-        body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "file://" + img}},
-                                                           {"type": "text", "text": "What is this?"}]}],
-                "max_tokens": 6, "temperature": 0}
-        status, o3, _ = s.post("/v1/chat/completions", body)
+    # The root as --media-dir: every file is under it. A request's images hold at most --max-body bytes in all,
+    # files as data URLs (a.ppm is 793 bytes).
+    big = write_ppm(os.path.join(ctx.tmp, "big.ppm"), 40, 40, 2)
+    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "--media-dir", "/", "--max-body", "2KiB") as s:
+        def files(*paths):
+            parts = [{"type": "image_url", "image_url": {"url": "file://" + p}} for p in paths]
+            return {"messages": [{"role": "user", "content": parts + [{"type": "text", "text": "What is this?"}]}],
+                    "max_tokens": 6, "temperature": 0}
+
+        status, o3, _ = s.post("/v1/chat/completions", files(img))
         check(status == 200 and o3["choices"][0]["message"]["content"] == want,
               f"file:// under --media-dir /: {status} {o3}")
+        for paths, what in (((big,), "a file over --max-body"), ((img,) * 3, "files over --max-body together")):
+            status, o4, _ = s.post("/v1/chat/completions", files(*paths))
+            check(status == 413 and o4["error"]["code"] == "image_too_large", f"{what}: {status} {o4}")
         s.stop()
+
+
+def swapped_link(s, ask, media, img, secret, o):
+    """The file checked is the file read: a file:// request that waits in the queue (--parallel 1, a long stream
+    running) holds its file's bytes, so a link to a file outside --media-dir swapped in for the file meanwhile
+    changes nothing; the answer is the file's (o)."""
+    swap = os.path.join(media, "swap.ppm")
+    for f in (swap, swap + ".new"):  # links from an earlier run
+        if os.path.lexists(f):
+            os.remove(f)
+    shutil.copyfile(img, swap)
+    sock = read_stream_start(s, {"messages": [{"role": "user", "content": "Tell a long story."}],
+                                 "max_tokens": 3900, "ignore_eos": True})
+    got = []
+    t = threading.Thread(target=lambda: got.append(ask("file://" + swap)))
+    t.start()
+    deadline = time.time() + 60
+    while not any(x["state"] == "queued" for x in slots(s)) and time.time() < deadline:
+        time.sleep(0.01)
+    check(any(x["state"] == "running" for x in slots(s)), "the long stream still runs, the request waits")
+    os.symlink(secret, swap + ".new")
+    os.replace(swap + ".new", swap)  # swap.ppm is a link to the outside file now
+    sock.close()  # the stream's session goes at its next step; the request's turn comes
+    t.join(120)
+    status, o2, _ = got[0]
+    check(status == 200 and o2["choices"] == o["choices"], f"a link swapped in while the request waits: {status} {o2}")
 
 
 def read_stream_start(s, body):

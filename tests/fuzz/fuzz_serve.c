@@ -38,8 +38,7 @@ static void decode_images(const struct server *srv, const struct serve_job *j) {
     for (int i = 0; i < j->n_images; i++) {
         const struct serve_image *im = &j->images[i];
         struct kvf_image *img = NULL;
-        const enum kvf_status st = im->path ? kvf_image_load(im->path, max, &img)
-                                            : kvf_image_load_memory(im->data, im->n, max, &img);
+        const enum kvf_status st = kvf_image_load_memory(im->data, im->n, max, &img);
         if (st == KVF_OK && (int64_t)kvf_image_width(img) * kvf_image_height(img) > max)
             __builtin_trap(); /* the limit was not honoured */
         kvf_image_free(img);
@@ -58,7 +57,7 @@ static void check(const struct server *srv, const struct serve_job *j, bool ok, 
     for (int i = 0; i < j->n_stops; i++)
         if (!j->stops[i][0]) __builtin_trap();
     for (int i = 0; i < j->n_images; i++)
-        if (!j->images[i].data == !j->images[i].path) __builtin_trap(); /* one or the other */
+        if (!j->images[i].data || j->images[i].n > srv->max_body) __builtin_trap(); /* read, within --max-body */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -76,10 +75,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const struct args a = {.model = "llava-f32.gguf",
                            .chat_template = templates[(flags >> 3) % 5],
                            .media_dir = flags & 4 ? media_dir : NULL,
+                           .max_body = "64MiB",
                            .max_images = 8,
                            .max_image_mpix = MAX_IMAGE_MPIX,
                            .threads = 1};
-    struct server srv = {.a = &a, .m = models[flags >> 1 & 1], .model_id = a.model};
+    struct server srv = {.a = &a, .m = models[flags >> 1 & 1], .model_id = a.model, .max_body = (size_t)64 << 20};
     kvf_model_get_info(srv.m, &srv.info);
     /* the body as the HTTP side holds it (a strbuf, NUL after its bytes) */
     struct strbuf body = {0};

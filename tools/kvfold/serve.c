@@ -48,7 +48,8 @@ static int serve_opts(struct args *a, struct opt *out) {
           "require 'Authorization: Bearer KEY' (not on /health)" },
         { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
         { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
-        { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE", "largest request body (default 64MiB)" },
+        { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE",
+          "largest request body, and the most bytes a request's images hold, files included (default 64MiB)" },
         { "--max-images", NULL, OPT_INT, &a->max_images, 0, 1024, "N", "images per request at most (default 8)" },
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M",
           "reject images over M megapixels (default 64)" },
@@ -506,7 +507,8 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_generated_tokens_total", "counter", "tokens generated", (double)srv->gen_tokens);
     metric(&b, "kvfold_sessions_active", "gauge", "sessions generating", srv->n_active);
     metric(&b, "kvfold_sessions_queued", "gauge", "requests waiting for admission", srv->n_queued);
-    metric(&b, "kvfold_kv_bytes_in_use", "gauge", "KV cache bytes of the running sessions", (double)srv->in_use);
+    metric(&b, "kvfold_kv_bytes_in_use", "gauge", "KV cache bytes the sessions hold (running, filling, cached)",
+           (double)srv->in_use);
     metric(&b, "kvfold_kv_bytes_peak", "gauge", "most KV bytes in use at once", (double)srv->peak_in_use);
     metric(&b, "kvfold_kv_bytes_reserved", "gauge", "KV bytes reserved by admitted sessions", (double)srv->reserved);
     metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);

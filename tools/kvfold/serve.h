@@ -15,14 +15,15 @@
 
 enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
-/* An image of a request as it came: its file bytes (a data URL) or a path
- * under --media-dir. It is decoded only when its job is prepared, so that
- * queued requests hold compressed bytes, not pixels (a 200 KB PNG can
- * decode to 192 MiB). */
+/* An image of a request as it came: its file's bytes, from a data URL or
+ * read from a file under --media-dir when the request was (so the file
+ * checked is the file used: nothing looks its path up again). It is decoded
+ * only when its job is prepared, so that queued requests hold compressed
+ * bytes, not pixels (a 200 KB PNG can decode to 192 MiB); a request's
+ * images hold at most --max-body bytes. */
 struct serve_image {
     unsigned char *data;
     size_t n;
-    char *path;
 };
 
 struct serve_job {

@@ -3,11 +3,15 @@
  * (tests/fuzz/fuzz_serve.c) runs it without libmicrohttpd or threads. */
 #include "serve.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define SERVE_MSG_MAX 64 /* messages in one chat request */
 
@@ -63,10 +67,97 @@ static bool b64_decode(const char *s, size_t n, unsigned char **out, size_t *len
     return true;
 }
 
+/* Where the system says the file open as fd is (a path without links);
+ * false where it does not say. */
+static bool fd_path(int fd, char path[PATH_MAX]) {
+#ifdef F_GETPATH
+    return fcntl(fd, F_GETPATH, path) != -1;
+#else
+    char link[64];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    const ssize_t n = readlink(link, path, PATH_MAX - 1);
+    if (n <= 0 || n >= PATH_MAX - 1)
+        return false;
+    path[n] = '\0';
+    return true;
+#endif
+}
+
+/* Whether real (a path without links) is under the folder dir: the
+ * folder's own real path ends in '/' (only "/" does) or the next character
+ * of real is one. */
+static bool path_under(const char *dir, const char *real) {
+    char root[PATH_MAX];
+    if (!realpath(dir, root))
+        return false;
+    const size_t n = strlen(root);
+    return strncmp(real, root, n) == 0 && (root[n - 1] == '/' || real[n] == '/');
+}
+
+/* A file:// URL's file under --media-dir, read now, so that nothing looks
+ * its path up again when the job is prepared. nth: the image's number (1,
+ * 2, ...) for messages; room: the bytes the request's images may still
+ * hold (--max-body in all). */
+static bool image_from_file(const struct server *srv, const char *url, int nth, size_t room,
+                            struct serve_image *img, struct serve_error *e) {
+    const char *dir = srv->a->media_dir, *path = url + 7;
+    char real[PATH_MAX], seen[PATH_MAX];
+    struct stat ps, fs;
+    if (!dir)
+        return serve_error_set(e, 400, "invalid_image_url", "file:// URLs are refused (the server has no --media-dir)");
+    /* The path first, so that nothing out of the folder is ever opened. */
+    if (!realpath(path, real) || !path_under(dir, real))
+        return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
+    if (stat(real, &ps) != 0 || !S_ISREG(ps.st_mode))
+        return serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s: not a regular file",
+                               nth, real);
+    /* Then the open file: where the system says it is (else where real
+     * leads now) is under the folder and names this very file (device and
+     * inode), so a link swapped in between cannot pass another file off as
+     * the one checked; the bytes read are the open file's. O_NONBLOCK: a
+     * FIFO swapped in does not hold the open. */
+    const int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s: cannot open: %s", nth,
+                               real, strerror(errno));
+    bool ok = fstat(fd, &fs) == 0 && (fd_path(fd, seen) || realpath(real, seen)) && path_under(dir, seen) &&
+              stat(seen, &ps) == 0 && ps.st_dev == fs.st_dev && ps.st_ino == fs.st_ino;
+    if (!ok)
+        serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
+    else if (!S_ISREG(fs.st_mode))
+        ok = serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s: not a regular file",
+                             nth, real);
+    else if (fs.st_size < 0 || (uint64_t)fs.st_size > room)
+        ok = serve_error_set(e, 413, "image_too_large",
+                             "image %d: %s is %lld bytes; a request's images may hold %zu bytes in all (--max-body)",
+                             nth, real, (long long)fs.st_size, srv->max_body);
+    else if (!(img->data = malloc((size_t)fs.st_size + 1))) /* + 1: an empty file too */
+        ok = serve_error_set(e, 500, "server_error", "out of memory");
+    while (ok && img->n < (size_t)fs.st_size) { /* a file that shrank meanwhile ends early */
+        const ssize_t got = read(fd, img->data + img->n, (size_t)fs.st_size - img->n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            ok = serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s: %s", nth, real,
+                                 strerror(errno));
+        else if (got == 0)
+            break;
+        else
+            img->n += (size_t)got;
+    }
+    close(fd);
+    if (!ok) { /* the job holds only the images it took */
+        free(img->data);
+        *img = (struct serve_image){ 0 };
+    }
+    return ok;
+}
+
 /* An image_url: a data:image/...;base64, URL, or file:// under --media-dir
- * (decoded later, when its job is prepared). */
-static bool image_from_url(const struct server *srv, const char *url, struct serve_image *img,
-                           struct serve_error *e) {
+ * (its bytes, decoded later, when its job is prepared). nth and room as
+ * image_from_file's. */
+static bool image_from_url(const struct server *srv, const char *url, int nth, size_t room,
+                           struct serve_image *img, struct serve_error *e) {
     if (strncmp(url, "data:", 5) == 0) {
         const char *comma = strchr(url, ',');
         if (!comma || strncmp(url + 5, "image/", 6) != 0 || comma - url < 12 || strncmp(comma - 7, ";base64", 7))
@@ -74,17 +165,7 @@ static bool image_from_url(const struct server *srv, const char *url, struct ser
         if (!b64_decode(comma + 1, strlen(comma + 1), &img->data, &img->n))
             return serve_error_set(e, 400, "invalid_image_url", "the data URL's base64 is malformed");
     } else if (strncmp(url, "file://", 7) == 0) {
-        const char *dir = srv->a->media_dir;
-        char real[PATH_MAX], root[PATH_MAX];
-        if (!dir)
-            return serve_error_set(e, 400, "invalid_image_url",
-                    "file:// URLs are refused (the server has no --media-dir)");
-        /* Under root: root itself ends in '/' (only "/" does) or the next character of real is one. */
-        if (!realpath(dir, root) || !realpath(url + 7, real) || strncmp(real, root, strlen(root)) != 0 ||
-            (root[strlen(root) - 1] != '/' && real[strlen(root)] != '/'))
-            return serve_error_set(e, 400, "invalid_image_url", "%s: not a file under --media-dir", url);
-        if (!(img->path = strdup(real)))
-            return serve_error_set(e, 500, "server_error", "out of memory");
+        return image_from_file(srv, url, nth, room, img, e);
     } else {
         return serve_error_set(e, 400, "invalid_image_url",
                    "image URLs must be data:image/...;base64 or file:// under --media-dir");
@@ -138,7 +219,11 @@ static bool content_text(const struct server *srv, const cJSON *content, struct 
                     "the model has no vision tower (start the server with --mmproj)");
         if (j->n_images >= srv->a->max_images)
             return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
-        if (!image_from_url(srv, url, &j->images[j->n_images], e))
+        size_t held = 0; /* the bytes of the request's images so far */
+        for (int i = 0; i < j->n_images; i++)
+            held += j->images[i].n;
+        if (!image_from_url(srv, url, j->n_images + 1, srv->max_body - MIN(held, srv->max_body),
+                            &j->images[j->n_images], e))
             return false;
         j->n_images++;
         if (!strbuf_put(b, KVF_MARKER_IMAGE "\n", strlen(KVF_MARKER_IMAGE "\n")))
@@ -297,10 +382,8 @@ bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool 
 }
 
 void serve_job_request_free(struct serve_job *j) {
-    for (int i = 0; j->images && i < j->n_images; i++) {
+    for (int i = 0; j->images && i < j->n_images; i++)
         free(j->images[i].data);
-        free(j->images[i].path);
-    }
     free(j->images);
     for (int i = 0; i < j->n_stops; i++)
         free(j->stops[i]);

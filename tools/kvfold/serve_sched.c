@@ -247,8 +247,7 @@ static bool job_encode_images(struct server *srv, struct serve_job *j, uint64_t 
         const struct serve_image *im = &j->images[i];
         struct kvf_image *img;
         struct kvf_media *md;
-        enum kvf_status st = im->path ? kvf_image_load(im->path, image_max_pixels(a), &img)
-                                      : kvf_image_load_memory(im->data, im->n, image_max_pixels(a), &img);
+        enum kvf_status st = kvf_image_load_memory(im->data, im->n, image_max_pixels(a), &img);
         if (st != KVF_OK)
             return serve_error_set(e, 400, "invalid_image", "image %d: not a readable image: %s", i + 1,
                                    kvf_last_error());
@@ -323,18 +322,31 @@ static size_t job_reserve_after_compress(const struct server *srv, const struct 
     return MIN(j->reserved, sched_reserve_bytes(srv, most + rest));
 }
 
-/* The session and sampler of an admitted job (without the lock). */
-static bool job_open(struct server *srv, struct serve_job *j, struct serve_error *e) {
+/* The session and sampler of an admitted job (without the lock). *reused:
+ * the prompt positions a cached session holds for it (j->n_reused), 0 when
+ * it had to start over. */
+static bool job_open(struct server *srv, struct serve_job *j, int *reused, struct serve_error *e) {
     /* Sessions hold the whole context, so that a next turn can go on in
      * them; memory grows with what they hold, within the reservation. */
     struct kvf_session_params sp = session_params(srv->a, srv->n_ctx);
     if (j->kv)
         sp.kv_spec = j->kv;
     enum kvf_status st = KVF_OK;
+    *reused = j->n_reused;
     j->part_next = 0;
     if (j->s) { /* a cached session: its positions from n_reused on go */
         st = kvf_session_truncate(j->s, j->n_reused);
         j->part_next = j->n_reused;
+        if (st == KVF_ERR_UNSUPPORTED) {
+            /* The session cannot go back to n_reused: its sliding-window
+             * layers already freed entries that the positions after it
+             * would see. The whole prompt goes in again, from position 0
+             * (as llama.cpp's server does), and nothing counts as cached. */
+            kvf_session_reset(j->s);
+            j->part_next = 0;
+            *reused = 0;
+            st = KVF_OK;
+        }
     } else {
         st = kvf_session_init(srv->m, &sp, &j->s);
     }
@@ -440,9 +452,14 @@ static bool sched_admit(struct server *srv) {
          * without the lock */
         srv->reserved += j->reserved;
         srv->filling = j;
+        int reused = 0;
         pthread_mutex_unlock(&srv->mu);
-        ok = job_open(srv, j, &e);
+        ok = job_open(srv, j, &reused, &e);
         pthread_mutex_lock(&srv->mu);
+        if (reused != j->n_reused) { /* the cached session started over */
+            srv->reused_tokens -= (uint64_t)(j->n_reused - reused);
+            j->n_reused = reused;
+        }
     }
     if (ok) {
         job_progress(srv, j);
@@ -513,11 +530,18 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
 
 /* ------------------------------------------------------------- decoding -- */
 
+/* The KV bytes the sessions hold now: the running ones, the filling one
+ * and the cached ones (their memory is held as much as a running
+ * session's). Under the lock. */
 static void sched_account(struct server *srv) {
     /* The filling job's session is this thread's alone: read it directly. */
     size_t sum = srv->filling && srv->filling->s ? kvf_session_kv_bytes(srv->filling->s) : 0;
+    /* A job that ended this step and is not yet off the list has no
+     * session: its bytes went back, or to the cached one counted below. */
     for (int i = 0; i < srv->n_active; i++)
-        sum += srv->active[i]->kv_bytes;
+        sum += srv->active[i]->s ? srv->active[i]->kv_bytes : 0;
+    for (int i = 0; i < srv->n_idle; i++)
+        sum += srv->idle[i].bytes;
     srv->in_use = sum;
     srv->peak_in_use = MAX(srv->peak_in_use, sum);
 }
