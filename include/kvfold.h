@@ -314,6 +314,10 @@ struct kvf_session_params {
     double kv_budget; /* > 0: replaces the budget of kv_spec's preset -- a share in (0, 1] of the
                          tokens seen, or a whole number of entries -- as if the spec said
                          budget=X (the preset must take a budget key); 0: the spec's own */
+    bool kv_swa_full; /* keep every entry of sliding-window layers (llama.cpp's --swa-full). By
+                         default such a layer frees the entries that fell out of its window (a
+                         few dozen at a time), its budget counts only what it can still see, and
+                         kvf_session_truncate refuses positions whose window lost entries */
 };
 KVF_API struct kvf_session_params kvf_session_default_params(void);
 
@@ -331,7 +335,9 @@ KVF_API void kvf_session_reset(struct kvf_session *session);
  * n, ...) then takes the prompt's positions from n, the first n being the
  * session's. A compressed session keeps the entries it kept of those
  * positions (merges from later positions stay folded in). No logits until
- * the next token. */
+ * the next token. KVF_ERR_UNSUPPORTED when a sliding-window layer has freed
+ * an entry that position n would see (kvf_session_params.kv_swa_full): the
+ * session is unchanged, and only a reset and a new prefill go back there. */
 KVF_API enum kvf_status kvf_session_truncate(struct kvf_session *session, int n);
 
 /* Appends tokens to the context and runs them through the model in batches.
@@ -440,8 +446,10 @@ KVF_API int kvf_session_n_ctx(const struct kvf_session *session);
 KVF_API size_t kvf_session_kv_bytes(const struct kvf_session *session);
 KVF_API size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
 /* Bytes a full cache of this session's storage type holds for the positions
- * seen: kvf_session_n_past entries in every (layer, kv head), with their
- * tags and the statistics this session keeps, sized exactly. Right after
+ * seen: kvf_session_n_past entries in every (layer, kv head) -- in a
+ * sliding-window layer the entries its window still sees, unless
+ * kv_swa_full -- with their tags and the statistics this session keeps,
+ * sized exactly. Right after
  * kvf_session_compress (which returns the storage appends left unused) the
  * share a policy keeps is kvf_session_kv_bytes over this, whether it
  * evicted after the prompt or never cached some positions (block-wise

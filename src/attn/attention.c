@@ -40,33 +40,36 @@ static float *part_array(const struct stats_part *sp, int k, int g) {
     return sp->buf + ((size_t)sp->slot[k] * sp->n_head_kv + g) * sp->len;
 }
 
-static void add_row(float *a, const float *row, int jb, int je, float w) {
-    for (int j = jb; j < je; j++) a[j] += w * row[j];
+static void add_row(float *a, const float *r, int n, float w) {
+    for (int j = 0; j < n; j++) a[j] += w * r[j];
 }
 
-/* Adds query i's softmax row (visible columns [jb, je)) to kv head g's
- * partial sums; w = 1/group averages the query heads sharing g. nsm: the
- * row's n-softmax / softmax ratio, S / (S + n e^-max). ktag: the entries' tags. */
-static void stats_row(const struct stats_part *sp, int g, int i, const float *row, int jb, int je, float w,
-                      float nsm, const struct kvf_tag *ktag) {
+/* Adds query i's softmax row to kv head g's partial sums: r[0..n) are the
+ * weights of the visible entries jb..jb+n; w = 1/group averages the query
+ * heads sharing g. nsm: the row's n-softmax / softmax ratio,
+ * S / (S + n e^-max). ktag: the entries' tags. */
+static void stats_row(const struct stats_part *sp, int g, int i, const float *r, int jb, int n, float w, float nsm,
+                      const struct kvf_tag *ktag) {
     const struct attn_stats *st = sp->st;
-    if (st->a[ATTN_STAT_SUM]) add_row(part_array(sp, ATTN_STAT_SUM, g), row, jb, je, w);
+    if (st->a[ATTN_STAT_SUM]) add_row(part_array(sp, ATTN_STAT_SUM, g) + jb, r, n, w);
     if (st->a[ATTN_STAT_SQ]) {
-        float *a = part_array(sp, ATTN_STAT_SQ, g);
-        for (int j = jb; j < je; j++) a[j] += w * row[j] * row[j];
+        float *a = part_array(sp, ATTN_STAT_SQ, g) + jb;
+        for (int j = 0; j < n; j++) a[j] += w * r[j] * r[j];
     }
     if (st->a[ATTN_STAT_COUNT]) {
-        float *a = part_array(sp, ATTN_STAT_COUNT, g);
-        for (int j = jb; j < je; j++) a[j] += w;
+        float *a = part_array(sp, ATTN_STAT_COUNT, g) + jb;
+        for (int j = 0; j < n; j++) a[j] += w;
     }
     const int mod = st->qtag ? ATTN_STAT_TEXT + st->qtag[i].modality : -1;
-    if (mod >= 0 && st->a[mod]) add_row(part_array(sp, mod, g), row, jb, je, w);
+    if (mod >= 0 && st->a[mod]) add_row(part_array(sp, mod, g) + jb, r, n, w);
     if (i < st->win_first) return;
-    if (st->a[ATTN_STAT_WIN]) add_row(part_array(sp, ATTN_STAT_WIN, g), row, jb, je, w);
-    if (st->a[ATTN_STAT_WIN_NSM]) add_row(part_array(sp, ATTN_STAT_WIN_NSM, g), row, jb, je, w * nsm);
+    if (st->a[ATTN_STAT_WIN]) add_row(part_array(sp, ATTN_STAT_WIN, g) + jb, r, n, w);
+    if (st->a[ATTN_STAT_WIN_NSM]) add_row(part_array(sp, ATTN_STAT_WIN_NSM, g) + jb, r, n, w * nsm);
     if (st->a[ATTN_STAT_WIN_NSM_SELF] && st->a[ATTN_STAT_WIN_NSM_CROSS]) {
-        float *self = part_array(sp, ATTN_STAT_WIN_NSM_SELF, g), *cross = part_array(sp, ATTN_STAT_WIN_NSM_CROSS, g);
-        for (int j = jb; j < je; j++) (ktag[j].modality == st->qtag[i].modality ? self : cross)[j] += w * nsm * row[j];
+        float *self = part_array(sp, ATTN_STAT_WIN_NSM_SELF, g) + jb;
+        float *cross = part_array(sp, ATTN_STAT_WIN_NSM_CROSS, g) + jb;
+        for (int j = 0; j < n; j++)
+            (ktag[jb + j].modality == st->qtag[i].modality ? self : cross)[j] += w * nsm * r[j];
     }
 }
 
@@ -96,8 +99,12 @@ static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, in
     r->n = n;
 }
 
-/* One block of queries of one head: scores = scale * Q K^T, masked and
- * softmaxed row by row (statistics taken from the rows), then O = S V. */
+/* One block of queries of one head: scores = scale * Q K^T over the
+ * columns some query of the block sees, softmaxed row by row over the ones
+ * that query sees (statistics taken from the rows), then O = S V. The
+ * softmax of a row covers exactly its visible entries, so a row's numbers
+ * do not depend on entries it cannot see (a sliding-window layer gives the
+ * same weights whether or not it has freed what fell out of its window). */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int head,
                        const struct kv_head *h, float *out, float *s, struct rows_f32 *conv,
                        const struct stats_part *sp) {
@@ -105,47 +112,58 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     const int group = p->n_head / p->n_head_kv;
     const size_t rb = dtype_row_bytes(h->type, d);
     const uint8_t *kr = h->k, *vr = h->v;
-    /* Keys past the block's last query are masked for every row of it. */
+    /* Columns [j0, jend): keys past the block's last query are masked for
+     * every row of it, and so are keys out of its first query's window (a
+     * windowed layer's block costs its window, not the context). */
     const int jend = p->bidirectional ? h->n : visible_end(h, qpos[i1 - 1]);
+    const int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
+    const int ncol = jend - j0;
     const size_t qoff = (size_t)i0 * qstride + (size_t)head * d;
-    const bool blas = nb >= ATTN_BLAS_MIN_ROWS && jend > 0;
+    const bool blas = nb >= ATTN_BLAS_MIN_ROWS && ncol > 0;
     const float *K = h->k, *V = h->v;
     if (blas && h->type != DT_F32) {
         rows_f32_fill(conv, h, d, jend);
         K = conv->k, V = conv->v;
     }
     if (blas)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, jend, d, p->scale, q + qoff, qstride, K, d,
-                    0.0f, s, jend);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, ncol, d, p->scale, q + qoff, qstride,
+                    K + (size_t)j0 * d, d, 0.0f, s, ncol);
     for (int i = i0; i < i1; i++) {
-        float *row = s + (size_t)(i - i0) * jend;
+        float *row = s + (size_t)(i - i0) * ncol; /* column j0 first */
         const float *qi = q + (size_t)i * qstride + (size_t)head * d;
-        const int jb = p->bidirectional ? 0 : visible_begin(h, qpos[i], p->window);
-        const int je = p->bidirectional ? jend : visible_end(h, qpos[i]);
-        for (int j = 0; j < jb; j++) row[j] = -INFINITY;
-        for (int j = je; j < jend; j++) row[j] = -INFINITY;
-        if (!blas)
-            quant_rows_dot_f32(h->type, d, kr + jb * rb, je - jb, qi, p->scale, row + jb);
-        double sum;
-        const float mx = ops_softmax_sum(row, jend, &sum);
-        /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
-        if (sp && je > jb) {
-            const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
-            stats_row(sp, head / group, i, row, jb, je, 1.0f / group, nsm, h->tag);
+        const int jb = p->bidirectional ? 0 : KVF_MAX(j0, visible_begin(h, qpos[i], p->window));
+        const int je = p->bidirectional ? jend : KVF_MAX(jb, visible_end(h, qpos[i]));
+        float *r = row + (jb - j0); /* the weights of entries [jb, je) */
+        if (blas) { /* the columns this row cannot see weigh nothing in O = S V */
+            memset(row, 0, sizeof(float) * (size_t)(jb - j0));
+            memset(row + (je - j0), 0, sizeof(float) * (size_t)(jend - je));
+        } else {
+            quant_rows_dot_f32(h->type, d, kr + jb * rb, je - jb, qi, p->scale, r);
         }
-        if (p->nsm_n > 0 && je > jb) {
+        if (je == jb) {
+            if (!blas) memset(out + (size_t)i * qstride + (size_t)head * d, 0, sizeof(float) * d);
+            continue;
+        }
+        double sum;
+        const float mx = ops_softmax_sum(r, je - jb, &sum);
+        /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
+        if (sp) {
+            const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
+            stats_row(sp, head / group, i, r, jb, je - jb, 1.0f / group, nsm, h->tag);
+        }
+        if (p->nsm_n > 0) {
             const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
-            for (int j = jb; j < je; j++) row[j] *= nsm;
+            quant_scale_f32(r, nsm, je - jb);
         }
         if (!blas) {
             float *o = out + (size_t)i * qstride + (size_t)head * d;
             memset(o, 0, sizeof(float) * d);
-            quant_rows_axpy(h->type, o, row + jb, vr + jb * rb, je - jb, d);
+            quant_rows_axpy(h->type, o, r, vr + jb * rb, je - jb, d);
         }
     }
     if (blas)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, jend, 1.0f, s, jend, V, d, 0.0f,
-                    out + qoff, qstride);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, ncol, 1.0f, s, ncol, V + (size_t)j0 * d, d,
+                    0.0f, out + qoff, qstride);
 }
 
 enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,

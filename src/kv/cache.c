@@ -28,9 +28,7 @@ static size_t head_bytes(const struct kv_cache *c, int cap) {
     return (size_t)cap * (2 * c->row_bytes + sizeof(struct kvf_tag) + acc);
 }
 
-size_t kv_cache_bytes_for(const struct kv_cache *c, int n) {
-    return head_bytes(c, n) * (size_t)c->n_layer * (size_t)c->n_head_kv;
-}
+size_t kv_cache_layer_bytes_for(const struct kv_cache *c, int n) { return head_bytes(c, n) * (size_t)c->n_head_kv; }
 
 static void bytes_add(struct kv_cache *c, size_t add, size_t sub) {
     c->bytes += add - sub;
@@ -105,6 +103,28 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
     return KVF_OK;
 }
 
+/* Entries [from, from + len) of a head move to [to, to + len). */
+static void head_move(const struct kv_cache *c, struct kv_head *h, int to, int from, int len) {
+    const size_t row = c->row_bytes;
+    memmove((uint8_t *)h->k + to * row, (uint8_t *)h->k + from * row, (size_t)len * row);
+    memmove((uint8_t *)h->v + to * row, (uint8_t *)h->v + from * row, (size_t)len * row);
+    memmove(h->tag + to, h->tag + from, (size_t)len * sizeof *h->tag);
+    if (h->acc) memmove(h->acc + (size_t)to * KV_ACC_N, h->acc + (size_t)from * KV_ACC_N, (size_t)len * KV_ACC_N * sizeof(float));
+}
+
+/* A head now holding its first n entries: storage is freed when empty, and
+ * shrinks (a shrinking realloc) unless it is only a little over: a decode
+ * step evicts one entry and appends the next, which must not reallocate
+ * every time. Whatever stays allocated is counted. */
+static enum kvf_status head_shrink(struct kv_cache *c, struct kv_head *h, int n) {
+    h->n = n;
+    if (n == 0) {
+        head_release(c, h);
+        return KVF_OK;
+    }
+    return h->cap > n + n / 4 + 16 ? head_grow(c, h, n) : KVF_OK;
+}
+
 enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep) {
     struct kv_head *h = kv_cache_head(c, layer, head);
     if (n_keep < 0 || n_keep > h->n) return err_set(KVF_ERR_INTERNAL, "kv keep: %d of %d entries", n_keep, h->n);
@@ -112,26 +132,19 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
         if (keep[i] < 0 || keep[i] >= h->n || (i > 0 && keep[i] <= keep[i - 1]))
             return err_set(KVF_ERR_INTERNAL, "kv keep: index %d (%d) out of order or range", i, keep[i]);
     /* Runs of consecutive kept entries move in one go. */
-    const size_t row = c->row_bytes;
-    uint8_t *k = h->k, *v = h->v;
     for (int i = 0, r; i < n_keep; i = r) {
         for (r = i + 1; r < n_keep && keep[r] == keep[r - 1] + 1;) r++;
-        if (keep[i] == i) continue;
-        const size_t len = (size_t)(r - i);
-        memmove(k + i * row, k + keep[i] * row, len * row);
-        memmove(v + i * row, v + keep[i] * row, len * row);
-        memmove(h->tag + i, h->tag + keep[i], len * sizeof *h->tag);
-        if (h->acc) memmove(h->acc + (size_t)i * KV_ACC_N, h->acc + (size_t)keep[i] * KV_ACC_N, len * KV_ACC_N * sizeof(float));
+        if (keep[i] != i) head_move(c, h, i, keep[i], r - i);
     }
-    h->n = n_keep;
-    if (n_keep == 0) {
-        head_release(c, h);
-        return KVF_OK;
-    }
-    /* Storage shrinks (a shrinking realloc) unless it is only a little over:
-     * a decode step evicts one entry and appends the next, which must not
-     * reallocate every time. Whatever stays allocated is counted. */
-    return h->cap > n_keep + n_keep / 4 + 16 ? head_grow(c, h, n_keep) : KVF_OK;
+    return head_shrink(c, h, n_keep);
+}
+
+enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int n) {
+    struct kv_head *h = kv_cache_head(c, layer, head);
+    if (n < 0 || n > h->n) return err_set(KVF_ERR_INTERNAL, "kv drop: %d of %d entries", n, h->n);
+    if (n == 0) return KVF_OK;
+    head_move(c, h, 0, n, h->n - n);
+    return head_shrink(c, h, h->n - n);
 }
 
 enum kvf_status kv_cache_fit(struct kv_cache *c) {

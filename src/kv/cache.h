@@ -57,14 +57,17 @@ enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
 /* Sizes every head's storage to exactly the entries it holds (the slack
  * appends left is returned). */
 enum kvf_status kv_cache_fit(struct kv_cache *c);
-/* Bytes n entries take in every head of the cache (sized exactly). */
-size_t kv_cache_bytes_for(const struct kv_cache *c, int n);
+/* Bytes n entries take in every head of one layer (sized exactly). */
+size_t kv_cache_layer_bytes_for(const struct kv_cache *c, int n);
 /* Makes room for `extra` more entries in every head of a layer. */
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra);
 /* Keeps entries keep[0..n_keep) of one head (strictly increasing indices,
  * so position order holds), moves them to the front and shrinks the storage
  * to exactly n_keep entries: evicted memory is returned, never masked. */
 enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int *keep, int n_keep);
+/* Drops the first n entries of one head (the oldest positions): the rest
+ * move to the front, and storage shrinks as kv_cache_keep's does. */
+enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int n);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * float32 (the layout of the projection output), converted to the cache's
  * type; tags: [n]; statistics start at 0. Space must be reserved. */

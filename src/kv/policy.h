@@ -248,14 +248,16 @@ void kv_pool_scores(float *score, int n, int width, float *tmp);
 void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
 
 /* PrefixKV's layer budgets (src/kv/policy/prefixkv.c). imp: [n_layer][n]
- * importance of each entry of each layer (>= 0). Binary search for the
- * threshold p (returned in *p_out) at which the layers' shortest prefixes
- * reaching p add up to `total` within `tol` entries (or the iterations run
- * out), then scaled so that keep[0..n_layer) (each in [min_keep, n];
- * 1 <= min_keep <= total / n_layer) sums to total exactly. gini
+ * importance of each entry of each layer (>= 0), of which layer l has
+ * lens[l] <= n (lens NULL: all n; a sliding-window layer holds fewer).
+ * Binary search for the threshold p (returned in *p_out) at which the
+ * layers' shortest prefixes reaching p add up to `total` within `tol`
+ * entries (or the iterations run out), then scaled so that
+ * keep[0..n_layer) (each in [min(min_keep, lens[l]), lens[l]]; min_keep
+ * >= 1) sums to total exactly (which those ranges must allow). gini
  * (optional): [n_layer] Gini coefficient of each layer's priority curve
  * (0: uniform importance, near 1: concentrated). */
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, int min_keep, double tol,
-                                  int *keep, double *gini, double *p_out);
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, long total, int min_keep,
+                                  double tol, int *keep, double *gini, double *p_out);
 
 #endif

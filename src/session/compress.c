@@ -9,6 +9,7 @@
 #include "core/sys.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,37 +147,47 @@ static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_
     };
 }
 
-/* Entries layer l keeps n_past tokens in: the budget stage. */
+/* Entries layer l keeps of those it can attend to: the budget stage. */
 static int layer_target(const struct kvf_session *s, int l) {
-    if (!s->cs.have_ratio) return kv_policy_layer_keep(&s->policy, s->n_past, l, s->model->hp.n_layer);
-    const int k = (int)floor(s->cs.layer_ratio[l] * s->n_past + 0.5);
-    return KVF_MAX(1, KVF_MIN(k, s->n_past));
+    const int seen = session_layer_seen(s, l);
+    if (!s->cs.have_ratio) return kv_policy_layer_keep(&s->policy, seen, l, s->model->hp.n_layer);
+    const int k = (int)floor(s->cs.layer_ratio[l] * seen + 0.5);
+    return KVF_MAX(1, KVF_MIN(k, seen));
 }
 
-/* PrefixKV online: the layer ratios searched on the prompt itself. */
+/* PrefixKV online: the layer ratios searched on the prompt itself, each
+ * layer over the entries it holds (a sliding-window layer: its window). */
 static enum kvf_status prefix_search(struct kvf_session *s) {
-    const int L = s->model->hp.n_layer, n = s->kv.heads[0].n;
-    float *imp = malloc(sizeof(float) * (size_t)L * KVF_MAX(n, 1));
-    int *keep = malloc(sizeof(int) * (size_t)L);
-    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
-    for (int l = 0; st == KVF_OK && l < L; l++) {
-        if (s->kv.heads[(size_t)l * s->kv.n_head_kv].n != n)
-            st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: layers hold different entry counts; search before any eviction");
-        else
-            kv_score_layer(&s->kv, l, 0, 0, imp + (size_t)l * n);
-    }
+    const int L = s->model->hp.n_layer, H = s->kv.n_head_kv;
+    int n = 1;
+    for (int l = 0; l < L; l++) n = KVF_MAX(n, s->kv.heads[(size_t)l * H].n);
+    float *imp = malloc(sizeof(float) * (size_t)L * n);
+    int *keep = malloc(sizeof(int) * (size_t)L), *lens = malloc(sizeof(int) * (size_t)L);
+    enum kvf_status st = imp && keep && lens ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
     /* No layer is searched below what its rule always keeps (the sinks and the protected tail of the
      * layer score): it would hold them anyway, past the total, and keep nothing else. */
-    const int even = kv_policy_keep_count(&s->policy, n);
-    const int protected = KVF_MAX(1, KVF_MIN(even, s->policy.sinks + s->policy.protect));
-    const int min_keep = kv_policy_per_layer(&s->policy) ? protected : 1;
+    long total = 0;
+    int min_keep = INT_MAX, empty = 0;
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        lens[l] = s->kv.heads[(size_t)l * H].n;
+        for (int g = 1; g < H; g++)
+            if (s->kv.heads[(size_t)l * H + g].n != lens[l])
+                st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: heads hold different entry counts; search before any eviction");
+        empty += lens[l] == 0;
+        if (st != KVF_OK || lens[l] == 0) continue;
+        kv_score_layer(&s->kv, l, 0, 0, imp + (size_t)l * n);
+        const int even = kv_policy_keep_count(&s->policy, lens[l]);
+        total += even;
+        min_keep = KVF_MIN(min_keep, kv_policy_per_layer(&s->policy) ? KVF_MIN(even, s->policy.sinks + s->policy.protect) : 1);
+    }
     double p;
-    if (st == KVF_OK && n > 0)
-        st = kv_prefix_budgets(imp, L, n, (long)L * even, min_keep, 5.0, keep, s->cs.layer_gini, &p);
-    for (int l = 0; st == KVF_OK && l < L; l++) s->cs.layer_ratio[l] = n > 0 ? (double)keep[l] / n : 1.0;
+    if (st == KVF_OK && !empty)
+        st = kv_prefix_budgets(imp, L, n, lens, total, KVF_MAX(1, min_keep), 5.0, keep, s->cs.layer_gini, &p);
+    for (int l = 0; st == KVF_OK && l < L; l++) s->cs.layer_ratio[l] = empty ? 1.0 : (double)keep[l] / lens[l];
     s->cs.have_ratio = st == KVF_OK;
     free(imp);
     free(keep);
+    free(lens);
     return st;
 }
 
@@ -236,16 +247,19 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
             st = window_attention(s, l, obs, rule->needs & KV_NEEDS_CROSS, mode == EVICT_BLOCK);
         }
+        /* A windowed layer's first entries are sinks only while the first positions are in its window. */
+        struct kv_policy lp = bp;
+        lp.sinks = KVF_MAX(0, bp.sinks - (s->n_past - session_layer_seen(s, l)));
         /* The protected tail counts within the layer's budget (at least the last entry). */
         if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
-            kv_score_layer(&s->kv, l, bp.sinks, KVF_MIN(bp.protect, KVF_MAX(1, target - bp.sinks)), c->layer);
+            kv_score_layer(&s->kv, l, lp.sinks, KVF_MIN(lp.protect, KVF_MAX(1, target - lp.sinks)), c->layer);
         /* Adaptive: every head's scores, one after the other, ranked together below. */
         float *score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
             if (!adaptive && h->n <= target) continue;
             c->head_n[g] = h->n;
-            const struct kv_score_in in = score_in(s, &bp, l, g, target);
+            const struct kv_score_in in = score_in(s, &lp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
              * the window sums; the others' scores are pooled once written. */
             const bool pool = mode != EVICT_DECODE && bp.pool == KV_POOL_AVG, inside = rule->needs & KV_NEEDS_CROSS;

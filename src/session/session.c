@@ -94,6 +94,7 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     s->model = m;
     s->params = p;
     s->policy = policy;
+    s->swa_lost = -1;
     if ((st = session_parts_init(s)) != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -111,11 +112,16 @@ void kvf_session_reset(struct kvf_session *s) {
     compress_reset(&s->cs, &s->policy);
     kv_merge_log_clear(&s->merges);
     s->part_of = NULL;
+    s->swa_lost = -1;
 }
 
 enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
     if (!s || n < 0 || n > s->n_past)
         return err_set(KVF_ERR_INVALID_ARG, "truncate: %d positions of the %d seen", n, s ? s->n_past : 0);
+    if (s->swa_lost >= 0 && n < s->swa_lost + s->model->hp.sliding_window)
+        return err_set(KVF_ERR_UNSUPPORTED, "truncate to %d positions: the sliding-window layers freed position %d, "
+                       "which position %d would see (the least is %d; kv_swa_full keeps them)", n, s->swa_lost, n,
+                       s->swa_lost + s->model->hp.sliding_window);
     int *keep = malloc(sizeof *keep * (size_t)s->params.n_ctx); /* a head holds at most n_ctx entries */
     if (!keep) return err_set(KVF_ERR_NOMEM, "truncate: out of memory");
     enum kvf_status st = KVF_OK;
@@ -190,8 +196,53 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
     s->n_past = src->n_past;
     s->has_logits = src->has_logits;
+    s->swa_lost = src->swa_lost;
     *out = s;
     return KVF_OK;
+}
+
+/* Whether layer l frees the entries that fall out of its window. */
+static bool layer_swa(const struct kvf_session *s, int l) {
+    return !s->params.kv_swa_full && s->model->layers[l].is_local && s->model->hp.sliding_window > 0;
+}
+
+int session_layer_seen(const struct kvf_session *s, int l) {
+    return layer_swa(s, l) ? KVF_MIN(s->n_past, s->model->hp.sliding_window - 1) : s->n_past;
+}
+
+/* Out-of-window entries a windowed head keeps while the prompt and the
+ * reply go in: when more than 2 x SWA_SLACK are there, all but SWA_SLACK
+ * go. Freeing moves the window's rows, so it happens every SWA_SLACK
+ * steps, not every step; the SWA_SLACK kept let a session go back that
+ * many positions (a server's next turn re-tokenizing the end of a reply). */
+#define SWA_SLACK 32
+
+/* Frees, in every sliding-window layer, the entries no later query can
+ * see -- the next query, at n_past, sees positions above n_past - window
+ * -- but the newest `slack` of them, once more than 2 x slack are there.
+ * Not during block-wise question=1's trial, which puts the cache back as
+ * it was. */
+static enum kvf_status session_swa_free(struct kvf_session *s, int slack) {
+    const int32_t last = s->n_past - s->model->hp.sliding_window; /* the newest position no query will see */
+    enum kvf_status st = KVF_OK;
+    for (int l = 0; l < s->kv.n_layer && last >= 0 && !s->probing; l++) {
+        if (!layer_swa(s, l)) continue;
+        for (int g = 0; g < s->kv.n_head_kv && st == KVF_OK; g++) {
+            const struct kv_head *h = kv_cache_head(&s->kv, l, g);
+            int lo = 0, hi = h->n; /* entries are in position order: the first with pos > last */
+            while (lo < hi) {
+                const int mid = (lo + hi) / 2;
+                if (h->tag[mid].pos <= last) lo = mid + 1; else hi = mid;
+            }
+            if (lo <= 2 * slack) continue;
+            const int drop = lo - slack;
+            s->swa_lost = KVF_MAX(s->swa_lost, h->tag[drop - 1].pos);
+            /* The decode stage's fixed-distance rule counts from the end of the compressed prompt. */
+            if (s->cs.n0) s->cs.n0[(size_t)l * s->kv.n_head_kv + g] = KVF_MAX(0, s->cs.n0[(size_t)l * s->kv.n_head_kv + g] - drop);
+            st = kv_cache_drop_front(&s->kv, l, g, drop);
+        }
+    }
+    return st;
 }
 
 /* The session's parts, lent to one forward pass. */
@@ -208,10 +259,10 @@ static struct decoder session_decoder(struct kvf_session *s) {
 static enum kvf_status session_pass(struct kvf_session *s, int n, float *all_logits) {
     memcpy(s->tags + s->n_past, s->fw.btag, sizeof *s->tags * (size_t)n);
     const struct decoder d = session_decoder(s);
-    const enum kvf_status st = decoder_forward(&d, n, all_logits, s->logits);
+    enum kvf_status st = decoder_forward(&d, n, all_logits, s->logits);
     s->n_past += n;
     s->has_logits = st == KVF_OK;
-    return st;
+    return st == KVF_OK ? session_swa_free(s, SWA_SLACK) : st;
 }
 
 /* Under block-wise prefill, a pass that filled the block budget is evicted
@@ -413,11 +464,14 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
      * that the bytes kept compare with kvf_session_kv_full_bytes exactly,
      * and so are its pass buffers: decoding runs a row at a time (a server
      * holds many decoding sessions; a later prefill takes them again). */
+    /* What windowed layers no longer see goes first: the budget stage counts what they still see. */
+    enum kvf_status st = session_swa_free(s, 0);
+    if (st != KVF_OK) return st;
     if (s->policy.method == KV_FULL) {
         fwd_release_rows(&s->fw);
         return kv_cache_fit(&s->kv);
     }
-    enum kvf_status st = session_evict(s, EVICT_COMPRESS);
+    st = session_evict(s, EVICT_COMPRESS);
     if (st == KVF_OK) st = kv_cache_fit(&s->kv);
     fwd_release_rows(&s->fw);
     for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->cs.n0[i] = s->kv.heads[i].n;
@@ -482,7 +536,8 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
         /* What kvf_session_decode does after its pass, in every session
          * (the first failure is returned). */
         for (int i = 0, pass_ok = st == KVF_OK; i < n && pass_ok; i++) {
-            enum kvf_status si = session_block_done(ss[i]);
+            enum kvf_status si = session_swa_free(ss[i], SWA_SLACK);
+            if (si == KVF_OK) si = session_block_done(ss[i]);
             if (si == KVF_OK && ss[i]->cs.compressed) si = decode_maintain(ss[i]);
             if (st == KVF_OK) st = si;
         }
@@ -498,7 +553,11 @@ int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 int kvf_session_n_ctx(const struct kvf_session *s) { return s->params.n_ctx; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
-size_t kvf_session_kv_full_bytes(const struct kvf_session *s) { return kv_cache_bytes_for(&s->kv, s->n_past); }
+size_t kvf_session_kv_full_bytes(const struct kvf_session *s) {
+    size_t bytes = 0;
+    for (int l = 0; l < s->kv.n_layer; l++) bytes += kv_cache_layer_bytes_for(&s->kv, session_layer_seen(s, l));
+    return bytes;
+}
 int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
 

@@ -54,6 +54,9 @@ struct kvf_session {
     struct reduce_state rd;
     struct compress_state cs;
     struct kv_merge_log merges;
+    /* The last position a sliding-window layer freed as out of its window
+     * (-1: none): the session cannot go back below swa_lost + window. */
+    int swa_lost;
     /* A prompt being prefilled in parts: its positions before part_next
      * are in, after the part_base positions before it (part_of NULL: none). */
     const struct kvf_prompt *part_of;
@@ -64,6 +67,11 @@ struct kvf_session {
  * after the prompt (compress), the decode stage's rule while generating,
  * or the schedule stage's evictor after each block of the prompt. */
 enum evict_mode { EVICT_COMPRESS, EVICT_DECODE, EVICT_BLOCK };
+
+/* The entries layer l can still attend to, of the n_past positions seen:
+ * a sliding-window layer sees at most window - 1 of them (unless it keeps
+ * all, kv_swa_full). The budget stage counts these. */
+int session_layer_seen(const struct kvf_session *s, int l);
 
 /* session/compress.c */
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);

@@ -32,3 +32,17 @@ set_tests_properties(decode_batch PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABE
 add_test(NAME prefill_parts COMMAND prefill_parts ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
                                     ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
 set_tests_properties(prefill_parts PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
+# Sliding-window layers free what left their window: on the gemma3 fixture
+# (window 4) and the real Gemma 3 270M (window 512), against sessions that
+# keep every entry (kv_swa_full): the same logits bit for bit after the
+# prompt and through decoding (alone and batched), windowed heads holding
+# their window plus at most 32 entries, exactly their window after
+# compression; truncation below what the window lost refused; policies'
+# budgets over the window (tests/tools/kv_swa.c).
+add_test(NAME kv_swa COMMAND kv_swa ${CMAKE_BINARY_DIR}/fixtures/gemma3-f32.gguf
+                             ${CMAKE_SOURCE_DIR}/tests/data/ppl_passage.txt 150 7)
+set_tests_properties(kv_swa PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+add_test(NAME kv_swa_real COMMAND kv_swa ${KVF_MODELS_DIR}/gemma3-270m-q4_k_m.gguf
+                                  ${CMAKE_SOURCE_DIR}/tests/data/ppl_passage.txt 1300 256)
+set_tests_properties(kv_swa_real PROPERTIES LABELS "integration;real" TIMEOUT 600 SKIP_RETURN_CODE 77)

@@ -815,8 +815,11 @@ def prompt_ids(kvfold, model, text, extra=()):
 def generate(kvfold, model, text, spec, tmp, extra=()):
     """-> (the --dump-kv JSON, generate --json's output)."""
     path = os.path.join(tmp, "kv.json")
+    # --swa-full: gemma3's sliding-window layers keep what left their window,
+    # so the rules choose among every entry as here (tests/tools/kv_swa.c
+    # checks the freeing of those entries).
     out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
-               "--json"] + list(extra), fatal=False)
+               "--json", "--swa-full"] + list(extra), fatal=False)
     with open(path) as fh:
         return json.load(fh), json.loads(out)
 

@@ -72,7 +72,7 @@ static int bench_opts(struct args *a, struct opt *out) {
         { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "KV policy (repeatable: each runs every test; none: the "
           "full cache); tgN then decodes after a -p prompt compressed by it" },
-        OPT_KV_TYPE,
+        OPTS_KV_STORAGE,
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "decode N sessions together (kvf_session_decode_batch); tg reports their total tokens/s (default 1)" },
         OPT_NO_PROGRESS,
     };

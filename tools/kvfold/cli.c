@@ -523,6 +523,7 @@ struct kvf_session_params session_params(const struct args *a, int n_ctx) {
     sp.n_threads = a->threads;
     sp.kv_spec = a->kv;
     sp.kv_type = a->kv_type_id;
+    sp.kv_swa_full = a->swa_full;
     return sp;
 }
 

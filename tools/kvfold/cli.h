@@ -55,6 +55,7 @@ struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
+    bool swa_full;                /* --swa-full */
     bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape, conversation;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
@@ -99,8 +100,11 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPT_NO_PROGRESS { "--no-progress", NULL, OPT_FLAG, &a->no_progress, 0, 0, NULL, \
     "no updating progress line on a terminal: a line every few seconds at most, as in a pipe" }
 #define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
-#define OPT_KV_TYPE { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
-    "how the KV cache stores keys and values: f32 (default), f16 or q8_0 (-ctk/-ctv: one type for both)" }
+/* How the KV cache stores entries: their type, and whether sliding-window layers keep all. */
+#define OPTS_KV_STORAGE { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
+    "how the KV cache stores keys and values: f32 (default), f16 or q8_0 (-ctk/-ctv: one type for both)" }, \
+    { "--swa-full", NULL, OPT_FLAG, &a->swa_full, 0, 0, NULL, "sliding-window layers (Gemma 3) keep every entry, " \
+      "not only their window (more memory; a conversation can then go back to any earlier position)" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }

@@ -31,7 +31,7 @@ static int chat_opts(struct args *a, struct opt *out) {
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy, applied after each prompt and while decoding, "
           "e.g. snapkv:budget=0.2+decode=h2o (see kvfold policies)" },
-        OPT_KV_TYPE,
+        OPTS_KV_STORAGE,
         OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
@@ -112,6 +112,21 @@ static int chat_open(struct chat *c) {
     rc = chat_text(a, c->m, c->msgs, c->n_msgs, true, &probe);
     free(probe);
     return rc;
+}
+
+/* Forgets the conversation (the system message stays), with a fresh
+ * sampler: its repeat-penalty history held the old conversation. */
+static int chat_restart(struct chat *c) {
+    struct kvf_sampler *fresh = NULL;
+    const int rc = sampler_open(c->a, &fresh);
+    if (rc)
+        return rc;
+    kvf_sampler_free(c->smp);
+    c->smp = fresh;
+    chat_forget(c);
+    kvf_session_reset(c->s);
+    media_set_free(&c->pending);
+    return 0;
 }
 
 /* "<image>\n" for each pending image, then the text. */
@@ -239,9 +254,18 @@ static int chat_turn(struct chat *c, const char *text) {
     media_set_free(&c->pending);
     struct reply r = { 0 };
     if (!rc && stopped) {
-        /* Ctrl-C in the prompt: as if the message had not been sent. */
+        /* Ctrl-C in the prompt: as if the message had not been sent -- unless
+         * sliding-window layers freed what going back needs (--swa-full). */
         interrupt_clear();
-        rc = turn_refused(c, kvf_session_truncate(c->s, n_past), "interrupted: the message was not sent");
+        st = kvf_session_truncate(c->s, n_past);
+        if (st == KVF_ERR_UNSUPPORTED) {
+            rc = chat_restart(c);
+            if (!rc)
+                print_error("chat: interrupted: the model's sliding-window layers had freed what taking the message "
+                            "back needs, so the conversation starts over (--swa-full keeps them)");
+        } else {
+            rc = turn_refused(c, st, "interrupted: the message was not sent");
+        }
     } else if (!rc && (st = kvf_session_compress(c->s)) != KVF_OK) {
         rc = fail(st, "chat: kv compression");
     } else if (!rc && !(rc = reply_generate(c->s, c->m, c->smp, a, true, "chat", &r))) {
@@ -298,15 +322,8 @@ static int chat_slash(struct chat *c, const char *line) {
     } else if (IS("/kv")) {
         print_kv(c);
     } else if (IS("/reset")) {
-        /* a fresh sampler too: its repeat-penalty history held the old conversation */
-        struct kvf_sampler *fresh = NULL;
-        if (sampler_open(c->a, &fresh) != 0)
+        if (chat_restart(c) != 0)
             return -EXIT_RUNTIME;
-        kvf_sampler_free(c->smp);
-        c->smp = fresh;
-        chat_forget(c);
-        kvf_session_reset(c->s);
-        media_set_free(&c->pending);
         puts("(the conversation is forgotten)");
     } else if (IS("/image")) {
         if (!*arg)

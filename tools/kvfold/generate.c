@@ -40,7 +40,7 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
-        OPT_KV_TYPE,
+        OPTS_KV_STORAGE,
         OPT_NO_PROGRESS,
         OPT_JSON,
     };

@@ -17,7 +17,7 @@ static int perplexity_opts(struct args *a, struct opt *out) {
         { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: each chunk's first half is compressed by it, then "
           "the second half is scored token by token (decode stage active)" },
-        OPT_KV_TYPE, OPT_BATCH, OPT_THREADS, OPT_JSON, OPT_NO_PROGRESS,
+        OPTS_KV_STORAGE, OPT_BATCH, OPT_THREADS, OPT_JSON, OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
 }

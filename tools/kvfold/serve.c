@@ -39,7 +39,7 @@ static int serve_opts(struct args *a, struct opt *out) {
         { "--cache-sessions", NULL, OPT_INT, &a->cache_sessions, 0, 1 << 12, "N",
           "keep up to N finished sessions for the next turn of their conversation (default 0)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
-        OPT_KV_TYPE,
+        OPTS_KV_STORAGE,
         { "--kv-memory", NULL, OPT_STR, &a->kv_memory, 0, 0, "SIZE",
           "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },

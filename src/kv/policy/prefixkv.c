@@ -37,28 +37,37 @@ static int prefix_len(const double *cum, int n, double p) {
     return lo + 1;
 }
 
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long total, int min_keep, double tol,
-                                  int *keep, double *gini, double *p_out) {
-    if (n_layer <= 0 || n <= 0 || total < n_layer || total > (long)n_layer * n)
-        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %d", total,
-                       n_layer, n);
-    if (min_keep < 1 || (long)min_keep * n_layer > total)
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, long total, int min_keep,
+                                  double tol, int *keep, double *gini, double *p_out) {
+#define LEN(l) (lens ? lens[l] : n)
+#define FLOOR(l) KVF_MIN(min_keep, LEN(l))
+    long most = 0, least = 0;
+    for (int l = 0; l < n_layer; l++) {
+        if (LEN(l) < 1 || LEN(l) > n)
+            return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d has %d entries (of at most %d)", l, LEN(l), n);
+        most += LEN(l), least += min_keep >= 1 ? FLOOR(l) : 0;
+    }
+    if (n_layer <= 0 || total < n_layer || total > most)
+        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %ld in all", total,
+                       n_layer, most);
+    if (min_keep < 1 || least > total)
         return err_set(KVF_ERR_INVALID_ARG, "prefixkv: a floor of %d entries over %d layers exceeds %ld", min_keep,
                        n_layer, total);
     /* cum[l][k]: the share of layer l's importance in its k+1 most important entries. */
     double *cum = malloc(sizeof(double) * (size_t)n_layer * n);
     if (!cum) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory for %d x %d priorities", n_layer, n);
     for (int l = 0; l < n_layer; l++) {
+        const int m = LEN(l);
         double *c = cum + (size_t)l * n, sum = 0.0;
-        for (int j = 0; j < n; j++) sum += c[j] = imp[(size_t)l * n + j] > 0 ? imp[(size_t)l * n + j] : 0.0;
-        qsort(c, (size_t)n, sizeof *c, by_desc);
+        for (int j = 0; j < m; j++) sum += c[j] = imp[(size_t)l * n + j] > 0 ? imp[(size_t)l * n + j] : 0.0;
+        qsort(c, (size_t)m, sizeof *c, by_desc);
         double run = 0.0;
-        for (int j = 0; j < n; j++) c[j] = sum > 0 ? (run += c[j]) / sum : (double)(j + 1) / n; /* no signal: uniform */
-        c[n - 1] = 1.0;
+        for (int j = 0; j < m; j++) c[j] = sum > 0 ? (run += c[j]) / sum : (double)(j + 1) / m; /* no signal: uniform */
+        c[m - 1] = 1.0;
         if (gini) { /* twice the area between the priority curve and the diagonal */
             double area = 0.0, prev = 0.0;
-            for (int j = 0; j < n; j++) area += (prev + c[j]) / 2.0, prev = c[j];
-            gini[l] = 2.0 * area / n - 1.0;
+            for (int j = 0; j < m; j++) area += (prev + c[j]) / 2.0, prev = c[j];
+            gini[l] = 2.0 * area / m - 1.0;
         }
     }
     double lo = 0.0, hi = 1.0, p = 0.5;
@@ -66,27 +75,27 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long tot
     for (int it = 0; it < PREFIX_MAX_ITERS; it++) {
         p = (lo + hi) / 2.0;
         sum = 0;
-        for (int l = 0; l < n_layer; l++) sum += keep[l] = prefix_len(cum + (size_t)l * n, n, p);
+        for (int l = 0; l < n_layer; l++) sum += keep[l] = prefix_len(cum + (size_t)l * n, LEN(l), p);
         const double delta = (double)(sum - total);
         if (fabs(delta) < tol) break;
         if (delta < 0) lo = p; else hi = p;
     }
     free(cum);
     if (p_out) *p_out = p;
-    /* Scale to the budget exactly: largest remainders first, each layer in [min_keep, n]. */
+    /* Scale to the budget exactly: largest remainders first, each layer in [its floor, its length]. */
     double *rem = malloc(sizeof(double) * (size_t)n_layer);
     if (!rem) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
     long got = 0;
     for (int l = 0; l < n_layer; l++) {
         const double x = (double)keep[l] * (double)total / (double)sum;
-        keep[l] = KVF_MIN(n, KVF_MAX(min_keep, (int)floor(x)));
+        keep[l] = KVF_MIN(LEN(l), KVF_MAX(FLOOR(l), (int)floor(x)));
         rem[l] = x - keep[l];
         got += keep[l];
     }
     while (got != total) {
         int best = -1;
         for (int l = 0; l < n_layer; l++) {
-            const bool room = got < total ? keep[l] < n : keep[l] > min_keep;
+            const bool room = got < total ? keep[l] < LEN(l) : keep[l] > FLOOR(l);
             if (room && (best < 0 || (got < total ? rem[l] > rem[best] : rem[l] < rem[best]))) best = l;
         }
         keep[best] += got < total ? 1 : -1;
@@ -95,6 +104,8 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, long tot
     }
     free(rem);
     return KVF_OK;
+#undef LEN
+#undef FLOOR
 }
 
 void kv_score_from_layer(const struct kv_score_in *in, float *score) {
