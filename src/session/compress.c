@@ -169,13 +169,17 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
     long total = 0;
     int min_keep = INT_MAX, empty = 0;
     for (int l = 0; st == KVF_OK && l < L; l++) {
-        lens[l] = s->kv.heads[(size_t)l * H].n;
+        const int held = s->kv.heads[(size_t)l * H].n;
         for (int g = 1; g < H; g++)
-            if (s->kv.heads[(size_t)l * H + g].n != lens[l])
+            if (s->kv.heads[(size_t)l * H + g].n != held)
                 st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: heads hold different entry counts; search before any eviction");
+        /* A windowed layer's last entries are what it still sees. */
+        lens[l] = KVF_MIN(held, session_layer_seen(s, l));
         empty += lens[l] == 0;
         if (st != KVF_OK || lens[l] == 0) continue;
-        kv_score_layer(&s->kv, l, 0, 0, imp + (size_t)l * n);
+        float *row = imp + (size_t)l * n;
+        kv_score_layer(&s->kv, l, 0, 0, row);
+        memmove(row, row + (held - lens[l]), sizeof *row * (size_t)lens[l]);
         const int even = kv_policy_keep_count(&s->policy, lens[l]);
         total += even;
         min_keep = KVF_MIN(min_keep, kv_policy_per_layer(&s->policy) ? KVF_MIN(even, s->policy.sinks + s->policy.protect) : 1);
@@ -183,7 +187,9 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
     double p;
     if (st == KVF_OK && !empty)
         st = kv_prefix_budgets(imp, L, n, lens, total, KVF_MAX(1, min_keep), 5.0, keep, s->cs.layer_gini, &p);
-    for (int l = 0; st == KVF_OK && l < L; l++) s->cs.layer_ratio[l] = empty ? 1.0 : (double)keep[l] / lens[l];
+    /* A share of what the layer sees (a reduce stage leaves later layers fewer entries than positions). */
+    for (int l = 0; st == KVF_OK && l < L; l++)
+        s->cs.layer_ratio[l] = empty ? 1.0 : (double)keep[l] / session_layer_seen(s, l);
     s->cs.have_ratio = st == KVF_OK;
     free(imp);
     free(keep);
@@ -243,9 +249,21 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         }
         if (adaptive) over = held > H * target;
         if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
-        if (mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW)) {
+        const bool window_sums = mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW);
+        if (window_sums) {
             const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
             st = window_attention(s, l, obs, rule->needs & KV_NEEDS_CROSS, mode == EVICT_BLOCK);
+        }
+        /* A windowed layer frees what it no longer sees before anything is
+         * scored (its window queries' attention above still saw it): such
+         * entries must not take the budget, nor be merged into what stays. */
+        for (int g = 0; st == KVF_OK && g < H; g++) {
+            int d;
+            st = session_swa_drop(s, l, g, 0, &d);
+            float *w[2] = {window_sums ? c->win : NULL, window_sums ? c->win2 : NULL};
+            for (int k = 0; k < 2 && d > 0; k++)
+                if (w[k]) memmove(w[k] + (size_t)g * s->params.n_ctx, w[k] + (size_t)g * s->params.n_ctx + d,
+                                  sizeof(float) * (size_t)s->kv.heads[(size_t)l * H + g].n);
         }
         /* A windowed layer's first entries are sinks only while the first positions are in its window. */
         struct kv_policy lp = bp;

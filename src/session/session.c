@@ -217,31 +217,31 @@ int session_layer_seen(const struct kvf_session *s, int l) {
  * many positions (a server's next turn re-tokenizing the end of a reply). */
 #define SWA_SLACK 32
 
-/* Frees, in every sliding-window layer, the entries no later query can
- * see -- the next query, at n_past, sees positions above n_past - window
- * -- but the newest `slack` of them, once more than 2 x slack are there.
- * Not during block-wise question=1's trial, which puts the cache back as
- * it was. */
-static enum kvf_status session_swa_free(struct kvf_session *s, int slack) {
+enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack, int *dropped) {
     const int32_t last = s->n_past - s->model->hp.sliding_window; /* the newest position no query will see */
-    enum kvf_status st = KVF_OK;
-    for (int l = 0; l < s->kv.n_layer && last >= 0 && !s->probing; l++) {
-        if (!layer_swa(s, l)) continue;
-        for (int g = 0; g < s->kv.n_head_kv && st == KVF_OK; g++) {
-            const struct kv_head *h = kv_cache_head(&s->kv, l, g);
-            int lo = 0, hi = h->n; /* entries are in position order: the first with pos > last */
-            while (lo < hi) {
-                const int mid = (lo + hi) / 2;
-                if (h->tag[mid].pos <= last) lo = mid + 1; else hi = mid;
-            }
-            if (lo <= 2 * slack) continue;
-            const int drop = lo - slack;
-            s->swa_lost = KVF_MAX(s->swa_lost, h->tag[drop - 1].pos);
-            /* The decode stage's fixed-distance rule counts from the end of the compressed prompt. */
-            if (s->cs.n0) s->cs.n0[(size_t)l * s->kv.n_head_kv + g] = KVF_MAX(0, s->cs.n0[(size_t)l * s->kv.n_head_kv + g] - drop);
-            st = kv_cache_drop_front(&s->kv, l, g, drop);
-        }
+    const struct kv_head *h = kv_cache_head(&s->kv, l, g);
+    if (dropped) *dropped = 0;
+    if (!layer_swa(s, l) || last < 0 || s->probing) return KVF_OK;
+    int lo = 0, hi = h->n; /* entries are in position order: the first with pos > last */
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (h->tag[mid].pos <= last) lo = mid + 1; else hi = mid;
     }
+    if (lo <= 2 * slack) return KVF_OK;
+    const int drop = lo - slack;
+    s->swa_lost = KVF_MAX(s->swa_lost, h->tag[drop - 1].pos);
+    /* The decode stage's fixed-distance rule counts from the end of the compressed prompt. */
+    int *n0 = s->cs.n0 ? &s->cs.n0[(size_t)l * s->kv.n_head_kv + g] : NULL;
+    if (n0) *n0 = KVF_MAX(0, *n0 - drop);
+    if (dropped) *dropped = drop;
+    return kv_cache_drop_front(&s->kv, l, g, drop);
+}
+
+/* session_swa_drop on every head. */
+static enum kvf_status session_swa_free(struct kvf_session *s, int slack) {
+    enum kvf_status st = KVF_OK;
+    for (int l = 0; l < s->kv.n_layer; l++)
+        for (int g = 0; g < s->kv.n_head_kv && st == KVF_OK; g++) st = session_swa_drop(s, l, g, slack, NULL);
     return st;
 }
 
@@ -463,17 +463,16 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
     /* What the prompt left allocated beyond its entries is returned, so
      * that the bytes kept compare with kvf_session_kv_full_bytes exactly,
      * and so are its pass buffers: decoding runs a row at a time (a server
-     * holds many decoding sessions; a later prefill takes them again). */
-    /* What windowed layers no longer see goes first: the budget stage counts what they still see. */
-    enum kvf_status st = session_swa_free(s, 0);
-    if (st != KVF_OK) return st;
-    if (s->policy.method == KV_FULL) {
-        fwd_release_rows(&s->fw);
-        return kv_cache_fit(&s->kv);
-    }
-    st = session_evict(s, EVICT_COMPRESS);
+     * holds many decoding sessions; a later prefill takes them again).
+     * Windowed layers lose what they no longer see: the eviction frees it
+     * in the layers it evicts from (after their window queries' attention,
+     * which still sees some of it), session_swa_free in the others. */
+    const bool full = s->policy.method == KV_FULL;
+    enum kvf_status st = full ? KVF_OK : session_evict(s, EVICT_COMPRESS);
+    if (st == KVF_OK) st = session_swa_free(s, 0);
     if (st == KVF_OK) st = kv_cache_fit(&s->kv);
     fwd_release_rows(&s->fw);
+    if (full) return st;
     for (size_t i = 0; i < (size_t)s->kv.n_layer * s->kv.n_head_kv; i++) s->cs.n0[i] = s->kv.heads[i].n;
     s->cs.compressed = true;
     s->cs.decode_steps = 0;

@@ -72,6 +72,11 @@ enum evict_mode { EVICT_COMPRESS, EVICT_DECODE, EVICT_BLOCK };
  * a sliding-window layer sees at most window - 1 of them (unless it keeps
  * all, kv_swa_full). The budget stage counts these. */
 int session_layer_seen(const struct kvf_session *s, int l);
+/* Frees the entries of head (l, g) of a sliding-window layer that no later
+ * query can see (positions <= n_past - window), but the newest `slack` of
+ * them, when more than 2 x slack are there (slack 0: all); *dropped
+ * (optional) gets how many went, from the front of the head. */
+enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack, int *dropped);
 
 /* session/compress.c */
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);
