@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# kvfold against llama.cpp on the same GGUF files and thread counts, runs
+# interleaved (kvfold, then llama.cpp, for each test): pp512 and tg128 at
+# each thread count, then tg32 after a 4096-token context at the last one.
+# llama.cpp comes from PyPI (the llama-cpp-python source package vendors it;
+# this machine reaches no other network) and is built once into CACHE_DIR
+# (CPU backend, -march=native, OpenMP); its commit is printed first.
+#
+# usage: bench/llama_cpp.sh KVFOLD CACHE_DIR "THREADS" MODEL...
+#   e.g. bench/llama_cpp.sh build/kvfold /tmp/lcpp "1 2" models/smollm2-135m-instruct-q4_1.gguf \
+#        models/gemma3-270m-q4_k_m.gguf
+set -euo pipefail
+kvfold=$1 cache=$2 threads=$3
+shift 3
+version=0.3.36
+src=$cache/llama_cpp_python-$version/vendor/llama.cpp
+bench=$src/build/bin/llama-bench
+if [ ! -x "$bench" ]; then
+  mkdir -p "$cache"
+  python3 -m pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$cache" >&2
+  tar xzf "$cache/llama_cpp_python-$version.tar.gz" -C "$cache"
+  cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >&2
+  cmake --build "$src/build" -j "$(nproc)" --target llama-bench >&2
+fi
+echo "llama.cpp $(sed -n 's/.*LLAMA_COMMIT = "\(.*\)";/\1/p' "$src/build/common/build-info.cpp") (llama-cpp-python $version)"
+
+# One test of each engine: "name tok/s" lines.
+kv() { "$kvfold" bench -m "$1" "${@:2}" -r 2 --json 2>/dev/null |
+       python3 -c 'import json,sys; [print(t["name"], round(t["tok_per_s"], 1)) for t in json.load(sys.stdin)["tests"]]'; }
+ll() { "$bench" -m "$1" "${@:2}" -r 2 -o json 2>/dev/null |
+       python3 -c 'import json,sys
+for t in json.load(sys.stdin):
+    name = "pp%d" % t["n_prompt"] if t["n_prompt"] else "tg%d" % t["n_gen"] + ("@%d" % t["n_depth"] if t.get("n_depth") else "")
+    print(name, round(t["avg_ts"], 1))'; }
+
+echo "| model | threads | test | kvfold tok/s | llama.cpp tok/s | ratio |"
+echo "|---|---|---|---|---|---|"
+row() { # model threads kvfold-lines llama-lines
+  paste -d' ' <(echo "$3") <(echo "$4") | while read -r name a _ b; do
+    echo "| $(basename "$1") | $2 | $name | $a | $b | $(python3 -c "print(f'{$a / $b:.2f}')") |"
+  done
+}
+for model in "$@"; do
+  last=
+  for t in $threads; do
+    row "$model" "$t" "$(kv "$model" -p 512 -n 128 -t "$t")" "$(ll "$model" -p 512 -n 128 -t "$t")"
+    last=$t
+  done
+  row "$model" "$last" "$(kv "$model" -p 0 -n 32 -d 4096 -t "$last")" "$(ll "$model" -p 0 -n 32 -d 4096 -t "$last")"
+done
