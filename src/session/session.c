@@ -229,10 +229,18 @@ enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack,
     }
     if (lo <= 2 * slack) return KVF_OK;
     const int drop = lo - slack;
-    s->swa_lost = KVF_MAX(s->swa_lost, h->tag[drop - 1].pos);
+    const int32_t lost = h->tag[drop - 1].pos; /* the newest position this head frees */
+    s->swa_lost = KVF_MAX(s->swa_lost, lost);
     /* The decode stage's fixed-distance rule counts from the end of the compressed prompt. */
     int *n0 = s->cs.n0 ? &s->cs.n0[(size_t)l * s->kv.n_head_kv + g] : NULL;
     if (n0) *n0 = KVF_MAX(0, *n0 - drop);
+    if (s->merges.heads) { /* records of entries merged into freed ones go too */
+        struct kv_merge_list *ml = kv_merge_log_head(&s->merges, l, g);
+        int m = 0;
+        for (int i = 0; i < ml->n; i++)
+            if (ml->m[i].into > lost) ml->m[m++] = ml->m[i];
+        ml->n = m;
+    }
     if (dropped) *dropped = drop;
     return kv_cache_drop_front(&s->kv, l, g, drop);
 }

@@ -16,7 +16,8 @@
  *  - policies count a windowed layer's budget over its window: knorm, h2o
  *    and keydiff keep round(budget x (window - 1)) entries of it there, and
  *    their share of every position in global layers, and an evicting
- *    decode stage keeps a windowed head within that, in its window;
+ *    decode stage keeps a windowed head within that, in its window; no
+ *    merge record (lookm) names an entry the window freed;
  *    prefixkv's online search spends the sum of the layers' even shares.
  *
  * usage: kv_swa MODEL TEXTFILE N_PROMPT N_BATCH
@@ -159,9 +160,10 @@ static int keep_count(double budget, int n) {
 }
 
 /* A policy's kept counts: per head `windowed` in windowed layers and
- * `global` in the others, or (prefixkv: global < 0) a total; then, with
- * `decode`, 8 steps of its decode stage. */
-static int check_policy(const struct ctx *c, const char *spec, int windowed, int global, long total, bool decode) {
+ * `global` in the others (< 0: not checked), or a total; then `steps`
+ * steps of its decode stage, checked after each when it `evicts`. */
+static int check_policy(const struct ctx *c, const char *spec, int windowed, int global, long total, int steps,
+                        bool evicts) {
     struct kvf_session *s = open_session(c, spec, false);
     int bad = !s || kvf_session_prefill(s, c->ids, c->n, NULL) != KVF_OK || kvf_session_compress(s) != KVF_OK;
     long sum = 0;
@@ -183,14 +185,15 @@ static int check_policy(const struct ctx *c, const char *spec, int windowed, int
     }
     /* An evicting decode stage: a windowed head stays within its budget,
      * every entry in the window (what left it never takes the budget). */
-    for (int t = 0; !bad && decode && t < 8; t++) {
+    for (int t = 0; !bad && t < steps; t++) {
         bad = kvf_session_decode(s, argmax(kvf_session_logits(s), c->mi.n_vocab)) != KVF_OK;
+        if (!evicts) continue;
         const int n_past = kvf_session_n_past(s);
         for (int l = 0; !bad && l < c->mi.n_layer; l++)
             for (int g = 0; g < c->mi.n_head_kv && !bad && is_local(c, l); g++) {
                 int n;
                 const struct kvf_tag *t0 = kvf_session_kv_tags(s, l, g, &n);
-                if (n > windowed || (n > 0 && t0[0].pos <= n_past - c->mi.sliding_window)) {
+                if ((windowed >= 0 && n > windowed) || (n > 0 && t0[0].pos <= n_past - c->mi.sliding_window)) {
                     fprintf(stderr, "%s: decode step %d: layer %d head %d holds %d entries from position %d (budget %d, "
                             "window from %d)\n", spec, t, l, g, n, n ? t0[0].pos : -1, windowed,
                             n_past - c->mi.sliding_window + 1);
@@ -198,6 +201,22 @@ static int check_policy(const struct ctx *c, const char *spec, int windowed, int
                 }
             }
     }
+    /* Merge records name kept entries: none goes into an entry the window freed. */
+    for (int l = 0; !bad && l < c->mi.n_layer; l++)
+        for (int g = 0; g < c->mi.n_head_kv && !bad; g++) {
+            int n, nm;
+            const struct kvf_tag *t = kvf_session_kv_tags(s, l, g, &n);
+            const struct kvf_kv_merge *mg = kvf_session_kv_merges(s, l, g, &nm);
+            for (int i = 0; i < nm && !bad; i++) {
+                bool held = false;
+                for (int j = 0; j < n && !held; j++) held = t[j].pos == mg[i].into;
+                if (!held && is_local(c, l)) {
+                    fprintf(stderr, "%s: layer %d head %d: %d merged into %d, which it no longer holds\n", spec, l, g,
+                            mg[i].from, mg[i].into);
+                    bad = 1;
+                }
+            }
+        }
     if (!s || (bad && kvf_last_error()[0])) fprintf(stderr, "%s: %s\n", spec, kvf_last_error());
     printf("%-44s %s\n", spec, bad ? "FAIL" : "ok");
     kvf_session_free(s);
@@ -239,13 +258,15 @@ int main(int argc, char **argv) {
         bad = 1;
     }
     bad = bad || check_full(&c);
-    bad |= !bad && check_policy(&c, "knorm:budget=0.5", keep_count(0.5, W - 1), keep_count(0.5, c.n), 0, false);
-    bad |= !bad && check_policy(&c, "h2o:budget=0.3+decode=h2o", keep_count(0.3, W - 1), keep_count(0.3, c.n), 0, true);
+    bad |= !bad && check_policy(&c, "knorm:budget=0.5", keep_count(0.5, W - 1), keep_count(0.5, c.n), 0, 0, false);
+    bad |= !bad && check_policy(&c, "h2o:budget=0.3+decode=h2o", keep_count(0.3, W - 1), keep_count(0.3, c.n), 0, 8, true);
     bad |= !bad && check_policy(&c, "keydiff:budget=0.3+decode=fixed-distance", keep_count(0.3, W - 1),
-                                keep_count(0.3, c.n), 0, true);
+                                keep_count(0.3, c.n), 0, 8, true);
+    /* merges, then a growing cache whose window moves past the entries merged into */
+    bad |= !bad && check_policy(&c, "lookm:budget=0.3", -1, -1, 0, N_DECODE, false);
     if (!bad) { /* prefixkv: the layers' even shares, searched together */
         const long total = (long)(L / 6) * keep_count(0.2, c.n) + (long)(L - L / 6) * keep_count(0.2, W - 1);
-        bad |= check_policy(&c, "prefixkv:budget=0.2", -1, -1, total, false);
+        bad |= check_policy(&c, "prefixkv:budget=0.2", -1, -1, total, 0, false);
     }
     free(piece);
     free(ids);
