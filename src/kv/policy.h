@@ -253,11 +253,11 @@ void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
  * Binary search for the threshold p (returned in *p_out) at which the
  * layers' shortest prefixes reaching p add up to `total` within `tol`
  * entries (or the iterations run out), then scaled so that
- * keep[0..n_layer) (each in [min(min_keep, lens[l]), lens[l]]; min_keep
- * >= 1) sums to total exactly (which those ranges must allow). gini
- * (optional): [n_layer] Gini coefficient of each layer's priority curve
- * (0: uniform importance, near 1: concentrated). */
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, long total, int min_keep,
+ * keep[0..n_layer) (each in [floors[l], lens[l]]; floors NULL: 1, else each
+ * in [1, lens[l]]) sums to total exactly (which those ranges must allow).
+ * gini (optional): [n_layer] Gini coefficient of each layer's priority
+ * curve (0: uniform importance, near 1: concentrated). */
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, const int *floors, long total,
                                   double tol, int *keep, double *gini, double *p_out);
 
 #endif

@@ -9,7 +9,6 @@
 #include "core/sys.h"
 
 #include <cjson/cJSON.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +146,12 @@ static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_
     };
 }
 
+/* A windowed layer's first entries are sinks only while the first
+ * positions are in its window (once it has freed what left it). */
+static int layer_sinks(const struct kvf_session *s, int l, int sinks) {
+    return KVF_MAX(0, sinks - (s->n_past - session_layer_seen(s, l)));
+}
+
 /* Entries layer l keeps of those it can attend to: the budget stage. */
 static int layer_target(const struct kvf_session *s, int l) {
     const int seen = session_layer_seen(s, l);
@@ -156,18 +161,16 @@ static int layer_target(const struct kvf_session *s, int l) {
 }
 
 /* PrefixKV online: the layer ratios searched on the prompt itself, each
- * layer over the entries it holds (a sliding-window layer: its window). */
+ * layer over the entries it sees (a sliding-window layer: its window). */
 static enum kvf_status prefix_search(struct kvf_session *s) {
     const int L = s->model->hp.n_layer, H = s->kv.n_head_kv;
     int n = 1;
     for (int l = 0; l < L; l++) n = KVF_MAX(n, s->kv.heads[(size_t)l * H].n);
     float *imp = malloc(sizeof(float) * (size_t)L * n);
-    int *keep = malloc(sizeof(int) * (size_t)L), *lens = malloc(sizeof(int) * (size_t)L);
-    enum kvf_status st = imp && keep && lens ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
-    /* No layer is searched below what its rule always keeps (the sinks and the protected tail of the
-     * layer score): it would hold them anyway, past the total, and keep nothing else. */
+    int *keep = malloc(sizeof(int) * (size_t)L * 3), *lens = keep + L, *floors = keep + 2 * L;
+    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
     long total = 0;
-    int min_keep = INT_MAX, empty = 0;
+    int empty = 0;
     for (int l = 0; st == KVF_OK && l < L; l++) {
         const int held = s->kv.heads[(size_t)l * H].n;
         for (int g = 1; g < H; g++)
@@ -182,18 +185,20 @@ static enum kvf_status prefix_search(struct kvf_session *s) {
         memmove(row, row + (held - lens[l]), sizeof *row * (size_t)lens[l]);
         const int even = kv_policy_keep_count(&s->policy, lens[l]);
         total += even;
-        min_keep = KVF_MIN(min_keep, kv_policy_per_layer(&s->policy) ? KVF_MIN(even, s->policy.sinks + s->policy.protect) : 1);
+        /* No layer is searched below what its rule always keeps (its sinks and the protected tail of
+         * the layer score): it would hold them anyway, past the total, and keep nothing else. */
+        floors[l] = kv_policy_per_layer(&s->policy)
+                        ? KVF_MAX(1, KVF_MIN(even, layer_sinks(s, l, s->policy.sinks) + s->policy.protect)) : 1;
     }
     double p;
     if (st == KVF_OK && !empty)
-        st = kv_prefix_budgets(imp, L, n, lens, total, KVF_MAX(1, min_keep), 5.0, keep, s->cs.layer_gini, &p);
+        st = kv_prefix_budgets(imp, L, n, lens, floors, total, 5.0, keep, s->cs.layer_gini, &p);
     /* A share of what the layer sees (a reduce stage leaves later layers fewer entries than positions). */
     for (int l = 0; st == KVF_OK && l < L; l++)
         s->cs.layer_ratio[l] = empty ? 1.0 : (double)keep[l] / session_layer_seen(s, l);
     s->cs.have_ratio = st == KVF_OK;
     free(imp);
     free(keep);
-    free(lens);
     return st;
 }
 
@@ -265,9 +270,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
                 if (w[k]) memmove(w[k] + (size_t)g * s->params.n_ctx, w[k] + (size_t)g * s->params.n_ctx + d,
                                   sizeof(float) * (size_t)s->kv.heads[(size_t)l * H + g].n);
         }
-        /* A windowed layer's first entries are sinks only while the first positions are in its window. */
         struct kv_policy lp = bp;
-        lp.sinks = KVF_MAX(0, bp.sinks - (s->n_past - session_layer_seen(s, l)));
+        lp.sinks = layer_sinks(s, l, bp.sinks);
         /* The protected tail counts within the layer's budget (at least the last entry). */
         if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
             kv_score_layer(&s->kv, l, lp.sinks, KVF_MIN(lp.protect, KVF_MAX(1, target - lp.sinks)), c->layer);

@@ -20,7 +20,7 @@ static void test_concentrated_vs_uniform(void **st) {
     for (int j = 0; j < 10; j++) imp[0][j] = j == 3 ? 0.91f : 0.01f, imp[1][j] = 1.0f;
     int keep[2];
     double gini[2], p;
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, NULL, 10, 1, 0.5, keep, gini, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, NULL, NULL, 10, 0.5, keep, gini, &p), KVF_OK);
     assert_int_equal(keep[0], 1);
     assert_int_equal(keep[1], 9);
     assert_true(p > 0.8 && p <= 0.91);
@@ -45,7 +45,7 @@ static void test_no_exact_threshold(void **st) {
     for (long total = 2; total <= 16; total++) {
         int keep[2];
         double p;
-        assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 8, NULL, total, 1, 0.5, keep, NULL, &p), KVF_OK);
+        assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 8, NULL, NULL, total, 0.5, keep, NULL, &p), KVF_OK);
         assert_int_equal(keep[0] + keep[1], total);
         assert_true(abs(keep[0] - keep[1]) <= 1);
     }
@@ -61,62 +61,68 @@ static void test_tolerance_and_bounds(void **st) {
         for (int j = 0; j < N; j++) imp[l][j] = powf((float)(j + 1), -(float)(l + 1) * 0.7f); /* steeper per layer */
     int keep[L];
     double p;
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 1, 5.0, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, 80, 5.0, keep, NULL, &p), KVF_OK);
     int sum = 0;
     for (int l = 0; l < L; l++) sum += keep[l], assert_true(keep[l] >= 1 && keep[l] <= N);
     assert_int_equal(sum, 80);
     assert_true(keep[0] > keep[1] && keep[1] > keep[2] && keep[2] >= keep[3]); /* flatter layers keep more */
     /* Every layer whole, and every layer one entry. */
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, L * N, 1, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L * N, 0.5, keep, NULL, &p), KVF_OK);
     for (int l = 0; l < L; l++) assert_int_equal(keep[l], N);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, L, 1, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L, 0.5, keep, NULL, &p), KVF_OK);
     for (int l = 0; l < L; l++) assert_int_equal(keep[l], 1);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, L - 1, 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, L * N + 1, 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L - 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L * N + 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
     /* A floor: the steep layers, searched to a few entries, are raised to it and the flat one pays;
-     * the total stays exact; a floor over the even share is refused. */
+     * the total stays exact; a floor over the even share is refused, as is one below 1. */
+    const int f15[L] = {15, 15, 15, 15}, f20[L] = {20, 20, 20, 20}, f21[L] = {21, 21, 21, 21}, f0[L] = {0, 1, 1, 1};
     int plain[L];
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 1, 0.5, plain, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, 80, 0.5, plain, NULL, &p), KVF_OK);
     assert_true(plain[3] < 15);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 15, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, f15, 80, 0.5, keep, NULL, &p), KVF_OK);
     sum = 0;
     for (int l = 0; l < L; l++) sum += keep[l], assert_true(keep[l] >= 15 && keep[l] <= N);
     assert_int_equal(sum, 80);
     assert_true(keep[3] == 15 && keep[0] < plain[0]);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 20, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, f20, 80, 0.5, keep, NULL, &p), KVF_OK);
     for (int l = 0; l < L; l++) assert_int_equal(keep[l], 20);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 21, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 0, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, f21, 80, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, f0, 80, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
     /* A layer with no importance at all counts as uniform. */
     for (int j = 0; j < N; j++) imp[1][j] = 0.0f;
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, 80, 1, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, 80, 0.5, keep, NULL, &p), KVF_OK);
     assert_true(keep[1] >= keep[0]);
 }
 
 /* Layers of different lengths (a sliding-window layer holds its window):
  * equal uniform curves share the total in proportion to the lengths, no
- * layer gets more than it holds, and the floor is capped by a short layer. */
+ * layer gets more than it holds, each layer keeps its own floor, and a
+ * floor over a layer's length is refused. */
 static void test_layer_lengths(void **st) {
     (void)st;
     float imp[2][10];
     for (int j = 0; j < 10; j++) imp[0][j] = imp[1][j] = 1.0f;
-    const int lens[2] = {10, 4};
+    const int lens[2] = {10, 4}, f54[2] = {5, 4};
     int keep[2];
     double p;
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, 7, 1, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, NULL, 7, 0.5, keep, NULL, &p), KVF_OK);
     assert_int_equal(keep[0], 5);
     assert_int_equal(keep[1], 2);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, 14, 1, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, NULL, 14, 0.5, keep, NULL, &p), KVF_OK);
     assert_int_equal(keep[0], 10);
     assert_int_equal(keep[1], 4);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, 15, 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, 9, 5, 0.5, keep, NULL, &p), KVF_OK);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, NULL, 15, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, f54, 9, 0.5, keep, NULL, &p), KVF_OK);
     assert_int_equal(keep[0], 5);
     assert_int_equal(keep[1], 4);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, 8, 5, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, f54, 8, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    const int f55[2] = {5, 5}, f81[2] = {8, 1};
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, f55, 12, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, lens, f81, 10, 0.5, keep, NULL, &p), KVF_OK);
+    assert_true(keep[0] >= 8 && keep[1] >= 1 && keep[0] + keep[1] == 10);
     const int bad[2] = {10, 0}, over[2] = {11, 4};
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, bad, 5, 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, over, 5, 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, bad, NULL, 5, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], 2, 10, over, NULL, 5, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
 }
 
 int main(void) {

@@ -37,22 +37,23 @@ static int prefix_len(const double *cum, int n, double p) {
     return lo + 1;
 }
 
-enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, long total, int min_keep,
+enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, const int *floors, long total,
                                   double tol, int *keep, double *gini, double *p_out) {
 #define LEN(l) (lens ? lens[l] : n)
-#define FLOOR(l) KVF_MIN(min_keep, LEN(l))
+#define FLOOR(l) (floors ? floors[l] : 1)
     long most = 0, least = 0;
     for (int l = 0; l < n_layer; l++) {
         if (LEN(l) < 1 || LEN(l) > n)
             return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d has %d entries (of at most %d)", l, LEN(l), n);
-        most += LEN(l), least += min_keep >= 1 ? FLOOR(l) : 0;
+        if (FLOOR(l) < 1 || FLOOR(l) > LEN(l))
+            return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d's floor of %d is not in [1, %d]", l, FLOOR(l), LEN(l));
+        most += LEN(l), least += FLOOR(l);
     }
     if (n_layer <= 0 || total < n_layer || total > most)
         return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %ld in all", total,
                        n_layer, most);
-    if (min_keep < 1 || least > total)
-        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: a floor of %d entries over %d layers exceeds %ld", min_keep,
-                       n_layer, total);
+    if (least > total)
+        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: the layers' floors (%ld entries) exceed %ld", least, total);
     /* cum[l][k]: the share of layer l's importance in its k+1 most important entries. */
     double *cum = malloc(sizeof(double) * (size_t)n_layer * n);
     if (!cum) return err_set(KVF_ERR_NOMEM, "prefixkv: out of memory for %d x %d priorities", n_layer, n);
