@@ -24,7 +24,12 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
     uint8_t *xb = scratch;
     quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
     const int64_t rows = w->rows;
-    #pragma omp parallel for num_threads(n_threads) schedule(static)
+    /* Chunks taken as threads come free (each row is computed whole by one
+     * thread, so the results do not depend on who takes what): a thread that
+     * loses its core to another process delays the product by one chunk,
+     * not by its whole share. */
+    const int64_t chunk = KVF_MAX(16, rows / (8 * (int64_t)n_threads));
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, chunk)
     for (int64_t r = 0; r < rows; r++)
         quant_vec_dot_rows(w->type, w->cols, (const uint8_t *)w->data + (size_t)r * w->row_bytes, xb, n_tok, y + r,
                            (size_t)rows);

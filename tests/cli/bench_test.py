@@ -188,12 +188,27 @@ def case_bench_interrupt(ctx):
     check("kvfold: perplexity: " in err and "chunks" in err, f"no progress line on stderr: {err!r}")
 
 
+def case_bench_spin(ctx):
+    """OpenMP's idle threads: kvfold sets GOMP_SPINCOUNT=3000 before libgomp
+    reads its environment unless the user set it or OMP_WAIT_POLICY."""
+    smol = ctx.model(SMOL)
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    for extra, spin, policy in [({}, "3000", None), ({"GOMP_SPINCOUNT": "7"}, "7", None),
+                                ({"OMP_WAIT_POLICY": "passive"}, None, "passive")]:
+        p = subprocess.run([ctx.bin, "bench", "-m", smol, "-p", "8", "-n", "0", "-r", "1", "--no-warmup", "-t", "1",
+                            "--json"], capture_output=True, timeout=240, env=dict(base, **extra))
+        check(p.returncode == 0, f"bench with {extra}: exit {p.returncode}: {p.stderr.decode()[-300:]}")
+        o = json.loads(p.stdout)
+        check(o["gomp_spincount"] == spin and o["omp_wait_policy"] == policy,
+              f"with {extra}: gomp_spincount {o['gomp_spincount']!r}, omp_wait_policy {o['omp_wait_policy']!r}")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     cases = {"bench_lists": case_bench_lists, "bench_errors": case_bench_errors,
-             "bench_interrupt": case_bench_interrupt}
+             "bench_interrupt": case_bench_interrupt, "bench_spin": case_bench_spin}
     return run_case(cases, sys.argv[1], Ctx(*sys.argv[2:6]))
 
 

@@ -485,6 +485,10 @@ static void bench_model_json(const struct bench *b, cJSON *o) {
     cJSON_AddNumberToObject(o, "n_batch", a->batch);
     cJSON_AddStringToObject(o, "simd", kvf_simd_level());
     cJSON_AddStringToObject(o, "build", kvf_build_info());
+    /* How idle OpenMP threads wait (kvfold sets GOMP_SPINCOUNT where neither is set; main.c) */
+    const char *spin = getenv("GOMP_SPINCOUNT"), *policy = getenv("OMP_WAIT_POLICY");
+    cJSON_AddItemToObject(o, "gomp_spincount", spin ? cJSON_CreateString(spin) : cJSON_CreateNull());
+    cJSON_AddItemToObject(o, "omp_wait_policy", policy ? cJSON_CreateString(policy) : cJSON_CreateNull());
     cJSON_AddNumberToObject(o, "repetitions", a->reps);
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
 }

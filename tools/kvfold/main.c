@@ -7,7 +7,26 @@
  * Each command lives in its own file; this one only picks it. */
 #include "cli.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* OpenMP threads (libgomp) spin up to GOMP_SPINCOUNT iterations at a
+ * barrier before they sleep; the default, 300000, is about a millisecond.
+ * With another busy process on one of two cores, every barrier then waits
+ * out the time slice of the thread that lost its core: decoding at two
+ * threads fell from 63 to 3-6 tok/s. 3000 keeps the idle speed and falls to
+ * about the one-thread speed instead (docs/PERFORMANCE.md). libgomp reads
+ * its environment once, when it is loaded, before main (and the C library
+ * resets the environment after an executable's preinit functions), so
+ * kvfold sets it and runs itself again, once. A user's OMP_WAIT_POLICY or
+ * GOMP_SPINCOUNT wins; where the new run cannot start, libgomp's default. */
+static void omp_spin_default(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || setenv("GOMP_SPINCOUNT", "3000", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT"); /* not what this run's libgomp read */
+}
 
 static const struct command *const commands[] = {
     &info_command, &tokenize_command, &generate_command, &chat_command, &perplexity_command,
@@ -32,6 +51,7 @@ static void command_names(char *out, size_t cap) {
 }
 
 int main(int argc, char **argv) {
+    omp_spin_default(argv);
     if (argc < 2) {
         print_error("no command given (see kvfold --help)");
         return EXIT_USAGE;
