@@ -131,8 +131,9 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     for (int i = i0; i < i1; i++) {
         float *row = s + (size_t)(i - i0) * ncol; /* column j0 first */
         const float *qi = q + (size_t)i * qstride + (size_t)head * d;
-        const int jb = p->bidirectional ? 0 : KVF_MAX(j0, visible_begin(h, qpos[i], p->window));
-        const int je = p->bidirectional ? jend : KVF_MAX(jb, visible_end(h, qpos[i]));
+        /* Clamped to the block's columns: positions ascend within a call (attn_forward). */
+        const int jb = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i], p->window)));
+        const int je = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb, visible_end(h, qpos[i])));
         float *r = row + (jb - j0); /* the weights of entries [jb, je) */
         if (blas) { /* the columns this row cannot see weigh nothing in O = S V */
             memset(row, 0, sizeof(float) * (size_t)(jb - j0));

@@ -40,7 +40,7 @@ struct attn_stats {
 
 /* Bytes of scratch attn_forward needs for n_kv keys and n_threads threads. */
 size_t attn_scratch_bytes(int n_kv, int n_threads);
-/* q:   [n_q][n_head*head_dim] after RoPE; qpos: [n_q] true positions.
+/* q:   [n_q][n_head*head_dim] after RoPE; qpos: [n_q] true positions, ascending.
  * kv:  the layer's heads (kv_cache_head(cache, layer, 0 .. n_head_kv-1)).
  * out: [n_q][n_head*head_dim]. Query head h reads kv head h / (n_head/n_head_kv).
  * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (and inside the window). */
