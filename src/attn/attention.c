@@ -12,19 +12,9 @@ size_t attn_scratch_bytes(int n_kv, int n_threads) {
     return (size_t)n_threads * ATTN_BLOCK * (size_t)KVF_MAX(n_kv, 1) * sizeof(float);
 }
 
-/* Number of leading entries with pos <= p (entries are in position order). */
-static int visible_end(const struct kv_head *h, int32_t p) {
-    int lo = 0, hi = h->n;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (h->tag[mid].pos <= p) lo = mid + 1; else hi = mid;
-    }
-    return lo;
-}
-
 /* First entry with pos > p - window. */
 static int visible_begin(const struct kv_head *h, int32_t p, int window) {
-    return window > 0 ? visible_end(h, p - window) : 0;
+    return window > 0 ? kv_head_count_upto(h, p - window) : 0;
 }
 
 /* A thread's partial statistics: [requested arrays][n_head_kv][len]; slot[k]
@@ -115,7 +105,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     /* Columns [j0, jend): keys past the block's last query are masked for
      * every row of it, and so are keys out of its first query's window (a
      * windowed layer's block costs its window, not the context). */
-    const int jend = p->bidirectional ? h->n : visible_end(h, qpos[i1 - 1]);
+    const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, qpos[i1 - 1]);
     const int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
     const int ncol = jend - j0;
     const size_t qoff = (size_t)i0 * qstride + (size_t)head * d;
@@ -133,7 +123,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         const float *qi = q + (size_t)i * qstride + (size_t)head * d;
         /* Clamped to the block's columns: positions ascend within a call (attn_forward). */
         const int jb = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i], p->window)));
-        const int je = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb, visible_end(h, qpos[i])));
+        const int je = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb, kv_head_count_upto(h, qpos[i])));
         float *r = row + (jb - j0); /* the weights of entries [jb, je) */
         if (blas) { /* the columns this row cannot see weigh nothing in O = S V */
             memset(row, 0, sizeof(float) * (size_t)(jb - j0));

@@ -74,6 +74,18 @@ enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);
 
+/* The number of leading entries of a head at positions <= p (entries are
+ * in position order): where a query at p stops seeing, or the entries a
+ * window has left behind. */
+static inline int kv_head_count_upto(const struct kv_head *h, int32_t p) {
+    int lo = 0, hi = h->n;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (h->tag[mid].pos <= p) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
 /* Entry j (< h->n) of a head as float32: its key, its value (head_dim floats). */
 void kv_head_key_row(const struct kv_head *h, int head_dim, int j, float *out);
 void kv_head_value_row(const struct kv_head *h, int head_dim, int j, float *out);

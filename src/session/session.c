@@ -222,11 +222,7 @@ enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack,
     const struct kv_head *h = kv_cache_head(&s->kv, l, g);
     if (dropped) *dropped = 0;
     if (!layer_swa(s, l) || last < 0 || s->probing) return KVF_OK;
-    int lo = 0, hi = h->n; /* entries are in position order: the first with pos > last */
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (h->tag[mid].pos <= last) lo = mid + 1; else hi = mid;
-    }
+    const int lo = kv_head_count_upto(h, last);
     if (lo <= 2 * slack) return KVF_OK;
     const int drop = lo - slack;
     const int32_t lost = h->tag[drop - 1].pos; /* the newest position this head frees */

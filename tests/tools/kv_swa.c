@@ -22,14 +22,10 @@
  *
  * usage: kv_swa MODEL TEXTFILE N_PROMPT N_BATCH
  * Exit 0 when all hold, 1 otherwise, 77 (skip) without the model file. */
-#include "kvfold.h"
-
+#include "kv_state.h"
 #include "read_text.h"
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define SLACK 64 /* out-of-window entries a windowed head may still hold */
 #define N_DECODE 70 /* past the 64 out-of-window entries at which a windowed head frees */
@@ -85,12 +81,6 @@ static int same_logits(const struct ctx *c, const struct kvf_session *a, const s
     for (int i = 0; la && lb && i < c->mi.n_vocab; i++) most = fmax(most, fabs((double)la[i] - lb[i]));
     fprintf(stderr, "%s: the logits differ (largest difference %g)\n", when, most);
     return 1;
-}
-
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
-    return b;
 }
 
 /* The full cache with and without freeing: logits, heads, bytes, decode
