@@ -1,6 +1,6 @@
 /* Micro-benchmark of quant_vec_dot_rows, the decode hot path: a matrix
  * times one activation row (one session decoding) and times 8 rows (8
- * sessions in one batch), weight row by weight row, single thread, at every
+ * sessions in one batch), in calls of 64 weight rows, single thread, at every
  * SIMD level the CPU has. Reports weight bytes streamed per second for a
  * matrix that stays in L2 (~1 MiB) and one that does not (~64 MiB), and for
  * 8 rows how many times one row's time the batch takes.
@@ -35,8 +35,9 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
     for (;;) {
         const double t0 = now_s();
         for (int r = 0; r < reps; r++)
-            for (int64_t i = 0; i < rows; i++)
-                quant_vec_dot_rows(t, n, (const char *)w + i * rb, x, nx, y + i, (size_t)rows);
+            for (int64_t i = 0; i < rows; i += 64)
+                quant_vec_dot_rows(t, n, (const char *)w + i * rb, rb, (int)(rows - i < 64 ? rows - i : 64), x, nx,
+                                   y + i, (size_t)rows);
         dt = now_s() - t0;
         if (dt > 0.2)
             break;
@@ -46,7 +47,7 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
 }
 
 int main(int argc, char **argv) {
-    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F16};
+    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F16};
     static const size_t sets[] = {1u << 20, 64u << 20};
     int64_t lens[8] = {576, 1536};
     int nlens = 2;

@@ -333,18 +333,20 @@ static inline float min_q4_1(const struct block_q4_1 *a, float xs) { return fp16
 static inline float min_q5_1(const struct block_q5_1 *a, float xs) { return fp16_to_f32(a->m) * xs; }
 
 #define SCALAR_ROWS_32(name, wt, sumi, min, x_sums)                                                     \
-    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {         \
-        const wt *a = w;                                                                                \
+    static void name(int64_t n, const void *w, size_t wb, int nw, const void *xb, int nx, float *out,   \
+                     size_t os) {                                                                       \
         const int64_t nb = n / 32;                                                                      \
         const size_t rb = quant_planar_row_bytes(n, x_sums);                                            \
+        for (int k = 0; k < nw; k++)                                                                    \
         for (int r = 0; r < nx; r++) {                                                                  \
+            const wt *a = (const wt *)(const void *)((const uint8_t *)w + (size_t)k * wb);              \
             const int8_t *y = (const int8_t *)xb + (size_t)r * rb;                                      \
             const float *xd = (const float *)(const void *)(y + n), *xs = xd + QUANT_D_REPEAT * nb;      \
             float s = 0;                                                                                \
             for (int64_t i = 0; i < nb; i++)                                                            \
                 s += fp16_to_f32(a[i].d) * xd[QUANT_D_REPEAT * i] * (float)sumi(&a[i], y + 32 * i) +    \
                      min(&a[i], x_sums ? xs[i] : 0.0f);                                                 \
-            out[(size_t)r * os] = s;                                                                    \
+            out[(size_t)r * os + (size_t)k] = s;                                                        \
         }                                                                                               \
     }
 
@@ -1000,24 +1002,28 @@ void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, vo
     }
 }
 
-static void rows_run(const struct quant_kernels *k, enum dtype type, int64_t n, const void *w, const void *xb, int nx,
-                     float *out, size_t os) {
+static void rows_run(const struct quant_kernels *k, enum dtype type, int64_t n, const void *w, size_t wb, int nw,
+                     const void *xb, int nx, float *out, size_t os) {
     if ((unsigned)type < DT_COUNT && k->dot_rows[type] != NULL) {
-        k->dot_rows[type](n, w, xb, nx, out, os);
+        k->dot_rows[type](n, w, wb, nw, xb, nx, out, os);
         return;
     }
     const quant_dot_fn f = (unsigned)type < DT_COUNT ? k->dot[type] : NULL;
     const size_t rb = quant_batch_row_bytes(type, n);
-    for (int r = 0; r < nx; r++)
-        out[(size_t)r * os] = f != NULL ? f(n, w, (const uint8_t *)xb + (size_t)r * rb) : 0.0f;
+    for (int i = 0; i < nw; i++)
+        for (int r = 0; r < nx; r++)
+            out[(size_t)r * os + (size_t)i] =
+                f != NULL ? f(n, (const uint8_t *)w + (size_t)i * wb, (const uint8_t *)xb + (size_t)r * rb) : 0.0f;
 }
 
-void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {
-    rows_run(kernels(), type, n, w, xb, nx, out, os);
+void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
+                        float *out, size_t os) {
+    rows_run(kernels(), type, n, w, w_stride, nw, xb, nx, out, os);
 }
 
-void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {
-    rows_run(&scalar_kernels, type, n, w, xb, nx, out, os);
+void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
+                            int nx, float *out, size_t os) {
+    rows_run(&scalar_kernels, type, n, w, w_stride, nw, xb, nx, out, os);
 }
 
 /* Unsupported types give 0 and leave y, like quant_vec_dot_rows. */

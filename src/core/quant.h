@@ -63,18 +63,20 @@ void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n)
  * of its block). */
 size_t quant_batch_row_bytes(enum dtype type, int64_t n);
 void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, void *dst);
-/* sum_i w[i] * x_r[i] for a row w of `type` and each of nx rows x_r of a
- * batch form, into out[r * out_stride]. Each row's result is bit for bit
- * what it gets alone (nx = 1): a weight row's blocks are unpacked once for
- * all rows of a batch (batched decoding) without changing anyone's result.
+/* sum_j w_i[j] * x_r[j] for each of nw rows w_i of `type` (w_stride bytes
+ * apart) and each of nx rows x_r of a batch form, into
+ * out[r * out_stride + i]. Each result is bit for bit what it gets alone
+ * (nw = nx = 1): a weight row's blocks are unpacked once for all rows of a
+ * batch (batched decoding), and neighbouring weight rows share one pass
+ * over a single activation row, without changing anyone's result.
  * Unknown types give zeros. */
-void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out,
-                        size_t out_stride);
+void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
+                        float *out, size_t out_stride);
 
 /* The scalar references behind the dispatchers, for tests. */
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
-void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, const void *xb, int nx, float *out,
-                            size_t out_stride);
+void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
+                            int nx, float *out, size_t out_stride);
 
 /* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0) against plain f32,
  * nothing quantised on the f32 side: sum_i w[i] * x[i], and y += a * w.

@@ -270,6 +270,7 @@ static inline float hsum128_ps(__m128 s) {
             const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
             const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(cnt), _mm_setr_epi32(0, 1, 2, 3));           \
             const wt *p = a + i;                                                                             \
+            quant_prefetch(p, 4 * sizeof(wt));                                                               \
             const __m128 wd = _mm_and_ps(_mm_castsi128_ps(keep), fp16x4(p[0].d, p[k1].d, p[k2].d, p[k3].d)); \
             const __m256 wd0 = lane_ps(wd, 0), wd1 = lane_ps(wd, 1), wd2 = lane_ps(wd, 2), wd3 = lane_ps(wd, 3); \
             const __m128 wm = _mm_and_ps(_mm_castsi128_ps(keep), w_min(p, k1, k2, k3));                      \
@@ -297,18 +298,7 @@ static inline float hsum128_ps(__m128 s) {
         _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                                 \
             out[(size_t)r * os] = hsum_ps(acc[r]) + hsum128_ps(off[r]);                                      \
     }                                                                                                        \
-    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
-        const size_t rb = quant_planar_row_bytes(n, min);                                                    \
-        const uint8_t *x = xb;                                                                               \
-        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
-            name##_n(n, w, x, rb, 4, out, os);                                                               \
-        if (nx == 3)                                                                                         \
-            name##_n(n, w, x, rb, 3, out, os);                                                               \
-        else if (nx == 2)                                                                                    \
-            name##_n(n, w, x, rb, 2, out, os);                                                               \
-        else if (nx == 1)                                                                                    \
-            name##_n(n, w, x, rb, 1, out, os);                                                               \
-    }
+    ROWS_BY_4(name, quant_planar_row_bytes(n, min), NULL, name##_n)
 
 ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
 ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
@@ -398,6 +388,7 @@ static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5
         const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
         const struct block_q4_K *a4 = (const void *)a5;
         const uint8_t *qs = q5 ? a5->qs : a4->qs;
+        quant_prefetch(a5, stride);
         uint8_t sc[8], mn[8];
         quant_k4_scales(a4->scales, sc, mn);
         const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
@@ -451,6 +442,7 @@ static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
     const struct block_q8_K *b = x;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        quant_prefetch(&a[i], sizeof a[i]);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)a[i].scales);
         /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
         const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)b[i].bsums));

@@ -23,6 +23,13 @@ static inline __m512i dot_u8_i8(__m512i u, __m512i s) {
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 }
 
+/* Sum of (u[i] - o) * s[i] in the same lanes, for codes u stored with an
+ * offset o (Q4_0: 8, Q5_0: 16), without a signed*signed multiply. */
+static inline __m512i dot_off_u8_i8(__m512i u, char o, __m512i s) {
+    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(u, s), _mm512_maddubs_epi16(_mm512_set1_epi8(o), s));
+    return _mm512_madd_epi16(p, _mm512_set1_epi16(1));
+}
+
 /* Codes 0..15 of two Q4_0/Q4_1 blocks, in the order of their activations:
  * [low nibbles of p, high of p, low of q, high of q]. */
 static inline __m512i nibbles_2x32(const uint8_t *p, const uint8_t *q) {
@@ -91,6 +98,7 @@ static inline __m512 load_bf16x16(const uint16_t *h, __mmask16 m) {
         __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                             \
         int64_t i = 0;                                                                        \
         for (; i + 32 <= n; i += 32) {                                                        \
+            quant_prefetch(h + i, 64);                                                        \
             s0 = _mm512_fmadd_ps(load(h + i, 0xffff), _mm512_loadu_ps(y + i), s0);            \
             s1 = _mm512_fmadd_ps(load(h + i + 16, 0xffff), _mm512_loadu_ps(y + i + 16), s1);  \
         }                                                                                     \
@@ -154,22 +162,25 @@ static inline struct wcodes w_q8_0(const struct block_q8_0 *a0, const struct blo
 }
 
 static inline __m512 x_q4_0(struct wcodes w, __m512i y) {
-    /* (q - 8) * y without a signed*signed multiply. */
-    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(w.u, y), _mm512_maddubs_epi16(_mm512_set1_epi8(8), y));
-    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+    return _mm512_cvtepi32_ps(dot_off_u8_i8(w.u, 8, y));
 }
 
 static inline __m512 x_q4_1(struct wcodes w, __m512i y) { return _mm512_cvtepi32_ps(dot_u8_i8(w.u, y)); }
 
 static inline __m512 x_q5_0(struct wcodes w, __m512i y) {
-    /* (q - 16) * y, as x_q4_0 */
-    const __m512i p = _mm512_sub_epi16(_mm512_maddubs_epi16(w.u, y), _mm512_maddubs_epi16(_mm512_set1_epi8(16), y));
-    return _mm512_cvtepi32_ps(_mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+    return _mm512_cvtepi32_ps(dot_off_u8_i8(w.u, 16, y));
 }
 
 static inline __m512 x_q8_0(struct wcodes w, __m512i y) {
     /* |q| * (y with q's sign); y is within [-127, 127] (quant_q8_32). */
     return _mm512_cvtepi32_ps(dot_u8_i8(w.u, _mm512_mask_sub_epi8(y, w.neg, _mm512_setzero_si512(), y)));
+}
+
+/* A row's result from its two accumulators and its offset terms. */
+static inline float row_sum(__m512 acc0, __m512 acc1, __m128 off) {
+    __m128 t = _mm_add_ps(off, _mm_movehl_ps(off, off));
+    t = _mm_add_ss(t, _mm_movehdup_ps(t));
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1)) + _mm_cvtss_f32(t);
 }
 
 /* Four blocks (two vectors) per step: the weight side (codes, scales d
@@ -194,6 +205,7 @@ static inline __m512 x_q8_0(struct wcodes w, __m512i y) {
         const __m512 wd = _mm512_castps128_ps512(_mm_maskz_mov_ps(m4, fp16x4(p[0].d, p[k1].d, p[k2].d, p[k3].d))); \
         const __m512 wd01 = _mm512_permutexvar_ps(lo, wd), wd23 = _mm512_permutexvar_ps(hi, wd);             \
         const __m128 wm = _mm_maskz_mov_ps(m4, w_min(p, k1, k2, k3));                                        \
+        quant_prefetch(p, 4 * sizeof(wt));                                                                   \
         const struct wcodes w01 = w_pair(p, p + k1), w23 = w_pair(p + k2, p + k3);                           \
         _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
             const int8_t *y = (const int8_t *)(xb + (size_t)r * rb) + 32 * i;                                \
@@ -224,30 +236,67 @@ static inline __m512 x_q8_0(struct wcodes w, __m512i y) {
             name##_group(a + i, 4, true, xb, rb, n, i, nr, acc0, acc1, off);                                 \
         if (full < nb)                                                                                       \
             name##_group(a + full, (int)(nb - full), false, xb, rb, n, full, nr, acc0, acc1, off);           \
-        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
-            __m128 t = _mm_add_ps(off[r], _mm_movehl_ps(off[r], off[r]));                                    \
-            t = _mm_add_ss(t, _mm_movehdup_ps(t));                                                           \
-            out[(size_t)r * os] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[r], acc1[r])) + _mm_cvtss_f32(t);  \
-        }                                                                                                    \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                                 \
+            out[(size_t)r * os] = row_sum(acc0[r], acc1[r], off[r]);                                         \
     }                                                                                                        \
-    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
-        const size_t rb = quant_planar_row_bytes(n, min);                                                    \
-        const uint8_t *x = xb;                                                                               \
-        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
-            name##_n(n, w, x, rb, 4, out, os);                                                               \
-        if (nx == 3)                                                                                         \
-            name##_n(n, w, x, rb, 3, out, os);                                                               \
-        else if (nx == 2)                                                                                    \
-            name##_n(n, w, x, rb, 2, out, os);                                                               \
-        else if (nx == 1)                                                                                    \
-            name##_n(n, w, x, rb, 1, out, os);                                                               \
-    }
+    /* Two weight rows against one activation row: name##_n's arithmetic for                           \
+     * each, sharing the activation loads and the loop. */                                                  \
+    static inline __attribute__((always_inline)) void name##_w2(int64_t n, const void *wa, const void *wb,    \
+                                                                const uint8_t *xb, size_t rb, float *out) {  \
+        const wt *a = wa, *b = wb;                                                                           \
+        const int64_t nb = n / 32, full = nb / 4 * 4;                                                        \
+        __m512 a0[1] = {_mm512_setzero_ps()}, a1[1] = {a0[0]}, b0[1] = {a0[0]}, b1[1] = {a0[0]};             \
+        __m128 ao[1] = {_mm_setzero_ps()}, bo[1] = {ao[0]};                                                  \
+        for (int64_t i = 0; i < full; i += 4) {                                                              \
+            name##_group(a + i, 4, true, xb, rb, n, i, 1, a0, a1, ao);                                       \
+            name##_group(b + i, 4, true, xb, rb, n, i, 1, b0, b1, bo);                                       \
+        }                                                                                                    \
+        if (full < nb) {                                                                                     \
+            name##_group(a + full, (int)(nb - full), false, xb, rb, n, full, 1, a0, a1, ao);                 \
+            name##_group(b + full, (int)(nb - full), false, xb, rb, n, full, 1, b0, b1, bo);                 \
+        }                                                                                                    \
+        out[0] = row_sum(a0[0], a1[0], ao[0]);                                                               \
+        out[1] = row_sum(b0[0], b1[0], bo[0]);                                                               \
+    }                                                                                                        \
+    ROWS_BY_4(name, quant_planar_row_bytes(n, min), name##_w2, name##_n)
 
 ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
 ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
 ROWS_DOT_32(rows_q5_0_q8_0, struct block_q5_0, w_q5_0, x_q5_0, 0, no_min)
 ROWS_DOT_32(rows_q5_1_q8_1, struct block_q5_1, w_q5_1, x_q4_1, 1, m_q5_1)
 ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
+
+/* Dequantisation of the other 32-value formats, two blocks at a time from
+ * the codes the dot kernels unpack: (code - o) * d, plus m where the format
+ * has one (min_of(block): its m as a float). Every product is exact, so
+ * this equals the scalar kernels. */
+#define DEQUANT_32(name, wt, w_pair, o, has_min, min_of)                                                \
+    static void name(const void *src, float *dst, int64_t n) {                                          \
+        const wt *b = src;                                                                              \
+        const int64_t nb = n / 32;                                                                      \
+        for (int64_t i = 0; i < nb; i += 2, dst += 64) {                                                \
+            const int64_t i1 = i + 1 < nb ? i + 1 : i;                                                  \
+            uint8_t codes[64];                                                                          \
+            _mm512_storeu_si512(codes, w_pair(&b[i], &b[i1]).u);                                        \
+            for (int k = 0; k < (i1 > i ? 4 : 2); k++) {                                                \
+                const wt *blk = &b[k < 2 ? i : i1];                                                     \
+                const __m512 v = _mm512_cvtepi32_ps(                                                    \
+                    _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * k))));          \
+                __m512 y = _mm512_mul_ps(_mm512_sub_ps(v, _mm512_set1_ps(o)), _mm512_set1_ps(QUANT_H2F(blk->d))); \
+                if (has_min)                                                                            \
+                    y = _mm512_add_ps(y, _mm512_set1_ps(min_of(blk)));                                  \
+                _mm512_storeu_ps(dst + 16 * k, y);                                                      \
+            }                                                                                           \
+        }                                                                                               \
+    }
+
+#define no_min_of(b) 0.0f
+#define min_of_m(b) QUANT_H2F((b)->m)
+
+DEQUANT_32(dequant_q4_0, struct block_q4_0, w_q4_0, 8, 0, no_min_of)
+DEQUANT_32(dequant_q4_1, struct block_q4_1, w_q4_1, 0, 1, min_of_m)
+DEQUANT_32(dequant_q5_0, struct block_q5_0, w_q5_0, 16, 0, no_min_of)
+DEQUANT_32(dequant_q5_1, struct block_q5_1, w_q5_1, 0, 1, min_of_m)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     const struct block_q8_0 *b = src;
@@ -367,6 +416,7 @@ static inline __attribute__((always_inline)) void k4_rows_n(int64_t n, const voi
         const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
         const struct block_q4_K *a4 = (const void *)a5;
         const uint8_t *qs = q5 ? a5->qs : a4->qs;
+        quant_prefetch(a5, stride);
         uint8_t sc[8], mn[8];
         quant_k4_scales(a4->scales, sc, mn);
         const __m512i scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
@@ -403,23 +453,18 @@ static inline __attribute__((always_inline)) void k4_rows_n(int64_t n, const voi
         out[(size_t)r * os] = _mm512_reduce_add_ps(acc[r]) - mins[r];
 }
 
-/* A rows kernel from its four-row body: rows in fours, then the rest. */
-#define ROWS_BY_4(name, body, ...)                                                                           \
-    static void name(int64_t n, const void *w, const void *xb, int nx, float *out, size_t os) {              \
-        const size_t rb = dtype_row_bytes(DT_Q8_K, n);                                                       \
-        const uint8_t *x = xb;                                                                               \
-        for (; nx >= 4; nx -= 4, x += 4 * rb, out += 4 * os)                                                 \
-            body(n, w, x, rb, __VA_ARGS__, 4, out, os);                                                      \
-        if (nx == 3)                                                                                         \
-            body(n, w, x, rb, __VA_ARGS__, 3, out, os);                                                      \
-        else if (nx == 2)                                                                                    \
-            body(n, w, x, rb, __VA_ARGS__, 2, out, os);                                                      \
-        else if (nx == 1)                                                                                    \
-            body(n, w, x, rb, __VA_ARGS__, 1, out, os);                                                      \
-    }
+static inline __attribute__((always_inline)) void q4k_rows_n(int64_t n, const void *w, const uint8_t *xb, size_t rb,
+                                                             const int nr, float *out, size_t os) {
+    k4_rows_n(n, w, xb, rb, 0, nr, out, os);
+}
 
-ROWS_BY_4(rows_q4_K_q8_K, k4_rows_n, 0)
-ROWS_BY_4(rows_q5_K_q8_K, k4_rows_n, 1)
+static inline __attribute__((always_inline)) void q5k_rows_n(int64_t n, const void *w, const uint8_t *xb, size_t rb,
+                                                             const int nr, float *out, size_t os) {
+    k4_rows_n(n, w, xb, rb, 1, nr, out, os);
+}
+
+ROWS_BY_4(rows_q4_K_q8_K, dtype_row_bytes(DT_Q8_K, n), NULL, q4k_rows_n)
+ROWS_BY_4(rows_q5_K_q8_K, dtype_row_bytes(DT_Q8_K, n), NULL, q5k_rows_n)
 
 static void dequant_q4_K(const void *src, float *dst, int64_t n) {
     const struct block_q4_K *b = src;
@@ -455,12 +500,12 @@ static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m512i q[2]) 
 /* Q6_K against up to four Q8_K rows, as k4_rows_n. The codes are stored
  * +32: each row subtracts 32 * sum_g sc_g * bsums_g once per block. */
 static inline __attribute__((always_inline)) void q6_rows_n(int64_t n, const void *w, const uint8_t *xb, size_t rb,
-                                                            const int unused, const int nr, float *out, size_t os) {
-    (void)unused;
+                                                            const int nr, float *out, size_t os) {
     const struct block_q6_K *a = w;
     __m512 acc[4];
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
+        quant_prefetch(&a[i], sizeof a[i]);
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)a[i].scales));
         const __m512i scales = _mm512_castsi256_si512(sc16);
         __m512i q[4], s[4];
@@ -485,7 +530,7 @@ static inline __attribute__((always_inline)) void q6_rows_n(int64_t n, const voi
         out[(size_t)r * os] = _mm512_reduce_add_ps(acc[r]);
 }
 
-ROWS_BY_4(rows_q6_K_q8_K, q6_rows_n, 0)
+ROWS_BY_4(rows_q6_K_q8_K, dtype_row_bytes(DT_Q8_K, n), NULL, q6_rows_n)
 
 /* dst[0..15] = ds * v (16 signed bytes). */
 static inline void q6_store16(float *dst, float ds, __m128i v) {
@@ -623,6 +668,10 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->axpys[DT_F32] = axpys_f32;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
+    k->dequant[DT_Q4_0] = dequant_q4_0;
+    k->dequant[DT_Q4_1] = dequant_q4_1;
+    k->dequant[DT_Q5_0] = dequant_q5_0;
+    k->dequant[DT_Q5_1] = dequant_q5_1;
     k->dequant[DT_Q8_0] = dequant_q8_0;
     k->dequant[DT_Q4_K] = dequant_q4_K;
     k->dequant[DT_Q6_K] = dequant_q6_K;

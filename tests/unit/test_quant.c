@@ -335,9 +335,9 @@ static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
         c.mag += fabs((double)wd[i] * xd[i]) + fabs((double)off[i] * xd[i]);
     }
     float got;
-    quant_vec_dot_rows(t, n, w, xb, 1, &got, 1);
+    quant_vec_dot_rows(t, n, w, 0, 1, xb, 1, &got, 1);
     c.got_simd = got;
-    quant_vec_dot_rows_ref(t, n, w, xb, 1, &got, 1);
+    quant_vec_dot_rows_ref(t, n, w, 0, 1, xb, 1, &got, 1);
     c.got_ref = got;
     free(xf), free(wd), free(xd), free(off), free(w), free(x), free(xb);
     return c;
@@ -374,10 +374,11 @@ static void test_vec_dot(void **state) {
     simd_set(SIMD_AVX512);
 }
 
-/* A weight row against 1..9 activation rows (a batch of decoding sessions):
- * each row's result is bit for bit what it gets alone, at every level. */
+/* 1..5 weight rows against 1..9 activation rows (a batch of decoding
+ * sessions): each result is bit for bit what it gets alone, at every level. */
 static void test_vec_dot_rows(void **state) {
     (void)state;
+    enum {NW = 5, NX = 9};
     enum simd_level lv[3];
     const int nl = levels(lv);
     for (int k = 0; k < nl; k++) {
@@ -388,23 +389,27 @@ static void test_vec_dot_rows(void **state) {
             const int nn = row_lengths(ty, lens);
             for (int i = 0; i < nn; i++) {
                 const int64_t n = lens[i];
-                const size_t rb = quant_batch_row_bytes(ty, n);
-                uint8_t *w = malloc(dtype_row_bytes(ty, n)), *x = malloc(9 * rb);
-                float *xf = malloc(9 * n * sizeof *xf), out[9 * 3];
-                rnd_row(ty, w, n, 0);
-                for (int64_t j = 0; j < 9 * n; j++)
+                const size_t rb = quant_batch_row_bytes(ty, n), wb = dtype_row_bytes(ty, n);
+                uint8_t *w = malloc(NW * wb), *x = malloc(NX * rb);
+                float *xf = malloc(NX * n * sizeof *xf), out[NX * (NW + 1)];
+                for (int j = 0; j < NW; j++)
+                    rnd_row(ty, w + j * wb, n, 0);
+                for (int64_t j = 0; j < NX * n; j++)
                     xf[j] = rnd_act();
-                quant_quantize_batch(ty, xf, n, 9, x);
-                for (int nx = 1; nx <= 9; nx++) {
-                    quant_vec_dot_rows(ty, n, w, x, nx, out, 3);
-                    for (int r = 0; r < nx; r++) {
-                        float alone;
-                        quant_vec_dot_rows(ty, n, w, x + r * rb, 1, &alone, 1);
-                        if (memcmp(&out[3 * r], &alone, sizeof alone) != 0)
-                            fail_msg("%s %s n=%lld nx=%d row %d: %.9g, alone %.9g", dtype_get(ty)->name,
-                                     simd_name(lv[k]), (long long)n, nx, r, out[3 * r], alone);
+                quant_quantize_batch(ty, xf, n, NX, x);
+                for (int nw = 1; nw <= NW; nw++)
+                    for (int nx = 1; nx <= NX; nx++) {
+                        quant_vec_dot_rows(ty, n, w, wb, nw, x, nx, out, NW + 1);
+                        for (int r = 0; r < nx; r++)
+                            for (int j = 0; j < nw; j++) {
+                                float alone;
+                                quant_vec_dot_rows(ty, n, w + j * wb, 0, 1, x + r * rb, 1, &alone, 1);
+                                if (memcmp(&out[(NW + 1) * r + j], &alone, sizeof alone) != 0)
+                                    fail_msg("%s %s n=%lld nw=%d nx=%d (%d, %d): %.9g, alone %.9g",
+                                             dtype_get(ty)->name, simd_name(lv[k]), (long long)n, nw, nx, j, r,
+                                             out[(NW + 1) * r + j], alone);
+                            }
                     }
-                }
                 free(w), free(x), free(xf);
             }
         }
@@ -711,8 +716,8 @@ static void test_unknown_type_is_harmless(void **state) {
     for (int i = 0; i < 32; i++)
         assert_true(y[i] == 0);
     float d[2] = {1, 1};
-    quant_vec_dot_rows(DT_Q3_K, 256, junk, junk, 1, &d[0], 1);
-    quant_vec_dot_rows((enum dtype)77, 32, junk, junk, 1, &d[1], 1);
+    quant_vec_dot_rows(DT_Q3_K, 256, junk, 0, 1, junk, 1, &d[0], 1);
+    quant_vec_dot_rows((enum dtype)77, 32, junk, 0, 1, junk, 1, &d[1], 1);
     assert_true(d[0] == 0 && d[1] == 0);
     assert_int_equal(quant_batch_row_bytes(DT_Q3_K, 256), 0);
     assert_int_equal(quant_batch_row_bytes(DT_Q4_1, 33), 0);
