@@ -337,16 +337,17 @@ static inline float min_q5_1(const struct block_q5_1 *a, float xs) { return fp16
                      size_t os) {                                                                       \
         const int64_t nb = n / 32;                                                                      \
         const size_t rb = quant_planar_row_bytes(n, x_sums);                                            \
-        for (int k = 0; k < nw; k++)                                                                    \
-        for (int r = 0; r < nx; r++) {                                                                  \
+        for (int k = 0; k < nw; k++) {                                                                  \
             const wt *a = (const wt *)(const void *)((const uint8_t *)w + (size_t)k * wb);              \
-            const int8_t *y = (const int8_t *)xb + (size_t)r * rb;                                      \
-            const float *xd = (const float *)(const void *)(y + n), *xs = xd + QUANT_D_REPEAT * nb;      \
-            float s = 0;                                                                                \
-            for (int64_t i = 0; i < nb; i++)                                                            \
-                s += fp16_to_f32(a[i].d) * xd[QUANT_D_REPEAT * i] * (float)sumi(&a[i], y + 32 * i) +    \
-                     min(&a[i], x_sums ? xs[i] : 0.0f);                                                 \
-            out[(size_t)r * os + (size_t)k] = s;                                                        \
+            for (int r = 0; r < nx; r++) {                                                              \
+                const int8_t *y = (const int8_t *)xb + (size_t)r * rb;                                  \
+                const float *xd = (const float *)(const void *)(y + n), *xs = xd + QUANT_D_REPEAT * nb;  \
+                float s = 0;                                                                            \
+                for (int64_t i = 0; i < nb; i++)                                                        \
+                    s += fp16_to_f32(a[i].d) * xd[QUANT_D_REPEAT * i] * (float)sumi(&a[i], y + 32 * i) + \
+                         min(&a[i], x_sums ? xs[i] : 0.0f);                                             \
+                out[(size_t)r * os + (size_t)k] = s;                                                    \
+            }                                                                                           \
         }                                                                                               \
     }
 

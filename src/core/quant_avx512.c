@@ -282,7 +282,8 @@ ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
                 const wt *blk = &b[k < 2 ? i : i1];                                                     \
                 const __m512 v = _mm512_cvtepi32_ps(                                                    \
                     _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(codes + 16 * k))));          \
-                __m512 y = _mm512_mul_ps(_mm512_sub_ps(v, _mm512_set1_ps(o)), _mm512_set1_ps(QUANT_H2F(blk->d))); \
+                const __m512 d = _mm512_set1_ps(QUANT_H2F(blk->d));                                     \
+                __m512 y = _mm512_mul_ps(_mm512_sub_ps(v, _mm512_set1_ps(o)), d);                       \
                 if (has_min)                                                                            \
                     y = _mm512_add_ps(y, _mm512_set1_ps(min_of(blk)));                                  \
                 _mm512_storeu_ps(dst + 16 * k, y);                                                      \

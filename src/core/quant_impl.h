@@ -142,30 +142,30 @@ typedef void (*quant_rows_fn)(int64_t n, const void *w, size_t w_stride, int nw,
 /* A rows kernel from its body for one weight row and up to four activation
  * rows (activation rows in fours, then the rest) and, when not NULL, a
  * body for two weight rows against a single activation row. */
-#define ROWS_BY_4(name, row_bytes, w2, body)                                                            \
-    static void name(int64_t n, const void *w, size_t wb, int nw, const void *xb, int nx, float *out,        \
-                     size_t os) {                                                                            \
-        const size_t rb = row_bytes;                                                                         \
-        void (*const pair)(int64_t, const void *, const void *, const uint8_t *, size_t, float *) = w2;      \
-        const uint8_t *wr = w;                                                                               \
-        int i = 0;                                                                                           \
-        if (nx == 1 && pair != NULL)                                                                         \
-            for (; i + 2 <= nw; i += 2)                                                                      \
-                pair(n, wr + (size_t)i * wb, wr + (size_t)(i + 1) * wb, xb, rb, out + i);                    \
-        for (; i < nw; i++) {                                                                                \
-            const void *a = wr + (size_t)i * wb;                                                             \
-            const uint8_t *x = xb;                                                                           \
-            float *o = out + i;                                                                              \
-            int left = nx;                                                                                   \
-            for (; left >= 4; left -= 4, x += 4 * rb, o += 4 * os)                                           \
-                body(n, a, x, rb, 4, o, os);                                                  \
-            if (left == 3)                                                                                   \
-                body(n, a, x, rb, 3, o, os);                                                  \
-            else if (left == 2)                                                                              \
-                body(n, a, x, rb, 2, o, os);                                                  \
-            else if (left == 1)                                                                              \
-                body(n, a, x, rb, 1, o, os);                                                  \
-        }                                                                                                    \
+#define ROWS_BY_4(name, row_bytes, w2, body)                                                             \
+    static void name(int64_t n, const void *w, size_t wb, int nw, const void *xb, int nx, float *out,    \
+                     size_t os) {                                                                        \
+        const size_t rb = row_bytes;                                                                     \
+        void (*const pair)(int64_t, const void *, const void *, const uint8_t *, size_t, float *) = w2;  \
+        const uint8_t *wr = w;                                                                           \
+        int i = 0;                                                                                       \
+        if (nx == 1 && pair != NULL)                                                                     \
+            for (; i + 2 <= nw; i += 2)                                                                  \
+                pair(n, wr + (size_t)i * wb, wr + (size_t)(i + 1) * wb, xb, rb, out + i);                \
+        for (; i < nw; i++) {                                                                            \
+            const void *a = wr + (size_t)i * wb;                                                         \
+            const uint8_t *x = xb;                                                                       \
+            float *o = out + i;                                                                          \
+            int left = nx;                                                                               \
+            for (; left >= 4; left -= 4, x += 4 * rb, o += 4 * os)                                       \
+                body(n, a, x, rb, 4, o, os);                                                             \
+            if (left == 3)                                                                               \
+                body(n, a, x, rb, 3, o, os);                                                             \
+            else if (left == 2)                                                                          \
+                body(n, a, x, rb, 2, o, os);                                                             \
+            else if (left == 1)                                                                          \
+                body(n, a, x, rb, 1, o, os);                                                             \
+        }                                                                                                \
     }
 
 struct quant_kernels {

@@ -96,7 +96,13 @@ static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int wind
 
 static void test_mha(void **st) { (void)st; check(4, 4, 16, 70, 70, 0, 1); }
 static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); }
-static void test_decode_row(void **st) { (void)st; check(4, 1, 32, 50, 1, 0, 2); }
+static void test_decode_row(void **st) {
+    (void)st;
+    check(4, 1, 32, 50, 1, 0, 2);
+    /* Past ATTN_CHUNK entries: the heads of a group take the columns a chunk at a time. */
+    check(6, 2, 16, 600, 2, 0, 2);
+    check(4, 1, 16, 700, 1, 300, 1);
+}
 static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); check(2, 1, 16, 40, 1, 5, 1); }
 
 /* CSP's n-softmax in the output (eq. 7), decode rows and blocks, with n
@@ -194,7 +200,13 @@ static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, in
 
 static void test_stats_mha(void **st) { (void)st; check_stats(4, 4, 16, 70, 70, 0, 2); }
 static void test_stats_gqa(void **st) { (void)st; check_stats(6, 2, 8, 100, 65, 0, 2); check_stats(4, 1, 8, 45, 45, 0, 1); }
-static void test_stats_decode(void **st) { (void)st; check_stats(4, 2, 16, 50, 1, 0, 2); check_stats(4, 2, 16, 60, 3, 0, 1); }
+static void test_stats_decode(void **st) {
+    (void)st;
+    check_stats(4, 2, 16, 50, 1, 0, 2);
+    check_stats(4, 2, 16, 60, 3, 0, 1);
+    check_stats(6, 2, 8, 600, 3, 0, 2);
+    check_stats(4, 1, 8, 650, 1, 290, 1);
+}
 static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 40, 7, 2); }
 
 /* The same call gives the same statistics bit for bit, however the
