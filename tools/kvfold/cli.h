@@ -56,6 +56,7 @@ struct args {
     const char *kv_type;          /* --kv-type as given */
     enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
     bool swa_full;                /* --swa-full */
+    bool ignore_eos;              /* --ignore-eos */
     bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape, conversation;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
@@ -295,6 +296,8 @@ int prompt_make(const struct kvf_model *m, const char *text, const struct media_
     { "--repeat-penalty", NULL, OPT_FLOAT, &a->repeat_penalty, 0, 100, "R", \
       "divide the logits of tokens among the last --repeat-last-n by R (default 1: off)" }, \
     { "--repeat-last-n", NULL, OPT_INT, &a->repeat_last_n, 0, 1 << 20, "N", "tokens the repeat penalty looks back (default 64)" }, \
+    { "--ignore-eos", NULL, OPT_FLAG, &a->ignore_eos, 0, 0, NULL, \
+      "go on past the model's end-of-generation tokens (sampled as any other)" }, \
     { "--reverse-prompt --stop", "-r", OPT_LIST, &a->stops, 0, 0, "TEXT", \
       "stop once the text generated ends with TEXT (repeatable; the text keeps it)" }
 

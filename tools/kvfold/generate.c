@@ -114,7 +114,7 @@ int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_
             rc = fail(st, what);
             break;
         }
-        if (kvf_token_is_eog(m, tok)) {
+        if (!a->ignore_eos && kvf_token_is_eog(m, tok)) {
             r->stop = "eog";
             break;
         }
@@ -357,6 +357,7 @@ static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, si
     cJSON_AddNumberToObject(sa, "seed", (double)a->seed);
     cJSON_AddNumberToObject(sa, "repeat_penalty", f32_json(a->repeat_penalty));
     cJSON_AddNumberToObject(sa, "repeat_last_n", a->repeat_last_n);
+    cJSON_AddBoolToObject(sa, "ignore_eos", a->ignore_eos);
     if (a->dump_tags)
         cJSON_AddItemToObject(o, "tags", tags_json(g->pr));
     return print_json(o);
