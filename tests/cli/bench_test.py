@@ -158,17 +158,19 @@ def case_bench_errors(ctx):
 
 def case_bench_interrupt(ctx):
     smol = ctx.model(SMOL)
-    # Ctrl-C during 24 tests: the table of those done, exit status 130.
-    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, "-p", ",".join(["32"] * 24), "-n", "0", "-t", "1",
-                              "-r", "1", "--no-warmup"], 5)
+    # Ctrl-C during 32 tests (about 20 s of work here, several times the 5 s
+    # wait, so that faster kernels do not finish first): the table of those
+    # done, exit status 130.
+    n = 32
+    pp = ["-p", ",".join(["128"] * n), "-n", "0", "-t", "1", "-r", "1", "--no-warmup"]
+    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, *pp], 5)
     check(rc == 130, f"bench after Ctrl-C: exit {rc}, want 130: {err!r}")
     rows = md_table(out)
-    check(1 <= len(rows) < 24 and all(r["test"] == "pp32" for r in rows), f"{len(rows)} rows after Ctrl-C: {out!r}")
-    check(re.search(rf"interrupted after {len(rows)} of 24 tests", err), f"stderr says so: {err!r}")
-    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, "-p", ",".join(["32"] * 24), "-n", "0", "-t", "1",
-                              "-r", "1", "--no-warmup", "--json"], 5)
+    check(1 <= len(rows) < n and all(r["test"] == "pp128" for r in rows), f"{len(rows)} rows after Ctrl-C: {out!r}")
+    check(re.search(rf"interrupted after {len(rows)} of {n} tests", err), f"stderr says so: {err!r}")
+    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, *pp, "--json"], 5)
     o = json.loads(out)
-    check(rc == 130 and o["interrupted"] is True and 1 <= len(o["tests"]) < 24, f"bench --json after Ctrl-C: {rc} {out}")
+    check(rc == 130 and o["interrupted"] is True and 1 <= len(o["tests"]) < n, f"bench --json after Ctrl-C: {rc} {out}")
 
     # perplexity: the PPL of the chunks scored so far.
     args = [ctx.bin, "perplexity", "-m", smol, "-f", PASSAGE, "-c", "64", "-t", "1"]

@@ -155,7 +155,9 @@ class Pty:
 
 def case_chat_pty(ctx):
     smol = ctx.model(SMOL)
-    t = Pty([ctx.bin, "chat", "-m", smol, "-n", "-1", "--temp", "0.8", "--seed", "3", "--repeat-penalty", "1.0"])
+    # --ignore-eos: the reply goes on until the Ctrl-C, however fast it decodes.
+    t = Pty([ctx.bin, "chat", "-m", smol, "-n", "-1", "--temp", "0.8", "--seed", "3", "--repeat-penalty", "1.0",
+             "--ignore-eos"])
     t.expect(rb"/help lists the commands")
     t.expect(rb"> ")
     t.send("Write a very long story about a dragon, with many chapters.\n")
