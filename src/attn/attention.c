@@ -104,6 +104,16 @@ static void row_range(const struct attn_params *p, const struct kv_head *h, cons
     *je = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(*jb, kv_head_count_upto(h, qpos[i])));
 }
 
+/* The part [*a, *b) of query i's visible entries among the ATTN_CHUNK
+ * columns from c; false when it is empty. */
+static bool chunk_part(const struct attn_params *p, const struct kv_head *h, const int32_t *qpos, int i, int j0,
+                       int jend, int c, int *a, int *b) {
+    int jb, je;
+    row_range(p, h, qpos, i, j0, jend, &jb, &je);
+    *a = KVF_MAX(jb, c), *b = KVF_MIN(je, c + ATTN_CHUNK);
+    return *a < *b;
+}
+
 /* One block of queries of heads [h0, h1), which share kv head h: scores =
  * scale * Q K^T over the columns some query of the block sees, softmaxed
  * row by row over the ones that query sees (statistics taken from the
@@ -140,15 +150,11 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, ncol, d, p->scale, QV(h0, i0), qstride,
                     K + (size_t)j0 * d, d, 0.0f, s, ncol);
     } else {
-        for (int c = j0; c < jend; c += ATTN_CHUNK)
+        for (int c = j0, a, b; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++) {
-                    int jb, je;
-                    row_range(p, h, qpos, i, j0, jend, &jb, &je);
-                    const int a = KVF_MAX(jb, c), b = KVF_MIN(je, c + ATTN_CHUNK);
-                    if (a < b)
+                for (int i = i0; i < i1; i++)
+                    if (chunk_part(p, h, qpos, i, j0, jend, c, &a, &b))
                         quant_rows_dot_f32(h->type, d, kr + a * rb, b - a, QV(hh, i), p->scale, ROW(hh, i) + (a - j0));
-                }
     }
     for (int hh = h0; hh < h1; hh++)
         for (int i = i0; i < i1; i++) {
@@ -178,14 +184,11 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, ncol, 1.0f, s, ncol, V + (size_t)j0 * d, d,
                     0.0f, OUT(h0, i0), qstride);
     } else {
-        for (int c = j0; c < jend; c += ATTN_CHUNK)
+        for (int c = j0, a, b; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++) {
-                    int jb, je;
-                    row_range(p, h, qpos, i, j0, jend, &jb, &je);
-                    const int a = KVF_MAX(jb, c), b = KVF_MIN(je, c + ATTN_CHUNK);
-                    if (a < b) quant_rows_axpy(h->type, OUT(hh, i), ROW(hh, i) + (a - j0), vr + a * rb, b - a, d);
-                }
+                for (int i = i0; i < i1; i++)
+                    if (chunk_part(p, h, qpos, i, j0, jend, c, &a, &b))
+                        quant_rows_axpy(h->type, OUT(hh, i), ROW(hh, i) + (a - j0), vr + a * rb, b - a, d);
     }
 #undef ROW
 #undef QV
