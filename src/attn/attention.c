@@ -96,24 +96,6 @@ static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, in
  * 4 query heads a kv head, and attention streamed 156 MB a token). */
 #define ATTN_CHUNK 256
 
-/* The entries [*jb, *je) query i sees, within the block's columns
- * [j0, jend) (query positions ascend within a call, attn_forward). */
-static void row_range(const struct attn_params *p, const struct kv_head *h, const int32_t *qpos, int i, int j0,
-                      int jend, int *jb, int *je) {
-    *jb = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i], p->window)));
-    *je = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(*jb, kv_head_count_upto(h, qpos[i])));
-}
-
-/* The part [*a, *b) of query i's visible entries among the ATTN_CHUNK
- * columns from c; false when it is empty. */
-static bool chunk_part(const struct attn_params *p, const struct kv_head *h, const int32_t *qpos, int i, int j0,
-                       int jend, int c, int *a, int *b) {
-    int jb, je;
-    row_range(p, h, qpos, i, j0, jend, &jb, &je);
-    *a = KVF_MAX(jb, c), *b = KVF_MIN(je, c + ATTN_CHUNK);
-    return *a < *b;
-}
-
 /* One block of queries of heads [h0, h1), which share kv head h: scores =
  * scale * Q K^T over the columns some query of the block sees, softmaxed
  * row by row over the ones that query sees (statistics taken from the
@@ -138,6 +120,13 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     const int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
     const int ncol = jend - j0;
     const bool blas = nb >= ATTN_BLAS_MIN_ROWS && ncol > 0;
+    /* Query i0 + k sees entries [jb[k], je[k]), within the block's columns
+     * (positions ascend within a call, attn_forward; nb <= ATTN_BLOCK). */
+    int jb[ATTN_BLOCK], je[ATTN_BLOCK];
+    for (int k = 0; k < nb; k++) {
+        jb[k] = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i0 + k], p->window)));
+        je[k] = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb[k], kv_head_count_upto(h, qpos[i0 + k])));
+    }
 #define ROW(hh, i) (s + ((size_t)((hh) - h0) * nb + (size_t)((i) - i0)) * ncol) /* column j0 first */
 #define QV(hh, i) (q + (size_t)(i) * qstride + (size_t)(hh) * d)
 #define OUT(hh, i) (out + (size_t)(i) * qstride + (size_t)(hh) * d)
@@ -150,45 +139,47 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, ncol, d, p->scale, QV(h0, i0), qstride,
                     K + (size_t)j0 * d, d, 0.0f, s, ncol);
     } else {
-        for (int c = j0, a, b; c < jend; c += ATTN_CHUNK)
+        for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++)
-                    if (chunk_part(p, h, qpos, i, j0, jend, c, &a, &b))
+                for (int i = i0; i < i1; i++) {
+                    const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
+                    if (a < b)
                         quant_rows_dot_f32(h->type, d, kr + a * rb, b - a, QV(hh, i), p->scale, ROW(hh, i) + (a - j0));
+                }
     }
     for (int hh = h0; hh < h1; hh++)
         for (int i = i0; i < i1; i++) {
-            int jb, je;
-            row_range(p, h, qpos, i, j0, jend, &jb, &je);
-            float *row = ROW(hh, i), *r = row + (jb - j0); /* the weights of entries [jb, je) */
+            const int b0 = jb[i - i0], n = je[i - i0] - b0;
+            float *row = ROW(hh, i), *r = row + (b0 - j0); /* the weights of entries [b0, b0 + n) */
             if (blas) { /* the columns this row cannot see weigh nothing in O = S V */
-                memset(row, 0, sizeof(float) * (size_t)(jb - j0));
-                memset(row + (je - j0), 0, sizeof(float) * (size_t)(jend - je));
+                memset(row, 0, sizeof(float) * (size_t)(b0 - j0));
+                memset(r + n, 0, sizeof(float) * (size_t)(jend - b0 - n));
             } else {
                 memset(OUT(hh, i), 0, sizeof(float) * d);
             }
-            if (je == jb) continue;
+            if (n == 0) continue;
             double sum;
-            const float mx = ops_softmax_sum(r, je - jb, &sum);
+            const float mx = ops_softmax_sum(r, n, &sum);
             /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
             if (sp) {
                 const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
-                stats_row(sp, hh / group, i, r, jb, je - jb, 1.0f / group, nsm, h->tag);
+                stats_row(sp, hh / group, i, r, b0, n, 1.0f / group, nsm, h->tag);
             }
             if (p->nsm_n > 0) {
                 const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
-                quant_scale_f32(r, nsm, je - jb);
+                quant_scale_f32(r, nsm, n);
             }
         }
     if (blas) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, ncol, 1.0f, s, ncol, V + (size_t)j0 * d, d,
                     0.0f, OUT(h0, i0), qstride);
     } else {
-        for (int c = j0, a, b; c < jend; c += ATTN_CHUNK)
+        for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++)
-                    if (chunk_part(p, h, qpos, i, j0, jend, c, &a, &b))
-                        quant_rows_axpy(h->type, OUT(hh, i), ROW(hh, i) + (a - j0), vr + a * rb, b - a, d);
+                for (int i = i0; i < i1; i++) {
+                    const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
+                    if (a < b) quant_rows_axpy(h->type, OUT(hh, i), ROW(hh, i) + (a - j0), vr + a * rb, b - a, d);
+                }
     }
 #undef ROW
 #undef QV
