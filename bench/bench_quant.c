@@ -3,7 +3,11 @@
  * sessions in one batch), in calls of 64 weight rows, single thread, at every
  * SIMD level the CPU has. Reports weight bytes streamed per second for a
  * matrix that stays in L2 (~1 MiB) and one that does not (~64 MiB), and for
- * 8 rows how many times one row's time the batch takes.
+ * 8 rows how many times one row's time the batch takes. A second table
+ * compares the two ways to multiply a prompt's rows at the best level: the
+ * integer rows kernels on a tile of 64 weight x 128 activation rows (in
+ * L2, as an integer prefill path would block them) against what ops_matmul
+ * does, dequantising 256 weight rows and one sgemm with 512 rows.
  *
  * Not part of the build. From the repository root:
  *   F="-std=gnu11 -O2 -D_GNU_SOURCE -Iinclude -Isrc"
@@ -11,11 +15,13 @@
  *   gcc $F -mavx2 -mfma -mf16c -c src/core/quant_avx2.c -o /tmp/q2.o
  *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2 \
  *       -c src/core/quant_avx512.c -o /tmp/q5.o
- *   gcc $F bench/bench_quant.c src/core/common.c /tmp/q.o /tmp/q2.o /tmp/q5.o -lm -lpthread -o /tmp/bench_quant
+ *   gcc $F bench/bench_quant.c src/core/common.c /tmp/q.o /tmp/q2.o /tmp/q5.o -lopenblas -lm -lpthread \
+ *       -o /tmp/bench_quant
  *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
  */
 #include "core/quant.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,74 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
         reps *= 2;
     }
     return dt / reps;
+}
+
+/* Best of 5 runs of f(arg) of at least 0.2 s each, seconds a call. */
+static double best_time(void (*f)(void *), void *arg) {
+    double best = 1e30;
+    for (int k = 0; k < 5; k++) {
+        int reps = 0;
+        const double t0 = now_s();
+        do
+            f(arg), reps++;
+        while (now_s() - t0 < 0.2);
+        const double dt = (now_s() - t0) / reps;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+struct prompt_case {
+    enum dtype t;
+    int64_t n;
+    const char *w;       /* 256 weight rows */
+    const void *xb;      /* 128 activation rows, batch form */
+    const float *xf;     /* 512 activation rows, floats */
+    float *deq, *y;
+};
+
+static void prompt_rows(void *arg) {
+    const struct prompt_case *c = arg;
+    quant_vec_dot_rows(c->t, c->n, c->w, dtype_row_bytes(c->t, c->n), 64, c->xb, 128, c->y, 64);
+}
+
+static void prompt_sgemm(void *arg) {
+    const struct prompt_case *c = arg;
+    const size_t rb = dtype_row_bytes(c->t, c->n);
+    for (int r = 0; r < 256; r++)
+        quant_dequant_row(c->t, c->w + (size_t)r * rb, c->deq + (size_t)r * c->n, c->n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 512, 256, (int)c->n, 1.0f, c->xf, (int)c->n, c->deq,
+                (int)c->n, 0.0f, c->y, 256);
+}
+
+static void prompt_table(const enum dtype *types, int ntypes, const int64_t *lens, int nlens) {
+    openblas_set_num_threads(1);
+    simd_set(simd_detect());
+    printf("\n%-6s %6s %12s %12s   (GFLOP/s, %s, 1 thread: rows kernels on 64 x 128 rows; "
+           "dequantise + sgemm, 256 x 512 rows)\n", "type", "n", "int rows", "sgemm", simd_name(simd_get()));
+    for (int ti = 0; ti < ntypes; ti++)
+        for (int li = 0; li < nlens; li++) {
+            struct prompt_case c = {.t = types[ti], .n = lens[li]};
+            const size_t rb = dtype_row_bytes(c.t, c.n);
+            if (rb == 0)
+                continue;
+            float *xf = malloc(512 * (size_t)c.n * sizeof *xf);
+            char *w = malloc(256 * rb);
+            void *xb = malloc(128 * quant_batch_row_bytes(c.t, c.n));
+            for (int64_t i = 0; i < 512 * c.n; i++)
+                xf[i] = (float)rand() / RAND_MAX - 0.5f;
+            for (int r = 0; r < 256; r++)
+                quant_quantize_row(c.t, xf + (size_t)r * c.n, w + (size_t)r * rb, c.n);
+            quant_quantize_batch(c.t, xf, c.n, 128, xb);
+            c.w = w, c.xb = xb, c.xf = xf;
+            c.deq = malloc(256 * (size_t)c.n * sizeof *c.deq);
+            c.y = malloc(512 * 256 * sizeof *c.y);
+            const double tr = best_time(prompt_rows, &c), ts = best_time(prompt_sgemm, &c);
+            printf("%-6s %6lld %12.1f %12.1f\n", dtype_get(c.t)->name, (long long)c.n,
+                   2e-9 * 64 * 128 * (double)c.n / tr, 2e-9 * 256 * 512 * (double)c.n / ts);
+            fflush(stdout);
+            free(xf), free(w), free(xb), free(c.deq), free(c.y);
+        }
 }
 
 int main(int argc, char **argv) {
@@ -102,5 +176,6 @@ int main(int argc, char **argv) {
             free(xf), free(x);
         }
     }
+    prompt_table(types, (int)(sizeof types / sizeof types[0]), lens, nlens);
     return 0;
 }
