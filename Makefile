@@ -5,12 +5,18 @@ BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 PREFIX ?= /usr/local
 
-.PHONY: all setup models models-large build build-asan build-clang fuzz install test test-unit demo bench clean
+.PHONY: all setup setup-hf models models-large build build-asan build-clang fuzz install test test-unit demo bench clean
 
 all: build
 
 setup:
 	@bash scripts/setup.sh
+
+# The venv of the reference tests against Hugging Face transformers
+# (torch + transformers, ~4 GiB with PyTorch's CUDA wheels); without it those
+# tests skip. Not part of `make test`; CI runs it first.
+setup-hf: setup
+	@bash scripts/setup-hf.sh
 
 models: setup
 	@bash scripts/models.sh

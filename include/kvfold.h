@@ -145,10 +145,14 @@ struct kvf_model_info {
     /* Vision tower (zero / NULL when the model has none). */
     bool has_vision;
     const char *vision_source;  /* "mmproj" or "safetensors"                      */
+    const char *vision_tower;   /* "CLIP ViT" (LLaVA) or "SigLIP" (Gemma 3)          */
+    const char *vision_projector; /* "mlp" (LLaVA) or "gemma3" (pooling, norm, linear) */
     int vision_image_size, vision_patch_size, vision_n_layer, vision_n_embd, vision_n_head;
     int vision_n_ff;
     int image_tokens;        /* embeddings one image becomes (e.g. 576)          */
     int image_grid;          /* image_tokens = image_grid^2 (CLS dropped)        */
+    bool image_bidirectional;/* an image's tokens attend to each other (Gemma 3): each image is
+                                prefilled in one pass, whatever n_batch or the block size */
 };
 /* The strings are owned by the model: valid until kvf_model_free. */
 KVF_API void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);

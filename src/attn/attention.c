@@ -113,10 +113,13 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     const int group = p->n_head / p->n_head_kv;
     const size_t rb = dtype_row_bytes(h->type, d);
     const uint8_t *kr = h->k, *vr = h->v;
-    /* Columns [j0, jend): keys past the block's last query are masked for
-     * every row of it, and so are keys out of its first query's window (a
-     * windowed layer's block costs its window, not the context). */
-    const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, qpos[i1 - 1]);
+    /* Columns [j0, jend): keys past every row's last visible position are
+     * masked for the whole block, and so are keys out of its first query's
+     * window (a windowed layer's block costs its window, not the context). */
+    const int32_t *qlast = p->qlast ? p->qlast : qpos; /* NULL when bidirectional */
+    int32_t last = 0;
+    for (int i = i0; qlast && i < i1; i++) last = KVF_MAX(last, qlast[i]);
+    const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
     const int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
     const int ncol = jend - j0;
     const bool blas = nb >= ATTN_BLAS_MIN_ROWS && ncol > 0;
@@ -125,7 +128,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     int jb[ATTN_BLOCK], je[ATTN_BLOCK];
     for (int k = 0; k < nb; k++) {
         jb[k] = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i0 + k], p->window)));
-        je[k] = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb[k], kv_head_count_upto(h, qpos[i0 + k])));
+        je[k] = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb[k], kv_head_count_upto(h, qlast[i0 + k])));
     }
 #define ROW(hh, i) (s + ((size_t)((hh) - h0) * nb + (size_t)((i) - i0)) * ncol) /* column j0 first */
 #define QV(hh, i) (q + (size_t)(i) * qstride + (size_t)(hh) * d)

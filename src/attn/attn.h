@@ -13,6 +13,9 @@ struct attn_params {
     float scale;   /* multiplies q.k */
     int window;    /* sliding window in positions (query sees pos > qpos - window); 0 = none */
     bool bidirectional; /* every query sees every key (vision encoders); qpos unused */
+    const int32_t *qlast; /* [n_q] optional: query i sees keys up to position qlast[i] >= qpos[i] (the
+                             end of its image when an image's tokens attend to each other, Gemma 3);
+                             the window still counts from qpos[i] */
     float nsm_n;   /* > 0: the output weights are the n-softmax exp(x_j) / (n + sum_k exp(x_k))
                       (CSP eq. 7, after pruning); 0: softmax */
 };
@@ -43,7 +46,8 @@ size_t attn_scratch_bytes(int n_kv, int n_threads);
 /* q:   [n_q][n_head*head_dim] after RoPE; qpos: [n_q] true positions, ascending.
  * kv:  the layer's heads (kv_cache_head(cache, layer, 0 .. n_head_kv-1)).
  * out: [n_q][n_head*head_dim]. Query head h reads kv head h / (n_head/n_head_kv).
- * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (and inside the window). */
+ * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (qlast[i] when
+ * given) and inside the window. */
 /* Rows may be stored as any cache type (kv->type). Small blocks (decode)
  * read them in place; blocks of F16 / Q8_0 rows large enough for BLAS use
  * float32 copies, allocated here (O(threads x entries x head_dim)).

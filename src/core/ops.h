@@ -42,7 +42,7 @@ void ops_add(float *x, const float *y, size_t n);             /* x += y         
 void ops_gelu_erf(float *x, int64_t n);                       /* exact (erf) GELU     */
 void ops_gelu_quick(float *x, int64_t n);                     /* x * sigmoid(1.702 x) */
 void ops_silu_mul(float *g, const float *u, int64_t n);      /* g = silu(g) * u      */
-void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u */
+void ops_gelu_tanh_mul(float *g, const float *u, int64_t n); /* g = gelu_tanh(g) * u (u NULL: * 1) */
 /* In-place softmax of n values; -INFINITY entries get 0. Returns max. */
 float ops_softmax(float *x, int n);
 /* The same, also giving sum_j exp(x_j - max) (0 when every entry is -INFINITY). */

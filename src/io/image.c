@@ -490,9 +490,15 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
 
 #define PRECISION_BITS (32 - 8 - 2) /* Pillow's fixed point for 8-bit images */
 
-static double bicubic(double x) {
-    const double a = -0.5;
+/* Pillow's filters: support and kernel. */
+enum image_filter { FILTER_BILINEAR, FILTER_BICUBIC };
+
+static double filter_support(enum image_filter f) { return f == FILTER_BICUBIC ? 2.0 : 1.0; }
+
+static double filter_eval(enum image_filter f, double x) {
     if (x < 0.0) x = -x;
+    if (f == FILTER_BILINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+    const double a = -0.5;
     if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
     if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
     return 0.0;
@@ -514,10 +520,10 @@ static void plan_free(struct resample_plan *p) {
     p->k = NULL;
 }
 
-static enum kvf_status plan_make(int in_size, int out_size, struct resample_plan *p) {
+static enum kvf_status plan_make(int in_size, int out_size, enum image_filter f, struct resample_plan *p) {
     const double scale = (double)in_size / out_size;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
-    const double support = 2.0 * filterscale;
+    const double support = filter_support(f) * filterscale;
     p->ksize = (int)ceil(support) * 2 + 1; /* in_size <= 65535: no overflow */
     size_t nk, nb;
     if (!size_mul((size_t)p->ksize, (size_t)out_size, &nk) || !size_mul(nk, sizeof(int32_t), &nk) ||
@@ -539,7 +545,7 @@ static enum kvf_status plan_make(int in_size, int out_size, struct resample_plan
         xmax -= xmin;
         double ww = 0.0;
         for (int x = 0; x < xmax; x++) {
-            w[x] = bicubic((x + xmin - center + 0.5) * ss);
+            w[x] = filter_eval(f, (x + xmin - center + 0.5) * ss);
             ww += w[x];
         }
         int32_t *k = p->k + (size_t)xx * p->ksize;
@@ -556,43 +562,100 @@ static enum kvf_status plan_make(int in_size, int out_size, struct resample_plan
 }
 
 /* The sums are those of Pillow's int accumulators; 64 bits only so that no
- * input can overflow them (Pillow's never do for this filter). */
+ * input can overflow them (Pillow's never do for these filters). */
 static uint8_t clip8(int64_t v) {
     v >>= PRECISION_BITS;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* The padded square of expand2square, never built whole (a 65535x1000
- * image would make a 12 GiB square). */
-struct square {
+/* The image on a w x h canvas of colour bg at offset (ox, oy): LLaVA's
+ * padded square (expand2square), never built whole (a 65535x1000 image
+ * would make a 12 GiB square), or the image itself (offset 0). */
+struct canvas {
     const struct kvf_image *img;
-    int side, ox, oy;
+    int w, h, ox, oy;
     uint8_t bg[3];
 };
 
-static bool square_row_is_bg(const struct square *sq, int y) { return y < sq->oy || y >= sq->oy + sq->img->h; }
+static bool canvas_row_is_bg(const struct canvas *cv, int y) { return y < cv->oy || y >= cv->oy + cv->img->h; }
 
-static void square_row(const struct square *sq, int y, uint8_t *row) {
-    const int w = sq->img->w;
-    for (int x = 0; x < sq->side; x++) memcpy(row + 3 * (size_t)x, sq->bg, 3);
-    if (!square_row_is_bg(sq, y))
-        memcpy(row + 3 * (size_t)sq->ox, sq->img->rgb + (size_t)(y - sq->oy) * w * 3, (size_t)w * 3);
+static void canvas_row(const struct canvas *cv, int y, uint8_t *row) {
+    const int w = cv->img->w;
+    for (int x = 0; x < cv->w; x++) memcpy(row + 3 * (size_t)x, cv->bg, 3);
+    if (!canvas_row_is_bg(cv, y))
+        memcpy(row + 3 * (size_t)cv->ox, cv->img->rgb + (size_t)(y - cv->oy) * w * 3, (size_t)w * 3);
 }
 
-/* Pillow's resize of the side x side square to size x size, into
- * out[size][size][3]: horizontal pass into 8-bit rows, then vertical. */
-static enum kvf_status square_resize(const struct square *sq, int size, uint8_t *out) {
-    const int side = sq->side, w = sq->img->w;
+/* One row of n pixels resampled by plan p into out [size][3]. */
+static void row_resample(const uint8_t *in, const struct resample_plan *p, int size, uint8_t *out) {
+    for (int o = 0; o < size; o++) {
+        const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
+        const int32_t *k = p->k + (size_t)o * p->ksize;
+        int64_t s3[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+        for (int x = 0; x < cnt; x++)
+            for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x] * in[3 * (size_t)(first + x) + c];
+        for (int c = 0; c < 3; c++) out[3 * o + c] = clip8(s3[c]);
+    }
+}
+
+/* Pillow 13's order when the height shrinks more than twice as much as the
+ * width: the vertical pass into 8-bit rows of the canvas's width, then the
+ * horizontal one. Output as canvas_resize. */
+static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int size, enum image_filter f,
+                                                    uint8_t *out) {
+    const size_t line = (size_t)cv->w * 3;
+    size_t tmp_bytes;
+    if (!size_mul(line, (size_t)size, &tmp_bytes))
+        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, cv->h, size, size);
+    struct resample_plan ph = {0}, pv = {0};
+    enum kvf_status st = plan_make(cv->w, size, f, &ph);
+    if (st == KVF_OK) st = plan_make(cv->h, size, f, &pv);
+    uint8_t *tmp = st == KVF_OK ? malloc(tmp_bytes) : NULL, *row = st == KVF_OK ? malloc(line) : NULL;
+    int64_t *acc = st == KVF_OK ? malloc(line * sizeof *acc) : NULL;
+    if (st == KVF_OK && (!tmp || !row || !acc))
+        st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", cv->w, cv->h);
+    for (int yy = 0; st == KVF_OK && yy < size; yy++) {
+        const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
+        const int32_t *k = pv.k + (size_t)yy * pv.ksize;
+        for (size_t i = 0; i < line; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+        for (int y = 0; y < cnt; y++) {
+            canvas_row(cv, first + y, row);
+            for (size_t i = 0; i < line; i++) acc[i] += (int64_t)row[i] * k[y];
+        }
+        for (size_t i = 0; i < line; i++) tmp[(size_t)yy * line + i] = clip8(acc[i]);
+        row_resample(tmp + (size_t)yy * line, &ph, size, out + (size_t)yy * size * 3);
+    }
+    free(tmp);
+    free(row);
+    free(acc);
+    plan_free(&ph);
+    plan_free(&pv);
+    return st;
+}
+
+/* Pillow's resize of the canvas to size x size with filter f, into
+ * out[size][size][3]: horizontal pass into 8-bit rows, then vertical (a
+ * pass over an unchanged side is the identity, as Pillow skips it), except
+ * where Pillow 13 runs the vertical pass first (Resample.c: the height
+ * shrinks, by more than twice what the width does). */
+static enum kvf_status canvas_resize(const struct canvas *cv, int size, enum image_filter f, uint8_t *out) {
+    const int dh = cv->h - size, dw = cv->w - size;
+    if (dh > 0 && dh > 2 * dw) return canvas_resize_vertical_first(cv, size, f, out);
+    const int ch = cv->h, w = cv->img->w;
     size_t tmp_bytes, acc_n;
-    if (!size_mul((size_t)side, (size_t)size * 3, &tmp_bytes) || !size_mul((size_t)size, 3, &acc_n))
-        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", side, side, size, size);
-    struct resample_plan p = {0};
-    enum kvf_status st = plan_make(side, size, &p);
-    if (st != KVF_OK) return st;
+    if (!size_mul((size_t)ch, (size_t)size * 3, &tmp_bytes) || !size_mul((size_t)size, 3, &acc_n))
+        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, ch, size, size);
+    struct resample_plan p = {0}, pv = {0};
+    enum kvf_status st = plan_make(cv->w, size, f, &p);
+    if (st == KVF_OK) st = plan_make(ch, size, f, &pv);
+    if (st != KVF_OK) {
+        plan_free(&p);
+        return st;
+    }
     uint8_t *tmp = malloc(tmp_bytes), *bg_line = malloc(acc_n);
     int64_t *acc = malloc(acc_n * sizeof *acc), *bg_acc = malloc(acc_n * sizeof *bg_acc);
     if (!tmp || !bg_line || !acc || !bg_acc) {
-        st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", side, side);
+        st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", cv->w, ch);
         goto done;
     }
     /* Every row is background outside the image's columns [ox, ox + w): an
@@ -604,37 +667,36 @@ static enum kvf_status square_resize(const struct square *sq, int size, uint8_t 
         int64_t ksum = 0;
         for (int x = 0; x < p.bounds[2 * o + 1]; x++) ksum += p.k[(size_t)o * p.ksize + x];
         for (int c = 0; c < 3; c++) {
-            bg_acc[3 * o + c] = (1 << (PRECISION_BITS - 1)) + ksum * sq->bg[c];
+            bg_acc[3 * o + c] = (1 << (PRECISION_BITS - 1)) + ksum * cv->bg[c];
             bg_line[3 * o + c] = clip8(bg_acc[3 * o + c]);
         }
     }
     int o_lo = 0, o_hi = size;
-    while (o_lo < size && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= sq->ox) o_lo++;
-    while (o_hi > o_lo && p.bounds[2 * (o_hi - 1)] >= sq->ox + w) o_hi--;
+    while (o_lo < size && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= cv->ox) o_lo++;
+    while (o_hi > o_lo && p.bounds[2 * (o_hi - 1)] >= cv->ox + w) o_hi--;
     const size_t line = (size_t)size * 3;
-    for (int y = 0; y < side; y++) {
+    for (int y = 0; y < ch; y++) {
         uint8_t *t = tmp + (size_t)y * line;
         memcpy(t, bg_line, line);
-        if (square_row_is_bg(sq, y)) continue;
-        const uint8_t *src = sq->img->rgb + (size_t)(y - sq->oy) * w * 3;
+        if (canvas_row_is_bg(cv, y)) continue;
+        const uint8_t *src = cv->img->rgb + (size_t)(y - cv->oy) * w * 3;
         for (int o = o_lo; o < o_hi; o++) {
             const int first = p.bounds[2 * o], end = first + p.bounds[2 * o + 1];
-            const int x0 = first > sq->ox ? first : sq->ox, x1 = end < sq->ox + w ? end : sq->ox + w;
+            const int x0 = first > cv->ox ? first : cv->ox, x1 = end < cv->ox + w ? end : cv->ox + w;
             const int32_t *k = p.k + (size_t)o * p.ksize;
             int64_t s3[3] = {bg_acc[3 * o], bg_acc[3 * o + 1], bg_acc[3 * o + 2]};
             for (int x = x0; x < x1; x++) {
-                const uint8_t *px = src + 3 * (size_t)(x - sq->ox);
-                for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x - first] * (px[c] - sq->bg[c]);
+                const uint8_t *px = src + 3 * (size_t)(x - cv->ox);
+                for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x - first] * (px[c] - cv->bg[c]);
             }
             for (int c = 0; c < 3; c++) t[3 * o + c] = clip8(s3[c]);
         }
     }
-    /* The vertical plan equals the horizontal one (a square). Integer sums
-     * are exact, so accumulating tap by tap over a whole row gives Pillow's
-     * per-pixel sums. */
+    /* Integer sums are exact, so accumulating tap by tap over a whole row
+     * gives Pillow's per-pixel sums. */
     for (int yy = 0; yy < size; yy++) {
-        const int first = p.bounds[2 * yy], cnt = p.bounds[2 * yy + 1];
-        const int32_t *k = p.k + (size_t)yy * p.ksize;
+        const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
+        const int32_t *k = pv.k + (size_t)yy * pv.ksize;
         for (size_t i = 0; i < acc_n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
         for (int y = 0; y < cnt; y++) {
             const uint8_t *t = tmp + (size_t)(first + y) * line;
@@ -648,11 +710,12 @@ done:
     free(acc);
     free(bg_acc);
     plan_free(&p);
+    plan_free(&pv);
     return st;
 }
 
-enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3], const float std[3],
-                                       float *out) {
+static enum kvf_status preprocess_check(const struct kvf_image *img, int size, const float mean[3], const float std[3],
+                                        const float *out) {
     if (!img || !img->rgb || !mean || !std || !out)
         return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: NULL argument");
     if (img->w <= 0 || img->h <= 0 || img->w > IMAGE_MAX_SIDE || img->h > IMAGE_MAX_SIDE)
@@ -663,36 +726,57 @@ enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, co
         if (std[c] == 0.0f || !isfinite(std[c]) || !isfinite(mean[c]))
             return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: mean %g / std %g of channel %d", mean[c],
                            std[c], c);
-    const int w = img->w, h = img->h;
-    struct square sq = {.img = img, .side = w > h ? w : h};
-    /* expand2square: the background is tuple(int(x * 255) for x in mean),
-     * the image pasted at ((side - w) // 2, (side - h) // 2). */
-    for (int c = 0; c < 3; c++) {
-        const double v = (double)mean[c] * 255.0;
-        sq.bg[c] = (uint8_t)(v <= 0.0 ? 0 : v >= 255.0 ? 255 : (int)v);
-    }
-    sq.ox = (sq.side - w) / 2;
-    sq.oy = (sq.side - h) / 2;
+    return KVF_OK;
+}
+
+/* The canvas resized to size x size, scaled to [0, 1] and normalised into
+ * out [3][size][size]. transformers' rescale multiplies by 1/255 in double
+ * and rounds to float, then normalises in float; so do we. */
+static enum kvf_status canvas_to_pixels(const struct canvas *cv, int size, enum image_filter f, const float mean[3],
+                                        const float std[3], float *out) {
     size_t n, bytes;
     if (!size_mul((size_t)size, (size_t)size, &n) || !size_mul(n, 3, &bytes))
         return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: output size %d is too large", size);
     uint8_t *rs = malloc(bytes);
-    if (!rs) return err_set(KVF_ERR_NOMEM, "out of memory preprocessing a %dx%d image", w, h);
+    if (!rs) return err_set(KVF_ERR_NOMEM, "out of memory preprocessing a %dx%d image", cv->img->w, cv->img->h);
     enum kvf_status st = KVF_OK;
-    if (sq.side == size) {
+    if (cv->w == size && cv->h == size) {
         /* Pillow's resize to the same size is a copy. */
-        for (int y = 0; y < size; y++) square_row(&sq, y, rs + (size_t)y * size * 3);
+        for (int y = 0; y < size; y++) canvas_row(cv, y, rs + (size_t)y * size * 3);
     } else {
-        st = square_resize(&sq, size, rs);
+        st = canvas_resize(cv, size, f, rs);
     }
-    /* CLIPImageProcessor then resizes the shortest edge to `size` and crops
-     * size x size at the centre: the identity on this square. Its rescale
-     * multiplies by 1/255 in double and rounds to float, then normalises in
-     * float; so do we. */
     if (st == KVF_OK)
         for (int c = 0; c < 3; c++)
             for (size_t i = 0; i < n; i++)
                 out[(size_t)c * n + i] = ((float)(rs[3 * i + c] * (1.0 / 255.0)) - mean[c]) / std[c];
     free(rs);
     return st;
+}
+
+enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3], const float std[3],
+                                       float *out) {
+    enum kvf_status st = preprocess_check(img, size, mean, std, out);
+    if (st != KVF_OK) return st;
+    const int w = img->w, h = img->h, side = w > h ? w : h;
+    struct canvas cv = {.img = img, .w = side, .h = side};
+    /* expand2square: the background is tuple(int(x * 255) for x in mean),
+     * the image pasted at ((side - w) // 2, (side - h) // 2). */
+    for (int c = 0; c < 3; c++) {
+        const double v = (double)mean[c] * 255.0;
+        cv.bg[c] = (uint8_t)(v <= 0.0 ? 0 : v >= 255.0 ? 255 : (int)v);
+    }
+    cv.ox = (side - w) / 2;
+    cv.oy = (side - h) / 2;
+    /* CLIPImageProcessor then resizes the shortest edge to `size` and crops
+     * size x size at the centre: the identity on this square. */
+    return canvas_to_pixels(&cv, size, FILTER_BICUBIC, mean, std, out);
+}
+
+enum kvf_status image_preprocess_stretch(const struct kvf_image *img, int size, const float mean[3],
+                                         const float std[3], float *out) {
+    enum kvf_status st = preprocess_check(img, size, mean, std, out);
+    if (st != KVF_OK) return st;
+    const struct canvas cv = {.img = img, .w = img->w, .h = img->h};
+    return canvas_to_pixels(&cv, size, FILTER_BILINEAR, mean, std, out);
 }

@@ -1,4 +1,4 @@
-/* Decoded images (stb_image) and LLaVA-1.5's preprocessing. */
+/* Decoded images and the vision families' preprocessing (LLaVA-1.5, Gemma 3). */
 #ifndef KVF_IMAGE_H
 #define KVF_IMAGE_H
 
@@ -16,5 +16,10 @@ struct kvf_image {
  * normalise per channel with mean and std. */
 enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3],
                                        const float std[3], float *out);
+/* Gemma 3's preprocessing (Gemma3ImageProcessor, pan-and-scan off): resize
+ * to size x size whatever the aspect ratio, with Pillow's bilinear filter;
+ * scale and normalise as above. Output as above. */
+enum kvf_status image_preprocess_stretch(const struct kvf_image *img, int size, const float mean[3],
+                                         const float std[3], float *out);
 
 #endif

@@ -931,7 +931,7 @@ done:
     return st;
 }
 
-/* ------------------------------------------- LLaVA vision_config -- */
+/* ------------------------------ vision_config (LLaVA, Gemma 3) -- */
 
 static enum kvf_status json_load_object(const char *file, cJSON **root) {
     char *text;
@@ -986,12 +986,32 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
         goto done;
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava"));
+    cfg->gemma3 = cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3");
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3;
     if (!cfg->present) goto done;
+    struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
+    if (cfg->gemma3) {
+        /* Gemma3Config's vision tower: SigLIP so400m at 896 px unless told. */
+        static const float half[3] = {0.5f, 0.5f, 0.5f};
+        memcpy(cfg->image_mean, half, sizeof half);
+        memcpy(cfg->image_std, half, sizeof half);
+        if ((st = hf_int(&v, "hidden_size", false, false, 1152, &cfg->hidden_size)) ||
+            (st = hf_int(&v, "intermediate_size", false, false, 4304, &cfg->intermediate_size)) ||
+            (st = hf_int(&v, "num_hidden_layers", false, false, 27, &cfg->num_hidden_layers)) ||
+            (st = hf_int(&v, "num_attention_heads", false, false, 16, &cfg->num_attention_heads)) ||
+            (st = hf_int(&v, "image_size", false, false, 896, &cfg->image_size)) ||
+            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
+            (st = hf_float(&v, "layer_norm_eps", 1e-6f, &cfg->layer_norm_eps)) ||
+            (st = hf_str(&v, "hidden_act", "gelu_pytorch_tanh", cfg->hidden_act, sizeof cfg->hidden_act)) ||
+            (st = hf_int(&top, "mm_tokens_per_image", false, false, 256, &cfg->mm_tokens_per_image)))
+            goto done;
+        /* The whole tower runs (last_hidden_state). */
+        cfg->feature_layer = -1;
+        goto preprocessor;
+    }
     /* LlavaConfig builds CLIP ViT-L/14-336 when vision_config is absent; a
      * given dict is completed with CLIPVisionConfig's defaults. */
     const bool vit_l = vc == NULL;
-    struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
     const cJSON *fl = hf_get(&top, "vision_feature_layer", false);
     if (fl && !cJSON_IsNumber(fl)) {
         st = err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_layer must be one integer (several layers are not supported)",
@@ -1015,7 +1035,10 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     cfg->projector_bias = !pb || cJSON_IsTrue(pb);
     memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
     memcpy(cfg->image_std, clip_std, sizeof clip_std);
+preprocessor:;
     /* The image processor's normalisation lives in preprocessor_config.json. */
+    const float def_mean[3] = {cfg->image_mean[0], cfg->image_mean[1], cfg->image_mean[2]};
+    const float def_std[3] = {cfg->image_std[0], cfg->image_std[1], cfg->image_std[2]};
     char *pre = path_join(dir, "preprocessor_config.json");
     if (!pre) {
         st = err_set(KVF_ERR_NOMEM, "out of memory");
@@ -1026,8 +1049,8 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
         st = json_load_object(pre, &proot);
         if (!st) {
             struct hf_src p = {pre, proot, NULL, true};
-            if (!(st = hf_float3(&p, "image_mean", clip_mean, cfg->image_mean)))
-                st = hf_float3(&p, "image_std", clip_std, cfg->image_std);
+            if (!(st = hf_float3(&p, "image_mean", def_mean, cfg->image_mean)))
+                st = hf_float3(&p, "image_std", def_std, cfg->image_std);
         }
         cJSON_Delete(proot);
     }

@@ -48,11 +48,14 @@ struct hf_config {
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 
-/* The vision part of a LLaVA config.json (vision_config and the top-level
- * vision_feature_* / projector keys, with transformers' defaults) and the
- * normalisation of preprocessor_config.json (CLIP's when absent). */
+/* The vision part of a LLaVA or Gemma 3 config.json (vision_config and the
+ * top-level vision_feature_* / projector / mm_tokens_per_image keys, with
+ * transformers' defaults) and the normalisation of preprocessor_config.json
+ * (CLIP's, or 0.5 for Gemma 3, when absent). */
 struct hf_vision_config {
     bool present;              /* the config describes a vision tower */
+    bool gemma3;               /* model_type "gemma3": SigLIP and Gemma 3's pooling projector */
+    int mm_tokens_per_image;   /* gemma3: tokens an image becomes (a square number) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int image_size, patch_size;
     float layer_norm_eps;

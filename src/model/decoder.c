@@ -53,6 +53,25 @@ static void layer_qkv(const struct fwd_scratch *f, const struct layer_weights *L
     matmul_rows(f, &L->wv, f->xn, n, f->v);
 }
 
+/* Gemma 3's vision models let an image's tokens attend to each other
+ * (transformers' token_type_ids mask, OR-ed with the causal one and AND-ed
+ * with the window): a row of an image sees up to the image's last row in
+ * the pass (the session runs an image in one pass), any other row up to
+ * itself. NULL when no row sees past itself. */
+static const int32_t *rows_last_visible(const struct decoder *d, int n) {
+    struct fwd_scratch *f = d->fw;
+    if (!d->model->hp.image_bidirectional) return NULL;
+    bool ahead = false;
+    for (int t = n - 1; t >= 0; t--) {
+        const struct kvf_tag *g = &f->btag[t], *next = t + 1 < n ? &f->btag[t + 1] : NULL;
+        const bool same = g->modality == KVF_MOD_IMAGE && next && next->modality == KVF_MOD_IMAGE &&
+                          next->media == g->media;
+        f->qlast[t] = same ? f->qlast[t + 1] : f->pos[t];
+        ahead |= same;
+    }
+    return ahead ? f->qlast : NULL;
+}
+
 /* The rest of layer l's self-attention for n rows of one session, whose
  * projections are q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
  * biases, norms and RoPE, the cache append, and attention over the
@@ -96,6 +115,7 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
         .scale = hp->attn_scale, .window = L->is_local ? hp->sliding_window : 0, .nsm_n = d->nsm_n,
+        .qlast = rows_last_visible(d, n),
     };
     /* Entries that carry running statistics get this call's added. */
     const size_t plane = (size_t)hp->n_head_kv * f->n_ctx;
@@ -358,7 +378,8 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
     if (!mem_resize(&f->x, R * hp->n_embd, sizeof *f->x) || !mem_resize(&f->xn, R * hp->n_embd, sizeof *f->xn) ||
         !mem_resize(&f->q, R * QD, sizeof *f->q) || !mem_resize(&f->k, R * KD, sizeof *f->k) ||
         !mem_resize(&f->v, R * KD, sizeof *f->v) || !mem_resize(&f->att, R * QD, sizeof *f->att) ||
-        !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->btag, R, sizeof *f->btag) ||
+        !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->qlast, R, sizeof *f->qlast) ||
+        !mem_resize(&f->btag, R, sizeof *f->btag) ||
         !mem_resize(&f->gate, (size_t)B * hp->n_ff, sizeof *f->gate) ||
         !mem_resize(&f->up, (size_t)B * hp->n_ff, sizeof *f->up) ||
         !mem_resize(&f->mm_scratch, ops_matmul_scratch_bytes(widest, B, f->n_threads), 1))
@@ -370,9 +391,9 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
 /* The row buffers go; fwd_reserve brings them back for the next pass. */
 void fwd_release_rows(struct fwd_scratch *f) {
     free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
-    free(f->gate), free(f->up), free(f->pos), free(f->btag), free(f->mm_scratch);
+    free(f->gate), free(f->up), free(f->pos), free(f->qlast), free(f->btag), free(f->mm_scratch);
     f->x = f->xn = f->q = f->k = f->v = f->att = f->gate = f->up = NULL;
-    f->pos = NULL;
+    f->pos = f->qlast = NULL;
     f->btag = NULL;
     f->mm_scratch = NULL;
     f->rows_cap = 0;

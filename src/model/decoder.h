@@ -23,6 +23,7 @@ struct fwd_scratch {
     float *q, *k, *v, *att;  /* [R][n_head*head_dim], [R][n_head_kv*head_dim] x2, [R][n_head*head_dim] */
     float *gate, *up;        /* [B][n_ff] */
     int32_t *pos;            /* [R] true positions of the pass's rows */
+    int32_t *qlast;          /* [R] the last position each row sees (model.h: image_bidirectional) */
     struct kvf_tag *btag;    /* [R] tags of the pass's rows */
     void *mm_scratch;        /* ops_matmul scratch for B rows */
     float *attn_scratch;     /* attn_forward scratch for n_ctx keys */

@@ -154,11 +154,20 @@ enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *sr
     for (int64_t i = 0; i < n; i++) f[i] += add;
     w->type = DT_F32;
     w->row_bytes = (size_t)n * sizeof(float);
-    w->data = f;
+    w->data = NULL;
+    st = model_keep(m, f);
+    if (st == KVF_OK) w->data = f;
+    return st;
+}
+
+enum kvf_status model_keep(struct kvf_model *m, float *f) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? 2 * m->cap_owned : 64;
         float **o = realloc(m->owned, (size_t)cap * sizeof *o);
-        if (!o) { free(f); w->data = NULL; return err_set(KVF_ERR_NOMEM, "out of memory"); }
+        if (!o) {
+            free(f);
+            return err_set(KVF_ERR_NOMEM, "out of memory");
+        }
         m->owned = o;
         m->cap_owned = cap;
     }
@@ -463,6 +472,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         else
             st = vision_load_mmproj(m, p.mmproj);
     }
+    if (st == KVF_OK && m->vision) st = vision_attach(m);
     if (st != KVF_OK) {
         kvf_model_free(m);
         return st;
@@ -500,6 +510,7 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
         .chat_template_name = chat ? chat : "none", .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
     };
     if (m->vision) vision_fill_info(m->vision, info);
+    info->image_bidirectional = m->hp.image_bidirectional;
 }
 
 enum kvf_status kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,

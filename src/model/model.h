@@ -30,6 +30,7 @@ struct hparams {
     enum kvf_rope_style rope_style;
     bool norm_plus_one;        /* gemma checkpoints store w with RMSNorm scaling (1 + w) */
     float embd_scale;          /* gemma: sqrt(n_embd); else 1 */
+    bool image_bidirectional;  /* an image's tokens see each other (Gemma 3's vision models) */
 };
 
 struct vision_model; /* model/vit.h */
@@ -75,11 +76,17 @@ enum kvf_status weight_bind(struct kvf_model *m, const struct tensor_src *src, s
 enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
                                 int64_t n, bool required, float add);
 
+/* Hands the model a float array it frees with itself (freed here on failure). */
+enum kvf_status model_keep(struct kvf_model *m, float *f);
+
 /* Vision towers (model/vit.c): from a llama.cpp mmproj GGUF, or from the
  * vision_tower of a Hugging Face LLaVA directory (a no-op when it has none). */
 enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path);
 enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src);
 void vision_free(struct vision_model *v);
+/* What the loaded tower asks of the decoder and the prompt: Gemma 3's
+ * bidirectional image attention and the tokens around each image. */
+enum kvf_status vision_attach(struct kvf_model *m);
 
 /* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */
 enum kvf_status model_require_weights(const struct kvf_model *m, const char *what);

@@ -1,10 +1,15 @@
-/* The LLaVA-1.5 vision tower: CLIP ViT and the 2-layer MLP projector.
+/* Vision towers and projectors (model/vit.h).
  *
- *   pixels [3][S][S] -> patches [grid^2][3*p*p] -> patch embedding (a
- *   convolution with stride p is a matrix product) -> [CLS; patches] + learned
- *   position embeddings -> pre-LN -> n_layer x (x += attn(LN1(x));
- *   x += fc2(act(fc1(LN2(x))))) -> [post-LN when the file has one] -> drop
- *   CLS -> linear_1 -> GELU -> linear_2 -> decoder embeddings.
+ * LLaVA-1.5: pixels [3][S][S] -> patches [grid^2][3*p*p] -> patch embedding
+ * (a convolution with stride p is a matrix product) -> [CLS; patches] +
+ * learned position embeddings -> pre-LN -> n_layer x (x += attn(LN1(x));
+ * x += fc2(act(fc1(LN2(x))))) -> [post-LN when the file has one] -> drop
+ * CLS -> linear_1 -> GELU -> linear_2 -> decoder embeddings.
+ *
+ * Gemma 3: the same layers in SigLIP's form (no class token, no pre-LN, the
+ * tanh GELU), all of them, then post-LN -> average pooling of the grid in
+ * pool x pool cells -> RMSNorm with (1 + w) -> x P with P [n_embd][n_out]
+ * (transformers' Gemma3MultiModalProjector).
  *
  * LLaVA reads the second-to-last layer's output: llama.cpp's converter stores
  * only the layers up to it (clip.vision.block_count = 23 of 24), while a
@@ -45,6 +50,9 @@ static enum kvf_status vision_check(const struct vision_model *v, const char *wh
     if (v->n_layer <= 0 || v->n_layer > VIT_MAX_LAYERS)
         return err_set(KVF_ERR_FORMAT, "%s: %d vision layers to run (1..%d)", what, v->n_layer, VIT_MAX_LAYERS);
     if (!(v->eps > 0.0f && v->eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "%s: layer-norm epsilon %g", what, v->eps);
+    if (v->proj == VIT_PROJ_GEMMA3 && (v->pool <= 0 || (v->image_size / v->patch_size) % v->pool != 0))
+        return err_set(KVF_ERR_FORMAT, "%s: pooling kernel %d does not divide the %d-patch grid", what, v->pool,
+                       v->image_size / v->patch_size);
     for (int c = 0; c < 3; c++)
         if (!(v->std[c] > 0.0f) || !isfinite(v->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
@@ -56,7 +64,8 @@ static enum kvf_status vision_alloc(const struct vision_model *tmpl, struct visi
     if (!v) return err_set(KVF_ERR_NOMEM, "out of memory");
     *v = *tmpl;
     v->grid = v->image_size / v->patch_size;
-    v->n_pos = v->grid * v->grid + 1;
+    v->n_pos = v->grid * v->grid + (v->has_cls ? 1 : 0);
+    v->tok_grid = v->proj == VIT_PROJ_GEMMA3 ? v->grid / v->pool : v->grid;
     v->layers = calloc((size_t)v->n_layer, sizeof *v->layers);
     if (!v->layers) {
         free(v);
@@ -72,6 +81,7 @@ struct vit_names {
     const char *ln1_w, *ln1_b, *ln2_w, *ln2_b, *q, *bq, *k, *bk, *v, *bv, *o, *bo;
     const char *fc1, *fc1_b, *fc2, *fc2_b;
     const char *mm0, *mm0_b, *mm2, *mm2_b;
+    const char *mm_norm, *mm_proj; /* Gemma 3's projector */
 };
 
 static const struct vit_names names_mmproj = {
@@ -83,12 +93,14 @@ static const struct vit_names names_mmproj = {
     /* fc1 / fc2: chosen per file in bind_layers (llama.cpp's legacy quirk) */
     NULL, NULL, NULL, NULL,
     "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
+    "mm.soft_emb_norm.weight", "mm.input_projection.weight",
 };
 
 /* Hugging Face names below the vision tower / projector prefixes. */
 static const struct vit_names names_hf = {
     "embeddings.patch_embedding.weight", "embeddings.patch_embedding.bias", "embeddings.class_embedding",
-    "embeddings.position_embedding.weight", "pre_layrnorm.weight", "pre_layrnorm.bias", NULL, NULL,
+    "embeddings.position_embedding.weight", "pre_layrnorm.weight", "pre_layrnorm.bias", "post_layernorm.weight",
+    "post_layernorm.bias",
     "encoder.layers.%d.layer_norm1.weight", "encoder.layers.%d.layer_norm1.bias",
     "encoder.layers.%d.layer_norm2.weight", "encoder.layers.%d.layer_norm2.bias",
     "encoder.layers.%d.self_attn.q_proj.weight", "encoder.layers.%d.self_attn.q_proj.bias",
@@ -98,6 +110,7 @@ static const struct vit_names names_hf = {
     "encoder.layers.%d.mlp.fc1.weight", "encoder.layers.%d.mlp.fc1.bias",
     "encoder.layers.%d.mlp.fc2.weight", "encoder.layers.%d.mlp.fc2.bias",
     "linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias",
+    "mm_soft_emb_norm.weight", "mm_input_projection_weight",
 };
 
 /* name = prefix + fmt (with the layer number when fmt has %d). */
@@ -107,14 +120,86 @@ static const char *vname(char *buf, size_t n, const char *prefix, const char *fm
     return buf;
 }
 
+/* Whether the post-layernorm is read: LLaVA's feature layer never reaches
+ * HF's, some mmproj files hold one for the layers they keep, SigLIP's ends
+ * the tower. */
+enum post_ln { POST_NONE, POST_OPTIONAL, POST_REQUIRED };
+
 struct vit_binder {
     struct kvf_model *m;
     const struct tensor_src *src;
     const char *vprefix, *pprefix; /* vision tower, projector */
     const struct vit_names *nm;
+    enum post_ln post;
+    bool proj_bias;                /* the MLP projector's biases */
+    float norm_add;                /* added to Gemma 3's projector norm: 1 for HF's (1 + w) form */
 };
 
-static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_model *v, bool proj_bias) {
+/* Gemma 3's projection: the file's [n_embd][n_out] (x P) as an F32 copy
+ * [n_out][n_embd], the layout ops_matmul multiplies by. */
+static enum kvf_status bind_transposed(const struct vit_binder *b, struct weight *w, const char *name, int64_t rows,
+                                       int64_t cols) {
+    struct weight stored;
+    enum kvf_status st = weight_bind(b->m, b->src, &stored, name, rows, cols, true);
+    if (st != KVF_OK) return st;
+    float *t = malloc(sizeof(float) * (size_t)rows * (size_t)cols), *row = malloc(sizeof(float) * (size_t)cols);
+    if (!t || !row) {
+        free(t), free(row);
+        return err_set(KVF_ERR_NOMEM, "out of memory transposing '%s'", name);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        ops_get_row(&stored, r, row);
+        for (int64_t c = 0; c < cols; c++) t[c * rows + r] = row[c];
+    }
+    free(row);
+    if ((st = model_keep(b->m, t)) != KVF_OK) return st;
+    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t};
+    return KVF_OK;
+}
+
+static enum kvf_status bind_projector(const struct vit_binder *b, struct vision_model *v) {
+    struct kvf_model *m = b->m;
+    const struct tensor_src *src = b->src;
+    const struct vit_names *nm = b->nm;
+    const int64_t H = v->n_embd, E = m->hp.n_embd;
+    char n[192];
+    enum kvf_status st;
+    if (v->proj == VIT_PROJ_GEMMA3) {
+        int64_t ne[4];
+        int nd;
+        /* The norm's width is the tower's; the projection's the decoder's. */
+        if ((st = weight_bind_vec(m, src, &v->mm_norm, vname(n, sizeof n, b->pprefix, nm->mm_norm, 0), H, true,
+                                  b->norm_add)))
+            return st;
+        vname(n, sizeof n, b->pprefix, nm->mm_proj, 0);
+        if (!tensor_shape(src, n, ne, &nd)) return err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n);
+        if (nd != 2 || ne[1] != H || ne[0] != E)
+            return err_set(KVF_ERR_SHAPE, "the projector does not map the vision width %lld to the decoder's "
+                           "embedding width %lld: '%s' is [%lld, %lld]", (long long)H, (long long)E, n,
+                           (long long)ne[1], (long long)ne[0]);
+        if ((st = bind_transposed(b, &v->mm_proj, n, H, E))) return st;
+        v->n_out = (int)E;
+        return KVF_OK;
+    }
+    /* The projector must land in the decoder's embedding space. */
+    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false)) ||
+        (!v->mm0.data && (st = err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n))) ||
+        (st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, b->proj_bias, 0)) ||
+        (st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)) ||
+        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, b->proj_bias, 0))) {
+        if (st != KVF_ERR_SHAPE) return st;
+        /* Say what the shapes mean, keeping the binder's message (copied:
+         * err_set writes into the buffer kvf_last_error returns). */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", kvf_last_error());
+        return err_set(st, "the projector does not map the vision width %lld to the decoder's embedding width %lld: "
+                       "%s", (long long)H, (long long)E, msg);
+    }
+    v->n_out = (int)E;
+    return KVF_OK;
+}
+
+static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_model *v) {
     struct kvf_model *m = b->m;
     const struct tensor_src *src = b->src;
     const struct vit_names *nm = b->nm;
@@ -124,15 +209,18 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
     if ((st = weight_bind_nd(m, src, &v->patch, vname(n, sizeof n, b->vprefix, nm->patch, 0), H,
                              3 * (int64_t)v->patch_size * v->patch_size, 4, true)) ||
         (st = weight_bind_vec(m, src, &v->patch_b, vname(n, sizeof n, b->vprefix, nm->patch_b, 0), H, false, 0)) ||
-        (st = weight_bind_vec(m, src, &v->cls, vname(n, sizeof n, b->vprefix, nm->cls, 0), H, true, 0)) ||
-        (st = weight_bind(m, src, &v->pos, vname(n, sizeof n, b->vprefix, nm->pos, 0), v->n_pos, H, true)) ||
-        (st = weight_bind_vec(m, src, &v->pre_w, vname(n, sizeof n, b->vprefix, nm->pre_w, 0), H, true, 0)) ||
-        (st = weight_bind_vec(m, src, &v->pre_b, vname(n, sizeof n, b->vprefix, nm->pre_b, 0), H, true, 0)))
+        (st = weight_bind(m, src, &v->pos, vname(n, sizeof n, b->vprefix, nm->pos, 0), v->n_pos, H, true)))
         return st;
-    if (nm->post_w && ((st = weight_bind_vec(m, src, &v->post_w, vname(n, sizeof n, b->vprefix, nm->post_w, 0), H,
-                                             false, 0)) ||
-                       (st = weight_bind_vec(m, src, &v->post_b, vname(n, sizeof n, b->vprefix, nm->post_b, 0), H,
-                                             v->post_w.data != NULL, 0))))
+    if (v->has_cls &&
+        ((st = weight_bind_vec(m, src, &v->cls, vname(n, sizeof n, b->vprefix, nm->cls, 0), H, true, 0)) ||
+         (st = weight_bind_vec(m, src, &v->pre_w, vname(n, sizeof n, b->vprefix, nm->pre_w, 0), H, true, 0)) ||
+         (st = weight_bind_vec(m, src, &v->pre_b, vname(n, sizeof n, b->vprefix, nm->pre_b, 0), H, true, 0))))
+        return st;
+    if (b->post != POST_NONE &&
+        ((st = weight_bind_vec(m, src, &v->post_w, vname(n, sizeof n, b->vprefix, nm->post_w, 0), H,
+                               b->post == POST_REQUIRED, 0)) ||
+         (st = weight_bind_vec(m, src, &v->post_b, vname(n, sizeof n, b->vprefix, nm->post_b, 0), H,
+                               v->post_w.data != NULL, 0))))
         return st;
     for (int l = 0; l < v->n_layer; l++) {
         struct vit_layer *L = &v->layers[l];
@@ -169,23 +257,7 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
             (st = weight_bind_vec(m, src, &L->fc2_b, vname(n, sizeof n, p, fc2_b, l), H, true, 0)))
             return st;
     }
-    /* The projector must land in the decoder's embedding space. */
-    const int64_t E = m->hp.n_embd;
-    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false)) ||
-        (!v->mm0.data && (st = err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n))) ||
-        (st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, proj_bias, 0)) ||
-        (st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)) ||
-        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, proj_bias, 0))) {
-        if (st != KVF_ERR_SHAPE) return st;
-        /* Say what the shapes mean, keeping the binder's message (copied:
-         * err_set writes into the buffer kvf_last_error returns). */
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", kvf_last_error());
-        return err_set(st, "the projector does not map the vision width %lld to the decoder's embedding width %lld: "
-                       "%s", (long long)H, (long long)E, msg);
-    }
-    v->n_out = (int)E;
-    return KVF_OK;
+    return bind_projector(b, v);
 }
 
 static enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required) {
@@ -223,10 +295,12 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     if (gguf_get_bool(f, "clip.has_vision_encoder", &flag) && !flag)
         return err_set(KVF_ERR_UNSUPPORTED, "%s: the file has no vision encoder", path);
     const char *proj = gguf_get_str(f, "clip.projector_type");
-    if (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag))
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp')", path,
+    const bool gemma3 = proj && !strcmp(proj, "gemma3");
+    if (!gemma3 && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3')", path,
                        proj ? proj : "(none)");
-    struct vision_model t = {.eps = 1e-5f};
+    struct vision_model t = {.eps = gemma3 ? 1e-6f : 1e-5f, .has_cls = !gemma3, .pool = 4,
+                             .proj = gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP};
     memcpy(t.mean, clip_mean, sizeof t.mean);
     memcpy(t.std, clip_std, sizeof t.std);
     if ((st = mmproj_u32(f, "clip.vision.image_size", &t.image_size, true)) ||
@@ -235,18 +309,22 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
         (st = mmproj_u32(f, "clip.vision.feed_forward_length", &t.n_ff, true)) ||
         (st = mmproj_u32(f, "clip.vision.attention.head_count", &t.n_head, true)) ||
         (st = mmproj_u32(f, "clip.vision.block_count", &t.n_layer, true)) ||
+        /* llama.cpp's converter writes it only when it is not Gemma 3's 4. */
+        (st = mmproj_u32(f, "clip.vision.projector.scale_factor", &t.pool, false)) ||
         (st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
         (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
         return st;
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
     bool gelu = false;
     gguf_get_bool(f, "clip.use_gelu", &gelu);
-    t.quick_gelu = !gelu;
+    /* SigLIP's GELU is the tanh form (gelu_pytorch_tanh), CLIP's use_gelu the erf one. */
+    t.act = gemma3 ? VIT_GELU_TANH : gelu ? VIT_GELU_ERF : VIT_GELU_QUICK;
     snprintf(t.source, sizeof t.source, "mmproj");
     if ((st = vision_check(&t, path)) || (st = vision_alloc(&t, &m->vision))) return st;
     const struct tensor_src src = {.gguf = f};
-    const struct vit_binder b = {m, &src, "", "", &names_mmproj};
-    return bind_layers(&b, m->vision, true);
+    /* The converter stores Gemma 3's projector norm as w + 1. */
+    const struct vit_binder b = {m, &src, "", "", &names_mmproj, gemma3 ? POST_REQUIRED : POST_OPTIONAL, true, 0.0f};
+    return bind_layers(&b, m->vision);
 }
 
 enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src) {
@@ -255,43 +333,84 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     int which = -1;
     char n[192];
     for (int i = 0; i < 2; i++)
-        if (tensor_exists(src, vname(n, sizeof n, vprefixes[i], names_hf.cls, 0))) which = i;
+        if (tensor_exists(src, vname(n, sizeof n, vprefixes[i], names_hf.patch, 0))) which = i;
     struct hf_vision_config cfg;
     enum kvf_status st = hf_vision_config_load(dir, &cfg);
     if (st != KVF_OK) return st;
     if (which < 0) {
         if (cfg.present) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a vision tower but no '%s' tensor "
-                                        "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.cls, 0));
+                                        "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.patch, 0));
         return KVF_OK;
     }
     struct vision_model t = {
         .image_size = cfg.image_size, .patch_size = cfg.patch_size, .n_embd = cfg.hidden_size,
         .n_head = cfg.num_attention_heads, .n_ff = cfg.intermediate_size, .eps = cfg.layer_norm_eps,
+        .has_cls = !cfg.gemma3, .proj = cfg.gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP,
     };
     memcpy(t.mean, cfg.image_mean, sizeof t.mean);
     memcpy(t.std, cfg.image_std, sizeof t.std);
-    if (!strcmp(cfg.hidden_act, "quick_gelu")) t.quick_gelu = true;
-    else if (strcmp(cfg.hidden_act, "gelu") != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (quick_gelu or gelu)", dir, cfg.hidden_act);
-    if (strcmp(cfg.projector_act, "gelu") != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector_hidden_act '%s' (gelu)", dir, cfg.projector_act);
-    if (!strcmp(cfg.select_strategy, "full")) t.keep_cls = true;
-    else if (strcmp(cfg.select_strategy, "default") != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_select_strategy '%s'", dir, cfg.select_strategy);
-    /* hidden_states holds the embeddings and then each layer's output. */
+    if (!strcmp(cfg.hidden_act, "quick_gelu")) t.act = VIT_GELU_QUICK;
+    else if (!strcmp(cfg.hidden_act, "gelu")) t.act = VIT_GELU_ERF;
+    else if (!strcmp(cfg.hidden_act, "gelu_pytorch_tanh")) t.act = VIT_GELU_TANH;
+    else return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (quick_gelu, gelu or gelu_pytorch_tanh)", dir,
+                        cfg.hidden_act);
     const int L = cfg.num_hidden_layers;
-    t.n_layer = cfg.feature_layer < 0 ? L + 1 + cfg.feature_layer : cfg.feature_layer;
+    if (cfg.gemma3) {
+        /* tokens_per_side = sqrt(mm_tokens_per_image); kernel = grid / tokens_per_side. */
+        const int side = (int)lround(sqrt((double)KVF_MAX(cfg.mm_tokens_per_image, 0)));
+        const int grid = cfg.patch_size > 0 ? cfg.image_size / cfg.patch_size : 0;
+        if (side <= 0 || side * side != cfg.mm_tokens_per_image || grid % side != 0)
+            return err_set(KVF_ERR_FORMAT, "%s: mm_tokens_per_image %d is not the square of a divisor of the %d-patch "
+                           "grid", dir, cfg.mm_tokens_per_image, grid);
+        t.pool = grid / side;
+        t.n_layer = L;
+    } else {
+        if (strcmp(cfg.projector_act, "gelu") != 0)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: projector_hidden_act '%s' (gelu)", dir, cfg.projector_act);
+        if (!strcmp(cfg.select_strategy, "full")) t.keep_cls = true;
+        else if (strcmp(cfg.select_strategy, "default") != 0)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_select_strategy '%s'", dir, cfg.select_strategy);
+        /* hidden_states holds the embeddings and then each layer's output. */
+        t.n_layer = cfg.feature_layer < 0 ? L + 1 + cfg.feature_layer : cfg.feature_layer;
+    }
     if (L <= 0 || t.n_layer <= 0 || t.n_layer > L)
         return err_set(KVF_ERR_FORMAT, "%s: vision_feature_layer %d outside 1..%d layers", dir, cfg.feature_layer, L);
     snprintf(t.source, sizeof t.source, "safetensors");
     if ((st = vision_check(&t, dir)) || (st = vision_alloc(&t, &m->vision))) return st;
-    const struct vit_binder b = {m, src, vprefixes[which], pprefixes[which], &names_hf};
-    return bind_layers(&b, m->vision, cfg.projector_bias);
+    const struct vit_binder b = {m, src, vprefixes[which], pprefixes[which], &names_hf,
+                                 cfg.gemma3 ? POST_REQUIRED : POST_NONE, cfg.projector_bias, 1.0f};
+    return bind_layers(&b, m->vision);
+}
+
+static int32_t token_find(const struct tokenizer *t, const char *text) {
+    for (int32_t id = 0; id < tok_n_vocab(t); id++) {
+        const char *s = tok_text(t, id);
+        if (s && !strcmp(s, text)) return id;
+    }
+    return -1;
+}
+
+enum kvf_status vision_attach(struct kvf_model *m) {
+    struct vision_model *v = m->vision;
+    v->boi = v->eoi = -1;
+    if (v->proj != VIT_PROJ_GEMMA3) return KVF_OK;
+    /* Gemma3Processor writes each image as "\n\n<start_of_image>" + its
+     * tokens + "<end_of_image>\n\n", and the decoder lets the tokens of an
+     * image attend to each other (token_type_ids). */
+    v->boi = token_find(m->tok, "<start_of_image>");
+    v->eoi = token_find(m->tok, "<end_of_image>");
+    if (v->boi < 0 || v->eoi < 0)
+        return err_set(KVF_ERR_FORMAT, "a Gemma 3 vision tower needs <start_of_image> and <end_of_image> in the "
+                       "vocabulary");
+    m->hp.image_bidirectional = true;
+    return KVF_OK;
 }
 
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info) {
     info->has_vision = true;
     info->vision_source = v->source;
+    info->vision_tower = v->has_cls ? "CLIP ViT" : "SigLIP";
+    info->vision_projector = v->proj == VIT_PROJ_GEMMA3 ? "gemma3" : "mlp";
     info->vision_image_size = v->image_size;
     info->vision_patch_size = v->patch_size;
     info->vision_n_layer = v->n_layer;
@@ -299,7 +418,7 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
     info->vision_n_head = v->n_head;
     info->vision_n_ff = v->n_ff;
     info->image_tokens = vision_n_tokens(v);
-    info->image_grid = v->grid;
+    info->image_grid = v->tok_grid;
 }
 
 /* ------------------------------------------------------------- forward -- */
@@ -326,7 +445,7 @@ static enum kvf_status vit_buf_init(struct vit_buf *b, const struct vision_model
     const size_t patch = 3 * (size_t)v->patch_size * v->patch_size;
     const size_t widest = KVF_MAX(KVF_MAX(H, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out));
     memset(b, 0, sizeof *b);
-    b->pix = malloc(sizeof(float) * (3 * S * S + (n - 1) * patch));
+    b->pix = malloc(sizeof(float) * (3 * S * S + (size_t)v->grid * v->grid * patch));
     b->x = malloc(sizeof(float) * n * H);
     b->xn = malloc(sizeof(float) * n * H);
     b->q = malloc(sizeof(float) * n * H);
@@ -386,14 +505,17 @@ static void vit_mlp(const struct vision_model *v, const struct vit_layer *L, str
     layernorm_rows(b->xn, b->x, &L->ln2_w, &L->ln2_b, n, H, v->eps);
     ops_matmul(&L->fc1, b->xn, n, b->ff, b->mm, nt);
     ops_add_bias(b->ff, &L->fc1_b, n, F);
-    if (v->quick_gelu) ops_gelu_quick(b->ff, (int64_t)n * F);
-    else ops_gelu_erf(b->ff, (int64_t)n * F);
+    switch (v->act) {
+    case VIT_GELU_QUICK: ops_gelu_quick(b->ff, (int64_t)n * F); break;
+    case VIT_GELU_ERF: ops_gelu_erf(b->ff, (int64_t)n * F); break;
+    case VIT_GELU_TANH: ops_gelu_tanh_mul(b->ff, NULL, (int64_t)n * F); break;
+    }
     ops_matmul(&L->fc2, b->ff, n, b->xn, b->mm, nt);
     ops_add_bias(b->xn, &L->fc2_b, n, H);
     ops_add(b->x, b->xn, (size_t)n * H);
 }
 
-/* Rows [CLS; patch 0 .. grid^2-1] of class/patch embeddings plus positions. */
+/* Rows [CLS;] patch 0 .. grid^2-1 of class/patch embeddings plus positions. */
 static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
     const int p = v->patch_size, S = v->image_size, G = v->grid, H = v->n_embd;
     const int np = G * G, plen = 3 * p * p;
@@ -408,40 +530,63 @@ static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
                     memcpy(row + (size_t)(c * p + y) * p, pix + ((size_t)c * S + (size_t)gy * p + y) * S + (size_t)gx * p,
                            sizeof(float) * p);
         }
-    ops_matmul(&v->patch, patches, np, b->x + H, b->mm, nt);
-    ops_add_bias(b->x + H, &v->patch_b, np, H);
-    memcpy(b->x, v->cls.data, sizeof(float) * H);
+    float *px = b->x + (v->has_cls ? H : 0);
+    ops_matmul(&v->patch, patches, np, px, b->mm, nt);
+    ops_add_bias(px, &v->patch_b, np, H);
+    if (v->has_cls) memcpy(b->x, v->cls.data, sizeof(float) * H);
     for (int t = 0; t < v->n_pos; t++) {
         ops_get_row(&v->pos, t, b->xn);
         ops_add(b->x + (size_t)t * H, b->xn, H);
     }
 }
 
+/* Gemma 3's projector: the patch grid averaged in pool x pool cells (row by
+ * row of cells), RMSNorm with (1 + w), then x P; out [tok_grid^2][n_out]. */
+static void project_gemma3(const struct vision_model *v, struct vit_buf *b, int nt, float *out) {
+    const int H = v->n_embd, G = v->grid, k = v->pool, T = v->tok_grid;
+    const float inv = 1.0f / (float)(k * k);
+    for (int ty = 0; ty < T; ty++)
+        for (int tx = 0; tx < T; tx++) {
+            float *cell = b->xn + (size_t)(ty * T + tx) * H;
+            memset(cell, 0, sizeof(float) * H);
+            for (int y = 0; y < k; y++)
+                for (int x = 0; x < k; x++) ops_add(cell, b->x + (size_t)((ty * k + y) * G + tx * k + x) * H, H);
+            for (int i = 0; i < H; i++) cell[i] *= inv;
+            ops_rmsnorm(cell, cell, v->mm_norm.data, H, v->eps);
+        }
+    ops_matmul(&v->mm_proj, b->xn, T * T, out, b->mm, nt);
+}
+
+/* LLaVA's projector on the kept rows: linear_1 -> GELU -> linear_2. */
+static void project_mlp(const struct vision_model *v, struct vit_buf *b, int nt, float *out) {
+    const int H = v->n_embd, first = v->keep_cls ? 0 : 1, nk = v->n_pos - first, E = v->n_out;
+    ops_matmul(&v->mm0, b->x + (size_t)first * H, nk, b->ff, b->mm, nt);
+    ops_add_bias(b->ff, &v->mm0_b, nk, E);
+    ops_gelu_erf(b->ff, (int64_t)nk * E);
+    ops_matmul(&v->mm2, b->ff, nk, out, b->mm, nt);
+    ops_add_bias(out, &v->mm2_b, nk, E);
+}
+
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;
-    st = image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
+    st = v->proj == VIT_PROJ_GEMMA3 ? image_preprocess_stretch(img, v->image_size, v->mean, v->std, b.pix)
+                                    : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
     if (st != KVF_OK) {
         vit_buf_free(&b);
         return st;
     }
     const int H = v->n_embd, n = v->n_pos;
     vit_embed(v, &b, nt);
-    layernorm_rows(b.x, b.x, &v->pre_w, &v->pre_b, n, H, v->eps);
+    if (v->has_cls) layernorm_rows(b.x, b.x, &v->pre_w, &v->pre_b, n, H, v->eps);
     for (int l = 0; l < v->n_layer; l++) {
         vit_attention(v, &v->layers[l], &b, nt);
         vit_mlp(v, &v->layers[l], &b, nt);
     }
     if (v->post_w.data) layernorm_rows(b.x, b.x, &v->post_w, &v->post_b, n, H, v->eps);
-
-    /* Projector on the kept rows: linear_1 -> GELU -> linear_2. */
-    const int first = v->keep_cls ? 0 : 1, nk = n - first, E = v->n_out;
-    ops_matmul(&v->mm0, b.x + (size_t)first * H, nk, b.ff, b.mm, nt);
-    ops_add_bias(b.ff, &v->mm0_b, nk, E);
-    ops_gelu_erf(b.ff, (int64_t)nk * E);
-    ops_matmul(&v->mm2, b.ff, nk, out, b.mm, nt);
-    ops_add_bias(out, &v->mm2_b, nk, E);
+    if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, &b, nt, out);
+    else project_mlp(v, &b, nt, out);
     vit_buf_free(&b);
     return KVF_OK;
 }

@@ -1,6 +1,9 @@
-/* The vision tower of LLaVA-style models: CLIP ViT (pre-layernorm, learned
- * position embeddings, class token) followed by the 2-layer MLP projector
- * into the decoder's embedding space. */
+/* Vision towers and their projectors into the decoder's embedding space:
+ *   LLaVA-1.5: CLIP ViT (class token, pre-layernorm, learned positions) and
+ *              a 2-layer MLP;
+ *   Gemma 3:   SigLIP (no class token, no pre-layernorm, post-layernorm)
+ *              and Gemma 3's projector (average pooling of the patch grid,
+ *              RMSNorm, one linear map). */
 #ifndef KVF_VIT_H
 #define KVF_VIT_H
 
@@ -14,27 +17,40 @@ struct vit_layer {
     struct weight fc1, fc2, fc1_b, fc2_b;      /* fc1: [n_ff][n_embd]; fc2: [n_embd][n_ff] */
 };
 
+enum vit_act { VIT_GELU_QUICK, VIT_GELU_ERF, VIT_GELU_TANH };  /* x*sigmoid(1.702x), erf GELU, tanh GELU */
+enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3 };
+
 struct vision_model {
     int image_size, patch_size, grid;          /* grid = image_size / patch_size */
     int n_embd, n_head, n_ff, n_layer;         /* n_layer: layers run (the feature layer) */
-    int n_pos;                                 /* grid^2 + 1 (class token)      */
+    int n_pos;                                 /* grid^2 (+ 1 with a class token) */
     int n_out;                                 /* projector output = decoder n_embd */
+    int pool;                                  /* gemma3: average-pooling kernel and stride over the grid */
+    int tok_grid;                              /* side of the output token grid: grid, or grid / pool */
     float eps;
-    bool quick_gelu;                           /* CLIP's x*sigmoid(1.702x), else erf GELU */
+    enum vit_act act;
+    enum vit_proj proj;
+    bool has_cls;                              /* CLIP: class token and pre-layernorm */
     bool keep_cls;                             /* "full" feature strategy       */
     float mean[3], std[3];
     char source[16];                           /* "mmproj" or "safetensors"     */
     struct weight patch;                       /* [n_embd][3*patch*patch] (c, y, x) */
     struct weight patch_b;                     /* optional [n_embd]             */
-    struct weight cls;                         /* [n_embd]                      */
+    struct weight cls;                         /* CLIP: [n_embd]                */
     struct weight pos;                         /* [n_pos][n_embd]               */
-    struct weight pre_w, pre_b, post_w, post_b;/* post: optional (some mmproj files) */
+    struct weight pre_w, pre_b, post_w, post_b;/* pre: CLIP; post: SigLIP, some mmproj files */
     struct vit_layer *layers;                  /* [n_layer]                     */
-    struct weight mm0, mm0_b, mm2, mm2_b;      /* [n_out][n_embd], [n_out][n_out] */
+    struct weight mm0, mm0_b, mm2, mm2_b;      /* mlp: [n_out][n_embd], [n_out][n_out] */
+    struct weight mm_norm;                     /* gemma3: RMSNorm scale, (1 + w) applied, [n_embd] */
+    struct weight mm_proj;                     /* gemma3: [n_out][n_embd] F32, transposed from the file's
+                                                  [n_embd][n_out] */
+    int32_t boi, eoi;                          /* gemma3: <start_of_image>, <end_of_image> ids; else -1 */
 };
 
 /* Embeddings one image becomes. */
-static inline int vision_n_tokens(const struct vision_model *v) { return v->grid * v->grid + (v->keep_cls ? 1 : 0); }
+static inline int vision_n_tokens(const struct vision_model *v) {
+    return v->tok_grid * v->tok_grid + (v->keep_cls ? 1 : 0);
+}
 
 /* Encodes one image: out [vision_n_tokens][n_out], row-major in grid order
  * (row by row; the class token first when kept). */

@@ -73,7 +73,7 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
     struct kvf_media *md;
-    enum kvf_status st = media_alloc(m, v->grid, v->grid, v->keep_cls ? 1 : 0, mod, &md);
+    enum kvf_status st = media_alloc(m, v->tok_grid, v->tok_grid, v->keep_cls ? 1 : 0, mod, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
     st = vision_encode(v, img, n_threads > 0 ? n_threads : m->n_threads, md->embd);
@@ -210,6 +210,41 @@ static enum kvf_status prompt_add_media(struct kvf_prompt *p, const struct kvf_m
     return KVF_OK;
 }
 
+/* A special token (Gemma 3's image delimiters) at the end of the prompt,
+ * part of the text segment before it when there is one. */
+static enum kvf_status prompt_add_token(struct kvf_prompt *p, int32_t id, int *cap) {
+    enum kvf_status st = prompt_grow(p, 1, cap);
+    if (st != KVF_OK) return st;
+    p->ids[p->n] = id;
+    p->tags[p->n] = (struct kvf_tag){.pos = p->n, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
+    struct prompt_seg *last = p->n_segs > 0 ? &p->segs[p->n_segs - 1] : NULL;
+    if (last && !last->media && last->start + last->n == p->n) last->n++;
+    else p->segs[p->n_segs++] = (struct prompt_seg){p->n, 1, NULL};
+    p->n++;
+    return KVF_OK;
+}
+
+/* Text between markers as Gemma3Processor leaves it: each image becomes
+ * "\n\n<start_of_image>" + its tokens + "<end_of_image>\n\n", so the text
+ * before a marker gains "\n\n" and the text after it starts with "\n\n".
+ * Tokenized piece by piece, as the special tokens split it. */
+static enum kvf_status prompt_add_wrapped(struct kvf_prompt *p, const struct kvf_model *m, const char *text,
+                                          size_t len, bool after_image, bool before_image, bool add_bos,
+                                          bool parse_special, int *cap) {
+    const size_t n = len + (after_image ? 2 : 0) + (before_image ? 2 : 0);
+    char *buf = malloc(n + 1);
+    if (!buf) return err_set(KVF_ERR_NOMEM, "out of memory");
+    size_t o = 0;
+    if (after_image) buf[o++] = '\n', buf[o++] = '\n';
+    memcpy(buf + o, text, len);
+    o += len;
+    if (before_image) buf[o++] = '\n', buf[o++] = '\n';
+    buf[o] = 0;
+    const enum kvf_status st = prompt_add_text(p, m, buf, n, add_bos, parse_special, cap);
+    free(buf);
+    return st;
+}
+
 /* Next marker at or after s: its start, or NULL. */
 static const char *marker_next(const char *s, bool *video) {
     const char *i = strstr(s, KVF_MARKER_IMAGE), *v = strstr(s, KVF_MARKER_VIDEO);
@@ -224,14 +259,21 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
     enum kvf_status st;
     const char *s = text;
     bool first = true;
+    /* Gemma 3 delimits each image with tokens of its own. */
+    const int32_t boi = m->vision ? m->vision->boi : -1, eoi = m->vision ? m->vision->eoi : -1;
     for (;;) {
         bool video;
         const char *mk = marker_next(s, &video);
         const size_t len = mk ? (size_t)(mk - s) : strlen(s);
-        if ((st = prompt_add_text(p, m, s, len, add_bos && first, parse_special, &cap))) return st;
+        st = boi >= 0 ? prompt_add_wrapped(p, m, s, len, !first, mk != NULL, add_bos && first, parse_special, &cap)
+                      : prompt_add_text(p, m, s, len, add_bos && first, parse_special, &cap);
+        if (st != KVF_OK) return st;
         first = false;
         if (!mk) break;
         n_markers++;
+        if (video && boi >= 0)
+            return err_set(KVF_ERR_UNSUPPORTED, "marker %d is %s, but this vision model reads images only", n_markers,
+                           KVF_MARKER_VIDEO);
         if (video) {
             int frames = 0;
             while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO) {
@@ -247,7 +289,10 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
             if (!media[used] || media[used]->modality != KVF_MOD_IMAGE)
                 return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is a video frame (use %s)",
                                n_markers, KVF_MARKER_IMAGE, used, KVF_MARKER_VIDEO);
-            if ((st = prompt_add_media(p, m, media[used++], n_images++, &cap))) return st;
+            if ((boi >= 0 && (st = prompt_add_token(p, boi, &cap))) ||
+                (st = prompt_add_media(p, m, media[used++], n_images++, &cap)) ||
+                (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))))
+                return st;
         }
         s = mk + (video ? strlen(KVF_MARKER_VIDEO) : strlen(KVF_MARKER_IMAGE));
     }

@@ -278,19 +278,27 @@ static enum kvf_status session_block_done(struct kvf_session *s) {
     return KVF_OK;
 }
 
+/* Rows of an image that attend to each other (model.h:
+ * image_bidirectional) must be in one pass. */
+static bool same_image(const struct kvf_model *m, const struct kvf_tag *a, const struct kvf_tag *b) {
+    return m->hp.image_bidirectional && a->modality == KVF_MOD_IMAGE && b->modality == KVF_MOD_IMAGE &&
+           a->media == b->media;
+}
+
 /* Runs n inputs (ids or embedding rows, already checked) in batches of at
- * most `batch` rows; under block-wise prefill a batch is a block, evicted
- * back to the block budget after it. */
+ * most `batch` rows (more when an image would be split); under block-wise
+ * prefill a batch is a block, evicted back to the block budget after it. */
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
                                    const struct kvf_tag *tags, int n, int batch, float *all_logits) {
     if (n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
     enum kvf_status st = tags_reserve(s, n);
-    if (st == KVF_OK) st = fwd_reserve(&s->fw, s->model, KVF_MIN(batch, n));
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
-    for (int i = 0; i < n; i += batch) {
-        const int nb = KVF_MIN(batch, n - i);
+    for (int i = 0, nb; i < n; i += nb) {
+        nb = KVF_MIN(batch, n - i);
+        while (tags && i + nb < n && same_image(s->model, &tags[i + nb - 1], &tags[i + nb])) nb++;
+        if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) return st;
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
@@ -452,7 +460,8 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     for (int g = 0; g < p->n_segs; g++) {
         const struct prompt_seg *sg = &p->segs[g];
         if (end <= sg->start || end >= sg->start + sg->n) continue;
-        const int b = sg->media ? s->params.n_batch : text_batch;
+        /* An image whose tokens attend to each other is one pass. */
+        const int b = !sg->media ? text_batch : s->model->hp.image_bidirectional ? sg->n : s->params.n_batch;
         end = KVF_MIN(sg->start + sg->n, sg->start + (end - sg->start + b - 1) / b * b);
         break;
     }

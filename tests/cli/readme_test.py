@@ -30,6 +30,7 @@ SMOL = "smollm2-135m-instruct-q4_1.gguf"
 UNAVAILABLE = [
     (re.compile(r"llava", re.I), "needs LLaVA-1.5-7B (GGUF + mmproj, or llava-hf/llava-1.5-7b-hf), "
      "which this machine cannot download"),
+    (re.compile(r"gemma-3-4b", re.I), "needs Gemma-3-4B-it (GGUF + mmproj), which this machine cannot download"),
     (re.compile(r"milebench", re.I), "needs the MileBench data"),
     (re.compile(r"^models/qwen2\.5-coder-"), "needs `make models-large`, not fetched here"),
 ]

@@ -240,10 +240,10 @@ int main(int argc, char **argv) {
                                        "gemma3-f32.gguf"};
     for (size_t i = 0; i < sizeof gguf / sizeof *gguf; i++) seed_fixture("gguf", gguf[i]);
     static const char *const mmproj[] = {"llava-mmproj-f32.gguf", "llava-mmproj-f16.gguf",
-                                         "llava-mmproj-badproj.gguf"};
+                                         "llava-mmproj-badproj.gguf", "gemma3v-mmproj-f32.gguf"};
     for (size_t i = 0; i < sizeof mmproj / sizeof *mmproj; i++) seed_fixture("mmproj", mmproj[i]);
     static const char *const dirs[] = {"llama-st-bf16", "llama-st-sharded", "qwen2-st", "gemma3-st", "llava-st",
-                                       "llava-st-new"};
+                                       "llava-st-new", "gemma3v-st"};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) seed_dir(dirs[i]);
     kvspec_seeds();
     milebench_seeds();

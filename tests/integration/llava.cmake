@@ -32,8 +32,8 @@ kvf_llava_test(st ${KVF_FIXTURE_DIR}/llava-st --same-as ${KVF_FIXTURE_DIR}/llava
 kvf_llava_test(st_new ${KVF_FIXTURE_DIR}/llava-st-new --same-as ${KVF_FIXTURE_DIR}/llava-st)
 
 # Against Hugging Face's LlavaForConditionalGeneration itself; needs torch +
-# transformers, which the default venv lacks (then it skips).
-add_test(NAME hf_llava_st COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/hf_llava_check.py
+# transformers (.venv-hf, scripts/setup-hf.sh; without it the test skips).
+add_test(NAME hf_llava_st COMMAND ${KVF_HF_PYTHON} ${KVF_REF_DIR}/hf_llava_check.py
          --dump $<TARGET_FILE:dump_logits> ${KVF_FIXTURE_DIR}/llava-st)
 set_tests_properties(hf_llava_st PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
                      SKIP_RETURN_CODE 77)

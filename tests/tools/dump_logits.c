@@ -56,14 +56,19 @@ static int usage(void) {
 
 #define MAX_IMAGES 16
 
-/* Every head of every layer holds one entry per position with its tag. */
+/* Every head of every layer holds one entry per position with its tag (a
+ * sliding-window layer: of the last positions, having freed what fell out
+ * of its window). */
 static int check_kv_tags(const struct kvf_session *s, const struct kvf_model_info *info, const struct kvf_prompt *p) {
     const struct kvf_tag *want = kvf_prompt_tags(p);
+    const int total = kvf_prompt_n_tokens(p);
     for (int l = 0; l < info->n_layer; l++)
         for (int h = 0; h < info->n_head_kv; h++) {
             int n;
             const struct kvf_tag *t = kvf_session_kv_tags(s, l, h, &n);
-            if (n != kvf_prompt_n_tokens(p) || memcmp(t, want, (size_t)n * sizeof *t) != 0) {
+            const bool windowed = info->sliding_window > 0 && n >= info->sliding_window;
+            if (n > total || (n < total && !windowed) ||
+                memcmp(t, want + (total - n), (size_t)n * sizeof *t) != 0) {
                 fprintf(stderr, "dump_logits: KV tags of layer %d head %d differ from the prompt's\n", l, h);
                 return 1;
             }

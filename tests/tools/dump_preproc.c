@@ -1,16 +1,21 @@
 /* Loads an image and runs LLaVA-1.5's preprocessing with CLIP's mean and
- * std, writing the result as float32 [3][SIZE][SIZE] (CHW, little-endian)
- * for tests/ref/image_ref.py to compare with Pillow.
+ * std (or, with --gemma3, Gemma 3's: stretched, bilinear, mean = std =
+ * 0.5), writing the result as float32 [3][SIZE][SIZE] (CHW, little-endian)
+ * for tests/ref/image_ref.py to compare with Pillow and
+ * tests/ref/hf_gemma3_check.py with transformers.
  *
- * usage: dump_preproc IMAGE SIZE OUT.bin */
+ * usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin */
 #include "io/image.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int main(int argc, char **argv) {
+    const bool gemma3 = argc == 5 && !strcmp(argv[1], "--gemma3");
+    if (gemma3) argc--, argv++;
     if (argc != 4) {
-        fprintf(stderr, "usage: dump_preproc IMAGE SIZE OUT.bin\n");
+        fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin\n");
         return 2;
     }
     char *end;
@@ -19,8 +24,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dump_preproc: bad SIZE %s\n", argv[2]);
         return 2;
     }
-    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+    static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    static const float half[3] = {0.5f, 0.5f, 0.5f};
+    const float *mean = gemma3 ? half : clip_mean, *std = gemma3 ? half : clip_std;
     struct kvf_image *img;
     enum kvf_status st = kvf_image_load(argv[1], 0, &img);
     if (st) {
@@ -34,7 +41,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dump_preproc: out of memory\n");
         return 1;
     }
-    st = image_preprocess_llava(img, (int)size, mean, std, out);
+    st = gemma3 ? image_preprocess_stretch(img, (int)size, mean, std, out)
+                : image_preprocess_llava(img, (int)size, mean, std, out);
     kvf_image_free(img);
     int rc = 0;
     if (st) {

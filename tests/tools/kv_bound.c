@@ -8,7 +8,10 @@
  * give the full cache's logits bit for bit, after the prompt and at every
  * decode step.
  *
- * usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE
+ * usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE [MMPROJ]
+ * With MMPROJ, the model's vision tower is loaded: on Gemma 3 the
+ * pseudo-images then take the image delimiters and attend to themselves
+ * bidirectionally, as encoded images do.
  * Exit 0 when every policy keeps its bound, 1 otherwise, 77 (skip) without
  * the model file. */
 #include "kvfold.h"
@@ -96,6 +99,9 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = np + n_decode + 1;
     sp.kv_spec = pc->spec;
+    /* The policy's bound alone: sliding-window layers keeping only their
+     * window are kv_swa's subject. */
+    sp.kv_swa_full = true;
     struct kvf_session *s = NULL;
     enum kvf_status st = kvf_session_init(m, &sp, &s);
     if (st == KVF_OK) st = kvf_session_prefill_prompt(s, pr, NULL);
@@ -111,13 +117,16 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
     int bad = 0;
     if (pc->block_budget) {
         /* Never more than budget + block entries per head during the prefill
-         * (block=image: the 576-token image is the largest block), growth
-         * slack included: the peak is what was really allocated. */
-        const double m_b = pc->block_budget + pc->block;
+         * (block=image: the 576-token image is the largest block; an image
+         * whose tokens attend to each other is one pass, so no block is
+         * smaller than it), growth slack included: the peak is what was
+         * really allocated. */
+        const int block = mi->image_bidirectional && pc->block < 576 ? 576 : pc->block;
+        const double m_b = pc->block_budget + block;
         const double most = (double)H * (m_b + m_b / 8 + 17) * entry_bytes;
-        if (kvf_session_kv_peak_entries(s) > pc->block_budget + pc->block) {
+        if (kvf_session_kv_peak_entries(s) > pc->block_budget + block) {
             fprintf(stderr, "%s: a head held %d entries during the prefill, over %d + %d\n", pc->spec,
-                    kvf_session_kv_peak_entries(s), pc->block_budget, pc->block);
+                    kvf_session_kv_peak_entries(s), pc->block_budget, block);
             bad = 1;
         }
         if ((double)kvf_session_kv_peak_bytes(s) > most) {
@@ -244,8 +253,8 @@ static int check_full_budget(const struct kvf_model *m, const struct kvf_model_i
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: kv_bound MODEL TEXTFILE N_PROMPT N_DECODE [MMPROJ]\n");
         return 2;
     }
     const int n_words = atoi(argv[3]) * 3 / 4, n_decode = atoi(argv[4]);
@@ -263,7 +272,9 @@ int main(int argc, char **argv) {
     }
     fclose(probe);
     struct kvf_model *m = NULL;
-    enum kvf_status st = kvf_model_load(argv[1], NULL, &m);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = argc == 6 ? argv[5] : NULL;
+    enum kvf_status st = kvf_model_load(argv[1], &mp, &m);
     if (st != KVF_OK) {
         fprintf(stderr, "kv_bound: %s: %s\n", argv[1], kvf_last_error());
         free(passage);

@@ -34,6 +34,7 @@ static int check_fork(const struct kvf_model *m, const struct kvf_model_info *mi
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
+    sp.kv_swa_full = true; /* as the source: its peak is the prompt's, not that of freeing as it goes */
     struct kvf_session *own = NULL, *fork = NULL;
     enum kvf_status st = kvf_session_init(m, &sp, &own);
     if (st == KVF_OK) st = kvf_session_prefill_prompt(own, pr, NULL);
@@ -80,6 +81,7 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
     sp.kv_gather = gather;
+    sp.kv_swa_full = true;
     struct kvf_session *s = NULL;
     if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK) {
         fprintf(stderr, "kv_fork: %s: %s\n", spec, kvf_last_error());

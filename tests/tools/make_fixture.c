@@ -31,6 +31,9 @@
 
 #define N_VOCAB 300
 #define N_SPECIAL 2  /* <s> = 0, </s> = 1; byte b is token N_SPECIAL + b */
+/* The tiny Gemma 3 vision model's vocabulary adds Gemma 3's image tokens. */
+static const char *const image_tokens[] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
+#define N_VOCAB_IMAGE (N_VOCAB + 3)
 
 /* Merges of the tokenizer, by rank; "Ġ" is the GPT-2 form of a space. Each
  * side is a byte or an earlier merge, and there are exactly enough to fill
@@ -58,7 +61,10 @@ struct spec {
     float rope_base, eps;
     bool tied;
     uint64_t seed;
+    int n_vocab;              /* 0: N_VOCAB */
 };
+
+static int spec_vocab(const struct spec *sp) { return sp->n_vocab ? sp->n_vocab : N_VOCAB; }
 
 /* One weight in Hugging Face layout: [rows, cols] (1-D: rows = 1). */
 struct tensor {
@@ -125,9 +131,10 @@ static void model_build(struct model *m, const struct spec *sp) {
     /* Embeddings about as large as a layer's output (Gemma's are scaled by
      * sqrt(n_embd) on input), so that the layers, not the token's own tied
      * embedding, decide the logits. */
-    struct tensor *t = model_add(m, "model.embed_tokens.weight", "token_embd.weight", N_VOCAB, E, true);
+    const int64_t V = spec_vocab(sp);
+    struct tensor *t = model_add(m, "model.embed_tokens.weight", "token_embd.weight", V, E, true);
     double embd_sd = gemma ? 2.0 / sqrt((double)E) : 0.5;
-    for (int64_t i = 0; i < N_VOCAB * E; i++) t->data[i] = (float)(embd_sd * rng_gauss(&rng));
+    for (int64_t i = 0; i < V * E; i++) t->data[i] = (float)(embd_sd * rng_gauss(&rng));
     char hf[96], gg[64];
     for (int il = 0; il < sp->n_layer; il++) {
 #define ADD(hfname, ggname, rows, cols, is_2d) \
@@ -161,7 +168,7 @@ static void model_build(struct model *m, const struct spec *sp) {
 #undef ADD
     }
     fill_norm(model_add(m, "model.norm.weight", "output_norm.weight", 1, E, false), &rng, gemma);
-    if (!sp->tied) fill_matrix(model_add(m, "lm_head.weight", "output.weight", N_VOCAB, E, true), &rng);
+    if (!sp->tied) fill_matrix(model_add(m, "lm_head.weight", "output.weight", V, E, true), &rng);
 }
 
 static void model_free(struct model *m) {
@@ -194,11 +201,17 @@ static void byte_token(int b, char out[3]) {
 }
 
 struct vocab {
-    char text[N_VOCAB][16];
-    int32_t type[N_VOCAB]; /* GGUF token types: 1 normal, 3 control */
+    int n;                       /* N_VOCAB, or N_VOCAB_IMAGE with Gemma 3's image tokens */
+    char text[N_VOCAB_IMAGE][24];
+    int32_t type[N_VOCAB_IMAGE]; /* GGUF token types: 1 normal, 3 control */
 };
 
-static void vocab_build(struct vocab *v) {
+static void vocab_build(struct vocab *v, bool image_tokens_too) {
+    v->n = image_tokens_too ? N_VOCAB_IMAGE : N_VOCAB;
+    for (int i = N_VOCAB; i < v->n; i++) {
+        snprintf(v->text[i], sizeof v->text[i], "%s", image_tokens[i - N_VOCAB]);
+        v->type[i] = 3;
+    }
     snprintf(v->text[0], sizeof v->text[0], "<s>");
     snprintf(v->text[1], sizeof v->text[1], "</s>");
     v->type[0] = v->type[1] = 3;
@@ -216,12 +229,12 @@ static void vocab_build(struct vocab *v) {
 }
 
 static void gguf_add_tokenizer(struct gguf_writer *w, const struct vocab *v) {
-    const char *tokens[N_VOCAB];
-    for (int i = 0; i < N_VOCAB; i++) tokens[i] = v->text[i];
+    const char *tokens[N_VOCAB_IMAGE];
+    for (int i = 0; i < v->n; i++) tokens[i] = v->text[i];
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt2");
-    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, N_VOCAB);
-    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, v->type, N_VOCAB);
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tokens, v->n);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, v->type, v->n);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", bpe_merges, N_MERGES);
     gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 0);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
@@ -335,7 +348,7 @@ static cJSON *hf_config_json(const struct spec *sp) {
     cJSON_AddNumberToObject(c, "num_attention_heads", sp->n_head);
     cJSON_AddNumberToObject(c, "num_key_value_heads", sp->n_head_kv);
     cJSON_AddNumberToObject(c, "head_dim", sp->head_dim);
-    cJSON_AddNumberToObject(c, "vocab_size", N_VOCAB);
+    cJSON_AddNumberToObject(c, "vocab_size", spec_vocab(sp));
     cJSON_AddNumberToObject(c, "max_position_embeddings", sp->n_ctx);
     cJSON_AddNumberToObject(c, "rms_norm_eps", sp->eps);
     cJSON_AddNumberToObject(c, "rope_theta", sp->rope_base);
@@ -369,7 +382,9 @@ static cJSON *tokenizer_json(const struct vocab *v) {
     cJSON_AddNullToObject(root, "truncation");
     cJSON_AddNullToObject(root, "padding");
     cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
-    for (int i = 0; i < N_SPECIAL; i++) {
+    for (int i = 0; i < v->n; i++) {
+        if (i == N_SPECIAL) i = N_VOCAB; /* the specials: <s>, </s> and the image tokens */
+        if (i >= v->n) break;
         cJSON *a = cJSON_CreateObject();
         cJSON_AddNumberToObject(a, "id", i);
         cJSON_AddStringToObject(a, "content", v->text[i]);
@@ -399,7 +414,7 @@ static cJSON *tokenizer_json(const struct vocab *v) {
     cJSON_AddBoolToObject(model, "byte_fallback", false);
     cJSON_AddBoolToObject(model, "ignore_merges", false);
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
-    for (int i = 0; i < N_VOCAB; i++) cJSON_AddNumberToObject(vocab, v->text[i], i);
+    for (int i = 0; i < v->n; i++) cJSON_AddNumberToObject(vocab, v->text[i], i);
     cJSON *merges = cJSON_AddArrayToObject(model, "merges");
     for (int i = 0; i < N_MERGES; i++) cJSON_AddItemToArray(merges, cJSON_CreateString(bpe_merges[i]));
     return root;
@@ -504,13 +519,15 @@ static int write_hf(const struct model *m, const struct vocab *v, enum dtype typ
 
 /* --------------------------------------------------------------- llava -- */
 
-/* The CLIP vision tower and LLaVA projector of the tiny LLaVA. */
+/* The vision tower and projector of the tiny LLaVA (CLIP, MLP) or the tiny
+ * Gemma 3 (SigLIP: no class token or pre-LN; pooling projector). */
 struct vspec {
     int image_size, patch_size, n_embd, n_ff, n_head;
     int n_layer;    /* all of HF's layers; LLaVA reads the second-to-last one's output */
     int n_out;      /* projector width: the decoder's n_embd */
     double eps;
     uint64_t seed;
+    int pool;       /* > 0: SigLIP with Gemma 3's projector pooling pool x pool patches */
 };
 
 /* config.json's image_token_index, the id transformers expects at image
@@ -560,15 +577,19 @@ static void vision_build(struct model *m, const struct vspec *vs) {
     (name_join(hf, sizeof hf, "vision_tower.vision_model.", hfname), model_add(m, hf, ggname, rows, cols, is_2d))
     /* Class and position embeddings of the size of a patch embedding, so
      * that dropping or misplacing either shows after the pre-LN. */
-    fill_gauss(VADD("embeddings.class_embedding", "v.class_embd", 1, H, false), &rng, 0.0, 0.5);
+    const bool siglip = vs->pool > 0;
+    if (!siglip) fill_gauss(VADD("embeddings.class_embedding", "v.class_embd", 1, H, false), &rng, 0.0, 0.5);
     struct tensor *t = VADD("embeddings.patch_embedding.weight", "v.patch_embd.weight", H,
                             3 * (int64_t)vs->patch_size * vs->patch_size, true);
     t->conv = vs->patch_size;
     fill_matrix(t, &rng);
-    fill_gauss(VADD("embeddings.position_embedding.weight", "v.position_embd.weight", grid * grid + 1, H, true), &rng,
-               0.0, 0.5);
-    fill_gauss(VADD("pre_layrnorm.weight", "v.pre_ln.weight", 1, H, false), &rng, 1.0, 0.1);
-    fill_gauss(VADD("pre_layrnorm.bias", "v.pre_ln.bias", 1, H, false), &rng, 0.0, 0.1);
+    if (siglip) fill_bias(VADD("embeddings.patch_embedding.bias", "v.patch_embd.bias", 1, H, false), &rng);
+    fill_gauss(VADD("embeddings.position_embedding.weight", "v.position_embd.weight", grid * grid + !siglip, H, true),
+               &rng, 0.0, 0.5);
+    if (!siglip) {
+        fill_gauss(VADD("pre_layrnorm.weight", "v.pre_ln.weight", 1, H, false), &rng, 1.0, 0.1);
+        fill_gauss(VADD("pre_layrnorm.bias", "v.pre_ln.bias", 1, H, false), &rng, 0.0, 0.1);
+    }
     for (int il = 0; il < vs->n_layer; il++) {
 #define LADD(hfname, ggname, rows, cols, is_2d) vision_layer_add(m, il, hfname, ggname, rows, cols, is_2d)
         fill_gauss(LADD("layer_norm1.weight", "ln1.weight", 1, H, false), &rng, 1.0, 0.1);
@@ -592,9 +613,19 @@ static void vision_build(struct model *m, const struct vspec *vs) {
         fill_bias(LADD("mlp.fc2.bias", "ffn_up.bias", 1, H, false), &rng);
 #undef LADD
     }
-    fill_gauss(VADD("post_layernorm.weight", "", 1, H, false), &rng, 1.0, 0.1);
-    fill_gauss(VADD("post_layernorm.bias", "", 1, H, false), &rng, 0.0, 0.1);
+    /* LLaVA's mmproj files drop the post-LN (never applied); SigLIP's ends the tower. */
+    fill_gauss(VADD("post_layernorm.weight", siglip ? "v.post_ln.weight" : "", 1, H, false), &rng, 1.0, 0.1);
+    fill_gauss(VADD("post_layernorm.bias", siglip ? "v.post_ln.bias" : "", 1, H, false), &rng, 0.0, 0.1);
 #undef VADD
+    if (siglip) {
+        /* HF keeps (x P) with P [H][E] and the norm as w for (1 + w). */
+        fill_gauss(model_add(m, "multi_modal_projector.mm_soft_emb_norm.weight", "mm.soft_emb_norm.weight", 1, H,
+                             false), &rng, 0.0, 0.1);
+        struct tensor *pj = model_add(m, "multi_modal_projector.mm_input_projection_weight",
+                                      "mm.input_projection.weight", H, E, true);
+        fill_gauss(pj, &rng, 0.0, 1.0 / sqrt((double)H));
+        return;
+    }
     fill_matrix(model_add(m, "multi_modal_projector.linear_1.weight", "mm.0.weight", E, H, true), &rng);
     fill_bias(model_add(m, "multi_modal_projector.linear_1.bias", "mm.0.bias", 1, E, false), &rng);
     fill_matrix(model_add(m, "multi_modal_projector.linear_2.weight", "mm.2.weight", E, E, true), &rng);
@@ -615,17 +646,25 @@ static int write_mmproj(const struct model *m, const struct vspec *vs, enum dtyp
                         const char *path) {
     struct gguf_writer *w = gguf_writer_init();
     if (!w) return fail("out of memory for", path);
-    const int n_keep = vs->n_layer - 1;
+    const bool siglip = vs->pool > 0;
+    const int n_keep = siglip ? vs->n_layer : vs->n_layer - 1;
     float mean[3], sd[3];
-    for (int c = 0; c < 3; c++) mean[c] = (float)clip_mean[c], sd[c] = (float)clip_std[c];
+    for (int c = 0; c < 3; c++)
+        mean[c] = siglip ? 0.5f : (float)clip_mean[c], sd[c] = siglip ? 0.5f : (float)clip_std[c];
     gguf_writer_set_str(w, "general.architecture", "clip");
     gguf_writer_set_str(w, "general.name", "kvfold fixture");
-    gguf_writer_set_str(w, "general.description", "image encoder for LLaVA");
+    gguf_writer_set_str(w, "general.description", siglip ? "image encoder for Gemma 3" : "image encoder for LLaVA");
     gguf_writer_set_u32(w, "general.file_type", type == DT_F16 ? 1 : 0);
     gguf_writer_set_bool(w, "clip.has_text_encoder", false);
     gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
-    gguf_writer_set_bool(w, "clip.has_llava_projector", true);
-    gguf_writer_set_str(w, "clip.projector_type", "mlp");
+    if (siglip) {
+        gguf_writer_set_str(w, "clip.projector_type", "gemma3");
+        /* As llama.cpp's converter: written only when it is not Gemma 3's 4. */
+        if (vs->pool != 4) gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)vs->pool);
+    } else {
+        gguf_writer_set_bool(w, "clip.has_llava_projector", true);
+        gguf_writer_set_str(w, "clip.projector_type", "mlp");
+    }
     gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)vs->image_size);
     gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)vs->patch_size);
     gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)vs->n_embd);
@@ -654,8 +693,18 @@ static int write_mmproj(const struct model *m, const struct vspec *vs, enum dtyp
             free(q), gguf_writer_free(w);
             return 1;
         }
-        for (int64_t r = 0; r < t->rows; r++)
-            quant_quantize_row(tt, t->data + r * t->cols, (uint8_t *)q + (size_t)r * row_bytes, t->cols);
+        /* The converter stores Gemma 3's projector norm as w + 1. */
+        const float add = strstr(name, "soft_emb_norm") ? 1.0f : 0.0f;
+        float *row = malloc(sizeof(float) * (size_t)t->cols);
+        for (int64_t r = 0; row && r < t->rows; r++) {
+            for (int64_t c = 0; c < t->cols; c++) row[c] = t->data[r * t->cols + c] + add;
+            quant_quantize_row(tt, row, (uint8_t *)q + (size_t)r * row_bytes, t->cols);
+        }
+        if (!row) {
+            free(q), gguf_writer_free(w);
+            return fail("out of memory for", path);
+        }
+        free(row);
         if (t->conv) { /* ne = [kx, ky, channel, out]: the bytes of HF's [out, 3, ky, kx] */
             const int64_t ne[4] = {t->conv, t->conv, 3, t->rows};
             gguf_writer_add_tensor(w, name, tt, 4, ne, q);
@@ -676,6 +725,22 @@ static cJSON *float3_json(const double v[3]) {
     return a;
 }
 
+/* config.json's vision_config (added to c) with the keys both towers share. */
+static cJSON *vision_config_json(cJSON *c, const struct vspec *vs, const char *model_type, const char *act) {
+    cJSON *v = cJSON_AddObjectToObject(c, "vision_config");
+    cJSON_AddStringToObject(v, "model_type", model_type);
+    cJSON_AddNumberToObject(v, "hidden_size", vs->n_embd);
+    cJSON_AddNumberToObject(v, "intermediate_size", vs->n_ff);
+    cJSON_AddNumberToObject(v, "num_attention_heads", vs->n_head);
+    cJSON_AddNumberToObject(v, "num_hidden_layers", vs->n_layer);
+    cJSON_AddNumberToObject(v, "num_channels", 3);
+    cJSON_AddNumberToObject(v, "image_size", vs->image_size);
+    cJSON_AddNumberToObject(v, "patch_size", vs->patch_size);
+    cJSON_AddStringToObject(v, "hidden_act", act);
+    cJSON_AddNumberToObject(v, "layer_norm_eps", vs->eps);
+    return v;
+}
+
 static cJSON *llava_config_json(const struct spec *sp, const struct vspec *vs) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"),
@@ -691,17 +756,7 @@ static cJSON *llava_config_json(const struct spec *sp, const struct vspec *vs) {
     cJSON_AddBoolToObject(c, "tie_word_embeddings", sp->tied);
     cJSON_AddStringToObject(c, "torch_dtype", "float32");
     cJSON_AddItemToObject(c, "text_config", hf_config_json(sp));
-    cJSON *v = cJSON_AddObjectToObject(c, "vision_config");
-    cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
-    cJSON_AddNumberToObject(v, "hidden_size", vs->n_embd);
-    cJSON_AddNumberToObject(v, "intermediate_size", vs->n_ff);
-    cJSON_AddNumberToObject(v, "num_attention_heads", vs->n_head);
-    cJSON_AddNumberToObject(v, "num_hidden_layers", vs->n_layer);
-    cJSON_AddNumberToObject(v, "num_channels", 3);
-    cJSON_AddNumberToObject(v, "image_size", vs->image_size);
-    cJSON_AddNumberToObject(v, "patch_size", vs->patch_size);
-    cJSON_AddStringToObject(v, "hidden_act", "quick_gelu");
-    cJSON_AddNumberToObject(v, "layer_norm_eps", vs->eps);
+    cJSON *v = vision_config_json(c, vs, "clip_vision_model", "quick_gelu");
     cJSON_AddNumberToObject(v, "projection_dim", 768);
     return c;
 }
@@ -726,13 +781,55 @@ static cJSON *clip_preprocessor_json(const struct vspec *vs) {
     return c;
 }
 
-/* Decoder and vision tower as one LlavaForConditionalGeneration checkpoint:
+/* Gemma3ForConditionalGeneration's config: SigLIP, and the pooled tokens
+ * delimited by <start_of_image> / <end_of_image> (ids N_VOCAB, N_VOCAB + 1),
+ * <image_soft_token> (N_VOCAB + 2) at image positions of input_ids. */
+static cJSON *gemma3v_config_json(const struct spec *sp, const struct vspec *vs) {
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(c, "architectures"),
+                         cJSON_CreateString("Gemma3ForConditionalGeneration"));
+    cJSON_AddStringToObject(c, "model_type", "gemma3");
+    const int side = vs->image_size / vs->patch_size / vs->pool;
+    cJSON_AddNumberToObject(c, "mm_tokens_per_image", side * side);
+    cJSON_AddNumberToObject(c, "boi_token_index", N_VOCAB);
+    cJSON_AddNumberToObject(c, "eoi_token_index", N_VOCAB + 1);
+    cJSON_AddNumberToObject(c, "image_token_index", N_VOCAB + 2);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", sp->tied);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    cJSON_AddItemToObject(c, "text_config", hf_config_json(sp));
+    cJSON_AddBoolToObject(vision_config_json(c, vs, "siglip_vision_model", "gelu_pytorch_tanh"), "vision_use_head",
+                          false);
+    return c;
+}
+
+static cJSON *gemma3v_preprocessor_json(const struct vspec *vs) {
+    static const double half[3] = {0.5, 0.5, 0.5};
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "image_processor_type", "Gemma3ImageProcessor");
+    cJSON_AddStringToObject(c, "processor_class", "Gemma3Processor");
+    cJSON_AddBoolToObject(c, "do_convert_rgb", true);
+    cJSON_AddBoolToObject(c, "do_normalize", true);
+    cJSON_AddBoolToObject(c, "do_rescale", true);
+    cJSON_AddBoolToObject(c, "do_resize", true);
+    cJSON_AddBoolToObject(c, "do_pan_and_scan", false);
+    cJSON_AddItemToObject(c, "image_mean", float3_json(half));
+    cJSON_AddItemToObject(c, "image_std", float3_json(half));
+    cJSON_AddNumberToObject(c, "resample", 2); /* PIL.Image.BILINEAR */
+    cJSON_AddNumberToObject(c, "rescale_factor", 1.0 / 255.0);
+    cJSON *size = cJSON_AddObjectToObject(c, "size");
+    cJSON_AddNumberToObject(size, "height", vs->image_size);
+    cJSON_AddNumberToObject(size, "width", vs->image_size);
+    return c;
+}
+
+/* Decoder and vision tower as one *ForConditionalGeneration checkpoint:
  * language_model.model.* / language_model.lm_head / vision_tower.* /
  * multi_modal_projector.* (transformers < 4.52) or, with new_layout,
  * model.language_model.* / lm_head / model.vision_tower.* /
- * model.multi_modal_projector.*. */
-static int write_llava_hf(const struct model *dec, const struct model *vis, const struct vspec *vs,
-                          const struct vocab *v, bool new_layout, const char *dir) {
+ * model.multi_modal_projector.*. LLaVA's config, or Gemma 3's when the
+ * tower is SigLIP. */
+static int write_vlm_hf(const struct model *dec, const struct model *vis, const struct vspec *vs,
+                        const struct vocab *v, bool new_layout, const char *dir) {
     struct model all = {.sp = dec->sp, .n = dec->n + vis->n};
     all.t = calloc((size_t)all.n, sizeof *all.t);
     if (!all.t) {
@@ -752,7 +849,9 @@ static int write_llava_hf(const struct model *dec, const struct model *vis, cons
         *d = *s;
         if (new_layout) name_join(d->hf, sizeof d->hf, "model.", s->hf);
     }
-    int rc = write_hf_dir(dir, llava_config_json(&dec->sp, vs), clip_preprocessor_json(vs), v, &all, DT_F32, 1);
+    const bool gemma = vs->pool > 0;
+    int rc = write_hf_dir(dir, gemma ? gemma3v_config_json(&dec->sp, vs) : llava_config_json(&dec->sp, vs),
+                          gemma ? gemma3v_preprocessor_json(vs) : clip_preprocessor_json(vs), v, &all, DT_F32, 1);
     free(all.t);
     return rc;
 }
@@ -769,17 +868,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "make_fixture: cannot create %s: %s\n", out, strerror(errno));
         return 1;
     }
-    struct vocab *v = calloc(1, sizeof *v);
-    if (!v) return 1;
-    vocab_build(v);
+    struct vocab *v = calloc(1, sizeof *v), *vi = calloc(1, sizeof *vi);
+    if (!v || !vi) return 1;
+    vocab_build(v, false);
+    vocab_build(vi, true);
 
     /* Small dims: GQA 4:2, head_dim 16. K-quant blocks need rows of 256. */
-    const struct spec llama = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 256, 0, 10000.0f, 1e-5f, false, 1};
-    const struct spec llama_k = {FAM_LLAMA, 2, 256, 4, 2, 64, 512, 256, 0, 10000.0f, 1e-5f, false, 2};
-    const struct spec qwen2 = {FAM_QWEN2, 2, 64, 4, 2, 16, 96, 256, 0, 1000000.0f, 1e-6f, true, 3};
+    const struct spec llama = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 256, 0, 10000.0f, 1e-5f, false, 1, 0};
+    const struct spec llama_k = {FAM_LLAMA, 2, 256, 4, 2, 64, 512, 256, 0, 10000.0f, 1e-5f, false, 2, 0};
+    const struct spec qwen2 = {FAM_QWEN2, 2, 64, 4, 2, 16, 96, 256, 0, 1000000.0f, 1e-6f, true, 3, 0};
     /* Gemma: 6 layers (5 local + 1 global), head_dim 32 != n_embd / n_head,
      * window 4 so that it bites on a 12-token prompt. */
-    const struct spec gemma3 = {FAM_GEMMA3, 6, 64, 4, 2, 32, 128, 256, 4, 1000000.0f, 1e-6f, true, 4};
+    const struct spec gemma3 = {FAM_GEMMA3, 6, 64, 4, 2, 32, 128, 256, 4, 1000000.0f, 1e-6f, true, 4, 0};
 
     static const struct { const char *name; enum dtype type; bool k; } gguf_types[] = {
         {"f32", DT_F32, false},   {"f16", DT_F16, false},   {"bf16", DT_BF16, false}, {"q8_0", DT_Q8_0, false},
@@ -821,7 +921,7 @@ int main(int argc, char **argv) {
     /* LLaVA: a Llama decoder with room for 16 images of 64 tokens; CLIP on a
      * 32x32 image in 4x4 patches (8x8 grid + CLS), 3 layers of which LLaVA
      * runs 2. The bad projector maps to 80 != the decoder's 64. */
-    const struct spec llava = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 4096, 0, 10000.0f, 1e-5f, false, 5};
+    const struct spec llava = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 4096, 0, 10000.0f, 1e-5f, false, 5, 0};
     const struct vspec clip = {.image_size = 32, .patch_size = 4, .n_embd = 48, .n_ff = 96, .n_head = 4,
                                .n_layer = 3, .n_out = 64, .eps = 1e-5, .seed = 6};
     struct vspec clip_bad = clip;
@@ -836,15 +936,37 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/llava-mmproj-f16.gguf", out);
     rc = rc || write_mmproj(&vm, &clip, DT_F16, true, true, path);
     snprintf(path, sizeof path, "%s/llava-st", out);
-    rc = rc || write_llava_hf(&m, &vm, &clip, v, false, path);
+    rc = rc || write_vlm_hf(&m, &vm, &clip, v, false, path);
     snprintf(path, sizeof path, "%s/llava-st-new", out);
-    rc = rc || write_llava_hf(&m, &vm, &clip, v, true, path);
+    rc = rc || write_vlm_hf(&m, &vm, &clip, v, true, path);
     model_free(&vm);
     vision_build(&vm, &clip_bad);
     snprintf(path, sizeof path, "%s/llava-mmproj-badproj.gguf", out);
     rc = rc || write_mmproj(&vm, &clip_bad, DT_F32, false, false, path);
     model_free(&vm);
     model_free(&m);
+
+    /* Gemma 3 with vision: the Gemma decoder above (window 4, shorter than
+     * an image's 16 tokens, so that the window and an image's bidirectional
+     * attention meet) with the image tokens in its vocabulary; SigLIP on a
+     * 32x32 image in 4x4 patches (8x8 grid) pooled 2x2 into 4x4 = 16 tokens. */
+    struct spec gemma3v = gemma3;
+    gemma3v.n_ctx = 4096;
+    gemma3v.seed = 7;
+    gemma3v.n_vocab = N_VOCAB_IMAGE;
+    const struct vspec siglip = {.image_size = 32, .patch_size = 4, .n_embd = 48, .n_ff = 96, .n_head = 4,
+                                 .n_layer = 2, .n_out = 64, .eps = 1e-6, .seed = 8, .pool = 2};
+    model_build(&m, &gemma3v);
+    vision_build(&vm, &siglip);
+    snprintf(path, sizeof path, "%s/gemma3v-f32.gguf", out);
+    rc = rc || write_gguf(&m, vi, DT_F32, path);
+    snprintf(path, sizeof path, "%s/gemma3v-mmproj-f32.gguf", out);
+    rc = rc || write_mmproj(&vm, &siglip, DT_F32, true, true, path);
+    snprintf(path, sizeof path, "%s/gemma3v-st", out);
+    rc = rc || write_vlm_hf(&m, &vm, &siglip, vi, true, path);
+    model_free(&vm);
+    model_free(&m);
     free(v);
+    free(vi);
     return rc;
 }

@@ -3,7 +3,8 @@
  *
  *   prefill_parts MODEL MMPROJ
  *
- * On the tiny LLaVA fixture (two images), with passes of 8 rows, the prompt
+ * On the tiny LLaVA or Gemma 3 fixture (two images), with passes of 8 rows
+ * (an image whose tokens attend to each other: one pass), the prompt
  * prefilled in parts asked for 5 positions at a time — each runs on to the
  * end of the whole prompt's pass, cutting through both images — must leave
  * the same positions, tags, cache bytes, kept entries and logits as
@@ -25,6 +26,7 @@ static struct kvf_session *session_new(const struct kvf_model *m, const struct k
     sp.n_ctx = kvf_prompt_n_tokens(pr) + 4;
     sp.n_batch = 8;
     sp.kv_spec = spec;
+    sp.kv_swa_full = true; /* windowed layers (Gemma 3) keep what a truncated session goes back to */
     struct kvf_session *s = NULL;
     if (kvf_session_init(m, &sp, &s) != KVF_OK) fprintf(stderr, "prefill_parts: %s: %s\n", spec, kvf_last_error());
     return s;
@@ -73,8 +75,9 @@ static int check_truncate(const struct kvf_model *m, const struct kvf_model_info
     for (int t = 0; t < 3 && st == KVF_OK; t++) st = kvf_session_decode(turn, 1 + t);
     if (st == KVF_OK) st = kvf_session_truncate(turn, cut);
     const bool cleared = kvf_session_logits(turn) == NULL && kvf_session_n_past(turn) == cut;
-    for (int first = cut; st == KVF_OK && first < kvf_prompt_n_tokens(pr); first = kvf_session_n_past(turn))
-        st = kvf_session_prefill_prompt_part(turn, pr, first, PART);
+    const int n_pr = kvf_prompt_n_tokens(pr);
+    for (int first = cut; st == KVF_OK && first < n_pr; first = kvf_session_n_past(turn))
+        st = kvf_session_prefill_prompt_part(turn, pr, first, first + PART < n_pr ? PART : n_pr - first);
     if (st == KVF_OK) st = kvf_session_prefill_prompt(fresh, pr, NULL);
     /* compress (the full cache: sized to what it holds) before comparing
      * bytes, which otherwise hold each session's own growth slack */

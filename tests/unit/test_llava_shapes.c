@@ -1,10 +1,12 @@
-/* LLaVA loading.
+/* Vision-language model loading.
  *
  * LLaVA-1.5-7B with its real shapes, written as sparse files whose matrices
  * are holes (no disk space, never read): llava-v1.5-7b.Q4_K_M.gguf +
  * mmproj-model-f16.gguf as llama.cpp ships them, and the
  * llava-hf/llava-1.5-7b-hf directory (three shards). Every name, shape, type
- * and offset the loaders check is exercised without 7 GB of weights.
+ * and offset the loaders check is exercised without 7 GB of weights. The
+ * same for Gemma-3-4B-it as llama.cpp ships it (gemma-3-4b-it-Q4_K_M.gguf +
+ * mmproj-model-f16.gguf: SigLIP so400m at 896 px, 256 pooled tokens).
  *
  * Then tiny files with real data: a vision tower that loads and encodes (both
  * of llama.cpp's fc1/fc2 namings give the same logits), and mmproj files
@@ -632,6 +634,228 @@ static void test_llava7b_gguf_mmproj(void **state) {
     kvf_model_free(m);
 }
 
+/* ------------------------------------------------------ Gemma-3-4B -- */
+
+/* Gemma 3 4B: 34 layers of 2560, 8 query / 4 kv heads of 256, window 1024,
+ * a 262208-token vocabulary with the image delimiters at their real ids. */
+enum { G4_L = 34, G4_E = 2560, G4_F = 10240, G4_HD = 256, G4_NH = 8, G4_NKV = 4, G4_V = 262208,
+       G4_BOI = 255999, G4_EOI = 256000, G4_SOFT = 262144 };
+/* SigLIP so400m/14 at 896 px: 27 layers of 1152, ff 4304, 16 heads. */
+enum { S4_L = 27, S4_H = 1152, S4_F = 4304, S4_P = 14, S4_S = 896, S4_G = S4_S / S4_P };
+
+static void write_gemma3_4b(const char *path) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", "gemma3");
+    gguf_writer_set_str(w, "general.name", "Gemma 3 4b It");
+    gguf_writer_set_u32(w, "gemma3.context_length", 131072);
+    gguf_writer_set_u32(w, "gemma3.embedding_length", G4_E);
+    gguf_writer_set_u32(w, "gemma3.block_count", G4_L);
+    gguf_writer_set_u32(w, "gemma3.feed_forward_length", G4_F);
+    gguf_writer_set_u32(w, "gemma3.attention.head_count", G4_NH);
+    gguf_writer_set_u32(w, "gemma3.attention.head_count_kv", G4_NKV);
+    gguf_writer_set_u32(w, "gemma3.attention.key_length", G4_HD);
+    gguf_writer_set_u32(w, "gemma3.attention.value_length", G4_HD);
+    gguf_writer_set_u32(w, "gemma3.attention.sliding_window", 1024);
+    gguf_writer_set_f32(w, "gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+    gguf_writer_set_f32(w, "gemma3.rope.freq_base", 1000000.0f);
+    char *text = malloc((size_t)G4_V * 24);
+    const char **tok = malloc(sizeof *tok * (size_t)G4_V);
+    float *scores = malloc(sizeof *scores * (size_t)G4_V);
+    int32_t *types = malloc(sizeof *types * (size_t)G4_V);
+    assert_true(text && tok && scores && types);
+    for (int i = 0; i < G4_V; i++) {
+        char *t = text + (size_t)i * 24;
+        /* <pad> <eos> <bos> <unk>, then the byte pieces, then words */
+        if (i < 4) snprintf(t, 24, "%s", (const char *[]){"<pad>", "<eos>", "<bos>", "<unk>"}[i]);
+        else if (i < 4 + 256) snprintf(t, 24, "<0x%02X>", i - 4);
+        else if (i == G4_BOI || i == G4_EOI || i == G4_SOFT)
+            snprintf(t, 24, "%s", i == G4_BOI ? "<start_of_image>" : i == G4_EOI ? "<end_of_image>" : "<image_soft_token>");
+        else snprintf(t, 24, "\xe2\x96\x81tok%d", i);
+        tok[i] = t;
+        scores[i] = i < 4 + 256 ? 0.0f : -(float)(i - 260);
+        types[i] = i == 3 ? 2 : i < 4 || i == G4_BOI || i == G4_EOI || i == G4_SOFT ? 3 : i < 4 + 256 ? 6 : 1;
+    }
+    gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, G4_V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_F32, scores, G4_V);
+    gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_I32, types, G4_V);
+    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 3);
+    gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", false); /* Gemma's SentencePiece has none */
+    free(text);
+    free(tok);
+    free(scores);
+    free(types);
+    const int64_t E = G4_E, F = G4_F, Q = G4_NH * G4_HD, KV = G4_NKV * G4_HD;
+    gguf_add2(w, "token_embd.weight", DT_Q6_K, E, G4_V, true);
+    gguf_add2(w, "output_norm.weight", DT_F32, E, 1, true);
+    for (int l = 0; l < G4_L; l++) {
+        static const char *const norms[] = {"attn_norm.weight", "post_attention_norm.weight", "ffn_norm.weight",
+                                            "post_ffw_norm.weight"};
+        for (int k = 0; k < 4; k++) blk_add(w, l, norms[k], DT_F32, E, 1, true);
+        blk_add(w, l, "attn_q_norm.weight", DT_F32, G4_HD, 1, true);
+        blk_add(w, l, "attn_k_norm.weight", DT_F32, G4_HD, 1, true);
+        blk_add(w, l, "attn_q.weight", DT_Q4_K, E, Q, true);
+        blk_add(w, l, "attn_k.weight", DT_Q4_K, E, KV, true);
+        blk_add(w, l, "attn_v.weight", DT_Q6_K, E, KV, true);
+        blk_add(w, l, "attn_output.weight", DT_Q4_K, Q, E, true);
+        blk_add(w, l, "ffn_gate.weight", DT_Q4_K, E, F, true);
+        blk_add(w, l, "ffn_up.weight", DT_Q4_K, E, F, true);
+        blk_add(w, l, "ffn_down.weight", DT_Q6_K, F, E, true);
+    }
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+/* llama.cpp's Gemma 3 mmproj: every SigLIP layer, post-LN, the pooling
+ * projector's norm (w + 1) and x P projection (F16, ne = [proj_out, vision];
+ * proj_out is the decoder's width when right); pool > 0 writes
+ * clip.vision.projector.scale_factor. */
+static void write_gemma3_mmproj(const char *path, int proj_out, int pool) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", "clip");
+    gguf_writer_set_u32(w, "general.file_type", 1);
+    gguf_writer_set_bool(w, "clip.has_text_encoder", false);
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
+    gguf_writer_set_str(w, "clip.projector_type", "gemma3");
+    gguf_writer_set_bool(w, "clip.use_gelu", true);
+    gguf_writer_set_u32(w, "clip.vision.image_size", S4_S);
+    gguf_writer_set_u32(w, "clip.vision.patch_size", S4_P);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", S4_H);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", S4_F);
+    gguf_writer_set_u32(w, "clip.vision.projection_dim", G4_E);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", 16);
+    gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+    gguf_writer_set_u32(w, "clip.vision.block_count", S4_L);
+    static const float half[3] = {0.5f, 0.5f, 0.5f};
+    gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_F32, half, 3);
+    gguf_writer_set_arr(w, "clip.vision.image_std", GGUF_F32, half, 3);
+    if (pool > 0) gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)pool);
+    const int64_t H = S4_H, F = S4_F;
+    gguf_add(w, "v.patch_embd.weight", NULL, DT_F16, 4, S4_P, S4_P, 3, H, true);
+    gguf_add2(w, "v.patch_embd.bias", DT_F32, H, 1, true);
+    gguf_add2(w, "v.position_embd.weight", DT_F16, H, S4_G * S4_G, true);
+    char n[96];
+    static const char *const att[] = {"attn_q", "attn_k", "attn_v", "attn_out"};
+    for (int l = 0; l < S4_L; l++) {
+        for (int a = 0; a < 4; a++) {
+            snprintf(n, sizeof n, "v.blk.%d.%s.weight", l, att[a]);
+            gguf_add2(w, n, DT_F16, H, H, true);
+            snprintf(n, sizeof n, "v.blk.%d.%s.bias", l, att[a]);
+            gguf_add2(w, n, DT_F32, H, 1, true);
+        }
+        for (int ln = 1; ln <= 2; ln++) {
+            snprintf(n, sizeof n, "v.blk.%d.ln%d.weight", l, ln);
+            gguf_add2(w, n, DT_F32, H, 1, true);
+            snprintf(n, sizeof n, "v.blk.%d.ln%d.bias", l, ln);
+            gguf_add2(w, n, DT_F32, H, 1, true);
+        }
+        snprintf(n, sizeof n, "v.blk.%d.ffn_up.weight", l);
+        gguf_add2(w, n, DT_F16, H, F, true);
+        snprintf(n, sizeof n, "v.blk.%d.ffn_up.bias", l);
+        gguf_add2(w, n, DT_F32, F, 1, true);
+        snprintf(n, sizeof n, "v.blk.%d.ffn_down.weight", l);
+        gguf_add2(w, n, DT_F16, F, H, true);
+        snprintf(n, sizeof n, "v.blk.%d.ffn_down.bias", l);
+        gguf_add2(w, n, DT_F32, H, 1, true);
+    }
+    gguf_add2(w, "v.post_ln.weight", DT_F32, H, 1, true);
+    gguf_add2(w, "v.post_ln.bias", DT_F32, H, 1, true);
+    gguf_add2(w, "mm.soft_emb_norm.weight", DT_F32, H, 1, true);
+    gguf_add2(w, "mm.input_projection.weight", DT_F16, proj_out, H, true);
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+static void test_gemma3_4b_gguf_mmproj(void **state) {
+    (void)state;
+    const char *dec = tmp_path("gemma-3-4b-it-Q4_K_M.gguf"), *mmp = tmp_path("mmproj-gemma3-4b-f16.gguf");
+    write_gemma3_4b(dec);
+    write_gemma3_mmproj(mmp, G4_E, 0);
+    double disk, size, mdisk, msize;
+    file_sizes(dec, &disk, &size);
+    file_sizes(mmp, &mdisk, &msize);
+    print_message("    decoder GGUF %.3f GB apparent, %.2f MB on disk; mmproj %.3f GB apparent, %.2f MB on disk\n",
+                  size / 1e9, disk / 1e6, msize / 1e9, mdisk / 1e6);
+    /* The published files: 2.49 GB and 851 MB. */
+    assert_true(size > 2.3e9 && size < 2.7e9);
+    assert_true(msize > 0.80e9 && msize < 0.86e9);
+
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    print_message("    %s, %d layers x %d, vocab %d, %.3f B params; vision %s %s, %d layers x %d, projector %s, "
+                  "%d tokens (%dx%d)\n", in.arch, in.n_layer, in.n_embd, in.n_vocab, (double)in.n_params / 1e9,
+                  in.vision_source, in.vision_tower, in.vision_n_layer, in.vision_n_embd, in.vision_projector,
+                  in.image_tokens, in.image_grid, in.image_grid);
+    assert_string_equal(in.arch, "gemma3");
+    assert_int_equal(in.n_layer, G4_L);
+    assert_int_equal(in.head_dim, G4_HD);
+    assert_int_equal(in.sliding_window, 1024);
+    assert_true(in.has_vision);
+    assert_string_equal(in.vision_tower, "SigLIP");
+    assert_string_equal(in.vision_projector, "gemma3");
+    assert_int_equal(in.vision_n_layer, S4_L);
+    assert_int_equal(in.vision_n_embd, S4_H);
+    assert_int_equal(in.vision_n_ff, S4_F);
+    assert_int_equal(in.vision_image_size, S4_S);
+    assert_int_equal(in.image_tokens, 256); /* 64 x 64 patches pooled 4 x 4 */
+    assert_int_equal(in.image_grid, 16);
+    assert_true(in.image_bidirectional);
+    /* 3.88 B (decoder, tied output) + 0.42 B (SigLIP so400m) + 2.9 M (projector). */
+    const int64_t E = G4_E, H = S4_H;
+    const int64_t dec_p = (int64_t)G4_V * E + E +
+                          G4_L * (4 * E + 2 * G4_HD + E * (G4_NH * G4_HD) * 2 + 2 * E * (G4_NKV * G4_HD) + 3 * E * G4_F);
+    const int64_t vis_p = H * 3 * S4_P * S4_P + H + (int64_t)S4_G * S4_G * H +
+                          S4_L * (4 * (H * H + H) + 4 * H + 2 * H * S4_F + S4_F + H) + 2 * H;
+    assert_int_equal(in.n_params, dec_p + vis_p + H + H * E);
+
+    /* An image in a prompt: "\n\n<start_of_image>", its 256 embeddings,
+     * "<end_of_image>\n\n" (Gemma3Processor's layout). */
+    float *embd = calloc((size_t)256 * G4_E, sizeof *embd);
+    assert_non_null(embd);
+    struct kvf_media *md = NULL;
+    assert_ok(kvf_media_from_embd(m, embd, 16, 16, KVF_MOD_IMAGE, &md));
+    free(embd);
+    struct kvf_prompt *p = NULL;
+    const struct kvf_media *media[1] = {md};
+    assert_ok(kvf_prompt_init(m, "<image>", media, 1, true, false, &p));
+    /* <bos> \n \n <boi> 256 x image <eoi> \n \n (byte pieces for the newlines) */
+    assert_int_equal(kvf_prompt_n_tokens(p), 1 + 2 + 1 + 256 + 1 + 2);
+    assert_int_equal(kvf_prompt_token(p, 0), 2);
+    assert_int_equal(kvf_prompt_token(p, 1), 4 + '\n');
+    assert_int_equal(kvf_prompt_token(p, 3), G4_BOI);
+    assert_int_equal(kvf_prompt_token(p, 4), -1);
+    assert_int_equal(kvf_prompt_token(p, 4 + 256), G4_EOI);
+    assert_int_equal(kvf_prompt_token(p, 4 + 256 + 2), 4 + '\n');
+    /* Video frames have no place in Gemma 3's prompt. */
+    struct kvf_prompt *pv = NULL;
+    assert_int_equal(kvf_prompt_init(m, "<video>", media, 1, true, false, &pv), KVF_ERR_UNSUPPORTED);
+    kvf_prompt_free(p);
+    kvf_media_free(md);
+    kvf_model_free(m);
+
+    /* A projector to another width, and a pooling that does not divide the
+     * 64-patch grid: clear errors. */
+    struct { int proj_out, pool; enum kvf_status want; } bad[] = {{2048, 0, KVF_ERR_SHAPE}, {G4_E, 5, KVF_ERR_FORMAT},
+                                                                   {G4_E, 65, KVF_ERR_FORMAT}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_gemma3_mmproj(mmp, bad[i].proj_out, bad[i].pool);
+        m = NULL;
+        const enum kvf_status st = kvf_model_load(dec, &mp, &m);
+        print_message("    projector to %d, pooling %d -> %s: %s\n", bad[i].proj_out, bad[i].pool, kvf_status_str(st),
+                      kvf_last_error());
+        assert_int_equal(st, bad[i].want);
+        assert_null(m);
+    }
+}
+
 static void test_llava7b_hf(void **state) {
     (void)state;
     const char *dir = tmp_path("llava-1.5-7b-hf");
@@ -920,6 +1144,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_llava7b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_llava7b_hf, test_teardown),
+        cmocka_unit_test_teardown(test_gemma3_4b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
         cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),

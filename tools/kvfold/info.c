@@ -41,6 +41,8 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     if (in->has_vision) {
         cJSON *v = cJSON_AddObjectToObject(o, "vision");
         cJSON_AddStringToObject(v, "source", in->vision_source);
+        cJSON_AddStringToObject(v, "tower", in->vision_tower);
+        cJSON_AddStringToObject(v, "projector", in->vision_projector);
         cJSON_AddNumberToObject(v, "image_size", in->vision_image_size);
         cJSON_AddNumberToObject(v, "patch_size", in->vision_patch_size);
         cJSON_AddNumberToObject(v, "n_layer", in->vision_n_layer);
@@ -76,10 +78,10 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
     printf("simd            %s\n", kvf_simd_level());
     printf("build           %s\n", kvf_build_info());
     if (in->has_vision)
-        printf("vision          %s: CLIP ViT, %d layers of width %d (%d heads, ff %d), image %d, patch %d "
-               "-> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_n_layer, in->vision_n_embd,
-               in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size, in->image_tokens,
-               in->image_grid, in->image_grid);
+        printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), image %d, patch %d, "
+               "projector %s -> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_tower, in->vision_n_layer,
+               in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size,
+               in->vision_projector, in->image_tokens, in->image_grid, in->image_grid);
 }
 
 static int cmd_info(const struct args *a) {
