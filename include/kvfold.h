@@ -134,6 +134,7 @@ struct kvf_model_info {
     int sliding_window;      /* 0 when every layer is global                    */
     float rope_base, rope_base_local, norm_eps;
     enum kvf_rope_style rope_style;
+    int rope_sections[3];    /* M-RoPE (Qwen2-VL): rotary pairs on time, height, width; 0 0 0: plain */
     /* vocab_only: the hyper-parameters the files give, 0 for the others;
      * n_vocab is the tokenizer's; no weights (n_params 0, weight_types ""). */
     int64_t n_params;        /* number of weights                                */
@@ -145,12 +146,15 @@ struct kvf_model_info {
     /* Vision tower (zero / NULL when the model has none). */
     bool has_vision;
     const char *vision_source;  /* "mmproj" or "safetensors"                      */
-    const char *vision_tower;   /* "CLIP ViT" (LLaVA) or "SigLIP" (Gemma 3)          */
-    const char *vision_projector; /* "mlp" (LLaVA) or "gemma3" (pooling, norm, linear) */
+    const char *vision_tower;   /* "CLIP ViT" (LLaVA), "SigLIP" (Gemma 3), "Qwen2.5-VL ViT" */
+    const char *vision_projector; /* "mlp" (LLaVA), "gemma3" (pooling, norm, linear),
+                                     "merger" (Qwen2.5-VL: 2 x 2 patches a token)   */
     int vision_image_size, vision_patch_size, vision_n_layer, vision_n_embd, vision_n_head;
     int vision_n_ff;
-    int image_tokens;        /* embeddings one image becomes (e.g. 576)          */
-    int image_grid;          /* image_tokens = image_grid^2 (CLS dropped)        */
+    int image_tokens;        /* embeddings one image becomes (e.g. 576); the most, when
+                                the image's size decides (Qwen2.5-VL)             */
+    int image_grid;          /* image_tokens = image_grid^2 (CLS dropped); 0 when the
+                                image's size decides                              */
     bool image_bidirectional;/* an image's tokens attend to each other (Gemma 3): each image is
                                 prefilled in one pass, whatever n_batch or the block size */
 };
@@ -254,8 +258,9 @@ KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, co
 KVF_API enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, const char *text, int rows, int cols,
                                        float noise, uint64_t seed, struct kvf_media **out);
 /* Caller-made embeddings [rows*cols][n_embd] (copied), row-major over the
- * grid; in a prompt they behave exactly as kvf_session_prefill_embd of the
- * same rows with the same tags. */
+ * grid; in a prompt they behave as kvf_session_prefill_embd of the same
+ * rows with the same tags, plus what the model's prompt layout adds to an
+ * image (Gemma 3's and Qwen2.5-VL's delimiters, M-RoPE positions). */
 KVF_API enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
                                     enum kvf_modality modality, struct kvf_media **out);
 KVF_API void kvf_media_free(struct kvf_media *media);
@@ -372,7 +377,9 @@ KVF_API enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *sess
 KVF_API enum kvf_status kvf_session_prefill_prompt(struct kvf_session *session, const struct kvf_prompt *prompt,
                                            float *all_logits);
 /* Appends rows of input embeddings [n][n_embd] with their tags (the pos
- * field is ignored: positions continue at n_past). tags NULL: text. */
+ * field is ignored: positions continue at n_past). tags NULL: text. On an
+ * M-RoPE model (kvf_model_info.rope_sections) the rows take text's rope
+ * positions; images need a kvf_prompt, which lays out their 3-D ones. */
 KVF_API enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, const float *embd,
                                          const struct kvf_tag *tags, int n, float *all_logits);
 /* Tags of every position processed so far, [kvf_session_n_past]. Valid

@@ -91,8 +91,7 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     for (i = 0; i < n; i++) out[i] = x[i] * s * w[i];
 }
 
-static void rope_heads(float *x, int n_head, int head_dim, const float *cs, const float *sn,
-                       enum kvf_rope_style style) {
+void ops_rope_rotate(float *x, int n_head, int head_dim, const float *cs, const float *sn, enum kvf_rope_style style) {
     const int half = head_dim / 2;
     for (int h = 0; h < n_head; h++) {
         float *v = x + (size_t)h * head_dim;
@@ -106,17 +105,25 @@ static void rope_heads(float *x, int n_head, int head_dim, const float *cs, cons
     }
 }
 
-void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
-              enum kvf_rope_style style) {
+void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
+                       const int sections[3], float base, enum kvf_rope_style style) {
     const int half = head_dim / 2;
     float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
     for (int i = 0; i < half; i++) {
-        const double theta = pos * pow(base, -2.0 * i / head_dim);
+        const int32_t p = i < sections[0] ? pos[0] : i < sections[0] + sections[1] ? pos[1] : pos[2];
+        const double theta = p * pow(base, -2.0 * i / head_dim);
         cs[i] = (float)cos(theta);
         sn[i] = (float)sin(theta);
     }
-    rope_heads(q, n_q_heads, head_dim, cs, sn, style);
-    if (k) rope_heads(k, n_k_heads, head_dim, cs, sn, style);
+    ops_rope_rotate(q, n_q_heads, head_dim, cs, sn, style);
+    if (k) ops_rope_rotate(k, n_k_heads, head_dim, cs, sn, style);
+}
+
+void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
+              enum kvf_rope_style style) {
+    static const int all[3] = {1 << 20, 0, 0}; /* every pair takes pos[0] */
+    const int32_t p[3] = {pos, pos, pos};
+    ops_rope_sections(q, n_q_heads, k, n_k_heads, head_dim, p, all, base, style);
 }
 
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {

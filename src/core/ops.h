@@ -34,6 +34,15 @@ void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
  * NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
 void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
               enum kvf_rope_style style);
+/* Rotates the heads x[n_head][head_dim] by the angles of each rotary pair
+ * i < head_dim / 2 (cs, sn: their cosines and sines): pairs (i, i + half)
+ * for NEOX, (2i, 2i + 1) for NORM. */
+void ops_rope_rotate(float *x, int n_head, int head_dim, const float *cs, const float *sn, enum kvf_rope_style style);
+/* ops_rope with a position per rotary pair: pairs [0, sections[0]) take
+ * pos[0], the next sections[1] pos[1], the rest pos[2] (Qwen2-VL's M-RoPE:
+ * time, height, width). */
+void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
+                       const int sections[3], float base, enum kvf_rope_style style);
 /* out = (x - mean) / sqrt(var + eps) * w + b   over n values; out may alias x. */
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
 /* y[t][i] += b[i] for t < n rows of dim values (b: a vector weight; no-op when absent). */

@@ -490,14 +490,11 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
 
 #define PRECISION_BITS (32 - 8 - 2) /* Pillow's fixed point for 8-bit images */
 
-/* Pillow's filters: support and kernel. */
-enum image_filter { FILTER_BILINEAR, FILTER_BICUBIC };
-
-static double filter_support(enum image_filter f) { return f == FILTER_BICUBIC ? 2.0 : 1.0; }
+static double filter_support(enum image_filter f) { return f == IMAGE_BICUBIC ? 2.0 : 1.0; }
 
 static double filter_eval(enum image_filter f, double x) {
     if (x < 0.0) x = -x;
-    if (f == FILTER_BILINEAR) return x < 1.0 ? 1.0 - x : 0.0;
+    if (f == IMAGE_BILINEAR) return x < 1.0 ? 1.0 - x : 0.0;
     const double a = -0.5;
     if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
     if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
@@ -586,9 +583,9 @@ static void canvas_row(const struct canvas *cv, int y, uint8_t *row) {
         memcpy(row + 3 * (size_t)cv->ox, cv->img->rgb + (size_t)(y - cv->oy) * w * 3, (size_t)w * 3);
 }
 
-/* One row of n pixels resampled by plan p into out [size][3]. */
-static void row_resample(const uint8_t *in, const struct resample_plan *p, int size, uint8_t *out) {
-    for (int o = 0; o < size; o++) {
+/* One row of pixels resampled by plan p into out [n_out][3]. */
+static void row_resample(const uint8_t *in, const struct resample_plan *p, int n_out, uint8_t *out) {
+    for (int o = 0; o < n_out; o++) {
         const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
         const int32_t *k = p->k + (size_t)o * p->ksize;
         int64_t s3[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
@@ -601,20 +598,20 @@ static void row_resample(const uint8_t *in, const struct resample_plan *p, int s
 /* Pillow 13's order when the height shrinks more than twice as much as the
  * width: the vertical pass into 8-bit rows of the canvas's width, then the
  * horizontal one. Output as canvas_resize. */
-static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int size, enum image_filter f,
+static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int ow, int oh, enum image_filter f,
                                                     uint8_t *out) {
     const size_t line = (size_t)cv->w * 3;
     size_t tmp_bytes;
-    if (!size_mul(line, (size_t)size, &tmp_bytes))
-        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, cv->h, size, size);
+    if (!size_mul(line, (size_t)oh, &tmp_bytes))
+        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, cv->h, ow, oh);
     struct resample_plan ph = {0}, pv = {0};
-    enum kvf_status st = plan_make(cv->w, size, f, &ph);
-    if (st == KVF_OK) st = plan_make(cv->h, size, f, &pv);
+    enum kvf_status st = plan_make(cv->w, ow, f, &ph);
+    if (st == KVF_OK) st = plan_make(cv->h, oh, f, &pv);
     uint8_t *tmp = st == KVF_OK ? malloc(tmp_bytes) : NULL, *row = st == KVF_OK ? malloc(line) : NULL;
     int64_t *acc = st == KVF_OK ? malloc(line * sizeof *acc) : NULL;
     if (st == KVF_OK && (!tmp || !row || !acc))
         st = err_set(KVF_ERR_NOMEM, "out of memory resizing a %dx%d image", cv->w, cv->h);
-    for (int yy = 0; st == KVF_OK && yy < size; yy++) {
+    for (int yy = 0; st == KVF_OK && yy < oh; yy++) {
         const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
         const int32_t *k = pv.k + (size_t)yy * pv.ksize;
         for (size_t i = 0; i < line; i++) acc[i] = 1 << (PRECISION_BITS - 1);
@@ -623,7 +620,7 @@ static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int
             for (size_t i = 0; i < line; i++) acc[i] += (int64_t)row[i] * k[y];
         }
         for (size_t i = 0; i < line; i++) tmp[(size_t)yy * line + i] = clip8(acc[i]);
-        row_resample(tmp + (size_t)yy * line, &ph, size, out + (size_t)yy * size * 3);
+        row_resample(tmp + (size_t)yy * line, &ph, ow, out + (size_t)yy * ow * 3);
     }
     free(tmp);
     free(row);
@@ -633,21 +630,21 @@ static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int
     return st;
 }
 
-/* Pillow's resize of the canvas to size x size with filter f, into
- * out[size][size][3]: horizontal pass into 8-bit rows, then vertical (a
- * pass over an unchanged side is the identity, as Pillow skips it), except
+/* Pillow's resize of the canvas to ow x oh with filter f, into
+ * out[oh][ow][3]: horizontal pass into 8-bit rows, then vertical (a pass
+ * over an unchanged side is the identity, as Pillow skips it), except
  * where Pillow 13 runs the vertical pass first (Resample.c: the height
  * shrinks, by more than twice what the width does). */
-static enum kvf_status canvas_resize(const struct canvas *cv, int size, enum image_filter f, uint8_t *out) {
-    const int dh = cv->h - size, dw = cv->w - size;
-    if (dh > 0 && dh > 2 * dw) return canvas_resize_vertical_first(cv, size, f, out);
+static enum kvf_status canvas_resize(const struct canvas *cv, int ow, int oh, enum image_filter f, uint8_t *out) {
+    const int dh = cv->h - oh, dw = cv->w - ow;
+    if (dh > 0 && dh > 2 * dw) return canvas_resize_vertical_first(cv, ow, oh, f, out);
     const int ch = cv->h, w = cv->img->w;
     size_t tmp_bytes, acc_n;
-    if (!size_mul((size_t)ch, (size_t)size * 3, &tmp_bytes) || !size_mul((size_t)size, 3, &acc_n))
-        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, ch, size, size);
+    if (!size_mul((size_t)ch, (size_t)ow * 3, &tmp_bytes) || !size_mul((size_t)ow, 3, &acc_n))
+        return err_set(KVF_ERR_INVALID_ARG, "resizing %dx%d to %dx%d is too large", cv->w, ch, ow, oh);
     struct resample_plan p = {0}, pv = {0};
-    enum kvf_status st = plan_make(cv->w, size, f, &p);
-    if (st == KVF_OK) st = plan_make(ch, size, f, &pv);
+    enum kvf_status st = plan_make(cv->w, ow, f, &p);
+    if (st == KVF_OK) st = plan_make(ch, oh, f, &pv);
     if (st != KVF_OK) {
         plan_free(&p);
         return st;
@@ -661,9 +658,9 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int size, enum ima
     /* Every row is background outside the image's columns [ox, ox + w): an
      * output sample is the background row's sum plus, over its taps on the
      * image, k x (pixel - background), which is exact in integers. A row
-     * costs O(size + w x taps per input sample), so a tall narrow image is
-     * linear in its side, not O(side^2 / size). */
-    for (int o = 0; o < size; o++) {
+     * costs O(ow + w x taps per input sample), so a tall narrow image is
+     * linear in its side, not O(side^2 / ow). */
+    for (int o = 0; o < ow; o++) {
         int64_t ksum = 0;
         for (int x = 0; x < p.bounds[2 * o + 1]; x++) ksum += p.k[(size_t)o * p.ksize + x];
         for (int c = 0; c < 3; c++) {
@@ -671,10 +668,10 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int size, enum ima
             bg_line[3 * o + c] = clip8(bg_acc[3 * o + c]);
         }
     }
-    int o_lo = 0, o_hi = size;
-    while (o_lo < size && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= cv->ox) o_lo++;
+    int o_lo = 0, o_hi = ow;
+    while (o_lo < ow && p.bounds[2 * o_lo] + p.bounds[2 * o_lo + 1] <= cv->ox) o_lo++;
     while (o_hi > o_lo && p.bounds[2 * (o_hi - 1)] >= cv->ox + w) o_hi--;
-    const size_t line = (size_t)size * 3;
+    const size_t line = (size_t)ow * 3;
     for (int y = 0; y < ch; y++) {
         uint8_t *t = tmp + (size_t)y * line;
         memcpy(t, bg_line, line);
@@ -694,7 +691,7 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int size, enum ima
     }
     /* Integer sums are exact, so accumulating tap by tap over a whole row
      * gives Pillow's per-pixel sums. */
-    for (int yy = 0; yy < size; yy++) {
+    for (int yy = 0; yy < oh; yy++) {
         const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
         const int32_t *k = pv.k + (size_t)yy * pv.ksize;
         for (size_t i = 0; i < acc_n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
@@ -714,14 +711,15 @@ done:
     return st;
 }
 
-static enum kvf_status preprocess_check(const struct kvf_image *img, int size, const float mean[3], const float std[3],
-                                        const float *out) {
+static enum kvf_status preprocess_check(const struct kvf_image *img, int ow, int oh, const float mean[3],
+                                        const float std[3], const float *out) {
     if (!img || !img->rgb || !mean || !std || !out)
         return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: NULL argument");
     if (img->w <= 0 || img->h <= 0 || img->w > IMAGE_MAX_SIDE || img->h > IMAGE_MAX_SIDE)
         return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: image of %dx%d pixels", img->w, img->h);
-    if (size <= 0 || size > IMAGE_MAX_SIDE)
-        return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: output size %d (1..%d)", size, IMAGE_MAX_SIDE);
+    if (ow <= 0 || ow > IMAGE_MAX_SIDE || oh <= 0 || oh > IMAGE_MAX_SIDE)
+        return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: output size %dx%d (sides 1..%d)", ow, oh,
+                       IMAGE_MAX_SIDE);
     for (int c = 0; c < 3; c++)
         if (std[c] == 0.0f || !isfinite(std[c]) || !isfinite(mean[c]))
             return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: mean %g / std %g of channel %d", mean[c],
@@ -729,22 +727,22 @@ static enum kvf_status preprocess_check(const struct kvf_image *img, int size, c
     return KVF_OK;
 }
 
-/* The canvas resized to size x size, scaled to [0, 1] and normalised into
- * out [3][size][size]. transformers' rescale multiplies by 1/255 in double
- * and rounds to float, then normalises in float; so do we. */
-static enum kvf_status canvas_to_pixels(const struct canvas *cv, int size, enum image_filter f, const float mean[3],
-                                        const float std[3], float *out) {
+/* The canvas resized to ow x oh, scaled to [0, 1] and normalised into out
+ * [3][oh][ow]. transformers' rescale multiplies by 1/255 in double and
+ * rounds to float, then normalises in float; so do we. */
+static enum kvf_status canvas_to_pixels(const struct canvas *cv, int ow, int oh, enum image_filter f,
+                                        const float mean[3], const float std[3], float *out) {
     size_t n, bytes;
-    if (!size_mul((size_t)size, (size_t)size, &n) || !size_mul(n, 3, &bytes))
-        return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: output size %d is too large", size);
+    if (!size_mul((size_t)ow, (size_t)oh, &n) || !size_mul(n, 3, &bytes))
+        return err_set(KVF_ERR_INVALID_ARG, "image preprocessing: output size %dx%d is too large", ow, oh);
     uint8_t *rs = malloc(bytes);
     if (!rs) return err_set(KVF_ERR_NOMEM, "out of memory preprocessing a %dx%d image", cv->img->w, cv->img->h);
     enum kvf_status st = KVF_OK;
-    if (cv->w == size && cv->h == size) {
+    if (cv->w == ow && cv->h == oh) {
         /* Pillow's resize to the same size is a copy. */
-        for (int y = 0; y < size; y++) canvas_row(cv, y, rs + (size_t)y * size * 3);
+        for (int y = 0; y < oh; y++) canvas_row(cv, y, rs + (size_t)y * ow * 3);
     } else {
-        st = canvas_resize(cv, size, f, rs);
+        st = canvas_resize(cv, ow, oh, f, rs);
     }
     if (st == KVF_OK)
         for (int c = 0; c < 3; c++)
@@ -756,7 +754,7 @@ static enum kvf_status canvas_to_pixels(const struct canvas *cv, int size, enum 
 
 enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3], const float std[3],
                                        float *out) {
-    enum kvf_status st = preprocess_check(img, size, mean, std, out);
+    enum kvf_status st = preprocess_check(img, size, size, mean, std, out);
     if (st != KVF_OK) return st;
     const int w = img->w, h = img->h, side = w > h ? w : h;
     struct canvas cv = {.img = img, .w = side, .h = side};
@@ -770,13 +768,32 @@ enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, co
     cv.oy = (side - h) / 2;
     /* CLIPImageProcessor then resizes the shortest edge to `size` and crops
      * size x size at the centre: the identity on this square. */
-    return canvas_to_pixels(&cv, size, FILTER_BICUBIC, mean, std, out);
+    return canvas_to_pixels(&cv, size, size, IMAGE_BICUBIC, mean, std, out);
 }
 
-enum kvf_status image_preprocess_stretch(const struct kvf_image *img, int size, const float mean[3],
-                                         const float std[3], float *out) {
-    enum kvf_status st = preprocess_check(img, size, mean, std, out);
+enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f,
+                                        const float mean[3], const float std[3], float *out) {
+    enum kvf_status st = preprocess_check(img, ow, oh, mean, std, out);
     if (st != KVF_OK) return st;
     const struct canvas cv = {.img = img, .w = img->w, .h = img->h};
-    return canvas_to_pixels(&cv, size, FILTER_BILINEAR, mean, std, out);
+    return canvas_to_pixels(&cv, ow, oh, f, mean, std, out);
+}
+
+bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw) {
+    if (h <= 0 || w <= 0 || factor <= 0 || (double)KVF_MAX(h, w) / KVF_MIN(h, w) > 200.0) return false;
+    /* Python's round() halves to even, as rint does in the default mode. */
+    double hb = rint((double)h / factor) * factor, wb = rint((double)w / factor) * factor;
+    if (hb * wb > (double)max_pixels) {
+        const double beta = sqrt((double)h * w / (double)max_pixels);
+        hb = KVF_MAX((double)factor, floor(h / beta / factor) * factor);
+        wb = KVF_MAX((double)factor, floor(w / beta / factor) * factor);
+    } else if (hb * wb < (double)min_pixels) {
+        const double beta = sqrt((double)min_pixels / ((double)h * w));
+        hb = ceil(h * beta / factor) * factor;
+        wb = ceil(w * beta / factor) * factor;
+    }
+    if (!(hb >= factor && wb >= factor && hb <= IMAGE_MAX_SIDE && wb <= IMAGE_MAX_SIDE)) return false;
+    *rh = (int)hb;
+    *rw = (int)wb;
+    return true;
 }

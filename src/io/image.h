@@ -16,10 +16,19 @@ struct kvf_image {
  * normalise per channel with mean and std. */
 enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3],
                                        const float std[3], float *out);
-/* Gemma 3's preprocessing (Gemma3ImageProcessor, pan-and-scan off): resize
- * to size x size whatever the aspect ratio, with Pillow's bilinear filter;
- * scale and normalise as above. Output as above. */
-enum kvf_status image_preprocess_stretch(const struct kvf_image *img, int size, const float mean[3],
-                                         const float std[3], float *out);
+/* Pillow's resampling filters (their exact fixed-point arithmetic). */
+enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC };
+
+/* Resize to ow x oh whatever the aspect ratio with filter f (Pillow 13's
+ * order of the passes), scale and normalise as above into out [3][oh][ow]:
+ * Gemma3ImageProcessor (896 x 896, bilinear, pan-and-scan off) and
+ * Qwen2VLImageProcessor (image_smart_resize's size, bicubic). */
+enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f,
+                                        const float mean[3], const float std[3], float *out);
+
+/* Qwen2-VL's smart_resize: the size nearest h x w whose sides are
+ * multiples of factor and whose area is within [min_pixels, max_pixels];
+ * false when the aspect ratio exceeds 200 or a side would leave 1..4096. */
+bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw);
 
 #endif

@@ -711,10 +711,29 @@ static enum kvf_status hf_token(const struct hf_src *c, const char *key, int *ou
     return KVF_OK;
 }
 
+/* M-RoPE's mrope_section: three non-negative pair counts (time, height,
+ * width) within one block of RoPE parameters. */
+static enum kvf_status hf_mrope(const struct hf_src *c, const cJSON *b, int out[3]) {
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(b, "mrope_section");
+    if (!ms) return KVF_OK;
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) != 3)
+        return err_set(KVF_ERR_FORMAT, "%s: mrope_section must be 3 integers", c->path);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, ms) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 0 ||
+            v->valuedouble > 4096)
+            return err_set(KVF_ERR_FORMAT, "%s: mrope_section must be 3 integers in [0, 4096]", c->path);
+        out[i++] = (int)v->valuedouble;
+    }
+    return KVF_OK;
+}
+
 /* Older transformers write rope_scaling, newer ones rope_parameters; only the
- * plain RoPE is implemented, and silently ignoring a scaling would give wrong
- * outputs. theta/local_theta are updated when rope_parameters carries them. */
-static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *local_theta) {
+ * plain RoPE (and Qwen2-VL's M-RoPE, which splits it into sections) is
+ * implemented, and silently ignoring a scaling would give wrong outputs.
+ * theta/local_theta are updated when rope_parameters carries them. */
+static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *local_theta, int mrope[3]) {
     const cJSON *rs = hf_get(c, "rope_scaling", false);
     const cJSON *rp = hf_get(c, "rope_parameters", false);
     const cJSON *blocks[3] = {rs, NULL, NULL};
@@ -735,9 +754,12 @@ static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *loca
             return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters must be an object", c->path);
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        if (type && (!cJSON_IsString(type) || strcmp(type->valuestring, "default") != 0))
+        if (type && (!cJSON_IsString(type) || (strcmp(type->valuestring, "default") != 0 &&
+                                               strcmp(type->valuestring, "mrope") != 0)))
             return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling '%.32s' is not supported", c->path,
                            cJSON_IsString(type) ? type->valuestring : "?");
+        enum kvf_status st = hf_mrope(c, b, mrope);
+        if (st != KVF_OK) return st;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_theta");
         if (t && targets[i]) {
             if (!cJSON_IsNumber(t) || !(fabs(t->valuedouble) <= FLT_MAX))
@@ -830,7 +852,11 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
         TRY(hf_float(c, "rope_local_base_freq", cfg->rope_local_base_freq, &cfg->rope_local_base_freq));
         TRY(hf_float(c, "query_pre_attn_scalar", cfg->query_pre_attn_scalar, &cfg->query_pre_attn_scalar));
     }
-    TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL));
+    TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL, cfg->mrope_section));
+    const int pairs = cfg->mrope_section[0] + cfg->mrope_section[1] + cfg->mrope_section[2];
+    if (pairs && pairs != cfg->head_dim / 2)
+        return err_set(KVF_ERR_FORMAT, "%s: mrope_section covers %d rotary pairs, the heads have %d", c->path,
+                       pairs, cfg->head_dim / 2);
     if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
         !(cfg->query_pre_attn_scalar > 0))
         return err_set(KVF_ERR_FORMAT,
@@ -870,7 +896,8 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
 
 static const struct hf_family *hf_family_of(const char *model_type) {
     if (!strcmp(model_type, "llama") || !strcmp(model_type, "mistral")) return &hf_llama;
-    if (!strcmp(model_type, "qwen2")) return &hf_qwen2;
+    if (!strcmp(model_type, "qwen2") || !strcmp(model_type, "qwen2_vl_text") || !strcmp(model_type, "qwen2_5_vl_text"))
+        return &hf_qwen2;
     if (!strcmp(model_type, "gemma3_text")) return &hf_gemma3;
     return NULL;
 }
@@ -902,8 +929,14 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     /* Multimodal configs nest the decoder's config in text_config; transformers
      * fills it with the text class defaults, so missing fields are fine there. */
     const char *nested_default = !strcmp(model_type, "llava") ? "llama"
-                                 : !strcmp(model_type, "gemma3") ? "gemma3_text" : NULL;
-    if (nested_default) {
+                                 : !strcmp(model_type, "gemma3") ? "gemma3_text"
+                                 : !strcmp(model_type, "qwen2_vl") ? "qwen2_vl_text"
+                                 : !strcmp(model_type, "qwen2_5_vl") ? "qwen2_5_vl_text" : NULL;
+    /* Qwen2-VL configs as first published keep the decoder's keys at the top. */
+    const bool top_level = nested_default && !strncmp(model_type, "qwen2", 5) &&
+                           !cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (top_level) model_type = nested_default;
+    else if (nested_default) {
         const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
         if (tc && !cJSON_IsObject(tc)) {
             st = err_set(KVF_ERR_FORMAT, "%s: \"text_config\" is not an object", file);
@@ -921,7 +954,7 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     if (!fam) {
         st = err_set(KVF_ERR_UNSUPPORTED,
                      "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, gemma3_text, "
-                     "gemma3, llava)", file, model_type);
+                     "gemma3, llava, qwen2_vl, qwen2_5_vl)", file, model_type);
         goto done;
     }
     st = hf_fill(&src, fam, model_type, cfg);
@@ -971,6 +1004,26 @@ static enum kvf_status hf_float3(const struct hf_src *c, const char *key, const 
     return KVF_OK;
 }
 
+/* Qwen2-VL's image processor bounds: min_pixels / max_pixels, or (newer
+ * transformers) size.shortest_edge / size.longest_edge, in pixels. */
+static enum kvf_status hf_pixels(const struct hf_src *p, int64_t *min, int64_t *max) {
+    const cJSON *size = hf_get(p, "size", false);
+    const struct hf_src sz = {p->path, cJSON_IsObject(size) ? size : NULL, NULL, true};
+    const char *keys[2][2] = {{"min_pixels", "shortest_edge"}, {"max_pixels", "longest_edge"}};
+    int64_t *out[2] = {min, max};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *v = hf_get(p, keys[k][0], false);
+        if (!v && sz.obj) v = hf_get(&sz, keys[k][1], false);
+        if (!v) continue;
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e9 || v->valuedouble != floor(v->valuedouble))
+            return err_set(KVF_ERR_FORMAT, "%s: %s must be a pixel count in 1..1e9", p->path, keys[k][0]);
+        *out[k] = (int64_t)v->valuedouble;
+    }
+    if (*min > *max) return err_set(KVF_ERR_FORMAT, "%s: min_pixels %lld over max_pixels %lld", p->path,
+                                    (long long)*min, (long long)*max);
+    return KVF_OK;
+}
+
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg) {
     static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -987,9 +1040,56 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     cfg->gemma3 = cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3");
-    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3;
+    cfg->qwen25vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_5_vl");
+    if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_vl")) {
+        st = err_set(KVF_ERR_UNSUPPORTED, "%s: Qwen2-VL's vision tower is not supported yet (Qwen2.5-VL's is)", file);
+        goto done;
+    }
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || cfg->qwen25vl;
     if (!cfg->present) goto done;
     struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
+    if (cfg->qwen25vl) {
+        memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
+        memcpy(cfg->image_std, clip_std, sizeof clip_std);
+        if ((st = hf_int(&v, "depth", false, false, 32, &cfg->num_hidden_layers)) ||
+            (st = hf_int(&v, "hidden_size", false, false, 1280, &cfg->hidden_size)) ||
+            (st = hf_int(&v, "intermediate_size", false, false, 3420, &cfg->intermediate_size)) ||
+            (st = hf_int(&v, "num_heads", false, false, 16, &cfg->num_attention_heads)) ||
+            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
+            (st = hf_int(&v, "spatial_merge_size", false, false, 2, &cfg->spatial_merge_size)) ||
+            (st = hf_int(&v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size)) ||
+            (st = hf_int(&v, "window_size", false, false, 112, &cfg->window_size)) ||
+            (st = hf_int(&v, "out_hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
+            (st = hf_str(&v, "hidden_act", "silu", cfg->hidden_act, sizeof cfg->hidden_act)))
+            goto done;
+        cfg->layer_norm_eps = 1e-6f;
+        cfg->rope_theta = 10000.0f;
+        const cJSON *rp = hf_get(&v, "rope_parameters", false), *th = cJSON_IsObject(rp) ?
+            cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") : NULL;
+        if (cJSON_IsNumber(th) && th->valuedouble > 0 && th->valuedouble <= FLT_MAX) cfg->rope_theta = (float)th->valuedouble;
+        const cJSON *fa = hf_get(&v, "fullatt_block_indexes", false);
+        static const int def_full[] = {7, 15, 23, 31};
+        if (!fa) {
+            for (size_t i = 0; i < sizeof def_full / sizeof *def_full; i++) cfg->full_attention[def_full[i]] = true;
+        } else if (!cJSON_IsArray(fa)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: fullatt_block_indexes must be a list of layers", file);
+            goto done;
+        } else {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, fa) {
+                if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= 256 ||
+                    e->valuedouble != floor(e->valuedouble)) {
+                    st = err_set(KVF_ERR_FORMAT, "%s: fullatt_block_indexes holds a layer outside 0..255", file);
+                    goto done;
+                }
+                cfg->full_attention[(int)e->valuedouble] = true;
+            }
+        }
+        cfg->feature_layer = -1;
+        cfg->min_pixels = 56 * 56;
+        cfg->max_pixels = 28 * 28 * 1280;
+        goto preprocessor;
+    }
     if (cfg->gemma3) {
         /* Gemma3Config's vision tower: SigLIP so400m at 896 px unless told. */
         static const float half[3] = {0.5f, 0.5f, 0.5f};
@@ -1051,6 +1151,7 @@ preprocessor:;
             struct hf_src p = {pre, proot, NULL, true};
             if (!(st = hf_float3(&p, "image_mean", def_mean, cfg->image_mean)))
                 st = hf_float3(&p, "image_std", def_std, cfg->image_std);
+            if (!st && cfg->qwen25vl) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
         }
         cJSON_Delete(proot);
     }

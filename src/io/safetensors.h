@@ -45,6 +45,7 @@ struct hf_config {
     float rms_norm_eps, rope_theta, rope_local_base_freq, query_pre_attn_scalar;
     bool tie_word_embeddings, attention_bias;
     int bos_token_id, eos_token_id; /* -1 when absent */
+    int mrope_section[3];      /* Qwen2-VL's M-RoPE: rotary frequency pairs for time, height, width; 0 0 0: none */
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 
@@ -55,6 +56,7 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 struct hf_vision_config {
     bool present;              /* the config describes a vision tower */
     bool gemma3;               /* model_type "gemma3": SigLIP and Gemma 3's pooling projector */
+    bool qwen25vl;             /* model_type "qwen2_5_vl": Qwen2.5-VL's windowed ViT and patch merger */
     int mm_tokens_per_image;   /* gemma3: tokens an image becomes (a square number) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int image_size, patch_size;
@@ -65,6 +67,11 @@ struct hf_vision_config {
     char projector_act[32];
     bool projector_bias;
     float image_mean[3], image_std[3];
+    /* qwen25vl: */
+    int spatial_merge_size, temporal_patch_size, window_size, out_hidden_size;
+    float rope_theta;
+    bool full_attention[256];  /* fullatt_block_indexes: layers with full attention (the others windowed) */
+    int64_t min_pixels, max_pixels; /* preprocessor size.shortest_edge / longest_edge (pixels) */
 };
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg);
 

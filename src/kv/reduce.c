@@ -79,8 +79,8 @@ void reduce_bipartite(const float *feat, int dim, const int *rows, int m, double
     for (int i = 0; i < k; i++) into[rows[2 * sel[i]]] = rows[2 * match[sel[i]] + 1];
 }
 
-int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, const int *into, int n,
-                 float *scratch) {
+int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, int32_t (*rpos)[3],
+                 const int *into, int n, float *scratch) {
     float *tot = scratch, *cnt = scratch + n; /* per target: weight sum, rows */
     for (int i = 0; i < n; i++) tot[i] = into[i] == i ? (w ? w[i] : 1.0f) : 0.0f, cnt[i] = into[i] == i;
     for (int a = 0; a < n; a++)
@@ -108,6 +108,7 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
             memmove(x + (size_t)o * dim, x + (size_t)i * dim, sizeof(float) * (size_t)dim);
             tag[o] = tag[i];
             pos[o] = pos[i];
+            if (rpos) memcpy(rpos[o], rpos[i], sizeof rpos[o]);
         }
         o++;
     }

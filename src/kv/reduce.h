@@ -55,10 +55,11 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
  * (the plain mean when those weights sum to 0) and w_b' = that sum (ToMe's
  * sizes); rows whose into[] is not their own index are removed, the rest
  * keep their order, from x [n][dim], w [n] (NULL: unit weights, not
- * written), tag [n] and pos [n]. Returns the rows left. Targets must be kept
- * rows. scratch: 2n floats. */
-int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, const int *into, int n,
-                 float *scratch);
+ * written), tag [n], pos [n] and rpos [n] (M-RoPE positions: a merged row
+ * keeps its target's; NULL: none). Returns the rows left. Targets must be
+ * kept rows. scratch: 2n floats. */
+int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, int32_t (*rpos)[3],
+                 const int *into, int n, float *scratch);
 
 /* The reduce steps for a model of n_layer layers: stage_layer[] as given,
  * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in

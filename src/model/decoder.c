@@ -100,10 +100,15 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
         }
     }
     const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
+    const bool mrope = hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0;
     #pragma omp parallel for num_threads(f->n_threads) if ((int64_t)n * (QD + KD) >= ROWS_PARALLEL_MIN)
     for (int t = 0; t < n; t++) {
-        ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], base,
-                 hp->rope_style);
+        if (mrope)
+            ops_rope_sections(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->rpos[t],
+                              hp->mrope, base, hp->rope_style);
+        else
+            ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], base,
+                     hp->rope_style);
     }
 
     if (kv_qwin_on(d->qwin)) kv_qwin_push(d->qwin, l, q, f->pos, n);
@@ -287,7 +292,8 @@ static enum kvf_status reduce_step(const struct decoder *d, int l, int *n) {
         }
     }
     /* ToMe's sizes (w) stay with their rows for its next step. */
-    *n = reduce_apply(f->x, E, w, f->btag, f->pos, r->into, *n, r->scratch);
+    const int *mr = d->model->hp.mrope;
+    *n = reduce_apply(f->x, E, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into, *n, r->scratch);
     return KVF_OK;
 }
 
@@ -379,6 +385,7 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
         !mem_resize(&f->q, R * QD, sizeof *f->q) || !mem_resize(&f->k, R * KD, sizeof *f->k) ||
         !mem_resize(&f->v, R * KD, sizeof *f->v) || !mem_resize(&f->att, R * QD, sizeof *f->att) ||
         !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->qlast, R, sizeof *f->qlast) ||
+        !mem_resize(&f->rpos, R, sizeof *f->rpos) ||
         !mem_resize(&f->btag, R, sizeof *f->btag) ||
         !mem_resize(&f->gate, (size_t)B * hp->n_ff, sizeof *f->gate) ||
         !mem_resize(&f->up, (size_t)B * hp->n_ff, sizeof *f->up) ||
@@ -391,9 +398,10 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
 /* The row buffers go; fwd_reserve brings them back for the next pass. */
 void fwd_release_rows(struct fwd_scratch *f) {
     free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
-    free(f->gate), free(f->up), free(f->pos), free(f->qlast), free(f->btag), free(f->mm_scratch);
+    free(f->gate), free(f->up), free(f->pos), free(f->qlast), free(f->rpos), free(f->btag), free(f->mm_scratch);
     f->x = f->xn = f->q = f->k = f->v = f->att = f->gate = f->up = NULL;
     f->pos = f->qlast = NULL;
+    f->rpos = NULL;
     f->btag = NULL;
     f->mm_scratch = NULL;
     f->rows_cap = 0;

@@ -24,6 +24,7 @@ struct fwd_scratch {
     float *gate, *up;        /* [B][n_ff] */
     int32_t *pos;            /* [R] true positions of the pass's rows */
     int32_t *qlast;          /* [R] the last position each row sees (model.h: image_bidirectional) */
+    int32_t (*rpos)[3];      /* [R] M-RoPE positions (time, height, width) of the rows (model.h: mrope) */
     struct kvf_tag *btag;    /* [R] tags of the pass's rows */
     void *mm_scratch;        /* ops_matmul scratch for B rows */
     float *attn_scratch;     /* attn_forward scratch for n_ctx keys */

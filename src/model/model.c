@@ -90,11 +90,19 @@ static struct tensor_ref tensor_lookup(const struct tensor_src *src, const char 
     } else {
         const struct st_tensor *t = st_find(src->st, name);
         if (!t) return r;
-        if (t->n_dims > 4) return (struct tensor_ref){.found = true, .n_dims = t->n_dims};
         r.found = true;
         r.type = t->type;
-        r.n_dims = t->n_dims;
-        for (int i = 0; i < 4; i++) r.ne[i] = i < t->n_dims ? t->shape[t->n_dims - 1 - i] : 1;
+        /* Dimensions past four (a 3-D convolution's kernel) fold into the
+         * innermost: a row of a kernel is all of them anyway. */
+        int64_t ne[ST_MAX_DIMS];
+        for (int i = 0; i < t->n_dims; i++) ne[i] = t->shape[t->n_dims - 1 - i];
+        int nd = t->n_dims;
+        for (; nd > 4; nd--) {
+            ne[1] *= ne[0];
+            memmove(ne, ne + 1, sizeof(int64_t) * (size_t)(nd - 1));
+        }
+        r.n_dims = nd;
+        for (int i = 0; i < 4; i++) r.ne[i] = i < nd ? ne[i] : 1;
         r.data = t->data;
         r.nbytes = t->nbytes;
     }
@@ -354,6 +362,7 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     hp->rope_style = KVF_ROPE_NEOX; /* HF checkpoints are not permuted */
     hp->sliding_window = hp->arch == ARCH_GEMMA3 ? cfg.sliding_window : 0;
     hp->swa_pattern = cfg.sliding_window_pattern > 0 ? cfg.sliding_window_pattern : 6;
+    memcpy(hp->mrope, cfg.mrope_section, sizeof hp->mrope);
     if ((st = hparams_finish(hp))) return st;
     if (hp->arch == ARCH_GEMMA3 && cfg.query_pre_attn_scalar > 0.0f)
         hp->attn_scale = 1.0f / sqrtf(cfg.query_pre_attn_scalar);
@@ -511,6 +520,7 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
     };
     if (m->vision) vision_fill_info(m->vision, info);
     info->image_bidirectional = m->hp.image_bidirectional;
+    memcpy(info->rope_sections, m->hp.mrope, sizeof info->rope_sections);
 }
 
 enum kvf_status kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,

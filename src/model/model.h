@@ -31,6 +31,8 @@ struct hparams {
     bool norm_plus_one;        /* gemma checkpoints store w with RMSNorm scaling (1 + w) */
     float embd_scale;          /* gemma: sqrt(n_embd); else 1 */
     bool image_bidirectional;  /* an image's tokens see each other (Gemma 3's vision models) */
+    int mrope[3];              /* Qwen2-VL's M-RoPE: rotary pairs taking the time, height and width
+                                  positions of a row (model/decoder.h: fwd_scratch.rpos); 0 0 0: none */
 };
 
 struct vision_model; /* model/vit.h */

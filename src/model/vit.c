@@ -34,6 +34,8 @@
 void vision_free(struct vision_model *v) {
     if (!v) return;
     free(v->layers);
+    free(v->qlayers);
+    free(v->full);
     free(v);
 }
 
@@ -337,6 +339,7 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     struct hf_vision_config cfg;
     enum kvf_status st = hf_vision_config_load(dir, &cfg);
     if (st != KVF_OK) return st;
+    if (cfg.qwen25vl) return qvit_load_hf(m, dir, src, &cfg);
     if (which < 0) {
         if (cfg.present) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a vision tower but no '%s' tensor "
                                         "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.patch, 0));
@@ -393,6 +396,15 @@ static int32_t token_find(const struct tokenizer *t, const char *text) {
 enum kvf_status vision_attach(struct kvf_model *m) {
     struct vision_model *v = m->vision;
     v->boi = v->eoi = -1;
+    if (v->proj == VIT_PROJ_QWEN25VL) {
+        /* Qwen2.5-VL's chat template writes <|vision_start|><|image_pad|><|vision_end|>. */
+        v->boi = token_find(m->tok, "<|vision_start|>");
+        v->eoi = token_find(m->tok, "<|vision_end|>");
+        if (v->boi < 0 || v->eoi < 0)
+            return err_set(KVF_ERR_FORMAT, "a Qwen2.5-VL vision tower needs <|vision_start|> and <|vision_end|> in "
+                           "the vocabulary");
+        return KVF_OK;
+    }
     if (v->proj != VIT_PROJ_GEMMA3) return KVF_OK;
     /* Gemma3Processor writes each image as "\n\n<start_of_image>" + its
      * tokens + "<end_of_image>\n\n", and the decoder lets the tokens of an
@@ -402,6 +414,7 @@ enum kvf_status vision_attach(struct kvf_model *m) {
     if (v->boi < 0 || v->eoi < 0)
         return err_set(KVF_ERR_FORMAT, "a Gemma 3 vision tower needs <start_of_image> and <end_of_image> in the "
                        "vocabulary");
+    v->boi_newlines = true;
     m->hp.image_bidirectional = true;
     return KVF_OK;
 }
@@ -409,16 +422,21 @@ enum kvf_status vision_attach(struct kvf_model *m) {
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info) {
     info->has_vision = true;
     info->vision_source = v->source;
-    info->vision_tower = v->has_cls ? "CLIP ViT" : "SigLIP";
-    info->vision_projector = v->proj == VIT_PROJ_GEMMA3 ? "gemma3" : "mlp";
+    static const char *const towers[] = {"CLIP ViT", "SigLIP", "Qwen2.5-VL ViT"};
+    static const char *const projectors[] = {"mlp", "gemma3", "merger"};
+    info->vision_tower = towers[v->proj];
+    info->vision_projector = projectors[v->proj];
     info->vision_image_size = v->image_size;
     info->vision_patch_size = v->patch_size;
     info->vision_n_layer = v->n_layer;
     info->vision_n_embd = v->n_embd;
     info->vision_n_head = v->n_head;
     info->vision_n_ff = v->n_ff;
-    info->image_tokens = vision_n_tokens(v);
-    info->image_grid = v->tok_grid;
+    /* Qwen2.5-VL: the most an image can become (its size decides). */
+    const int unit = v->patch_size * v->merge;
+    info->image_tokens = v->proj == VIT_PROJ_QWEN25VL ? (int)(v->max_pixels / ((int64_t)unit * unit))
+                                                      : v->tok_grid * v->tok_grid + (v->keep_cls ? 1 : 0);
+    info->image_grid = v->proj == VIT_PROJ_QWEN25VL ? 0 : v->tok_grid;
 }
 
 /* ------------------------------------------------------------- forward -- */
@@ -567,11 +585,25 @@ static void project_mlp(const struct vision_model *v, struct vit_buf *b, int nt,
     ops_add_bias(out, &v->mm2_b, nk, E);
 }
 
+enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image *img, int *rows, int *cols,
+                            bool *cls) {
+    *cls = v->keep_cls;
+    if (v->proj != VIT_PROJ_QWEN25VL) {
+        *rows = *cols = v->tok_grid;
+        return KVF_OK;
+    }
+    if (!img || !qvit_grid(v, img->h, img->w, rows, cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)",
+                       img ? img->w : 0, img ? img->h : 0);
+    return KVF_OK;
+}
+
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
+    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, img, nt, out);
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;
-    st = v->proj == VIT_PROJ_GEMMA3 ? image_preprocess_stretch(img, v->image_size, v->mean, v->std, b.pix)
+    st = v->proj == VIT_PROJ_GEMMA3 ? image_preprocess_resize(img, v->image_size, v->image_size, IMAGE_BILINEAR, v->mean, v->std, b.pix)
                                     : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
     if (st != KVF_OK) {
         vit_buf_free(&b);

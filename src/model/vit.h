@@ -1,13 +1,18 @@
 /* Vision towers and their projectors into the decoder's embedding space:
- *   LLaVA-1.5: CLIP ViT (class token, pre-layernorm, learned positions) and
- *              a 2-layer MLP;
- *   Gemma 3:   SigLIP (no class token, no pre-layernorm, post-layernorm)
- *              and Gemma 3's projector (average pooling of the patch grid,
- *              RMSNorm, one linear map). */
+ *   LLaVA-1.5:   CLIP ViT (class token, pre-layernorm, learned positions)
+ *                and a 2-layer MLP;
+ *   Gemma 3:     SigLIP (no class token, no pre-layernorm, post-layernorm)
+ *                and Gemma 3's projector (average pooling of the patch grid,
+ *                RMSNorm, one linear map);
+ *   Qwen2.5-VL:  a ViT at the image's own resolution (2-D rotary positions,
+ *                window attention but in a few layers, SwiGLU) and its
+ *                patch merger (2 x 2 patches into one token), in
+ *                model/vit_qwen.c. */
 #ifndef KVF_VIT_H
 #define KVF_VIT_H
 
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "model/model.h"
 
 struct vit_layer {
@@ -18,7 +23,16 @@ struct vit_layer {
 };
 
 enum vit_act { VIT_GELU_QUICK, VIT_GELU_ERF, VIT_GELU_TANH };  /* x*sigmoid(1.702x), erf GELU, tanh GELU */
-enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3 };
+enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL };
+
+/* A Qwen2.5-VL ViT layer. */
+struct qvit_layer {
+    struct weight norm1, norm2;                /* RMSNorm [n_embd]                    */
+    struct weight qkv, qkv_b;                  /* [3 n_embd][n_embd]: q, k, v rows    */
+    struct weight proj, proj_b;                /* [n_embd][n_embd]                    */
+    struct weight gate, gate_b, up, up_b;      /* [n_ff][n_embd]                      */
+    struct weight down, down_b;                /* [n_embd][n_ff]                      */
+};
 
 struct vision_model {
     int image_size, patch_size, grid;          /* grid = image_size / patch_size */
@@ -44,17 +58,34 @@ struct vision_model {
     struct weight mm_norm;                     /* gemma3: RMSNorm scale, (1 + w) applied, [n_embd] */
     struct weight mm_proj;                     /* gemma3: [n_out][n_embd] F32, transposed from the file's
                                                   [n_embd][n_out] */
-    int32_t boi, eoi;                          /* gemma3: <start_of_image>, <end_of_image> ids; else -1 */
+    int32_t boi, eoi;                          /* tokens around an image: gemma3's <start_of_image>,
+                                                  <end_of_image>; qwen's <|vision_start|>, <|vision_end|>;
+                                                  else -1 */
+    bool boi_newlines;                         /* gemma3: "\n\n" before boi and after eoi */
+    /* Qwen2.5-VL (proj VIT_PROJ_QWEN25VL; image_size: unused, the image's own): */
+    int merge, t_patch, window;                /* 2 x 2 merge, 2 frames a patch, windows of 112 px */
+    int64_t min_pixels, max_pixels;            /* the image is resized to within these */
+    float rope_theta;
+    bool *full;                                /* [n_layer] full attention, else windowed */
+    struct qvit_layer *qlayers;                /* [n_layer] */
+    struct weight merge_norm;                  /* RMSNorm [n_embd] */
+    struct weight merge0, merge0_b, merge2, merge2_b; /* [4 n_embd][4 n_embd], [n_out][4 n_embd] */
 };
 
-/* Embeddings one image becomes. */
-static inline int vision_n_tokens(const struct vision_model *v) {
-    return v->tok_grid * v->tok_grid + (v->keep_cls ? 1 : 0);
-}
+/* The token grid img becomes (rows x cols) and whether a class token
+ * leads it: fixed, or from the image's size (Qwen2.5-VL). */
+enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image *img, int *rows, int *cols,
+                            bool *cls);
 
-/* Encodes one image: out [vision_n_tokens][n_out], row-major in grid order
- * (row by row; the class token first when kept). */
+/* Encodes one image: out [rows * cols (+ 1)][n_out] of vision_grid,
+ * row-major in grid order (row by row; the class token first when kept). */
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
+/* Qwen2.5-VL's tower (model/vit_qwen.c): its loader from a Hugging Face
+ * directory (cfg: its config.json), its grid and its forward pass. */
+enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
+                             const struct hf_vision_config *cfg);
+bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols);
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);
 
 #endif

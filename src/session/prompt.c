@@ -73,7 +73,10 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
     struct kvf_media *md;
-    enum kvf_status st = media_alloc(m, v->tok_grid, v->tok_grid, v->keep_cls ? 1 : 0, mod, &md);
+    int rows, cols;
+    bool cls;
+    enum kvf_status st = vision_grid(v, img, &rows, &cols, &cls);
+    if (st == KVF_OK) st = media_alloc(m, rows, cols, cls ? 1 : 0, mod, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
     st = vision_encode(v, img, n_threads > 0 ? n_threads : m->n_threads, md->embd);
@@ -147,6 +150,7 @@ void kvf_prompt_free(struct kvf_prompt *p) {
     free(p->ids);
     free(p->tags);
     free(p->segs);
+    free(p->rope);
     free(p);
 }
 
@@ -259,13 +263,14 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
     enum kvf_status st;
     const char *s = text;
     bool first = true;
-    /* Gemma 3 delimits each image with tokens of its own. */
+    /* Gemma 3 and Qwen2.5-VL delimit each image with tokens of their own. */
     const int32_t boi = m->vision ? m->vision->boi : -1, eoi = m->vision ? m->vision->eoi : -1;
+    const bool newlines = m->vision && m->vision->boi_newlines;
     for (;;) {
         bool video;
         const char *mk = marker_next(s, &video);
         const size_t len = mk ? (size_t)(mk - s) : strlen(s);
-        st = boi >= 0 ? prompt_add_wrapped(p, m, s, len, !first, mk != NULL, add_bos && first, parse_special, &cap)
+        st = newlines ? prompt_add_wrapped(p, m, s, len, !first, mk != NULL, add_bos && first, parse_special, &cap)
                       : prompt_add_text(p, m, s, len, add_bos && first, parse_special, &cap);
         if (st != KVF_OK) return st;
         first = false;
@@ -302,6 +307,31 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
     return KVF_OK;
 }
 
+/* M-RoPE positions of every position (prompt.h: kvf_prompt.rope), as
+ * transformers' get_rope_index for Qwen2-VL and Qwen2.5-VL lays them out. */
+static enum kvf_status prompt_rope(struct kvf_prompt *p) {
+    p->rope = malloc(sizeof *p->rope * (size_t)KVF_MAX(p->n, 1));
+    if (!p->rope) return err_set(KVF_ERR_NOMEM, "out of memory");
+    int32_t cur = 0;
+    for (int g = 0; g < p->n_segs; g++) {
+        const struct prompt_seg *sg = &p->segs[g];
+        const struct kvf_media *md = sg->media;
+        struct mrope_pos *r = p->rope + sg->start;
+        if (!md) {
+            for (int t = 0; t < sg->n; t++, cur++) r[t] = (struct mrope_pos){{cur, cur, cur}, cur + 1};
+            continue;
+        }
+        const int lead = md->n_tokens - md->rows * md->cols; /* a class token: the grid's first cell */
+        const int32_t next = cur + KVF_MAX(md->rows, md->cols);
+        for (int t = 0; t < sg->n; t++) {
+            const int cell = KVF_MAX(t - lead, 0);
+            r[t] = (struct mrope_pos){{cur, cur + cell / md->cols, cur + cell % md->cols}, next};
+        }
+        cur = next;
+    }
+    return KVF_OK;
+}
+
 enum kvf_status kvf_prompt_init(const struct kvf_model *m, const char *text, const struct kvf_media *const *media,
                                 int n_media, bool add_bos, bool parse_special, struct kvf_prompt **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
@@ -311,6 +341,8 @@ enum kvf_status kvf_prompt_init(const struct kvf_model *m, const char *text, con
     struct kvf_prompt *p = calloc(1, sizeof *p);
     if (!p) return err_set(KVF_ERR_NOMEM, "out of memory");
     enum kvf_status st = prompt_build(p, m, text, media, n_media, add_bos, parse_special);
+    const int *mr = m->hp.mrope;
+    if (st == KVF_OK && mr[0] + mr[1] + mr[2] > 0) st = prompt_rope(p);
     if (st != KVF_OK) {
         kvf_prompt_free(p);
         return st;

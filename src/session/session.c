@@ -29,6 +29,7 @@ void kvf_session_free(struct kvf_session *s) {
     kv_merge_log_free(&s->merges);
     free(s->logits);
     free(s->tags);
+    free(s->rope_next);
     free(s);
 }
 
@@ -148,14 +149,46 @@ enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
     return st;
 }
 
+static bool session_mrope(const struct kvf_session *s) {
+    const int *m = s->model->hp.mrope;
+    return m[0] + m[1] + m[2] > 0;
+}
+
 static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     if (s->n_past + n <= s->tags_cap) return KVF_OK;
     const int cap = KVF_MIN(s->params.n_ctx, KVF_MAX(s->n_past + n, s->tags_cap * 2));
     struct kvf_tag *t = realloc(s->tags, (size_t)cap * sizeof *t);
     if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
     s->tags = t;
+    if (session_mrope(s)) {
+        int32_t *r = realloc(s->rope_next, (size_t)cap * sizeof *r);
+        if (!r) return err_set(KVF_ERR_NOMEM, "out of memory recording %d rope positions", cap);
+        s->rope_next = r;
+    }
     s->tags_cap = cap;
     return KVF_OK;
+}
+
+/* The rope position a text token at position pos takes (M-RoPE): one past
+ * the position before it, or past the image it ends. */
+static int32_t rope_after(const struct kvf_session *s, int pos) { return pos > 0 ? s->rope_next[pos - 1] : 0; }
+
+/* M-RoPE positions of the pass's rows [at, at + n), which sit at positions
+ * pos0.. of the session: a prompt's (rel [n], counted from prompt_rope0),
+ * or text after what is in (rel NULL: decoding, kvf_session_prefill*).
+ * Each position's rope_next is recorded. */
+static void session_rope(struct kvf_session *s, int at, int32_t pos0, const struct mrope_pos *rel, int n) {
+    if (!session_mrope(s)) return;
+    for (int t = 0; t < n; t++) {
+        int32_t *r = s->fw.rpos[at + t];
+        if (rel) {
+            for (int c = 0; c < 3; c++) r[c] = s->prompt_rope0 + rel[t].pos[c];
+            s->rope_next[pos0 + t] = s->prompt_rope0 + rel[t].next;
+        } else {
+            r[0] = r[1] = r[2] = rope_after(s, pos0 + t);
+            s->rope_next[pos0 + t] = r[0] + 1;
+        }
+    }
 }
 
 /* Whether a session's prefill is a plain one: any policy's work starts once
@@ -193,6 +226,7 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         return st;
     }
     memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
+    if (s->rope_next) memcpy(s->rope_next, src->rope_next, sizeof *s->rope_next * (size_t)src->n_past);
     memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
     s->n_past = src->n_past;
     s->has_logits = src->has_logits;
@@ -289,7 +323,8 @@ static bool same_image(const struct kvf_model *m, const struct kvf_tag *a, const
  * most `batch` rows (more when an image would be split); under block-wise
  * prefill a batch is a block, evicted back to the block budget after it. */
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
-                                   const struct kvf_tag *tags, int n, int batch, float *all_logits) {
+                                   const struct kvf_tag *tags, const struct mrope_pos *rope, int n, int batch,
+                                   float *all_logits) {
     if (n > s->params.n_ctx - s->n_past)
         return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
     enum kvf_status st = tags_reserve(s, n);
@@ -301,6 +336,7 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
         if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) return st;
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
+        session_rope(s, 0, s->n_past, rope ? rope + i : NULL, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
         if (st == KVF_OK) st = session_block_done(s);
         if (st != KVF_OK) return st;
@@ -315,7 +351,7 @@ enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
-    return session_run(s, tokens, NULL, NULL, n, s->params.n_batch, all_logits);
+    return session_run(s, tokens, NULL, NULL, NULL, n, s->params.n_batch, all_logits);
 }
 
 enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *embd, const struct kvf_tag *tags, int n,
@@ -325,7 +361,7 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
     for (int i = 0; tags && i < n; i++)
         if (tags[i].modality < KVF_MOD_TEXT || tags[i].modality > KVF_MOD_VIDEO)
             return err_set(KVF_ERR_INVALID_ARG, "tag %d: modality %d is not text, image or video", i, tags[i].modality);
-    return session_run(s, NULL, embd, tags, n, s->params.n_batch, all_logits);
+    return session_run(s, NULL, embd, tags, NULL, n, s->params.n_batch, all_logits);
 }
 
 /* Block-wise question=1: the last block_window tokens of the prompt's last
@@ -346,7 +382,8 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     s->probing = true;
     const int n = KVF_MIN(sg->n, s->policy.block_window), start = sg->start + sg->n - n;
     s->n_past += start;
-    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, n, s->params.n_batch, NULL);
+    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, p->rope ? p->rope + start : NULL, n,
+                                     s->params.n_batch, NULL);
     s->probing = false;
     s->n_past = n_past;
     s->has_logits = false;
@@ -401,9 +438,10 @@ static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt
         const int lo = KVF_MAX(sg->start, first), hi = KVF_MIN(sg->start + sg->n, first + n);
         if (lo >= hi) continue;
         float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, hi - lo,
-                                     s->params.n_batch, lg)
-                       : session_run(s, p->ids + lo, NULL, p->tags + lo, hi - lo, text_batch, lg);
+        const struct mrope_pos *rope = p->rope ? p->rope + lo : NULL;
+        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, rope,
+                                     hi - lo, s->params.n_batch, lg)
+                       : session_run(s, p->ids + lo, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
     }
     return st;
 }
@@ -413,6 +451,7 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     enum kvf_status st = prompt_check(s, p);
     if (st != KVF_OK) return st;
     s->part_of = NULL;
+    if (p->rope) s->prompt_rope0 = rope_after(s, s->n_past);
     if (s->policy.question) st = question_probe(s, p);
     if (st == KVF_OK && s->rd.n_steps > 0) {
         /* A reduce step weighs an image's tokens by the text after it: the
@@ -424,6 +463,7 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
                           sg->media ? sg->media->embd : NULL, p->tags + sg->start, s->n_past + sg->start, sg->n);
+            session_rope(s, sg->start, s->n_past + sg->start, p->rope ? p->rope + sg->start : NULL, sg->n);
         }
         return session_pass(s, p->n, all_logits);
     }
@@ -447,6 +487,8 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
         s->part_of = p;
         s->part_next = first;
         s->part_base = s->n_past - first;
+        /* The prompt's position `first` continues the session's rope positions. */
+        if (p->rope) s->prompt_rope0 = rope_after(s, s->n_past) - (first < p->n ? p->rope[first].pos[0] : 0);
     } else if (s->part_of != p || first != s->part_next || s->n_past != s->part_base + first) {
         return err_set(KVF_ERR_INVALID_ARG, "prefill_prompt_part: positions from %d, but %d of this prompt are in",
                        first, s->part_of == p ? s->part_next : 0);
@@ -535,6 +577,7 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
         for (int i = 0; i < n; i++) {
             struct kvf_session *s = ss[i];
             decoder_input(&s->fw, m, 0, &tokens[i], NULL, NULL, s->n_past, 1);
+            session_rope(s, 0, s->n_past, NULL, 1);
             s->tags[s->n_past] = s->fw.btag[0];
             ds[i] = session_decoder(s);
         }

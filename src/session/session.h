@@ -43,6 +43,11 @@ struct kvf_session {
     bool has_logits;
     struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
     int tags_cap;
+    /* M-RoPE models (model.h: mrope): [tags_cap] the rope position a text
+     * token after each position takes, and the rope position of the prompt
+     * being prefilled at its relative 0 (kvf_prompt.rope); NULL otherwise. */
+    int32_t *rope_next;
+    int32_t prompt_rope0;
 
     struct kv_cache kv;
     struct fwd_scratch fw;

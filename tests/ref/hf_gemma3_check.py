@@ -103,9 +103,10 @@ def prompt_images(tmp, size):
     return paths
 
 
-def run_kvfold(args, model, extra, paths, tmp, tag):
+def run_kvfold(args, model, extra, paths, tmp, tag, prompt=PROMPT):
+    """kvfold's logits [positions][n_vocab] and ids (-1: image) for prompt with the images at paths."""
     out = os.path.join(tmp, f"logits-{tag}.bin")
-    cmd = [args.dump, "--prompt", PROMPT] + extra
+    cmd = [args.dump, "--prompt", prompt] + extra
     for p in paths:
         cmd += ["--image", p]
     res = subprocess.run(cmd + [model, out], capture_output=True, text=True)

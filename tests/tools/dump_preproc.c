@@ -1,10 +1,13 @@
-/* Loads an image and runs LLaVA-1.5's preprocessing with CLIP's mean and
- * std (or, with --gemma3, Gemma 3's: stretched, bilinear, mean = std =
- * 0.5), writing the result as float32 [3][SIZE][SIZE] (CHW, little-endian)
- * for tests/ref/image_ref.py to compare with Pillow and
- * tests/ref/hf_gemma3_check.py with transformers.
- *
- * usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin */
+/* Loads an image and runs a vision family's preprocessing, writing the
+ * result as float32 [3][H][W] (CHW, little-endian):
+ *   dump_preproc IMAGE SIZE OUT.bin           LLaVA-1.5 (CLIP mean / std, SIZE x SIZE),
+ *                                             for tests/ref/image_ref.py against Pillow;
+ *   dump_preproc --gemma3 IMAGE SIZE OUT.bin  Gemma 3 (stretched, bilinear, 0.5 / 0.5);
+ *   dump_preproc --qwen25vl MIN MAX IMAGE OUT.bin
+ *                                             Qwen2.5-VL (smart_resize to multiples of 28
+ *                                             within MIN..MAX pixels, bicubic, CLIP's);
+ *                                             prints "H W"
+ * the last two for tests/ref/hf_*_check.py against transformers. */
 #include "io/image.h"
 
 #include <stdio.h>
@@ -12,16 +15,22 @@
 #include <string.h>
 
 int main(int argc, char **argv) {
-    const bool gemma3 = argc == 5 && !strcmp(argv[1], "--gemma3");
-    if (gemma3) argc--, argv++;
-    if (argc != 4) {
-        fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin\n");
+    const char *mode = argc > 1 && !strncmp(argv[1], "--", 2) ? argv[1] : "";
+    const bool gemma3 = !strcmp(mode, "--gemma3"), qwen = !strcmp(mode, "--qwen25vl");
+    const char *image = NULL, *out_path = NULL, *size_arg = "0";
+    long min_px = 0, max_px = 0;
+    if (!*mode && argc == 4) image = argv[1], size_arg = argv[2], out_path = argv[3];
+    else if (gemma3 && argc == 5) image = argv[2], size_arg = argv[3], out_path = argv[4];
+    else if (qwen && argc == 6)
+        min_px = strtol(argv[2], NULL, 10), max_px = strtol(argv[3], NULL, 10), image = argv[4], out_path = argv[5];
+    if (!image) {
+        fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin | --qwen25vl MIN MAX IMAGE OUT.bin\n");
         return 2;
     }
     char *end;
-    const long size = strtol(argv[2], &end, 10);
-    if (*end || size <= 0 || size > 4096) {
-        fprintf(stderr, "dump_preproc: bad SIZE %s\n", argv[2]);
+    const long size = strtol(size_arg, &end, 10);
+    if (*end || (!qwen && (size <= 0 || size > 4096))) {
+        fprintf(stderr, "dump_preproc: bad SIZE %s\n", size_arg);
         return 2;
     }
     static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
@@ -29,20 +38,28 @@ int main(int argc, char **argv) {
     static const float half[3] = {0.5f, 0.5f, 0.5f};
     const float *mean = gemma3 ? half : clip_mean, *std = gemma3 ? half : clip_std;
     struct kvf_image *img;
-    enum kvf_status st = kvf_image_load(argv[1], 0, &img);
+    enum kvf_status st = kvf_image_load(image, 0, &img);
     if (st) {
         fprintf(stderr, "dump_preproc: %s\n", kvf_last_error());
         return 1;
     }
-    const size_t n = (size_t)3 * size * size;
+    int w = (int)size, h = (int)size;
+    if (qwen && !image_smart_resize(kvf_image_height(img), kvf_image_width(img), 28, min_px, max_px, &h, &w)) {
+        kvf_image_free(img);
+        fprintf(stderr, "dump_preproc: no Qwen2.5-VL size for this image\n");
+        return 1;
+    }
+    const size_t n = (size_t)3 * w * h;
     float *out = malloc(n * sizeof *out);
     if (!out) {
         kvf_image_free(img);
         fprintf(stderr, "dump_preproc: out of memory\n");
         return 1;
     }
-    st = gemma3 ? image_preprocess_stretch(img, (int)size, mean, std, out)
-                : image_preprocess_llava(img, (int)size, mean, std, out);
+    st = gemma3 ? image_preprocess_resize(img, w, h, IMAGE_BILINEAR, mean, std, out)
+         : qwen ? image_preprocess_resize(img, w, h, IMAGE_BICUBIC, mean, std, out)
+                : image_preprocess_llava(img, w, mean, std, out);
+    if (qwen && !st) printf("%d %d\n", h, w);
     kvf_image_free(img);
     int rc = 0;
     if (st) {
@@ -50,10 +67,10 @@ int main(int argc, char **argv) {
         rc = 1;
     } else {
         /* The library runs on little-endian x86-64 only, so native order is LE. */
-        FILE *f = fopen(argv[3], "wb");
-        const size_t w = f ? fwrite(out, sizeof *out, n, f) : 0;
-        if (!f || fclose(f) != 0 || w != n) {
-            fprintf(stderr, "dump_preproc: cannot write %s\n", argv[3]);
+        FILE *f = fopen(out_path, "wb");
+        const size_t wrote = f ? fwrite(out, sizeof *out, n, f) : 0;
+        if (!f || fclose(f) != 0 || wrote != n) {
+            fprintf(stderr, "dump_preproc: cannot write %s\n", out_path);
             rc = 1;
         }
     }

@@ -84,7 +84,7 @@ static inline int fixture_open(const char *tool, int argc, char **argv, struct k
         return 2;
     }
     struct kvf_model_params mp = kvf_model_default_params();
-    mp.mmproj = argv[2];
+    mp.mmproj = strcmp(argv[2], "-") ? argv[2] : NULL; /* "-": a directory with its own tower */
     mp.n_threads = 2;
     if (kvf_model_load(argv[1], &mp, m) != KVF_OK) {
         fprintf(stderr, "%s: %s: %s\n", tool, argv[1], kvf_last_error());

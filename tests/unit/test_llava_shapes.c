@@ -412,20 +412,21 @@ static void hf_tensors(struct st_list *s, const struct dec_spec *d, int n_vocab,
 }
 
 /* A tokenizer.json of Llama's kind as transformers converts it (BPE with
- * byte_fallback, "▁" for spaces): n_vocab pieces plus LLaVA's added <image>
- * and <pad> right after them. */
-static void write_tokenizer_json(const char *path, int n_vocab) {
+ * byte_fallback, "▁" for spaces): n_vocab pieces plus the added tokens
+ * right after them (LLaVA's <image> and <pad> when added is NULL). */
+static void write_tokenizer_json_added(const char *path, int n_vocab, const char *const *added) {
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     fprintf(f, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
     static const char *const special[] = {"<unk>", "<s>", "</s>"};
+    static const char *const llava[] = {"<image>", "<pad>", NULL};
     for (int i = 0; i < 3; i++)
         fprintf(f, "{\"id\":%d,\"content\":\"%s\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
                    "\"normalized\":false,\"special\":true},", i, special[i]);
-    fprintf(f, "{\"id\":%d,\"content\":\"<image>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
-               "\"normalized\":false,\"special\":true},", n_vocab);
-    fprintf(f, "{\"id\":%d,\"content\":\"<pad>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
-               "\"normalized\":false,\"special\":true}],", n_vocab + 1);
+    if (!added) added = llava;
+    for (int i = 0; added[i]; i++)
+        fprintf(f, "{\"id\":%d,\"content\":\"%s\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,"
+                   "\"normalized\":false,\"special\":true}%s", n_vocab + i, added[i], added[i + 1] ? "," : "],");
     fprintf(f, "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":"
                "\"\xe2\x96\x81\"},{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":"
                "\"\xe2\x96\x81\"}]},\"pre_tokenizer\":null,\"post_processor\":null,");
@@ -442,6 +443,8 @@ static void write_tokenizer_json(const char *path, int n_vocab) {
     fprintf(f, "},\"merges\":[]}}");
     assert_int_equal(fclose(f), 0);
 }
+
+static void write_tokenizer_json(const char *path, int n_vocab) { write_tokenizer_json_added(path, n_vocab, NULL); }
 
 static const char *const tokenizer_config_json =
     "{\"add_bos_token\":true,\"add_eos_token\":false,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\","
@@ -856,6 +859,140 @@ static void test_gemma3_4b_gguf_mmproj(void **state) {
     }
 }
 
+/* ----------------------------------------------------- Qwen2.5-VL-7B -- */
+
+/* Qwen/Qwen2.5-VL-7B-Instruct as published: config.json with the decoder's
+ * keys at the top and rope_scaling's mrope sections, tensors named
+ * model.layers.* / visual.* (transformers < 4.52), the 3-D patch kernel. */
+enum { Q7_L = 28, Q7_E = 3584, Q7_F = 18944, Q7_NH = 28, Q7_NKV = 4, Q7_V = 152064, Q7_TOK = 151643,
+       QV_L = 32, QV_H = 1280, QV_F = 3420 };
+
+static const char *const config_qwen7b =
+    "{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\"],\"model_type\":\"qwen2_5_vl\","
+    "\"attention_dropout\":0.0,\"bos_token_id\":151643,\"eos_token_id\":151645,\"hidden_act\":\"silu\","
+    "\"hidden_size\":3584,\"image_token_id\":151655,\"initializer_range\":0.02,\"intermediate_size\":18944,"
+    "\"max_position_embeddings\":128000,\"max_window_layers\":28,\"num_attention_heads\":28,"
+    "\"num_hidden_layers\":28,\"num_key_value_heads\":4,\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0,"
+    "\"sliding_window\":32768,\"tie_word_embeddings\":false,\"torch_dtype\":\"bfloat16\","
+    "\"use_cache\":true,\"use_sliding_window\":false,\"video_token_id\":151656,\"vision_config\":{"
+    "\"depth\":32,\"hidden_act\":\"silu\",\"hidden_size\":1280,\"intermediate_size\":3420,\"num_heads\":16,"
+    "\"in_chans\":3,\"out_hidden_size\":3584,\"patch_size\":14,\"spatial_merge_size\":2,"
+    "\"spatial_patch_size\":14,\"window_size\":112,\"fullatt_block_indexes\":[7,15,23,31],"
+    "\"tokens_per_second\":2,\"temporal_patch_size\":2},\"rope_scaling\":{\"type\":\"mrope\","
+    "\"mrope_section\":[16,24,24]},\"vision_start_token_id\":151652,\"vision_end_token_id\":151653,"
+    "\"vision_token_id\":151654,\"vocab_size\":152064}";
+static const char *const preprocessor_qwen7b =
+    "{\"min_pixels\":3136,\"max_pixels\":12845056,\"patch_size\":14,\"temporal_patch_size\":2,\"merge_size\":2,"
+    "\"image_mean\":[0.48145466,0.4578275,0.40821073],\"image_std\":[0.26862954,0.26130258,0.27577711],"
+    "\"image_processor_type\":\"Qwen2VLImageProcessor\",\"processor_class\":\"Qwen2_5_VLProcessor\"}";
+
+static void test_qwen25vl_7b_hf(void **state) {
+    (void)state;
+    const char *dir = tmp_path("Qwen2.5-VL-7B-Instruct");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    struct st_list s = {0};
+    char n[160];
+    const int64_t E = Q7_E, F = Q7_F, KD = (int64_t)Q7_NKV * (E / Q7_NH), H = QV_H, VF = QV_F;
+    st_push(&s, "model.embed_tokens.weight", 2, Q7_V, E, 0, 0);
+    static const char *const proj[] = {"q_proj", "k_proj", "v_proj", "o_proj"};
+    for (int l = 0; l < Q7_L; l++) {
+        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l), st_push(&s, n, 1, E, 0, 0, 0);
+        for (int k = 0; k < 4; k++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.weight", l, proj[k]);
+            st_push(&s, n, 2, k == 1 || k == 2 ? KD : E, E, 0, 0);
+            if (k < 3) snprintf(n, sizeof n, "model.layers.%d.self_attn.%s.bias", l, proj[k]),
+                           st_push(&s, n, 1, k == 0 ? E : KD, 0, 0, 0);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l), st_push(&s, n, 1, E, 0, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.gate_proj.weight", l), st_push(&s, n, 2, F, E, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.up_proj.weight", l), st_push(&s, n, 2, F, E, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.mlp.down_proj.weight", l), st_push(&s, n, 2, E, F, 0, 0);
+    }
+    st_push(&s, "model.norm.weight", 1, E, 0, 0, 0);
+    st_push(&s, "lm_head.weight", 2, Q7_V, E, 0, 0);
+    st_push(&s, "visual.patch_embed.proj.weight", 4, H, 3, 2, 14); /* [H][3][2][14][14]: the 5th below */
+    s.t[s.n - 1].n_dims = 5, s.t[s.n - 1].shape[4] = 14, s.t[s.n - 1].nbytes *= 14;
+    for (int l = 0; l < QV_L; l++) {
+        const char *b = "visual.blocks";
+        snprintf(n, sizeof n, "%s.%d.norm1.weight", b, l), st_push(&s, n, 1, H, 0, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.norm2.weight", b, l), st_push(&s, n, 1, H, 0, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.attn.qkv.weight", b, l), st_push(&s, n, 2, 3 * H, H, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.attn.qkv.bias", b, l), st_push(&s, n, 1, 3 * H, 0, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.attn.proj.weight", b, l), st_push(&s, n, 2, H, H, 0, 0);
+        snprintf(n, sizeof n, "%s.%d.attn.proj.bias", b, l), st_push(&s, n, 1, H, 0, 0, 0);
+        static const char *const mlp[] = {"gate_proj", "up_proj", "down_proj"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(n, sizeof n, "%s.%d.mlp.%s.weight", b, l, mlp[k]), st_push(&s, n, 2, k < 2 ? VF : H, k < 2 ? H : VF, 0, 0);
+            snprintf(n, sizeof n, "%s.%d.mlp.%s.bias", b, l, mlp[k]), st_push(&s, n, 1, k < 2 ? VF : H, 0, 0, 0);
+        }
+    }
+    st_push(&s, "visual.merger.ln_q.weight", 1, H, 0, 0, 0);
+    st_push(&s, "visual.merger.mlp.0.weight", 2, 4 * H, 4 * H, 0, 0);
+    st_push(&s, "visual.merger.mlp.0.bias", 1, 4 * H, 0, 0, 0);
+    st_push(&s, "visual.merger.mlp.2.weight", 2, E, 4 * H, 0, 0);
+    st_push(&s, "visual.merger.mlp.2.bias", 1, E, 0, 0, 0);
+    write_safetensors(dir, &s, 5);
+    st_list_free(&s);
+    char p[1100];
+    snprintf(p, sizeof p, "%s/config.json", dir), write_text(p, config_qwen7b);
+    snprintf(p, sizeof p, "%s/preprocessor_config.json", dir), write_text(p, preprocessor_qwen7b);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir), write_text(p, tokenizer_config_json);
+    /* The tokens from 151643 on, as Qwen's tokenizer has them. */
+    static const char *const added[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+                                        "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>",
+                                        "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+                                        "<|image_pad|>", "<|video_pad|>", NULL};
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir), write_tokenizer_json_added(p, Q7_TOK, added);
+    double disk, size;
+    dir_sizes(dir, &disk, &size);
+    print_message("    %.2f GB apparent, %.2f MB on disk\n", size / 1e9, disk / 1e6);
+    /* 16.6 GB as published in BF16; F16 here, the same size. */
+    assert_true(size > 16.4e9 && size < 16.8e9);
+
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dir, NULL, &m));
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    print_message("    %s, %d layers x %d (heads %d/%d), vocab %d, %.3f B params, M-RoPE %d/%d/%d; vision %s, %d layers "
+                  "x %d, projector %s, up to %d tokens\n", in.arch, in.n_layer, in.n_embd, in.n_head, in.n_head_kv,
+                  in.n_vocab, (double)in.n_params / 1e9, in.rope_sections[0], in.rope_sections[1],
+                  in.rope_sections[2], in.vision_tower, in.vision_n_layer, in.vision_n_embd, in.vision_projector,
+                  in.image_tokens);
+    assert_string_equal(in.arch, "qwen2");
+    assert_int_equal(in.n_layer, Q7_L);
+    assert_int_equal(in.n_head_kv, Q7_NKV);
+    assert_int_equal(in.rope_sections[0], 16);
+    assert_int_equal(in.rope_sections[1], 24);
+    assert_int_equal(in.rope_sections[2], 24);
+    assert_string_equal(in.vision_tower, "Qwen2.5-VL ViT");
+    assert_string_equal(in.vision_projector, "merger");
+    assert_int_equal(in.vision_n_layer, QV_L);
+    assert_int_equal(in.image_tokens, 12845056 / (28 * 28)); /* 16384 at max_pixels */
+    assert_int_equal(in.image_grid, 0);
+    /* 7.07 B (decoder) + 0.68 B (ViT and merger) */
+    const int64_t dec_p = 2 * (int64_t)Q7_V * E + E + Q7_L * (2 * E + 2 * E * E + 2 * E * KD + E + 2 * KD + 3 * E * F);
+    const int64_t vis_p = H * 3 * 2 * 14 * 14 + QV_L * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * (H * VF + VF) +
+                          VF * H + H) + H + 16 * H * H + 4 * H + E * 4 * H + E;
+    assert_int_equal(in.n_params, dec_p + vis_p);
+
+    /* A 1000 x 600 picture: smart_resize to 1008 x 588, 36 x 21 merge units. */
+    float *embd = calloc((size_t)21 * 36 * Q7_E, sizeof *embd);
+    assert_non_null(embd);
+    struct kvf_media *md = NULL;
+    assert_ok(kvf_media_from_embd(m, embd, 21, 36, KVF_MOD_IMAGE, &md));
+    free(embd);
+    struct kvf_prompt *pr = NULL;
+    const struct kvf_media *media[1] = {md};
+    assert_ok(kvf_prompt_init(m, "<image>", media, 1, true, false, &pr));
+    /* <s> <|vision_start|> 756 x image <|vision_end|> */
+    assert_int_equal(kvf_prompt_n_tokens(pr), 1 + 1 + 21 * 36 + 1);
+    assert_int_equal(kvf_prompt_token(pr, 1), Q7_TOK + 9);
+    assert_int_equal(kvf_prompt_token(pr, 2 + 21 * 36), Q7_TOK + 10);
+    kvf_prompt_free(pr);
+    kvf_media_free(md);
+    kvf_model_free(m);
+}
+
 static void test_llava7b_hf(void **state) {
     (void)state;
     const char *dir = tmp_path("llava-1.5-7b-hf");
@@ -1145,6 +1282,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_llava7b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_llava7b_hf, test_teardown),
         cmocka_unit_test_teardown(test_gemma3_4b_gguf_mmproj, test_teardown),
+        cmocka_unit_test_teardown(test_qwen25vl_7b_hf, test_teardown),
         cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
         cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),

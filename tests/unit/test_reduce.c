@@ -187,7 +187,7 @@ static int check_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t
     int32_t *pos_ref = xmalloc(sizeof(int32_t) * (size_t)n);
     const int want = ref_apply(x, dim, w, tag, pos, into, n, x_ref, w_ref, tag_ref, pos_ref);
     float *scratch = xmalloc(sizeof(float) * (size_t)(2 * n));
-    const int got = reduce_apply(x, dim, w, tag, pos, into, n, scratch);
+    const int got = reduce_apply(x, dim, w, tag, pos, NULL, into, n, scratch);
     free(scratch);
     assert_int_equal(got, want);
     for (int i = 0; i < want; i++) {
@@ -667,7 +667,7 @@ static void test_apply_fixed(void **state) {
     /* 1 -> 0 (weights 0 + 0: plain mean), 3 -> 2 (1 and 3), 4 kept alone at
      * weight 0, 5 dropped, 6 kept */
     const int into[N] = {0, 0, 2, 2, 4, -1, 6};
-    assert_int_equal(reduce_apply(x, DIM, w, tag, pos, into, N, scratch), 4);
+    assert_int_equal(reduce_apply(x, DIM, w, tag, pos, NULL, into, N, scratch), 4);
     const float want_x[4 * DIM] = {2, 3, 6.5f, 7.5f, 9, 10, 13, 14}, want_w[4] = {0, 4, 0, 2};
     const int want_pos[4] = {40, 42, 44, 46};
     for (int i = 0; i < 4; i++) {
@@ -683,7 +683,7 @@ static void test_apply_fixed(void **state) {
     float y[N * DIM] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
     for (int i = 0; i < N; i++) tag[i] = text_tag(i), pos[i] = i;
     const int into2[N] = {-1, 2, 2, 2, 4, 4, 6};
-    assert_int_equal(reduce_apply(y, DIM, NULL, tag, pos, into2, N, scratch), 3);
+    assert_int_equal(reduce_apply(y, DIM, NULL, tag, pos, NULL, into2, N, scratch), 3);
     const float want_y[3 * DIM] = {5, 6, 10, 11, 13, 14};
     for (int i = 0; i < 3 * DIM; i++) assert_true(fabsf(y[i] - want_y[i]) <= 1e-5f * want_y[i]);
     assert_int_equal(pos[0], 2);

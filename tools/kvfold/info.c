@@ -28,6 +28,8 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddNumberToObject(o, "rope_base", in->rope_base);
     cJSON_AddNumberToObject(o, "rope_base_local", in->rope_base_local);
     cJSON_AddStringToObject(o, "rope_style", in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    if (in->rope_sections[0] + in->rope_sections[1] + in->rope_sections[2] > 0)
+        cJSON_AddItemToObject(o, "rope_sections", cJSON_CreateIntArray(in->rope_sections, 3));
     cJSON_AddNumberToObject(o, "norm_eps", in->norm_eps);
     cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
@@ -69,7 +71,11 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
         printf("sliding window  %d (local rope base %g)\n", in->sliding_window, in->rope_base_local);
     else
         printf("sliding window  none\n");
-    printf("rope            base %g, %s\n", in->rope_base, in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    printf("rope            base %g, %s", in->rope_base, in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    if (in->rope_sections[0] + in->rope_sections[1] + in->rope_sections[2] > 0)
+        printf(", M-RoPE pairs %d/%d/%d (time/height/width)", in->rope_sections[0], in->rope_sections[1],
+               in->rope_sections[2]);
+    putchar('\n');
     printf("norm eps        %g\n", in->norm_eps);
     printf("parameters      %.1f M\n", (double)in->n_params / 1e6);
     printf("weights         %.1f MiB (%s)\n", (double)in->weight_bytes / MIB, in->weight_types);
@@ -77,11 +83,16 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
     printf("chat template   %s\n", in->chat_template_name);
     printf("simd            %s\n", kvf_simd_level());
     printf("build           %s\n", kvf_build_info());
-    if (in->has_vision)
+    if (in->has_vision && in->image_grid > 0)
         printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), image %d, patch %d, "
                "projector %s -> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_tower, in->vision_n_layer,
                in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size,
                in->vision_projector, in->image_tokens, in->image_grid, in->image_grid);
+    else if (in->has_vision)
+        printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), the image's own size, patch %d, "
+               "projector %s -> up to %d tokens\n", in->vision_source, in->vision_tower, in->vision_n_layer,
+               in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_patch_size, in->vision_projector,
+               in->image_tokens);
 }
 
 static int cmd_info(const struct args *a) {
