@@ -853,10 +853,6 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
         TRY(hf_float(c, "query_pre_attn_scalar", cfg->query_pre_attn_scalar, &cfg->query_pre_attn_scalar));
     }
     TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL, cfg->mrope_section));
-    const int pairs = cfg->mrope_section[0] + cfg->mrope_section[1] + cfg->mrope_section[2];
-    if (pairs && pairs != cfg->head_dim / 2)
-        return err_set(KVF_ERR_FORMAT, "%s: mrope_section covers %d rotary pairs, the heads have %d", c->path,
-                       pairs, cfg->head_dim / 2);
     if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
         !(cfg->query_pre_attn_scalar > 0))
         return err_set(KVF_ERR_FORMAT,

@@ -37,7 +37,7 @@ static const char *arch_str(enum arch a) {
 
 static enum kvf_status arch_parse(const char *s, enum arch *out) {
     if (!strcmp(s, "llama")) *out = ARCH_LLAMA;
-    else if (!strcmp(s, "qwen2")) *out = ARCH_QWEN2;
+    else if (!strcmp(s, "qwen2") || !strcmp(s, "qwen2vl")) *out = ARCH_QWEN2; /* qwen2vl: Qwen2 + M-RoPE */
     else if (!strcmp(s, "gemma3")) *out = ARCH_GEMMA3;
     else return err_set(KVF_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2, gemma3)", s);
     return KVF_OK;
@@ -66,6 +66,10 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = hp->arch == ARCH_GEMMA3 ? sqrtf((float)hp->n_embd) : 1.0f;
     if (hp->rope_base_local <= 0.0f) hp->rope_base_local = hp->rope_base;
+    const int pairs = hp->mrope[0] + hp->mrope[1] + hp->mrope[2];
+    if (pairs && pairs != hp->head_dim / 2)
+        return err_set(KVF_ERR_FORMAT, "M-RoPE sections cover %d rotary pairs, the heads have %d", pairs,
+                       hp->head_dim / 2);
     return KVF_OK;
 }
 
@@ -326,6 +330,21 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     else hp->sliding_window = 0;
     int rope_dims = 0;
     if ((st = gguf_int(f, a, "rope.dimension_count", &rope_dims, false))) return st;
+    /* Qwen2-VL's M-RoPE: rotary pairs on time, height, width (and a fourth, 0). */
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+    if (gguf_find(f, key)) {
+        const struct gguf_value *ds = gguf_get_arr(f, key, GGUF_I32);
+        if (!ds || ds->arr.n < 3 || ds->arr.n > 4)
+            return err_set(KVF_ERR_FORMAT, "'%s' must be 3 or 4 int32 values", key);
+        const int32_t *d = ds->arr.data;
+        for (int i = 0; i < 3; i++) {
+            if (d[i] < 0 || d[i] > 4096) return err_set(KVF_ERR_FORMAT, "'%s' holds %d", key, d[i]);
+            hp->mrope[i] = d[i];
+        }
+        if (ds->arr.n == 4 && d[3] != 0)
+            return err_set(KVF_ERR_UNSUPPORTED, "'%s': a fourth M-RoPE section (%d pairs) is not supported", key, d[3]);
+    }
     const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (!te || te->n_dims != 2) return err_set(KVF_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
     if (te->ne[1] > INT32_MAX) return err_set(KVF_ERR_FORMAT, "vocabulary too large");

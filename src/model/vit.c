@@ -245,12 +245,12 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
             (st = weight_bind_vec(m, src, &L->ln1_b, vname(n, sizeof n, p, nm->ln1_b, l), H, true, 0)) ||
             (st = weight_bind_vec(m, src, &L->ln2_w, vname(n, sizeof n, p, nm->ln2_w, l), H, true, 0)) ||
             (st = weight_bind_vec(m, src, &L->ln2_b, vname(n, sizeof n, p, nm->ln2_b, l), H, true, 0)) ||
-            (st = weight_bind(m, src, &L->wq, vname(n, sizeof n, p, nm->q, l), H, H, true)) ||
-            (st = weight_bind_vec(m, src, &L->bq, vname(n, sizeof n, p, nm->bq, l), H, true, 0)) ||
-            (st = weight_bind(m, src, &L->wk, vname(n, sizeof n, p, nm->k, l), H, H, true)) ||
-            (st = weight_bind_vec(m, src, &L->bk, vname(n, sizeof n, p, nm->bk, l), H, true, 0)) ||
-            (st = weight_bind(m, src, &L->wv, vname(n, sizeof n, p, nm->v, l), H, H, true)) ||
-            (st = weight_bind_vec(m, src, &L->bv, vname(n, sizeof n, p, nm->bv, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->w[0], vname(n, sizeof n, p, nm->q, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->b[0], vname(n, sizeof n, p, nm->bq, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->w[1], vname(n, sizeof n, p, nm->k, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->b[1], vname(n, sizeof n, p, nm->bk, l), H, true, 0)) ||
+            (st = weight_bind(m, src, &L->w[2], vname(n, sizeof n, p, nm->v, l), H, H, true)) ||
+            (st = weight_bind_vec(m, src, &L->b[2], vname(n, sizeof n, p, nm->bv, l), H, true, 0)) ||
             (st = weight_bind(m, src, &L->wo, vname(n, sizeof n, p, nm->o, l), H, H, true)) ||
             (st = weight_bind_vec(m, src, &L->bo, vname(n, sizeof n, p, nm->bo, l), H, true, 0)) ||
             (st = weight_bind(m, src, &L->fc1, vname(n, sizeof n, p, fc1, l), F, H, true)) ||
@@ -262,7 +262,7 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
     return bind_projector(b, v);
 }
 
-static enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required) {
+enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required) {
     uint32_t u;
     if (!gguf_get_u32(f, key, &u)) {
         if (required) return err_set(KVF_ERR_FORMAT, "mmproj: missing or ill-typed '%s'", key);
@@ -273,7 +273,7 @@ static enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, in
     return KVF_OK;
 }
 
-static enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]) {
+enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]) {
     const struct gguf_kv *kv = gguf_find(f, key);
     if (!kv) return KVF_OK; /* keep CLIP's */
     const struct gguf_value *a = gguf_get_arr(f, key, GGUF_F32);
@@ -297,9 +297,11 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     if (gguf_get_bool(f, "clip.has_vision_encoder", &flag) && !flag)
         return err_set(KVF_ERR_UNSUPPORTED, "%s: the file has no vision encoder", path);
     const char *proj = gguf_get_str(f, "clip.projector_type");
+    if (proj && !strcmp(proj, "qwen2.5vl")) return qvit_load_mmproj(m, path);
     const bool gemma3 = proj && !strcmp(proj, "gemma3");
     if (!gemma3 && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3')", path,
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3', "
+                       "'qwen2.5vl')", path,
                        proj ? proj : "(none)");
     struct vision_model t = {.eps = gemma3 ? 1e-6f : 1e-5f, .has_cls = !gemma3, .pool = 4,
                              .proj = gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP};
@@ -490,16 +492,20 @@ static void layernorm_rows(float *out, const float *x, const struct weight *w, c
         ops_layernorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, bias->data, dim, eps);
 }
 
+void vision_qkv(const struct weight w[3], const struct weight bias[3], const float *x, int n, float *q, float *k,
+                float *v, void *mm, int nt) {
+    float *out[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        ops_matmul(&w[i], x, n, out[i], mm, nt);
+        ops_add_bias(out[i], &bias[i], n, (int)w[i].rows);
+    }
+}
+
 /* x += attention(LN1(x)): every patch attends to every patch. */
 static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
     const int n = v->n_pos, H = v->n_embd, nh = v->n_head, hd = H / nh;
     layernorm_rows(b->xn, b->x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
-    ops_matmul(&L->wq, b->xn, n, b->q, b->mm, nt);
-    ops_matmul(&L->wk, b->xn, n, b->k, b->mm, nt);
-    ops_matmul(&L->wv, b->xn, n, b->v, b->mm, nt);
-    ops_add_bias(b->q, &L->bq, n, H);
-    ops_add_bias(b->k, &L->bk, n, H);
-    ops_add_bias(b->v, &L->bv, n, H);
+    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
     /* The attention kernel reads keys and values head by head. */
     for (int h = 0; h < nh; h++) {
         float *kh = b->kh + (size_t)h * n * hd, *vh = b->vh + (size_t)h * n * hd;

@@ -17,8 +17,8 @@
 
 struct vit_layer {
     struct weight ln1_w, ln1_b, ln2_w, ln2_b;  /* [n_embd]                      */
-    struct weight wq, wk, wv, wo;              /* [n_embd][n_embd]              */
-    struct weight bq, bk, bv, bo;              /* [n_embd]                      */
+    struct weight w[3], wo;                    /* q, k, v, out: [n_embd][n_embd] */
+    struct weight b[3], bo;                    /* [n_embd]                      */
     struct weight fc1, fc2, fc1_b, fc2_b;      /* fc1: [n_ff][n_embd]; fc2: [n_embd][n_ff] */
 };
 
@@ -28,7 +28,8 @@ enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL };
 /* A Qwen2.5-VL ViT layer. */
 struct qvit_layer {
     struct weight norm1, norm2;                /* RMSNorm [n_embd]                    */
-    struct weight qkv, qkv_b;                  /* [3 n_embd][n_embd]: q, k, v rows    */
+    struct weight w[3], b[3];                  /* q, k, v: [n_embd][n_embd], [n_embd] (views into HF's fused
+                                                  qkv) */
     struct weight proj, proj_b;                /* [n_embd][n_embd]                    */
     struct weight gate, gate_b, up, up_b;      /* [n_ff][n_embd]                      */
     struct weight down, down_b;                /* [n_embd][n_ff]                      */
@@ -48,7 +49,8 @@ struct vision_model {
     bool keep_cls;                             /* "full" feature strategy       */
     float mean[3], std[3];
     char source[16];                           /* "mmproj" or "safetensors"     */
-    struct weight patch;                       /* [n_embd][3*patch*patch] (c, y, x) */
+    struct weight patch;                       /* [n_embd][3*patch*patch] (c, y, x); Qwen2.5-VL: the sum
+                                                  of its kernel's frames, which see the same image (F32) */
     struct weight patch_b;                     /* optional [n_embd]             */
     struct weight cls;                         /* CLIP: [n_embd]                */
     struct weight pos;                         /* [n_pos][n_embd]               */
@@ -80,10 +82,22 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
 /* Encodes one image: out [rows * cols (+ 1)][n_out] of vision_grid,
  * row-major in grid order (row by row; the class token first when kept). */
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
-/* Qwen2.5-VL's tower (model/vit_qwen.c): its loader from a Hugging Face
- * directory (cfg: its config.json), its grid and its forward pass. */
+/* Qwen2.5-VL's tower (model/vit_qwen.c): its loaders from a Hugging Face
+ * directory (cfg: its config.json) and from llama.cpp's mmproj (already
+ * open as m->mmproj, projector type qwen2.5vl), its grid and its forward
+ * pass. */
 enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
                              const struct hf_vision_config *cfg);
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path);
+
+/* mmproj metadata: a u32 key as an int (absent: *out kept, an error when
+ * required), and an array of 3 f32 (absent: out kept). */
+struct gguf_file;
+/* q, k, v [n][n_embd] = x w[i]^T + b[i] for n rows of x (both towers). */
+void vision_qkv(const struct weight w[3], const struct weight bias[3], const float *x, int n, float *q, float *k,
+                float *v, void *mm, int nt);
+enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required);
+enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
 bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols);
 enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);

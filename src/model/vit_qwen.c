@@ -3,9 +3,9 @@
  *
  *   image -> smart_resize to multiples of 28 within [min, max] pixels,
  *   Pillow's bicubic resize, CLIP normalisation -> 14 x 14 patches taken
- *   2 x 2 merge unit by merge unit (each patch's 3 x 14 x 14 values twice:
- *   an image is a video of two equal frames) -> patch embedding (the 3-D
- *   convolution, a matrix product) -> units reordered window by window
+ *   2 x 2 merge unit by merge unit -> patch embedding (the 3-D convolution
+ *   over an image that is both frames of its kernel: one product with the
+ *   frames' sum) -> units reordered window by window
  *   (windows of window / 28 x window / 28 units) -> n_layer x (x +=
  *   proj(attn(RMSNorm1(x))) with 2-D rotary positions, within a window or,
  *   in the full-attention layers, over the whole image; x += down(silu(
@@ -16,6 +16,7 @@
 
 #include "attn/attn.h"
 #include "core/ops.h"
+#include "io/gguf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,84 +32,198 @@ static const char *qname(char *buf, size_t n, const char *prefix, const char *fm
     return buf;
 }
 
-enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
-                             const struct hf_vision_config *cfg) {
-    static const char *const prefixes[] = {"visual.", "model.visual."};
-    char n[192];
-    const char *p = NULL;
-    for (int i = 0; i < 2; i++)
-        if (tensor_exists(src, qname(n, sizeof n, prefixes[i], "patch_embed.proj.weight", 0))) p = prefixes[i];
-    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes Qwen2.5-VL's vision tower but no "
-                           "'visual.patch_embed.proj.weight' tensor was found", dir);
-    const int H = cfg->hidden_size, F = cfg->intermediate_size, L = cfg->num_hidden_layers;
-    if (H <= 0 || H > QVIT_MAX_DIM || F <= 0 || F > QVIT_MAX_DIM || cfg->num_attention_heads <= 0 ||
-        H % cfg->num_attention_heads != 0 || (H / cfg->num_attention_heads) % 4 != 0 || L <= 0 ||
-        L > QVIT_MAX_LAYERS || cfg->patch_size <= 0 || cfg->patch_size > 64 || cfg->spatial_merge_size <= 0 ||
-        cfg->spatial_merge_size > 8 || cfg->temporal_patch_size <= 0 || cfg->temporal_patch_size > 8 ||
-        cfg->window_size <= 0 || cfg->window_size % (cfg->patch_size * cfg->spatial_merge_size) != 0)
+/* The tower's sizes, from config.json or the mmproj keys. */
+static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const struct vision_model *t) {
+    const int H = t->n_embd, F = t->n_ff, L = t->n_layer;
+    if (H <= 0 || H > QVIT_MAX_DIM || F <= 0 || F > QVIT_MAX_DIM || t->n_head <= 0 || H % t->n_head != 0 ||
+        (H / t->n_head) % 4 != 0 || L <= 0 || L > QVIT_MAX_LAYERS || t->patch_size <= 0 || t->patch_size > 64 ||
+        t->merge <= 0 || t->merge > 8 || t->t_patch <= 0 || t->t_patch > 8 || t->window <= 0 ||
+        t->window % (t->patch_size * t->merge) != 0 || !(t->eps > 0.0f && t->eps < 1.0f) ||
+        !(t->rope_theta > 1.0f && isfinite(t->rope_theta)) || t->min_pixels < 1 || t->min_pixels > t->max_pixels)
         return err_set(KVF_ERR_FORMAT, "%s: Qwen2.5-VL vision sizes out of range (width %d, ff %d, heads %d, layers "
-                       "%d, patch %d, merge %d, window %d; head width a multiple of 4)", dir, H, F,
-                       cfg->num_attention_heads, L, cfg->patch_size, cfg->spatial_merge_size, cfg->window_size);
-    if (strcmp(cfg->hidden_act, "silu") != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (silu)", dir, cfg->hidden_act);
+                       "%d, patch %d, merge %d, window %d; head width a multiple of 4)", what, H, F, t->n_head, L,
+                       t->patch_size, t->merge, t->window);
     for (int c = 0; c < 3; c++)
-        if (!(cfg->image_std[c] > 0.0f) || !isfinite(cfg->image_mean[c]))
-            return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", dir);
-    struct vision_model *v = calloc(1, sizeof *v);
+        if (!(t->std[c] > 0.0f) || !isfinite(t->mean[c]))
+            return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
+    struct vision_model *v = malloc(sizeof *v);
     if (!v) return err_set(KVF_ERR_NOMEM, "out of memory");
+    *v = *t;
     m->vision = v; /* freed with the model, whatever happens below */
-    *v = (struct vision_model){
-        .patch_size = cfg->patch_size, .n_embd = H, .n_head = cfg->num_attention_heads, .n_ff = F, .n_layer = L,
-        .eps = cfg->layer_norm_eps, .act = VIT_GELU_ERF, .proj = VIT_PROJ_QWEN25VL, .merge = cfg->spatial_merge_size,
-        .t_patch = cfg->temporal_patch_size, .window = cfg->window_size, .min_pixels = cfg->min_pixels,
-        .max_pixels = cfg->max_pixels, .rope_theta = cfg->rope_theta,
-    };
-    memcpy(v->mean, cfg->image_mean, sizeof v->mean);
-    memcpy(v->std, cfg->image_std, sizeof v->std);
-    snprintf(v->source, sizeof v->source, "safetensors");
     v->qlayers = calloc((size_t)L, sizeof *v->qlayers);
     v->full = calloc((size_t)L, sizeof *v->full);
     if (!v->qlayers || !v->full) return err_set(KVF_ERR_NOMEM, "out of memory");
-    for (int l = 0; l < L; l++) v->full[l] = cfg->full_attention[l];
+    return KVF_OK;
+}
 
-    const int64_t patch = 3 * (int64_t)v->t_patch * v->patch_size * v->patch_size, M = (int64_t)H * v->merge * v->merge;
-    const int64_t E = m->hp.n_embd;
-    enum kvf_status st;
-    /* [H][3][t_patch][p][p], its inner dimensions folded to four (model.c) */
-    if ((st = weight_bind_nd(m, src, &v->patch, qname(n, sizeof n, p, "patch_embed.proj.weight", 0), H, patch, 4,
-                             true)))
-        return st;
-    for (int l = 0; l < L; l++) {
+/* The patch kernel [H][3][frames][p][p] (frames: k0 alone, or k0 and k1
+ * for the mmproj's two halves) as its frames' sum [H][3][p][p] in F32: an
+ * image is every frame at once, so one product does. */
+static enum kvf_status bind_patch(struct kvf_model *m, const struct tensor_src *src, struct vision_model *v,
+                                  const char *k0, const char *k1) {
+    const int64_t H = v->n_embd, pp = (int64_t)v->patch_size * v->patch_size, T = k1 ? 1 : v->t_patch;
+    struct weight w0, w1 = {0};
+    /* [H][3][T][p][p], its inner dimensions folded to four (model.c) */
+    enum kvf_status st = weight_bind_nd(m, src, &w0, k0, H, 3 * T * pp, 4, true);
+    if (st == KVF_OK && k1) st = weight_bind_nd(m, src, &w1, k1, H, 3 * pp, 4, true);
+    if (st != KVF_OK) return st;
+    float *sum = calloc((size_t)(H * 3 * pp), sizeof *sum), *row = malloc(sizeof(float) * (size_t)(3 * T * pp));
+    if (!sum || !row) {
+        free(sum), free(row);
+        return err_set(KVF_ERR_NOMEM, "out of memory for the patch kernel");
+    }
+    for (int64_t h = 0; h < H; h++) {
+        float *d = sum + h * 3 * pp;
+        for (int k = 0; k < (k1 ? 2 : 1); k++) {
+            ops_get_row(k ? &w1 : &w0, h, row);
+            for (int c = 0; c < 3; c++)
+                for (int64_t t = 0; t < (k1 ? 1 : T); t++)
+                    for (int64_t i = 0; i < pp; i++) d[c * pp + i] += row[(c * (k1 ? 1 : T) + t) * pp + i];
+        }
+    }
+    free(row);
+    if ((st = model_keep(m, sum)) != KVF_OK) return st;
+    v->patch = (struct weight){DT_F32, H, 3 * pp, sizeof(float) * (size_t)(3 * pp), sum};
+    return KVF_OK;
+}
+
+/* Tensor names of one container; %d: layer. qkv: HF's fused projection
+ * (NULL: q, k, v apart, as llama.cpp splits it). */
+struct qvit_names {
+    const char *patch0, *patch1;
+    const char *norm1, *norm2, *qkv, *qkv_b, *q, *q_b, *k, *k_b, *v, *v_b, *o, *o_b;
+    const char *gate, *gate_b, *up, *up_b, *down, *down_b;
+    const char *merge_norm, *merge0, *merge0_b, *merge2, *merge2_b;
+};
+
+static const struct qvit_names names_hf = {
+    "patch_embed.proj.weight", NULL, "blocks.%d.norm1.weight", "blocks.%d.norm2.weight",
+    "blocks.%d.attn.qkv.weight", "blocks.%d.attn.qkv.bias", NULL, NULL, NULL, NULL, NULL, NULL,
+    "blocks.%d.attn.proj.weight", "blocks.%d.attn.proj.bias",
+    "blocks.%d.mlp.gate_proj.weight", "blocks.%d.mlp.gate_proj.bias", "blocks.%d.mlp.up_proj.weight",
+    "blocks.%d.mlp.up_proj.bias", "blocks.%d.mlp.down_proj.weight", "blocks.%d.mlp.down_proj.bias",
+    "merger.ln_q.weight", "merger.mlp.0.weight", "merger.mlp.0.bias", "merger.mlp.2.weight", "merger.mlp.2.bias",
+};
+
+/* llama.cpp's converter: the 3-D kernel split by frame, qkv split. */
+static const struct qvit_names names_mmproj = {
+    "v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.%d.ln1.weight", "v.blk.%d.ln2.weight", NULL, NULL,
+    "v.blk.%d.attn_q.weight", "v.blk.%d.attn_q.bias", "v.blk.%d.attn_k.weight", "v.blk.%d.attn_k.bias",
+    "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
+    "v.blk.%d.ffn_gate.weight", "v.blk.%d.ffn_gate.bias", "v.blk.%d.ffn_up.weight", "v.blk.%d.ffn_up.bias",
+    "v.blk.%d.ffn_down.weight", "v.blk.%d.ffn_down.bias",
+    "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
+};
+
+/* Rows [i * rows, (i + 1) * rows) of w as a weight of their own. */
+static struct weight rows_of(const struct weight *w, int64_t rows, int i) {
+    return (struct weight){w->type, rows, w->cols, w->row_bytes, (const uint8_t *)w->data + (size_t)i * rows * w->row_bytes};
+}
+
+static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *src, const char *p,
+                                  const struct qvit_names *nm) {
+    struct vision_model *v = m->vision;
+    const int64_t H = v->n_embd, F = v->n_ff, M = H * v->merge * v->merge, E = m->hp.n_embd;
+    char n[192], n1[192];
+    enum kvf_status st = bind_patch(m, src, v, qname(n, sizeof n, p, nm->patch0, 0),
+                                    nm->patch1 ? qname(n1, sizeof n1, p, nm->patch1, 0) : NULL);
+    if (st != KVF_OK) return st;
+    for (int l = 0; l < v->n_layer; l++) {
         struct qvit_layer *q = &v->qlayers[l];
 #define W(field, fmt, rows, cols) weight_bind(m, src, &q->field, qname(n, sizeof n, p, fmt, l), rows, cols, true)
 #define V(field, fmt, len) weight_bind_vec(m, src, &q->field, qname(n, sizeof n, p, fmt, l), len, true, 0)
-        if ((st = V(norm1, "blocks.%d.norm1.weight", H)) || (st = V(norm2, "blocks.%d.norm2.weight", H)) ||
-            (st = W(qkv, "blocks.%d.attn.qkv.weight", 3 * (int64_t)H, H)) ||
-            (st = V(qkv_b, "blocks.%d.attn.qkv.bias", 3 * (int64_t)H)) ||
-            (st = W(proj, "blocks.%d.attn.proj.weight", H, H)) || (st = V(proj_b, "blocks.%d.attn.proj.bias", H)) ||
-            (st = W(gate, "blocks.%d.mlp.gate_proj.weight", F, H)) ||
-            (st = V(gate_b, "blocks.%d.mlp.gate_proj.bias", F)) ||
-            (st = W(up, "blocks.%d.mlp.up_proj.weight", F, H)) || (st = V(up_b, "blocks.%d.mlp.up_proj.bias", F)) ||
-            (st = W(down, "blocks.%d.mlp.down_proj.weight", H, F)) ||
-            (st = V(down_b, "blocks.%d.mlp.down_proj.bias", H)))
+        if (nm->qkv) {
+            struct weight qkv, qkv_b;
+            if ((st = weight_bind(m, src, &qkv, qname(n, sizeof n, p, nm->qkv, l), 3 * H, H, true)) ||
+                (st = weight_bind_vec(m, src, &qkv_b, qname(n, sizeof n, p, nm->qkv_b, l), 3 * H, true, 0)))
+                return st;
+            for (int i = 0; i < 3; i++) {
+                q->w[i] = rows_of(&qkv, H, i);
+                q->b[i] = (struct weight){DT_F32, 1, H, sizeof(float) * (size_t)H, (const float *)qkv_b.data + i * H};
+            }
+        } else if ((st = W(w[0], nm->q, H, H)) || (st = V(b[0], nm->q_b, H)) || (st = W(w[1], nm->k, H, H)) ||
+                   (st = V(b[1], nm->k_b, H)) || (st = W(w[2], nm->v, H, H)) || (st = V(b[2], nm->v_b, H))) {
+            return st;
+        }
+        if ((st = V(norm1, nm->norm1, H)) || (st = V(norm2, nm->norm2, H)) || (st = W(proj, nm->o, H, H)) ||
+            (st = V(proj_b, nm->o_b, H)) || (st = W(gate, nm->gate, F, H)) || (st = V(gate_b, nm->gate_b, F)) ||
+            (st = W(up, nm->up, F, H)) || (st = V(up_b, nm->up_b, F)) || (st = W(down, nm->down, H, F)) ||
+            (st = V(down_b, nm->down_b, H)))
             return st;
 #undef W
 #undef V
     }
-    if ((st = weight_bind_vec(m, src, &v->merge_norm, qname(n, sizeof n, p, "merger.ln_q.weight", 0), H, true, 0)) ||
-        (st = weight_bind(m, src, &v->merge0, qname(n, sizeof n, p, "merger.mlp.0.weight", 0), M, M, true)) ||
-        (st = weight_bind_vec(m, src, &v->merge0_b, qname(n, sizeof n, p, "merger.mlp.0.bias", 0), M, true, 0)))
+    if ((st = weight_bind_vec(m, src, &v->merge_norm, qname(n, sizeof n, p, nm->merge_norm, 0), H, true, 0)) ||
+        (st = weight_bind(m, src, &v->merge0, qname(n, sizeof n, p, nm->merge0, 0), M, M, true)) ||
+        (st = weight_bind_vec(m, src, &v->merge0_b, qname(n, sizeof n, p, nm->merge0_b, 0), M, true, 0)))
         return st;
-    if ((st = weight_bind(m, src, &v->merge2, qname(n, sizeof n, p, "merger.mlp.2.weight", 0), E, M, true)) ||
-        (st = weight_bind_vec(m, src, &v->merge2_b, qname(n, sizeof n, p, "merger.mlp.2.bias", 0), E, true, 0))) {
+    if ((st = weight_bind(m, src, &v->merge2, qname(n, sizeof n, p, nm->merge2, 0), E, M, true)) ||
+        (st = weight_bind_vec(m, src, &v->merge2_b, qname(n, sizeof n, p, nm->merge2_b, 0), E, true, 0))) {
         if (st != KVF_ERR_SHAPE) return st;
         char msg[512];
         snprintf(msg, sizeof msg, "%s", kvf_last_error());
         return err_set(st, "the merger does not map to the decoder's embedding width %lld: %s", (long long)E, msg);
     }
     v->n_out = (int)E;
-    v->image_size = 0; /* the image's own */
     return KVF_OK;
+}
+
+enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
+                             const struct hf_vision_config *cfg) {
+    static const char *const prefixes[] = {"visual.", "model.visual."};
+    char n[192];
+    const char *p = NULL;
+    for (int i = 0; i < 2; i++)
+        if (tensor_exists(src, qname(n, sizeof n, prefixes[i], names_hf.patch0, 0))) p = prefixes[i];
+    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes Qwen2.5-VL's vision tower but no "
+                           "'visual.patch_embed.proj.weight' tensor was found", dir);
+    if (strcmp(cfg->hidden_act, "silu") != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (silu)", dir, cfg->hidden_act);
+    struct vision_model t = {
+        .patch_size = cfg->patch_size, .n_embd = cfg->hidden_size, .n_head = cfg->num_attention_heads,
+        .n_ff = cfg->intermediate_size, .n_layer = cfg->num_hidden_layers, .eps = cfg->layer_norm_eps,
+        .proj = VIT_PROJ_QWEN25VL, .merge = cfg->spatial_merge_size, .t_patch = cfg->temporal_patch_size,
+        .window = cfg->window_size, .min_pixels = cfg->min_pixels, .max_pixels = cfg->max_pixels,
+        .rope_theta = cfg->rope_theta,
+    };
+    memcpy(t.mean, cfg->image_mean, sizeof t.mean);
+    memcpy(t.std, cfg->image_std, sizeof t.std);
+    snprintf(t.source, sizeof t.source, "safetensors");
+    enum kvf_status st = qvit_alloc(m, dir, &t);
+    if (st != KVF_OK) return st;
+    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = cfg->full_attention[l];
+    return bind_tower(m, src, p, &names_hf);
+}
+
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path) {
+    const struct gguf_file *f = m->mmproj;
+    /* llama.cpp's defaults for what the file does not say: Qwen2-VL's image
+     * processor bounds, its 112-pixel windows, ViT rotary base 10000. */
+    struct vision_model t = {.patch_size = 14, .eps = 1e-6f, .proj = VIT_PROJ_QWEN25VL, .merge = 2, .t_patch = 2,
+                             .window = 112, .min_pixels = 56 * 56, .max_pixels = 28 * 28 * 1280,
+                             .rope_theta = 10000.0f, .mean = {0.48145466f, 0.4578275f, 0.40821073f},
+                             .std = {0.26862954f, 0.26130258f, 0.27577711f}};
+    int pattern = 0;
+    enum kvf_status st;
+    if ((st = mmproj_u32(f, "clip.vision.patch_size", &t.patch_size, true)) ||
+        (st = mmproj_u32(f, "clip.vision.embedding_length", &t.n_embd, true)) ||
+        (st = mmproj_u32(f, "clip.vision.feed_forward_length", &t.n_ff, true)) ||
+        (st = mmproj_u32(f, "clip.vision.attention.head_count", &t.n_head, true)) ||
+        (st = mmproj_u32(f, "clip.vision.block_count", &t.n_layer, true)) ||
+        (st = mmproj_u32(f, "clip.vision.n_wa_pattern", &pattern, true)) ||
+        (st = mmproj_u32(f, "clip.vision.spatial_merge_size", &t.merge, false)))
+        return st;
+    if ((st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
+        (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
+        return st;
+    gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
+    if (pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
+    snprintf(t.source, sizeof t.source, "mmproj");
+    if ((st = qvit_alloc(m, path, &t)) != KVF_OK) return st;
+    /* Every n_wa_pattern-th layer attends over the whole image. */
+    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = (l + 1) % pattern == 0;
+    const struct tensor_src src = {.gguf = f};
+    return bind_tower(m, &src, "", &names_mmproj);
 }
 
 bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols) {
@@ -168,9 +283,9 @@ static enum kvf_status plan_make(const struct vision_model *v, int rh, int rw, s
 /* Scratch of one encoding, n rows (patches). */
 struct qvit_buf {
     float *pix;            /* [3][rh][rw] */
-    float *patches;        /* [n][3 t_patch p p] */
+    float *patches;        /* [n][3 p p] */
     float *x, *xn, *att;   /* [n][H] */
-    float *qkv;            /* [n][3H] */
+    float *q, *k, *v;      /* [n][H] */
     float *kh, *vh;        /* [heads][n][hd] */
     float *ff, *ff2;       /* [n][F]; the merger's [nu][4H] twice */
     float *cs, *sn;        /* [n][hd / 2] rotary cosines and sines */
@@ -180,14 +295,14 @@ struct qvit_buf {
 };
 
 static void buf_free(struct qvit_buf *b) {
-    free(b->pix), free(b->patches), free(b->x), free(b->xn), free(b->att), free(b->qkv), free(b->kh), free(b->vh);
+    free(b->pix), free(b->patches), free(b->x), free(b->xn), free(b->att), free(b->q), free(b->k), free(b->v), free(b->kh), free(b->vh);
     free(b->ff), free(b->ff2), free(b->cs), free(b->sn), free(b->heads), free(b->attn_scratch), free(b->mm);
 }
 
 static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v, const struct qvit_plan *p, int rh,
                                 int rw, int nt) {
     const size_t n = (size_t)p->n, H = (size_t)v->n_embd, F = (size_t)v->n_ff, hd = H / (size_t)v->n_head;
-    const size_t plen = 3 * (size_t)v->t_patch * v->patch_size * v->patch_size, M = H * v->merge * v->merge;
+    const size_t plen = 3 * (size_t)v->patch_size * v->patch_size, M = H * v->merge * v->merge;
     const size_t wide = KVF_MAX(F, M);
     memset(b, 0, sizeof *b);
     b->pix = malloc(sizeof(float) * 3 * (size_t)rh * rw);
@@ -195,7 +310,9 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     b->x = malloc(sizeof(float) * n * H);
     b->xn = malloc(sizeof(float) * n * H);
     b->att = malloc(sizeof(float) * n * H);
-    b->qkv = malloc(sizeof(float) * n * 3 * H);
+    b->q = malloc(sizeof(float) * n * H);
+    b->k = malloc(sizeof(float) * n * H);
+    b->v = malloc(sizeof(float) * n * H);
     b->kh = malloc(sizeof(float) * n * H);
     b->vh = malloc(sizeof(float) * n * H);
     b->ff = malloc(sizeof(float) * n * wide);
@@ -205,7 +322,7 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     b->heads = malloc(sizeof *b->heads * (size_t)v->n_head);
     b->attn_scratch = malloc(attn_scratch_bytes(p->n, nt));
     b->mm = malloc(ops_matmul_scratch_bytes((int64_t)KVF_MAX(KVF_MAX(wide, plen), H), p->n, nt));
-    if (!b->pix || !b->patches || !b->x || !b->xn || !b->att || !b->qkv || !b->kh || !b->vh || !b->ff || !b->ff2 ||
+    if (!b->pix || !b->patches || !b->x || !b->xn || !b->att || !b->q || !b->k || !b->v || !b->kh || !b->vh || !b->ff || !b->ff2 ||
         !b->cs || !b->sn || !b->heads || !b->attn_scratch || !b->mm) {
         buf_free(b);
         return err_set(KVF_ERR_NOMEM, "out of memory for the vision encoder (%d patches)", p->n);
@@ -213,23 +330,22 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     return KVF_OK;
 }
 
-/* Patch rows in window order, each patch's values (channel, frame, y, x)
- * with the image as both frames; and each row's rotary angles: pairs
+/* Patch rows in window order, each patch's values (channel, y, x) for the
+ * summed kernel (bind_patch); and each row's rotary angles: pairs
  * [0, hd/4) turn with the patch's row, [hd/4, hd/2) with its column, both
  * at theta^(-4j / hd) (transformers' axial 2-D rotary). */
 static void patchify(const struct vision_model *v, const struct qvit_plan *p, int rw, struct qvit_buf *b) {
-    const int P = v->patch_size, m = v->merge, T = v->t_patch, hd = v->n_embd / v->n_head, q4 = hd / 4;
-    const size_t plen = 3 * (size_t)T * P * P, plane = (size_t)p->gh * P * rw;
+    const int P = v->patch_size, m = v->merge, hd = v->n_embd / v->n_head, q4 = hd / 4;
+    const size_t plen = 3 * (size_t)P * P, plane = (size_t)p->gh * P * rw;
     for (int k = 0; k < p->nu; k++) {
         const int uy = p->unit_of[k] / p->uw, ux = p->unit_of[k] % p->uw;
         for (int i = 0; i < m * m; i++) {
             const int py = uy * m + i / m, px = ux * m + i % m, row = k * m * m + i;
             float *dst = b->patches + (size_t)row * plen;
             for (int c = 0; c < 3; c++)
-                for (int t = 0; t < T; t++)
-                    for (int y = 0; y < P; y++)
-                        memcpy(dst + (((size_t)c * T + t) * P + y) * P,
-                               b->pix + c * plane + ((size_t)py * P + y) * rw + (size_t)px * P, sizeof(float) * P);
+                for (int y = 0; y < P; y++)
+                    memcpy(dst + ((size_t)c * P + y) * P, b->pix + c * plane + ((size_t)py * P + y) * rw + (size_t)px * P,
+                           sizeof(float) * P);
             float *cs = b->cs + (size_t)row * hd / 2, *sn = b->sn + (size_t)row * hd / 2;
             for (int j = 0; j < q4; j++) {
                 const double f = pow(v->rope_theta, -4.0 * j / hd);
@@ -246,17 +362,16 @@ static void qvit_attention(const struct vision_model *v, const struct qvit_layer
                            bool full, struct qvit_buf *b, int nt) {
     const int n = p->n, H = v->n_embd, nh = v->n_head, hd = H / nh;
     for (int t = 0; t < n; t++) ops_rmsnorm(b->xn + (size_t)t * H, b->x + (size_t)t * H, L->norm1.data, H, v->eps);
-    ops_matmul(&L->qkv, b->xn, n, b->qkv, b->mm, nt);
-    ops_add_bias(b->qkv, &L->qkv_b, n, 3 * H);
+    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
     for (int t = 0; t < n; t++) {
-        float *r = b->qkv + (size_t)t * 3 * H;
+        float *q = b->q + (size_t)t * H, *k = b->k + (size_t)t * H;
         const float *cs = b->cs + (size_t)t * hd / 2, *sn = b->sn + (size_t)t * hd / 2;
-        ops_rope_rotate(r, nh, hd, cs, sn, KVF_ROPE_NEOX);     /* q */
-        ops_rope_rotate(r + H, nh, hd, cs, sn, KVF_ROPE_NEOX); /* k */
-        memcpy(b->xn + (size_t)t * H, r, sizeof(float) * (size_t)H); /* q, packed for the kernel */
+        ops_rope_rotate(q, nh, hd, cs, sn, KVF_ROPE_NEOX);
+        ops_rope_rotate(k, nh, hd, cs, sn, KVF_ROPE_NEOX);
+        /* The attention kernel reads keys and values head by head. */
         for (int h = 0; h < nh; h++) {
-            memcpy(b->kh + ((size_t)h * n + t) * hd, r + H + (size_t)h * hd, sizeof(float) * (size_t)hd);
-            memcpy(b->vh + ((size_t)h * n + t) * hd, r + 2 * H + (size_t)h * hd, sizeof(float) * (size_t)hd);
+            memcpy(b->kh + ((size_t)h * n + t) * hd, k + (size_t)h * hd, sizeof(float) * (size_t)hd);
+            memcpy(b->vh + ((size_t)h * n + t) * hd, b->v + (size_t)t * H + (size_t)h * hd, sizeof(float) * (size_t)hd);
         }
     }
     const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
@@ -267,7 +382,7 @@ static void qvit_attention(const struct vision_model *v, const struct qvit_layer
         for (int h = 0; h < nh; h++)
             b->heads[h] = (struct kv_head){.k = b->kh + ((size_t)h * n + r0) * hd, .v = b->vh + ((size_t)h * n + r0) * hd,
                                            .tag = NULL, .n = r1 - r0, .cap = r1 - r0};
-        attn_forward(&ap, b->xn + (size_t)r0 * H, NULL, r1 - r0, b->heads, b->att + (size_t)r0 * H, b->attn_scratch,
+        attn_forward(&ap, b->q + (size_t)r0 * H, NULL, r1 - r0, b->heads, b->att + (size_t)r0 * H, b->attn_scratch,
                      nt, NULL); /* no statistics: cannot fail */
     }
     ops_matmul(&L->proj, b->att, n, b->xn, b->mm, nt);

@@ -3,15 +3,16 @@
 
     hf_qwen25vl_check.py --dump DUMP_LOGITS --preproc DUMP_PREPROC --fixtures FIXTURE_DIR --passage TEXT OUT_DIR
 
-Needs PyTorch, transformers and Pillow (the .venv-hf of scripts/setup-hf.sh;
+Needs PyTorch, transformers, Pillow and gguf (the .venv-hf of scripts/setup-hf.sh;
 exits 77 = skipped without them). Builds a tiny random
 Qwen2_5_VLForConditionalGeneration with transformers itself (seeded; a
 decoder of 2 layers of 64 with M-RoPE sections 2/3/3, a ViT of 4 layers of
-32 with 14-pixel patches, windows of 2 x 2 merge units and full attention
-in layers 1 and 3, images resized to at most 12 tokens), saves it to
-OUT_DIR in transformers' layout with the byte-level BPE tokenizer of the
-qwen2 fixture plus <|vision_start|>, <|vision_end|> and <|image_pad|>, and
-checks:
+32 with 14-pixel patches, 112-pixel windows and full attention in layers 1
+and 3, images resized to at most 12 tokens), saves it to OUT_DIR in
+transformers' layout with the byte-level BPE tokenizer of the qwen2
+fixture plus <|vision_start|>, <|vision_end|> and <|image_pad|>, and as
+llama.cpp's converter writes it (qwen25vl-f32.gguf + qwen25vl-mmproj-f32.gguf),
+and checks:
 
 1. Preprocessing: 12 seeded images of odd sizes and aspect ratios through
    Qwen2VLImageProcessorPil and `DUMP_PREPROC --qwen25vl`: the same resized
@@ -23,7 +24,8 @@ checks:
    cut short at the edges), every position within 1e-4 of max|logit| and
    the same argmax; transformers' get_rope_index gives the M-RoPE positions.
    (Attending over whole images instead of windows, or plain RoPE instead
-   of M-RoPE, misses by about 0.2.)
+   of M-RoPE, misses by about 0.2.) The GGUF + mmproj pair gives the
+   directory's ids and logits (within 1e-5).
 4. The policy checks of the other vision fixtures, on this model (tools
    beside DUMP_LOGITS): forks equal prefills of their own, batched
    decoding equals decoding alone, a prompt in parts equals it whole, and
@@ -59,7 +61,7 @@ def build(out, fixtures):
                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
                                           "mrope_section": [2, 3, 3]}),
         vision_config=dict(depth=4, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                           spatial_merge_size=2, temporal_patch_size=2, window_size=112,
                            fullatt_block_indexes=[1, 3], out_hidden_size=64),
         vision_start_token_id=N_BASE, vision_end_token_id=N_BASE + 1, image_token_id=N_BASE + 2,
         video_token_id=N_BASE + 3, tie_word_embeddings=False)
@@ -86,6 +88,107 @@ def build(out, fixtures):
     json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"))
     shutil.copy(os.path.join(fixtures, "qwen2-st", "tokenizer_config.json"), out)
     return model, cfg
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_gguf_pair(model, cfg, out, fixtures):
+    """The same weights as llama.cpp's converter writes them: the decoder as
+    arch qwen2vl (rope.dimension_sections), the tower as a qwen2.5vl mmproj
+    (the 3-D patch kernel split by frame, qkv split, the merger as
+    v.post_ln / mm.0 / mm.2); the tokenizer of the qwen2 fixture's GGUF plus
+    the specials. Returns (decoder path, mmproj path)."""
+    import gguf
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    tc, vc = cfg.text_config, cfg.vision_config
+    dec = os.path.join(out, "qwen25vl-f32.gguf")
+    w = gguf.GGUFWriter(dec, "qwen2vl")
+    w.add_context_length(tc.max_position_embeddings)
+    w.add_embedding_length(tc.hidden_size)
+    w.add_block_count(tc.num_hidden_layers)
+    w.add_feed_forward_length(tc.intermediate_size)
+    w.add_head_count(tc.num_attention_heads)
+    w.add_head_count_kv(tc.num_key_value_heads)
+    w.add_layer_norm_rms_eps(tc.rms_norm_eps)
+    w.add_rope_freq_base(tc.rope_parameters["rope_theta"])
+    w.add_rope_dimension_count(tc.hidden_size // tc.num_attention_heads)
+    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
+    r = gguf.GGUFReader(os.path.join(fixtures, "qwen2-f32.gguf"))
+    field = lambda k: r.fields[k]
+    tokens = [bytes(field("tokenizer.ggml.tokens").parts[i]).decode() for i in field("tokenizer.ggml.tokens").data]
+    types = [int(field("tokenizer.ggml.token_type").parts[i][0]) for i in field("tokenizer.ggml.token_type").data]
+    merges = [bytes(field("tokenizer.ggml.merges").parts[i]).decode() for i in field("tokenizer.ggml.merges").data]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(bytes(field("tokenizer.ggml.pre").parts[-1]).decode())
+    w.add_token_list(tokens + SPECIALS)
+    w.add_token_types(types + [3] * len(SPECIALS))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(True)
+    lm = "model.language_model."
+    names = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
+    for k, v in sd.items():
+        if k == "lm_head.weight":
+            w.add_tensor("output.weight", v)
+        elif k.startswith(lm):
+            n = k[len(lm):]
+            if n in names:
+                w.add_tensor(names[n], v)
+                continue
+            _, l, rest = n.split(".", 2)
+            rest = (rest.replace("input_layernorm", "attn_norm").replace("post_attention_layernorm", "ffn_norm")
+                    .replace("self_attn.q_proj", "attn_q").replace("self_attn.k_proj", "attn_k")
+                    .replace("self_attn.v_proj", "attn_v").replace("self_attn.o_proj", "attn_output")
+                    .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
+                    .replace("mlp.down_proj", "ffn_down"))
+            w.add_tensor(f"blk.{l}.{rest}", v)
+    finish(w)
+
+    mm = os.path.join(out, "qwen25vl-mmproj-f32.gguf")
+    w = gguf.GGUFWriter(mm, "clip")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_string("clip.projector_type", "qwen2.5vl")
+    w.add_bool("clip.use_silu", True)
+    w.add_uint32("clip.vision.image_size", 560)
+    for k, val in (("patch_size", vc.patch_size), ("embedding_length", vc.hidden_size),
+                   ("feed_forward_length", vc.intermediate_size), ("attention.head_count", vc.num_heads),
+                   ("block_count", vc.depth), ("projection_dim", tc.hidden_size),
+                   ("n_wa_pattern", vc.fullatt_block_indexes[0] + 1)):
+        w.add_uint32("clip.vision." + k, val)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.48145466, 0.4578275, 0.40821073])
+    w.add_array("clip.vision.image_std", [0.26862954, 0.26130258, 0.27577711])
+    vis = "model.visual."
+    for k, v in sd.items():
+        if not k.startswith(vis):
+            continue
+        n = k[len(vis):]
+        if n == "patch_embed.proj.weight":
+            w.add_tensor("v.patch_embd.weight", np.ascontiguousarray(v[:, :, 0]))
+            w.add_tensor("v.patch_embd.weight.1", np.ascontiguousarray(v[:, :, 1]))
+        elif n.startswith("merger."):
+            w.add_tensor({"merger.ln_q.weight": "v.post_ln.weight", "merger.mlp.0.weight": "mm.0.weight",
+                          "merger.mlp.0.bias": "mm.0.bias", "merger.mlp.2.weight": "mm.2.weight",
+                          "merger.mlp.2.bias": "mm.2.bias"}[n], v)
+        else:
+            _, l, rest = n.split(".", 2)
+            if rest.startswith("attn.qkv."):
+                kind = rest.rsplit(".", 1)[1]
+                for i, part in enumerate(np.split(v, 3, axis=0)):
+                    w.add_tensor(f"v.blk.{l}.attn_{'qkv'[i]}.{kind}", np.ascontiguousarray(part))
+                continue
+            rest = (rest.replace("norm1", "ln1").replace("norm2", "ln2").replace("attn.proj", "attn_out")
+                    .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
+                    .replace("mlp.down_proj", "ffn_down"))
+            w.add_tensor(f"v.blk.{l}.{rest}", v)
+    finish(w)
+    return dec, mm
 
 
 def images(rng):
@@ -151,6 +254,7 @@ def main():
         print(f"SKIP: {args.fixtures}/qwen2-st is absent")
         return SKIP
     try:
+        import gguf  # noqa: F401
         import torch
         import transformers
         from PIL import Image
@@ -168,8 +272,8 @@ def main():
         return 1
     rng = np.random.default_rng(9)
     paths = []
-    # 112 x 84 px: 3 x 4 merge units, windows of 2 x 2 cut short at the bottom.
-    for i, (w, h) in enumerate(((115, 80), (61, 44))):
+    # 168 x 56 px: 2 x 6 merge units, windows of 4 x 4 units cut short at the right.
+    for i, (w, h) in enumerate(((170, 60), (61, 44))):
         paths.append(os.path.join(tmp, f"prompt{i}.png"))
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(paths[-1])
     try:
@@ -178,6 +282,15 @@ def main():
         print(f"FAIL: {e}")
         return 1
     n_tok, n_vocab = ours.shape
+    # The same weights as llama.cpp's GGUF + mmproj (these images resize alike under both files' pixel bounds).
+    dec, mm = write_gguf_pair(model, cfg, args.out, args.fixtures)
+    try:
+        gg, gids = run_kvfold(args, dec, ["--mmproj", mm], paths, tmp, "gguf", PROMPT)
+    except RuntimeError as e:
+        print(f"FAIL: {e}")
+        return 1
+    gerr = float(np.max(np.abs(gg - ours)) / np.max(np.abs(ours)))
+    print(f"gguf + mmproj: ids {'equal' if gids == ids else 'DIFFER'}, max rel err {gerr:.3e} against the directory")
 
     pix = proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")
     grids = pix["image_grid_thw"].tolist()
@@ -200,7 +313,7 @@ def main():
     agree = float(np.mean(ours.argmax(-1) == hf.argmax(-1)))
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: {n_tok} positions "
           f"({sum(t < 0 for t in ids)} image), max rel err {err:.3e}, argmax agreement {agree:.3f}")
-    ok &= err < 1e-4 and agree == 1.0
+    ok &= err < 1e-4 and agree == 1.0 and gids == ids and gerr < 1e-5
     # The policy checks the LLaVA and Gemma 3 fixtures run (tests/integration/kv.cmake), on this model.
     tools = os.path.dirname(os.path.abspath(args.dump))
     for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]),
