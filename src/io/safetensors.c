@@ -1037,13 +1037,39 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     cfg->gemma3 = cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3");
     cfg->qwen25vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_5_vl");
-    if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_vl")) {
-        st = err_set(KVF_ERR_UNSUPPORTED, "%s: Qwen2-VL's vision tower is not supported yet (Qwen2.5-VL's is)", file);
-        goto done;
-    }
-    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || cfg->qwen25vl;
+    cfg->qwen2vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_vl");
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || cfg->qwen25vl ||
+                   cfg->qwen2vl;
     if (!cfg->present) goto done;
     struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
+    if (cfg->qwen2vl) {
+        /* Qwen2VLVisionConfig: embed_dim is the tower's width, hidden_size the decoder's. */
+        int ratio = 4;
+        memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
+        memcpy(cfg->image_std, clip_std, sizeof clip_std);
+        if ((st = hf_int(&v, "depth", false, false, 32, &cfg->num_hidden_layers)) ||
+            (st = hf_int(&v, "embed_dim", false, false, 1280, &cfg->hidden_size)) ||
+            (st = hf_int(&v, "mlp_ratio", false, false, 4, &ratio)) ||
+            (st = hf_int(&v, "num_heads", false, false, 16, &cfg->num_attention_heads)) ||
+            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
+            (st = hf_int(&v, "spatial_merge_size", false, false, 2, &cfg->spatial_merge_size)) ||
+            (st = hf_int(&v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size)) ||
+            (st = hf_int(&v, "hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
+            (st = hf_str(&v, "hidden_act", "quick_gelu", cfg->hidden_act, sizeof cfg->hidden_act)))
+            goto done;
+        if (ratio <= 0 || ratio > 64 || cfg->hidden_size > (1 << 20)) {
+            st = err_set(KVF_ERR_FORMAT, "%s: vision mlp_ratio %d out of range", file, ratio);
+            goto done;
+        }
+        cfg->intermediate_size = cfg->hidden_size * ratio;
+        cfg->layer_norm_eps = 1e-6f;
+        cfg->rope_theta = 10000.0f;
+        cfg->window_size = cfg->patch_size * cfg->spatial_merge_size; /* unused: every layer full */
+        for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
+        cfg->min_pixels = 56 * 56;
+        cfg->max_pixels = 28 * 28 * 1280;
+        goto preprocessor;
+    }
     if (cfg->qwen25vl) {
         memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
         memcpy(cfg->image_std, clip_std, sizeof clip_std);
@@ -1147,7 +1173,7 @@ preprocessor:;
             struct hf_src p = {pre, proot, NULL, true};
             if (!(st = hf_float3(&p, "image_mean", def_mean, cfg->image_mean)))
                 st = hf_float3(&p, "image_std", def_std, cfg->image_std);
-            if (!st && cfg->qwen25vl) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
+            if (!st && (cfg->qwen25vl || cfg->qwen2vl)) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
         }
         cJSON_Delete(proot);
     }

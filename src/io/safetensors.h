@@ -57,6 +57,8 @@ struct hf_vision_config {
     bool present;              /* the config describes a vision tower */
     bool gemma3;               /* model_type "gemma3": SigLIP and Gemma 3's pooling projector */
     bool qwen25vl;             /* model_type "qwen2_5_vl": Qwen2.5-VL's windowed ViT and patch merger */
+    bool qwen2vl;              /* model_type "qwen2_vl": Qwen2-VL's (LayerNorm, quick-GELU MLP, no windows);
+                                  the fields below as for qwen25vl */
     int mm_tokens_per_image;   /* gemma3: tokens an image becomes (a square number) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int image_size, patch_size;

@@ -297,11 +297,12 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     if (gguf_get_bool(f, "clip.has_vision_encoder", &flag) && !flag)
         return err_set(KVF_ERR_UNSUPPORTED, "%s: the file has no vision encoder", path);
     const char *proj = gguf_get_str(f, "clip.projector_type");
-    if (proj && !strcmp(proj, "qwen2.5vl")) return qvit_load_mmproj(m, path);
+    if (proj && (!strcmp(proj, "qwen2.5vl") || !strcmp(proj, "qwen2vl_merger")))
+        return qvit_load_mmproj(m, path, !strcmp(proj, "qwen2vl_merger"));
     const bool gemma3 = proj && !strcmp(proj, "gemma3");
     if (!gemma3 && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
         return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3', "
-                       "'qwen2.5vl')", path,
+                       "'qwen2.5vl', 'qwen2vl_merger')", path,
                        proj ? proj : "(none)");
     struct vision_model t = {.eps = gemma3 ? 1e-6f : 1e-5f, .has_cls = !gemma3, .pool = 4,
                              .proj = gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP};
@@ -341,7 +342,7 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     struct hf_vision_config cfg;
     enum kvf_status st = hf_vision_config_load(dir, &cfg);
     if (st != KVF_OK) return st;
-    if (cfg.qwen25vl) return qvit_load_hf(m, dir, src, &cfg);
+    if (cfg.qwen25vl || cfg.qwen2vl) return qvit_load_hf(m, dir, src, &cfg);
     if (which < 0) {
         if (cfg.present) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a vision tower but no '%s' tensor "
                                         "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.patch, 0));
@@ -425,8 +426,8 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
     info->has_vision = true;
     info->vision_source = v->source;
     static const char *const towers[] = {"CLIP ViT", "SigLIP", "Qwen2.5-VL ViT"};
+    info->vision_tower = v->qwen2 ? "Qwen2-VL ViT" : towers[v->proj];
     static const char *const projectors[] = {"mlp", "gemma3", "merger"};
-    info->vision_tower = towers[v->proj];
     info->vision_projector = projectors[v->proj];
     info->vision_image_size = v->image_size;
     info->vision_patch_size = v->patch_size;

@@ -25,13 +25,15 @@ struct vit_layer {
 enum vit_act { VIT_GELU_QUICK, VIT_GELU_ERF, VIT_GELU_TANH };  /* x*sigmoid(1.702x), erf GELU, tanh GELU */
 enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL };
 
-/* A Qwen2.5-VL ViT layer. */
+/* A Qwen2.5-VL ViT layer (Qwen2-VL: LayerNorms with biases, and fc1 / fc2
+ * in up / down with no gate). */
 struct qvit_layer {
     struct weight norm1, norm2;                /* RMSNorm [n_embd]                    */
+    struct weight norm1_b, norm2_b;            /* Qwen2-VL: LayerNorm biases [n_embd] */
     struct weight w[3], b[3];                  /* q, k, v: [n_embd][n_embd], [n_embd] (views into HF's fused
                                                   qkv) */
     struct weight proj, proj_b;                /* [n_embd][n_embd]                    */
-    struct weight gate, gate_b, up, up_b;      /* [n_ff][n_embd]                      */
+    struct weight gate, gate_b, up, up_b;      /* [n_ff][n_embd]; Qwen2-VL: no gate  */
     struct weight down, down_b;                /* [n_embd][n_ff]                      */
 };
 
@@ -70,7 +72,8 @@ struct vision_model {
     float rope_theta;
     bool *full;                                /* [n_layer] full attention, else windowed */
     struct qvit_layer *qlayers;                /* [n_layer] */
-    struct weight merge_norm;                  /* RMSNorm [n_embd] */
+    struct weight merge_norm, merge_norm_b;    /* RMSNorm [n_embd]; Qwen2-VL: a LayerNorm, with its bias */
+    bool qwen2;                                /* Qwen2-VL's tower: LayerNorms, quick-GELU MLP, no windows */
     struct weight merge0, merge0_b, merge2, merge2_b; /* [4 n_embd][4 n_embd], [n_out][4 n_embd] */
 };
 
@@ -82,13 +85,13 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
 /* Encodes one image: out [rows * cols (+ 1)][n_out] of vision_grid,
  * row-major in grid order (row by row; the class token first when kept). */
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
-/* Qwen2.5-VL's tower (model/vit_qwen.c): its loaders from a Hugging Face
- * directory (cfg: its config.json) and from llama.cpp's mmproj (already
- * open as m->mmproj, projector type qwen2.5vl), its grid and its forward
- * pass. */
+/* Qwen2.5-VL's tower (model/vit_qwen.c), and Qwen2-VL's (qwen2): its
+ * loaders from a Hugging Face directory (cfg: its config.json) and from
+ * llama.cpp's mmproj (already open as m->mmproj, projector type qwen2.5vl
+ * or qwen2vl_merger), its grid and its forward pass. */
 enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
                              const struct hf_vision_config *cfg);
-enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path);
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwen2);
 
 /* mmproj metadata: a u32 key as an int (absent: *out kept, an error when
  * required), and an array of 3 f32 (absent: out kept). */

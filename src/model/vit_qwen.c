@@ -11,7 +11,11 @@
  *   in the full-attention layers, over the whole image; x += down(silu(
  *   gate(n)) * up(n)), n = RMSNorm2(x)) -> merger: RMSNorm, each unit's 4
  *   rows as one, linear -> GELU -> linear -> units back in raster order.
- * A token per 2 x 2 unit: a (H / 28) x (W / 28) grid. */
+ * A token per 2 x 2 unit: a (H / 28) x (W / 28) grid.
+ *
+ * Qwen2-VL's tower (vision_model.qwen2) is the same but for LayerNorms with
+ * biases (in the blocks and the merger), x += fc2(quick_gelu(fc1(n))) as
+ * its MLP, and no windows: every layer attends over the whole image. */
 #include "model/vit.h"
 
 #include "attn/attn.h"
@@ -94,6 +98,8 @@ struct qvit_names {
     const char *norm1, *norm2, *qkv, *qkv_b, *q, *q_b, *k, *k_b, *v, *v_b, *o, *o_b;
     const char *gate, *gate_b, *up, *up_b, *down, *down_b;
     const char *merge_norm, *merge0, *merge0_b, *merge2, *merge2_b;
+    /* Qwen2-VL: the LayerNorms' biases; fc1 / fc2 are in up / down */
+    const char *norm1_b, *norm2_b, *merge_norm_b;
 };
 
 static const struct qvit_names names_hf = {
@@ -103,6 +109,16 @@ static const struct qvit_names names_hf = {
     "blocks.%d.mlp.gate_proj.weight", "blocks.%d.mlp.gate_proj.bias", "blocks.%d.mlp.up_proj.weight",
     "blocks.%d.mlp.up_proj.bias", "blocks.%d.mlp.down_proj.weight", "blocks.%d.mlp.down_proj.bias",
     "merger.ln_q.weight", "merger.mlp.0.weight", "merger.mlp.0.bias", "merger.mlp.2.weight", "merger.mlp.2.bias",
+    NULL, NULL, NULL,
+};
+
+static const struct qvit_names names_hf_qwen2 = {
+    "patch_embed.proj.weight", NULL, "blocks.%d.norm1.weight", "blocks.%d.norm2.weight",
+    "blocks.%d.attn.qkv.weight", "blocks.%d.attn.qkv.bias", NULL, NULL, NULL, NULL, NULL, NULL,
+    "blocks.%d.attn.proj.weight", "blocks.%d.attn.proj.bias", NULL, NULL,
+    "blocks.%d.mlp.fc1.weight", "blocks.%d.mlp.fc1.bias", "blocks.%d.mlp.fc2.weight", "blocks.%d.mlp.fc2.bias",
+    "merger.ln_q.weight", "merger.mlp.0.weight", "merger.mlp.0.bias", "merger.mlp.2.weight", "merger.mlp.2.bias",
+    "blocks.%d.norm1.bias", "blocks.%d.norm2.bias", "merger.ln_q.bias",
 };
 
 /* llama.cpp's converter: the 3-D kernel split by frame, qkv split. */
@@ -112,7 +128,16 @@ static const struct qvit_names names_mmproj = {
     "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
     "v.blk.%d.ffn_gate.weight", "v.blk.%d.ffn_gate.bias", "v.blk.%d.ffn_up.weight", "v.blk.%d.ffn_up.bias",
     "v.blk.%d.ffn_down.weight", "v.blk.%d.ffn_down.bias",
-    "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
+    "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias", NULL, NULL, NULL,
+};
+
+static const struct qvit_names names_mmproj_qwen2 = {
+    "v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.%d.ln1.weight", "v.blk.%d.ln2.weight", NULL, NULL,
+    "v.blk.%d.attn_q.weight", "v.blk.%d.attn_q.bias", "v.blk.%d.attn_k.weight", "v.blk.%d.attn_k.bias",
+    "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
+    NULL, NULL, "v.blk.%d.ffn_up.weight", "v.blk.%d.ffn_up.bias", "v.blk.%d.ffn_down.weight",
+    "v.blk.%d.ffn_down.bias", "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
+    "v.blk.%d.ln1.bias", "v.blk.%d.ln2.bias", "v.post_ln.bias",
 };
 
 /* Rows [i * rows, (i + 1) * rows) of w as a weight of their own. */
@@ -146,14 +171,18 @@ static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *
             return st;
         }
         if ((st = V(norm1, nm->norm1, H)) || (st = V(norm2, nm->norm2, H)) || (st = W(proj, nm->o, H, H)) ||
-            (st = V(proj_b, nm->o_b, H)) || (st = W(gate, nm->gate, F, H)) || (st = V(gate_b, nm->gate_b, F)) ||
-            (st = W(up, nm->up, F, H)) || (st = V(up_b, nm->up_b, F)) || (st = W(down, nm->down, H, F)) ||
-            (st = V(down_b, nm->down_b, H)))
+            (st = V(proj_b, nm->o_b, H)) || (st = W(up, nm->up, F, H)) || (st = V(up_b, nm->up_b, F)) ||
+            (st = W(down, nm->down, H, F)) || (st = V(down_b, nm->down_b, H)))
+            return st;
+        if (v->qwen2 ? (st = V(norm1_b, nm->norm1_b, H)) || (st = V(norm2_b, nm->norm2_b, H))
+                     : (st = W(gate, nm->gate, F, H)) || (st = V(gate_b, nm->gate_b, F)))
             return st;
 #undef W
 #undef V
     }
-    if ((st = weight_bind_vec(m, src, &v->merge_norm, qname(n, sizeof n, p, nm->merge_norm, 0), H, true, 0)) ||
+    if ((v->qwen2 && (st = weight_bind_vec(m, src, &v->merge_norm_b, qname(n, sizeof n, p, nm->merge_norm_b, 0), H,
+                                           true, 0))) ||
+        (st = weight_bind_vec(m, src, &v->merge_norm, qname(n, sizeof n, p, nm->merge_norm, 0), H, true, 0)) ||
         (st = weight_bind(m, src, &v->merge0, qname(n, sizeof n, p, nm->merge0, 0), M, M, true)) ||
         (st = weight_bind_vec(m, src, &v->merge0_b, qname(n, sizeof n, p, nm->merge0_b, 0), M, true, 0)))
         return st;
@@ -175,16 +204,17 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
     const char *p = NULL;
     for (int i = 0; i < 2; i++)
         if (tensor_exists(src, qname(n, sizeof n, prefixes[i], names_hf.patch0, 0))) p = prefixes[i];
-    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes Qwen2.5-VL's vision tower but no "
+    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a Qwen2-VL / Qwen2.5-VL vision tower but no "
                            "'visual.patch_embed.proj.weight' tensor was found", dir);
-    if (strcmp(cfg->hidden_act, "silu") != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (silu)", dir, cfg->hidden_act);
+    const char *act = cfg->qwen2vl ? "quick_gelu" : "silu";
+    if (strcmp(cfg->hidden_act, act) != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (%s)", dir, cfg->hidden_act, act);
     struct vision_model t = {
         .patch_size = cfg->patch_size, .n_embd = cfg->hidden_size, .n_head = cfg->num_attention_heads,
         .n_ff = cfg->intermediate_size, .n_layer = cfg->num_hidden_layers, .eps = cfg->layer_norm_eps,
         .proj = VIT_PROJ_QWEN25VL, .merge = cfg->spatial_merge_size, .t_patch = cfg->temporal_patch_size,
         .window = cfg->window_size, .min_pixels = cfg->min_pixels, .max_pixels = cfg->max_pixels,
-        .rope_theta = cfg->rope_theta,
+        .rope_theta = cfg->rope_theta, .qwen2 = cfg->qwen2vl,
     };
     memcpy(t.mean, cfg->image_mean, sizeof t.mean);
     memcpy(t.std, cfg->image_std, sizeof t.std);
@@ -192,17 +222,17 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
     enum kvf_status st = qvit_alloc(m, dir, &t);
     if (st != KVF_OK) return st;
     for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = cfg->full_attention[l];
-    return bind_tower(m, src, p, &names_hf);
+    return bind_tower(m, src, p, cfg->qwen2vl ? &names_hf_qwen2 : &names_hf);
 }
 
-enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path) {
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwen2) {
     const struct gguf_file *f = m->mmproj;
     /* llama.cpp's defaults for what the file does not say: Qwen2-VL's image
      * processor bounds, its 112-pixel windows, ViT rotary base 10000. */
     struct vision_model t = {.patch_size = 14, .eps = 1e-6f, .proj = VIT_PROJ_QWEN25VL, .merge = 2, .t_patch = 2,
                              .window = 112, .min_pixels = 56 * 56, .max_pixels = 28 * 28 * 1280,
                              .rope_theta = 10000.0f, .mean = {0.48145466f, 0.4578275f, 0.40821073f},
-                             .std = {0.26862954f, 0.26130258f, 0.27577711f}};
+                             .std = {0.26862954f, 0.26130258f, 0.27577711f}, .qwen2 = qwen2};
     int pattern = 0;
     enum kvf_status st;
     if ((st = mmproj_u32(f, "clip.vision.patch_size", &t.patch_size, true)) ||
@@ -210,20 +240,20 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path) {
         (st = mmproj_u32(f, "clip.vision.feed_forward_length", &t.n_ff, true)) ||
         (st = mmproj_u32(f, "clip.vision.attention.head_count", &t.n_head, true)) ||
         (st = mmproj_u32(f, "clip.vision.block_count", &t.n_layer, true)) ||
-        (st = mmproj_u32(f, "clip.vision.n_wa_pattern", &pattern, true)) ||
+        (st = mmproj_u32(f, "clip.vision.n_wa_pattern", &pattern, !qwen2)) ||
         (st = mmproj_u32(f, "clip.vision.spatial_merge_size", &t.merge, false)))
         return st;
     if ((st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
         (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
         return st;
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
-    if (pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
+    if (!qwen2 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
     snprintf(t.source, sizeof t.source, "mmproj");
     if ((st = qvit_alloc(m, path, &t)) != KVF_OK) return st;
-    /* Every n_wa_pattern-th layer attends over the whole image. */
-    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = (l + 1) % pattern == 0;
+    /* Every n_wa_pattern-th layer attends over the whole image (Qwen2-VL: all). */
+    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = qwen2 || (l + 1) % pattern == 0;
     const struct tensor_src src = {.gguf = f};
-    return bind_tower(m, &src, "", &names_mmproj);
+    return bind_tower(m, &src, "", qwen2 ? &names_mmproj_qwen2 : &names_mmproj);
 }
 
 bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols) {
@@ -356,12 +386,22 @@ static void patchify(const struct vision_model *v, const struct qvit_plan *p, in
     }
 }
 
+/* out = RMSNorm(x) with w for n rows (Qwen2-VL: LayerNorm with w and bias). */
+static void norm_rows(const struct vision_model *v, float *out, const float *x, const struct weight *w,
+                      const struct weight *bias, int n) {
+    const int H = v->n_embd;
+    for (int t = 0; t < n; t++) {
+        if (v->qwen2) ops_layernorm(out + (size_t)t * H, x + (size_t)t * H, w->data, bias->data, H, v->eps);
+        else ops_rmsnorm(out + (size_t)t * H, x + (size_t)t * H, w->data, H, v->eps);
+    }
+}
+
 /* x += proj(attention(RMSNorm1(x))): every row sees the rows of its window
  * (or, full, all rows), keys and queries turned by their patch's angles. */
 static void qvit_attention(const struct vision_model *v, const struct qvit_layer *L, const struct qvit_plan *p,
                            bool full, struct qvit_buf *b, int nt) {
     const int n = p->n, H = v->n_embd, nh = v->n_head, hd = H / nh;
-    for (int t = 0; t < n; t++) ops_rmsnorm(b->xn + (size_t)t * H, b->x + (size_t)t * H, L->norm1.data, H, v->eps);
+    norm_rows(v, b->xn, b->x, &L->norm1, &L->norm1_b, n);
     vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
     for (int t = 0; t < n; t++) {
         float *q = b->q + (size_t)t * H, *k = b->k + (size_t)t * H;
@@ -390,16 +430,23 @@ static void qvit_attention(const struct vision_model *v, const struct qvit_layer
     ops_add(b->x, b->xn, (size_t)n * H);
 }
 
-/* x += down(silu(gate(n)) * up(n)), n = RMSNorm2(x), with biases. */
+/* x += down(silu(gate(n)) * up(n)), n = RMSNorm2(x), with biases (Qwen2-VL:
+ * x += fc2(quick_gelu(fc1(n))), n = LayerNorm2(x)). */
 static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, int n, struct qvit_buf *b, int nt) {
     const int H = v->n_embd, F = v->n_ff;
-    for (int t = 0; t < n; t++) ops_rmsnorm(b->xn + (size_t)t * H, b->x + (size_t)t * H, L->norm2.data, H, v->eps);
-    ops_matmul(&L->gate, b->xn, n, b->ff, b->mm, nt);
-    ops_add_bias(b->ff, &L->gate_b, n, F);
-    ops_matmul(&L->up, b->xn, n, b->ff2, b->mm, nt);
-    ops_add_bias(b->ff2, &L->up_b, n, F);
-    ops_silu_mul(b->ff, b->ff2, (int64_t)n * F);
-    ops_matmul(&L->down, b->ff, n, b->xn, b->mm, nt);
+    norm_rows(v, b->xn, b->x, &L->norm2, &L->norm2_b, n);
+    ops_matmul(&L->up, b->xn, n, b->ff, b->mm, nt);
+    ops_add_bias(b->ff, &L->up_b, n, F);
+    float *h = b->ff;
+    if (v->qwen2) {
+        ops_gelu_quick(h, (int64_t)n * F);
+    } else {
+        h = b->ff2;
+        ops_matmul(&L->gate, b->xn, n, h, b->mm, nt);
+        ops_add_bias(h, &L->gate_b, n, F);
+        ops_silu_mul(h, b->ff, (int64_t)n * F);
+    }
+    ops_matmul(&L->down, h, n, b->xn, b->mm, nt);
     ops_add_bias(b->xn, &L->down_b, n, H);
     ops_add(b->x, b->xn, (size_t)n * H);
 }
@@ -429,8 +476,7 @@ enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image
             qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
         }
         /* The merger: a unit's rows are consecutive, so [n][H] is [nu][4H]. */
-        for (int t = 0; t < p.n; t++)
-            ops_rmsnorm(b.xn + (size_t)t * H, b.x + (size_t)t * H, v->merge_norm.data, H, v->eps);
+        norm_rows(v, b.xn, b.x, &v->merge_norm, &v->merge_norm_b, p.n);
         ops_matmul(&v->merge0, b.xn, p.nu, b.ff, b.mm, nt);
         ops_add_bias(b.ff, &v->merge0_b, p.nu, M);
         ops_gelu_erf(b.ff, (int64_t)p.nu * M);

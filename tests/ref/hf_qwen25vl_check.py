@@ -1,7 +1,13 @@
 #!/usr/bin/env python3
-"""Checks kvfold's Qwen2.5-VL path against Hugging Face transformers.
+"""Checks kvfold's Qwen2.5-VL (and, --family qwen2vl, Qwen2-VL) path against
+Hugging Face transformers.
 
-    hf_qwen25vl_check.py --dump DUMP_LOGITS --preproc DUMP_PREPROC --fixtures FIXTURE_DIR --passage TEXT OUT_DIR
+    hf_qwen25vl_check.py [--family qwen2vl] --dump DUMP_LOGITS --preproc DUMP_PREPROC --fixtures FIXTURE_DIR
+                         --passage TEXT OUT_DIR
+
+Qwen2-VL's tiny model has the same decoder and a ViT of LayerNorms and
+quick-GELU MLPs attending over whole images; its mmproj is llama.cpp's
+qwen2vl_merger.
 
 Needs PyTorch, transformers, Pillow and gguf (the .venv-hf of scripts/setup-hf.sh;
 exits 77 = skipped without them). Builds a tiny random
@@ -50,23 +56,28 @@ MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 12
 PROMPT = "Look: <image> and <image> What is the difference between them?"
 
 
-def build(out, fixtures):
+def build(out, fixtures, family):
     import torch
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    import transformers
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
-    cfg = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=N_BASE + len(SPECIALS), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=1,
-                         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
-                                          "mrope_section": [2, 3, 3]}),
-        vision_config=dict(depth=4, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, window_size=112,
-                           fullatt_block_indexes=[1, 3], out_hidden_size=64),
-        vision_start_token_id=N_BASE, vision_end_token_id=N_BASE + 1, image_token_id=N_BASE + 2,
-        video_token_id=N_BASE + 3, tie_word_embeddings=False)
+    text = dict(vocab_size=N_BASE + len(SPECIALS), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                bos_token_id=0, eos_token_id=1,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]})
+    if family == "qwen2vl":
+        Config, Model = transformers.Qwen2VLConfig, transformers.Qwen2VLForConditionalGeneration
+        vision = dict(depth=4, embed_dim=32, mlp_ratio=2, num_heads=2, hidden_size=64, hidden_act="quick_gelu",
+                      patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
+    else:
+        Config, Model = transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration
+        vision = dict(depth=4, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1, 3],
+                      out_hidden_size=64)
+    cfg = Config(text_config=text, vision_config=vision, vision_start_token_id=N_BASE,
+                 vision_end_token_id=N_BASE + 1, image_token_id=N_BASE + 2, video_token_id=N_BASE + 3,
+                 tie_word_embeddings=False)
     torch.manual_seed(0)
-    model = Qwen2_5_VLForConditionalGeneration(cfg).float().eval()
+    model = Model(cfg).float().eval()
     # Weights large enough that every part moves the logits: matrices
     # ~ N(0, 1/fan_in), norm scales 1 + N(0, 0.1), biases N(0, 0.5).
     with torch.no_grad():
@@ -74,7 +85,7 @@ def build(out, fixtures):
             if p.dim() >= 2:
                 fan_in = p[0].numel()
                 p.normal_(0.0, (1.0 if "embed_tokens" in name else 1.0 / fan_in) ** 0.5)
-            elif "norm" in name or "ln_q" in name:
+            elif ("norm" in name or "ln_q" in name) and name.endswith("weight"):
                 p.normal_(1.0, 0.1)
             else:
                 p.normal_(0.0, 0.5)
@@ -97,7 +108,7 @@ def finish(w):
     w.close()
 
 
-def write_gguf_pair(model, cfg, out, fixtures):
+def write_gguf_pair(model, cfg, out, fixtures, family):
     """The same weights as llama.cpp's converter writes them: the decoder as
     arch qwen2vl (rope.dimension_sections), the tower as a qwen2.5vl mmproj
     (the 3-D patch kernel split by frame, qkv split, the merger as
@@ -106,7 +117,7 @@ def write_gguf_pair(model, cfg, out, fixtures):
     import gguf
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tc, vc = cfg.text_config, cfg.vision_config
-    dec = os.path.join(out, "qwen25vl-f32.gguf")
+    dec = os.path.join(out, f"{family}-f32.gguf")
     w = gguf.GGUFWriter(dec, "qwen2vl")
     w.add_context_length(tc.max_position_embeddings)
     w.add_embedding_length(tc.hidden_size)
@@ -150,16 +161,21 @@ def write_gguf_pair(model, cfg, out, fixtures):
             w.add_tensor(f"blk.{l}.{rest}", v)
     finish(w)
 
-    mm = os.path.join(out, "qwen25vl-mmproj-f32.gguf")
+    mm = os.path.join(out, f"{family}-mmproj-f32.gguf")
     w = gguf.GGUFWriter(mm, "clip")
     w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", "qwen2.5vl")
-    w.add_bool("clip.use_silu", True)
     w.add_uint32("clip.vision.image_size", 560)
-    for k, val in (("patch_size", vc.patch_size), ("embedding_length", vc.hidden_size),
-                   ("feed_forward_length", vc.intermediate_size), ("attention.head_count", vc.num_heads),
-                   ("block_count", vc.depth), ("projection_dim", tc.hidden_size),
-                   ("n_wa_pattern", vc.fullatt_block_indexes[0] + 1)):
+    if family == "qwen2vl":
+        w.add_string("clip.projector_type", "qwen2vl_merger")
+        w.add_bool("clip.use_gelu", True)
+        sizes = (("embedding_length", vc.embed_dim), ("feed_forward_length", vc.embed_dim * vc.mlp_ratio))
+    else:
+        w.add_string("clip.projector_type", "qwen2.5vl")
+        w.add_bool("clip.use_silu", True)
+        sizes = (("embedding_length", vc.hidden_size), ("feed_forward_length", vc.intermediate_size),
+                 ("n_wa_pattern", vc.fullatt_block_indexes[0] + 1))
+    for k, val in sizes + (("patch_size", vc.patch_size), ("attention.head_count", vc.num_heads),
+                           ("block_count", vc.depth), ("projection_dim", tc.hidden_size)):
         w.add_uint32("clip.vision." + k, val)
     w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
     w.add_array("clip.vision.image_mean", [0.48145466, 0.4578275, 0.40821073])
@@ -173,7 +189,8 @@ def write_gguf_pair(model, cfg, out, fixtures):
             w.add_tensor("v.patch_embd.weight", np.ascontiguousarray(v[:, :, 0]))
             w.add_tensor("v.patch_embd.weight.1", np.ascontiguousarray(v[:, :, 1]))
         elif n.startswith("merger."):
-            w.add_tensor({"merger.ln_q.weight": "v.post_ln.weight", "merger.mlp.0.weight": "mm.0.weight",
+            w.add_tensor({"merger.ln_q.weight": "v.post_ln.weight", "merger.ln_q.bias": "v.post_ln.bias",
+                          "merger.mlp.0.weight": "mm.0.weight",
                           "merger.mlp.0.bias": "mm.0.bias", "merger.mlp.2.weight": "mm.2.weight",
                           "merger.mlp.2.bias": "mm.2.bias"}[n], v)
         else:
@@ -185,7 +202,8 @@ def write_gguf_pair(model, cfg, out, fixtures):
                 continue
             rest = (rest.replace("norm1", "ln1").replace("norm2", "ln2").replace("attn.proj", "attn_out")
                     .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
-                    .replace("mlp.down_proj", "ffn_down"))
+                    .replace("mlp.down_proj", "ffn_down").replace("mlp.fc1", "ffn_up")
+                    .replace("mlp.fc2", "ffn_down"))
             w.add_tensor(f"v.blk.{l}.{rest}", v)
     finish(w)
     return dec, mm
@@ -248,6 +266,7 @@ def main():
     ap.add_argument("--preproc", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--passage", required=True, help="text for kv_bound's long prompt")
+    ap.add_argument("--family", choices=("qwen25vl", "qwen2vl"), default="qwen25vl")
     ap.add_argument("out")
     args = ap.parse_args()
     if not os.path.isfile(os.path.join(args.fixtures, "qwen2-st", "tokenizer.json")):
@@ -264,7 +283,7 @@ def main():
         return SKIP
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)
-    model, cfg = build(args.out, args.fixtures)
+    model, cfg = build(args.out, args.fixtures, args.family)
     proc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
     tmp = os.path.join(args.out, "work")
     os.makedirs(tmp)
@@ -283,7 +302,7 @@ def main():
         return 1
     n_tok, n_vocab = ours.shape
     # The same weights as llama.cpp's GGUF + mmproj (these images resize alike under both files' pixel bounds).
-    dec, mm = write_gguf_pair(model, cfg, args.out, args.fixtures)
+    dec, mm = write_gguf_pair(model, cfg, args.out, args.fixtures, args.family)
     try:
         gg, gids = run_kvfold(args, dec, ["--mmproj", mm], paths, tmp, "gguf", PROMPT)
     except RuntimeError as e:
