@@ -960,7 +960,7 @@ done:
     return st;
 }
 
-/* ------------------------------ vision_config (LLaVA, Gemma 3) -- */
+/* ------------------- vision_config (LLaVA, Gemma 3, Qwen2-VL, Qwen2.5-VL) -- */
 
 static enum kvf_status json_load_object(const char *file, cJSON **root) {
     char *text;

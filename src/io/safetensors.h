@@ -49,10 +49,11 @@ struct hf_config {
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 
-/* The vision part of a LLaVA or Gemma 3 config.json (vision_config and the
- * top-level vision_feature_* / projector / mm_tokens_per_image keys, with
- * transformers' defaults) and the normalisation of preprocessor_config.json
- * (CLIP's, or 0.5 for Gemma 3, when absent). */
+/* The vision part of a LLaVA, Gemma 3, Qwen2-VL or Qwen2.5-VL config.json
+ * (vision_config and the top-level vision_feature_* / projector /
+ * mm_tokens_per_image keys, with transformers' defaults) and what kvfold
+ * reads of preprocessor_config.json: the normalisation (CLIP's, or 0.5 for
+ * Gemma 3, when absent) and Qwen's pixel bounds. */
 struct hf_vision_config {
     bool present;              /* the config describes a vision tower */
     bool gemma3;               /* model_type "gemma3": SigLIP and Gemma 3's pooling projector */
