@@ -172,26 +172,38 @@ struct dec_spec {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab;
     enum dtype mat, down, out; /* token_embd and attention / gate / up: mat */
     bool holes;
+    bool qwen2vl;              /* llama.cpp's qwen2vl: Qwen2 (q/k/v biases) with M-RoPE sections 16/24/24,
+                                  <|vision_start|> / <|vision_end|> at Qwen's ids; else llama */
 };
 
 /* llava-v1.5-7b.Q4_K_M.gguf (Vicuna-7B v1.5 = Llama-2-7B shapes). */
-static const struct dec_spec dec_7b = {32, 4096, 11008, 32, 32, 32000, DT_Q4_K, DT_Q6_K, DT_Q6_K, true};
-static const struct dec_spec dec_tiny = {2, 64, 128, 4, 2, 300, DT_F32, DT_F32, DT_F32, false};
+static const struct dec_spec dec_7b = {32, 4096, 11008, 32, 32, 32000, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, false};
+static const struct dec_spec dec_tiny = {2, 64, 128, 4, 2, 300, DT_F32, DT_F32, DT_F32, false, false};
+/* ggml-org's Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf (Qwen2.5-7B shapes, arch qwen2vl). */
+static const struct dec_spec dec_qwen7b = {28, 3584, 18944, 28, 4, 152064, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, true};
 
 static void write_decoder(const char *path, const struct dec_spec *d) {
     struct gguf_writer *w = gguf_writer_init();
     assert_non_null(w);
-    gguf_writer_set_str(w, "general.architecture", "llama");
-    gguf_writer_set_str(w, "general.name", "LLaMA v2");
-    gguf_writer_set_u32(w, "llama.context_length", 4096);
-    gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)d->n_embd);
-    gguf_writer_set_u32(w, "llama.block_count", (uint32_t)d->n_layer);
-    gguf_writer_set_u32(w, "llama.feed_forward_length", (uint32_t)d->n_ff);
-    gguf_writer_set_u32(w, "llama.rope.dimension_count", (uint32_t)(d->n_embd / d->n_head));
-    gguf_writer_set_u32(w, "llama.attention.head_count", (uint32_t)d->n_head);
-    gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)d->n_head_kv);
-    gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
+    const char *arch = d->qwen2vl ? "qwen2vl" : "llama";
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
+    gguf_writer_set_str(w, "general.architecture", arch);
+    gguf_writer_set_str(w, "general.name", d->qwen2vl ? "Qwen2.5 VL 7B Instruct" : "LLaMA v2");
+    gguf_writer_set_u32(w, KEY("context_length"), 4096);
+    gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)d->n_embd);
+    gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)d->n_layer);
+    gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)d->n_ff);
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(d->n_embd / d->n_head));
+    gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)d->n_head);
+    gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)d->n_head_kv);
+    gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gguf_writer_set_f32(w, KEY("rope.freq_base"), 10000.0f);
+    if (d->qwen2vl) {
+        static const int32_t sections[4] = {16, 24, 24, 0};
+        gguf_writer_set_arr(w, KEY("rope.dimension_sections"), GGUF_I32, sections, 4);
+    }
+#undef KEY
     gguf_writer_set_u32(w, "general.file_type", 15); /* MOSTLY_Q4_K_M */
 
     const int V = d->n_vocab;
@@ -205,6 +217,10 @@ static void write_decoder(const char *path, const struct dec_spec *d) {
         tok[i] = text + (size_t)i * 24;
         scores[i] = i < 3 + 256 ? 0.0f : -(float)(i - 259);
         types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 3 + 256 ? 6 : 1; /* unknown, control, byte, normal */
+        if (d->qwen2vl && (i == 151652 || i == 151653)) {
+            snprintf(text + (size_t)i * 24, 24, "%s", i == 151652 ? "<|vision_start|>" : "<|vision_end|>");
+            types[i] = 3;
+        }
     }
     gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", tok, (uint64_t)V);
@@ -227,6 +243,11 @@ static void write_decoder(const char *path, const struct dec_spec *d) {
         blk_add(w, l, "attn_q.weight", d->mat, E, E, d->holes);
         blk_add(w, l, "attn_k.weight", d->mat, E, KD, d->holes);
         blk_add(w, l, "attn_v.weight", d->mat, E, KD, d->holes);
+        if (d->qwen2vl) {
+            blk_add(w, l, "attn_q.bias", DT_F32, E, 1, d->holes);
+            blk_add(w, l, "attn_k.bias", DT_F32, KD, 1, d->holes);
+            blk_add(w, l, "attn_v.bias", DT_F32, KD, 1, d->holes);
+        }
         blk_add(w, l, "attn_output.weight", d->mat, E, E, d->holes);
         blk_add(w, l, "ffn_norm.weight", DT_F32, E, 1, d->holes);
         blk_add(w, l, "ffn_gate.weight", d->mat, E, F, d->holes);
@@ -637,6 +658,24 @@ static void test_llava7b_gguf_mmproj(void **state) {
     kvf_model_free(m);
 }
 
+/* Prints the sizes of a sparse decoder + mmproj pair, checks them against
+ * [lo, hi] and [mlo, mhi] bytes (apparent), and loads the pair. */
+static struct kvf_model *load_sized(const char *dec, const char *mmp, double lo, double hi, double mlo, double mhi) {
+    double disk, size, mdisk, msize;
+    file_sizes(dec, &disk, &size);
+    file_sizes(mmp, &mdisk, &msize);
+    print_message("    decoder GGUF %.3f GB apparent, %.2f MB on disk; mmproj %.3f GB apparent, %.2f MB on disk\n",
+                  size / 1e9, disk / 1e6, msize / 1e9, mdisk / 1e6);
+    assert_true(size > lo && size < hi);
+    assert_true(msize > mlo && msize < mhi);
+    assert_true(disk < 16e6 && mdisk < 8e6);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    return m;
+}
+
 /* ------------------------------------------------------ Gemma-3-4B -- */
 
 /* Gemma 3 4B: 34 layers of 2560, 8 query / 4 kv heads of 256, window 1024,
@@ -778,19 +817,10 @@ static void test_gemma3_4b_gguf_mmproj(void **state) {
     const char *dec = tmp_path("gemma-3-4b-it-Q4_K_M.gguf"), *mmp = tmp_path("mmproj-gemma3-4b-f16.gguf");
     write_gemma3_4b(dec);
     write_gemma3_mmproj(mmp, G4_E, 0);
-    double disk, size, mdisk, msize;
-    file_sizes(dec, &disk, &size);
-    file_sizes(mmp, &mdisk, &msize);
-    print_message("    decoder GGUF %.3f GB apparent, %.2f MB on disk; mmproj %.3f GB apparent, %.2f MB on disk\n",
-                  size / 1e9, disk / 1e6, msize / 1e9, mdisk / 1e6);
     /* The published files: 2.49 GB and 851 MB. */
-    assert_true(size > 2.3e9 && size < 2.7e9);
-    assert_true(msize > 0.80e9 && msize < 0.86e9);
-
     struct kvf_model_params mp = kvf_model_default_params();
     mp.mmproj = mmp;
-    struct kvf_model *m = NULL;
-    assert_ok(kvf_model_load(dec, &mp, &m));
+    struct kvf_model *m = load_sized(dec, mmp, 2.3e9, 2.7e9, 0.80e9, 0.86e9);
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     print_message("    %s, %d layers x %d, vocab %d, %.3f B params; vision %s %s, %d layers x %d, projector %s, "
@@ -990,6 +1020,80 @@ static void test_qwen25vl_7b_hf(void **state) {
     assert_int_equal(kvf_prompt_token(pr, 2 + 21 * 36), Q7_TOK + 10);
     kvf_prompt_free(pr);
     kvf_media_free(md);
+    kvf_model_free(m);
+}
+
+/* Its mmproj as llama.cpp's converter writes it: the patch kernel split by
+ * frame, q/k/v apart, the merger as v.post_ln / mm.0 / mm.2, every 8th
+ * layer full (n_wa_pattern); F16 matrices. */
+static void write_qwen7b_mmproj(const char *path) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", "clip");
+    gguf_writer_set_u32(w, "general.file_type", 1);
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
+    gguf_writer_set_str(w, "clip.projector_type", "qwen2.5vl");
+    gguf_writer_set_bool(w, "clip.use_silu", true);
+    gguf_writer_set_u32(w, "clip.vision.image_size", 560);
+    gguf_writer_set_u32(w, "clip.vision.patch_size", 14);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", QV_H);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", QV_F);
+    gguf_writer_set_u32(w, "clip.vision.projection_dim", Q7_E);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", 16);
+    gguf_writer_set_u32(w, "clip.vision.block_count", QV_L);
+    gguf_writer_set_u32(w, "clip.vision.n_wa_pattern", 8);
+    gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+    const int64_t H = QV_H, F = QV_F, E = Q7_E;
+    gguf_add(w, "v.patch_embd.weight", NULL, DT_F16, 4, 14, 14, 3, H, true);
+    gguf_add(w, "v.patch_embd.weight.1", NULL, DT_F16, 4, 14, 14, 3, H, true);
+    char n[96];
+    static const char *const mats[][2] = {{"attn_q", "H"}, {"attn_k", "H"}, {"attn_v", "H"}, {"attn_out", "H"},
+                                          {"ffn_gate", "F"}, {"ffn_up", "F"}, {"ffn_down", "D"}};
+    for (int l = 0; l < QV_L; l++) {
+        for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++) {
+            const int64_t in = mats[k][1][0] == 'D' ? F : H, out = mats[k][1][0] == 'F' ? F : H;
+            snprintf(n, sizeof n, "v.blk.%d.%s.weight", l, mats[k][0]), gguf_add2(w, n, DT_F16, in, out, true);
+            snprintf(n, sizeof n, "v.blk.%d.%s.bias", l, mats[k][0]), gguf_add2(w, n, DT_F32, out, 1, true);
+        }
+        snprintf(n, sizeof n, "v.blk.%d.ln1.weight", l), gguf_add2(w, n, DT_F32, H, 1, true);
+        snprintf(n, sizeof n, "v.blk.%d.ln2.weight", l), gguf_add2(w, n, DT_F32, H, 1, true);
+    }
+    gguf_add2(w, "v.post_ln.weight", DT_F32, H, 1, true);
+    gguf_add2(w, "mm.0.weight", DT_F16, 4 * H, 4 * H, true);
+    gguf_add2(w, "mm.0.bias", DT_F32, 4 * H, 1, true);
+    gguf_add2(w, "mm.2.weight", DT_F16, 4 * H, E, true);
+    gguf_add2(w, "mm.2.bias", DT_F32, E, 1, true);
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+static void test_qwen25vl_7b_gguf_mmproj(void **state) {
+    (void)state;
+    const char *dec = tmp_path("Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf"), *mmp = tmp_path("mmproj-Qwen2.5-VL-7B-f16.gguf");
+    write_decoder(dec, &dec_qwen7b);
+    write_qwen7b_mmproj(mmp);
+    /* Published: 4.68 GB (its Q4_K_M mixes Q4_K and Q6_K layer by layer; here
+     * attn_v and ffn_down are all Q6_K) and 1.35 GB. */
+    struct kvf_model *m = load_sized(dec, mmp, 4.6e9, 5.0e9, 1.3e9, 1.4e9);
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    print_message("    %s, %d layers x %d, %.3f B params, M-RoPE %d/%d/%d; vision %s %s, %d layers x %d, up to %d "
+                  "tokens\n", in.arch, in.n_layer, in.n_embd, (double)in.n_params / 1e9, in.rope_sections[0],
+                  in.rope_sections[1], in.rope_sections[2], in.vision_source, in.vision_tower, in.vision_n_layer,
+                  in.vision_n_embd, in.image_tokens);
+    assert_string_equal(in.arch, "qwen2");
+    assert_int_equal(in.rope_sections[0], 16);
+    assert_int_equal(in.rope_sections[2], 24);
+    assert_string_equal(in.vision_tower, "Qwen2.5-VL ViT");
+    assert_int_equal(in.vision_n_layer, QV_L);
+    assert_int_equal(in.image_tokens, 28 * 28 * 1280 / (28 * 28)); /* llama.cpp's default bound: 1280 tokens */
+    /* The HF directory's count (test_qwen25vl_7b_hf): the kernel's two
+     * frames count in both. */
+    const int64_t E = Q7_E, F = Q7_F, KD = (int64_t)Q7_NKV * (E / Q7_NH), H = QV_H, VF = QV_F;
+    const int64_t dec_p = 2 * (int64_t)Q7_V * E + E + Q7_L * (2 * E + 2 * E * E + 2 * E * KD + E + 2 * KD + 3 * E * F);
+    const int64_t vis_p = H * 3 * 2 * 14 * 14 + QV_L * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * (H * VF + VF) +
+                          VF * H + H) + H + 16 * H * H + 4 * H + E * 4 * H + E;
+    assert_int_equal(in.n_params, dec_p + vis_p);
     kvf_model_free(m);
 }
 
@@ -1283,6 +1387,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_llava7b_hf, test_teardown),
         cmocka_unit_test_teardown(test_gemma3_4b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_qwen25vl_7b_hf, test_teardown),
+        cmocka_unit_test_teardown(test_qwen25vl_7b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
         cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),
