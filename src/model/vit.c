@@ -502,23 +502,35 @@ void vision_qkv(const struct weight w[3], const struct weight bias[3], const flo
     }
 }
 
-/* x += attention(LN1(x)): every patch attends to every patch. */
-static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
-    const int n = v->n_pos, H = v->n_embd, nh = v->n_head, hd = H / nh;
-    layernorm_rows(b->xn, b->x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
-    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
+void vision_attend(const struct vision_model *v, const float *q, const float *k, const float *val, int n,
+                   const int *seg, int n_seg, float *kh, float *vh, struct kv_head *heads, float *out, float *scratch,
+                   int nt) {
+    const int H = v->n_embd, nh = v->n_head, hd = H / nh;
     /* The attention kernel reads keys and values head by head. */
-    for (int h = 0; h < nh; h++) {
-        float *kh = b->kh + (size_t)h * n * hd, *vh = b->vh + (size_t)h * n * hd;
+    for (int h = 0; h < nh; h++)
         for (int t = 0; t < n; t++) {
-            memcpy(kh + (size_t)t * hd, b->k + (size_t)t * H + (size_t)h * hd, sizeof(float) * hd);
-            memcpy(vh + (size_t)t * hd, b->v + (size_t)t * H + (size_t)h * hd, sizeof(float) * hd);
+            memcpy(kh + ((size_t)h * n + t) * hd, k + (size_t)t * H + (size_t)h * hd, sizeof(float) * (size_t)hd);
+            memcpy(vh + ((size_t)h * n + t) * hd, val + (size_t)t * H + (size_t)h * hd, sizeof(float) * (size_t)hd);
         }
-        b->heads[h] = (struct kv_head){.k = kh, .v = vh, .tag = NULL, .n = n, .cap = n};
-    }
     const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
                                    .scale = 1.0f / sqrtf((float)hd), .bidirectional = true};
-    attn_forward(&ap, b->q, NULL, n, b->heads, b->att, b->attn_scratch, nt, NULL); /* no statistics: cannot fail */
+    for (int s = 0; s < n_seg; s++) {
+        const int r0 = seg[s], r1 = seg[s + 1];
+        for (int h = 0; h < nh; h++)
+            heads[h] = (struct kv_head){.k = kh + ((size_t)h * n + r0) * hd, .v = vh + ((size_t)h * n + r0) * hd,
+                                        .tag = NULL, .n = r1 - r0, .cap = r1 - r0};
+        attn_forward(&ap, q + (size_t)r0 * H, NULL, r1 - r0, heads, out + (size_t)r0 * H, scratch, nt,
+                     NULL); /* no statistics: cannot fail */
+    }
+}
+
+/* x += attention(LN1(x)): every patch attends to every patch. */
+static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
+    const int n = v->n_pos, H = v->n_embd;
+    layernorm_rows(b->xn, b->x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
+    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
+    const int all[2] = {0, n};
+    vision_attend(v, b->q, b->k, b->v, n, all, 1, b->kh, b->vh, b->heads, b->att, b->attn_scratch, nt);
     ops_matmul(&L->wo, b->att, n, b->xn, b->mm, nt);
     ops_add_bias(b->xn, &L->bo, n, H);
     ops_add(b->x, b->xn, (size_t)n * H);

@@ -96,6 +96,15 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
 /* mmproj metadata: a u32 key as an int (absent: *out kept, an error when
  * required), and an array of 3 f32 (absent: out kept). */
 struct gguf_file;
+/* Attention of n rows q, k, val [n][n_embd] (after any rotary turn) into
+ * out [n][n_embd], every row seeing the rows of its segment [seg[s],
+ * seg[s + 1]) (s < n_seg): keys and values copied head by head into kh, vh
+ * [n_head][n][head_dim], heads [n_head] and scratch as attn_forward needs
+ * (both towers). */
+struct kv_head;
+void vision_attend(const struct vision_model *v, const float *q, const float *k, const float *val, int n,
+                   const int *seg, int n_seg, float *kh, float *vh, struct kv_head *heads, float *out, float *scratch,
+                   int nt);
 /* q, k, v [n][n_embd] = x w[i]^T + b[i] for n rows of x (both towers). */
 void vision_qkv(const struct weight w[3], const struct weight bias[3], const float *x, int n, float *q, float *k,
                 float *v, void *mm, int nt);

@@ -404,27 +404,13 @@ static void qvit_attention(const struct vision_model *v, const struct qvit_layer
     norm_rows(v, b->xn, b->x, &L->norm1, &L->norm1_b, n);
     vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
     for (int t = 0; t < n; t++) {
-        float *q = b->q + (size_t)t * H, *k = b->k + (size_t)t * H;
         const float *cs = b->cs + (size_t)t * hd / 2, *sn = b->sn + (size_t)t * hd / 2;
-        ops_rope_rotate(q, nh, hd, cs, sn, KVF_ROPE_NEOX);
-        ops_rope_rotate(k, nh, hd, cs, sn, KVF_ROPE_NEOX);
-        /* The attention kernel reads keys and values head by head. */
-        for (int h = 0; h < nh; h++) {
-            memcpy(b->kh + ((size_t)h * n + t) * hd, k + (size_t)h * hd, sizeof(float) * (size_t)hd);
-            memcpy(b->vh + ((size_t)h * n + t) * hd, b->v + (size_t)t * H + (size_t)h * hd, sizeof(float) * (size_t)hd);
-        }
+        ops_rope_rotate(b->q + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
+        ops_rope_rotate(b->k + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
     }
-    const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
-                                   .scale = 1.0f / sqrtf((float)hd), .bidirectional = true};
-    const int n_seg = full ? 1 : p->n_win;
-    for (int s = 0; s < n_seg; s++) {
-        const int r0 = full ? 0 : p->win[s], r1 = full ? n : p->win[s + 1];
-        for (int h = 0; h < nh; h++)
-            b->heads[h] = (struct kv_head){.k = b->kh + ((size_t)h * n + r0) * hd, .v = b->vh + ((size_t)h * n + r0) * hd,
-                                           .tag = NULL, .n = r1 - r0, .cap = r1 - r0};
-        attn_forward(&ap, b->q + (size_t)r0 * H, NULL, r1 - r0, b->heads, b->att + (size_t)r0 * H, b->attn_scratch,
-                     nt, NULL); /* no statistics: cannot fail */
-    }
+    const int all[2] = {0, n};
+    vision_attend(v, b->q, b->k, b->v, n, full ? all : p->win, full ? 1 : p->n_win, b->kh, b->vh, b->heads, b->att,
+                  b->attn_scratch, nt);
     ops_matmul(&L->proj, b->att, n, b->xn, b->mm, nt);
     ops_add_bias(b->xn, &L->proj_b, n, H);
     ops_add(b->x, b->xn, (size_t)n * H);
