@@ -490,8 +490,9 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
 
 #define PRECISION_BITS (32 - 8 - 2) /* Pillow's fixed point for 8-bit images */
 
-static double filter_support(enum image_filter f) { return f == IMAGE_BICUBIC ? 2.0 : 1.0; }
+static double filter_support(enum image_filter f) { return f == IMAGE_BILINEAR ? 1.0 : 2.0; }
 
+/* Pillow's filters; torchvision's antialiased bicubic is Pillow's (a = -0.5). */
 static double filter_eval(enum image_filter f, double x) {
     if (x < 0.0) x = -x;
     if (f == IMAGE_BILINEAR) return x < 1.0 ? 1.0 - x : 0.0;
@@ -502,10 +503,13 @@ static double filter_eval(enum image_filter f, double x) {
 }
 
 /* Per output sample: the first input sample, how many are read, and their
- * fixed-point weights (ksize per output), as Pillow's precompute_coeffs and
- * normalize_coeffs_8bpc make them. */
+ * fixed-point weights (ksize per output) of prec fractional bits, as
+ * Pillow's precompute_coeffs and normalize_coeffs_8bpc make them (prec 22),
+ * or torch's int16 weights for uint8 images (_compute_indices_int16_weights_aa:
+ * the same weights in double, prec as large as the largest allows under
+ * 2^15). */
 struct resample_plan {
-    int ksize;
+    int ksize, prec;
     int *bounds; /* [out][2]: first, count */
     int32_t *k;  /* [out][ksize] */
 };
@@ -522,13 +526,13 @@ static enum kvf_status plan_make(int in_size, int out_size, enum image_filter f,
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = filter_support(f) * filterscale;
     p->ksize = (int)ceil(support) * 2 + 1; /* in_size <= 65535: no overflow */
-    size_t nk, nb;
-    if (!size_mul((size_t)p->ksize, (size_t)out_size, &nk) || !size_mul(nk, sizeof(int32_t), &nk) ||
+    size_t nk, nk32, nb;
+    if (!size_mul((size_t)p->ksize, (size_t)out_size, &nk) || !size_mul(nk, sizeof(double), &nk32) ||
         !size_mul((size_t)out_size, 2 * sizeof(int), &nb))
         return err_set(KVF_ERR_INVALID_ARG, "resampling %d to %d samples is too large", in_size, out_size);
     p->bounds = malloc(nb);
-    p->k = malloc(nk);
-    double *w = malloc(sizeof(double) * (size_t)p->ksize);
+    p->k = malloc(nk * sizeof(int32_t));
+    double *w = malloc(nk32), wmax = 0.0;
     if (!p->bounds || !p->k || !w) {
         free(w);
         plan_free(p);
@@ -540,28 +544,31 @@ static enum kvf_status plan_make(int in_size, int out_size, enum image_filter f,
         if (xmin < 0) xmin = 0;
         if (xmax > in_size) xmax = in_size;
         xmax -= xmin;
-        double ww = 0.0;
+        double ww = 0.0, *wx = w + (size_t)xx * p->ksize;
         for (int x = 0; x < xmax; x++) {
-            w[x] = filter_eval(f, (x + xmin - center + 0.5) * ss);
-            ww += w[x];
+            wx[x] = filter_eval(f, (x + xmin - center + 0.5) * ss);
+            ww += wx[x];
         }
-        int32_t *k = p->k + (size_t)xx * p->ksize;
         for (int x = 0; x < p->ksize; x++) {
-            double v = 0.0;
-            if (x < xmax) v = ww != 0.0 ? w[x] / ww : w[x];
-            k[x] = (int32_t)(v < 0 ? -0.5 + v * (1 << PRECISION_BITS) : 0.5 + v * (1 << PRECISION_BITS));
+            wx[x] = x >= xmax ? 0.0 : ww != 0.0 ? wx[x] / ww : wx[x];
+            if (wx[x] > wmax) wmax = wx[x];
         }
         p->bounds[2 * xx] = xmin;
         p->bounds[2 * xx + 1] = xmax;
     }
+    p->prec = PRECISION_BITS;
+    if (f == IMAGE_TV_BICUBIC)
+        for (p->prec = 0; p->prec < 22 && (int)(0.5 + wmax * (1 << (p->prec + 1))) < (1 << 15); p->prec++) {}
+    for (size_t i = 0; i < nk; i++)
+        p->k[i] = (int32_t)(w[i] < 0 ? -0.5 + w[i] * (1 << p->prec) : 0.5 + w[i] * (1 << p->prec));
     free(w);
     return KVF_OK;
 }
 
-/* The sums are those of Pillow's int accumulators; 64 bits only so that no
- * input can overflow them (Pillow's never do for these filters). */
-static uint8_t clip8(int64_t v) {
-    v >>= PRECISION_BITS;
+/* The sums are those of Pillow's (torch's) int accumulators; 64 bits only
+ * so that no input can overflow them (theirs never do for these filters). */
+static uint8_t clip8(int64_t v, int prec) {
+    v >>= prec;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
@@ -588,10 +595,11 @@ static void row_resample(const uint8_t *in, const struct resample_plan *p, int n
     for (int o = 0; o < n_out; o++) {
         const int first = p->bounds[2 * o], cnt = p->bounds[2 * o + 1];
         const int32_t *k = p->k + (size_t)o * p->ksize;
-        int64_t s3[3] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1)};
+        const int64_t half = (int64_t)1 << (p->prec - 1);
+        int64_t s3[3] = {half, half, half};
         for (int x = 0; x < cnt; x++)
             for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x] * in[3 * (size_t)(first + x) + c];
-        for (int c = 0; c < 3; c++) out[3 * o + c] = clip8(s3[c]);
+        for (int c = 0; c < 3; c++) out[3 * o + c] = clip8(s3[c], p->prec);
     }
 }
 
@@ -614,12 +622,12 @@ static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int
     for (int yy = 0; st == KVF_OK && yy < oh; yy++) {
         const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
         const int32_t *k = pv.k + (size_t)yy * pv.ksize;
-        for (size_t i = 0; i < line; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+        for (size_t i = 0; i < line; i++) acc[i] = (int64_t)1 << (pv.prec - 1);
         for (int y = 0; y < cnt; y++) {
             canvas_row(cv, first + y, row);
             for (size_t i = 0; i < line; i++) acc[i] += (int64_t)row[i] * k[y];
         }
-        for (size_t i = 0; i < line; i++) tmp[(size_t)yy * line + i] = clip8(acc[i]);
+        for (size_t i = 0; i < line; i++) tmp[(size_t)yy * line + i] = clip8(acc[i], pv.prec);
         row_resample(tmp + (size_t)yy * line, &ph, ow, out + (size_t)yy * ow * 3);
     }
     free(tmp);
@@ -632,12 +640,13 @@ static enum kvf_status canvas_resize_vertical_first(const struct canvas *cv, int
 
 /* Pillow's resize of the canvas to ow x oh with filter f, into
  * out[oh][ow][3]: horizontal pass into 8-bit rows, then vertical (a pass
- * over an unchanged side is the identity, as Pillow skips it), except
- * where Pillow 13 runs the vertical pass first (Resample.c: the height
- * shrinks, by more than twice what the width does). */
+ * over an unchanged side is the identity, as Pillow and torch skip it),
+ * except where Pillow 13 runs the vertical pass first (Resample.c: the
+ * height shrinks, by more than twice what the width does); torch always
+ * runs the horizontal one first. */
 static enum kvf_status canvas_resize(const struct canvas *cv, int ow, int oh, enum image_filter f, uint8_t *out) {
     const int dh = cv->h - oh, dw = cv->w - ow;
-    if (dh > 0 && dh > 2 * dw) return canvas_resize_vertical_first(cv, ow, oh, f, out);
+    if (f != IMAGE_TV_BICUBIC && dh > 0 && dh > 2 * dw) return canvas_resize_vertical_first(cv, ow, oh, f, out);
     const int ch = cv->h, w = cv->img->w;
     size_t tmp_bytes, acc_n;
     if (!size_mul((size_t)ch, (size_t)ow * 3, &tmp_bytes) || !size_mul((size_t)ow, 3, &acc_n))
@@ -664,8 +673,8 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int ow, int oh, en
         int64_t ksum = 0;
         for (int x = 0; x < p.bounds[2 * o + 1]; x++) ksum += p.k[(size_t)o * p.ksize + x];
         for (int c = 0; c < 3; c++) {
-            bg_acc[3 * o + c] = (1 << (PRECISION_BITS - 1)) + ksum * cv->bg[c];
-            bg_line[3 * o + c] = clip8(bg_acc[3 * o + c]);
+            bg_acc[3 * o + c] = ((int64_t)1 << (p.prec - 1)) + ksum * cv->bg[c];
+            bg_line[3 * o + c] = clip8(bg_acc[3 * o + c], p.prec);
         }
     }
     int o_lo = 0, o_hi = ow;
@@ -686,7 +695,7 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int ow, int oh, en
                 const uint8_t *px = src + 3 * (size_t)(x - cv->ox);
                 for (int c = 0; c < 3; c++) s3[c] += (int64_t)k[x - first] * (px[c] - cv->bg[c]);
             }
-            for (int c = 0; c < 3; c++) t[3 * o + c] = clip8(s3[c]);
+            for (int c = 0; c < 3; c++) t[3 * o + c] = clip8(s3[c], p.prec);
         }
     }
     /* Integer sums are exact, so accumulating tap by tap over a whole row
@@ -694,12 +703,12 @@ static enum kvf_status canvas_resize(const struct canvas *cv, int ow, int oh, en
     for (int yy = 0; yy < oh; yy++) {
         const int first = pv.bounds[2 * yy], cnt = pv.bounds[2 * yy + 1];
         const int32_t *k = pv.k + (size_t)yy * pv.ksize;
-        for (size_t i = 0; i < acc_n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+        for (size_t i = 0; i < acc_n; i++) acc[i] = (int64_t)1 << (pv.prec - 1);
         for (int y = 0; y < cnt; y++) {
             const uint8_t *t = tmp + (size_t)(first + y) * line;
             for (size_t i = 0; i < acc_n; i++) acc[i] += (int64_t)t[i] * k[y];
         }
-        for (size_t i = 0; i < acc_n; i++) out[(size_t)yy * line + i] = clip8(acc[i]);
+        for (size_t i = 0; i < acc_n; i++) out[(size_t)yy * line + i] = clip8(acc[i], pv.prec);
     }
 done:
     free(tmp);
@@ -729,7 +738,9 @@ static enum kvf_status preprocess_check(const struct kvf_image *img, int ow, int
 
 /* The canvas resized to ow x oh, scaled to [0, 1] and normalised into out
  * [3][oh][ow]. transformers' rescale multiplies by 1/255 in double and
- * rounds to float, then normalises in float; so do we. */
+ * rounds to float, then normalises in float; so do we. Its torchvision
+ * backend (IMAGE_TV_BICUBIC) folds the two: (x - 255 mean) / (255 std),
+ * all in float. */
 static enum kvf_status canvas_to_pixels(const struct canvas *cv, int ow, int oh, enum image_filter f,
                                         const float mean[3], const float std[3], float *out) {
     size_t n, bytes;
@@ -744,10 +755,13 @@ static enum kvf_status canvas_to_pixels(const struct canvas *cv, int ow, int oh,
     } else {
         st = canvas_resize(cv, ow, oh, f, rs);
     }
-    if (st == KVF_OK)
-        for (int c = 0; c < 3; c++)
-            for (size_t i = 0; i < n; i++)
-                out[(size_t)c * n + i] = ((float)(rs[3 * i + c] * (1.0 / 255.0)) - mean[c]) / std[c];
+    for (int c = 0; st == KVF_OK && c < 3; c++) {
+        const float m255 = mean[c] * 255.0f, s255 = std[c] * 255.0f;
+        for (size_t i = 0; i < n; i++)
+            out[(size_t)c * n + i] = f == IMAGE_TV_BICUBIC
+                                         ? ((float)rs[3 * i + c] - m255) / s255
+                                         : ((float)(rs[3 * i + c] * (1.0 / 255.0)) - mean[c]) / std[c];
+    }
     free(rs);
     return st;
 }

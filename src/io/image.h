@@ -1,4 +1,5 @@
-/* Decoded images and the vision families' preprocessing (LLaVA-1.5, Gemma 3). */
+/* Decoded images and the vision families' preprocessing (LLaVA-1.5, Gemma 3,
+ * Qwen2-VL and Qwen2.5-VL images and video frames). */
 #ifndef KVF_IMAGE_H
 #define KVF_IMAGE_H
 
@@ -16,13 +17,18 @@ struct kvf_image {
  * normalise per channel with mean and std. */
 enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, const float mean[3],
                                        const float std[3], float *out);
-/* Pillow's resampling filters (their exact fixed-point arithmetic). */
-enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC };
+/* Pillow's resampling filters (their exact fixed-point arithmetic), and
+ * torchvision's antialiased bicubic resize of uint8 images, which
+ * transformers' video processors use: Pillow's filter with int16 weights
+ * of the precision their largest allows, the horizontal pass always first. */
+enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC, IMAGE_TV_BICUBIC };
 
 /* Resize to ow x oh whatever the aspect ratio with filter f (Pillow 13's
  * order of the passes), scale and normalise as above into out [3][oh][ow]:
- * Gemma3ImageProcessor (896 x 896, bilinear, pan-and-scan off) and
- * Qwen2VLImageProcessor (image_smart_resize's size, bicubic). */
+ * Gemma3ImageProcessor (896 x 896, bilinear, pan-and-scan off),
+ * Qwen2VLImageProcessorPil (image_smart_resize's size, bicubic) and
+ * Qwen2VLVideoProcessor's frames (IMAGE_TV_BICUBIC, whose normalisation is
+ * torchvision's, canvas_to_pixels). */
 enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f,
                                         const float mean[3], const float std[3], float *out);
 

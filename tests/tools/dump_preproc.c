@@ -6,8 +6,11 @@
  *   dump_preproc --qwen25vl MIN MAX IMAGE OUT.bin
  *                                             Qwen2.5-VL (smart_resize to multiples of 28
  *                                             within MIN..MAX pixels, bicubic, CLIP's);
- *                                             prints "H W"
- * the last two for tests/ref/hf_*_check.py against transformers. */
+ *                                             prints "H W";
+ *   dump_preproc --qwen25vl-video MIN MAX FRAME OUT.bin
+ *                                             the same for a video frame (torchvision's
+ *                                             bicubic and normalisation)
+ * the last three for tests/ref/hf_*_check.py against transformers. */
 #include "io/image.h"
 
 #include <stdio.h>
@@ -16,7 +19,8 @@
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 && !strncmp(argv[1], "--", 2) ? argv[1] : "";
-    const bool gemma3 = !strcmp(mode, "--gemma3"), qwen = !strcmp(mode, "--qwen25vl");
+    const bool gemma3 = !strcmp(mode, "--gemma3"), video = !strcmp(mode, "--qwen25vl-video");
+    const bool qwen = video || !strcmp(mode, "--qwen25vl");
     const char *image = NULL, *out_path = NULL, *size_arg = "0";
     long min_px = 0, max_px = 0;
     if (!*mode && argc == 4) image = argv[1], size_arg = argv[2], out_path = argv[3];
@@ -24,7 +28,8 @@ int main(int argc, char **argv) {
     else if (qwen && argc == 6)
         min_px = strtol(argv[2], NULL, 10), max_px = strtol(argv[3], NULL, 10), image = argv[4], out_path = argv[5];
     if (!image) {
-        fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin | --qwen25vl MIN MAX IMAGE OUT.bin\n");
+        fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin\n"
+                        "       dump_preproc --qwen25vl[-video] MIN MAX IMAGE OUT.bin\n");
         return 2;
     }
     char *end;
@@ -57,7 +62,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     st = gemma3 ? image_preprocess_resize(img, w, h, IMAGE_BILINEAR, mean, std, out)
-         : qwen ? image_preprocess_resize(img, w, h, IMAGE_BICUBIC, mean, std, out)
+         : qwen ? image_preprocess_resize(img, w, h, video ? IMAGE_TV_BICUBIC : IMAGE_BICUBIC, mean, std, out)
                 : image_preprocess_llava(img, w, mean, std, out);
     if (qwen && !st) printf("%d %d\n", h, w);
     kvf_image_free(img);

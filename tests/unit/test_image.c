@@ -613,6 +613,80 @@ static void test_preprocess_resize(void **state) {
     kvf_image_free(img);
 }
 
+/* Pillow's bicubic (a = -0.5) weights of n_out samples from n_in, in
+ * double and normalised, written out for the reference below. */
+static double *naive_weights(int n_in, int n_out) {
+    double *w = calloc((size_t)n_in * n_out, sizeof *w);
+    assert_non_null(w);
+    const double scale = (double)n_in / n_out, fs = scale < 1.0 ? 1.0 : scale;
+    for (int o = 0; o < n_out; o++) {
+        const double c = (o + 0.5) * scale;
+        double sum = 0.0;
+        for (int i = 0; i < n_in; i++) {
+            const double x = fabs((i + 0.5 - c) / fs);
+            const double v = x < 1.0 ? (1.5 * x - 2.5) * x * x + 1.0
+                           : x < 2.0 ? ((-0.5 * x + 2.5) * x - 4.0) * x + 2.0 : 0.0;
+            w[(size_t)o * n_in + i] = v;
+            sum += v;
+        }
+        for (int i = 0; i < n_in; i++) w[(size_t)o * n_in + i] /= sum;
+    }
+    return w;
+}
+
+/* torchvision's resize (IMAGE_TV_BICUBIC; pixel-exact against torchvision
+ * in tests/ref/hf_qwen25vl_check.py): a constant image stays constant,
+ * normalised in one float step; a smooth image is within a level of the
+ * resize done in double without the fixed point and the 8-bit pass
+ * between the two directions. */
+static void test_preprocess_tv_bicubic(void **state) {
+    (void)state;
+    const int outs[][2] = {{56, 28}, {84, 140}, {5, 7}, {37, 23}, {300, 11}};
+    const uint8_t col[3] = {255, 0, 93};
+    uint8_t *rgb = malloc(37 * 23 * 3);
+    assert_non_null(rgb);
+    for (int i = 0; i < 37 * 23; i++) memcpy(rgb + 3 * i, col, 3);
+    struct kvf_image *flat, *smooth;
+    assert_int_equal(kvf_image_from_rgb(37, 23, rgb, &flat), KVF_OK);
+    for (int y = 0; y < 23; y++)
+        for (int x = 0; x < 37; x++)
+            for (int c = 0; c < 3; c++)
+                rgb[(y * 37 + x) * 3 + c] = (uint8_t)(30 + 3 * x + 2 * y + 20 * sin((x + 2 * c) * 0.3));
+    assert_int_equal(kvf_image_from_rgb(37, 23, rgb, &smooth), KVF_OK);
+    for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
+        const int ow = outs[k][0], oh = outs[k][1];
+        const size_t n = (size_t)ow * oh;
+        float *out = malloc(3 * n * sizeof *out);
+        assert_non_null(out);
+        assert_int_equal(image_preprocess_resize(flat, ow, oh, IMAGE_TV_BICUBIC, MEAN, STD, out), KVF_OK);
+        for (int c = 0; c < 3; c++) {
+            const float want = ((float)col[c] - MEAN[c] * 255.0f) / (STD[c] * 255.0f);
+            for (size_t i = 0; i < n; i++)
+                if (out[c * n + i] != want)
+                    fail_msg("flat -> %dx%d: channel %d pixel %zu: %g, want %g", ow, oh, c, i, out[c * n + i], want);
+        }
+        assert_int_equal(image_preprocess_resize(smooth, ow, oh, IMAGE_TV_BICUBIC, MEAN, STD, out), KVF_OK);
+        double *wx = naive_weights(37, ow), *wy = naive_weights(23, oh);
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++)
+                for (int c = 0; c < 3; c++) {
+                    double v = 0.0;
+                    for (int iy = 0; iy < 23; iy++)
+                        for (int ix = 0; ix < 37; ix++)
+                            v += wy[(size_t)y * 23 + iy] * wx[(size_t)x * 37 + ix] * rgb[(iy * 37 + ix) * 3 + c];
+                    const double got = out[c * n + (size_t)y * ow + x] * STD[c] * 255.0 + MEAN[c] * 255.0;
+                    if (fabs(got - v) > 1.01)
+                        fail_msg("smooth -> %dx%d at (%d, %d, %d): %g, in double %g", ow, oh, x, y, c, got, v);
+                }
+        free(wx);
+        free(wy);
+        free(out);
+    }
+    kvf_image_free(flat);
+    kvf_image_free(smooth);
+    free(rgb);
+}
+
 static void test_preprocess_args(void **state) {
     (void)state;
     const uint8_t px[3] = {1, 2, 3};
@@ -636,7 +710,8 @@ int main(void) {
         cmocka_unit_test(test_broken_files),     cmocka_unit_test(test_hostile_files),
         cmocka_unit_test(test_pixel_limit),
         cmocka_unit_test(test_from_rgb),         cmocka_unit_test(test_preprocess_pad),
-        cmocka_unit_test(test_preprocess_resize), cmocka_unit_test(test_preprocess_args),
+        cmocka_unit_test(test_preprocess_resize), cmocka_unit_test(test_preprocess_tv_bicubic),
+        cmocka_unit_test(test_preprocess_args),
     };
     return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }
