@@ -157,6 +157,9 @@ struct kvf_model_info {
                                 image's size decides                              */
     bool image_bidirectional;/* an image's tokens attend to each other (Gemma 3): each image is
                                 prefilled in one pass, whatever n_batch or the block size */
+    int video_frames_per_item; /* frames of a video each media item holds: 2 (Qwen2-VL,
+                                  Qwen2.5-VL: temporal patches), 1 (LLaVA: frames as images),
+                                  0 (no videos: Gemma 3, no vision tower) */
 };
 /* The strings are owned by the model: valid until kvf_model_free. */
 KVF_API void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);
@@ -230,7 +233,7 @@ struct kvf_tag {
     int32_t pos;       /* true sequence position                                   */
     int16_t modality;  /* enum kvf_modality                                        */
     int16_t media;     /* image: index among the prompt's images; video: frame index
-                          within its video; text: -1                               */
+                          within its video (Qwen: temporal patch of 2 frames); text: -1 */
     int16_t row, col;  /* grid coordinates inside the image or frame; text: -1     */
 };
 KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "video" (static) */
@@ -240,10 +243,24 @@ KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "
 struct kvf_media;
 
 /* Runs the model's vision tower (preprocessing, ViT, projector) on an image.
- * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video.
+ * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video (for
+ * Qwen2-VL and Qwen2.5-VL a one-frame video: use kvf_media_encode_video).
  * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
 KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
                                        enum kvf_modality modality, int n_threads, struct kvf_media **out);
+/* Encodes a video: its frames in order, all of one size, taken at fps
+ * frames a second (> 0; Qwen2.5-VL's M-RoPE time positions depend on it).
+ * Qwen2-VL and Qwen2.5-VL encode two frames at a time into one item, as
+ * their video processor does (the last frame repeated when the count is
+ * odd); LLaVA encodes each frame as an image; Gemma 3 reads no videos
+ * (KVF_ERR_UNSUPPORTED): kvf_model_info.video_frames_per_item says which.
+ * A long video can be given a few frames at a time: first_frame is the
+ * index of frames[0] in the video (a multiple of video_frames_per_item; 0
+ * starts a video). out: room for n_frames items, each the caller's to
+ * free; *n_out: how many were made (none on error). */
+KVF_API enum kvf_status kvf_media_encode_video(const struct kvf_model *model, const struct kvf_image *const *frames,
+                                       int n_frames, int first_frame, double fps, int n_threads,
+                                       struct kvf_media **out, int *n_out);
 /* Pseudo-vision for text models: a stand-in for an encoded image, so that
  * multimodal KV policies can be exercised with a text-only decoder. The
  * words of `text` are tokenized (no BOS, no special tokens) and their input
@@ -267,6 +284,9 @@ KVF_API void kvf_media_free(struct kvf_media *media);
 KVF_API int kvf_media_n_tokens(const struct kvf_media *media);
 KVF_API bool kvf_media_is_synthetic(const struct kvf_media *media);
 KVF_API enum kvf_modality kvf_media_modality(const struct kvf_media *media);
+/* The item's index in its video, as kvf_media_encode_video made it (0: a
+ * video's first); -1 for other media. */
+KVF_API int kvf_media_video_index(const struct kvf_media *media);
 /* Wall time spent encoding (ms; 0 for pseudo and caller-made media). */
 KVF_API double kvf_media_encode_ms(const struct kvf_media *media);
 
@@ -275,7 +295,8 @@ KVF_API double kvf_media_encode_ms(const struct kvf_media *media);
 /* A tokenized multimodal prompt: text with markers, each marker replaced by
  * media. "<image>" takes the next media item (image or pseudo-image);
  * "<video>" takes the next run of consecutive KVF_MOD_VIDEO items (one video,
- * frame indices 0..). The number of markers must match the media given. */
+ * frame indices 0..; it ends before the first item of the next
+ * kvf_media_encode_video). The number of markers must match the media given. */
 struct kvf_prompt;
 
 #define KVF_MARKER_IMAGE "<image>"

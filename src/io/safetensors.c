@@ -1020,6 +1020,35 @@ static enum kvf_status hf_pixels(const struct hf_src *p, int64_t *min, int64_t *
     return KVF_OK;
 }
 
+/* The video processor's pixel bounds, where transformers' video processor
+ * loading finds them: processor_config.json's "video_processor", else
+ * video_preprocessor_config.json, else preprocessor_config.json (the image
+ * processor's file, whose bounds then hold for videos too); absent,
+ * Qwen2VLVideoProcessor's own. */
+static enum kvf_status hf_video_pixels(const char *dir, struct hf_vision_config *cfg) {
+    static const char *const files[] = {"processor_config.json", "video_preprocessor_config.json",
+                                        "preprocessor_config.json"};
+    cfg->video_min_pixels = 128 * 28 * 28;
+    cfg->video_max_pixels = 768 * 28 * 28;
+    for (int i = 0; i < 3; i++) {
+        char *path = path_join(dir, files[i]);
+        if (!path) return err_set(KVF_ERR_NOMEM, "out of memory");
+        cJSON *root = NULL;
+        const bool exists = access(path, F_OK) == 0;
+        enum kvf_status st = exists ? json_load_object(path, &root) : KVF_OK;
+        const cJSON *obj = i > 0 ? root : cJSON_GetObjectItemCaseSensitive(root, "video_processor");
+        const bool found = st == KVF_OK && cJSON_IsObject(obj);
+        if (found) {
+            const struct hf_src p = {path, obj, NULL, true};
+            st = hf_pixels(&p, &cfg->video_min_pixels, &cfg->video_max_pixels);
+        }
+        cJSON_Delete(root);
+        free(path);
+        if (found || st != KVF_OK) return st;
+    }
+    return KVF_OK;
+}
+
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg) {
     static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -1082,6 +1111,7 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             (st = hf_int(&v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size)) ||
             (st = hf_int(&v, "window_size", false, false, 112, &cfg->window_size)) ||
             (st = hf_int(&v, "out_hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
+            (st = hf_int(&v, "tokens_per_second", false, false, 4, &cfg->tokens_per_second)) ||
             (st = hf_str(&v, "hidden_act", "silu", cfg->hidden_act, sizeof cfg->hidden_act)))
             goto done;
         cfg->layer_norm_eps = 1e-6f;
@@ -1178,6 +1208,7 @@ preprocessor:;
         cJSON_Delete(proot);
     }
     free(pre);
+    if (!st && (cfg->qwen25vl || cfg->qwen2vl)) st = hf_video_pixels(dir, cfg);
 done:
     cJSON_Delete(root);
     free(file);

@@ -75,6 +75,8 @@ struct hf_vision_config {
     float rope_theta;
     bool full_attention[256];  /* fullatt_block_indexes: layers with full attention (the others windowed) */
     int64_t min_pixels, max_pixels; /* preprocessor size.shortest_edge / longest_edge (pixels) */
+    int64_t video_min_pixels, video_max_pixels; /* the video processor's */
+    int tokens_per_second;     /* qwen25vl: M-RoPE time steps a second of video spans */
 };
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg);
 

@@ -440,6 +440,7 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
     info->image_tokens = v->proj == VIT_PROJ_QWEN25VL ? (int)(v->max_pixels / ((int64_t)unit * unit))
                                                       : v->tok_grid * v->tok_grid + (v->keep_cls ? 1 : 0);
     info->image_grid = v->proj == VIT_PROJ_QWEN25VL ? 0 : v->tok_grid;
+    info->video_frames_per_item = v->proj == VIT_PROJ_QWEN25VL ? v->t_patch : v->proj == VIT_PROJ_GEMMA3 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------- forward -- */
@@ -611,14 +612,14 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
         *rows = *cols = v->tok_grid;
         return KVF_OK;
     }
-    if (!img || !qvit_grid(v, img->h, img->w, rows, cols))
+    if (!img || !qvit_grid(v, img->h, img->w, false, rows, cols))
         return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)",
                        img ? img->w : 0, img ? img->h : 0);
     return KVF_OK;
 }
 
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
-    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, img, nt, out);
+    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, 1, nt, out);
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;

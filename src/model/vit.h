@@ -53,6 +53,8 @@ struct vision_model {
     char source[16];                           /* "mmproj" or "safetensors"     */
     struct weight patch;                       /* [n_embd][3*patch*patch] (c, y, x); Qwen2.5-VL: the sum
                                                   of its kernel's frames, which see the same image (F32) */
+    struct weight patch_t;                     /* Qwen2.5-VL: the kernel frame by frame for videos,
+                                                  [n_embd][3*t_patch*patch*patch] (c, t, y, x) F32 */
     struct weight patch_b;                     /* optional [n_embd]             */
     struct weight cls;                         /* CLIP: [n_embd]                */
     struct weight pos;                         /* [n_pos][n_embd]               */
@@ -69,6 +71,9 @@ struct vision_model {
     /* Qwen2.5-VL (proj VIT_PROJ_QWEN25VL; image_size: unused, the image's own): */
     int merge, t_patch, window;                /* 2 x 2 merge, 2 frames a patch, windows of 112 px */
     int64_t min_pixels, max_pixels;            /* the image is resized to within these */
+    int64_t video_min_pixels, video_max_pixels;/* and a video's frames to within these */
+    float tokens_per_second;                   /* Qwen2.5-VL: M-RoPE time steps a second of video spans
+                                                  (Qwen2-VL: 0, one step per temporal patch) */
     float rope_theta;
     bool *full;                                /* [n_layer] full attention, else windowed */
     struct qvit_layer *qlayers;                /* [n_layer] */
@@ -110,8 +115,13 @@ void vision_qkv(const struct weight w[3], const struct weight bias[3], const flo
                 float *v, void *mm, int nt);
 enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required);
 enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
-bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols);
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
+/* The token grid of an image, or (video) of a video's frames of h x w. */
+bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows, int *cols);
+/* Encodes an image (n_frames 1) or one temporal patch of a video
+ * (n_frames t_patch frames of one size, preprocessed as the video
+ * processor does) into out [rows * cols][n_out] of qvit_grid. */
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int n_frames,
+                            int n_threads, float *out);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);
 
 #endif

@@ -13,6 +13,12 @@
  *   rows as one, linear -> GELU -> linear -> units back in raster order.
  * A token per 2 x 2 unit: a (H / 28) x (W / 28) grid.
  *
+ * A video is encoded a temporal patch (2 frames) at a time: the frames are
+ * resized as the video processor does (torchvision's bicubic, within the
+ * video's pixel bounds) and the kernel's frames see one frame each; every
+ * temporal patch attends within itself, as transformers' cu_seqlens make
+ * it, so each is one encoding like an image's.
+ *
  * Qwen2-VL's tower (vision_model.qwen2) is the same but for LayerNorms with
  * biases (in the blocks and the merger), x += fc2(quick_gelu(fc1(n))) as
  * its MLP, and no windows: every layer attends over the whole image. */
@@ -43,7 +49,9 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
         (H / t->n_head) % 4 != 0 || L <= 0 || L > QVIT_MAX_LAYERS || t->patch_size <= 0 || t->patch_size > 64 ||
         t->merge <= 0 || t->merge > 8 || t->t_patch <= 0 || t->t_patch > 8 || t->window <= 0 ||
         t->window % (t->patch_size * t->merge) != 0 || !(t->eps > 0.0f && t->eps < 1.0f) ||
-        !(t->rope_theta > 1.0f && isfinite(t->rope_theta)) || t->min_pixels < 1 || t->min_pixels > t->max_pixels)
+        !(t->rope_theta > 1.0f && isfinite(t->rope_theta)) || t->min_pixels < 1 || t->min_pixels > t->max_pixels ||
+        t->video_min_pixels < 1 || t->video_min_pixels > t->video_max_pixels ||
+        !(t->tokens_per_second >= 0.0f && t->tokens_per_second <= 1e4f))
         return err_set(KVF_ERR_FORMAT, "%s: Qwen2.5-VL vision sizes out of range (width %d, ff %d, heads %d, layers "
                        "%d, patch %d, merge %d, window %d; head width a multiple of 4)", what, H, F, t->n_head, L,
                        t->patch_size, t->merge, t->window);
@@ -60,34 +68,48 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
     return KVF_OK;
 }
 
-/* The patch kernel [H][3][frames][p][p] (frames: k0 alone, or k0 and k1
- * for the mmproj's two halves) as its frames' sum [H][3][p][p] in F32: an
- * image is every frame at once, so one product does. */
+/* The patch kernel [H][3][T][p][p] (from k0 alone, or from k0 and k1, the
+ * mmproj's two frames [H][3][p][p]) in F32 twice: as it is, for videos,
+ * whose frames differ (v->patch_t), and as its frames' sum [H][3][p][p]
+ * for images, which are every frame at once, so one product does
+ * (v->patch). */
 static enum kvf_status bind_patch(struct kvf_model *m, const struct tensor_src *src, struct vision_model *v,
                                   const char *k0, const char *k1) {
-    const int64_t H = v->n_embd, pp = (int64_t)v->patch_size * v->patch_size, T = k1 ? 1 : v->t_patch;
+    const int64_t H = v->n_embd, pp = (int64_t)v->patch_size * v->patch_size, T = v->t_patch, n = 3 * T * pp;
+    if (k1 && T != 2)
+        return err_set(KVF_ERR_FORMAT, "an mmproj patch kernel of two frames for %d-frame patches", (int)T);
     struct weight w0, w1 = {0};
     /* [H][3][T][p][p], its inner dimensions folded to four (model.c) */
-    enum kvf_status st = weight_bind_nd(m, src, &w0, k0, H, 3 * T * pp, 4, true);
+    enum kvf_status st = weight_bind_nd(m, src, &w0, k0, H, k1 ? 3 * pp : n, 4, true);
     if (st == KVF_OK && k1) st = weight_bind_nd(m, src, &w1, k1, H, 3 * pp, 4, true);
     if (st != KVF_OK) return st;
-    float *sum = calloc((size_t)(H * 3 * pp), sizeof *sum), *row = malloc(sizeof(float) * (size_t)(3 * T * pp));
-    if (!sum || !row) {
-        free(sum), free(row);
+    /* The model owns full and sum from here (model_keep frees on failure). */
+    float *full = malloc(sizeof(float) * (size_t)(H * n)), *sum = NULL;
+    if ((st = model_keep(m, full)) != KVF_OK) return st;
+    if ((st = model_keep(m, sum = calloc((size_t)(H * 3 * pp), sizeof *sum))) != KVF_OK) return st;
+    float *row = malloc(sizeof(float) * (size_t)n);
+    if (!full || !sum || !row) {
+        free(row);
         return err_set(KVF_ERR_NOMEM, "out of memory for the patch kernel");
     }
     for (int64_t h = 0; h < H; h++) {
-        float *d = sum + h * 3 * pp;
-        for (int k = 0; k < (k1 ? 2 : 1); k++) {
-            ops_get_row(k ? &w1 : &w0, h, row);
-            for (int c = 0; c < 3; c++)
-                for (int64_t t = 0; t < (k1 ? 1 : T); t++)
-                    for (int64_t i = 0; i < pp; i++) d[c * pp + i] += row[(c * (k1 ? 1 : T) + t) * pp + i];
+        float *f = full + h * n, *d = sum + h * 3 * pp;
+        if (k1) { /* frames apart: (t, c, i) -> (c, t, i) */
+            ops_get_row(&w0, h, row);
+            ops_get_row(&w1, h, row + 3 * pp);
+            for (int64_t t = 0; t < 2; t++)
+                for (int64_t c = 0; c < 3; c++)
+                    memcpy(f + (c * 2 + t) * pp, row + (t * 3 + c) * pp, sizeof(float) * (size_t)pp);
+        } else {
+            ops_get_row(&w0, h, f);
         }
+        for (int64_t c = 0; c < 3; c++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t i = 0; i < pp; i++) d[c * pp + i] += f[(c * T + t) * pp + i];
     }
     free(row);
-    if ((st = model_keep(m, sum)) != KVF_OK) return st;
     v->patch = (struct weight){DT_F32, H, 3 * pp, sizeof(float) * (size_t)(3 * pp), sum};
+    v->patch_t = (struct weight){DT_F32, H, n, sizeof(float) * (size_t)n, full};
     return KVF_OK;
 }
 
@@ -214,7 +236,9 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
         .n_ff = cfg->intermediate_size, .n_layer = cfg->num_hidden_layers, .eps = cfg->layer_norm_eps,
         .proj = VIT_PROJ_QWEN25VL, .merge = cfg->spatial_merge_size, .t_patch = cfg->temporal_patch_size,
         .window = cfg->window_size, .min_pixels = cfg->min_pixels, .max_pixels = cfg->max_pixels,
-        .rope_theta = cfg->rope_theta, .qwen2 = cfg->qwen2vl,
+        .video_min_pixels = cfg->video_min_pixels, .video_max_pixels = cfg->video_max_pixels,
+        .tokens_per_second = cfg->qwen2vl ? 0.0f : (float)cfg->tokens_per_second, .rope_theta = cfg->rope_theta,
+        .qwen2 = cfg->qwen2vl,
     };
     memcpy(t.mean, cfg->image_mean, sizeof t.mean);
     memcpy(t.std, cfg->image_std, sizeof t.std);
@@ -228,9 +252,13 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
 enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwen2) {
     const struct gguf_file *f = m->mmproj;
     /* llama.cpp's defaults for what the file does not say: Qwen2-VL's image
-     * processor bounds, its 112-pixel windows, ViT rotary base 10000. */
+     * processor bounds, its 112-pixel windows, ViT rotary base 10000; for
+     * videos (llama.cpp has none), Qwen2VLVideoProcessor's bounds and the
+     * released Qwen2.5-VL models' 2 tokens a second. */
     struct vision_model t = {.patch_size = 14, .eps = 1e-6f, .proj = VIT_PROJ_QWEN25VL, .merge = 2, .t_patch = 2,
                              .window = 112, .min_pixels = 56 * 56, .max_pixels = 28 * 28 * 1280,
+                             .video_min_pixels = 128 * 28 * 28, .video_max_pixels = 768 * 28 * 28,
+                             .tokens_per_second = qwen2 ? 0.0f : 2.0f,
                              .rope_theta = 10000.0f, .mean = {0.48145466f, 0.4578275f, 0.40821073f},
                              .std = {0.26862954f, 0.26130258f, 0.27577711f}, .qwen2 = qwen2};
     int pattern = 0;
@@ -256,10 +284,12 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
     return bind_tower(m, &src, "", qwen2 ? &names_mmproj_qwen2 : &names_mmproj);
 }
 
-bool qvit_grid(const struct vision_model *v, int h, int w, int *rows, int *cols) {
+bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows, int *cols) {
     const int unit = v->patch_size * v->merge;
     int rh, rw;
-    if (!image_smart_resize(h, w, unit, v->min_pixels, v->max_pixels, &rh, &rw)) return false;
+    if (!image_smart_resize(h, w, unit, video ? v->video_min_pixels : v->min_pixels,
+                            video ? v->video_max_pixels : v->max_pixels, &rh, &rw))
+        return false;
     *rows = rh / unit;
     *cols = rw / unit;
     return true;
@@ -310,10 +340,10 @@ static enum kvf_status plan_make(const struct vision_model *v, int rh, int rw, s
     return KVF_OK;
 }
 
-/* Scratch of one encoding, n rows (patches). */
+/* Scratch of one encoding, n rows (patches) of T frames (1: an image). */
 struct qvit_buf {
-    float *pix;            /* [3][rh][rw] */
-    float *patches;        /* [n][3 p p] */
+    float *pix;            /* [T][3][rh][rw] */
+    float *patches;        /* [n][3 T p p] */
     float *x, *xn, *att;   /* [n][H] */
     float *q, *k, *v;      /* [n][H] */
     float *kh, *vh;        /* [heads][n][hd] */
@@ -330,12 +360,12 @@ static void buf_free(struct qvit_buf *b) {
 }
 
 static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v, const struct qvit_plan *p, int rh,
-                                int rw, int nt) {
+                                int rw, int T, int nt) {
     const size_t n = (size_t)p->n, H = (size_t)v->n_embd, F = (size_t)v->n_ff, hd = H / (size_t)v->n_head;
-    const size_t plen = 3 * (size_t)v->patch_size * v->patch_size, M = H * v->merge * v->merge;
+    const size_t plen = 3 * (size_t)T * v->patch_size * v->patch_size, M = H * v->merge * v->merge;
     const size_t wide = KVF_MAX(F, M);
     memset(b, 0, sizeof *b);
-    b->pix = malloc(sizeof(float) * 3 * (size_t)rh * rw);
+    b->pix = malloc(sizeof(float) * 3 * (size_t)T * rh * rw);
     b->patches = malloc(sizeof(float) * n * plen);
     b->x = malloc(sizeof(float) * n * H);
     b->xn = malloc(sizeof(float) * n * H);
@@ -360,22 +390,25 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     return KVF_OK;
 }
 
-/* Patch rows in window order, each patch's values (channel, y, x) for the
- * summed kernel (bind_patch); and each row's rotary angles: pairs
- * [0, hd/4) turn with the patch's row, [hd/4, hd/2) with its column, both
- * at theta^(-4j / hd) (transformers' axial 2-D rotary). */
-static void patchify(const struct vision_model *v, const struct qvit_plan *p, int rw, struct qvit_buf *b) {
+/* Patch rows in window order, each patch's values (channel, frame, y, x)
+ * of T frames (an image: T = 1, for the summed kernel; bind_patch); and
+ * each row's rotary angles: pairs [0, hd/4) turn with the patch's row,
+ * [hd/4, hd/2) with its column, both at theta^(-4j / hd) (transformers'
+ * axial 2-D rotary). */
+static void patchify(const struct vision_model *v, const struct qvit_plan *p, int rw, int T, struct qvit_buf *b) {
     const int P = v->patch_size, m = v->merge, hd = v->n_embd / v->n_head, q4 = hd / 4;
-    const size_t plen = 3 * (size_t)P * P, plane = (size_t)p->gh * P * rw;
+    const size_t plen = 3 * (size_t)T * P * P, plane = (size_t)p->gh * P * rw;
     for (int k = 0; k < p->nu; k++) {
         const int uy = p->unit_of[k] / p->uw, ux = p->unit_of[k] % p->uw;
         for (int i = 0; i < m * m; i++) {
             const int py = uy * m + i / m, px = ux * m + i % m, row = k * m * m + i;
             float *dst = b->patches + (size_t)row * plen;
             for (int c = 0; c < 3; c++)
-                for (int y = 0; y < P; y++)
-                    memcpy(dst + ((size_t)c * P + y) * P, b->pix + c * plane + ((size_t)py * P + y) * rw + (size_t)px * P,
-                           sizeof(float) * P);
+                for (int t = 0; t < T; t++)
+                    for (int y = 0; y < P; y++)
+                        memcpy(dst + (((size_t)c * T + t) * P + y) * P,
+                               b->pix + ((size_t)t * 3 + c) * plane + ((size_t)py * P + y) * rw + (size_t)px * P,
+                               sizeof(float) * P);
             float *cs = b->cs + (size_t)row * hd / 2, *sn = b->sn + (size_t)row * hd / 2;
             for (int j = 0; j < q4; j++) {
                 const double f = pow(v->rope_theta, -4.0 * j / hd);
@@ -437,26 +470,32 @@ static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, i
     ops_add(b->x, b->xn, (size_t)n * H);
 }
 
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
-    const int unit = v->patch_size * v->merge;
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int n_frames,
+                            int nt, float *out) {
+    const int unit = v->patch_size * v->merge, T = n_frames;
+    const bool video = T > 1;
+    if (T != 1 && T != v->t_patch) return err_set(KVF_ERR_INTERNAL, "a temporal patch of %d frames", T);
+    const struct kvf_image *img = frames[0];
     int rows, cols;
-    if (!img || !qvit_grid(v, img->h, img->w, &rows, &cols))
-        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)",
-                       img ? img->w : 0, img ? img->h : 0);
+    if (!qvit_grid(v, img->h, img->w, video, &rows, &cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)", img->w,
+                       img->h);
     const int rh = rows * unit, rw = cols * unit;
     struct qvit_plan p;
     struct qvit_buf b;
     enum kvf_status st = plan_make(v, rh, rw, &p);
     if (st != KVF_OK) return st;
-    if ((st = buf_init(&b, v, &p, rh, rw, nt)) != KVF_OK) {
+    if ((st = buf_init(&b, v, &p, rh, rw, T, nt)) != KVF_OK) {
         plan_free(&p);
         return st;
     }
-    st = image_preprocess_resize(img, rw, rh, IMAGE_BICUBIC, v->mean, v->std, b.pix);
+    for (int t = 0; t < T && st == KVF_OK; t++)
+        st = image_preprocess_resize(frames[t], rw, rh, video ? IMAGE_TV_BICUBIC : IMAGE_BICUBIC, v->mean, v->std,
+                                     b.pix + (size_t)t * 3 * rh * rw);
     if (st == KVF_OK) {
         const int H = v->n_embd, mm = v->merge * v->merge, M = H * mm, E = v->n_out;
-        patchify(v, &p, rw, &b);
-        ops_matmul(&v->patch, b.patches, p.n, b.x, b.mm, nt);
+        patchify(v, &p, rw, T, &b);
+        ops_matmul(video ? &v->patch_t : &v->patch, b.patches, p.n, b.x, b.mm, nt);
         for (int l = 0; l < v->n_layer; l++) {
             qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt);
             qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);

@@ -35,6 +35,7 @@ void kvf_media_free(struct kvf_media *md) {
 int kvf_media_n_tokens(const struct kvf_media *md) { return md->n_tokens; }
 bool kvf_media_is_synthetic(const struct kvf_media *md) { return md->synthetic; }
 enum kvf_modality kvf_media_modality(const struct kvf_media *md) { return md->modality; }
+int kvf_media_video_index(const struct kvf_media *md) { return md->slice; }
 double kvf_media_encode_ms(const struct kvf_media *md) { return md->encode_ms; }
 
 static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols, int extra,
@@ -55,6 +56,7 @@ static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols
     md->n_tokens = rows * cols + extra;
     md->n_embd = m->hp.n_embd;
     md->modality = mod;
+    md->slice = -1;
     md->embd = malloc(sizeof(float) * (size_t)md->n_tokens * md->n_embd);
     if (!md->embd) {
         free(md);
@@ -64,6 +66,38 @@ static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols
     return KVF_OK;
 }
 
+/* Item k of a Qwen2-VL / Qwen2.5-VL video: its t_patch frames. */
+static enum kvf_status qwen_video_item(const struct kvf_model *m, const struct kvf_image *const *patch, int k,
+                                       double fps, int nt, struct kvf_media **out) {
+    const struct vision_model *v = m->vision;
+    const int T = v->t_patch;
+    int rows, cols;
+    if (!qvit_grid(v, patch[0]->h, patch[0]->w, true, &rows, &cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a video of %dx%d frames has no Qwen2-VL size (aspect ratio over 200?)",
+                       patch[0]->w, patch[0]->h);
+    /* transformers' get_vision_position_ids, in float as there: k x
+     * tokens_per_second x T / fps, truncated (Qwen2-VL: k). */
+    const float step = v->tokens_per_second > 0.0f ? v->tokens_per_second * (float)(T / fps) : 1.0f;
+    const float t_pos = (float)k * step;
+    if (!(t_pos < (float)(1 << 24)))
+        return err_set(KVF_ERR_INVALID_ARG, "video at %g frames a second: time position %g out of range", fps, t_pos);
+    struct kvf_media *md;
+    enum kvf_status st = media_alloc(m, rows, cols, 0, KVF_MOD_VIDEO, &md);
+    if (st != KVF_OK) return st;
+    const double t0 = sys_time_ms();
+    if ((st = qvit_encode(v, patch, T, nt, md->embd)) != KVF_OK) {
+        kvf_media_free(md);
+        return st;
+    }
+    md->encode_ms = sys_time_ms() - t0;
+    md->slice = k;
+    md->t_pos = (int)t_pos;
+    *out = md;
+    return KVF_OK;
+}
+
+static bool vision_is_qwen(const struct vision_model *v) { return v->proj == VIT_PROJ_QWEN25VL; }
+
 enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct kvf_image *img,
                                        enum kvf_modality mod, int n_threads, struct kvf_media **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
@@ -72,6 +106,14 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     if (model_require_weights(m, "encode_image") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
+    const int nt = n_threads > 0 ? n_threads : m->n_threads;
+    if (mod == KVF_MOD_VIDEO && vision_is_qwen(v)) {
+        /* A one-frame video (the frame repeated), which goes on any video before it. */
+        const struct kvf_image *patch[8] = {img, img, img, img, img, img, img, img}; /* t_patch <= 8 (qvit_alloc) */
+        enum kvf_status st = qwen_video_item(m, patch, 0, 1.0, nt, out);
+        if (st == KVF_OK) (*out)->slice = -1;
+        return st;
+    }
     struct kvf_media *md;
     int rows, cols;
     bool cls;
@@ -79,7 +121,7 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     if (st == KVF_OK) st = media_alloc(m, rows, cols, cls ? 1 : 0, mod, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
-    st = vision_encode(v, img, n_threads > 0 ? n_threads : m->n_threads, md->embd);
+    st = vision_encode(v, img, nt, md->embd);
     if (st != KVF_OK) {
         kvf_media_free(md);
         return st;
@@ -87,6 +129,50 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     md->encode_ms = sys_time_ms() - t0;
     *out = md;
     return KVF_OK;
+}
+
+enum kvf_status kvf_media_encode_video(const struct kvf_model *m, const struct kvf_image *const *frames,
+                                       int n_frames, int first_frame, double fps, int n_threads,
+                                       struct kvf_media **out, int *n_out) {
+    if (!out || !n_out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    *n_out = 0;
+    if (!m || !frames || n_frames <= 0) return err_set(KVF_ERR_INVALID_ARG, "encode_video: no frames");
+    if (!(fps > 0.0 && fps <= 1e6)) return err_set(KVF_ERR_INVALID_ARG, "video frame rate %g out of (0, 1e6]", fps);
+    for (int i = 0; i < n_frames; i++)
+        if (!frames[i]) return err_set(KVF_ERR_INVALID_ARG, "encode_video: frame %d is NULL", i);
+    if (model_require_weights(m, "encode_video") != KVF_OK) return KVF_ERR_UNSUPPORTED;
+    const struct vision_model *v = m->vision;
+    if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
+    if (v->proj == VIT_PROJ_GEMMA3) return err_set(KVF_ERR_UNSUPPORTED, "Gemma 3 reads images only, not videos");
+    const int nt = n_threads > 0 ? n_threads : m->n_threads;
+    const bool qwen = vision_is_qwen(v);
+    const int T = qwen ? v->t_patch : 1, n_items = (n_frames + T - 1) / T;
+    if (first_frame < 0 || first_frame % T != 0 || first_frame > MEDIA_MAX_TOKENS)
+        return err_set(KVF_ERR_INVALID_ARG, "video: first frame %d is not a multiple of %d in 0..%d", first_frame, T,
+                       MEDIA_MAX_TOKENS);
+    for (int i = 1; qwen && i < n_frames; i++)
+        if (frames[i]->w != frames[0]->w || frames[i]->h != frames[0]->h)
+            return err_set(KVF_ERR_INVALID_ARG,
+                           "video frame %d is %dx%d, frame 0 %dx%d: a video's frames share one size", i,
+                           frames[i]->w, frames[i]->h, frames[0]->w, frames[0]->h);
+    enum kvf_status st = KVF_OK;
+    for (int k = 0; k < n_items && st == KVF_OK; k++) {
+        const int index = first_frame / T + k;
+        if (qwen) {
+            /* The last frame stands in for those past the end (the video processor's padding). */
+            const struct kvf_image *patch[8]; /* t_patch <= 8 (qvit_alloc) */
+            for (int t = 0; t < T; t++) patch[t] = frames[KVF_MIN(k * T + t, n_frames - 1)];
+            st = qwen_video_item(m, patch, index, fps, nt, &out[k]);
+        } else {
+            st = kvf_media_encode_image(m, frames[k], KVF_MOD_VIDEO, nt, &out[k]);
+        }
+        if (st == KVF_OK) out[k]->slice = index, (*n_out)++;
+    }
+    if (st != KVF_OK) {
+        for (int k = 0; k < *n_out; k++) kvf_media_free(out[k]), out[k] = NULL;
+        *n_out = 0;
+    }
+    return st;
 }
 
 enum kvf_status kvf_media_pseudo_image(const struct kvf_model *m, const char *text, int rows, int cols, float noise,
@@ -188,7 +274,7 @@ static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_mo
     if (got != need) return err_set(KVF_ERR_INTERNAL, "tokenizer returned %d of %d ids", got, need);
     for (int i = 0; i < got; i++)
         p->tags[p->n + i] = (struct kvf_tag){.pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
-    p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL};
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL, 0};
     p->n += got;
     return KVF_OK;
 }
@@ -208,7 +294,7 @@ static enum kvf_status prompt_add_media(struct kvf_prompt *p, const struct kvf_m
                                              .row = (int16_t)(g < 0 ? -1 : g / md->cols),
                                              .col = (int16_t)(g < 0 ? -1 : g % md->cols)};
     }
-    p->segs[p->n_segs++] = (struct prompt_seg){p->n, md->n_tokens, md};
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, md->n_tokens, md, 1};
     p->n += md->n_tokens;
     p->synthetic |= md->synthetic;
     return KVF_OK;
@@ -223,7 +309,7 @@ static enum kvf_status prompt_add_token(struct kvf_prompt *p, int32_t id, int *c
     p->tags[p->n] = (struct kvf_tag){.pos = p->n, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
     struct prompt_seg *last = p->n_segs > 0 ? &p->segs[p->n_segs - 1] : NULL;
     if (last && !last->media && last->start + last->n == p->n) last->n++;
-    else p->segs[p->n_segs++] = (struct prompt_seg){p->n, 1, NULL};
+    else p->segs[p->n_segs++] = (struct prompt_seg){p->n, 1, NULL, 0};
     p->n++;
     return KVF_OK;
 }
@@ -276,18 +362,25 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
         first = false;
         if (!mk) break;
         n_markers++;
-        if (video && boi >= 0)
+        if (video && m->vision && !vision_is_qwen(m->vision) && boi >= 0)
             return err_set(KVF_ERR_UNSUPPORTED, "marker %d is %s, but this vision model reads images only", n_markers,
                            KVF_MARKER_VIDEO);
         if (video) {
+            /* The video's items: consecutive frames, up to the next video's first. */
+            if (boi >= 0 && (st = prompt_add_token(p, boi, &cap))) return st;
+            const int first_seg = p->n_segs;
             int frames = 0;
-            while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO) {
+            while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO &&
+                   (frames == 0 || media[used]->slice != 0)) {
                 if ((st = prompt_add_media(p, m, media[used], frames++, &cap))) return st;
+                p->segs[p->n_segs - 1].run = 0;
                 used++;
             }
             if (frames == 0)
                 return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is not a video frame", n_markers,
                                KVF_MARKER_VIDEO, used);
+            p->segs[first_seg].run = frames;
+            if (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))) return st;
         } else {
             if (used >= n_media)
                 return err_set(KVF_ERR_INVALID_ARG, "the prompt has more markers than the %d media items given", n_media);
@@ -313,21 +406,35 @@ static enum kvf_status prompt_rope(struct kvf_prompt *p) {
     p->rope = malloc(sizeof *p->rope * (size_t)KVF_MAX(p->n, 1));
     if (!p->rope) return err_set(KVF_ERR_NOMEM, "out of memory");
     int32_t cur = 0;
-    for (int g = 0; g < p->n_segs; g++) {
+    for (int g = 0; g < p->n_segs;) {
         const struct prompt_seg *sg = &p->segs[g];
-        const struct kvf_media *md = sg->media;
         struct mrope_pos *r = p->rope + sg->start;
-        if (!md) {
+        if (!sg->media) {
             for (int t = 0; t < sg->n; t++, cur++) r[t] = (struct mrope_pos){{cur, cur, cur}, cur + 1};
+            g++;
             continue;
         }
-        const int lead = md->n_tokens - md->rows * md->cols; /* a class token: the grid's first cell */
-        const int32_t next = cur + KVF_MAX(md->rows, md->cols);
-        for (int t = 0; t < sg->n; t++) {
-            const int cell = KVF_MAX(t - lead, 0);
-            r[t] = (struct mrope_pos){{cur, cur + cell / md->cols, cur + cell % md->cols}, next};
+        /* An image, or a video's items (run segments in a row): text after
+         * them goes on one past the largest position they took, as Qwen's
+         * get_rope_index has it. (transformers 5 goes on from the start plus
+         * the grid's longer side, which is the same but for videos whose
+         * time positions outgrow their grid.) */
+        int32_t end = cur + 1;
+        const int run = KVF_MAX(sg->run, 1);
+        for (int i = g; i < g + run; i++) {
+            const struct kvf_media *md = p->segs[i].media;
+            const int lead = md->n_tokens - md->rows * md->cols; /* a class token: the grid's first cell */
+            struct mrope_pos *ri = p->rope + p->segs[i].start;
+            for (int t = 0; t < p->segs[i].n; t++) {
+                const int cell = KVF_MAX(t - lead, 0);
+                ri[t] = (struct mrope_pos){{cur + md->t_pos, cur + cell / md->cols, cur + cell % md->cols}, 0};
+                end = KVF_MAX(end, KVF_MAX(ri[t].pos[0], KVF_MAX(ri[t].pos[1], ri[t].pos[2])) + 1);
+            }
         }
-        cur = next;
+        for (int i = g; i < g + run; i++)
+            for (int t = 0; t < p->segs[i].n; t++) p->rope[p->segs[i].start + t].next = end;
+        cur = end;
+        g += run;
     }
     return KVF_OK;
 }

@@ -11,12 +11,17 @@ struct kvf_media {
     enum kvf_modality modality;
     bool synthetic;
     double encode_ms;
+    int slice;                  /* kvf_media_encode_video: index in its video (0 starts one); else -1 */
+    int t_pos;                  /* M-RoPE: time position within its video (Qwen2.5-VL: the temporal
+                                   patch's start in seconds x tokens_per_second); else 0 */
 };
 
 /* A prompt is a list of segments: a run of token ids, or one media item. */
 struct prompt_seg {
     int start, n;               /* positions [start, start + n) of the prompt */
     const struct kvf_media *media; /* NULL: ids[start .. start + n) */
+    int run;                    /* media: segments of its image (1) or video from here on,
+                                   0 past a video's first */
 };
 
 /* A position's M-RoPE positions (time, height, width) and the rope position
@@ -37,8 +42,9 @@ struct kvf_prompt {
      * time, height and width rope positions counted from the prompt's first
      * (Qwen2-VL's get_rope_index: text advances all three by one; an
      * image's tokens share its start in time and add their grid row and
-     * column; after it, text goes on from its start plus the longer side
-     * of its grid). */
+     * column; a video's items share its start and add their time
+     * position; after either, text goes on one past the largest position
+     * they took). */
     struct mrope_pos *rope;
 };
 

@@ -8,7 +8,7 @@ add_test(NAME kv_ref COMMAND ${KVF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/ref_kv.
 set_tests_properties(kv_ref PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300)
 
 # One prefill, many policies (kvf_session_fork): on the tiny LLaVA fixture
-# with two images, every policy forked from one gathering session must give
+# with two images and a 3-frame video, every policy forked from one gathering session must give
 # what a session of its own gives, bit for bit (bytes, kept tags, merges,
 # layer budgets, logits through 5 decode steps); forks that could not are
 # refused (tests/tools/kv_fork.c).

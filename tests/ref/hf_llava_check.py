@@ -8,7 +8,7 @@ exits 77 = skipped without them). The model is built by transformers from the
 directory's config.json and safetensors, in float32 on the CPU (or CUDA when
 present). Two square images are used so that LLaVA-1.5's pad-to-square (which
 kvfold implements and llava-hf's processor omits) is the identity and both
-sides see the same pixels: transformers' own CLIPImageProcessor prepares
+sides see the same pixels: transformers' own CLIPImageProcessorPil prepares
 them. kvfold runs the same prompt through dump_logits; the image positions are
 filled with the config's image_token_index for transformers.
 
@@ -38,7 +38,10 @@ def main():
     try:
         import torch
         from PIL import Image
-        from transformers import CLIPImageProcessor, LlavaForConditionalGeneration
+        from transformers import LlavaForConditionalGeneration
+        # Pillow's resize, as LLaVA-1.5 was trained with (CLIPImageProcessor is torchvision's
+        # once torchvision is installed, which Qwen's video check needs).
+        from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
     except ImportError as e:
         print(f"SKIP: {e}")
         return SKIP
@@ -67,7 +70,7 @@ def main():
 
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         model = LlavaForConditionalGeneration.from_pretrained(args.model, torch_dtype=torch.float32).to(dev).eval()
-        proc = CLIPImageProcessor.from_pretrained(args.model)
+        proc = CLIPImageProcessorPil.from_pretrained(args.model)
         pixels = proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")["pixel_values"]
         input_ids = torch.tensor([[image_token if t < 0 else t for t in ids]], device=dev)
         with torch.no_grad():

@@ -9,29 +9,37 @@ Qwen2-VL's tiny model has the same decoder and a ViT of LayerNorms and
 quick-GELU MLPs attending over whole images; its mmproj is llama.cpp's
 qwen2vl_merger.
 
-Needs PyTorch, transformers, Pillow and gguf (the .venv-hf of scripts/setup-hf.sh;
+Needs PyTorch, torchvision, transformers, Pillow and gguf (the .venv-hf of scripts/setup-hf.sh;
 exits 77 = skipped without them). Builds a tiny random
 Qwen2_5_VLForConditionalGeneration with transformers itself (seeded; a
 decoder of 2 layers of 64 with M-RoPE sections 2/3/3, a ViT of 4 layers of
 32 with 14-pixel patches, 112-pixel windows and full attention in layers 1
 and 3, images resized to at most 12 tokens), saves it to OUT_DIR in
 transformers' layout with the byte-level BPE tokenizer of the qwen2
-fixture plus <|vision_start|>, <|vision_end|> and <|image_pad|>, and as
+fixture plus <|vision_start|>, <|vision_end|>, <|image_pad|> and
+<|video_pad|> and a video processor whose pixel bounds are its own, and as
 llama.cpp's converter writes it (qwen25vl-f32.gguf + qwen25vl-mmproj-f32.gguf),
 and checks:
 
 1. Preprocessing: 12 seeded images of odd sizes and aspect ratios through
    Qwen2VLImageProcessorPil and `DUMP_PREPROC --qwen25vl`: the same resized
    size, and the pixel values, patchified as the processor does, equal to
-   float32 rounding (max |diff| <= 1e-6).
+   float32 rounding (max |diff| <= 1e-6); 11 3-frame videos of odd sizes
+   through Qwen2VLVideoProcessor (torchvision) and `--qwen25vl-video`, the
+   same.
 2. Prompt: kvfold's ids are Qwen2.5-VL's processor layout
-   (<|vision_start|> + one <|image_pad|> per token + <|vision_end|>).
+   (<|vision_start|> + one <|image_pad|> or <|video_pad|> per token +
+   <|vision_end|>).
 3. Logits: text + two images of odd sizes (one spanning several windows,
    cut short at the edges), every position within 1e-4 of max|logit| and
    the same argmax; transformers' get_rope_index gives the M-RoPE positions.
    (Attending over whole images instead of windows, or plain RoPE instead
-   of M-RoPE, misses by about 0.2.) The GGUF + mmproj pair gives the
-   directory's ids and logits (within 1e-5).
+   of M-RoPE, misses by about 0.2.) The same with a 5-frame video after
+   the images (3 temporal patches, the last frame repeated), and a 7-frame
+   one whose time positions reach its grid's side, against transformers
+   given the positions of Qwen's own rule (see video_run). The GGUF +
+   mmproj pair gives the directory's ids and logits (within 1e-5), for
+   images and for a video.
 4. The policy checks of the other vision fixtures, on this model (tools
    beside DUMP_LOGITS): forks equal prefills of their own, batched
    decoding equals decoding alone, a prompt in parts equals it whole, and
@@ -53,7 +61,11 @@ SKIP = 77
 N_BASE = 300          # the fixture tokenizer's vocabulary
 SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 MIN_PIXELS, MAX_PIXELS = 28 * 28, 28 * 28 * 12
+# The video processor's bounds (video_preprocessor_config.json), unlike the
+# images' and unlike the defaults the mmproj gets.
+VIDEO_MIN_PIXELS, VIDEO_MAX_PIXELS = 28 * 28 * 100, 28 * 28 * 200
 PROMPT = "Look: <image> and <image> What is the difference between them?"
+VIDEO_PROMPT = "Look: <image> and <image> then <video> What changed?"
 
 
 def build(out, fixtures, family):
@@ -72,7 +84,7 @@ def build(out, fixtures, family):
         Config, Model = transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration
         vision = dict(depth=4, hidden_size=32, intermediate_size=48, num_heads=2, patch_size=14,
                       spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[1, 3],
-                      out_hidden_size=64)
+                      out_hidden_size=64, tokens_per_second=2)
     cfg = Config(text_config=text, vision_config=vision, vision_start_token_id=N_BASE,
                  vision_end_token_id=N_BASE + 1, image_token_id=N_BASE + 2, video_token_id=N_BASE + 3,
                  tie_word_embeddings=False)
@@ -91,6 +103,7 @@ def build(out, fixtures, family):
                 p.normal_(0.0, 0.5)
     model.save_pretrained(out, safe_serialization=True)
     Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS).save_pretrained(out)
+    video_processor(min_pixels=VIDEO_MIN_PIXELS, max_pixels=VIDEO_MAX_PIXELS).save_pretrained(out)
     tok = json.load(open(os.path.join(fixtures, "qwen2-st", "tokenizer.json")))
     for i, s in enumerate(SPECIALS):
         tok["added_tokens"].append({"id": N_BASE + i, "content": s, "single_word": False, "lstrip": False,
@@ -260,6 +273,124 @@ def check_preproc(args, tmp, proc):
     return True
 
 
+def video_processor(**kw):
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+    return Qwen2VLVideoProcessor(cap_pixels_per_frame=False, **kw)
+
+
+def check_video_preproc(args, tmp, vproc):
+    """Frames of odd sizes through Qwen2VLVideoProcessor (torchvision's
+    bicubic on uint8, its fused normalisation, a 3-frame video padded to 4)
+    and `DUMP_PREPROC --qwen25vl-video`, frame by frame."""
+    rng = np.random.default_rng(6)
+    worst = 0.0
+    shapes = [(90, 50), (33, 61), (140, 29), (57, 57), (250, 190), (64, 100), (29, 200), (430, 310), (300, 170),
+              (15, 70), (351, 333)]
+    for w, h in shapes:
+        frames = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for _ in range(3)]
+        ref = vproc(videos=[frames], return_tensors="np")
+        t, gh, gw = (int(x) for x in ref["video_grid_thw"][0])
+        ours = []
+        for i, f in enumerate(frames + frames[-1:]):
+            path = os.path.join(tmp, f"frame{i}.png")
+            from PIL import Image
+            Image.fromarray(f).save(path)
+            res = subprocess.run([args.preproc, "--qwen25vl-video", str(VIDEO_MIN_PIXELS), str(VIDEO_MAX_PIXELS), path,
+                                  path + ".bin"], capture_output=True, text=True)
+            if res.returncode != 0:
+                print(f"FAIL: dump_preproc --qwen25vl-video: {res.stderr}")
+                return False
+            fh, fw = (int(x) for x in res.stdout.split())
+            if (fh, fw) != (gh * 14, gw * 14):
+                print(f"FAIL: a {w}x{h} frame: resized to {fw}x{fh}, the video processor to {gw * 14}x{gh * 14}")
+                return False
+            ours.append(np.fromfile(path + ".bin", dtype=np.float32).reshape(3, fh, fw))
+        v = np.stack(ours).reshape(t, 2, 3, gh // 2, 2, 14, gw // 2, 2, 14)
+        v = v.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8).reshape(t * gh * gw, -1)
+        diff = float(np.max(np.abs(v - ref["pixel_values_videos"])))
+        worst = max(worst, diff)
+        if diff > 1e-6:
+            print(f"FAIL: a {w}x{h} frame: max |diff| {diff:.3e} against Qwen2VLVideoProcessor")
+            return False
+    print(f"video preprocessing: {len(shapes)} 3-frame videos, sizes and pixels equal (max |diff| {worst:.3e}) to "
+          "Qwen2VLVideoProcessor")
+    return True
+
+
+def rope_original(ids, grids, steps, pad_ids):
+    """M-RoPE positions [3][n] as Qwen's own get_rope_index lays them out
+    (transformers 4, vLLM): text after an image or video goes on one past
+    the largest position it took. grids / steps: each vision item's (t, h,
+    w) and time step (images: 0), in order; pad_ids: the pad tokens."""
+    pos, cur, i, k = [], 0, 0, 0
+    while i < len(ids):
+        if ids[i] not in pad_ids:
+            pos.append((cur, cur, cur))
+            cur, i = cur + 1, i + 1
+            continue
+        (t, h, w), step = grids[k], np.float32(steps[k])
+        h, w = h // 2, w // 2
+        block = [(cur + int(np.float32(a) * step), cur + r, cur + c) for a in range(t) for r in range(h) for c in range(w)]
+        pos += block
+        cur, i, k = max(max(b) for b in block) + 1, i + len(block), k + 1
+    return np.array(pos, dtype=np.int64).T
+
+
+def video_run(args, model, cfg, tok, tmp, frames, fps, with_images, original_rope):
+    """kvfold's and transformers' logits for VIDEO_PROMPT (or "<video> ...")
+    with these frames at fps: (max rel err, argmax agreement, ids equal,
+    positions)."""
+    import torch
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    iproc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
+    vproc = video_processor(min_pixels=VIDEO_MIN_PIXELS, max_pixels=VIDEO_MAX_PIXELS)
+    rng = np.random.default_rng(11)
+    images = []
+    for i, (w, h) in enumerate(((170, 60), (61, 44)) if with_images else ()):
+        images.append(os.path.join(tmp, f"vprompt{i}.png"))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(images[-1])
+    paths = []
+    for i, f in enumerate(frames):
+        paths.append(os.path.join(tmp, f"vframe{i}.png"))
+        Image.fromarray(f).save(paths[-1])
+    prompt = VIDEO_PROMPT if with_images else "<video> What happens?"
+    extra = ["--fps", str(fps)] + sum((["--image", p] for p in images), []) + sum((["--frame", p] for p in paths), [])
+    ours, ids = run_kvfold(args, args.out, extra, [], tmp, "video", prompt)
+    vid = vproc(videos=[frames], return_tensors="pt")
+    grids = []
+    text = prompt
+    if images:
+        pix = iproc(images=[Image.open(p).convert("RGB") for p in images], return_tensors="pt")
+        grids = pix["image_grid_thw"].tolist()
+        for t, h, w in grids:
+            text = text.replace("<image>", "<|vision_start|>" + "<|image_pad|>" * (t * h * w // 4) + "<|vision_end|>", 1)
+    t, h, w = vid["video_grid_thw"][0].tolist()
+    text = text.replace("<video>", "<|vision_start|>" + "<|video_pad|>" * (t * h * w // 4) + "<|vision_end|>", 1)
+    bos = json.load(open(os.path.join(args.out, "tokenizer_config.json"))).get("add_bos_token", False)
+    want = ([0] if bos else []) + tok.encode(text, add_special_tokens=False)
+    pads = (cfg.image_token_id, cfg.video_token_id)
+    same = [x if x not in pads else -1 for x in want] == ids
+    input_ids = torch.tensor([want])
+    second = 2 / fps  # temporal_patch_size / fps, as Qwen2_5_VLProcessor makes second_per_grid_ts
+    kw = dict(input_ids=input_ids, pixel_values_videos=vid["pixel_values_videos"], video_grid_thw=vid["video_grid_thw"],
+              mm_token_type_ids=(input_ids == cfg.image_token_id).int() + 2 * (input_ids == cfg.video_token_id).int())
+    if hasattr(cfg.vision_config, "tokens_per_second"):
+        kw["second_per_grid_ts"] = torch.tensor([second])
+    if images:
+        kw.update(pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"])
+    step = np.float32(cfg.vision_config.tokens_per_second) * np.float32(second) \
+        if hasattr(cfg.vision_config, "tokens_per_second") else 1.0
+    if original_rope:
+        kw["position_ids"] = torch.from_numpy(rope_original(want, grids + [[t, h, w]], [0] * len(grids) + [step],
+                                                            pads))[:, None, :]
+    with torch.no_grad():
+        hf = model(**kw).logits[0].float().numpy()[:, :ours.shape[1]]
+    err = float(np.max(np.abs(ours - hf)) / np.max(np.abs(hf)))
+    agree = float(np.mean(ours.argmax(-1) == hf.argmax(-1)))
+    return err, agree, same, f"{len(ids)} positions, video grid {[t, h, w]}, time step {float(step):g}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", required=True)
@@ -275,6 +406,7 @@ def main():
     try:
         import gguf  # noqa: F401
         import torch
+        import torchvision  # noqa: F401 (the video processor resizes with it)
         import transformers
         from PIL import Image
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
@@ -287,7 +419,9 @@ def main():
     proc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
     tmp = os.path.join(args.out, "work")
     os.makedirs(tmp)
-    if not check_preproc(args, tmp, proc):
+    if not check_preproc(args, tmp, proc) or \
+            not check_video_preproc(args, tmp, video_processor(min_pixels=VIDEO_MIN_PIXELS,
+                                                               max_pixels=VIDEO_MAX_PIXELS)):
         return 1
     rng = np.random.default_rng(9)
     paths = []
@@ -333,6 +467,39 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: {n_tok} positions "
           f"({sum(t < 0 for t in ids)} image), max rel err {err:.3e}, argmax agreement {agree:.3f}")
     ok &= err < 1e-4 and agree == 1.0 and gids == ids and gerr < 1e-5
+
+    # Videos: 5 frames of 250x190 (the directory's video bounds make them
+    # 336x252, the mmproj's defaults would not) at 4 frames a second: 3
+    # temporal patches, the last frame repeated; then 7 at 1 a second, whose
+    # time positions (0, 4, 8, 12) reach the grid's longer side, where
+    # transformers 5's get_rope_index parts from Qwen's own: there the
+    # reference is transformers given the positions of Qwen's rule.
+    frng = np.random.default_rng(12)
+    frames = [frng.integers(0, 256, (190, 250, 3), dtype=np.uint8) for _ in range(7)]
+    try:
+        for n, fps, images_too, original in ((5, 4.0, True, False), (7, 1.0, False, True), (7, 1.0, False, False)):
+            verr, vagree, vsame, what = video_run(args, model, cfg, tok, tmp, frames[:n], fps, images_too, original)
+            rule = "Qwen's rule" if original else "transformers' get_rope_index"
+            print(f"video, {n} frames at {fps:g}/s ({what}), positions by {rule}: ids "
+                  f"{'equal' if vsame else 'DIFFER'}, max rel err {verr:.3e}, argmax agreement {vagree:.3f}")
+            if original or fps != 1.0:
+                ok &= vsame and verr < 1e-4 and vagree == 1.0
+        # The GGUF pair reads the same video: 3 frames that both files' bounds size alike (364x336).
+        vframes = [frng.integers(0, 256, (333, 351, 3), dtype=np.uint8) for _ in range(3)]
+        vpaths = []
+        for i, f in enumerate(vframes):
+            vpaths.append(os.path.join(tmp, f"gframe{i}.png"))
+            Image.fromarray(f).save(vpaths[-1])
+        vextra = sum((["--frame", p] for p in vpaths), [])
+        dv, dids = run_kvfold(args, args.out, vextra, [], tmp, "vst", "<video> Describe it.")
+        gv, gvids = run_kvfold(args, dec, ["--mmproj", mm] + vextra, [], tmp, "vgguf", "<video> Describe it.")
+    except RuntimeError as e:
+        print(f"FAIL: {e}")
+        return 1
+    gverr = float(np.max(np.abs(gv - dv)) / np.max(np.abs(dv)))
+    print(f"gguf + mmproj, a 3-frame video ({len(dids)} positions): ids {'equal' if gvids == dids else 'DIFFER'}, "
+          f"max rel err {gverr:.3e} against the directory")
+    ok &= gvids == dids and gverr < 1e-5
     # The policy checks the LLaVA and Gemma 3 fixtures run (tests/integration/kv.cmake), on this model.
     tools = os.path.dirname(os.path.abspath(args.dump))
     for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]),

@@ -3,7 +3,8 @@
  *
  *   decode_batch MODEL MMPROJ
  *
- * On the tiny LLaVA fixture (two images through its vision tower), every
+ * On the tiny LLaVA fixture (two images and a 3-frame video through its
+ * vision tower; Qwen2.5-VL / Qwen2-VL and Gemma 3 by their tests), every
  * policy — presets, stage options, decode stages, the reduce stages, the
  * full cache — is prefilled and compressed twice; one copy then decodes on
  * its own, the others all together in one kvf_session_decode_batch call per
@@ -107,7 +108,7 @@ static int check_blas_rows(const struct kvf_model *m, const struct kvf_prompt *p
 int main(int argc, char **argv) {
     struct kvf_model *m = NULL;
     struct kvf_model_info mi;
-    struct kvf_media *media[2];
+    struct kvf_media *media[FIXTURE_MEDIA];
     struct kvf_prompt *pr = NULL;
     if (fixture_open("decode_batch", argc, argv, &m, &mi, media, &pr)) return 2;
     struct kvf_session *alone[N_SPECS] = {NULL}, *together[N_SPECS] = {NULL};
@@ -136,7 +137,7 @@ int main(int argc, char **argv) {
         kvf_session_free(together[i]);
     }
     kvf_prompt_free(pr);
-    for (int k = 0; k < 2; k++) kvf_media_free(media[k]);
+    fixture_media_free(media);
     kvf_model_free(m);
     return rc;
 }

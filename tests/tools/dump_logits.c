@@ -21,6 +21,9 @@
  *                   layer) and "layer_pos L P..." (their true positions)
  *   --mmproj FILE   vision projector for a GGUF decoder
  *   --image FILE    (repeatable) image for the next marker
+ *   --frame FILE    (repeatable) a video frame: a run of them is one video
+ *                   (kvf_media_encode_video) for the next <video> marker
+ *   --fps F         the videos' frame rate (default 2)
  * Prints "n_vocab N" on stdout. */
 #include "kvfold.h"
 
@@ -50,11 +53,18 @@ static int fail(const char *what, enum kvf_status st) {
 
 static int usage(void) {
     fprintf(stderr, "usage: dump_logits [--decode OUT2] [--split K] [--batch N] [--threads N] MODEL OUT ID...\n"
-                    "       dump_logits [--mmproj F] [--image F]... [--kv SPEC] --prompt TEXT MODEL OUT\n");
+                    "       dump_logits [--mmproj F] [--image F | --frame F]... [--fps F] [--kv SPEC]\n"
+                    "                   --prompt TEXT MODEL OUT\n");
     return 2;
 }
 
 #define MAX_IMAGES 16
+
+/* An --image, or a frame of a video (a run of --frame). */
+struct media_arg {
+    const char *path;
+    bool frame;
+};
 
 /* Every head of every layer holds one entry per position with its tag (a
  * sliding-window layer: of the last positions, having freed what fell out
@@ -94,27 +104,42 @@ static void print_kv_layers(const struct kvf_session *s, int n_layer) {
     }
 }
 
-static int run_prompt(struct kvf_model *model, const char *out, const char *text, char **images, int n_images,
-                      const char *kv, int n_batch, int n_threads) {
+/* Encodes args [0, n) into media (at most MAX_IMAGES items): images one by
+ * one, each run of frames as one video. */
+static int encode_media(struct kvf_model *model, const struct media_arg *args, int n, double fps, int n_threads,
+                        struct kvf_media **media, int *n_media) {
+    struct kvf_image *img[MAX_IMAGES] = {0};
+    enum kvf_status st = KVF_OK;
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++)
+        if ((st = kvf_image_load(args[i].path, 0, &img[i]))) rc = fail(args[i].path, st);
+    for (int i = 0; i < n && !rc;) {
+        int run = 1, made = 1;
+        if (!args[i].frame) {
+            st = kvf_media_encode_image(model, img[i], KVF_MOD_IMAGE, n_threads, &media[*n_media]);
+        } else {
+            while (i + run < n && args[i + run].frame) run++;
+            st = kvf_media_encode_video(model, (const struct kvf_image *const *)img + i, run, 0, fps, n_threads,
+                                        &media[*n_media], &made);
+        }
+        if (st) rc = fail("encode", st);
+        else *n_media += made, i += run;
+    }
+    for (int i = 0; i < n; i++) kvf_image_free(img[i]);
+    return rc;
+}
+
+static int run_prompt(struct kvf_model *model, const char *out, const char *text, const struct media_arg *args,
+                      int n_args, double fps, const char *kv, int n_batch, int n_threads) {
     struct kvf_media *media[MAX_IMAGES] = {0};
+    int n_images = 0;
     struct kvf_prompt *p = NULL;
     struct kvf_session *s = NULL;
     float *rows = NULL;
-    int rc = 1;
+    int rc = encode_media(model, args, n_args, fps, n_threads, media, &n_images);
     enum kvf_status st;
-    for (int i = 0; i < n_images; i++) {
-        struct kvf_image *img;
-        if ((st = kvf_image_load(images[i], 0, &img))) {
-            rc = fail(images[i], st);
-            goto done;
-        }
-        st = kvf_media_encode_image(model, img, KVF_MOD_IMAGE, n_threads, &media[i]);
-        kvf_image_free(img);
-        if (st) {
-            rc = fail("encode", st);
-            goto done;
-        }
-    }
+    if (rc) goto done;
+    rc = 1;
     if ((st = kvf_prompt_init(model, text, (const struct kvf_media *const *)media, n_images, true, false, &p))) {
         rc = fail("prompt", st);
         goto done;
@@ -163,15 +188,18 @@ done:
 
 int main(int argc, char **argv) {
     const char *decode_out = NULL, *mmproj = NULL, *prompt = NULL, *kv = NULL;
-    char *images[MAX_IMAGES];
+    struct media_arg images[MAX_IMAGES];
     int split = 0, n_batch = 0, n_threads = 0, n_images = 0;
+    double fps = 2.0;
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
         if (!strcmp(argv[a], "--decode")) decode_out = argv[a + 1];
         else if (!strcmp(argv[a], "--mmproj")) mmproj = argv[a + 1];
         else if (!strcmp(argv[a], "--prompt")) prompt = argv[a + 1];
         else if (!strcmp(argv[a], "--kv")) kv = argv[a + 1];
-        else if (!strcmp(argv[a], "--image") && n_images < MAX_IMAGES) images[n_images++] = argv[a + 1];
+        else if ((!strcmp(argv[a], "--image") || !strcmp(argv[a], "--frame")) && n_images < MAX_IMAGES)
+            images[n_images++] = (struct media_arg){argv[a + 1], argv[a][2] == 'f'};
+        else if (!strcmp(argv[a], "--fps")) fps = atof(argv[a + 1]);
         else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--threads")) n_threads = atoi(argv[a + 1]);
@@ -185,7 +213,7 @@ int main(int argc, char **argv) {
         struct kvf_model *model = NULL;
         enum kvf_status st = kvf_model_load(argv[a], &mp, &model);
         if (st) return fail(argv[a], st);
-        const int rc = run_prompt(model, argv[a + 1], prompt, images, n_images, kv, n_batch, n_threads);
+        const int rc = run_prompt(model, argv[a + 1], prompt, images, n_images, fps, kv, n_batch, n_threads);
         kvf_model_free(model);
         return rc;
     }

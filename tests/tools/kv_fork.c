@@ -94,7 +94,7 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
 int main(int argc, char **argv) {
     struct kvf_model *m = NULL;
     struct kvf_model_info mi;
-    struct kvf_media *media[2];
+    struct kvf_media *media[FIXTURE_MEDIA];
     struct kvf_prompt *pr = NULL;
     if (fixture_open("kv_fork", argc, argv, &m, &mi, media, &pr)) return 2;
     const int np = kvf_prompt_n_tokens(pr);
@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
     kvf_session_free(plain);
     kvf_session_free(done);
     kvf_prompt_free(pr);
-    for (int k = 0; k < 2; k++) kvf_media_free(media[k]);
+    fixture_media_free(media);
     kvf_model_free(m);
     return rc;
 }

@@ -52,33 +52,59 @@ static inline int32_t argmax(const float *x, int n) {
     return b;
 }
 
-/* The tiny LLaVA fixture's prompt: two pictures (smooth colour fields)
- * through its vision tower, text around them. media[2] receives them (the
- * caller frees them after the prompt); NULL on failure. */
-static inline struct kvf_prompt *two_image_prompt(const struct kvf_model *m, struct kvf_media *media[2]) {
+/* Two images and a video of up to 3 items. */
+#define FIXTURE_MEDIA 5
+
+/* A W x H picture: a smooth colour field, varied by k. */
+static inline struct kvf_image *fixture_picture(int k) {
+    enum { W = 40, H = 30 };
+    static uint8_t rgb[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) rgb[i] = (uint8_t)((i * (k + 3) + (i / (W * 3)) * 7 * (k + 1)) & 0xff);
+    struct kvf_image *img = NULL;
+    return kvf_image_from_rgb(W, H, rgb, &img) == KVF_OK ? img : NULL;
+}
+
+/* The vision fixtures' prompt: two pictures through the model's vision
+ * tower, text around them, and, where the model reads videos, a clip of
+ * three more after them (LLaVA: 3 items; Qwen2-VL / Qwen2.5-VL: 2 temporal
+ * patches with M-RoPE time positions). media[FIXTURE_MEDIA] receives them,
+ * NULL past the last (the caller frees them after the prompt); NULL on
+ * failure. */
+static inline struct kvf_prompt *fixture_prompt(const struct kvf_model *m, struct kvf_media *media[FIXTURE_MEDIA]) {
+    struct kvf_model_info mi;
+    kvf_model_get_info(m, &mi);
+    const bool video = mi.video_frames_per_item > 0;
+    struct kvf_image *img[5] = {0};
     enum kvf_status st = KVF_OK;
-    for (int k = 0; k < 2 && st == KVF_OK; k++) {
-        enum { W = 40, H = 30 };
-        static uint8_t rgb[W * H * 3];
-        for (int i = 0; i < W * H * 3; i++) rgb[i] = (uint8_t)((i * (k + 3) + (i / (W * 3)) * 7 * (k + 1)) & 0xff);
-        struct kvf_image *img = NULL;
-        st = kvf_image_from_rgb(W, H, rgb, &img);
-        if (st == KVF_OK) st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, 2, &media[k]);
-        kvf_image_free(img);
-    }
+    for (int k = 0; k < (video ? 5 : 2) && st == KVF_OK; k++)
+        if (!(img[k] = fixture_picture(k))) st = KVF_ERR_NOMEM;
+    for (int k = 0; k < 2 && st == KVF_OK; k++) st = kvf_media_encode_image(m, img[k], KVF_MOD_IMAGE, 2, &media[k]);
+    int n = 2, made = 0;
+    if (st == KVF_OK && video)
+        st = kvf_media_encode_video(m, (const struct kvf_image *const *)img + 2, 3, 0, 1.0, 2, media + 2, &made);
+    n += made;
+    for (int k = 0; k < 5; k++) kvf_image_free(img[k]);
     struct kvf_prompt *pr = NULL;
     if (st == KVF_OK)
         st = kvf_prompt_init(m,
-                             "USER: Here are two pictures. <image> The first one shows a field of colours. <image> "
-                             "The second one is darker. Which picture is brighter, and why? ASSISTANT:",
-                             (const struct kvf_media *const *)media, 2, true, false, &pr);
+                             video ? "USER: Here are two pictures. <image> The first one shows a field of colours. "
+                                     "<image> The second one is darker. <video> Then a clip. Which picture is "
+                                     "brighter, and why? ASSISTANT:"
+                                   : "USER: Here are two pictures. <image> The first one shows a field of colours. "
+                                     "<image> The second one is darker. Which picture is brighter, and why? ASSISTANT:",
+                             (const struct kvf_media *const *)media, n, true, false, &pr);
     return st == KVF_OK ? pr : NULL;
 }
 
-/* `tool MODEL MMPROJ`: the fixture (2 threads), its info and the two-image
- * prompt; 0, or 2 after a message. */
+static inline void fixture_media_free(struct kvf_media *media[FIXTURE_MEDIA]) {
+    for (int k = 0; k < FIXTURE_MEDIA; k++) kvf_media_free(media[k]);
+}
+
+/* `tool MODEL MMPROJ`: the fixture (2 threads), its info and its prompt
+ * (fixture_prompt); 0, or 2 after a message. */
 static inline int fixture_open(const char *tool, int argc, char **argv, struct kvf_model **m,
-                               struct kvf_model_info *mi, struct kvf_media *media[2], struct kvf_prompt **pr) {
+                               struct kvf_model_info *mi, struct kvf_media *media[FIXTURE_MEDIA],
+                               struct kvf_prompt **pr) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s MODEL MMPROJ\n", tool);
         return 2;
@@ -91,8 +117,8 @@ static inline int fixture_open(const char *tool, int argc, char **argv, struct k
         return 2;
     }
     kvf_model_get_info(*m, mi);
-    media[0] = media[1] = NULL;
-    if (!(*pr = two_image_prompt(*m, media))) {
+    memset(media, 0, sizeof *media * FIXTURE_MEDIA);
+    if (!(*pr = fixture_prompt(*m, media))) {
         fprintf(stderr, "%s: prompt: %s\n", tool, kvf_last_error());
         return 2;
     }

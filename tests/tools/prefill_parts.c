@@ -3,7 +3,8 @@
  *
  *   prefill_parts MODEL MMPROJ
  *
- * On the tiny LLaVA or Gemma 3 fixture (two images), with passes of 8 rows
+ * On the tiny LLaVA, Gemma 3 or Qwen fixture (two images, and a video where
+ * the model reads them: kv_state.h), with passes of 8 rows
  * (an image whose tokens attend to each other: one pass), the prompt
  * prefilled in parts asked for 5 positions at a time — each runs on to the
  * end of the whole prompt's pass, cutting through both images — must leave
@@ -133,7 +134,7 @@ static int check_refusals(const struct kvf_model *m, const struct kvf_prompt *pr
 int main(int argc, char **argv) {
     struct kvf_model *m = NULL;
     struct kvf_model_info mi;
-    struct kvf_media *media[2];
+    struct kvf_media *media[FIXTURE_MEDIA];
     struct kvf_prompt *pr = NULL;
     if (fixture_open("prefill_parts", argc, argv, &m, &mi, media, &pr)) return 2;
     int rc = 0;
@@ -151,7 +152,7 @@ int main(int argc, char **argv) {
     kvf_prompt_free(other);
     printf("%s\n", rc ? "FAIL" : "ok: a prompt in parts is the prompt whole");
     kvf_prompt_free(pr);
-    for (int k = 0; k < 2; k++) kvf_media_free(media[k]);
+    fixture_media_free(media);
     kvf_model_free(m);
     return rc;
 }

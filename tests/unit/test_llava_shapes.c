@@ -841,6 +841,7 @@ static void test_gemma3_4b_gguf_mmproj(void **state) {
     assert_int_equal(in.image_tokens, 256); /* 64 x 64 patches pooled 4 x 4 */
     assert_int_equal(in.image_grid, 16);
     assert_true(in.image_bidirectional);
+    assert_int_equal(in.video_frames_per_item, 0); /* Gemma 3 reads no videos */
     /* 3.88 B (decoder, tied output) + 0.42 B (SigLIP so400m) + 2.9 M (projector). */
     const int64_t E = G4_E, H = S4_H;
     const int64_t dec_p = (int64_t)G4_V * E + E +
@@ -999,6 +1000,7 @@ static void test_qwen25vl_7b_hf(void **state) {
     assert_int_equal(in.vision_n_layer, QV_L);
     assert_int_equal(in.image_tokens, 12845056 / (28 * 28)); /* 16384 at max_pixels */
     assert_int_equal(in.image_grid, 0);
+    assert_int_equal(in.video_frames_per_item, 2);
     /* 7.07 B (decoder) + 0.68 B (ViT and merger) */
     const int64_t dec_p = 2 * (int64_t)Q7_V * E + E + Q7_L * (2 * E + 2 * E * E + 2 * E * KD + E + 2 * KD + 3 * E * F);
     const int64_t vis_p = H * 3 * 2 * 14 * 14 + QV_L * (2 * H + 3 * H * H + 3 * H + H * H + H + 2 * (H * VF + VF) +
@@ -1140,13 +1142,19 @@ static struct kvf_image *test_image(void) {
     return img;
 }
 
-/* Logits after "<s> <image>" through the tiny decoder with this mmproj. */
-static void tiny_logits(const char *dec, const char *mmp, float *logits, int n_vocab) {
+/* The tiny decoder with this mmproj, on 2 threads. */
+static struct kvf_model *tiny_load(const char *dec, const char *mmp) {
     struct kvf_model_params mp = kvf_model_default_params();
     mp.mmproj = mmp;
     mp.n_threads = 2;
     struct kvf_model *m = NULL;
     assert_ok(kvf_model_load(dec, &mp, &m));
+    return m;
+}
+
+/* Logits after "<s> <image>" through the tiny decoder with this mmproj. */
+static void tiny_logits(const char *dec, const char *mmp, float *logits, int n_vocab) {
+    struct kvf_model *m = tiny_load(dec, mmp);
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     assert_true(in.has_vision);
@@ -1202,6 +1210,64 @@ static void test_tiny_encode(void **state) {
     assert_memory_equal(a, b, sizeof(float) * (size_t)V);
     free(a);
     free(b);
+}
+
+/* Videos through the tiny LLaVA: a frame an item, each video's items
+ * numbered from 0 so that consecutive videos fill one marker each, and
+ * given a few frames at a time (first_frame) numbered on. */
+static void test_tiny_video(void **state) {
+    (void)state;
+    const char *dec = tmp_path("tiny.gguf"), *mmp = tmp_path("mmproj.gguf");
+    write_decoder(dec, &dec_tiny);
+    write_mmproj(mmp, &mm_tiny);
+    struct kvf_model *m = tiny_load(dec, mmp);
+    struct kvf_model_info in;
+    kvf_model_get_info(m, &in);
+    assert_int_equal(in.video_frames_per_item, 1);
+    struct kvf_image *img = test_image();
+    const struct kvf_image *frames[3] = {img, img, img};
+    struct kvf_media *md[5] = {0};
+    int n = -1, n2 = -1;
+    assert_ok(kvf_media_encode_video(m, frames, 3, 0, 2.0, 0, md, &n));
+    assert_int_equal(n, 3);
+    assert_ok(kvf_media_encode_video(m, frames, 2, 0, 2.0, 0, md + 3, &n2));
+    assert_int_equal(n2, 2);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(kvf_media_modality(md[i]), KVF_MOD_VIDEO);
+        assert_int_equal(kvf_media_video_index(md[i]), i < 3 ? i : i - 3);
+        assert_int_equal(kvf_media_n_tokens(md[i]), 4);
+    }
+    struct kvf_prompt *p = NULL;
+    assert_ok(kvf_prompt_init(m, KVF_MARKER_VIDEO KVF_MARKER_VIDEO, (const struct kvf_media *const *)md, 5, true,
+                              false, &p));
+    assert_int_equal(kvf_prompt_n_tokens(p), 1 + 5 * 4);
+    const struct kvf_tag *tags = kvf_prompt_tags(p);
+    assert_int_equal(tags[1 + 3 * 4].media, 0); /* the second video's first frame */
+    assert_int_equal(tags[1 + 4 * 4].media, 1);
+    kvf_prompt_free(p);
+    p = (struct kvf_prompt *)1;
+    assert_int_equal(kvf_prompt_init(m, KVF_MARKER_VIDEO, (const struct kvf_media *const *)md, 5, true, false, &p),
+                     KVF_ERR_INVALID_ARG); /* one marker, two videos */
+    assert_null(p);
+    struct kvf_media *more[2] = {0};
+    assert_ok(kvf_media_encode_video(m, frames, 2, 3, 2.0, 0, more, &n));
+    assert_int_equal(kvf_media_video_index(more[0]), 3);
+    assert_int_equal(kvf_media_video_index(more[1]), 4);
+    for (int i = 0; i < 2; i++) kvf_media_free(more[i]);
+    assert_int_equal(kvf_media_encode_video(m, frames, 3, 0, 0.0, 0, more, &n), KVF_ERR_INVALID_ARG);
+    assert_int_equal(n, 0);
+    assert_int_equal(kvf_media_encode_video(m, frames, 3, -1, 2.0, 0, more, &n), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_media_encode_video(m, frames, 0, 0, 2.0, 0, more, &n), KVF_ERR_INVALID_ARG);
+    const struct kvf_image *holes[2] = {img, NULL};
+    assert_int_equal(kvf_media_encode_video(m, holes, 2, 0, 2.0, 0, more, &n), KVF_ERR_INVALID_ARG);
+    for (int i = 0; i < 5; i++) kvf_media_free(md[i]);
+    kvf_model_free(m);
+    /* A text model has no tower to encode with. */
+    assert_ok(kvf_model_load(dec, NULL, &m));
+    assert_int_equal(kvf_media_encode_video(m, frames, 3, 0, 2.0, 0, more, &n), KVF_ERR_UNSUPPORTED);
+    assert_int_equal(n, 0);
+    kvf_model_free(m);
+    kvf_image_free(img);
 }
 
 /* Loads the tiny decoder with an mmproj written from spec: expects status
@@ -1389,6 +1455,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_qwen25vl_7b_hf, test_teardown),
         cmocka_unit_test_teardown(test_qwen25vl_7b_gguf_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
+        cmocka_unit_test_teardown(test_tiny_video, test_teardown),
         cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_text_only, test_teardown),

@@ -337,7 +337,7 @@ static int bench_images(const struct args *a, const struct kvf_model *m, struct 
     return rc;
 }
 
-/* "<image>\n" per image, "<video>\n" per run of frames, then a question. */
+/* "<image>\n" per image, "<video>\n" per video, then a question. */
 static char *bench_mm_text(const struct media_set *ms) {
     char *t = malloc((size_t)ms->n * 9 + 64);
     if (!t)
@@ -345,7 +345,8 @@ static char *bench_mm_text(const struct media_set *ms) {
     size_t o = 0;
     for (int i = 0; i < ms->n; i++) {
         const bool frame = kvf_media_modality(ms->items[i]) == KVF_MOD_VIDEO;
-        if (frame && i > 0 && kvf_media_modality(ms->items[i - 1]) == KVF_MOD_VIDEO)
+        if (frame && i > 0 && kvf_media_modality(ms->items[i - 1]) == KVF_MOD_VIDEO &&
+            kvf_media_video_index(ms->items[i]) != 0)
             continue;
         o += (size_t)sprintf(t + o, "%s\n", frame ? KVF_MARKER_VIDEO : KVF_MARKER_IMAGE);
     }

@@ -60,6 +60,7 @@ struct args {
     bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape, conversation;
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
+    float video_fps;              /* --video-fps; 0: 2 */
     int repeat_last_n;
     struct str_list stops;        /* every -r / --stop */
     uint64_t seed;
@@ -118,6 +119,8 @@ extern const struct command info_command, tokenize_command, generate_command, ch
     { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
     { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
     { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
+    { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \
+      "frames a second the --video / --frame frames were taken at (Qwen2.5-VL's time positions; default 2)" }, \
     { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
     OPT_PSEUDO_NOISE, \

@@ -53,6 +53,7 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
         cJSON_AddNumberToObject(v, "n_ff", in->vision_n_ff);
         cJSON_AddNumberToObject(v, "image_tokens", in->image_tokens);
         cJSON_AddNumberToObject(v, "image_grid", in->image_grid);
+        cJSON_AddNumberToObject(v, "video_frames_per_item", in->video_frames_per_item);
     }
     return o;
 }
@@ -93,6 +94,12 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
                "projector %s -> up to %d tokens\n", in->vision_source, in->vision_tower, in->vision_n_layer,
                in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_patch_size, in->vision_projector,
                in->image_tokens);
+    if (in->video_frames_per_item > 1)
+        printf("video           %d frames a temporal patch (--video, --frame)\n", in->video_frames_per_item);
+    else if (in->video_frames_per_item == 1)
+        printf("video           each frame encoded as an image (--video, --frame)\n");
+    else if (in->has_vision)
+        printf("video           none (images only)\n");
 }
 
 static int cmd_info(const struct args *a) {

@@ -219,15 +219,61 @@ static int frame_names(const char *dir, char ***out, int *n) {
     return rc;
 }
 
+/* One video's frame files, in order, through kvf_media_encode_video,
+ * appended to ms: read and encoded a few at a time, so that a long video
+ * is never in memory whole. */
+static int media_video(const struct args *a, const struct kvf_model *m, char *const *paths, int n,
+                       struct media_set *ms) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    enum { CHUNK = 64 }; /* a multiple of any frames per item (<= 8) */
+    struct kvf_image *img[CHUNK];
+    struct kvf_media *md[CHUNK];
+    int rc = 0;
+    for (int f0 = 0; f0 < n && !rc; f0 += CHUNK) {
+        const int k = MIN(CHUNK, n - f0);
+        int loaded = 0, made = 0;
+        for (; loaded < k && !rc; loaded++) {
+            const enum kvf_status st = kvf_image_load(paths[f0 + loaded], image_max_pixels(a), &img[loaded]);
+            if (st != KVF_OK) {
+                char what[512];
+                snprintf(what, sizeof what, "cannot read video frame '%s'", paths[f0 + loaded]);
+                rc = fail(st, what);
+            }
+        }
+        if (!rc) {
+            const enum kvf_status st = kvf_media_encode_video(m, (const struct kvf_image *const *)img, k, f0,
+                                                              a->video_fps > 0 ? a->video_fps : 2.0, a->threads,
+                                                              md, &made);
+            if (st != KVF_OK) {
+                char what[512];
+                snprintf(what, sizeof what, "cannot encode the video of '%s'", paths[0]);
+                rc = fail(st, what);
+            }
+        }
+        for (int i = 0; i < loaded; i++) kvf_image_free(img[i]); /* a failed load left NULL */
+        for (int i = 0; i < made; i++)
+            if (rc) kvf_media_free(md[i]);
+            else rc = media_push(ms, md[i]);
+    }
+    return rc;
+}
+
 /* A video as a directory of frames, in name order (frame_0001.png, ...). */
 static int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms) {
     char **names = NULL;
     int n = 0, rc = frame_names(dir, &names, &n);
     for (int i = 0; !rc && i < n; i++) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
+        char *path = malloc(strlen(dir) + strlen(names[i]) + 2);
+        if (!path) {
+            rc = fail(KVF_ERR_NOMEM, "video");
+            break;
+        }
+        sprintf(path, "%s/%s", dir, names[i]);
+        free(names[i]);
+        names[i] = path;
     }
+    if (!rc) rc = media_video(a, m, names, n, ms);
     for (int i = 0; i < n; i++)
         free(names[i]);
     free(names);
@@ -265,7 +311,15 @@ int media_build(const struct args *a, const struct kvf_model *m, struct media_se
         const char *v = a->media[i].value;
         switch (a->media[i].kind) {
         case MEDIA_IMAGE: rc = media_image_file(a, m, v, KVF_MOD_IMAGE, ms); break;
-        case MEDIA_FRAME: rc = media_image_file(a, m, v, KVF_MOD_VIDEO, ms); break;
+        case MEDIA_FRAME: { /* consecutive frames: one video */
+            char *paths[MEDIA_ARGS_MAX];
+            int n = 0;
+            for (; i + n < a->n_media && a->media[i + n].kind == MEDIA_FRAME; n++)
+                paths[n] = (char *)a->media[i + n].value;
+            rc = media_video(a, m, paths, n, ms);
+            i += n - 1;
+            break;
+        }
         case MEDIA_VIDEO_DIR: rc = media_video_dir(a, m, v, ms); break;
         case MEDIA_PSEUDO: rc = media_pseudo(a, m, v, i, ms); break;
         }
@@ -273,30 +327,48 @@ int media_build(const struct args *a, const struct kvf_model *m, struct media_se
     return rc;
 }
 
+/* The media item it of a samples line: its kind and path (dir prepended
+ * to a relative one) into path; false (an error printed) when malformed. */
+static bool sample_item(const char *cmd, const cJSON *it, const char *dir, int line, int i, char *path, size_t n,
+                        const char **kind) {
+    const cJSON *v = it->child;
+    if (!cJSON_IsObject(it) || !v || v->next || !cJSON_IsString(v)) {
+        print_error("%s: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", cmd, line, i);
+        return false;
+    }
+    if (strcmp(v->string, "image") && strcmp(v->string, "frame") && strcmp(v->string, "pseudo")) {
+        print_error("%s: samples line %d: unknown media kind '%s' (image, frame, pseudo)", cmd, line, v->string);
+        return false;
+    }
+    snprintf(path, n, "%s%s", v->valuestring[0] == '/' ? "" : dir, v->valuestring);
+    *kind = v->string;
+    return true;
+}
+
 int samples_media(const char *cmd, const struct args *a, const struct kvf_model *m, const cJSON *list, const char *dir,
                   int line, struct media_set *ms) {
-    const cJSON *it;
-    int rc = 0, i = 0;
-    cJSON_ArrayForEach(it, list) {
-        const cJSON *v = it->child;
-        if (!cJSON_IsObject(it) || !v || v->next || !cJSON_IsString(v)) {
-            print_error("%s: samples line %d: media item %d is not {\"image\"|\"frame\"|\"pseudo\": PATH}", cmd, line, i);
-            return EXIT_INPUT;
-        }
+    const int n = cJSON_GetArraySize(list);
+    char **frames = calloc((size_t)MAX(n, 1), sizeof *frames); /* the run of frames being gathered */
+    int rc = frames ? 0 : fail(KVF_ERR_NOMEM, "samples"), n_frames = 0;
+    for (int i = 0; i <= n && !rc; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s%s", v->valuestring[0] == '/' ? "" : dir, v->valuestring);
-        if (!strcmp(v->string, "image")) rc = media_image_file(a, m, path, KVF_MOD_IMAGE, ms);
-        else if (!strcmp(v->string, "frame")) rc = media_image_file(a, m, path, KVF_MOD_VIDEO, ms);
-        else if (!strcmp(v->string, "pseudo")) rc = media_pseudo(a, m, path, i, ms);
-        else {
-            print_error("%s: samples line %d: unknown media kind '%s' (image, frame, pseudo)", cmd, line, v->string);
-            return EXIT_INPUT;
+        const char *kind = "";
+        if (i < n && !sample_item(cmd, cJSON_GetArrayItem(list, i), dir, line, i, path, sizeof path, &kind)) {
+            rc = EXIT_INPUT;
+            break;
         }
-        if (rc)
-            return rc;
-        i++;
+        if (!strcmp(kind, "frame")) { /* consecutive frames: one video */
+            if (!(frames[n_frames++] = strdup(path))) rc = fail(KVF_ERR_NOMEM, "samples");
+            continue;
+        }
+        if (n_frames) rc = media_video(a, m, frames, n_frames, ms);
+        for (; n_frames > 0; n_frames--) free(frames[n_frames - 1]);
+        if (rc || i == n) break;
+        rc = !strcmp(kind, "image") ? media_image_file(a, m, path, KVF_MOD_IMAGE, ms) : media_pseudo(a, m, path, i, ms);
     }
-    return 0;
+    for (int i = 0; i < n_frames; i++) free(frames[i]);
+    free(frames);
+    return rc;
 }
 
 /* --------------------------------------------------------------- prompt -- */
