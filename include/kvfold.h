@@ -243,21 +243,27 @@ KVF_API const char *kvf_modality_str(enum kvf_modality m); /* "text", "image", "
 struct kvf_media;
 
 /* Runs the model's vision tower (preprocessing, ViT, projector) on an image.
- * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video (for
- * Qwen2-VL and Qwen2.5-VL a one-frame video: use kvf_media_encode_video).
- * n_threads <= 0: the model's default. KVF_ERR_UNSUPPORTED without a vision tower. */
+ * modality: KVF_MOD_IMAGE, or KVF_MOD_VIDEO for a frame of a video that
+ * LLaVA encodes frame by frame (Qwen2-VL and Qwen2.5-VL refuse it with
+ * KVF_ERR_INVALID_ARG: their frames go two at a time through
+ * kvf_media_encode_video). n_threads <= 0: the model's default.
+ * KVF_ERR_UNSUPPORTED without a vision tower. */
 KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, const struct kvf_image *image,
                                        enum kvf_modality modality, int n_threads, struct kvf_media **out);
-/* Encodes a video: its frames in order, all of one size, taken at fps
- * frames a second (> 0; Qwen2.5-VL's M-RoPE time positions depend on it).
+/* Encodes a video: its frames in order, taken at fps frames a second
+ * (0 < fps <= 1e6; Qwen2.5-VL's M-RoPE time positions depend on it).
  * Qwen2-VL and Qwen2.5-VL encode two frames at a time into one item, as
- * their video processor does (the last frame repeated when the count is
- * odd); LLaVA encodes each frame as an image; Gemma 3 reads no videos
- * (KVF_ERR_UNSUPPORTED): kvf_model_info.video_frames_per_item says which.
- * A long video can be given a few frames at a time: first_frame is the
- * index of frames[0] in the video (a multiple of video_frames_per_item; 0
- * starts a video). out: room for n_frames items, each the caller's to
- * free; *n_out: how many were made (none on error). */
+ * their video processor does (the frames all of one size; the last
+ * repeated when the count is odd), and give an item after a video one past
+ * the largest position the video took (Qwen's rule; transformers 5 differs
+ * once the time positions reach the grid's longer side); LLaVA encodes
+ * each frame as an image; Gemma 3 reads no videos (KVF_ERR_UNSUPPORTED):
+ * kvf_model_info.video_frames_per_item says which. A long video can be
+ * given a few frames at a time: first_frame is the index of frames[0] in
+ * the video (0 starts a video); every call but the last then holds a
+ * multiple of video_frames_per_item frames, all of the first call's size.
+ * n_threads <= 0: the model's default. out: room for n_frames items, each
+ * the caller's to free; *n_out: how many were made (none on error). */
 KVF_API enum kvf_status kvf_media_encode_video(const struct kvf_model *model, const struct kvf_image *const *frames,
                                        int n_frames, int first_frame, double fps, int n_threads,
                                        struct kvf_media **out, int *n_out);
@@ -277,7 +283,9 @@ KVF_API enum kvf_status kvf_media_pseudo_image(const struct kvf_model *model, co
 /* Caller-made embeddings [rows*cols][n_embd] (copied), row-major over the
  * grid; in a prompt they behave as kvf_session_prefill_embd of the same
  * rows with the same tags, plus what the model's prompt layout adds to an
- * image (Gemma 3's and Qwen2.5-VL's delimiters, M-RoPE positions). */
+ * image (Gemma 3's and Qwen2.5-VL's delimiters, M-RoPE positions). A
+ * KVF_MOD_VIDEO item made so has video index -1 and time position 0: it
+ * goes on the video before it. */
 KVF_API enum kvf_status kvf_media_from_embd(const struct kvf_model *model, const float *embd, int rows, int cols,
                                     enum kvf_modality modality, struct kvf_media **out);
 KVF_API void kvf_media_free(struct kvf_media *media);
@@ -295,8 +303,8 @@ KVF_API double kvf_media_encode_ms(const struct kvf_media *media);
 /* A tokenized multimodal prompt: text with markers, each marker replaced by
  * media. "<image>" takes the next media item (image or pseudo-image);
  * "<video>" takes the next run of consecutive KVF_MOD_VIDEO items (one video,
- * frame indices 0..; it ends before the first item of the next
- * kvf_media_encode_video). The number of markers must match the media given. */
+ * frame indices 0..; it ends before the next item whose
+ * kvf_media_video_index is 0). The number of markers must match the media given. */
 struct kvf_prompt;
 
 #define KVF_MARKER_IMAGE "<image>"

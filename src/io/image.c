@@ -526,13 +526,13 @@ static enum kvf_status plan_make(int in_size, int out_size, enum image_filter f,
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     const double support = filter_support(f) * filterscale;
     p->ksize = (int)ceil(support) * 2 + 1; /* in_size <= 65535: no overflow */
-    size_t nk, nk32, nb;
-    if (!size_mul((size_t)p->ksize, (size_t)out_size, &nk) || !size_mul(nk, sizeof(double), &nk32) ||
+    size_t nk, w_bytes, nb;
+    if (!size_mul((size_t)p->ksize, (size_t)out_size, &nk) || !size_mul(nk, sizeof(double), &w_bytes) ||
         !size_mul((size_t)out_size, 2 * sizeof(int), &nb))
         return err_set(KVF_ERR_INVALID_ARG, "resampling %d to %d samples is too large", in_size, out_size);
     p->bounds = malloc(nb);
     p->k = malloc(nk * sizeof(int32_t));
-    double *w = malloc(nk32), wmax = 0.0;
+    double *w = malloc(w_bytes), wmax = 0.0;
     if (!p->bounds || !p->k || !w) {
         free(w);
         plan_free(p);

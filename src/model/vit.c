@@ -619,7 +619,7 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
 }
 
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
-    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, 1, nt, out);
+    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, false, nt, out);
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;

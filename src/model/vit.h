@@ -117,10 +117,10 @@ enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out,
 enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
 /* The token grid of an image, or (video) of a video's frames of h x w. */
 bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows, int *cols);
-/* Encodes an image (n_frames 1) or one temporal patch of a video
- * (n_frames t_patch frames of one size, preprocessed as the video
- * processor does) into out [rows * cols][n_out] of qvit_grid. */
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int n_frames,
+/* Encodes an image (frames[0] alone) or, video, one temporal patch of a
+ * video (t_patch frames of one size, preprocessed as the video processor
+ * does) into out [rows * cols][n_out] of qvit_grid. */
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video,
                             int n_threads, float *out);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);
 

@@ -53,8 +53,10 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
         t->video_min_pixels < 1 || t->video_min_pixels > t->video_max_pixels ||
         !(t->tokens_per_second >= 0.0f && t->tokens_per_second <= 1e4f))
         return err_set(KVF_ERR_FORMAT, "%s: Qwen2.5-VL vision sizes out of range (width %d, ff %d, heads %d, layers "
-                       "%d, patch %d, merge %d, window %d; head width a multiple of 4)", what, H, F, t->n_head, L,
-                       t->patch_size, t->merge, t->window);
+                       "%d, patch %d, merge %d, window %d, frames a patch %d, tokens a second %g, pixels %lld..%lld, "
+                       "video pixels %lld..%lld; head width a multiple of 4)", what, H, F, t->n_head, L, t->patch_size,
+                       t->merge, t->window, t->t_patch, (double)t->tokens_per_second, (long long)t->min_pixels,
+                       (long long)t->max_pixels, (long long)t->video_min_pixels, (long long)t->video_max_pixels);
     for (int c = 0; c < 3; c++)
         if (!(t->std[c] > 0.0f) || !isfinite(t->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
@@ -470,16 +472,14 @@ static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, i
     ops_add(b->x, b->xn, (size_t)n * H);
 }
 
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int n_frames,
-                            int nt, float *out) {
-    const int unit = v->patch_size * v->merge, T = n_frames;
-    const bool video = T > 1;
-    if (T != 1 && T != v->t_patch) return err_set(KVF_ERR_INTERNAL, "a temporal patch of %d frames", T);
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video, int nt,
+                            float *out) {
+    const int unit = v->patch_size * v->merge, T = video ? v->t_patch : 1;
     const struct kvf_image *img = frames[0];
     int rows, cols;
     if (!qvit_grid(v, img->h, img->w, video, &rows, &cols))
-        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)", img->w,
-                       img->h);
+        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d %s has no Qwen2.5-VL size (aspect ratio over 200?)", img->w,
+                       img->h, video ? "video frame" : "image");
     const int rh = rows * unit, rw = cols * unit;
     struct qvit_plan p;
     struct qvit_buf b;

@@ -16,6 +16,7 @@
 
 #define MEDIA_MAX_SIDE 4096
 #define MEDIA_MAX_TOKENS (1 << 20)
+#define VIDEO_MAX_FRAMES (1 << 24) /* time positions stay exact in float (qwen_video_item) */
 
 const char *kvf_modality_str(enum kvf_modality m) {
     switch (m) {
@@ -85,7 +86,7 @@ static enum kvf_status qwen_video_item(const struct kvf_model *m, const struct k
     enum kvf_status st = media_alloc(m, rows, cols, 0, KVF_MOD_VIDEO, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
-    if ((st = qvit_encode(v, patch, T, nt, md->embd)) != KVF_OK) {
+    if ((st = qvit_encode(v, patch, true, nt, md->embd)) != KVF_OK) {
         kvf_media_free(md);
         return st;
     }
@@ -106,14 +107,11 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     if (model_require_weights(m, "encode_image") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
+    /* A frame alone has no place in time, nor a partner for its temporal patch. */
+    if (mod == KVF_MOD_VIDEO && vision_is_qwen(v))
+        return err_set(KVF_ERR_INVALID_ARG, "Qwen2-VL / Qwen2.5-VL encode video frames two at a time: give the "
+                       "video's frames to kvf_media_encode_video");
     const int nt = n_threads > 0 ? n_threads : m->n_threads;
-    if (mod == KVF_MOD_VIDEO && vision_is_qwen(v)) {
-        /* A one-frame video (the frame repeated), which goes on any video before it. */
-        const struct kvf_image *patch[8] = {img, img, img, img, img, img, img, img}; /* t_patch <= 8 (qvit_alloc) */
-        enum kvf_status st = qwen_video_item(m, patch, 0, 1.0, nt, out);
-        if (st == KVF_OK) (*out)->slice = -1;
-        return st;
-    }
     struct kvf_media *md;
     int rows, cols;
     bool cls;
@@ -146,10 +144,10 @@ enum kvf_status kvf_media_encode_video(const struct kvf_model *m, const struct k
     if (v->proj == VIT_PROJ_GEMMA3) return err_set(KVF_ERR_UNSUPPORTED, "Gemma 3 reads images only, not videos");
     const int nt = n_threads > 0 ? n_threads : m->n_threads;
     const bool qwen = vision_is_qwen(v);
-    const int T = qwen ? v->t_patch : 1, n_items = (n_frames + T - 1) / T;
-    if (first_frame < 0 || first_frame % T != 0 || first_frame > MEDIA_MAX_TOKENS)
+    const int T = qwen ? v->t_patch : 1, n_items = n_frames / T + (n_frames % T != 0);
+    if (first_frame < 0 || first_frame % T != 0 || first_frame > VIDEO_MAX_FRAMES)
         return err_set(KVF_ERR_INVALID_ARG, "video: first frame %d is not a multiple of %d in 0..%d", first_frame, T,
-                       MEDIA_MAX_TOKENS);
+                       VIDEO_MAX_FRAMES);
     for (int i = 1; qwen && i < n_frames; i++)
         if (frames[i]->w != frames[0]->w || frames[i]->h != frames[0]->h)
             return err_set(KVF_ERR_INVALID_ARG,
@@ -373,7 +371,7 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
             while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO &&
                    (frames == 0 || media[used]->slice != 0)) {
                 if ((st = prompt_add_media(p, m, media[used], frames++, &cap))) return st;
-                p->segs[p->n_segs - 1].run = 0;
+                p->segs[p->n_segs - 1].run = 0; /* prompt_rope takes the video from its first segment */
                 used++;
             }
             if (frames == 0)

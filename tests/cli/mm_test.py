@@ -105,6 +105,22 @@ def case_mm_video(ctx):
     o2 = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> What happens?",
                        *[x for f in frames for x in ("--frame", f)]])
     check(o2["tags"] == tags and o2["text"] == o["text"], "--frame x3 equals --video DIR")
+    # Two videos in a row fill a marker each, frame indices from 0 in each.
+    o3 = tags_of(ctx, [*ctx.llava(), "-p", "Watch: <video> then <video> What changed?", "--video", vdir,
+                       "--video", vdir])
+    runs = []  # the frame indices of each run of video positions
+    for i, t in enumerate(o3["tags"]):
+        if t[1] == "video":
+            if i == 0 or o3["tags"][i - 1][1] != "video":
+                runs.append([])
+            if t[2] not in runs[-1]:
+                runs[-1].append(t[2])
+    check(runs == [[0, 1, 2], [0, 1, 2]], f"two videos: frame indices by run {runs}")
+    expect_error(ctx, 2, ["generate", *ctx.llava(), "-n", "1", "-p", "<video>", "--video", vdir, "--video", vdir],
+                 "one <video> marker, two videos")
+    gemma = ["-m", ctx.fixture("gemma3v-f32.gguf"), "--mmproj", ctx.fixture("gemma3v-mmproj-f32.gguf")]
+    line = expect_error(ctx, 2, ["generate", *gemma, "-n", "1", "-p", "<video>", "--video", vdir], "Gemma 3 video")
+    check("images only" in line, f"the error says Gemma 3 reads images only: {line}")
 
 
 def case_mm_errors(ctx):

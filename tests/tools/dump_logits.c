@@ -198,7 +198,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--prompt")) prompt = argv[a + 1];
         else if (!strcmp(argv[a], "--kv")) kv = argv[a + 1];
         else if ((!strcmp(argv[a], "--image") || !strcmp(argv[a], "--frame")) && n_images < MAX_IMAGES)
-            images[n_images++] = (struct media_arg){argv[a + 1], argv[a][2] == 'f'};
+            images[n_images++] = (struct media_arg){argv[a + 1], argv[a][2] == 'f'}; /* --frame */
         else if (!strcmp(argv[a], "--fps")) fps = atof(argv[a + 1]);
         else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);

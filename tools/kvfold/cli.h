@@ -120,7 +120,8 @@ extern const struct command info_command, tokenize_command, generate_command, ch
     { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
     { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
     { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \
-      "frames a second the --video / --frame frames were taken at (Qwen2.5-VL's time positions; default 2)" }, \
+      "frames a second the --video / --frame frames were taken at (Qwen2.5-VL's time positions; default 2, " \
+      "the rate Qwen's pipeline samples at)" }, \
     { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
     OPT_PSEUDO_NOISE, \

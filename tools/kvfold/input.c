@@ -226,12 +226,13 @@ static int media_video(const struct args *a, const struct kvf_model *m, char *co
                        struct media_set *ms) {
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
-    enum { CHUNK = 64 }; /* a multiple of any frames per item (<= 8) */
+    enum { CHUNK = 8 }; /* frames in memory at once, at most */
+    const int per = MAX(info.video_frames_per_item, 1), chunk = per * MAX(CHUNK / per, 1); /* whole items */
     struct kvf_image *img[CHUNK];
     struct kvf_media *md[CHUNK];
     int rc = 0;
-    for (int f0 = 0; f0 < n && !rc; f0 += CHUNK) {
-        const int k = MIN(CHUNK, n - f0);
+    for (int f0 = 0; f0 < n && !rc; f0 += chunk) {
+        const int k = MIN(chunk, n - f0);
         int loaded = 0, made = 0;
         for (; loaded < k && !rc; loaded++) {
             const enum kvf_status st = kvf_image_load(paths[f0 + loaded], image_max_pixels(a), &img[loaded]);
