@@ -501,6 +501,9 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
             st = vision_load_mmproj(m, p.mmproj);
     }
     if (st == KVF_OK && m->vision) st = vision_attach(m);
+    if (st == KVF_OK && (p.image_min_tokens || p.image_max_tokens))
+        st = m->vision ? vision_limit_tokens(m->vision, p.image_min_tokens, p.image_max_tokens)
+                       : err_set(KVF_ERR_INVALID_ARG, "image token bounds given, but the model has no vision tower");
     if (st != KVF_OK) {
         kvf_model_free(m);
         return st;

@@ -89,6 +89,9 @@ void vision_free(struct vision_model *v);
 /* What the loaded tower asks of the decoder and the prompt: Gemma 3's
  * bidirectional image attention and the tokens around each image. */
 enum kvf_status vision_attach(struct kvf_model *m);
+/* kvf_model_params' image_min_tokens / image_max_tokens (0: kept) on a
+ * tower whose images keep their own size; others ignore them. */
+enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens);
 
 /* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */
 enum kvf_status model_require_weights(const struct kvf_model *m, const char *what);

@@ -435,10 +435,12 @@ def main():
         print(f"FAIL: {e}")
         return 1
     n_tok, n_vocab = ours.shape
-    # The same weights as llama.cpp's GGUF + mmproj (these images resize alike under both files' pixel bounds).
+    # The same weights as llama.cpp's GGUF + mmproj, told the directory's
+    # image bounds as a llama.cpp user would (--image-min/max-tokens).
     dec, mm = write_gguf_pair(model, cfg, args.out, args.fixtures, args.family)
+    bounds = ["--image-min-tokens", str(MIN_PIXELS // 784), "--image-max-tokens", str(MAX_PIXELS // 784)]
     try:
-        gg, gids = run_kvfold(args, dec, ["--mmproj", mm], paths, tmp, "gguf", PROMPT)
+        gg, gids = run_kvfold(args, dec, ["--mmproj", mm] + bounds, paths, tmp, "gguf", PROMPT)
     except RuntimeError as e:
         print(f"FAIL: {e}")
         return 1

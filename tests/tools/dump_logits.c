@@ -24,6 +24,8 @@
  *   --frame FILE    (repeatable) a video frame: a run of them is one video
  *                   (kvf_media_encode_video) for the next <video> marker
  *   --fps F         the videos' frame rate (default 2)
+ *   --image-min-tokens N, --image-max-tokens N
+ *                   kvf_model_params' bounds on a Qwen image's tokens
  * Prints "n_vocab N" on stdout. */
 #include "kvfold.h"
 
@@ -191,6 +193,7 @@ int main(int argc, char **argv) {
     struct media_arg images[MAX_IMAGES];
     int split = 0, n_batch = 0, n_threads = 0, n_images = 0;
     double fps = 2.0;
+    int min_tokens = 0, max_tokens = 0;
     int a = 1;
     for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
         if (!strcmp(argv[a], "--decode")) decode_out = argv[a + 1];
@@ -200,6 +203,8 @@ int main(int argc, char **argv) {
         else if ((!strcmp(argv[a], "--image") || !strcmp(argv[a], "--frame")) && n_images < MAX_IMAGES)
             images[n_images++] = (struct media_arg){argv[a + 1], argv[a][2] == 'f'}; /* --frame */
         else if (!strcmp(argv[a], "--fps")) fps = atof(argv[a + 1]);
+        else if (!strcmp(argv[a], "--image-min-tokens")) min_tokens = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "--image-max-tokens")) max_tokens = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--split")) split = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--batch")) n_batch = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "--threads")) n_threads = atoi(argv[a + 1]);
@@ -210,6 +215,8 @@ int main(int argc, char **argv) {
         struct kvf_model_params mp = kvf_model_default_params();
         if (n_threads > 0) mp.n_threads = n_threads;
         mp.mmproj = mmproj;
+        mp.image_min_tokens = min_tokens;
+        mp.image_max_tokens = max_tokens;
         struct kvf_model *model = NULL;
         enum kvf_status st = kvf_model_load(argv[a], &mp, &model);
         if (st) return fail(argv[a], st);

@@ -1088,7 +1088,15 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     assert_int_equal(in.rope_sections[2], 24);
     assert_string_equal(in.vision_tower, "Qwen2.5-VL ViT");
     assert_int_equal(in.vision_n_layer, QV_L);
-    assert_int_equal(in.image_tokens, 28 * 28 * 1280 / (28 * 28)); /* llama.cpp's default bound: 1280 tokens */
+    assert_int_equal(in.image_tokens, 4096); /* llama.cpp's default bound */
+    kvf_model_free(m);
+    /* llama.cpp's --image-min-tokens / --image-max-tokens */
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.mmproj = mmp;
+    mp.image_max_tokens = 1024;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    kvf_model_get_info(m, &in);
+    assert_int_equal(in.image_tokens, 1024);
     /* The HF directory's count (test_qwen25vl_7b_hf): the kernel's two
      * frames count in both. */
     const int64_t E = Q7_E, F = Q7_F, KD = (int64_t)Q7_NKV * (E / Q7_NH), H = QV_H, VF = QV_F;
@@ -1097,6 +1105,13 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
                           VF * H + H) + H + 16 * H * H + 4 * H + E * 4 * H + E;
     assert_int_equal(in.n_params, dec_p + vis_p);
     kvf_model_free(m);
+    /* Bounds that cannot hold. */
+    mp.image_min_tokens = 2048;
+    m = (struct kvf_model *)1;
+    assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_INVALID_ARG);
+    assert_null(m);
+    mp.image_min_tokens = -1;
+    assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_INVALID_ARG);
 }
 
 static void test_llava7b_hf(void **state) {

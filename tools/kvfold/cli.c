@@ -507,6 +507,8 @@ int load_model(const struct args *a, struct kvf_model **model) {
     struct kvf_model_params mp = kvf_model_default_params();
     mp.n_threads = a->threads;
     mp.mmproj = a->mmproj;
+    mp.image_min_tokens = a->image_min_tokens;
+    mp.image_max_tokens = a->image_max_tokens;
     enum kvf_status st = kvf_model_load(a->model, &mp, model);
     if (st != KVF_OK) {
         char what[512];

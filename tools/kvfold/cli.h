@@ -62,6 +62,7 @@ struct args {
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
     float video_fps;              /* --video-fps; 0: 2 */
     int repeat_last_n;
+    int image_min_tokens, image_max_tokens; /* --image-min-tokens / --image-max-tokens; 0: the model's */
     struct str_list stops;        /* every -r / --stop */
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
@@ -111,11 +112,17 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }
 #define OPT_SYSTEM { "--system --system-prompt", "-sys", OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" }
-#define OPT_MMPROJ { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }
+/* The vision tower: its file, and (llama.cpp's names) the tokens a Qwen2-VL / Qwen2.5-VL image may become. */
+#define OPTS_VISION \
+    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
+    { "--image-min-tokens", NULL, OPT_INT, &a->image_min_tokens, 0, 1 << 20, "N", \
+      "Qwen2-VL / Qwen2.5-VL: an image becomes at least N tokens (default: the model's)" }, \
+    { "--image-max-tokens", NULL, OPT_INT, &a->image_max_tokens, 0, 1 << 20, "N", \
+      "Qwen2-VL / Qwen2.5-VL: an image becomes at most N tokens (default: the model's)" }
 #define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 /* Multimodal input, shared by generate and bench. */
 #define OPTS_MEDIA \
-    OPT_MMPROJ, \
+    OPTS_VISION, \
     { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
     { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
     { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \

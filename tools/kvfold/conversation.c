@@ -27,7 +27,7 @@ static int chat_opts(struct args *a, struct opt *out) {
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N",
           "positions the conversation may reach (default: the model's context, at most 8192)" },
         OPT_BATCH,
-        OPT_MMPROJ,
+        OPTS_VISION,
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy, applied after each prompt and while decoding, "
           "e.g. snapkv:budget=0.2+decode=h2o (see kvfold policies)" },

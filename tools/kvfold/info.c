@@ -5,7 +5,7 @@
 static int info_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL, OPT_JSON, OPT_THREADS,
-        { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj)" },
+        OPTS_VISION,
     };
     OPTS_RETURN(out, t);
 }

@@ -14,7 +14,7 @@ static void profile_defaults(struct args *a) {
 static int profile_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL,
-        OPT_MMPROJ,
+        OPTS_VISION,
         { "--samples", NULL, OPT_STR, &a->samples, 0, 0, "FILE", "sample prompts: one JSON object per line, "
           "{\"prompt\": TEXT, \"media\": [{\"image\"|\"frame\"|\"pseudo\": PATH}, ...]}, paths relative to FILE" },
         { "--budget", NULL, OPT_FLOAT, &a->budget, 0.001, 1, "R", "share of the KV cache kept (default 0.2)" },
