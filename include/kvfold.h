@@ -114,10 +114,14 @@ struct kvf_model_params {
                                vocabulary-only GGUF files of llama.cpp, or a directory with
                                just tokenizer.json); kvf_session_init and kvf_media_* refuse
                                such a model with KVF_ERR_UNSUPPORTED. */
-    /* Qwen2-VL / Qwen2.5-VL: the fewest and most tokens an image may become
-     * (llama.cpp's --image-min-tokens / --image-max-tokens: the image's size
-     * is scaled into them); 0: the model's own bounds (its processor config,
-     * the mmproj's keys, or Qwen's defaults). Towers of a fixed size ignore them. */
+    /* Qwen2-VL / Qwen2.5-VL: the fewest and most tokens an image (not a
+     * video frame) may become (llama.cpp's --image-min-tokens /
+     * --image-max-tokens: the image's size is scaled into them), each in
+     * 0..2^20; 0: the model's own bound (a directory's processor config; an
+     * mmproj's clip.vision.image_min/max_pixels, else llama.cpp's 8 and 4096
+     * tokens). KVF_ERR_INVALID_ARG when out of range or when the fewest
+     * exceeds the most; models without such a tower ignore them, as
+     * llama.cpp does. */
     int image_min_tokens, image_max_tokens;
 };
 KVF_API struct kvf_model_params kvf_model_default_params(void);

@@ -483,6 +483,10 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     *out = NULL;
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "no model path");
     struct kvf_model_params p = params ? *params : kvf_model_default_params();
+    if (p.image_min_tokens < 0 || p.image_max_tokens < 0 || p.image_min_tokens > KVF_IMAGE_MAX_TOKENS ||
+        p.image_max_tokens > KVF_IMAGE_MAX_TOKENS)
+        return err_set(KVF_ERR_INVALID_ARG, "image tokens %d..%d: each in 0..%d (0: the model's own)",
+                       p.image_min_tokens, p.image_max_tokens, KVF_IMAGE_MAX_TOKENS);
     struct stat sb;
     if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct kvf_model *m = calloc(1, sizeof *m);
@@ -501,9 +505,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
             st = vision_load_mmproj(m, p.mmproj);
     }
     if (st == KVF_OK && m->vision) st = vision_attach(m);
-    if (st == KVF_OK && (p.image_min_tokens || p.image_max_tokens))
-        st = m->vision ? vision_limit_tokens(m->vision, p.image_min_tokens, p.image_max_tokens)
-                       : err_set(KVF_ERR_INVALID_ARG, "image token bounds given, but the model has no vision tower");
+    if (st == KVF_OK && m->vision) st = vision_limit_tokens(m->vision, p.image_min_tokens, p.image_max_tokens);
     if (st != KVF_OK) {
         kvf_model_free(m);
         return st;

@@ -89,8 +89,10 @@ void vision_free(struct vision_model *v);
 /* What the loaded tower asks of the decoder and the prompt: Gemma 3's
  * bidirectional image attention and the tokens around each image. */
 enum kvf_status vision_attach(struct kvf_model *m);
-/* kvf_model_params' image_min_tokens / image_max_tokens (0: kept) on a
- * tower whose images keep their own size; others ignore them. */
+/* kvf_model_params' image_min_tokens / image_max_tokens (0: kept; each
+ * within 0..KVF_IMAGE_MAX_TOKENS) on a tower whose images keep their own
+ * size; others ignore them. */
+#define KVF_IMAGE_MAX_TOKENS (1 << 20)
 enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens);
 
 /* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */

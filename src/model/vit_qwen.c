@@ -35,7 +35,6 @@
 
 #define QVIT_MAX_DIM (1 << 16)
 #define QVIT_MAX_LAYERS 256
-#define QVIT_MAX_TOKENS (1 << 20) /* an image's, as media (prompt.c) */
 
 static const char *qname(char *buf, size_t n, const char *prefix, const char *fmt, int layer) {
     const int k = snprintf(buf, n, "%s", prefix);
@@ -260,7 +259,7 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
      * Qwen2VLVideoProcessor's bounds and the released Qwen2.5-VL models' 2
      * tokens a second. */
     struct vision_model t = {.patch_size = 14, .eps = 1e-6f, .proj = VIT_PROJ_QWEN25VL, .merge = 2, .t_patch = 2,
-                             .window = 112, .min_pixels = 8 * 28 * 28, .max_pixels = 4096 * 28 * 28,
+                             .window = 112,
                              .video_min_pixels = 128 * 28 * 28, .video_max_pixels = 768 * 28 * 28,
                              .tokens_per_second = qwen2 ? 0.0f : 2.0f,
                              .rope_theta = 10000.0f, .mean = {0.48145466f, 0.4578275f, 0.40821073f},
@@ -278,13 +277,17 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
     if ((st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
         (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
         return st;
-    /* Newer converters may write the image processor's bounds. */
+    /* Newer converters may write the image processor's bounds; a side the
+     * file leaves out takes llama.cpp's, but never past the other. */
     int min_px = 0, max_px = 0;
     if ((st = mmproj_u32(f, "clip.vision.image_min_pixels", &min_px, false)) ||
         (st = mmproj_u32(f, "clip.vision.image_max_pixels", &max_px, false)))
         return st;
-    if (min_px > 0) t.min_pixels = min_px;
-    if (max_px > 0) t.max_pixels = max_px;
+    if (t.patch_size <= 0 || t.patch_size > 64 || t.merge <= 0 || t.merge > 8)
+        return err_set(KVF_ERR_FORMAT, "%s: patch size %d, merge %d", path, t.patch_size, t.merge);
+    const int64_t area = (int64_t)t.patch_size * t.merge * t.patch_size * t.merge;
+    t.min_pixels = min_px > 0 ? min_px : max_px > 0 ? KVF_MIN(8 * area, (int64_t)max_px) : 8 * area;
+    t.max_pixels = max_px > 0 ? max_px : KVF_MAX(4096 * area, t.min_pixels);
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
     if (!qwen2 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
     snprintf(t.source, sizeof t.source, "mmproj");
@@ -296,16 +299,14 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
 }
 
 enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens) {
-    if (min_tokens < 0 || max_tokens < 0 || min_tokens > QVIT_MAX_TOKENS || max_tokens > QVIT_MAX_TOKENS)
-        return err_set(KVF_ERR_INVALID_ARG, "image tokens %d..%d: each in 0..%d (0: the model's own)", min_tokens,
-                       max_tokens, QVIT_MAX_TOKENS);
     if (v->proj != VIT_PROJ_QWEN25VL) return KVF_OK;
     const int64_t area = (int64_t)v->patch_size * v->merge * v->patch_size * v->merge;
     const int64_t lo = min_tokens ? min_tokens * area : v->min_pixels;
     const int64_t hi = max_tokens ? max_tokens * area : v->max_pixels;
     if (lo > hi)
-        return err_set(KVF_ERR_INVALID_ARG, "image tokens: at least %lld over at most %lld", (long long)(lo / area),
-                       (long long)(hi / area));
+        return err_set(KVF_ERR_INVALID_ARG, "image tokens: the fewest, %lld%s, exceed the most, %lld%s (set both)",
+                       (long long)(lo / area), min_tokens ? "" : " (the model's)", (long long)(hi / area),
+                       max_tokens ? "" : " (the model's)");
     v->min_pixels = lo;
     v->max_pixels = hi;
     return KVF_OK;

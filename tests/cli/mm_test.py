@@ -118,6 +118,10 @@ def case_mm_video(ctx):
     check(runs == [[0, 1, 2], [0, 1, 2]], f"two videos: frame indices by run {runs}")
     expect_error(ctx, 2, ["generate", *ctx.llava(), "-n", "1", "-p", "<video>", "--video", vdir, "--video", vdir],
                  "one <video> marker, two videos")
+    # llama.cpp's image-token flags bound Qwen images; LLaVA's fixed grid ignores them.
+    rc, out, err = ctx.run("info", *ctx.llava(), "--image-max-tokens", "4")
+    check(rc == 0 and "-> 64 tokens (8x8 grid)" in out, f"LLaVA ignores --image-max-tokens: {rc} {err}")
+    expect_error(ctx, 1, ["info", *ctx.llava(), "--image-min-tokens", "-1"], "negative --image-min-tokens")
     gemma = ["-m", ctx.fixture("gemma3v-f32.gguf"), "--mmproj", ctx.fixture("gemma3v-mmproj-f32.gguf")]
     line = expect_error(ctx, 2, ["generate", *gemma, "-n", "1", "-p", "<video>", "--video", vdir], "Gemma 3 video")
     check("images only" in line, f"the error says Gemma 3 reads images only: {line}")

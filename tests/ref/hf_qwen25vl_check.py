@@ -445,6 +445,14 @@ def main():
         print(f"FAIL: {e}")
         return 1
     gerr = float(np.max(np.abs(gg - ours)) / np.max(np.abs(ours)))
+    # kvfold's own flags: the directory's bounds narrowed, the mmproj's llama.cpp defaults.
+    kvfold = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.dump))), "kvfold")
+    for path, extra, want in ((args.out, ["--image-max-tokens", "4"], "up to 4 tokens"),
+                              (dec, ["--mmproj", mm], "up to 4096 tokens")):
+        res = subprocess.run([kvfold, "info", "-m", path] + extra, capture_output=True, text=True)
+        if res.returncode != 0 or want not in res.stdout:
+            print(f"FAIL: kvfold info -m {path} {' '.join(extra)}: want '{want}': {res.stdout[-300:]}{res.stderr}")
+            return 1
     print(f"gguf + mmproj: ids {'equal' if gids == ids else 'DIFFER'}, max rel err {gerr:.3e} against the directory")
 
     pix = proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")

@@ -1028,7 +1028,8 @@ static void test_qwen25vl_7b_hf(void **state) {
 /* Its mmproj as llama.cpp's converter writes it: the patch kernel split by
  * frame, q/k/v apart, the merger as v.post_ln / mm.0 / mm.2, every 8th
  * layer full (n_wa_pattern); F16 matrices. */
-static void write_qwen7b_mmproj(const char *path) {
+/* min_px / max_px: clip.vision.image_min/max_pixels, 0: absent. */
+static void write_qwen7b_mmproj(const char *path, uint32_t min_px, uint32_t max_px) {
     struct gguf_writer *w = gguf_writer_init();
     assert_non_null(w);
     gguf_writer_set_str(w, "general.architecture", "clip");
@@ -1045,6 +1046,8 @@ static void write_qwen7b_mmproj(const char *path) {
     gguf_writer_set_u32(w, "clip.vision.block_count", QV_L);
     gguf_writer_set_u32(w, "clip.vision.n_wa_pattern", 8);
     gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+    if (min_px) gguf_writer_set_u32(w, "clip.vision.image_min_pixels", min_px);
+    if (max_px) gguf_writer_set_u32(w, "clip.vision.image_max_pixels", max_px);
     const int64_t H = QV_H, F = QV_F, E = Q7_E;
     gguf_add(w, "v.patch_embd.weight", NULL, DT_F16, 4, 14, 14, 3, H, true);
     gguf_add(w, "v.patch_embd.weight.1", NULL, DT_F16, 4, 14, 14, 3, H, true);
@@ -1073,7 +1076,7 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     (void)state;
     const char *dec = tmp_path("Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf"), *mmp = tmp_path("mmproj-Qwen2.5-VL-7B-f16.gguf");
     write_decoder(dec, &dec_qwen7b);
-    write_qwen7b_mmproj(mmp);
+    write_qwen7b_mmproj(mmp, 0, 0);
     /* Published: 4.68 GB (its Q4_K_M mixes Q4_K and Q6_K layer by layer; here
      * attn_v and ffn_down are all Q6_K) and 1.35 GB. */
     struct kvf_model *m = load_sized(dec, mmp, 4.6e9, 5.0e9, 1.3e9, 1.4e9);
@@ -1112,6 +1115,18 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     assert_null(m);
     mp.image_min_tokens = -1;
     assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_INVALID_ARG);
+    /* The file's own bounds (newer converters), one side of them alone. */
+    const char *keyed = tmp_path("qwen7b-mmproj-keyed.gguf");
+    const int64_t px[][3] = {{100 * 784, 2000 * 784, 2000}, {0, 4 * 784, 4}, {5000 * 784, 0, 5000}};
+    for (int k = 0; k < 3; k++) {
+        write_qwen7b_mmproj(keyed, (uint32_t)px[k][0], (uint32_t)px[k][1]);
+        struct kvf_model_params kp = kvf_model_default_params();
+        kp.mmproj = keyed;
+        assert_ok(kvf_model_load(dec, &kp, &m));
+        kvf_model_get_info(m, &in);
+        assert_int_equal(in.image_tokens, (int)px[k][2]);
+        kvf_model_free(m);
+    }
 }
 
 static void test_llava7b_hf(void **state) {
