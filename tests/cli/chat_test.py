@@ -117,6 +117,17 @@ def case_chat_image(ctx):
     check("cannot read image '/nonexistent.png'" in err, f"a missing image is an error line: {err!r}")
     reps = kv_reports(out)
     check(len(reps) == 2 and reps[0][0] > 64 and reps[1][0] > reps[0][0], f"the image's 64 positions: {reps}")
+    # A video: a directory of frames, a <video> marker for the next message.
+    vdir = os.path.join(ctx.tmp, "clip")
+    os.makedirs(vdir, exist_ok=True)
+    for i in range(2):
+        write_ppm(os.path.join(vdir, f"f{i}.ppm"), 30, 20, 2 + i)
+    rc, out, err = chat(ctx, ["/video /nonexistent-dir", f"/video {vdir}", "What happens?", "/kv"], *mm.llava(),
+                        "-n", "4")
+    check(rc == 0 and f"({vdir}: attached to the next message)" in out, f"/video acknowledged: {rc} {out!r} {err!r}")
+    check("cannot open video directory '/nonexistent-dir'" in err, f"a missing video is an error line: {err!r}")
+    reps = kv_reports(out)
+    check(len(reps) == 1 and reps[0][0] > 2 * 64, f"the video's 2 x 64 positions: {reps}")
     # A message with a marker but no image is refused, and the chat goes on.
     rc, out, err = chat(ctx, ["<image> what?", "/kv"], *mm.llava(), "-n", "4")
     check(rc == 0 and kv_reports(out)[0][0] == 0, f"an <image> marker without /image: {rc} {out!r} {err!r}")

@@ -343,13 +343,9 @@ static char *bench_mm_text(const struct media_set *ms) {
     if (!t)
         return NULL;
     size_t o = 0;
-    for (int i = 0; i < ms->n; i++) {
-        const bool frame = kvf_media_modality(ms->items[i]) == KVF_MOD_VIDEO;
-        if (frame && i > 0 && kvf_media_modality(ms->items[i - 1]) == KVF_MOD_VIDEO &&
-            kvf_media_video_index(ms->items[i]) != 0)
-            continue;
-        o += (size_t)sprintf(t + o, "%s\n", frame ? KVF_MARKER_VIDEO : KVF_MARKER_IMAGE);
-    }
+    for (int i = 0; i < ms->n; i++)
+        if (media_marker(ms, i))
+            o += (size_t)sprintf(t + o, "%s\n", media_marker(ms, i));
     sprintf(t + o, "Describe what you see.");
     return t;
 }

@@ -120,15 +120,16 @@ extern const struct command info_command, tokenize_command, generate_command, ch
     { "--image-max-tokens", NULL, OPT_INT, &a->image_max_tokens, 0, 1 << 20, "N", \
       "Qwen2-VL / Qwen2.5-VL: an image becomes at most N tokens (default: the model's)" }
 #define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
+#define OPT_VIDEO_FPS { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \
+    "frames a second the video frames were taken at (Qwen2.5-VL's time positions; default 2, " \
+    "the rate Qwen's pipeline samples at)" }
 /* Multimodal input, shared by generate and bench. */
 #define OPTS_MEDIA \
     OPTS_VISION, \
     { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
     { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
     { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
-    { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \
-      "frames a second the --video / --frame frames were taken at (Qwen2.5-VL's time positions; default 2, " \
-      "the rate Qwen's pipeline samples at)" }, \
+    OPT_VIDEO_FPS, \
     { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
     OPT_PSEUDO_NOISE, \
@@ -275,6 +276,8 @@ int chat_text(const struct args *a, const struct kvf_model *m, const struct kvf_
                 bool add_assistant, char **out);
 
 void media_set_free(struct media_set *ms);
+/* Frees the items past the first n. */
+void media_set_truncate(struct media_set *ms, int n);
 /* Takes md (freed on failure). */
 int media_push(struct media_set *ms, struct kvf_media *md);
 /* An image through the vision tower, appended to ms; label names it in errors. */
@@ -283,6 +286,12 @@ int media_encode(const struct args *a, const struct kvf_model *m, const struct k
 /* An image file through the vision tower, appended to ms. */
 int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
                      struct media_set *ms);
+/* A video as a directory of frames, in name order (frame_0001.png, ...),
+ * through kvf_media_encode_video, appended to ms. */
+int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms);
+/* The marker each item of ms fills: "<image>", or "<video>" for a video's
+ * first item (NULL for its others). */
+const char *media_marker(const struct media_set *ms, int i);
 /* Every --image / --frame / --video / --pseudo-image, in command-line order. */
 int media_build(const struct args *a, const struct kvf_model *m, struct media_set *ms);
 /* The media of one line of a samples file ([{"image"|"frame"|"pseudo": PATH}],

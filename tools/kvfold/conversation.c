@@ -29,6 +29,7 @@ static int chat_opts(struct args *a, struct opt *out) {
         OPT_BATCH,
         OPTS_VISION,
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" },
+        OPT_VIDEO_FPS,
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy, applied after each prompt and while decoding, "
           "e.g. snapkv:budget=0.2+decode=h2o (see kvfold policies)" },
         OPTS_KV_STORAGE,
@@ -39,6 +40,7 @@ static int chat_opts(struct args *a, struct opt *out) {
 
 #define CHAT_HELP                                                                                                    \
     "/image PATH  attach an image to the next message (a vision model: LLaVA GGUF with --mmproj)\n"                  \
+    "/video DIR   attach a video, a directory of frames in name order (--video-fps: their rate)\n"                  \
     "/kv          what the KV cache holds: positions seen, entries kept per layer, bytes\n"                          \
     "/reset       forget the conversation (the system message stays)\n"                                             \
     "/exit        end (also /quit, or end of input: Ctrl-D)\n"                                                       \
@@ -129,15 +131,16 @@ static int chat_restart(struct chat *c) {
     return 0;
 }
 
-/* "<image>\n" for each pending image, then the text. */
+/* A marker and a newline for each pending image and video, then the text. */
 static char *user_content(const struct chat *c, const char *text) {
     const size_t mk = strlen(KVF_MARKER_IMAGE) + 1, len = strlen(text);
-    char *out = malloc((size_t)c->pending.n * mk + len + 1);
+    char *out = malloc((size_t)c->pending.n * mk + len + 1); /* "<video>" is no longer */
     if (!out)
         return NULL;
     size_t o = 0;
-    for (int i = 0; i < c->pending.n; i++, o += mk)
-        memcpy(out + o, KVF_MARKER_IMAGE "\n", mk);
+    for (int i = 0; i < c->pending.n; i++)
+        if (media_marker(&c->pending, i))
+            o += (size_t)sprintf(out + o, "%s\n", media_marker(&c->pending, i));
     memcpy(out + o, text, len + 1);
     return out;
 }
@@ -332,6 +335,16 @@ static int chat_slash(struct chat *c, const char *line) {
             print_error("chat: this model has no vision tower (a LLaVA GGUF needs --mmproj FILE)");
         else if (media_image_file(c->a, c->m, arg, KVF_MOD_IMAGE, &c->pending) == 0)
             printf("(%s: attached to the next message)\n", arg);
+    } else if (IS("/video")) {
+        if (!*arg)
+            print_error("chat: /video needs a DIR of frames");
+        else if (!c->info.has_vision)
+            print_error("chat: this model has no vision tower (a LLaVA GGUF needs --mmproj FILE)");
+        else {
+            const int before = c->pending.n; /* a video fails whole */
+            if (media_video_dir(c->a, c->m, arg, &c->pending) == 0) printf("(%s: attached to the next message)\n", arg);
+            else media_set_truncate(&c->pending, before);
+        }
     } else {
         print_error("chat: unknown command '%.*s' (/help lists them)", (int)n, line);
     }

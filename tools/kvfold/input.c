@@ -124,6 +124,11 @@ void media_set_free(struct media_set *ms) {
     memset(ms, 0, sizeof *ms);
 }
 
+void media_set_truncate(struct media_set *ms, int n) {
+    for (; ms->n > n; ms->n--)
+        kvf_media_free(ms->items[ms->n - 1]);
+}
+
 int media_push(struct media_set *ms, struct kvf_media *md) {
     if (ms->n == ms->cap) {
         int cap = ms->cap ? 2 * ms->cap : 8;
@@ -260,8 +265,7 @@ static int media_video(const struct args *a, const struct kvf_model *m, char *co
     return rc;
 }
 
-/* A video as a directory of frames, in name order (frame_0001.png, ...). */
-static int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms) {
+int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms) {
     char **names = NULL;
     int n = 0, rc = frame_names(dir, &names, &n);
     for (int i = 0; !rc && i < n; i++) {
@@ -304,6 +308,13 @@ static int media_pseudo(const struct args *a, const struct kvf_model *m, const c
     if (st != KVF_OK)
         return fail_option(st, "--pseudo-image");
     return media_push(ms, md);
+}
+
+const char *media_marker(const struct media_set *ms, int i) {
+    if (kvf_media_modality(ms->items[i]) != KVF_MOD_VIDEO) return KVF_MARKER_IMAGE;
+    const bool goes_on = i > 0 && kvf_media_modality(ms->items[i - 1]) == KVF_MOD_VIDEO &&
+                         kvf_media_video_index(ms->items[i]) != 0;
+    return goes_on ? NULL : KVF_MARKER_VIDEO;
 }
 
 int media_build(const struct args *a, const struct kvf_model *m, struct media_set *ms) {
