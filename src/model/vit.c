@@ -445,43 +445,45 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
 
 /* ------------------------------------------------------------- forward -- */
 
+void vit_rows_free(struct vit_rows *r) {
+    free(r->x), free(r->xn), free(r->att), free(r->q), free(r->k), free(r->v), free(r->kh), free(r->vh);
+    free(r->heads), free(r->attn_scratch), free(r->mm);
+    memset(r, 0, sizeof *r);
+}
+
+bool vit_rows_init(struct vit_rows *r, const struct vision_model *v, int n, size_t cols, int nt) {
+    const size_t rows = sizeof(float) * (size_t)n * (size_t)v->n_embd;
+    float **bufs[8] = {&r->x, &r->xn, &r->att, &r->q, &r->k, &r->v, &r->kh, &r->vh};
+    bool ok = true;
+    for (int i = 0; i < 8; i++) ok &= (*bufs[i] = malloc(rows)) != NULL;
+    r->heads = malloc(sizeof *r->heads * (size_t)v->n_head);
+    r->attn_scratch = malloc(attn_scratch_bytes(n, nt));
+    r->mm = malloc(ops_matmul_scratch_bytes((int64_t)cols, n, nt));
+    if (ok && r->heads && r->attn_scratch && r->mm) return true;
+    vit_rows_free(r);
+    return false;
+}
+
 /* Scratch of one encoding; n = n_pos rows. */
 struct vit_buf {
     float *pix;        /* [3][S][S] pixels, then [grid^2][3*p*p] patch rows */
-    float *x, *xn;     /* [n][n_embd] residual stream, normed / projected copy */
-    float *q, *k, *v, *att; /* [n][n_embd] */
     float *ff;         /* [n][max(n_ff, n_out)] */
-    float *kh, *vh;    /* [n_head][n][head_dim]: keys and values head by head */
-    struct kv_head *heads; /* [n_head] views of kh / vh for the attention kernel */
-    float *attn_scratch;
-    void *mm;
+    struct vit_rows r;
 };
 
 static void vit_buf_free(struct vit_buf *b) {
-    free(b->pix); free(b->x); free(b->xn); free(b->q); free(b->k); free(b->v); free(b->att);
-    free(b->ff); free(b->kh); free(b->vh); free(b->heads); free(b->attn_scratch); free(b->mm);
+    free(b->pix), free(b->ff);
+    vit_rows_free(&b->r);
 }
 
 static enum kvf_status vit_buf_init(struct vit_buf *b, const struct vision_model *v, int nt) {
-    const size_t n = (size_t)v->n_pos, H = (size_t)v->n_embd, S = (size_t)v->image_size;
+    const size_t n = (size_t)v->n_pos, S = (size_t)v->image_size;
     const size_t patch = 3 * (size_t)v->patch_size * v->patch_size;
-    const size_t widest = KVF_MAX(KVF_MAX(H, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out));
+    const size_t widest = KVF_MAX(KVF_MAX((size_t)v->n_embd, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out));
     memset(b, 0, sizeof *b);
     b->pix = malloc(sizeof(float) * (3 * S * S + (size_t)v->grid * v->grid * patch));
-    b->x = malloc(sizeof(float) * n * H);
-    b->xn = malloc(sizeof(float) * n * H);
-    b->q = malloc(sizeof(float) * n * H);
-    b->k = malloc(sizeof(float) * n * H);
-    b->v = malloc(sizeof(float) * n * H);
-    b->att = malloc(sizeof(float) * n * H);
     b->ff = malloc(sizeof(float) * n * KVF_MAX((size_t)v->n_ff, (size_t)v->n_out));
-    b->kh = malloc(sizeof(float) * n * H);
-    b->vh = malloc(sizeof(float) * n * H);
-    b->heads = malloc(sizeof(struct kv_head) * (size_t)v->n_head);
-    b->attn_scratch = malloc(attn_scratch_bytes(v->n_pos, nt));
-    b->mm = malloc(ops_matmul_scratch_bytes((int64_t)widest, v->n_pos, nt));
-    if (!b->pix || !b->x || !b->xn || !b->q || !b->k || !b->v || !b->att || !b->ff || !b->kh || !b->vh ||
-        !b->heads || !b->attn_scratch || !b->mm) {
+    if (!b->pix || !b->ff || !vit_rows_init(&b->r, v, v->n_pos, widest, nt)) {
         vit_buf_free(b);
         return err_set(KVF_ERR_NOMEM, "out of memory for the vision encoder");
     }
@@ -494,19 +496,19 @@ static void layernorm_rows(float *out, const float *x, const struct weight *w, c
         ops_layernorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, bias->data, dim, eps);
 }
 
-void vision_qkv(const struct weight w[3], const struct weight bias[3], const float *x, int n, float *q, float *k,
-                float *v, void *mm, int nt) {
-    float *out[3] = {q, k, v};
+void vision_qkv(const struct weight w[3], const struct weight bias[3], struct vit_rows *r, int n, int nt) {
+    float *out[3] = {r->q, r->k, r->v};
     for (int i = 0; i < 3; i++) {
-        ops_matmul(&w[i], x, n, out[i], mm, nt);
+        ops_matmul(&w[i], r->xn, n, out[i], r->mm, nt);
         ops_add_bias(out[i], &bias[i], n, (int)w[i].rows);
     }
 }
 
-void vision_attend(const struct vision_model *v, const float *q, const float *k, const float *val, int n,
-                   const int *seg, int n_seg, float *kh, float *vh, struct kv_head *heads, float *out, float *scratch,
-                   int nt) {
+void vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg, int nt) {
     const int H = v->n_embd, nh = v->n_head, hd = H / nh;
+    const float *q = r->q, *k = r->k, *val = r->v;
+    float *kh = r->kh, *vh = r->vh, *out = r->att;
+    struct kv_head *heads = r->heads;
     /* The attention kernel reads keys and values head by head. */
     for (int h = 0; h < nh; h++)
         for (int t = 0; t < n; t++) {
@@ -520,7 +522,7 @@ void vision_attend(const struct vision_model *v, const float *q, const float *k,
         for (int h = 0; h < nh; h++)
             heads[h] = (struct kv_head){.k = kh + ((size_t)h * n + r0) * hd, .v = vh + ((size_t)h * n + r0) * hd,
                                         .tag = NULL, .n = r1 - r0, .cap = r1 - r0};
-        attn_forward(&ap, q + (size_t)r0 * H, NULL, r1 - r0, heads, out + (size_t)r0 * H, scratch, nt,
+        attn_forward(&ap, q + (size_t)r0 * H, NULL, r1 - r0, heads, out + (size_t)r0 * H, r->attn_scratch, nt,
                      NULL); /* no statistics: cannot fail */
     }
 }
@@ -528,29 +530,29 @@ void vision_attend(const struct vision_model *v, const float *q, const float *k,
 /* x += attention(LN1(x)): every patch attends to every patch. */
 static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
     const int n = v->n_pos, H = v->n_embd;
-    layernorm_rows(b->xn, b->x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
-    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
+    layernorm_rows(b->r.xn, b->r.x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
+    vision_qkv(L->w, L->b, &b->r, n, nt);
     const int all[2] = {0, n};
-    vision_attend(v, b->q, b->k, b->v, n, all, 1, b->kh, b->vh, b->heads, b->att, b->attn_scratch, nt);
-    ops_matmul(&L->wo, b->att, n, b->xn, b->mm, nt);
-    ops_add_bias(b->xn, &L->bo, n, H);
-    ops_add(b->x, b->xn, (size_t)n * H);
+    vision_attend(v, &b->r, n, all, 1, nt);
+    ops_matmul(&L->wo, b->r.att, n, b->r.xn, b->r.mm, nt);
+    ops_add_bias(b->r.xn, &L->bo, n, H);
+    ops_add(b->r.x, b->r.xn, (size_t)n * H);
 }
 
 /* x += fc2(act(fc1(LN2(x)))). */
 static void vit_mlp(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
     const int n = v->n_pos, H = v->n_embd, F = v->n_ff;
-    layernorm_rows(b->xn, b->x, &L->ln2_w, &L->ln2_b, n, H, v->eps);
-    ops_matmul(&L->fc1, b->xn, n, b->ff, b->mm, nt);
+    layernorm_rows(b->r.xn, b->r.x, &L->ln2_w, &L->ln2_b, n, H, v->eps);
+    ops_matmul(&L->fc1, b->r.xn, n, b->ff, b->r.mm, nt);
     ops_add_bias(b->ff, &L->fc1_b, n, F);
     switch (v->act) {
     case VIT_GELU_QUICK: ops_gelu_quick(b->ff, (int64_t)n * F); break;
     case VIT_GELU_ERF: ops_gelu_erf(b->ff, (int64_t)n * F); break;
     case VIT_GELU_TANH: ops_gelu_tanh_mul(b->ff, NULL, (int64_t)n * F); break;
     }
-    ops_matmul(&L->fc2, b->ff, n, b->xn, b->mm, nt);
-    ops_add_bias(b->xn, &L->fc2_b, n, H);
-    ops_add(b->x, b->xn, (size_t)n * H);
+    ops_matmul(&L->fc2, b->ff, n, b->r.xn, b->r.mm, nt);
+    ops_add_bias(b->r.xn, &L->fc2_b, n, H);
+    ops_add(b->r.x, b->r.xn, (size_t)n * H);
 }
 
 /* Rows [CLS;] patch 0 .. grid^2-1 of class/patch embeddings plus positions. */
@@ -568,13 +570,13 @@ static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
                     memcpy(row + (size_t)(c * p + y) * p, pix + ((size_t)c * S + (size_t)gy * p + y) * S + (size_t)gx * p,
                            sizeof(float) * p);
         }
-    float *px = b->x + (v->has_cls ? H : 0);
-    ops_matmul(&v->patch, patches, np, px, b->mm, nt);
+    float *px = b->r.x + (v->has_cls ? H : 0);
+    ops_matmul(&v->patch, patches, np, px, b->r.mm, nt);
     ops_add_bias(px, &v->patch_b, np, H);
-    if (v->has_cls) memcpy(b->x, v->cls.data, sizeof(float) * H);
+    if (v->has_cls) memcpy(b->r.x, v->cls.data, sizeof(float) * H);
     for (int t = 0; t < v->n_pos; t++) {
-        ops_get_row(&v->pos, t, b->xn);
-        ops_add(b->x + (size_t)t * H, b->xn, H);
+        ops_get_row(&v->pos, t, b->r.xn);
+        ops_add(b->r.x + (size_t)t * H, b->r.xn, H);
     }
 }
 
@@ -585,23 +587,23 @@ static void project_gemma3(const struct vision_model *v, struct vit_buf *b, int 
     const float inv = 1.0f / (float)(k * k);
     for (int ty = 0; ty < T; ty++)
         for (int tx = 0; tx < T; tx++) {
-            float *cell = b->xn + (size_t)(ty * T + tx) * H;
+            float *cell = b->r.xn + (size_t)(ty * T + tx) * H;
             memset(cell, 0, sizeof(float) * H);
             for (int y = 0; y < k; y++)
-                for (int x = 0; x < k; x++) ops_add(cell, b->x + (size_t)((ty * k + y) * G + tx * k + x) * H, H);
+                for (int x = 0; x < k; x++) ops_add(cell, b->r.x + (size_t)((ty * k + y) * G + tx * k + x) * H, H);
             for (int i = 0; i < H; i++) cell[i] *= inv;
             ops_rmsnorm(cell, cell, v->mm_norm.data, H, v->eps);
         }
-    ops_matmul(&v->mm_proj, b->xn, T * T, out, b->mm, nt);
+    ops_matmul(&v->mm_proj, b->r.xn, T * T, out, b->r.mm, nt);
 }
 
 /* LLaVA's projector on the kept rows: linear_1 -> GELU -> linear_2. */
 static void project_mlp(const struct vision_model *v, struct vit_buf *b, int nt, float *out) {
     const int H = v->n_embd, first = v->keep_cls ? 0 : 1, nk = v->n_pos - first, E = v->n_out;
-    ops_matmul(&v->mm0, b->x + (size_t)first * H, nk, b->ff, b->mm, nt);
+    ops_matmul(&v->mm0, b->r.x + (size_t)first * H, nk, b->ff, b->r.mm, nt);
     ops_add_bias(b->ff, &v->mm0_b, nk, E);
     ops_gelu_erf(b->ff, (int64_t)nk * E);
-    ops_matmul(&v->mm2, b->ff, nk, out, b->mm, nt);
+    ops_matmul(&v->mm2, b->ff, nk, out, b->r.mm, nt);
     ops_add_bias(out, &v->mm2_b, nk, E);
 }
 
@@ -631,12 +633,12 @@ enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_ima
     }
     const int H = v->n_embd, n = v->n_pos;
     vit_embed(v, &b, nt);
-    if (v->has_cls) layernorm_rows(b.x, b.x, &v->pre_w, &v->pre_b, n, H, v->eps);
+    if (v->has_cls) layernorm_rows(b.r.x, b.r.x, &v->pre_w, &v->pre_b, n, H, v->eps);
     for (int l = 0; l < v->n_layer; l++) {
         vit_attention(v, &v->layers[l], &b, nt);
         vit_mlp(v, &v->layers[l], &b, nt);
     }
-    if (v->post_w.data) layernorm_rows(b.x, b.x, &v->post_w, &v->post_b, n, H, v->eps);
+    if (v->post_w.data) layernorm_rows(b.r.x, b.r.x, &v->post_w, &v->post_b, n, H, v->eps);
     if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, &b, nt, out);
     else project_mlp(v, &b, nt, out);
     vit_buf_free(&b);

@@ -101,18 +101,25 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
 /* mmproj metadata: a u32 key as an int (absent: *out kept, an error when
  * required), and an array of 3 f32 (absent: out kept). */
 struct gguf_file;
-/* Attention of n rows q, k, val [n][n_embd] (after any rotary turn) into
- * out [n][n_embd], every row seeing the rows of its segment [seg[s],
- * seg[s + 1]) (s < n_seg): keys and values copied head by head into kh, vh
- * [n_head][n][head_dim], heads [n_head] and scratch as attn_forward needs
- * (both towers). */
 struct kv_head;
-void vision_attend(const struct vision_model *v, const float *q, const float *k, const float *val, int n,
-                   const int *seg, int n_seg, float *kh, float *vh, struct kv_head *heads, float *out, float *scratch,
-                   int nt);
-/* q, k, v [n][n_embd] = x w[i]^T + b[i] for n rows of x (both towers). */
-void vision_qkv(const struct weight w[3], const struct weight bias[3], const float *x, int n, float *q, float *k,
-                float *v, void *mm, int nt);
+/* The rows a tower's layers work on and its attention's scratch (both
+ * towers), for n rows. */
+struct vit_rows {
+    float *x, *xn, *att;   /* [n][n_embd] residual stream, its normed / projected copy, attention output */
+    float *q, *k, *v;      /* [n][n_embd] */
+    float *kh, *vh;        /* [n_head][n][head_dim]: keys and values head by head */
+    struct kv_head *heads; /* [n_head] views of kh / vh for the attention kernel */
+    float *attn_scratch;
+    void *mm;              /* ops_matmul's scratch for products of up to `cols` columns */
+};
+/* false (all freed) when out of memory. */
+bool vit_rows_init(struct vit_rows *r, const struct vision_model *v, int n, size_t cols, int nt);
+void vit_rows_free(struct vit_rows *r);
+/* r->q, k, v = r->xn w[i]^T + b[i] for n rows. */
+void vision_qkv(const struct weight w[3], const struct weight bias[3], struct vit_rows *r, int n, int nt);
+/* r->att = attention of r->q, k, v (after any rotary turn), every row
+ * seeing the rows of its segment [seg[s], seg[s + 1]) (s < n_seg). */
+void vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg, int nt);
 enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required);
 enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
 /* The token grid of an image, or (video) of a video's frames of h x w. */

@@ -24,7 +24,6 @@
  * its MLP, and no windows: every layer attends over the whole image. */
 #include "model/vit.h"
 
-#include "attn/attn.h"
 #include "core/ops.h"
 #include "io/gguf.h"
 
@@ -372,19 +371,14 @@ static enum kvf_status plan_make(const struct vision_model *v, int rh, int rw, s
 struct qvit_buf {
     float *pix;            /* [T][3][rh][rw] */
     float *patches;        /* [n][3 T p p] */
-    float *x, *xn, *att;   /* [n][H] */
-    float *q, *k, *v;      /* [n][H] */
-    float *kh, *vh;        /* [heads][n][hd] */
     float *ff, *ff2;       /* [n][F]; the merger's [nu][4H] twice */
     float *cs, *sn;        /* [n][hd / 2] rotary cosines and sines */
-    struct kv_head *heads; /* [heads] */
-    float *attn_scratch;
-    void *mm;
+    struct vit_rows r;
 };
 
 static void buf_free(struct qvit_buf *b) {
-    free(b->pix), free(b->patches), free(b->x), free(b->xn), free(b->att), free(b->q), free(b->k), free(b->v), free(b->kh), free(b->vh);
-    free(b->ff), free(b->ff2), free(b->cs), free(b->sn), free(b->heads), free(b->attn_scratch), free(b->mm);
+    free(b->pix), free(b->patches), free(b->ff), free(b->ff2), free(b->cs), free(b->sn);
+    vit_rows_free(&b->r);
 }
 
 static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v, const struct qvit_plan *p, int rh,
@@ -395,23 +389,12 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     memset(b, 0, sizeof *b);
     b->pix = malloc(sizeof(float) * 3 * (size_t)T * rh * rw);
     b->patches = malloc(sizeof(float) * n * plen);
-    b->x = malloc(sizeof(float) * n * H);
-    b->xn = malloc(sizeof(float) * n * H);
-    b->att = malloc(sizeof(float) * n * H);
-    b->q = malloc(sizeof(float) * n * H);
-    b->k = malloc(sizeof(float) * n * H);
-    b->v = malloc(sizeof(float) * n * H);
-    b->kh = malloc(sizeof(float) * n * H);
-    b->vh = malloc(sizeof(float) * n * H);
     b->ff = malloc(sizeof(float) * n * wide);
     b->ff2 = malloc(sizeof(float) * n * wide);
     b->cs = malloc(sizeof(float) * n * hd / 2);
     b->sn = malloc(sizeof(float) * n * hd / 2);
-    b->heads = malloc(sizeof *b->heads * (size_t)v->n_head);
-    b->attn_scratch = malloc(attn_scratch_bytes(p->n, nt));
-    b->mm = malloc(ops_matmul_scratch_bytes((int64_t)KVF_MAX(KVF_MAX(wide, plen), H), p->n, nt));
-    if (!b->pix || !b->patches || !b->x || !b->xn || !b->att || !b->q || !b->k || !b->v || !b->kh || !b->vh || !b->ff || !b->ff2 ||
-        !b->cs || !b->sn || !b->heads || !b->attn_scratch || !b->mm) {
+    if (!b->pix || !b->patches || !b->ff || !b->ff2 || !b->cs || !b->sn ||
+        !vit_rows_init(&b->r, v, p->n, KVF_MAX(KVF_MAX(wide, plen), H), nt)) {
         buf_free(b);
         return err_set(KVF_ERR_NOMEM, "out of memory for the vision encoder (%d patches)", p->n);
     }
@@ -462,40 +445,39 @@ static void norm_rows(const struct vision_model *v, float *out, const float *x, 
 static void qvit_attention(const struct vision_model *v, const struct qvit_layer *L, const struct qvit_plan *p,
                            bool full, struct qvit_buf *b, int nt) {
     const int n = p->n, H = v->n_embd, nh = v->n_head, hd = H / nh;
-    norm_rows(v, b->xn, b->x, &L->norm1, &L->norm1_b, n);
-    vision_qkv(L->w, L->b, b->xn, n, b->q, b->k, b->v, b->mm, nt);
+    norm_rows(v, b->r.xn, b->r.x, &L->norm1, &L->norm1_b, n);
+    vision_qkv(L->w, L->b, &b->r, n, nt);
     for (int t = 0; t < n; t++) {
         const float *cs = b->cs + (size_t)t * hd / 2, *sn = b->sn + (size_t)t * hd / 2;
-        ops_rope_rotate(b->q + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
-        ops_rope_rotate(b->k + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
+        ops_rope_rotate(b->r.q + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
+        ops_rope_rotate(b->r.k + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
     }
     const int all[2] = {0, n};
-    vision_attend(v, b->q, b->k, b->v, n, full ? all : p->win, full ? 1 : p->n_win, b->kh, b->vh, b->heads, b->att,
-                  b->attn_scratch, nt);
-    ops_matmul(&L->proj, b->att, n, b->xn, b->mm, nt);
-    ops_add_bias(b->xn, &L->proj_b, n, H);
-    ops_add(b->x, b->xn, (size_t)n * H);
+    vision_attend(v, &b->r, n, full ? all : p->win, full ? 1 : p->n_win, nt);
+    ops_matmul(&L->proj, b->r.att, n, b->r.xn, b->r.mm, nt);
+    ops_add_bias(b->r.xn, &L->proj_b, n, H);
+    ops_add(b->r.x, b->r.xn, (size_t)n * H);
 }
 
 /* x += down(silu(gate(n)) * up(n)), n = RMSNorm2(x), with biases (Qwen2-VL:
  * x += fc2(quick_gelu(fc1(n))), n = LayerNorm2(x)). */
 static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, int n, struct qvit_buf *b, int nt) {
     const int H = v->n_embd, F = v->n_ff;
-    norm_rows(v, b->xn, b->x, &L->norm2, &L->norm2_b, n);
-    ops_matmul(&L->up, b->xn, n, b->ff, b->mm, nt);
+    norm_rows(v, b->r.xn, b->r.x, &L->norm2, &L->norm2_b, n);
+    ops_matmul(&L->up, b->r.xn, n, b->ff, b->r.mm, nt);
     ops_add_bias(b->ff, &L->up_b, n, F);
     float *h = b->ff;
     if (v->qwen2) {
         ops_gelu_quick(h, (int64_t)n * F);
     } else {
         h = b->ff2;
-        ops_matmul(&L->gate, b->xn, n, h, b->mm, nt);
+        ops_matmul(&L->gate, b->r.xn, n, h, b->r.mm, nt);
         ops_add_bias(h, &L->gate_b, n, F);
         ops_silu_mul(h, b->ff, (int64_t)n * F);
     }
-    ops_matmul(&L->down, h, n, b->xn, b->mm, nt);
-    ops_add_bias(b->xn, &L->down_b, n, H);
-    ops_add(b->x, b->xn, (size_t)n * H);
+    ops_matmul(&L->down, h, n, b->r.xn, b->r.mm, nt);
+    ops_add_bias(b->r.xn, &L->down_b, n, H);
+    ops_add(b->r.x, b->r.xn, (size_t)n * H);
 }
 
 enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video, int nt,
@@ -521,17 +503,17 @@ enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image
     if (st == KVF_OK) {
         const int H = v->n_embd, mm = v->merge * v->merge, M = H * mm, E = v->n_out;
         patchify(v, &p, rw, T, &b);
-        ops_matmul(video ? &v->patch_t : &v->patch, b.patches, p.n, b.x, b.mm, nt);
+        ops_matmul(video ? &v->patch_t : &v->patch, b.patches, p.n, b.r.x, b.r.mm, nt);
         for (int l = 0; l < v->n_layer; l++) {
             qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt);
             qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
         }
         /* The merger: a unit's rows are consecutive, so [n][H] is [nu][4H]. */
-        norm_rows(v, b.xn, b.x, &v->merge_norm, &v->merge_norm_b, p.n);
-        ops_matmul(&v->merge0, b.xn, p.nu, b.ff, b.mm, nt);
+        norm_rows(v, b.r.xn, b.r.x, &v->merge_norm, &v->merge_norm_b, p.n);
+        ops_matmul(&v->merge0, b.r.xn, p.nu, b.ff, b.r.mm, nt);
         ops_add_bias(b.ff, &v->merge0_b, p.nu, M);
         ops_gelu_erf(b.ff, (int64_t)p.nu * M);
-        ops_matmul(&v->merge2, b.ff, p.nu, b.ff2, b.mm, nt);
+        ops_matmul(&v->merge2, b.ff, p.nu, b.ff2, b.r.mm, nt);
         ops_add_bias(b.ff2, &v->merge2_b, p.nu, E);
         for (int k = 0; k < p.nu; k++)
             memcpy(out + (size_t)p.unit_of[k] * E, b.ff2 + (size_t)k * E, sizeof(float) * (size_t)E);
