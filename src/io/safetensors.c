@@ -1020,6 +1020,28 @@ static enum kvf_status hf_pixels(const struct hf_src *p, int64_t *min, int64_t *
     return KVF_OK;
 }
 
+/* CLIP's normalisation, the default of LLaVA's and Qwen's processors. */
+static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+
+/* What Qwen2-VL's and Qwen2.5-VL's vision configs share, with
+ * transformers' defaults, and their image processor's class defaults. */
+static enum kvf_status hf_qwen_vision(const struct hf_src *v, struct hf_vision_config *cfg) {
+    memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
+    memcpy(cfg->image_std, clip_std, sizeof clip_std);
+    cfg->layer_norm_eps = 1e-6f;
+    cfg->rope_theta = 10000.0f;
+    cfg->min_pixels = 56 * 56;
+    cfg->max_pixels = 28 * 28 * 1280;
+    enum kvf_status st;
+    if ((st = hf_int(v, "depth", false, false, 32, &cfg->num_hidden_layers)) ||
+        (st = hf_int(v, "num_heads", false, false, 16, &cfg->num_attention_heads)) ||
+        (st = hf_int(v, "patch_size", false, false, 14, &cfg->patch_size)) ||
+        (st = hf_int(v, "spatial_merge_size", false, false, 2, &cfg->spatial_merge_size)))
+        return st;
+    return hf_int(v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size);
+}
+
 /* The video processor's pixel bounds, where transformers' video processor
  * loading finds them: processor_config.json's "video_processor", else
  * video_preprocessor_config.json, else preprocessor_config.json (the image
@@ -1050,8 +1072,6 @@ static enum kvf_status hf_video_pixels(const char *dir, struct hf_vision_config 
 }
 
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg) {
-    static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-    static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     memset(cfg, 0, sizeof *cfg);
     char *file = path_join(dir, "config.json");
     if (!file) return err_set(KVF_ERR_NOMEM, "out of memory");
@@ -1071,18 +1091,12 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
                    cfg->qwen2vl;
     if (!cfg->present) goto done;
     struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
+    if ((cfg->qwen2vl || cfg->qwen25vl) && (st = hf_qwen_vision(&v, cfg))) goto done;
     if (cfg->qwen2vl) {
         /* Qwen2VLVisionConfig: embed_dim is the tower's width, hidden_size the decoder's. */
         int ratio = 4;
-        memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
-        memcpy(cfg->image_std, clip_std, sizeof clip_std);
-        if ((st = hf_int(&v, "depth", false, false, 32, &cfg->num_hidden_layers)) ||
-            (st = hf_int(&v, "embed_dim", false, false, 1280, &cfg->hidden_size)) ||
+        if ((st = hf_int(&v, "embed_dim", false, false, 1280, &cfg->hidden_size)) ||
             (st = hf_int(&v, "mlp_ratio", false, false, 4, &ratio)) ||
-            (st = hf_int(&v, "num_heads", false, false, 16, &cfg->num_attention_heads)) ||
-            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
-            (st = hf_int(&v, "spatial_merge_size", false, false, 2, &cfg->spatial_merge_size)) ||
-            (st = hf_int(&v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size)) ||
             (st = hf_int(&v, "hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
             (st = hf_str(&v, "hidden_act", "quick_gelu", cfg->hidden_act, sizeof cfg->hidden_act)))
             goto done;
@@ -1091,31 +1105,18 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             goto done;
         }
         cfg->intermediate_size = cfg->hidden_size * ratio;
-        cfg->layer_norm_eps = 1e-6f;
-        cfg->rope_theta = 10000.0f;
         cfg->window_size = cfg->patch_size * cfg->spatial_merge_size; /* unused: every layer full */
         for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
-        cfg->min_pixels = 56 * 56;
-        cfg->max_pixels = 28 * 28 * 1280;
         goto preprocessor;
     }
     if (cfg->qwen25vl) {
-        memcpy(cfg->image_mean, clip_mean, sizeof clip_mean);
-        memcpy(cfg->image_std, clip_std, sizeof clip_std);
-        if ((st = hf_int(&v, "depth", false, false, 32, &cfg->num_hidden_layers)) ||
-            (st = hf_int(&v, "hidden_size", false, false, 1280, &cfg->hidden_size)) ||
+        if ((st = hf_int(&v, "hidden_size", false, false, 1280, &cfg->hidden_size)) ||
             (st = hf_int(&v, "intermediate_size", false, false, 3420, &cfg->intermediate_size)) ||
-            (st = hf_int(&v, "num_heads", false, false, 16, &cfg->num_attention_heads)) ||
-            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
-            (st = hf_int(&v, "spatial_merge_size", false, false, 2, &cfg->spatial_merge_size)) ||
-            (st = hf_int(&v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size)) ||
             (st = hf_int(&v, "window_size", false, false, 112, &cfg->window_size)) ||
             (st = hf_int(&v, "out_hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
             (st = hf_int(&v, "tokens_per_second", false, false, 4, &cfg->tokens_per_second)) ||
             (st = hf_str(&v, "hidden_act", "silu", cfg->hidden_act, sizeof cfg->hidden_act)))
             goto done;
-        cfg->layer_norm_eps = 1e-6f;
-        cfg->rope_theta = 10000.0f;
         const cJSON *rp = hf_get(&v, "rope_parameters", false), *th = cJSON_IsObject(rp) ?
             cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") : NULL;
         if (cJSON_IsNumber(th) && th->valuedouble > 0 && th->valuedouble <= FLT_MAX) cfg->rope_theta = (float)th->valuedouble;
@@ -1138,8 +1139,6 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             }
         }
         cfg->feature_layer = -1;
-        cfg->min_pixels = 56 * 56;
-        cfg->max_pixels = 28 * 28 * 1280;
         goto preprocessor;
     }
     if (cfg->gemma3) {

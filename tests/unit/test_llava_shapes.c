@@ -1027,8 +1027,8 @@ static void test_qwen25vl_7b_hf(void **state) {
 
 /* Its mmproj as llama.cpp's converter writes it: the patch kernel split by
  * frame, q/k/v apart, the merger as v.post_ln / mm.0 / mm.2, every 8th
- * layer full (n_wa_pattern); F16 matrices. */
-/* min_px / max_px: clip.vision.image_min/max_pixels, 0: absent. */
+ * layer full (n_wa_pattern); F16 matrices; min_px / max_px:
+ * clip.vision.image_min/max_pixels, 0: absent. */
 static void write_qwen7b_mmproj(const char *path, uint32_t min_px, uint32_t max_px) {
     struct gguf_writer *w = gguf_writer_init();
     assert_non_null(w);

@@ -330,7 +330,7 @@ static int bench_images(const struct args *a, const struct kvf_model *m, struct 
             rc = fail(st, "bench");
             break;
         }
-        rc = media_encode(a, m, img, KVF_MOD_IMAGE, "synthetic image", ms);
+        rc = media_encode(a, m, img, "synthetic image", ms);
         kvf_image_free(img);
     }
     free(rgb);

@@ -281,11 +281,10 @@ void media_set_truncate(struct media_set *ms, int n);
 /* Takes md (freed on failure). */
 int media_push(struct media_set *ms, struct kvf_media *md);
 /* An image through the vision tower, appended to ms; label names it in errors. */
-int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img,
-                 enum kvf_modality mod, const char *label, struct media_set *ms);
-/* An image file through the vision tower, appended to ms. */
-int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
-                     struct media_set *ms);
+int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img, const char *label,
+                 struct media_set *ms);
+/* An image file through the vision tower, appended to ms (videos: media_video_dir, media_build). */
+int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, struct media_set *ms);
 /* A video as a directory of frames, in name order (frame_0001.png, ...),
  * through kvf_media_encode_video, appended to ms. */
 int media_video_dir(const struct args *a, const struct kvf_model *m, const char *dir, struct media_set *ms);

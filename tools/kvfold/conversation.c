@@ -333,7 +333,7 @@ static int chat_slash(struct chat *c, const char *line) {
             print_error("chat: /image needs a PATH");
         else if (!c->info.has_vision)
             print_error("chat: this model has no vision tower (a LLaVA GGUF needs --mmproj FILE)");
-        else if (media_image_file(c->a, c->m, arg, KVF_MOD_IMAGE, &c->pending) == 0)
+        else if (media_image_file(c->a, c->m, arg, &c->pending) == 0)
             printf("(%s: attached to the next message)\n", arg);
     } else if (IS("/video")) {
         if (!*arg)

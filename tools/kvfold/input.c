@@ -152,10 +152,10 @@ int64_t image_max_pixels(const struct args *a) {
     return a->max_image_mpix > 0 ? (int64_t)((double)a->max_image_mpix * 1e6) : 0;
 }
 
-int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img,
-                 enum kvf_modality mod, const char *label, struct media_set *ms) {
+int media_encode(const struct args *a, const struct kvf_model *m, const struct kvf_image *img, const char *label,
+                 struct media_set *ms) {
     struct kvf_media *md;
-    enum kvf_status st = kvf_media_encode_image(m, img, mod, a->threads, &md);
+    enum kvf_status st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, a->threads, &md);
     if (st != KVF_OK) {
         char what[512];
         snprintf(what, sizeof what, "cannot encode '%s'", label);
@@ -164,8 +164,7 @@ int media_encode(const struct args *a, const struct kvf_model *m, const struct k
     return media_push(ms, md);
 }
 
-int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, enum kvf_modality mod,
-                     struct media_set *ms) {
+int media_image_file(const struct args *a, const struct kvf_model *m, const char *path, struct media_set *ms) {
     struct kvf_image *img;
     enum kvf_status st = kvf_image_load(path, image_max_pixels(a), &img);
     if (st != KVF_OK) {
@@ -173,7 +172,7 @@ int media_image_file(const struct args *a, const struct kvf_model *m, const char
         snprintf(what, sizeof what, "cannot read image '%s'", path);
         return fail(st, what);
     }
-    int rc = media_encode(a, m, img, mod, path, ms);
+    int rc = media_encode(a, m, img, path, ms);
     kvf_image_free(img);
     return rc;
 }
@@ -322,7 +321,7 @@ int media_build(const struct args *a, const struct kvf_model *m, struct media_se
     for (int i = 0; !rc && i < a->n_media; i++) {
         const char *v = a->media[i].value;
         switch (a->media[i].kind) {
-        case MEDIA_IMAGE: rc = media_image_file(a, m, v, KVF_MOD_IMAGE, ms); break;
+        case MEDIA_IMAGE: rc = media_image_file(a, m, v, ms); break;
         case MEDIA_FRAME: { /* consecutive frames: one video */
             char *paths[MEDIA_ARGS_MAX];
             int n = 0;
@@ -376,7 +375,7 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
         if (n_frames) rc = media_video(a, m, frames, n_frames, ms);
         for (; n_frames > 0; n_frames--) free(frames[n_frames - 1]);
         if (rc || i == n) break;
-        rc = !strcmp(kind, "image") ? media_image_file(a, m, path, KVF_MOD_IMAGE, ms) : media_pseudo(a, m, path, i, ms);
+        rc = !strcmp(kind, "image") ? media_image_file(a, m, path, ms) : media_pseudo(a, m, path, i, ms);
     }
     for (int i = 0; i < n_frames; i++) free(frames[i]);
     free(frames);

@@ -358,7 +358,7 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     for (int i = first_image; !rc && i < n_img; i++) {
         char path[4096 + 512];
         snprintf(path, sizeof path, "%s/images/%s", t->dir, cJSON_GetArrayItem(imgs, i)->valuestring);
-        rc = media_image_file(a, m, path, KVF_MOD_IMAGE, &out->media);
+        rc = media_image_file(a, m, path, &out->media);
         if (!rc && a->kept_map && !out->first_image) kvf_image_load(path, 0, &out->first_image); /* under the map */
     }
     return rc;
