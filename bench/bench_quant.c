@@ -15,7 +15,10 @@
  *   gcc $F -mavx2 -mfma -mf16c -c src/core/quant_avx2.c -o /tmp/q2.o
  *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2 \
  *       -c src/core/quant_avx512.c -o /tmp/q5.o
- *   gcc $F bench/bench_quant.c src/core/common.c /tmp/q.o /tmp/q2.o /tmp/q5.o -lopenblas -lm -lpthread \
+ *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -mavx2 \
+ *       -c src/core/quant_vnni.c -o /tmp/qv.o
+ *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
+ *       -lopenblas -lm -lpthread \
  *       -o /tmp/bench_quant
  *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
  */
@@ -74,6 +77,7 @@ struct prompt_case {
     const void *xb;      /* 128 activation rows, batch form */
     const float *xf;     /* 512 activation rows, floats */
     float *deq, *y;
+    void *tiles, *act;   /* packed form of the 256 rows, 512 activation rows */
 };
 
 static void prompt_rows(void *arg) {
@@ -90,11 +94,33 @@ static void prompt_sgemm(void *arg) {
                 (int)c->n, 0.0f, c->y, 256);
 }
 
+/* What ops_matmul does for the types with a packed form: the activations
+ * quantised once, each tile of 16 weight rows packed, then multiplied. */
+static void prompt_gemm(void *arg) {
+    const struct prompt_case *c = arg;
+    const size_t rb = dtype_row_bytes(c->t, c->n);
+    quant_gemm_act(c->t, c->xf, c->n, 512, c->act);
+    for (int r = 0; r < 256; r += QUANT_TILE_ROWS) {
+        quant_gemm_pack(c->t, c->n, c->w + (size_t)r * rb, rb, QUANT_TILE_ROWS, c->tiles);
+        quant_gemm(c->t, c->n, c->tiles, QUANT_TILE_ROWS, c->act, 512, c->y + r, 256);
+    }
+}
+
+/* The kernel alone, on tiles packed beforehand. */
+static void prompt_gemm_kernel(void *arg) {
+    const struct prompt_case *c = arg;
+    const size_t tb = quant_gemm_tile_bytes(c->t, c->n);
+    for (int r = 0; r < 256; r += QUANT_TILE_ROWS)
+        quant_gemm(c->t, c->n, (const char *)c->tiles + (size_t)r / QUANT_TILE_ROWS * tb, QUANT_TILE_ROWS, c->act,
+                   512, c->y + r, 256);
+}
+
 static void prompt_table(const enum dtype *types, int ntypes, const int64_t *lens, int nlens) {
     openblas_set_num_threads(1);
     simd_set(simd_detect());
-    printf("\n%-6s %6s %12s %12s   (GFLOP/s, %s, 1 thread: rows kernels on 64 x 128 rows; "
-           "dequantise + sgemm, 256 x 512 rows)\n", "type", "n", "int rows", "sgemm", simd_name(simd_get()));
+    printf("\n%-6s %6s %12s %12s %12s %12s   (GFLOP/s, %s, 1 thread: rows kernels on 64 x 128 rows; "
+           "dequantise + sgemm, 256 x 512 rows; quant_gemm on the same, with packing and quantising, and "
+           "its kernel alone)\n", "type", "n", "int rows", "sgemm", "gemm", "gemm kernel", simd_name(simd_get()));
     for (int ti = 0; ti < ntypes; ti++)
         for (int li = 0; li < nlens; li++) {
             struct prompt_case c = {.t = types[ti], .n = lens[li]};
@@ -113,8 +139,21 @@ static void prompt_table(const enum dtype *types, int ntypes, const int64_t *len
             c.deq = malloc(256 * (size_t)c.n * sizeof *c.deq);
             c.y = malloc(512 * 256 * sizeof *c.y);
             const double tr = best_time(prompt_rows, &c), ts = best_time(prompt_sgemm, &c);
-            printf("%-6s %6lld %12.1f %12.1f\n", dtype_get(c.t)->name, (long long)c.n,
+            printf("%-6s %6lld %12.1f %12.1f", dtype_get(c.t)->name, (long long)c.n,
                    2e-9 * 64 * 128 * (double)c.n / tr, 2e-9 * 256 * 512 * (double)c.n / ts);
+            const size_t tb = quant_gemm_tile_bytes(c.t, c.n);
+            if (quant_gemm_has(c.t) && tb != 0) {
+                c.tiles = malloc(256 / QUANT_TILE_ROWS * tb);
+                c.act = malloc(512 * quant_gemm_act_bytes(c.t, c.n));
+                const double tg = best_time(prompt_gemm, &c);
+                for (int r = 0; r < 256; r += QUANT_TILE_ROWS)
+                    quant_gemm_pack(c.t, c.n, w + (size_t)r * rb, rb, QUANT_TILE_ROWS,
+                                    (char *)c.tiles + (size_t)r / QUANT_TILE_ROWS * tb);
+                const double tk = best_time(prompt_gemm_kernel, &c);
+                printf(" %12.1f %12.1f", 2e-9 * 256 * 512 * (double)c.n / tg, 2e-9 * 256 * 512 * (double)c.n / tk);
+                free(c.tiles), free(c.act);
+            }
+            printf("\n");
             fflush(stdout);
             free(xf), free(w), free(xb), free(c.deq), free(c.y);
         }

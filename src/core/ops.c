@@ -14,9 +14,12 @@
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     /* The dot path's batch form is at most 4 bytes a value (F32 is the
      * widest activation type); the BLAS path's threads each dequantise a
-     * tile of weight rows. */
+     * tile of weight rows; the integer path holds the quantised rows and a
+     * packed tile a thread (Q6_K's forms are the larger). */
     const int rows = n_tok >= MATMUL_BLAS_MIN_ROWS ? KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) : n_tok;
-    return (size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float);
+    const size_t int_bytes = (size_t)n_tok * quant_gemm_act_bytes(DT_Q6_K, cols) +
+                             (size_t)n_threads * quant_gemm_tile_bytes(DT_Q6_K, cols);
+    return KVF_MAX((size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float), int_bytes);
 }
 
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
@@ -65,9 +68,35 @@ static void matmul_blas(const struct weight *w, const float *x, int n_tok, float
     }
 }
 
+/* Each thread packs a tile of 16 weight rows at a time (quant_gemm) and
+ * multiplies it with every row of x, quantised once for all tiles. */
+static void matmul_int(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
+                       int n_threads) {
+    const size_t ab = quant_gemm_act_bytes(w->type, w->cols), tb = quant_gemm_tile_bytes(w->type, w->cols);
+    uint8_t *act = scratch, *tiles = act + (size_t)n_tok * ab;
+    const int64_t n_tiles = (w->rows + QUANT_TILE_ROWS - 1) / QUANT_TILE_ROWS;
+    #pragma omp parallel num_threads(n_threads)
+    {
+        #pragma omp for schedule(static)
+        for (int r = 0; r < n_tok; r++)
+            quant_gemm_act(w->type, x + (size_t)r * w->cols, w->cols, 1, act + (size_t)r * ab);
+        uint8_t *tile = tiles + (size_t)omp_get_thread_num() * tb;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < n_tiles; t++) {
+            const int64_t r0 = t * QUANT_TILE_ROWS;
+            const int nw = (int)KVF_MIN(QUANT_TILE_ROWS, w->rows - r0);
+            quant_gemm_pack(w->type, w->cols, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nw,
+                            tile);
+            quant_gemm(w->type, w->cols, tile, nw, act, n_tok, y + r0, (size_t)w->rows);
+        }
+    }
+}
+
 void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                 int n_threads) {
-    if (n_tok >= MATMUL_BLAS_MIN_ROWS)
+    if (n_tok >= MATMUL_BLAS_MIN_ROWS && quant_gemm_has(w->type) && quant_gemm_tile_bytes(w->type, w->cols) != 0)
+        matmul_int(w, x, n_tok, y, scratch, n_threads);
+    else if (n_tok >= MATMUL_BLAS_MIN_ROWS)
         matmul_blas(w, x, n_tok, y, scratch, n_threads);
     else
         matmul_dot(w, x, n_tok, y, scratch, n_threads);

@@ -791,8 +791,6 @@ static void quant_q6_K(const float *x, void *dst, int64_t n) {
 
 /* ---- dispatch ------------------------------------------------------- */
 
-typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
-
 static const quant_quantize_fn quantize_table[DT_COUNT] = {
     [DT_F32] = quant_f32,   [DT_F16] = quant_f16,   [DT_BF16] = quant_bf16, [DT_Q4_0] = quant_q4_0,
     [DT_Q4_1] = quant_q4_1, [DT_Q5_0] = quant_q5_0, [DT_Q5_1] = quant_q5_1, [DT_Q8_0] = quant_q8_0,
@@ -867,6 +865,7 @@ struct cpu_features cpu_features(void) {
         f.avx512bw = (b & bit_AVX512BW) != 0;
         f.avx512vl = (b & bit_AVX512VL) != 0;
         f.avx512dq = (b & bit_AVX512DQ) != 0;
+        f.avx512vnni = (c & bit_AVX512VNNI) != 0;
     }
 #endif
     return f;
@@ -902,8 +901,11 @@ static void kernels_init(void) {
     if (cpu_level >= SIMD_AVX2)
         quant_kernels_avx2(&level_kernels[SIMD_AVX2]);
     level_kernels[SIMD_AVX512] = level_kernels[SIMD_AVX2];
-    if (cpu_level >= SIMD_AVX512)
+    if (cpu_level >= SIMD_AVX512) {
         quant_kernels_avx512(&level_kernels[SIMD_AVX512]);
+        if (cpu_features().avx512vnni)
+            quant_kernels_vnni(&level_kernels[SIMD_AVX512]);
+    }
     __atomic_store_n(&cur_level, (int)env_cap(cpu_level), __ATOMIC_RELEASE);
 }
 
@@ -915,6 +917,8 @@ static inline const struct quant_kernels *kernels(void) {
     }
     return &level_kernels[lv];
 }
+
+const struct quant_kernels *quant_kernels_active(void) { return kernels(); }
 
 enum simd_level simd_detect(void) {
     pthread_once(&init_once, kernels_init);
@@ -962,8 +966,11 @@ void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t
 }
 
 void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n) {
-    if ((unsigned)type < DT_COUNT && quantize_table[type] != NULL)
-        quantize_table[type](src, dst, n);
+    if ((unsigned)type >= DT_COUNT)
+        return;
+    const quant_quantize_fn f = kernels()->quantize[type] ? kernels()->quantize[type] : quantize_table[type];
+    if (f != NULL)
+        f(src, dst, n);
 }
 
 /* Whether the batch form of `type`'s activations is planar (32-value

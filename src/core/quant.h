@@ -37,7 +37,7 @@ enum simd_level { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
 /* The CPU features the SIMD levels need, as cpuid reports them and only
  * where the OS saves the registers they use (all false off x86). */
 struct cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
 };
 struct cpu_features cpu_features(void);
 /* Best level this CPU supports (cpuid), capped by KVFOLD_SIMD=scalar|avx2. */
@@ -72,6 +72,31 @@ void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, vo
  * Unknown types give zeros. */
 void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
                         float *out, size_t out_stride);
+
+/* Prompt products in integers, for the K types where the CPU has AVX-512
+ * VNNI. A tile of up to QUANT_TILE_ROWS weight rows is repacked so that one
+ * vector holds four consecutive codes of each of 16 rows (and each row's
+ * group scales as floats): a vpdpbusd against four broadcast activation
+ * bytes then feeds 16 outputs, and no horizontal sums are left (the rows
+ * kernels above sum within a row). The activations are Q8_K's, as in
+ * quant_vec_dot_rows, so each result is that dot product's integer sums
+ * with the floats added in another order.
+ * quant_gemm_has: whether the level in use has the kernel for `type`.
+ * Sizes: 0 when the type has no packed form or n is not a multiple of 256.
+ * quant_gemm_pack: nw <= QUANT_TILE_ROWS rows of `type` (w_stride apart).
+ * quant_gemm_act: nx rows of n floats, quant_gemm_act_bytes(type, n) apart.
+ * quant_gemm: out[r * out_stride + i] for tile row i < nw and activation
+ * row r < nx; quant_gemm_ref is its scalar reference (bit for bit). */
+#define QUANT_TILE_ROWS 16
+bool quant_gemm_has(enum dtype type);
+size_t quant_gemm_tile_bytes(enum dtype type, int64_t n);
+size_t quant_gemm_act_bytes(enum dtype type, int64_t n);
+void quant_gemm_pack(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, void *tile);
+void quant_gemm_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
+void quant_gemm(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                size_t out_stride);
+void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                    size_t out_stride);
 
 /* The scalar references behind the dispatchers, for tests. */
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);

@@ -660,7 +660,40 @@ static double exp_sum(float *x, int64_t n, float m) {
     return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi));
 }
 
+/* Q8_K, bit for bit the reference quant_q8_K: the value of the largest
+ * magnitude (its first occurrence, NaN ignored) maps to -128; codes
+ * clamp(round_even(x * iscale), -128, 127), NaN -> -128 (max_ps returns its
+ * second operand when either is NaN). */
+static void quant_q8_K(const float *x, void *dst, int64_t n) {
+    struct block_q8_K *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
+        __m512 am = _mm512_setzero_ps();
+        for (int j = 0; j < QK_K; j += 16)
+            am = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + j)), am);
+        const float amax = _mm512_reduce_max_ps(am);
+        float max = 0;
+        for (int j = 0; amax > 0 && j < QK_K; j += 16) {
+            const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + j)), _mm512_set1_ps(amax),
+                                                    _CMP_EQ_OQ);
+            if (at) {
+                max = x[j + __builtin_ctz(at)];
+                break;
+            }
+        }
+        const float iscale = max != 0 ? -128.0f / max : 0;
+        b[i].d = iscale != 0 ? 1.0f / iscale : 0;
+        const __m512 v = _mm512_set1_ps(iscale), lo = _mm512_set1_ps(-128.0f), hi = _mm512_set1_ps(127.0f);
+        for (int g = 0; g < QK_K / 16; g++) {
+            const __m512 f = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * g), v), lo), hi);
+            const __m512i q = _mm512_cvtps_epi32(f);
+            _mm_storeu_si128((__m128i *)(b[i].qs + 16 * g), _mm512_cvtepi32_epi8(q));
+            b[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+    }
+}
+
 void quant_kernels_avx512(struct quant_kernels *k) {
+    k->quantize[DT_Q8_K] = quant_q8_K;
     k->sigmoid_mul = sigmoid_mul;
     k->exp_sum = exp_sum;
     k->max_f32 = max_f32;

@@ -128,6 +128,7 @@ static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t s
  *
  * n values per row; w and x point at whole blocks. */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
+typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
 typedef void (*quant_dots_fn)(int64_t d, const void *rows, int n, const float *x, float scale, float *out);
@@ -137,6 +138,32 @@ typedef void (*quant_axpys_fn)(float *y, const float *w, const void *rows, int n
  * row r and weight row i, each result's arithmetic the same whatever nw and
  * nx are. */
 typedef void (*quant_rows_fn)(int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx, float *out,
+                              size_t out_stride);
+
+/* quant_gemm's packed forms (quant.h). A tile of QUANT_TILE_ROWS = 16
+ * weight rows of n values:
+ *   codes  uint8 [n/4][16][4]  codes j..j+3 of row i at 64 (j/4) + 4 i
+ *   fs     float [n/G][16]     group g of row i: value = fs q - fm,
+ *   fm     float [n/G][16]     q the code, G = quant_gemm_group(type)
+ * rows past nw all zero. An activation row (quant_gemm_act_row_bytes):
+ *   qs  int8  [n]       Q8_K's codes (quant_quantize_row(DT_Q8_K))
+ *   da  float [n/256]   Q8_K's scales
+ *   bs  float [n/G]     each group's sum of codes
+ * so that  sum_j w_j x_j = sum_blocks da (sum_groups fs t_g - fm bs_g)
+ * with t_g the group's integer sum of q x codes. */
+static inline int quant_gemm_group(enum dtype type) { return type == DT_Q6_K ? 16 : 32; }
+
+static inline size_t quant_gemm_act_row_bytes(enum dtype type, int64_t n) {
+    const size_t b = (size_t)n + sizeof(float) * (size_t)(n / QK_K + n / quant_gemm_group(type));
+    return (b + 63) / 64 * 64;
+}
+
+/* out[r * out_stride + i] for tile row i < nw and activation row r < nx
+ * (rows act_row_bytes apart), every lane's arithmetic in this order:
+ * per block acc_b = 0; per group acc_b = fma(-fm, bs, fma(float(t), fs,
+ * acc_b)); per block acc = fma(acc_b, da, acc), so a SIMD kernel and the
+ * scalar reference agree bit for bit. */
+typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                               size_t out_stride);
 
 /* A rows kernel from its body for one weight row and up to four activation
@@ -197,6 +224,11 @@ struct quant_kernels {
     double (*exp_sum)(float *x, int64_t n, float m);
     float (*max_f32)(const float *x, int64_t n);
     void (*scale_f32)(float *x, float a, int64_t n);
+    /* Activation quantisers bit for bit the reference ones (quant.c);
+     * NULL: the reference. */
+    quant_quantize_fn quantize[DT_COUNT];
+    /* quant_gemm's kernel for the weight type; NULL: no integer path. */
+    quant_gemm_fn gemm[DT_COUNT];
 };
 
 /* e^r = 1 + r + r^2 p(r) on |r| <= ln2/2 (Cephes' expf polynomial: within
@@ -219,5 +251,8 @@ struct quant_kernels {
  * (the next lower level's) in place. Only called when the CPU has the ISA. */
 void quant_kernels_avx2(struct quant_kernels *k);
 void quant_kernels_avx512(struct quant_kernels *k);
+void quant_kernels_vnni(struct quant_kernels *k);
+/* The table of the level in use. */
+const struct quant_kernels *quant_kernels_active(void);
 
 #endif

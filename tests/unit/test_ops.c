@@ -1,5 +1,6 @@
-/* Dense ops against naive references: both matmul paths for every weight
- * type, RMSNorm, both RoPE styles, activations, softmax. */
+/* Dense ops against naive references: every matmul path (dot products,
+ * BLAS, the K types' integer products) for every weight type, RMSNorm,
+ * both RoPE styles, activations, softmax. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,10 +42,11 @@ static void matmul_case(enum dtype type, int n_tok) {
     for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
     void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok, 2));
     ops_matmul(&w, x, n_tok, y, scratch, 2);
-    /* The dot path quantises activations to 8 bits (|x| <= 1: step <= 1/127
-     * per value), so it is checked against the exact product within that
-     * rounding; the BLAS path multiplies floats and must be exact. */
-    const bool q8 = n_tok < 32 && dtype_get(type)->vec_dot != DT_F32;
+    /* The dot and integer paths quantise activations to 8 bits (|x| <= 1:
+     * step <= 1/127 per value), so they are checked against the exact
+     * product within that rounding; the BLAS path multiplies floats and
+     * must be exact. */
+    const bool q8 = (n_tok < 32 || quant_gemm_has(type)) && dtype_get(type)->vec_dot != DT_F32;
     for (int t = 0; t < n_tok; t++)
         for (int r = 0; r < rows; r++) {
             double ref = 0, mag = 0;
@@ -66,6 +68,13 @@ static void test_matmul_all_types(void **st) {
         matmul_case(types[i], 1);
         matmul_case(types[i], 5);
         matmul_case(types[i], 40);
+    }
+    /* Where the K types took the integer path above, their BLAS path too. */
+    if (quant_gemm_has(DT_Q4_K)) {
+        simd_set(SIMD_AVX2);
+        for (enum dtype t = DT_Q4_K; t <= DT_Q6_K; t++)
+            matmul_case(t, 40);
+        simd_set(simd_detect());
     }
 }
 

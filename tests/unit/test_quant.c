@@ -417,6 +417,68 @@ static void test_vec_dot_rows(void **state) {
     simd_set(SIMD_AVX512);
 }
 
+/* quant_gemm: the packed tile times Q8_K activations, at the SIMD level
+ * bit for bit the scalar reference, and both the decode path's dot product
+ * (the same integer sums, floats added in another order) within float
+ * rounding of the sum of |terms|; outputs past nw are left alone. */
+static void test_gemm(void **state) {
+    (void)state;
+    enum { NX = 19, OS = QUANT_TILE_ROWS + 3 };
+    static const enum dtype types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const int64_t lens[] = {256, 512, 1536};
+    static const int nws[] = {1, 5, 15, 16};
+    assert_int_equal(quant_gemm_tile_bytes(DT_Q4_0, 256), 0);
+    assert_int_equal(quant_gemm_tile_bytes(DT_Q4_K, 320), 0);
+    assert_int_equal(quant_gemm_act_bytes(DT_F32, 256), 0);
+    assert_true(quant_gemm_has(DT_Q4_K) == (simd_get() == SIMD_AVX512 && cpu_features().avx512vnni));
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const enum dtype ty = types[t];
+            const int64_t n = lens[li];
+            const size_t wb = dtype_row_bytes(ty, n), ab = quant_gemm_act_bytes(ty, n), xb = quant_batch_row_bytes(ty, n);
+            uint8_t *w = malloc(QUANT_TILE_ROWS * wb), *tile = malloc(quant_gemm_tile_bytes(ty, n));
+            uint8_t *act = malloc(NX * ab), *x = malloc(NX * xb);
+            float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(n * sizeof *wf), *xd = malloc(n * sizeof *xd);
+            float out[NX * OS], ref[NX * OS];
+            for (int j = 0; j < QUANT_TILE_ROWS; j++)
+                rnd_row(ty, w + j * wb, n, 0);
+            for (int64_t j = 0; j < NX * n; j++)
+                xf[j] = rnd_act();
+            quant_gemm_act(ty, xf, n, NX, act);
+            quant_quantize_batch(ty, xf, n, NX, x);
+            for (size_t k = 0; k < sizeof nws / sizeof *nws; k++) {
+                const int nw = nws[k];
+                quant_gemm_pack(ty, n, w, wb, nw, tile);
+                for (int nx = 1; nx <= NX; nx += 6) {
+                    for (int i = 0; i < NX * OS; i++)
+                        out[i] = ref[i] = -1234.5f;
+                    quant_gemm(ty, n, tile, nw, act, nx, out, OS);
+                    quant_gemm_ref(ty, n, tile, nw, act, nx, ref, OS);
+                    assert_memory_equal(out, ref, sizeof out);
+                    for (int r = 0; r < nx; r++) {
+                        quant_dequant_row_ref(DT_Q8_K, x + r * xb, xd, n);
+                        for (int i = 0; i < OS; i++) {
+                            if (i >= nw) {
+                                assert_true(out[r * OS + i] == -1234.5f);
+                                continue;
+                            }
+                            float dot;
+                            quant_vec_dot_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
+                            quant_dequant_row_ref(ty, w + i * wb, wf, n);
+                            double mag = 0;
+                            for (int64_t j = 0; j < n; j++)
+                                mag += fabs((double)wf[j] * xd[j]);
+                            if (fabs((double)out[r * OS + i] - dot) > 1e-5 * mag + 1e-30)
+                                fail_msg("%s n=%lld row %d act %d: gemm %.9g, dot %.9g (|terms| %.3g)",
+                                         dtype_get(ty)->name, (long long)n, i, r, out[r * OS + i], dot, mag);
+                        }
+                    }
+                }
+            }
+            free(w), free(tile), free(act), free(x), free(xf), free(wf), free(xd);
+        }
+}
+
 /* The activation quantiser's SIMD paths give the scalar one's bytes: ties
  * rounded to even, values past the clamp, NaN, infinities, zeros. */
 static void test_quantize_levels(void **state) {
@@ -431,8 +493,8 @@ static void test_quantize_levels(void **state) {
     for (int i = 160; i < 192; i++)
         x[i] = i % 2 ? 0.0f : -0.0f;
     x[200] = 1e30f, x[230] = -1e-30f;
-    const enum dtype types[2] = {DT_Q8_0, DT_Q8_1};
-    for (int t = 0; t < 2; t++) {
+    const enum dtype types[3] = {DT_Q8_0, DT_Q8_1, DT_Q8_K};
+    for (int t = 0; t < 3; t++) {
         const size_t rb = dtype_row_bytes(types[t], N);
         uint8_t *want = malloc(rb), *got = malloc(rb);
         simd_set(SIMD_SCALAR);
@@ -865,6 +927,7 @@ int main(void) {
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
         cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels), cmocka_unit_test(test_max_scale),
+        cmocka_unit_test(test_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
