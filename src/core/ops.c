@@ -7,8 +7,8 @@
 
 /* Below this many rows of x a matrix product is a stream of dot products
  * over the quantised weights; above it, packed tiles go through the integer
- * kernels (quant_gemm) where the CPU has them, else dequantised tiles
- * through BLAS. */
+ * kernels (quant_gemm) where the CPU has them for the type, else
+ * dequantised tiles through BLAS. */
 #define MATMUL_BLAS_MIN_ROWS 32
 /* Weight rows dequantised per BLAS call. */
 #define MATMUL_TILE_ROWS 256
@@ -16,14 +16,14 @@
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     /* The dot path's batch form is at most 4 bytes a value (F32 is the
      * widest activation type); the BLAS path's threads each dequantise a
-     * tile of weight rows; the integer path holds the quantised rows and a
-     * packed tile a thread, the most any type's forms take. */
+     * tile of weight rows; the integer path (from as many rows as BLAS)
+     * holds the quantised rows and a packed tile a thread (Q6_K's forms are
+     * the larger). */
     const int rows = n_tok >= MATMUL_BLAS_MIN_ROWS ? KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) : n_tok;
-    size_t bytes = (size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float);
-    for (int t = 0; t < DT_COUNT && n_tok >= MATMUL_BLAS_MIN_ROWS; t++)
-        bytes = KVF_MAX(bytes, (size_t)n_tok * quant_gemm_act_bytes((enum dtype)t, cols) +
-                                   (size_t)n_threads * quant_gemm_tile_bytes((enum dtype)t, cols));
-    return bytes;
+    const size_t int_bytes = n_tok < MATMUL_BLAS_MIN_ROWS ? 0
+                             : (size_t)n_tok * quant_gemm_act_bytes(DT_Q6_K, cols) +
+                                   (size_t)n_threads * quant_gemm_tile_bytes(DT_Q6_K, cols);
+    return KVF_MAX((size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float), int_bytes);
 }
 
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,

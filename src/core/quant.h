@@ -73,18 +73,16 @@ void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, vo
 void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
                         float *out, size_t out_stride);
 
-/* Prompt products in integers, where the CPU has AVX-512 VNNI. A tile of
- * up to QUANT_TILE_ROWS weight rows is repacked so that one vector holds
- * four consecutive codes of each of 16 rows (and each row's group scales
- * and offsets as floats): a vpdpbusd against four broadcast activation
+/* Prompt products in integers, for the K types where the CPU has AVX-512
+ * VNNI. A tile of up to QUANT_TILE_ROWS weight rows is repacked so that one
+ * vector holds four consecutive codes of each of 16 rows (and each row's
+ * group scales as floats): a vpdpbusd against four broadcast activation
  * bytes then feeds 16 outputs, and no horizontal sums are left (the rows
- * kernels above sum within a row). The activations are quantised as
- * quant_quantize_batch does for the type (Q8_K, or Q8_0's 32-value
- * blocks); each group's integer sum then takes its scale and offset in
- * float, where the dot products apply the K types' scales in integers.
+ * kernels above sum within a row). The activations are Q8_K's, as in
+ * quant_vec_dot_rows; each group's integer sum then takes its scale and
+ * offset in float, where the dot products apply them in integers.
  * quant_gemm_has: whether the level in use has the kernel for `type`.
- * Sizes: 0 when the type has no packed form or n is not a whole number of
- * its blocks.
+ * Sizes: 0 when the type has no packed form or n is not a multiple of 256.
  * quant_gemm_pack: nw <= QUANT_TILE_ROWS rows of `type` (w_stride apart).
  * quant_gemm_act: nx rows of n floats, quant_gemm_act_bytes(type, n) apart.
  * quant_gemm: out[r * out_stride + i] for tile row i < nw and activation

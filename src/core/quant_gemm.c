@@ -8,30 +8,22 @@
 
 #include <math.h>
 
-static bool gemm_type(enum dtype type) {
-    switch (type) {
-    case DT_Q4_0: case DT_Q4_1: case DT_Q5_0: case DT_Q5_1: case DT_Q4_K: case DT_Q5_K: case DT_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
+static bool gemm_type(enum dtype type) { return type == DT_Q4_K || type == DT_Q5_K || type == DT_Q6_K; }
 
 size_t quant_gemm_tile_bytes(enum dtype type, int64_t n) {
-    if (!gemm_type(type) || n <= 0 || n % quant_gemm_block(type) != 0)
+    if (!gemm_type(type) || n <= 0 || n % QK_K != 0)
         return 0;
     return (size_t)n * QUANT_TILE_ROWS + 2 * sizeof(float) * QUANT_TILE_ROWS * (size_t)(n / quant_gemm_group(type));
 }
 
 size_t quant_gemm_act_bytes(enum dtype type, int64_t n) {
-    return quant_gemm_tile_bytes(type, n) ? quant_gemm_act_row_bytes(n, quant_gemm_group(type), quant_gemm_block(type))
-                                          : 0;
+    return quant_gemm_tile_bytes(type, n) ? quant_gemm_act_row_bytes(type, n) : 0;
 }
 
-/* A K type's super-block of row i: its codes into q (in value order), and
- * its groups' scales and offsets. The loops over codes are written so that
- * the compiler vectorises them: packing is on the prompt's critical path. */
-static void unpack_k(enum dtype type, const void *blk, int i, uint8_t q[QK_K], float *fs, float *fm) {
+/* Row i's codes of one super-block into q (in value order), and its
+ * groups' scales and offsets. The loops over codes are written so that the
+ * compiler vectorises them: packing is on the prompt's critical path. */
+static void unpack_block(enum dtype type, const void *blk, int i, uint8_t q[QK_K], float *fs, float *fm) {
     if (type == DT_Q6_K) {
         const struct block_q6_K *b = blk;
         const float d = fp16_to_f32(b->d);
@@ -70,78 +62,36 @@ static void unpack_k(enum dtype type, const void *blk, int i, uint8_t q[QK_K], f
     }
 }
 
-/* The same for a 32-value block, the offset in fm (Q4_1 and Q5_1 add
- * theirs: fm = -m). */
-static void unpack_32(enum dtype type, const void *blk, int i, uint8_t q[32], float *fs, float *fm) {
-    float d, m;
-    if (type == DT_Q4_0 || type == DT_Q4_1) {
-        const struct block_q4_0 *b0 = blk;
-        const struct block_q4_1 *b1 = blk;
-        const uint8_t *qs = type == DT_Q4_0 ? b0->qs : b1->qs;
-        for (int j = 0; j < 16; j++) {
-            q[j] = qs[j] & 0xf;
-            q[j + 16] = qs[j] >> 4;
-        }
-        d = fp16_to_f32(type == DT_Q4_0 ? b0->d : b1->d);
-        m = type == DT_Q4_0 ? 8 * d : -fp16_to_f32(b1->m);
-    } else {
-        const struct block_q5_0 *b0 = blk;
-        const struct block_q5_1 *b1 = blk;
-        const uint8_t *qs = type == DT_Q5_0 ? b0->qs : b1->qs;
-        uint32_t qh;
-        memcpy(&qh, type == DT_Q5_0 ? b0->qh : b1->qh, sizeof qh);
-        for (int j = 0; j < 16; j++) {
-            q[j] = (uint8_t)((qs[j] & 0xf) | ((qh >> j) & 1) << 4);
-            q[j + 16] = (uint8_t)((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4);
-        }
-        d = fp16_to_f32(type == DT_Q5_0 ? b0->d : b1->d);
-        m = type == DT_Q5_0 ? 16 * d : -fp16_to_f32(b1->m);
-    }
-    fs[i] = d, fm[i] = m;
-}
-
 void quant_gemm_pack(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, void *tile) {
     const size_t bytes = quant_gemm_tile_bytes(type, n);
     if (bytes == 0)
         return;
     if (nw < QUANT_TILE_ROWS)
         memset(tile, 0, bytes);
-    const int G = quant_gemm_group(type), B = quant_gemm_block(type);
+    const int G = quant_gemm_group(type);
     const size_t bb = dtype_get(type)->block_bytes;
     uint8_t *codes = tile;
     float *fs = (float *)(void *)(codes + n * QUANT_TILE_ROWS), *fm = fs + QUANT_TILE_ROWS * (n / G);
     for (int i = 0; i < nw && i < QUANT_TILE_ROWS; i++)
-        for (int64_t b = 0; b < n / B; b++) {
-            const int64_t g0 = b * (B / G);
-            const void *blk = (const uint8_t *)w + (size_t)i * w_stride + (size_t)b * bb;
-            uint8_t q[QK_K], *dst = codes + b * B * QUANT_TILE_ROWS + 4 * i;
-            if (B == QK_K)
-                unpack_k(type, blk, i, q, fs + g0 * QUANT_TILE_ROWS, fm + g0 * QUANT_TILE_ROWS);
-            else
-                unpack_32(type, blk, i, q, fs + g0 * QUANT_TILE_ROWS, fm + g0 * QUANT_TILE_ROWS);
-            for (int l = 0; l < B; l += 4)
+        for (int64_t b = 0; b < n / QK_K; b++) {
+            const int64_t g0 = b * (QK_K / G);
+            uint8_t q[QK_K], *dst = codes + b * QK_K * QUANT_TILE_ROWS + 4 * i;
+            unpack_block(type, (const uint8_t *)w + (size_t)i * w_stride + (size_t)b * bb, i, q,
+                         fs + g0 * QUANT_TILE_ROWS, fm + g0 * QUANT_TILE_ROWS);
+            for (int l = 0; l < QK_K; l += 4)
                 memcpy(dst + l * QUANT_TILE_ROWS, q + l, 4);
         }
 }
 
-/* The decode path's activations for the type (quant_quantize_batch): Q8_K
- * blocks for the K types, Q8_0's 32-value blocks for the others (whose
- * sums the kernel takes exactly, where Q8_1 rounds them to fp16). */
 void quant_gemm_act(enum dtype type, const float *x, int64_t n, int nx, void *act) {
     const size_t rb = quant_gemm_act_bytes(type, n);
     if (rb == 0)
         return;
-    const int G = quant_gemm_group(type), B = quant_gemm_block(type);
+    const int G = quant_gemm_group(type);
     for (int r = 0; r < nx; r++, x += n) {
         int8_t *qs = (int8_t *)act + (size_t)r * rb;
-        float *da = (float *)(void *)(qs + n), *bs = da + n / B;
-        for (int64_t b = 0; b < n / B; b++) {
-            if (B == 32) {
-                uint16_t d;
-                bs[b] = (float)quant_q8_32(x + 32 * b, &d, qs + 32 * b);
-                da[b] = fp16_to_f32(d);
-                continue;
-            }
+        float *da = (float *)(void *)(qs + n), *bs = da + n / QK_K;
+        for (int64_t b = 0; b < n / QK_K; b++) {
             struct block_q8_K q;
             quant_quantize_row(DT_Q8_K, x + b * QK_K, &q, QK_K);
             memcpy(qs + b * QK_K, q.qs, QK_K);
@@ -157,17 +107,17 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
     const size_t rb = quant_gemm_act_bytes(type, n);
     if (rb == 0)
         return;
-    const int G = quant_gemm_group(type), B = quant_gemm_block(type);
+    const int G = quant_gemm_group(type);
     const uint8_t *codes = tile;
     const float *fs = (const float *)(const void *)(codes + n * QUANT_TILE_ROWS), *fm = fs + QUANT_TILE_ROWS * (n / G);
     for (int r = 0; r < nx; r++) {
         const int8_t *qs = (const int8_t *)act + (size_t)r * rb;
-        const float *da = (const float *)(const void *)(qs + n), *bs = da + n / B;
+        const float *da = (const float *)(const void *)(qs + n), *bs = da + n / QK_K;
         for (int i = 0; i < nw; i++) {
             float acc = 0;
-            for (int64_t b = 0; b < n / B; b++) {
+            for (int64_t b = 0; b < n / QK_K; b++) {
                 float acc_b = 0;
-                for (int64_t g = b * (B / G); g < (b + 1) * (B / G); g++) {
+                for (int64_t g = b * (QK_K / G); g < (b + 1) * (QK_K / G); g++) {
                     int t = 0;
                     for (int64_t j = g * G; j < (g + 1) * G; j++)
                         t += codes[(j / 4) * 64 + 4 * i + j % 4] * qs[j];

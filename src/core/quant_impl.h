@@ -146,26 +146,23 @@ typedef void (*quant_rows_fn)(int64_t n, const void *w, size_t w_stride, int nw,
  *   fs     float [n/G][16]     group g of row i: value = fs q - fm,
  *   fm     float [n/G][16]     q the code, G = quant_gemm_group(type)
  * rows past nw all zero. An activation row (quant_gemm_act_row_bytes):
- *   qs  int8  [n]       codes: Q8_K's for the K types, else Q8_0's
- *   da  float [n/B]     their scales, B = quant_gemm_block(type)
+ *   qs  int8  [n]       Q8_K's codes (quant_quantize_row(DT_Q8_K))
+ *   da  float [n/256]   Q8_K's scales
  *   bs  float [n/G]     each group's sum of codes
  * so that  sum_j w_j x_j = sum_blocks da (sum_groups fs t_g - fm bs_g)
  * with t_g the group's integer sum of q x codes. */
 static inline int quant_gemm_group(enum dtype type) { return type == DT_Q6_K ? 16 : 32; }
-static inline int quant_gemm_block(enum dtype type) {
-    return type == DT_Q4_K || type == DT_Q5_K || type == DT_Q6_K ? QK_K : 32;
-}
 
-static inline size_t quant_gemm_act_row_bytes(int64_t n, int G, int B) {
-    const size_t b = (size_t)n + sizeof(float) * (size_t)(n / B + n / G);
+static inline size_t quant_gemm_act_row_bytes(enum dtype type, int64_t n) {
+    const size_t b = (size_t)n + sizeof(float) * (size_t)(n / QK_K + n / quant_gemm_group(type));
     return (b + 63) / 64 * 64;
 }
 
 /* out[r * out_stride + i] for tile row i < nw and activation row r < nx
- * (rows quant_gemm_act_row_bytes apart), every lane's arithmetic in this
- * order: per block acc_b = 0; per group acc_b = fma(-fm, bs, fma(float(t),
- * fs, acc_b)); per block acc = fma(acc_b, da, acc), so that a SIMD kernel
- * and the scalar reference agree bit for bit. */
+ * (rows act_row_bytes apart), every lane's arithmetic in this order:
+ * per block acc_b = 0; per group acc_b = fma(-fm, bs, fma(float(t), fs,
+ * acc_b)); per block acc = fma(acc_b, da, acc), so a SIMD kernel and the
+ * scalar reference agree bit for bit. */
 typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                               size_t out_stride);
 
@@ -255,9 +252,6 @@ struct quant_kernels {
 void quant_kernels_avx2(struct quant_kernels *k);
 void quant_kernels_avx512(struct quant_kernels *k);
 void quant_kernels_vnni(struct quant_kernels *k);
-/* The batch form's quantiser of a 32-value block (Q8_0's rule, d stored
- * as fp16); returns the codes' sum. */
-int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]);
 /* The table of the level in use. */
 const struct quant_kernels *quant_kernels_active(void);
 
