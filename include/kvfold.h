@@ -477,8 +477,8 @@ KVF_API enum kvf_status kvf_session_decode(struct kvf_session *session, int32_t 
  * stage. The sessions must be distinct and not used by another thread
  * meanwhile. Each session's logits are those kvf_session_decode gives
  * (bit for bit while n < 16, where both read the weights through the same
- * dot products; with more rows the products go through BLAS and may round
- * differently). Checks every argument and context before any work
+ * dot products; with more rows the products may go through BLAS or the
+ * integer prompt kernels and round differently). Checks every argument and context before any work
  * (KVF_ERR_INVALID_ARG, KVF_ERR_CONTEXT); after another failure every
  * session must be reset. */
 KVF_API enum kvf_status kvf_session_decode_batch(struct kvf_session *const *sessions, const int32_t *tokens, int n);
