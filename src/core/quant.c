@@ -968,7 +968,7 @@ void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t
 void quant_quantize_row(enum dtype type, const float *src, void *dst, int64_t n) {
     if ((unsigned)type >= DT_COUNT)
         return;
-    const quant_quantize_fn f = kernels()->quantize[type] ? kernels()->quantize[type] : quantize_table[type];
+    const quant_quantize_fn simd = kernels()->quantize[type], f = simd ? simd : quantize_table[type];
     if (f != NULL)
         f(src, dst, n);
 }

@@ -91,7 +91,6 @@ static enum kvf_status qwen_video_item(const struct kvf_model *m, const struct k
         return st;
     }
     md->encode_ms = sys_time_ms() - t0;
-    md->slice = k;
     md->t_pos = (int)t_pos;
     *out = md;
     return KVF_OK;
