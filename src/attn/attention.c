@@ -2,7 +2,6 @@
 
 #include "core/ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -64,28 +63,36 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
 }
 
 /* Below this many queries in a block, scores and outputs are dot products
- * and axpys on the stored rows (any type); from it on, two BLAS calls
- * (decode is one query per head, where a BLAS call's overhead costs more
- * than it saves), on float32 copies of the rows for F16 / Q8_0 caches. */
+ * and axpys on the stored rows (any type); from it on, the two products of
+ * quant_scores_f32 / quant_mix_f32 on f32 rows (decode is one query per
+ * head, where a block kernel costs more than it saves). */
 #define ATTN_BLAS_MIN_ROWS 4
 
-/* A thread's float32 copy of the leading rows of one kv head (blocked path,
- * F16 / Q8_0 caches). A head's blocks come in order of growing visible
- * length and query heads sharing a kv head are adjacent, so each row is
- * converted about once per thread and kv head, not once per block. */
+/* A thread's packed keys (and float32 values of F16 / Q8_0 caches) of the
+ * leading rows of one kv head, for the block products. A head's blocks come
+ * in order of growing visible length and query heads sharing a kv head are
+ * adjacent, so each row is packed about once per thread and kv head, not
+ * once per block (BLAS packed both operands on every call: for 32 queries
+ * at head_dim 64, OpenBLAS's copies took 16% of a 4096-token prompt). */
 struct rows_f32 {
     const struct kv_head *h; /* whose rows are held; NULL: none */
     int n;                   /* rows [0, n) are held */
-    float *k, *v;            /* [n_kv_max][head_dim] each */
+    float *kp;               /* [n_kv_max / QUANT_PANEL rounded up][head_dim][QUANT_PANEL] key panels */
+    float *k, *v;            /* [n_kv_max][head_dim] each, F16 / Q8_0 caches only */
 };
 
 static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, int n) {
     if (r->h != h) r->h = h, r->n = 0;
     if (n <= r->n) return;
-    /* Rows are whole blocks of the type, so a run of rows is one row of (n - r->n) * d values. */
-    const size_t rb = dtype_row_bytes(h->type, d), off = (size_t)r->n * d;
-    quant_dequant_row(h->type, (const uint8_t *)h->k + r->n * rb, r->k + off, (int64_t)(n - r->n) * d);
-    quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + off, (int64_t)(n - r->n) * d);
+    const float *k = h->k;
+    if (h->type != DT_F32) {
+        /* Rows are whole blocks of the type, so a run of rows is one row of (n - r->n) * d values. */
+        const size_t rb = dtype_row_bytes(h->type, d), off = (size_t)r->n * d;
+        quant_dequant_row(h->type, (const uint8_t *)h->k + r->n * rb, r->k + off, (int64_t)(n - r->n) * d);
+        quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + off, (int64_t)(n - r->n) * d);
+        k = r->k;
+    }
+    quant_panels_pack(d, k, r->n, n, r->kp);
     r->n = n;
 }
 
@@ -120,7 +127,8 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     int32_t last = 0;
     for (int i = i0; qlast && i < i1; i++) last = KVF_MAX(last, qlast[i]);
     const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
-    const int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
+    int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
+    j0 -= j0 % QUANT_PANEL; /* the block products start at a panel; the columns before weigh nothing */
     const int ncol = jend - j0;
     const bool blas = nb >= ATTN_BLAS_MIN_ROWS && ncol > 0;
     /* Query i0 + k sees entries [jb[k], je[k]), within the block's columns
@@ -133,14 +141,11 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
 #define ROW(hh, i) (s + ((size_t)((hh) - h0) * nb + (size_t)((i) - i0)) * ncol) /* column j0 first */
 #define QV(hh, i) (q + (size_t)(i) * qstride + (size_t)(hh) * d)
 #define OUT(hh, i) (out + (size_t)(i) * qstride + (size_t)(hh) * d)
-    const float *K = h->k, *V = h->v;
-    if (blas && h->type != DT_F32) {
-        rows_f32_fill(conv, h, d, jend);
-        K = conv->k, V = conv->v;
-    }
+    const float *V = h->v;
     if (blas) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, ncol, d, p->scale, QV(h0, i0), qstride,
-                    K + (size_t)j0 * d, d, 0.0f, s, ncol);
+        rows_f32_fill(conv, h, d, jend);
+        if (h->type != DT_F32) V = conv->v;
+        quant_scores_f32(d, QV(h0, i0), qstride, nb, conv->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
@@ -174,8 +179,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
             }
         }
     if (blas) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nb, d, ncol, 1.0f, s, ncol, V + (size_t)j0 * d, d,
-                    0.0f, OUT(h0, i0), qstride);
+        quant_mix_f32(d, s, ncol, nb, V + (size_t)j0 * d, ncol, OUT(h0, i0), qstride);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
@@ -212,23 +216,25 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     const size_t part_len = (size_t)n_req * p->n_head_kv * (size_t)n_kv_max;
     if (stats && !(parts = calloc((size_t)n_threads * part_len + 1, sizeof(float))))
         return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics");
-    /* Float32 copies of F16 / Q8_0 rows for the blocked path: O(threads x
-     * entries x head_dim), allocated only when a block will use BLAS. */
+    /* Packed keys (and float32 values of F16 / Q8_0 caches) for the block
+     * products: O(threads x entries x head_dim), allocated only when a block
+     * will use them; 64-byte aligned, so that every panel load is. */
     float *rows = NULL;
-    const size_t rows_len = 2 * (size_t)n_kv_max * p->head_dim;
-    if (kv[0].type != DT_F32 && n_q >= ATTN_BLAS_MIN_ROWS &&
-        !(rows = malloc((size_t)n_threads * rows_len * sizeof(float)))) {
+    const size_t pan_len = (size_t)(n_kv_max + QUANT_PANEL - 1) / QUANT_PANEL * QUANT_PANEL * p->head_dim;
+    const size_t copy_len = kv[0].type != DT_F32 ? (size_t)n_kv_max * p->head_dim : 0;
+    const size_t rows_len = (pan_len + 2 * copy_len + 15) / 16 * 16;
+    if (n_q >= ATTN_BLAS_MIN_ROWS &&
+        !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {
         free(parts);
         return err_set(KVF_ERR_NOMEM, "out of memory for attention rows (%d entries)", n_kv_max);
     }
 
-    /* Each of our threads runs one-thread BLAS calls (see ops_matmul). */
-    openblas_set_num_threads(1);
     #pragma omp parallel num_threads(n_threads)
     {
         const int th = omp_get_thread_num();
         float *mine = rows ? rows + (size_t)th * rows_len : NULL;
-        struct rows_f32 conv = {NULL, 0, mine, mine ? mine + rows_len / 2 : NULL};
+        struct rows_f32 conv = {NULL, 0, mine, copy_len ? mine + pan_len : NULL,
+                                copy_len ? mine + pan_len + copy_len : NULL};
         float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
         /* No statistics: parts is NULL, and NULL + 0 is undefined behaviour. */
         const struct stats_part sp = {stats, parts ? parts + (size_t)th * part_len : NULL, p->n_head_kv, n_kv_max,

@@ -438,6 +438,32 @@ static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
         y[i] += a * x[i];
 }
 
+void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                          float *out, size_t ldo) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < n; j++) {
+            const float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
+            float acc = 0;
+            for (int64_t c = 0; c < d; c++)
+                acc = fmaf(q[i * ldq + c], pj[c * QUANT_PANEL], acc);
+            out[i * ldo + j] = acc * scale;
+        }
+}
+
+void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
+    for (int i = 0; i < nq; i++)
+        for (int64_t c = 0; c < d; c++) {
+            float sum = 0;
+            for (int j0 = 0; j0 < n; j0 += QUANT_MIX_KEYS) {
+                float acc = 0;
+                for (int j = j0; j < n && j < j0 + QUANT_MIX_KEYS; j++)
+                    acc = fmaf(w[i * ldw + j], v[(size_t)j * d + c], acc);
+                sum = j0 == 0 ? acc : sum + acc;
+            }
+            y[i * ldy + c] = sum;
+        }
+}
+
 static void sigmoid_mul_ref(float *g, const float *u, int64_t n, float a, float b) {
     for (int64_t i = 0; i < n; i++) {
         const float x = g[i], z = b != 0 ? x * (a + b * x * x) : a * x;
@@ -824,6 +850,8 @@ static const struct quant_kernels scalar_kernels = {
     .axpy_f32 = axpy_f32_ref,
     .sigmoid_mul = sigmoid_mul_ref,
     .exp_sum = exp_sum_ref,
+    .scores_f32 = quant_scores_f32_ref,
+    .mix_f32 = quant_mix_f32_ref,
     .max_f32 = max_f32_ref,
     .scale_f32 = scale_f32_ref,
     .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
@@ -1076,6 +1104,28 @@ void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows
     for (int j = 0; j < n; j++)
         if (w[j] != 0.0f)
             k->axpy[type](y, w[j], (const uint8_t *)rows + j * rb, d);
+}
+
+void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels) {
+    for (int j = j0; j < j1; j++) {
+        float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
+        for (int64_t c = 0; c < d; c++)
+            pj[c * QUANT_PANEL] = k[(size_t)j * d + c];
+    }
+    for (int j = j1; j % QUANT_PANEL != 0; j++) {
+        float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
+        for (int64_t c = 0; c < d; c++)
+            pj[c * QUANT_PANEL] = 0;
+    }
+}
+
+void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                      float *out, size_t ldo) {
+    kernels()->scores_f32(d, q, ldq, nq, panels, n, scale, out, ldo);
+}
+
+void quant_mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
+    kernels()->mix_f32(d, w, ldw, nq, v, n, y, ldy);
 }
 
 void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {

@@ -114,6 +114,33 @@ void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n
  * forms keep y in registers across the rows. */
 void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, float scale, float *out);
 void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows, int n, int64_t d);
+/* Prompt attention's two products on f32 rows (attn/attention.c), a block
+ * of queries against a run of keys. BLAS packs both operands on every call,
+ * which for a block of 32 queries is as much copying as multiplying; here
+ * the keys are packed once per head and the values are read in place.
+ * Keys are kept in panels of QUANT_PANEL rows stored value-major,
+ * panel p = [d][QUANT_PANEL] at p * QUANT_PANEL * d: one vector holds one
+ * value of 16 keys, against a broadcast query value.
+ * quant_panels_pack: rows [j0, j1) of k (row j at k + j * d) into their
+ * panels; the last panel's columns past j1 are zeroed (rows before j0 kept).
+ * quant_scores_f32: out[i * ldo + j] = scale * sum_c q[i * ldq + c] k_j[c]
+ * for i < nq and j < n, keys from the panel at `panels` on.
+ * quant_mix_f32: y[i * ldy + c] = sum_j w[i * ldw + j] v[j * d + c] for
+ * i < nq, c < d, j < n (y overwritten).
+ * A score is one fmaf chain in c from 0, then times the scale; an output
+ * value is one fmaf chain from 0 over each QUANT_MIX_KEYS keys in turn,
+ * the chains added in key order (as BLAS blocks a long sum, so that its
+ * rounding does not grow with the whole context). So every level gives the
+ * same bits. */
+#define QUANT_PANEL 16
+#define QUANT_MIX_KEYS 64
+void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels);
+void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                      float *out, size_t ldo);
+void quant_mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
+void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                          float *out, size_t ldo);
+void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
 /* g[i] = g[i] * sigmoid(z) * u[i] with z = a g[i] + b g[i]^3 (b = 0: a g[i]);
  * u NULL: no factor. SiLU is (1, 0), quick GELU (1.702, 0), the tanh GELU
  * (2 sqrt(2/pi), 2 sqrt(2/pi) 0.044715), as 0.5 (1 + tanh(y)) = sigmoid(2y).

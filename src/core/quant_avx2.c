@@ -527,6 +527,114 @@ static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t
     }
 }
 
+/* ---- prompt attention (quant_scores_f32, quant_mix_f32) -------------- */
+
+/* Lanes below `left` (clamped to 0..8) of an 8-lane mask. */
+static inline __m256i lanes_below(int64_t left) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)),
+                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Scores of R query rows against one panel (two vectors) in 2 R registers,
+ * as quant_avx512.c's scores_tile. */
+static inline __attribute__((always_inline)) void scores_tile(int R, int64_t d, const float *q, size_t ldq,
+                                                              const float *pan, float scale, float *out, size_t ldo,
+                                                              int n) {
+    __m256 acc[4][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < d; k++) {
+        const __m256 b0 = _mm256_loadu_ps(pan + k * QUANT_PANEL), b1 = _mm256_loadu_ps(pan + k * QUANT_PANEL + 8);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256 a = _mm256_set1_ps(q[r * ldq + k]);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+    const __m256 s = _mm256_set1_ps(scale);
+    const __m256i m0 = lanes_below(n), m1 = lanes_below(n - 8);
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        _mm256_maskstore_ps(out + r * ldo, m0, _mm256_mul_ps(acc[r][0], s));
+        if (n > 8)
+            _mm256_maskstore_ps(out + r * ldo + 8, m1, _mm256_mul_ps(acc[r][1], s));
+    }
+}
+
+static void scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                       float *out, size_t ldo) {
+    for (int p = 0; p * QUANT_PANEL < n; p++) {
+        const float *pan = panels + (size_t)p * QUANT_PANEL * d;
+        const int left = n - QUANT_PANEL * p;
+        size_t i = 0;
+        for (; i + 4 <= (size_t)nq; i += 4)
+            scores_tile(4, d, q + i * ldq, ldq, pan, scale, out + i * ldo + QUANT_PANEL * p, ldo, left);
+        for (; i < (size_t)nq; i++)
+            scores_tile(1, d, q + i * ldq, ldq, pan, scale, out + i * ldo + QUANT_PANEL * p, ldo, left);
+    }
+}
+
+/* As quant_avx512.c's mix_tile, on V of up to four 8-value vectors. */
+static inline __attribute__((always_inline)) void mix_tile(int R, int V, const float *w, size_t ldw, const float *v,
+                                                           int64_t d, int n, float *y, size_t ldy, int64_t left,
+                                                           bool first) {
+    __m256 acc[2][4];
+    __m256i m[4];
+    #pragma GCC unroll 8
+    for (int c = 0; c < V; c++)
+        m[c] = lanes_below(left - 8 * c);
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        __m256 b[4];
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            b[c] = _mm256_maskload_ps(v + (size_t)j * d + 8 * c, m[c]);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m256 a = _mm256_set1_ps(w[r * ldw + j]);
+            #pragma GCC unroll 8
+            for (int c = 0; c < V; c++)
+                acc[r][c] = _mm256_fmadd_ps(a, b[c], acc[r][c]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            _mm256_maskstore_ps(y + r * ldy + 8 * c, m[c],
+                                first ? acc[r][c]
+                                      : _mm256_add_ps(_mm256_maskload_ps(y + r * ldy + 8 * c, m[c]), acc[r][c]));
+}
+
+static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
+    for (int64_t c0 = 0; c0 < d; c0 += 32) {
+        const int64_t left = d - c0;
+        const int V = left >= 32 ? 4 : (int)((left + 7) / 8);
+        for (int j0 = 0; j0 == 0 || j0 < n; j0 += QUANT_MIX_KEYS) { /* once with n = 0: y = 0 */
+            const int nj = n - j0 < QUANT_MIX_KEYS ? n - j0 : QUANT_MIX_KEYS;
+#define ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, left, !j0
+#define MIX(R)                                                         \
+    (V == 4   ? mix_tile(R, 4, ARGS)                                   \
+     : V == 3 ? mix_tile(R, 3, ARGS)                                   \
+     : V == 2 ? mix_tile(R, 2, ARGS)                                   \
+              : mix_tile(R, 1, ARGS))
+            size_t i = 0;
+            for (; i + 2 <= (size_t)nq; i += 2)
+                MIX(2);
+            for (; i < (size_t)nq; i++)
+                MIX(1);
+#undef MIX
+#undef ARGS
+        }
+    }
+}
+
 /* ---- activations and softmax ------------------------------------- */
 
 /* e^x by EXP_POLY (quant_impl.h), as the AVX-512 exp16; 2^k is built in
@@ -615,6 +723,8 @@ static double exp_sum(float *x, int64_t n, float m) {
 void quant_kernels_avx2(struct quant_kernels *k) {
     k->sigmoid_mul = sigmoid_mul;
     k->exp_sum = exp_sum;
+    k->scores_f32 = scores_f32;
+    k->mix_f32 = mix_f32;
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
     k->dots[DT_F32] = dots_f32;

@@ -597,6 +597,126 @@ static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t
     }
 }
 
+/* ---- prompt attention (quant_scores_f32, quant_mix_f32) -------------- */
+
+/* Scores of R query rows against C panels (16 C keys) in R x C registers:
+ * per key value one load a panel and one broadcast a row. R and C are
+ * constants at every call, so acc[][] lives in registers. */
+static inline __attribute__((always_inline)) void scores_tile(int R, int C, int64_t d, const float *q, size_t ldq,
+                                                              const float *pan, float scale, float *out, size_t ldo,
+                                                              int n) {
+    __m512 acc[8][2];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < d; k++) {
+        __m512 b[2];
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            b[c] = _mm512_loadu_ps(pan + (size_t)c * QUANT_PANEL * d + k * QUANT_PANEL);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_set1_ps(q[r * ldq + k]);
+            #pragma GCC unroll 8
+            for (int c = 0; c < C; c++)
+                acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+        }
+    }
+    const __m512 s = _mm512_set1_ps(scale);
+    #pragma GCC unroll 8
+    for (int c = 0; c < C; c++) {
+        const int left = n - QUANT_PANEL * c;
+        const __mmask16 m = left >= QUANT_PANEL ? 0xffff : tail_mask(left);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(out + r * ldo + QUANT_PANEL * c, m, _mm512_mul_ps(acc[r][c], s));
+    }
+}
+
+/* Two panels at a time (8 KiB at d = 64) stay in L1 while every row group
+ * of the block reads them. (24 accumulators, for three panels or 12 rows,
+ * made GCC spill them.) */
+static void scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                       float *out, size_t ldo) {
+    for (int p = 0; p * QUANT_PANEL < n; p += 2) {
+        const float *pan = panels + (size_t)p * QUANT_PANEL * d;
+        const int left = n - QUANT_PANEL * p;
+#define SCORES(R, C) scores_tile(R, C, d, q + i * ldq, ldq, pan, scale, out + i * ldo + QUANT_PANEL * p, ldo, left)
+        size_t i = 0;
+        for (; i + 8 <= (size_t)nq; i += 8)
+            left > QUANT_PANEL ? SCORES(8, 2) : SCORES(8, 1);
+        for (; i + 4 <= (size_t)nq; i += 4)
+            left > QUANT_PANEL ? SCORES(4, 2) : SCORES(4, 1);
+        for (; i < (size_t)nq; i++)
+            left > QUANT_PANEL ? SCORES(1, 2) : SCORES(1, 1);
+#undef SCORES
+    }
+}
+
+/* R rows of the output, V vectors (up to 64 values) of each, over n keys:
+ * per key V loads of the value row and one broadcast weight a row. first:
+ * y = the chain, else y += the chain. */
+static inline __attribute__((always_inline)) void mix_tile(int R, int V, const float *w, size_t ldw, const float *v,
+                                                           int64_t d, int n, float *y, size_t ldy, __mmask16 last,
+                                                           bool first) {
+    __m512 acc[4][4];
+    __mmask16 m[4];
+    #pragma GCC unroll 8
+    for (int c = 0; c < V; c++)
+        m[c] = c == V - 1 ? last : 0xffff;
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        __m512 b[4];
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            b[c] = _mm512_maskz_loadu_ps(m[c], v + (size_t)j * d + 16 * c);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 a = _mm512_set1_ps(w[r * ldw + j]);
+            #pragma GCC unroll 8
+            for (int c = 0; c < V; c++)
+                acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < V; c++)
+            _mm512_mask_storeu_ps(y + r * ldy + 16 * c, m[c],
+                                  first ? acc[r][c]
+                                        : _mm512_add_ps(_mm512_maskz_loadu_ps(m[c], y + r * ldy + 16 * c), acc[r][c]));
+}
+
+static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
+    for (int64_t c0 = 0; c0 < d; c0 += 64) {
+        const int64_t left = d - c0 < 64 ? d - c0 : 64;
+        const int V = (int)((left + 15) / 16);
+        const __mmask16 last = left % 16 ? tail_mask(left % 16) : 0xffff;
+        for (int j0 = 0; j0 == 0 || j0 < n; j0 += QUANT_MIX_KEYS) { /* once with n = 0: y = 0 */
+            const int nj = n - j0 < QUANT_MIX_KEYS ? n - j0 : QUANT_MIX_KEYS;
+#define ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, last, !j0
+#define MIX(R)                                                         \
+    (V == 4   ? mix_tile(R, 4, ARGS)                                   \
+     : V == 3 ? mix_tile(R, 3, ARGS)                                   \
+     : V == 2 ? mix_tile(R, 2, ARGS)                                   \
+              : mix_tile(R, 1, ARGS))
+            size_t i = 0;
+            for (; i + 4 <= (size_t)nq; i += 4)
+                MIX(4);
+            for (; i < (size_t)nq; i++)
+                MIX(1);
+#undef MIX
+#undef ARGS
+        }
+    }
+}
+
 /* ---- activations and softmax ------------------------------------- */
 
 /* e^x by EXP_POLY (quant_impl.h); NaN stays NaN (min/max return their
@@ -696,6 +816,8 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->quantize[DT_Q8_K] = quant_q8_K;
     k->sigmoid_mul = sigmoid_mul;
     k->exp_sum = exp_sum;
+    k->scores_f32 = scores_f32;
+    k->mix_f32 = mix_f32;
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
     k->dots[DT_F32] = dots_f32;

@@ -229,6 +229,10 @@ struct quant_kernels {
     quant_quantize_fn quantize[DT_COUNT];
     /* quant_gemm's kernel for the weight type; NULL: no integer path. */
     quant_gemm_fn gemm[DT_COUNT];
+    /* quant_scores_f32 and quant_mix_f32 (prompt attention). */
+    void (*scores_f32)(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
+                       float *out, size_t ldo);
+    void (*mix_f32)(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
 };
 
 /* e^r = 1 + r + r^2 p(r) on |r| <= ln2/2 (Cephes' expf polynomial: within

@@ -95,7 +95,7 @@ static void check(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int wind
 }
 
 static void test_mha(void **st) { (void)st; check(4, 4, 16, 70, 70, 0, 1); }
-static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); }
+static void test_gqa(void **st) { (void)st; check(6, 2, 8, 100, 65, 0, 2); check(4, 1, 256, 100, 60, 0, 2); }
 static void test_decode_row(void **st) {
     (void)st;
     check(4, 1, 32, 50, 1, 0, 2);
@@ -103,7 +103,12 @@ static void test_decode_row(void **st) {
     check(6, 2, 16, 600, 2, 0, 2);
     check(4, 1, 16, 700, 1, 300, 1);
 }
-static void test_window(void **st) { (void)st; check(4, 2, 16, 90, 90, 7, 2); check(2, 1, 16, 40, 1, 5, 1); }
+static void test_window(void **st) {
+    (void)st;
+    check(4, 2, 16, 90, 90, 7, 2);
+    check(2, 1, 16, 40, 1, 5, 1);
+    check(2, 1, 72, 150, 75, 37, 2); /* vector tails of head_dim and keys; windows starting mid-panel */
+}
 
 /* CSP's n-softmax in the output (eq. 7), decode rows and blocks, with n
  * large enough to matter: the naive reference divides by n + sum exp. */

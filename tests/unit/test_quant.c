@@ -582,6 +582,86 @@ static void fill_pattern(float *x, int n, int pattern) {
     }
 }
 
+/* quant_scores_f32 / quant_mix_f32: each level bit for bit the reference,
+ * the reference within rounding of a double product, nothing written past
+ * the n columns (d values) asked for, tails of every width. */
+static void test_attn_products(void **state) {
+    (void)state;
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    static const int64_t dims[] = {1, 8, 12, 64, 72, 80, 128, 256};
+    static const int rows[] = {1, 3, 4, 5, 8, 9, 13, 32};
+    static const int keys[] = {0, 1, 15, 16, 17, 47, 48, 49, 130};
+    const int maxd = 256, maxq = 32, maxn = 130, ld = maxn + 5;
+    float *q = malloc(sizeof(float) * maxq * (maxd + 3)), *k = malloc(sizeof(float) * maxn * maxd);
+    float *pan = malloc(sizeof(float) * (maxn + QUANT_PANEL) * maxd), *v = malloc(sizeof(float) * maxn * maxd);
+    float *w = malloc(sizeof(float) * maxq * ld), *got = malloc(sizeof(float) * maxq * (maxd + 7));
+    float *want = malloc(sizeof(float) * maxq * (maxd + 7));
+    assert_true(q && k && pan && v && w && got && want);
+    for (int i = 0; i < maxq * (maxd + 3); i++)
+        q[i] = rnd_act();
+    for (int i = 0; i < maxn * maxd; i++)
+        k[i] = rnd_act(), v[i] = rnd_act();
+    for (int i = 0; i < maxq * ld; i++)
+        w[i] = rnd_act();
+    for (size_t a = 0; a < sizeof dims / sizeof *dims; a++) {
+        const int64_t d = dims[a];
+        const size_t ldq = (size_t)d + 3, ldy = (size_t)d + 7;
+        for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) {
+            const int n = keys[b];
+            /* two packing calls, as attention adds rows to a head's panels */
+            memset(pan, 0x7f, sizeof(float) * (maxn + QUANT_PANEL) * maxd);
+            quant_panels_pack(d, k, 0, n / 3, pan);
+            quant_panels_pack(d, k, n / 3, n, pan);
+            for (size_t c = 0; c < sizeof rows / sizeof *rows; c++) {
+                const int nq = rows[c];
+                float sref[32 * 135], sgot[32 * 135];
+                for (int i = 0; i < nq * ld; i++)
+                    sref[i] = -7.0f;
+                quant_scores_f32_ref(d, q, ldq, nq, pan, n, 0.125f, sref, ld);
+                for (int i = 0; i < nq; i++)
+                    for (int j = 0; j < ld; j++) {
+                        if (j >= n) {
+                            assert_true(sref[i * ld + j] == -7.0f);
+                            continue;
+                        }
+                        double e = 0, mag = 0;
+                        for (int64_t t = 0; t < d; t++)
+                            e += (double)q[i * ldq + t] * k[j * d + t], mag += fabs((double)q[i * ldq + t] * k[j * d + t]);
+                        assert_true(fabs(sref[i * ld + j] - 0.125 * e) <= 0.125 * 1e-6 * mag * (double)d + 1e-30);
+                    }
+                for (int i = 0; i < nq * (int)ldy; i++)
+                    want[i] = -7.0f;
+                quant_mix_f32_ref(d, w, ld, nq, v, n, want, ldy);
+                for (int i = 0; i < nq; i++)
+                    for (int64_t t = 0; t < (int64_t)ldy; t++) {
+                        if (t >= d) {
+                            assert_true(want[i * ldy + t] == -7.0f);
+                            continue;
+                        }
+                        double e = 0, mag = 0;
+                        for (int j = 0; j < n; j++)
+                            e += (double)w[i * ld + j] * v[j * d + t], mag += fabs((double)w[i * ld + j] * v[j * d + t]);
+                        assert_true(fabs(want[i * ldy + t] - e) <= 1e-6 * mag * (n + 1) + 1e-30);
+                    }
+                for (int l = 0; l < nl; l++) {
+                    simd_set(lv[l]);
+                    for (int i = 0; i < nq * ld; i++)
+                        sgot[i] = -7.0f;
+                    quant_scores_f32(d, q, ldq, nq, pan, n, 0.125f, sgot, ld);
+                    assert_memory_equal(sgot, sref, sizeof(float) * nq * ld);
+                    for (int i = 0; i < nq * (int)ldy; i++)
+                        got[i] = -7.0f;
+                    quant_mix_f32(d, w, ld, nq, v, n, got, ldy);
+                    assert_memory_equal(got, want, sizeof(float) * nq * ldy);
+                }
+                simd_set(SIMD_AVX512);
+            }
+        }
+    }
+    free(q), free(k), free(pan), free(v), free(w), free(got), free(want);
+}
+
 static void test_quantize_error(void **state) {
     (void)state;
     enum { N = 2048 };
@@ -932,7 +1012,7 @@ int main(void) {
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
         cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels), cmocka_unit_test(test_max_scale),
-        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm), cmocka_unit_test(test_attn_products),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
