@@ -66,14 +66,14 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
  * and axpys on the stored rows (any type); from it on, the two products of
  * quant_scores_f32 / quant_mix_f32 on f32 rows (decode is one query per
  * head, where a block kernel costs more than it saves). */
-#define ATTN_BLAS_MIN_ROWS 4
+#define ATTN_BLOCK_MIN_ROWS 4
 
 /* A thread's packed keys (and float32 values of F16 / Q8_0 caches) of the
  * leading rows of one kv head, for the block products. A head's blocks come
  * in order of growing visible length and query heads sharing a kv head are
  * adjacent, so each row is packed about once per thread and kv head, not
- * once per block (BLAS packed both operands on every call: for 32 queries
- * at head_dim 64, OpenBLAS's copies took 16% of a 4096-token prompt). */
+ * once per block (BLAS packed both operands on every call: for a block of
+ * 32 queries as much copying as multiplying). */
 struct rows_f32 {
     const struct kv_head *h; /* whose rows are held; NULL: none */
     int n;                   /* rows [0, n) are held */
@@ -109,10 +109,11 @@ static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, in
  * rows), then O = S V. The softmax of a row covers exactly its visible
  * entries, so a row's numbers do not depend on entries it cannot see (a
  * sliding-window layer gives the same weights whether or not it has freed
- * what fell out of its window). Blocks of ATTN_BLAS_MIN_ROWS queries or more
- * take one head (h1 = h0 + 1) and two BLAS calls; smaller ones take dot
- * products and axpys on the stored rows, ATTN_CHUNK columns at a time for
- * all the heads, each row's arithmetic the same as in one pass. */
+ * what fell out of its window). Blocks of ATTN_BLOCK_MIN_ROWS queries or
+ * more take one head (h1 = h0 + 1) and the two block products
+ * (quant_scores_f32, quant_mix_f32); smaller ones take dot products and
+ * axpys on the stored rows, ATTN_CHUNK columns at a time for all the heads,
+ * each row's arithmetic the same as in one pass. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int h0,
                        int h1, const struct kv_head *h, float *out, float *s, struct rows_f32 *conv,
                        const struct stats_part *sp) {
@@ -130,7 +131,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
     j0 -= j0 % QUANT_PANEL; /* the block products start at a panel; the columns before weigh nothing */
     const int ncol = jend - j0;
-    const bool blas = nb >= ATTN_BLAS_MIN_ROWS && ncol > 0;
+    const bool blocked = nb >= ATTN_BLOCK_MIN_ROWS && ncol > 0;
     /* Query i0 + k sees entries [jb[k], je[k]), within the block's columns
      * (positions ascend within a call, attn_forward; nb <= ATTN_BLOCK). */
     int jb[ATTN_BLOCK], je[ATTN_BLOCK];
@@ -142,7 +143,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
 #define QV(hh, i) (q + (size_t)(i) * qstride + (size_t)(hh) * d)
 #define OUT(hh, i) (out + (size_t)(i) * qstride + (size_t)(hh) * d)
     const float *V = h->v;
-    if (blas) {
+    if (blocked) {
         rows_f32_fill(conv, h, d, jend);
         if (h->type != DT_F32) V = conv->v;
         quant_scores_f32(d, QV(h0, i0), qstride, nb, conv->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
@@ -159,7 +160,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         for (int i = i0; i < i1; i++) {
             const int b0 = jb[i - i0], n = je[i - i0] - b0;
             float *row = ROW(hh, i), *r = row + (b0 - j0); /* the weights of entries [b0, b0 + n) */
-            if (blas) { /* the columns this row cannot see weigh nothing in O = S V */
+            if (blocked) { /* the columns this row cannot see weigh nothing in O = S V */
                 memset(row, 0, sizeof(float) * (size_t)(b0 - j0));
                 memset(r + n, 0, sizeof(float) * (size_t)(jend - b0 - n));
             } else {
@@ -178,7 +179,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
                 quant_scale_f32(r, nsm, n);
             }
         }
-    if (blas) {
+    if (blocked) {
         quant_mix_f32(d, s, ncol, nb, V + (size_t)j0 * d, ncol, OUT(h0, i0), qstride);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
@@ -200,7 +201,7 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     const int n_blocks = (n_q + ATTN_BLOCK - 1) / ATTN_BLOCK;
     /* Small blocks (decoding) take every query head of a kv head at once
      * (attn_block), as many rows as a thread's scratch holds. */
-    const int heads = n_q < ATTN_BLAS_MIN_ROWS && group * n_q <= ATTN_BLOCK ? group : 1;
+    const int heads = n_q < ATTN_BLOCK_MIN_ROWS && group * n_q <= ATTN_BLOCK ? group : 1;
     const int n_tasks = p->n_head / heads * n_blocks;
     int n_kv_max = 1;
     for (int g = 0; g < p->n_head_kv; g++) n_kv_max = KVF_MAX(n_kv_max, kv[g].n);
@@ -223,7 +224,7 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     const size_t pan_len = (size_t)(n_kv_max + QUANT_PANEL - 1) / QUANT_PANEL * QUANT_PANEL * p->head_dim;
     const size_t copy_len = kv[0].type != DT_F32 ? (size_t)n_kv_max * p->head_dim : 0;
     const size_t rows_len = (pan_len + 2 * copy_len + 15) / 16 * 16;
-    if (n_q >= ATTN_BLAS_MIN_ROWS &&
+    if (n_q >= ATTN_BLOCK_MIN_ROWS &&
         !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {
         free(parts);
         return err_set(KVF_ERR_NOMEM, "out of memory for attention rows (%d entries)", n_kv_max);

@@ -49,8 +49,9 @@ size_t attn_scratch_bytes(int n_kv, int n_threads);
  * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (qlast[i] when
  * given) and inside the window. */
 /* Rows may be stored as any cache type (kv->type). Small blocks (decode)
- * read them in place; blocks of F16 / Q8_0 rows large enough for BLAS use
- * float32 copies, allocated here (O(threads x entries x head_dim)).
+ * read them in place; larger ones use the keys packed for the block
+ * products (and float32 copies of F16 / Q8_0 values), allocated here
+ * (O(threads x entries x head_dim)).
  * stats (optional): accumulated as described above; its per-thread partial
  * sums are allocated here too (O(threads x heads x entries)), hence the status. */
 enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,

@@ -453,14 +453,10 @@ void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const f
 void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
     for (int i = 0; i < nq; i++)
         for (int64_t c = 0; c < d; c++) {
-            float sum = 0;
-            for (int j0 = 0; j0 < n; j0 += QUANT_MIX_KEYS) {
-                float acc = 0;
-                for (int j = j0; j < n && j < j0 + QUANT_MIX_KEYS; j++)
-                    acc = fmaf(w[i * ldw + j], v[(size_t)j * d + c], acc);
-                sum = j0 == 0 ? acc : sum + acc;
-            }
-            y[i * ldy + c] = sum;
+            float acc = 0;
+            for (int j = 0; j < n; j++)
+                acc = fmaf(w[i * ldw + j], v[(size_t)j * d + c], acc);
+            y[i * ldy + c] = acc;
         }
 }
 

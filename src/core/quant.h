@@ -128,12 +128,11 @@ void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows
  * quant_mix_f32: y[i * ldy + c] = sum_j w[i * ldw + j] v[j * d + c] for
  * i < nq, c < d, j < n (y overwritten).
  * A score is one fmaf chain in c from 0, then times the scale; an output
- * value is one fmaf chain from 0 over each QUANT_MIX_KEYS keys in turn,
- * the chains added in key order (as BLAS blocks a long sum, so that its
- * rounding does not grow with the whole context). So every level gives the
- * same bits. */
+ * value one fmaf chain in j from 0, as quant_rows_axpy's decoding sums.
+ * So every level gives the same bits, and weights of 0 before a row's
+ * first visible key change nothing (a sliding-window layer's numbers do not
+ * depend on where its visible keys start in the cache). */
 #define QUANT_PANEL 16
-#define QUANT_MIX_KEYS 64
 void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels);
 void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
                       float *out, size_t ldo);

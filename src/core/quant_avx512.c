@@ -655,9 +655,13 @@ static void scores_f32(int64_t d, const float *q, size_t ldq, int nq, const floa
     }
 }
 
+/* Keys a pass over the block's rows takes: 16 KiB of values at d = 64,
+ * read from L1 by every row group. */
+#define MIX_KEYS 64
+
 /* R rows of the output, V vectors (up to 64 values) of each, over n keys:
  * per key V loads of the value row and one broadcast weight a row. first:
- * y = the chain, else y += the chain. */
+ * the chains start at 0, else they go on from what y holds. */
 static inline __attribute__((always_inline)) void mix_tile(int R, int V, const float *w, size_t ldw, const float *v,
                                                            int64_t d, int n, float *y, size_t ldy, __mmask16 last,
                                                            bool first) {
@@ -670,7 +674,7 @@ static inline __attribute__((always_inline)) void mix_tile(int R, int V, const f
     for (int r = 0; r < R; r++)
         #pragma GCC unroll 8
         for (int c = 0; c < V; c++)
-            acc[r][c] = _mm512_setzero_ps();
+            acc[r][c] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[c], y + r * ldy + 16 * c);
     for (int j = 0; j < n; j++) {
         __m512 b[4];
         #pragma GCC unroll 8
@@ -688,9 +692,7 @@ static inline __attribute__((always_inline)) void mix_tile(int R, int V, const f
     for (int r = 0; r < R; r++)
         #pragma GCC unroll 8
         for (int c = 0; c < V; c++)
-            _mm512_mask_storeu_ps(y + r * ldy + 16 * c, m[c],
-                                  first ? acc[r][c]
-                                        : _mm512_add_ps(_mm512_maskz_loadu_ps(m[c], y + r * ldy + 16 * c), acc[r][c]));
+            _mm512_mask_storeu_ps(y + r * ldy + 16 * c, m[c], acc[r][c]);
 }
 
 static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
@@ -698,8 +700,8 @@ static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *
         const int64_t left = d - c0 < 64 ? d - c0 : 64;
         const int V = (int)((left + 15) / 16);
         const __mmask16 last = left % 16 ? tail_mask(left % 16) : 0xffff;
-        for (int j0 = 0; j0 == 0 || j0 < n; j0 += QUANT_MIX_KEYS) { /* once with n = 0: y = 0 */
-            const int nj = n - j0 < QUANT_MIX_KEYS ? n - j0 : QUANT_MIX_KEYS;
+        for (int j0 = 0; j0 == 0 || j0 < n; j0 += MIX_KEYS) { /* once with n = 0: y = 0 */
+            const int nj = n - j0 < MIX_KEYS ? n - j0 : MIX_KEYS;
 #define ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, last, !j0
 #define MIX(R)                                                         \
     (V == 4   ? mix_tile(R, 4, ARGS)                                   \

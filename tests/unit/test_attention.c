@@ -110,6 +110,38 @@ static void test_window(void **st) {
     check(2, 1, 72, 150, 75, 37, 2); /* vector tails of head_dim and keys; windows starting mid-panel */
 }
 
+/* A windowed layer's outputs do not depend on whether the entries out of
+ * every query's window are still stored (the session frees them): the same
+ * bits with all 150 entries and with the first 37 gone, so that the block
+ * products see the visible keys at another offset from a panel's start. */
+static void test_window_freed(void **st) {
+    (void)st;
+    const int d = 64, n = 150, gone = 37, n_q = 40, window = 60;
+    unsigned seed = 99u;
+    float *k = malloc(sizeof(float) * n * d), *v = malloc(sizeof(float) * n * d);
+    float *q = malloc(sizeof(float) * n_q * 2 * d), *out[2];
+    struct kvf_tag *tags = calloc(n, sizeof *tags);
+    int32_t *pos = malloc(sizeof(int32_t) * n);
+    for (int i = 0; i < n * d; i++) k[i] = frand(&seed), v[i] = frand(&seed);
+    for (int i = 0; i < n_q * 2 * d; i++) q[i] = 2.0f * frand(&seed);
+    for (int i = 0; i < n; i++) pos[i] = tags[i].pos = i;
+    const struct attn_params p = {.n_head = 2, .n_head_kv = 1, .head_dim = d, .scale = 0.125f, .window = window};
+    float *scratch = malloc(attn_scratch_bytes(n, 2));
+    for (int t = 0; t < 2; t++) {
+        const int first = t ? gone : 0; /* no query sees below n - n_q - window + 1 = 51 */
+        struct kv_cache c;
+        assert_int_equal(kv_cache_init(&c, 1, 1, d, false), KVF_OK);
+        assert_int_equal(kv_cache_reserve(&c, 0, n - first), KVF_OK);
+        kv_cache_append(&c, 0, k + (size_t)first * d, v + (size_t)first * d, tags + first, n - first);
+        out[t] = malloc(sizeof(float) * n_q * 2 * d);
+        assert_int_equal(attn_forward(&p, q, pos + n - n_q, n_q, kv_cache_head(&c, 0, 0), out[t], scratch, 2, NULL),
+                         KVF_OK);
+        kv_cache_free(&c);
+    }
+    assert_memory_equal(out[0], out[1], sizeof(float) * n_q * 2 * d);
+    free(k); free(v); free(q); free(tags); free(pos); free(scratch); free(out[0]); free(out[1]);
+}
+
 /* CSP's n-softmax in the output (eq. 7), decode rows and blocks, with n
  * large enough to matter: the naive reference divides by n + sum exp. */
 static void test_nsoftmax(void **st) {
@@ -459,7 +491,7 @@ static void test_cache_type_errors(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
-        cmocka_unit_test(test_window), cmocka_unit_test(test_nsoftmax), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
+        cmocka_unit_test(test_window), cmocka_unit_test(test_window_freed), cmocka_unit_test(test_nsoftmax), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
         cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_stats_repeatable),
         cmocka_unit_test(test_cache_bytes),
         cmocka_unit_test(test_cache_keep), cmocka_unit_test(test_typed_attention), cmocka_unit_test(test_typed_stats),
