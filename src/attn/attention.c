@@ -74,25 +74,30 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
  * adjacent, so each row is packed about once per thread and kv head, not
  * once per block (BLAS packed both operands on every call: for a block of
  * 32 queries as much copying as multiplying). */
-struct rows_f32 {
+struct head_pack {
     const struct kv_head *h; /* whose rows are held; NULL: none */
     int n;                   /* rows [0, n) are held */
     float *kp;               /* [n_kv_max / QUANT_PANEL rounded up][head_dim][QUANT_PANEL] key panels */
-    float *k, *v;            /* [n_kv_max][head_dim] each, F16 / Q8_0 caches only */
+    float *v;                /* [n_kv_max][head_dim], F16 / Q8_0 caches only */
+    float *stage;            /* [QUANT_PANEL][head_dim]: F16 / Q8_0 keys on their way into panels */
 };
 
-static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, int n) {
+static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, int n) {
     if (r->h != h) r->h = h, r->n = 0;
     if (n <= r->n) return;
-    const float *k = h->k;
-    if (h->type != DT_F32) {
-        /* Rows are whole blocks of the type, so a run of rows is one row of (n - r->n) * d values. */
-        const size_t rb = dtype_row_bytes(h->type, d), off = (size_t)r->n * d;
-        quant_dequant_row(h->type, (const uint8_t *)h->k + r->n * rb, r->k + off, (int64_t)(n - r->n) * d);
-        quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + off, (int64_t)(n - r->n) * d);
-        k = r->k;
+    if (h->type == DT_F32) {
+        quant_panels_pack(d, (const float *)h->k + (size_t)r->n * d, r->n, n, r->kp);
+    } else {
+        /* Rows are whole blocks of the type, so a run of rows is one row of m * d values. */
+        const size_t rb = dtype_row_bytes(h->type, d);
+        quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + (size_t)r->n * d,
+                          (int64_t)(n - r->n) * d);
+        for (int j = r->n; j < n; j += QUANT_PANEL) {
+            const int m = KVF_MIN(QUANT_PANEL, n - j);
+            quant_dequant_row(h->type, (const uint8_t *)h->k + j * rb, r->stage, (int64_t)m * d);
+            quant_panels_pack(d, r->stage, j, j + m, r->kp);
+        }
     }
-    quant_panels_pack(d, k, r->n, n, r->kp);
     r->n = n;
 }
 
@@ -115,7 +120,7 @@ static void rows_f32_fill(struct rows_f32 *r, const struct kv_head *h, int d, in
  * axpys on the stored rows, ATTN_CHUNK columns at a time for all the heads,
  * each row's arithmetic the same as in one pass. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int h0,
-                       int h1, const struct kv_head *h, float *out, float *s, struct rows_f32 *conv,
+                       int h1, const struct kv_head *h, float *out, float *s, struct head_pack *pack,
                        const struct stats_part *sp) {
     const int d = p->head_dim, qstride = p->n_head * d, nb = i1 - i0;
     const int group = p->n_head / p->n_head_kv;
@@ -128,10 +133,11 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     int32_t last = 0;
     for (int i = i0; qlast && i < i1; i++) last = KVF_MAX(last, qlast[i]);
     const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
-    int j0 = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
-    j0 -= j0 % QUANT_PANEL; /* the block products start at a panel; the columns before weigh nothing */
-    const int ncol = jend - j0;
-    const bool blocked = nb >= ATTN_BLOCK_MIN_ROWS && ncol > 0;
+    const int jv = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
+    const bool blocked = nb >= ATTN_BLOCK_MIN_ROWS && jend > jv;
+    /* The block's scores start at a panel (the columns before jv are
+     * computed and weigh nothing); its values from jv on. */
+    const int j0 = blocked ? jv - jv % QUANT_PANEL : jv, ncol = jend - j0;
     /* Query i0 + k sees entries [jb[k], je[k]), within the block's columns
      * (positions ascend within a call, attn_forward; nb <= ATTN_BLOCK). */
     int jb[ATTN_BLOCK], je[ATTN_BLOCK];
@@ -144,9 +150,9 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
 #define OUT(hh, i) (out + (size_t)(i) * qstride + (size_t)(hh) * d)
     const float *V = h->v;
     if (blocked) {
-        rows_f32_fill(conv, h, d, jend);
-        if (h->type != DT_F32) V = conv->v;
-        quant_scores_f32(d, QV(h0, i0), qstride, nb, conv->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
+        head_pack_fill(pack, h, d, jend);
+        if (h->type != DT_F32) V = pack->v;
+        quant_scores_f32(d, QV(h0, i0), qstride, nb, pack->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
@@ -180,7 +186,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
             }
         }
     if (blocked) {
-        quant_mix_f32(d, s, ncol, nb, V + (size_t)j0 * d, ncol, OUT(h0, i0), qstride);
+        quant_mix_f32(d, s + (jv - j0), ncol, nb, V + (size_t)jv * d, jend - jv, OUT(h0, i0), qstride);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
             for (int hh = h0; hh < h1; hh++)
@@ -221,9 +227,9 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
      * products: O(threads x entries x head_dim), allocated only when a block
      * will use them; 64-byte aligned, so that every panel load is. */
     float *rows = NULL;
-    const size_t pan_len = (size_t)(n_kv_max + QUANT_PANEL - 1) / QUANT_PANEL * QUANT_PANEL * p->head_dim;
-    const size_t copy_len = kv[0].type != DT_F32 ? (size_t)n_kv_max * p->head_dim : 0;
-    const size_t rows_len = (pan_len + 2 * copy_len + 15) / 16 * 16;
+    const size_t pan_len = ((size_t)n_kv_max + QUANT_PANEL - 1) / QUANT_PANEL * QUANT_PANEL * p->head_dim;
+    const size_t copy_len = kv[0].type != DT_F32 ? ((size_t)n_kv_max + QUANT_PANEL) * p->head_dim : 0;
+    const size_t rows_len = (pan_len + copy_len + 15) / 16 * 16;
     if (n_q >= ATTN_BLOCK_MIN_ROWS &&
         !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {
         free(parts);
@@ -233,17 +239,19 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     #pragma omp parallel num_threads(n_threads)
     {
         const int th = omp_get_thread_num();
+        /* NULL + an offset is undefined behaviour: decoding allocates nothing. */
         float *mine = rows ? rows + (size_t)th * rows_len : NULL;
-        struct rows_f32 conv = {NULL, 0, mine, copy_len ? mine + pan_len : NULL,
-                                copy_len ? mine + pan_len + copy_len : NULL};
+        const bool staged = mine && copy_len;
+        struct head_pack pack = {NULL, 0, mine, staged ? mine + pan_len : NULL,
+                                 staged ? mine + pan_len + (size_t)n_kv_max * p->head_dim : NULL};
         float *s = scratch + (size_t)th * ATTN_BLOCK * n_kv_max;
-        /* No statistics: parts is NULL, and NULL + 0 is undefined behaviour. */
+        /* No statistics: parts is NULL. */
         const struct stats_part sp = {stats, parts ? parts + (size_t)th * part_len : NULL, p->n_head_kv, n_kv_max,
                                       slot};
 #define ATTN_TASK(t) \
     attn_block(p, q, qpos, ((t) % n_blocks) * ATTN_BLOCK, KVF_MIN(n_q, ((t) % n_blocks + 1) * ATTN_BLOCK), \
                (t) / n_blocks * heads, ((t) / n_blocks + 1) * heads, &kv[(t) / n_blocks * heads / group], out, s, \
-               &conv, stats ? &sp : NULL)
+               &pack, stats ? &sp : NULL)
         /* A thread's partial sums hold the tasks it ran: a fixed share of
          * them keeps the statistics the same from run to run (a dynamic one
          * rounds them differently each time). */

@@ -450,14 +450,17 @@ void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const f
         }
 }
 
+/* Key by key, so that the value rows are read in order; each y[c] is still
+ * one chain in j. */
 void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
-    for (int i = 0; i < nq; i++)
-        for (int64_t c = 0; c < d; c++) {
-            float acc = 0;
-            for (int j = 0; j < n; j++)
-                acc = fmaf(w[i * ldw + j], v[(size_t)j * d + c], acc);
-            y[i * ldy + c] = acc;
-        }
+    for (int i = 0; i < nq; i++) {
+        float *yi = y + i * ldy;
+        for (int64_t c = 0; c < d; c++)
+            yi[c] = 0;
+        for (int j = 0; j < n; j++)
+            for (int64_t c = 0; c < d; c++)
+                yi[c] = fmaf(w[i * ldw + j], v[(size_t)j * d + c], yi[c]);
+    }
 }
 
 static void sigmoid_mul_ref(float *g, const float *u, int64_t n, float a, float b) {
@@ -1106,7 +1109,7 @@ void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels)
     for (int j = j0; j < j1; j++) {
         float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
         for (int64_t c = 0; c < d; c++)
-            pj[c * QUANT_PANEL] = k[(size_t)j * d + c];
+            pj[c * QUANT_PANEL] = k[(size_t)(j - j0) * d + c];
     }
     for (int j = j1; j % QUANT_PANEL != 0; j++) {
         float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;

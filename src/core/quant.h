@@ -121,17 +121,16 @@ void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows
  * Keys are kept in panels of QUANT_PANEL rows stored value-major,
  * panel p = [d][QUANT_PANEL] at p * QUANT_PANEL * d: one vector holds one
  * value of 16 keys, against a broadcast query value.
- * quant_panels_pack: rows [j0, j1) of k (row j at k + j * d) into their
- * panels; the last panel's columns past j1 are zeroed (rows before j0 kept).
+ * quant_panels_pack: rows j0 .. j1 - 1, at k (row j at k + (j - j0) d),
+ * into their panels; the last panel's columns past j1 are zeroed (rows
+ * before j0 kept).
  * quant_scores_f32: out[i * ldo + j] = scale * sum_c q[i * ldq + c] k_j[c]
  * for i < nq and j < n, keys from the panel at `panels` on.
  * quant_mix_f32: y[i * ldy + c] = sum_j w[i * ldw + j] v[j * d + c] for
  * i < nq, c < d, j < n (y overwritten).
  * A score is one fmaf chain in c from 0, then times the scale; an output
- * value one fmaf chain in j from 0, as quant_rows_axpy's decoding sums.
- * So every level gives the same bits, and weights of 0 before a row's
- * first visible key change nothing (a sliding-window layer's numbers do not
- * depend on where its visible keys start in the cache). */
+ * value one fmaf chain in j from 0, in key order. So every level gives the
+ * same bits. (The scalar level calls fmaf: on a CPU without FMA, libm's.) */
 #define QUANT_PANEL 16
 void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels);
 void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,

@@ -331,9 +331,9 @@ static void test_cache_keep(void **st) {
 
 /* F16 and Q8_0 caches: the same kernel against the naive computation on
  * the keys and values as stored, on every SIMD level (the decode path reads
- * rows in place with the typed kernels; blocks of >= 4 queries use BLAS on
- * float32 copies; 65 queries make blocks of 32, 32 and 1, so one call takes
- * both paths). */
+ * rows in place with the typed kernels; blocks of >= 4 queries use the
+ * block products on float32 copies; 65 queries make blocks of 32, 32 and
+ * 1, so one call takes both paths). */
 static const enum kvf_kv_type typed[] = {KVF_KV_F16, KVF_KV_Q8_0};
 
 static void test_typed_attention(void **st) {
@@ -345,7 +345,7 @@ static void test_typed_attention(void **st) {
             check_mode(4, 4, 32, 70, 70, 0, 1, false, typed[t]);   /* MHA, blocked */
             check_mode(6, 2, 64, 100, 65, 0, 2, false, typed[t]);  /* GQA, blocked + decode row */
             check_mode(4, 1, 32, 50, 1, 0, 2, false, typed[t]);    /* decode */
-            check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t]);    /* a block below the BLAS size */
+            check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t]);    /* a block below the block products' size */
             check_mode(4, 2, 32, 90, 90, 7, 2, false, typed[t]);   /* sliding window */
             check_mode(2, 1, 32, 40, 1, 5, 1, false, typed[t]);
         }

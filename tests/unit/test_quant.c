@@ -589,7 +589,7 @@ static void test_attn_products(void **state) {
     (void)state;
     enum simd_level lv[3];
     const int nl = levels(lv);
-    static const int64_t dims[] = {1, 8, 12, 64, 72, 80, 128, 256};
+    static const int64_t dims[] = {1, 8, 12, 24, 40, 64, 72, 80, 100, 112, 128, 256};
     static const int rows[] = {1, 3, 4, 5, 8, 9, 13, 32};
     static const int keys[] = {0, 1, 15, 16, 17, 47, 48, 49, 130};
     const int maxd = 256, maxq = 32, maxn = 130, ld = maxn + 5;
@@ -612,7 +612,7 @@ static void test_attn_products(void **state) {
             /* two packing calls, as attention adds rows to a head's panels */
             memset(pan, 0x7f, sizeof(float) * (maxn + QUANT_PANEL) * maxd);
             quant_panels_pack(d, k, 0, n / 3, pan);
-            quant_panels_pack(d, k, n / 3, n, pan);
+            quant_panels_pack(d, k + (size_t)(n / 3) * d, n / 3, n, pan);
             for (size_t c = 0; c < sizeof rows / sizeof *rows; c++) {
                 const int nq = rows[c];
                 float sref[32 * 135], sgot[32 * 135];
