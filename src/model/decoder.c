@@ -6,7 +6,6 @@
 #include "attn/attn.h"
 #include "core/ops.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,13 +194,14 @@ static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct
  * logits before the causal mask, softmax over the query axis, summed over
  * heads and text columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j),
  * from the pass's queries and keys still in f->q, f->k. Text columns go
- * REDUCE_COLS at a time through one sgemm per head. */
+ * REDUCE_COLS at a time, packed as attention's keys, through the block
+ * scores of prompt attention (quant_scores_f32) for each head. */
 #define REDUCE_COLS 64
 static void lightkv_weights(const struct decoder *d, int n, float *xi) {
     const struct hparams *hp = &d->model->hp;
     const struct fwd_scratch *f = d->fw;
     const int hd = hp->head_dim, QD = hp->n_head * hd, KD = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
-    float *kb = d->rd->scratch, *c = kb + (size_t)REDUCE_COLS * hd; /* [cols][hd] keys, [n][cols] logits */
+    float *kp = d->rd->scratch, *c = kp + (size_t)REDUCE_COLS * hd; /* key panels, [n][cols] logits */
     int cols[REDUCE_COLS];
     memset(xi, 0, sizeof(float) * (size_t)n);
     for (int j0 = 0; j0 < n;) {
@@ -210,9 +210,8 @@ static void lightkv_weights(const struct decoder *d, int n, float *xi) {
             if (f->btag[j0].modality == KVF_MOD_TEXT) cols[nc++] = j0;
         for (int h = 0; nc > 0 && h < hp->n_head; h++) {
             for (int c_ = 0; c_ < nc; c_++)
-                memcpy(kb + (size_t)c_ * hd, f->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, sizeof(float) * (size_t)hd);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nc, hd, hp->attn_scale, f->q + (size_t)h * hd, QD, kb,
-                        hd, 0.0f, c, nc);
+                quant_panels_pack(hd, f->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, c_, c_ + 1, kp);
+            quant_scores_f32(hd, f->q + (size_t)h * hd, QD, n, kp, nc, hp->attn_scale, c, nc);
             for (int c_ = 0; c_ < nc; c_++) {
                 float mx = -INFINITY;
                 for (int i = 0; i < n; i++) mx = fmaxf(mx, c[(size_t)i * nc + c_]);
