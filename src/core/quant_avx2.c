@@ -610,30 +610,7 @@ static inline __attribute__((always_inline)) void mix_tile(int R, int V, const f
             _mm256_maskstore_ps(y + r * ldy + 8 * c, m[c], acc[r][c]);
 }
 
-#define MIX_KEYS 64 /* as in quant_avx512.c */
-
-static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
-    for (int64_t c0 = 0; c0 < d; c0 += 32) {
-        const int64_t left = d - c0;
-        const int V = left >= 32 ? 4 : (int)((left + 7) / 8);
-        for (int j0 = 0; j0 == 0 || j0 < n; j0 += MIX_KEYS) { /* once with n = 0: y = 0 */
-            const int nj = n - j0 < MIX_KEYS ? n - j0 : MIX_KEYS;
-#define ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, left, !j0
-#define MIX(R)                                                         \
-    (V == 4   ? mix_tile(R, 4, ARGS)                                   \
-     : V == 3 ? mix_tile(R, 3, ARGS)                                   \
-     : V == 2 ? mix_tile(R, 2, ARGS)                                   \
-              : mix_tile(R, 1, ARGS))
-            size_t i = 0;
-            for (; i + 2 <= (size_t)nq; i += 2)
-                MIX(2);
-            for (; i < (size_t)nq; i++)
-                MIX(1);
-#undef MIX
-#undef ARGS
-        }
-    }
-}
+MIX_F32(8, 2)
 
 /* ---- activations and softmax ------------------------------------- */
 

@@ -655,21 +655,17 @@ static void scores_f32(int64_t d, const float *q, size_t ldq, int nq, const floa
     }
 }
 
-/* Keys a pass over the block's rows takes: 16 KiB of values at d = 64,
- * read from L1 by every row group. */
-#define MIX_KEYS 64
-
-/* R rows of the output, V vectors (up to 64 values) of each, over n keys:
- * per key V loads of the value row and one broadcast weight a row. first:
- * the chains start at 0, else they go on from what y holds. */
+/* R rows of the output, V vectors (up to 64 values) of each, over n keys
+ * (MIX_F32 in quant_impl.h): per key V loads of the value row and one
+ * broadcast weight a row. */
 static inline __attribute__((always_inline)) void mix_tile(int R, int V, const float *w, size_t ldw, const float *v,
-                                                           int64_t d, int n, float *y, size_t ldy, __mmask16 last,
+                                                           int64_t d, int n, float *y, size_t ldy, int64_t left,
                                                            bool first) {
     __m512 acc[4][4];
     __mmask16 m[4];
     #pragma GCC unroll 8
     for (int c = 0; c < V; c++)
-        m[c] = c == V - 1 ? last : 0xffff;
+        m[c] = left - 16 * c >= 16 ? 0xffff : tail_mask(left - 16 * c);
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
         #pragma GCC unroll 8
@@ -695,29 +691,7 @@ static inline __attribute__((always_inline)) void mix_tile(int R, int V, const f
             _mm512_mask_storeu_ps(y + r * ldy + 16 * c, m[c], acc[r][c]);
 }
 
-static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
-    for (int64_t c0 = 0; c0 < d; c0 += 64) {
-        const int64_t left = d - c0 < 64 ? d - c0 : 64;
-        const int V = (int)((left + 15) / 16);
-        const __mmask16 last = left % 16 ? tail_mask(left % 16) : 0xffff;
-        for (int j0 = 0; j0 == 0 || j0 < n; j0 += MIX_KEYS) { /* once with n = 0: y = 0 */
-            const int nj = n - j0 < MIX_KEYS ? n - j0 : MIX_KEYS;
-#define ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, last, !j0
-#define MIX(R)                                                         \
-    (V == 4   ? mix_tile(R, 4, ARGS)                                   \
-     : V == 3 ? mix_tile(R, 3, ARGS)                                   \
-     : V == 2 ? mix_tile(R, 2, ARGS)                                   \
-              : mix_tile(R, 1, ARGS))
-            size_t i = 0;
-            for (; i + 4 <= (size_t)nq; i += 4)
-                MIX(4);
-            for (; i < (size_t)nq; i++)
-                MIX(1);
-#undef MIX
-#undef ARGS
-        }
-    }
-}
+MIX_F32(16, 4)
 
 /* ---- activations and softmax ------------------------------------- */
 
