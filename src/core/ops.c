@@ -26,8 +26,26 @@ size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     return KVF_MAX((size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float), int_bytes);
 }
 
+/* matmul_dot on interleaved weights: chunks of whole tiles. */
+static void matmul_ilv(const struct weight *w, const float *x, int n_tok, float *y, void *scratch, int n_threads) {
+    quant_ilv_act(w->type, x, w->cols, n_tok, scratch);
+    const int64_t tiles = w->rows / QUANT_ILV_ROWS, tile_bytes = QUANT_ILV_ROWS * (int64_t)w->row_bytes;
+    const int64_t chunk = KVF_MAX(1, tiles / (8 * (int64_t)n_threads));
+    const int64_t n_chunks = (tiles + chunk - 1) / chunk;
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+    for (int64_t c = 0; c < n_chunks; c++) {
+        const int64_t t0 = c * chunk;
+        quant_ilv_rows(w->type, w->cols, (const uint8_t *)w->data + t0 * tile_bytes, (int)KVF_MIN(chunk, tiles - t0),
+                       scratch, n_tok, y + t0 * QUANT_ILV_ROWS, (size_t)w->rows);
+    }
+}
+
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                        int n_threads) {
+    if (w->ilv) {
+        matmul_ilv(w, x, n_tok, y, scratch, n_threads);
+        return;
+    }
     uint8_t *xb = scratch;
     quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
     const int64_t rows = w->rows;
@@ -62,9 +80,12 @@ static void matmul_blas(const struct weight *w, const float *x, int n_tok, float
         const float *tile = (const float *)((const uint8_t *)w->data + (size_t)r0 * w->row_bytes);
         if (w->type != DT_F32) {
             float *buf = (float *)scratch + (size_t)omp_get_thread_num() * MATMUL_TILE_ROWS * w->cols;
-            for (int64_t r = 0; r < nr; r++)
-                quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
-                                  buf + r * w->cols, w->cols);
+            if (w->ilv)
+                quant_ilv_dequant(w->type, w->cols, w->data, r0, (int)nr, buf);
+            else
+                for (int64_t r = 0; r < nr; r++)
+                    quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)(r0 + r) * w->row_bytes,
+                                      buf + r * w->cols, w->cols);
             tile = buf;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_tok, (int)nr, (int)w->cols, 1.0f, x,
@@ -107,7 +128,10 @@ void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, voi
 }
 
 void ops_get_row(const struct weight *w, int64_t row, float *out) {
-    quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, out, w->cols);
+    if (w->ilv)
+        quant_ilv_dequant(w->type, w->cols, w->data, row, 1, out);
+    else
+        quant_dequant_row(w->type, (const uint8_t *)w->data + (size_t)row * w->row_bytes, out, w->cols);
 }
 
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {

@@ -7,12 +7,15 @@
 #include "core/quant.h"
 
 /* A 2-D weight: `rows` rows of `cols` values, row-major, stored as `type`
- * (rows = output features, cols = input features). 1-D weights have rows=1. */
+ * (rows = output features, cols = input features). 1-D weights have rows=1.
+ * ilv: interleaved by 16 rows (quant_ilv_pack; same bytes, and a slice of
+ * whole tiles is still data + first_row * row_bytes). */
 struct weight {
     enum dtype type;
     int64_t rows, cols;
     size_t row_bytes;
     const void *data;
+    bool ilv;
 };
 
 /* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */

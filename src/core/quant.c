@@ -670,7 +670,7 @@ static void quant_q5_1(const float *x, void *dst, int64_t n) {
  * Q8_0 dot relies on. Returns sum(qs). */
 static inline const struct quant_kernels *kernels(void);
 
-static int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]) {
+int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]) {
     const struct quant_kernels *k = kernels();
     const float df = store_fp16(d, k->absmax32(x) / 127);
     return k->codes32(x, df != 0 ? 1.0f / df : 0, qs);

@@ -98,6 +98,46 @@ void quant_gemm(enum dtype type, int64_t n, const void *tile, int nw, const void
 void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                     size_t out_stride);
 
+/* Decoding products for the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0) on weights interleaved by 16 rows at load. The rows kernels above
+ * sum within a row, so every activation row pays again for loading its
+ * scales, converting its block sums and reducing the row; at 8 rows (8
+ * sessions decoding together) that is most of the time. Interleaved, one
+ * vector holds four codes of each of 16 rows: a vpdpbusd against four
+ * broadcast activation codes feeds 16 outputs, a block's scales take one
+ * multiply for 16 rows, and nothing is reduced across lanes.
+ * The form has the bytes of the rows it holds, so tile t (rows 16t ..
+ * 16t + 15) starts at t * 16 * row_bytes and a slice of whole tiles is a
+ * slice of the matrix (layout: quant_impl.h).
+ * quant_ilv_type: `type` has the form. quant_ilv_has: the level in use has
+ * a kernel for it (AVX-512 VNNI); elsewhere the scalar reference computes
+ * the same bits, slowly, so a model interleaves its weights only where
+ * quant_ilv_has.
+ * quant_ilv_pack: rows (a multiple of 16) rows of n values (contiguous,
+ * dtype_row_bytes apart) into dst.
+ * quant_ilv_dequant: rows r0 .. r0 + nr - 1 of an interleaved matrix as
+ * floats, nr rows of n at dst, bit for bit quant_dequant_row's.
+ * quant_ilv_act: nx rows of n floats, quant_ilv_act_bytes(n) apart: Q8_0's
+ * codes and scales (those quant_quantize_batch gives) and each block's sum.
+ * quant_ilv_rows: out[r * out_stride + 16 t + i] for row i of tile t < nt
+ * (tiles from `tiles` on) and activation row r < nx; every result is
+ * acc = fma(float(t_b), dw_b * dx_b, acc) over the blocks b in order
+ * (t_b the block's integer sum of code x code, less the format's offset
+ * times the activation codes' sum), plus fma(m_b, s_b, acc) for Q4_1/Q5_1
+ * (s_b Q8_1's fp16 sum), whatever nx is: batched and single decoding give
+ * the same bits, and so do the kernel and quant_ilv_rows_ref. */
+#define QUANT_ILV_ROWS 16
+bool quant_ilv_type(enum dtype type);
+bool quant_ilv_has(enum dtype type);
+void quant_ilv_pack(enum dtype type, int64_t n, const void *w, int64_t rows, void *dst);
+void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
+size_t quant_ilv_act_bytes(int64_t n);
+void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
+void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+                    size_t out_stride);
+void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+                        size_t out_stride);
+
 /* The scalar references behind the dispatchers, for tests. */
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
 void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,

@@ -788,6 +788,72 @@ static void quant_q8_K(const float *x, void *dst, int64_t n) {
     }
 }
 
+/* quant_ilv_dequant on the interleaved form: row i's codes of a block tile
+ * gathered from its four (Q8_0: eight) vectors into value order, then the
+ * scalar kernels' expressions, whose products are exact: the same bits. */
+static inline uint32_t ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void ilv_dequant_tiles(const enum dtype type, int64_t n,
+                                                                    const void *ilv, int64_t r0, int nr, float *dst) {
+    const struct ilv_layout L = quant_ilv_layout(type);
+    const int64_t nb = n / 32;
+    for (int r = 0; r < nr; r++) {
+        const int64_t t = (r0 + r) / QUANT_ILV_ROWS;
+        const int i = (int)((r0 + r) % QUANT_ILV_ROWS);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = (const uint8_t *)ilv + (size_t)(t * nb + b) * L.bytes, *c = p + L.codes + 4 * i;
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            const __m512 d = _mm512_set1_ps(QUANT_H2F(h));
+            __m512i v0, v1;
+            if (L.q8) {
+                const __m256i q = _mm256_xor_si256(
+                    _mm256_setr_epi32((int)ld32(c), (int)ld32(c + 64), (int)ld32(c + 128), (int)ld32(c + 192),
+                                      (int)ld32(c + 256), (int)ld32(c + 320), (int)ld32(c + 384), (int)ld32(c + 448)),
+                    _mm256_set1_epi8((char)0x80));
+                v0 = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
+                v1 = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
+            } else {
+                const __m128i x = _mm_setr_epi32((int)ld32(c), (int)ld32(c + 64), (int)ld32(c + 128), (int)ld32(c + 192));
+                const __m128i nib = _mm_set1_epi8(0x0f);
+                const __m128i lo = _mm_and_si128(x, nib), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nib);
+                __m128i a = _mm_unpacklo_epi32(lo, hi), z = _mm_unpackhi_epi32(lo, hi);
+                if (L.q5) {
+                    const uint32_t qh = ld32(p + L.qh + 4 * i);
+                    a = _mm_mask_add_epi8(a, (__mmask16)(qh & 0xffff), a, _mm_set1_epi8(16));
+                    z = _mm_mask_add_epi8(z, (__mmask16)(qh >> 16), z, _mm_set1_epi8(16));
+                }
+                v0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(a), _mm512_set1_epi32(L.o));
+                v1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(z), _mm512_set1_epi32(L.o));
+            }
+            __m512 y0 = _mm512_mul_ps(_mm512_cvtepi32_ps(v0), d), y1 = _mm512_mul_ps(_mm512_cvtepi32_ps(v1), d);
+            if (L.min) {
+                memcpy(&h, p + L.m + 2 * i, 2);
+                const __m512 m = _mm512_set1_ps(QUANT_H2F(h));
+                y0 = _mm512_add_ps(y0, m);
+                y1 = _mm512_add_ps(y1, m);
+            }
+            float *o = dst + (size_t)r * n + 32 * b;
+            _mm512_storeu_ps(o, y0);
+            _mm512_storeu_ps(o + 16, y1);
+        }
+    }
+}
+
+#define ILV_DEQUANT(name, T)                                                                       \
+    static void name(int64_t n, const void *ilv, int64_t r0, int nr, float *dst) {                 \
+        ilv_dequant_tiles(T, n, ilv, r0, nr, dst);                                                 \
+    }
+ILV_DEQUANT(ilv_dequant_q4_0, DT_Q4_0)
+ILV_DEQUANT(ilv_dequant_q4_1, DT_Q4_1)
+ILV_DEQUANT(ilv_dequant_q5_0, DT_Q5_0)
+ILV_DEQUANT(ilv_dequant_q5_1, DT_Q5_1)
+ILV_DEQUANT(ilv_dequant_q8_0, DT_Q8_0)
+
 void quant_kernels_avx512(struct quant_kernels *k) {
     k->quantize[DT_Q8_K] = quant_q8_K;
     k->sigmoid_mul = sigmoid_mul;
@@ -805,6 +871,11 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dequant[DT_Q5_0] = dequant_q5_0;
     k->dequant[DT_Q5_1] = dequant_q5_1;
     k->dequant[DT_Q8_0] = dequant_q8_0;
+    k->ilv_dequant[DT_Q4_0] = ilv_dequant_q4_0;
+    k->ilv_dequant[DT_Q4_1] = ilv_dequant_q4_1;
+    k->ilv_dequant[DT_Q5_0] = ilv_dequant_q5_0;
+    k->ilv_dequant[DT_Q5_1] = ilv_dequant_q5_1;
+    k->ilv_dequant[DT_Q8_0] = ilv_dequant_q8_0;
     k->dequant[DT_Q4_K] = dequant_q4_K;
     k->dequant[DT_Q6_K] = dequant_q6_K;
     k->dot[DT_F32] = dot_f32_row;

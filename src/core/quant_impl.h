@@ -166,6 +166,52 @@ static inline size_t quant_gemm_act_row_bytes(enum dtype type, int64_t n) {
 typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                               size_t out_stride);
 
+/* quant_ilv's interleaved form (quant.h). Per tile of 16 rows, its n/32
+ * blocks in order, each a block tile of 16 x the type's block bytes:
+ *   d      fp16   [16]  row i's scale
+ *   m      fp16   [16]  row i's offset (Q4_1, Q5_1)
+ *   qh     uint32 [16]  row i's fifth bits, bit k for value k (Q5_0, Q5_1)
+ *   codes  eight groups g, each values 4g .. 4g + 3 of the 16 rows, value
+ *          4g + j of row i at byte 4i + j of its vector:
+ *          4- and 5-bit types: 4 vectors of 64 bytes, groups 2c and 2c + 1
+ *          in vector c's low and high nibbles (the fifth bit from qh);
+ *          Q8_0: 8 vectors, group g in vector g, as code + 128.
+ * A code u (unsigned, as vpdpbusd takes it) stands for (u - o) d, or
+ * u d + m for the formats with an offset (o = 0).
+ * An activation row (quant_ilv_act_bytes): int8 qs[n], then per block
+ * float d[n/32], float s[n/32] (fp16(d sum), as Q8_1 holds it) and int32
+ * sum[n/32], the sum of the block's codes. */
+struct ilv_layout {
+    int o;                 /* the codes' offset                         */
+    bool min, q5, q8;      /* an offset m; fifth bits; 8-bit codes       */
+    size_t m, qh, codes;   /* byte offsets inside a block tile           */
+    size_t bytes;          /* a block tile: 16 x block bytes             */
+};
+
+static inline struct ilv_layout quant_ilv_layout(enum dtype type) {
+    const bool min = type == DT_Q4_1 || type == DT_Q5_1, q5 = type == DT_Q5_0 || type == DT_Q5_1;
+    struct ilv_layout l = {.o = type == DT_Q4_0 ? 8 : type == DT_Q5_0 ? 16 : type == DT_Q8_0 ? 128 : 0,
+                           .min = min, .q5 = q5, .q8 = type == DT_Q8_0};
+    l.m = 32;
+    l.qh = l.m + (min ? 32 : 0);
+    l.codes = l.qh + (q5 ? 64 : 0);
+    l.bytes = l.codes + (l.q8 ? 512 : 256);
+    return l;
+}
+
+static inline size_t quant_ilv_act_row_bytes(int64_t n) {
+    return ((size_t)n + 12 * (size_t)(n / 32) + 63) / 64 * 64;
+}
+
+/* out[r * out_stride + 16 t + i] for tile t < nt and activation row r < nx
+ * (quant.h: quant_ilv_rows). */
+typedef void (*quant_ilv_fn)(int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+                             size_t out_stride);
+
+/* Codes of one 32-value block as quant_q8_0 makes them (scale d as fp16
+ * bits); returns their sum. */
+int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]);
+
 /* A rows kernel from its body for one weight row and up to four activation
  * rows (activation rows in fours, then the rest) and, when not NULL, a
  * body for two weight rows against a single activation row. */
@@ -260,6 +306,11 @@ struct quant_kernels {
     quant_quantize_fn quantize[DT_COUNT];
     /* quant_gemm's kernel for the weight type; NULL: no integer path. */
     quant_gemm_fn gemm[DT_COUNT];
+    /* quant_ilv_rows's kernel for the weight type; NULL: the reference. */
+    quant_ilv_fn ilv[DT_COUNT];
+    /* quant_ilv_dequant for the type; NULL: rows unpacked to their stored
+     * blocks for dequant[]. */
+    void (*ilv_dequant[DT_COUNT])(int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
     /* quant_scores_f32 and quant_mix_f32 (prompt attention). */
     void (*scores_f32)(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
                        float *out, size_t ldo);

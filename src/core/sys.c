@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -102,4 +103,29 @@ enum kvf_status sys_read_file(const char *path, size_t cap, const char *what, ch
     free(buf);
     fclose(f);
     return st;
+}
+
+/* The whole pages inside [p, p + n): *a .. *b, empty when b <= a. */
+static void inner_pages(const void *p, size_t n, uintptr_t *a, uintptr_t *b) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    *a = ((uintptr_t)p + page - 1) / page * page;
+    *b = ((uintptr_t)p + n) / page * page;
+}
+
+void sys_release_pages(const void *p, size_t n) {
+    uintptr_t a, b;
+    inner_pages(p, n, &a, &b);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+void sys_prefault(void *p, size_t n) {
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t a, b;
+    inner_pages(p, n, &a, &b);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)p, (void)n;
+#endif
 }

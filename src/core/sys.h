@@ -28,4 +28,13 @@ FILE *sys_fopen_read(const char *path);
  * the cap: every file the library reads whole has one. */
 enum kvf_status sys_read_file(const char *path, size_t cap, const char *what, char **out, size_t *len);
 
+/* Tells the OS that the whole pages inside [p, p + n) of a read-only file
+ * mapping are no longer needed (they are read again from the file if
+ * touched), so that they leave the process's resident memory. */
+void sys_release_pages(const void *p, size_t n);
+/* Maps the whole pages inside [p, p + n) of fresh memory in one call
+ * (Linux 5.14+, else nothing): filling a large buffer page by page costs
+ * a fault every 4 KiB, which on a VM is most of the time it takes. */
+void sys_prefault(void *p, size_t n);
+
 #endif

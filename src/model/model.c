@@ -4,6 +4,7 @@
 #include "model/model.h"
 #include "model/vit.h"
 
+#include "core/sys.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "tok/chat.h"
@@ -145,7 +146,7 @@ enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src
     if (rb == 0 || !size_mul(rb, (size_t)rows, &total) || total != r.nbytes)
         return err_set(KVF_ERR_SHAPE, "tensor '%s': %zu bytes do not hold [%lld, %lld] of %s", name, r.nbytes,
                        (long long)rows, (long long)cols, tr->name);
-    *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data};
+    *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data, false};
     m->n_params += rows * cols;
     m->weight_bytes += (int64_t)total;
     return KVF_OK;
@@ -172,10 +173,10 @@ enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *sr
     return st;
 }
 
-enum kvf_status model_keep(struct kvf_model *m, float *f) {
+enum kvf_status model_keep(struct kvf_model *m, void *f) {
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? 2 * m->cap_owned : 64;
-        float **o = realloc(m->owned, (size_t)cap * sizeof *o);
+        void **o = realloc(m->owned, (size_t)cap * sizeof *o);
         if (!o) {
             free(f);
             return err_set(KVF_ERR_NOMEM, "out of memory");
@@ -229,6 +230,48 @@ static const char *lname(char *buf, size_t n, const struct layout *lo, int which
     return buf;
 }
 
+/* Decoding's products run on matrices interleaved by 16 rows where the
+ * CPU has the kernel (quant_ilv_has): each is repacked into memory the model
+ * owns, and the mapped pages it was read from are handed back to the OS as
+ * it goes, so that a large matrix (Gemma 3's 178 MB embedding) is not held
+ * twice at its end. */
+#define INTERLEAVE_ROWS 4096
+static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) {
+    if (!w->data || w->ilv || w->rows % QUANT_ILV_ROWS != 0 || !quant_ilv_has(w->type))
+        return KVF_OK;
+    const size_t bytes = (size_t)w->rows * w->row_bytes;
+    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p)
+        return err_set(KVF_ERR_NOMEM, "out of memory interleaving a %lld x %lld matrix", (long long)w->rows,
+                       (long long)w->cols);
+    for (int64_t r = 0; r < w->rows; r += INTERLEAVE_ROWS) {
+        const size_t off = (size_t)r * w->row_bytes, len = (size_t)KVF_MIN(INTERLEAVE_ROWS, w->rows - r) * w->row_bytes;
+        sys_prefault(p + off, len);
+        quant_ilv_pack(w->type, w->cols, (const uint8_t *)w->data + off, KVF_MIN(INTERLEAVE_ROWS, w->rows - r), p + off);
+        sys_release_pages((const uint8_t *)w->data + off, len);
+    }
+    sys_release_pages(w->data, bytes);
+    w->data = p;
+    w->ilv = true;
+    return model_keep(m, p);
+}
+
+static enum kvf_status interleave_all(struct kvf_model *m) {
+    const bool tied = m->output.data == m->tok_embd.data;
+    enum kvf_status st = weight_interleave(m, &m->tok_embd);
+    if (st == KVF_OK && tied)
+        m->output = m->tok_embd;
+    else if (st == KVF_OK)
+        st = weight_interleave(m, &m->output);
+    for (int l = 0; l < m->hp.n_layer && st == KVF_OK; l++) {
+        struct layer_weights *L = &m->layers[l];
+        struct weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws && st == KVF_OK; i++)
+            st = weight_interleave(m, ws[i]);
+    }
+    return st;
+}
+
 static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *src, const struct layout *lo, bool hf) {
     const struct hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
@@ -276,7 +319,7 @@ static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *sr
             return st;
         }
     }
-    return KVF_OK;
+    return interleave_all(m);
 }
 
 /* ------------------------------------------------------------- loaders -- */

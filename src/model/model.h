@@ -52,7 +52,7 @@ struct kvf_model {
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
     int64_t n_params, weight_bytes;
     bool vocab_only;           /* kvf_model_params.vocab_only: no weights, layers NULL */
-    float **owned;             /* float copies of vectors (norms, biases) */
+    void **owned;              /* float copies of vectors (norms, biases), interleaved matrices */
     int n_owned, cap_owned;
 };
 
@@ -78,8 +78,8 @@ enum kvf_status weight_bind(struct kvf_model *m, const struct tensor_src *src, s
 enum kvf_status weight_bind_vec(struct kvf_model *m, const struct tensor_src *src, struct weight *w, const char *name,
                                 int64_t n, bool required, float add);
 
-/* Hands the model a float array it frees with itself (freed here on failure). */
-enum kvf_status model_keep(struct kvf_model *m, float *f);
+/* Hands the model an array it frees with itself (freed here on failure). */
+enum kvf_status model_keep(struct kvf_model *m, void *p);
 
 /* Vision towers (model/vit.c): from a llama.cpp mmproj GGUF, or from the
  * vision_tower of a Hugging Face LLaVA directory (a no-op when it has none). */

@@ -155,7 +155,7 @@ static enum kvf_status bind_transposed(const struct vit_binder *b, struct weight
     }
     free(row);
     if ((st = model_keep(b->m, t)) != KVF_OK) return st;
-    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t};
+    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t, false};
     return KVF_OK;
 }
 

@@ -1,6 +1,6 @@
 /* Dense ops against naive references: every matmul path (dot products,
- * BLAS, the K types' integer products) for every weight type, RMSNorm,
- * both RoPE styles, activations, softmax. */
+ * BLAS, the K types' integer products, interleaved weights) for every
+ * weight type, RMSNorm, both RoPE styles, activations, softmax. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,14 +30,32 @@ static struct weight make_weight(enum dtype type, int rows, int cols, float **de
         quant_dequant_row_ref(type, data + r * rb, *deq + (size_t)r * cols, cols);
     }
     free(src);
-    return (struct weight){type, rows, cols, rb, data};
+    return (struct weight){type, rows, cols, rb, data, false};
 }
 
-static void matmul_case(enum dtype type, int n_tok) {
+/* The weight interleaved by 16 rows (quant_ilv_pack), as models hold it
+ * where the CPU has the kernel; ops_get_row still gives its rows. */
+static void interleave(struct weight *w, const float *deq) {
+    void *p = malloc((size_t)w->rows * w->row_bytes);
+    quant_ilv_pack(w->type, w->cols, w->data, w->rows, p);
+    free((void *)w->data);
+    w->data = p;
+    w->ilv = true;
+    float *row = malloc(sizeof(float) * w->cols);
+    for (int64_t r = 0; r < w->rows; r++) {
+        ops_get_row(w, r, row);
+        assert_memory_equal(row, deq + r * w->cols, sizeof(float) * w->cols);
+    }
+    free(row);
+}
+
+static void matmul_case(enum dtype type, int n_tok, bool ilv) {
     unsigned seed = 99u + type * 31u + n_tok;
-    const int rows = 40, cols = 512;
+    const int rows = ilv ? 48 : 40, cols = 512;
     float *deq;
     struct weight w = make_weight(type, rows, cols, &deq, &seed);
+    if (ilv)
+        interleave(&w, deq);
     float *x = malloc(sizeof(float) * n_tok * cols), *y = malloc(sizeof(float) * n_tok * rows);
     for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
     void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok, 2));
@@ -65,15 +83,18 @@ static void test_matmul_all_types(void **st) {
     (void)st;
     const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
-        matmul_case(types[i], 1);
-        matmul_case(types[i], 5);
-        matmul_case(types[i], 40);
+        matmul_case(types[i], 1, false);
+        matmul_case(types[i], 5, false);
+        matmul_case(types[i], 40, false);
+        if (quant_ilv_type(types[i]))
+            for (int n_tok = 1; n_tok <= 40; n_tok += 13)
+                matmul_case(types[i], n_tok, true);
     }
     /* Where the K types took the integer path above, their BLAS path too. */
     if (quant_gemm_has(DT_Q4_K)) {
         simd_set(SIMD_AVX2);
         for (enum dtype t = DT_Q4_K; t <= DT_Q6_K; t++)
-            matmul_case(t, 40);
+            matmul_case(t, 40, false);
         simd_set(simd_detect());
     }
 }

@@ -479,6 +479,80 @@ static void test_gemm(void **state) {
         }
 }
 
+/* quant_ilv: the interleaved form dequantises to the rows' own floats (bit
+ * for bit, at every level); its kernel at the level in use equals the scalar reference bit
+ * for bit, gives each activation row the same bits whatever the batch, and
+ * writes nothing outside its tiles' columns; and both are within float
+ * rounding of the rows kernels (same integer sums, floats added in another
+ * order). */
+static void test_ilv(void **state) {
+    (void)state;
+    enum { NT = 2, ROWS = NT * QUANT_ILV_ROWS, NX = 11, OS = ROWS + 3 };
+    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0};
+    static const int64_t lens[] = {32, 64, 96, 160, 576, 1536};
+    assert_false(quant_ilv_type(DT_Q4_K));
+    assert_false(quant_ilv_has(DT_F32));
+    assert_int_equal(quant_ilv_act_bytes(48), 0);
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        const enum dtype ty = types[t];
+        assert_true(quant_ilv_has(ty) == (simd_get() == SIMD_AVX512 && cpu_features().avx512vnni));
+        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+            const int64_t n = lens[li];
+            const size_t wb = dtype_row_bytes(ty, n), ab = quant_ilv_act_bytes(n), xb = quant_batch_row_bytes(ty, n);
+            uint8_t *w = malloc(ROWS * wb), *ilv = malloc(ROWS * wb), *act = malloc(NX * ab), *x = malloc(NX * xb);
+            float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(ROWS * n * sizeof *wf), *mine = malloc(n * sizeof *mine);
+            float out[NX * OS], ref[NX * OS];
+            for (int j = 0; j < ROWS; j++)
+                rnd_row(ty, w + j * wb, n, 0);
+            for (int64_t j = 0; j < NX * n; j++)
+                xf[j] = rnd_act();
+            quant_ilv_pack(ty, n, w, ROWS, ilv);
+            enum simd_level lv[3];
+            const int nl = levels(lv);
+            for (int k = 0; k < nl; k++) {
+                simd_set(lv[k]);
+                quant_ilv_dequant(ty, n, ilv, 0, ROWS, wf);
+                for (int j = 0; j < ROWS; j++) {
+                    quant_dequant_row_ref(ty, w + j * wb, mine, n);
+                    assert_memory_equal(wf + j * n, mine, n * sizeof *mine);
+                }
+            }
+            simd_set(SIMD_AVX512);
+            quant_ilv_dequant(ty, n, ilv, 17, 1, mine);
+            assert_memory_equal(mine, wf + 17 * n, n * sizeof *mine);
+            quant_ilv_act(ty, xf, n, NX, act);
+            quant_quantize_batch(ty, xf, n, NX, x);
+            for (int nx = 1; nx <= NX; nx++) {
+                for (int i = 0; i < NX * OS; i++)
+                    out[i] = ref[i] = -1234.5f;
+                quant_ilv_rows(ty, n, ilv, NT, act, nx, out, OS);
+                quant_ilv_rows_ref(ty, n, ilv, NT, act, nx, ref, OS);
+                assert_memory_equal(out, ref, sizeof out);
+                for (int r = 0; r < nx; r++) {
+                    float alone[ROWS];
+                    quant_ilv_rows(ty, n, ilv, NT, act + r * ab, 1, alone, ROWS);
+                    assert_memory_equal(alone, out + r * OS, sizeof alone);
+                    for (int i = ROWS; i < OS; i++)
+                        assert_true(out[r * OS + i] == -1234.5f);
+                    if (nx < NX)
+                        continue;
+                    for (int i = 0; i < ROWS; i++) {
+                        float dot;
+                        quant_vec_dot_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
+                        double mag = 0;
+                        for (int64_t j = 0; j < n; j++)
+                            mag += fabs((double)wf[i * n + j] * xf[r * n + j]);
+                        if (fabs((double)out[r * OS + i] - dot) > 1e-5 * mag + 1e-30)
+                            fail_msg("%s n=%lld row %d act %d: ilv %.9g, rows kernel %.9g (|terms| %.3g)",
+                                     dtype_get(ty)->name, (long long)n, i, r, out[r * OS + i], dot, mag);
+                    }
+                }
+            }
+            free(w), free(ilv), free(act), free(x), free(xf), free(wf), free(mine);
+        }
+    }
+}
+
 /* The activation quantiser's SIMD paths give the scalar one's bytes: ties
  * rounded to even, values past the clamp, NaN, infinities, zeros. */
 static void test_quantize_levels(void **state) {
@@ -1012,7 +1086,7 @@ int main(void) {
         cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
         cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
         cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels), cmocka_unit_test(test_max_scale),
-        cmocka_unit_test(test_gemm), cmocka_unit_test(test_attn_products),
+        cmocka_unit_test(test_gemm), cmocka_unit_test(test_attn_products), cmocka_unit_test(test_ilv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,220 @@
+/* quant_ilv's interleaved form (layout in quant_impl.h): packing at load,
+ * dequantisation (prompts, embedding rows), activation rows, the scalar
+ * reference kernel and the dispatcher. */
+#include "quant_impl.h"
+
+#include "common.h"
+
+#include <math.h>
+
+bool quant_ilv_type(enum dtype type) {
+    return type == DT_Q4_0 || type == DT_Q4_1 || type == DT_Q5_0 || type == DT_Q5_1 || type == DT_Q8_0;
+}
+
+bool quant_ilv_has(enum dtype type) { return quant_ilv_type(type) && quant_kernels_active()->ilv[type] != NULL; }
+
+/* Code k of row i in a block tile. */
+static inline int tile_code(const struct ilv_layout *L, const uint8_t *p, int i, int k) {
+    const int g = k / 4, j = k % 4;
+    if (L->q8)
+        return p[L->codes + 64 * g + 4 * i + j];
+    const uint8_t byte = p[L->codes + 64 * (g / 2) + 4 * i + j];
+    int u = g % 2 ? byte >> 4 : byte & 0xf;
+    if (L->q5) {
+        uint32_t qh;
+        memcpy(&qh, p + L->qh + 4 * i, 4);
+        u |= (int)((qh >> k) & 1) << 4;
+    }
+    return u;
+}
+
+static inline float tile_half(const uint8_t *p, size_t off, int i) {
+    uint16_t h;
+    memcpy(&h, p + off + 2 * i, 2);
+    return fp16_to_f32(h);
+}
+
+/* Row i of a block tile from a stored block: scale, offset, fifth bits
+ * and codes (u, see quant_impl.h). Inlined with `type` known, so that
+ * packing, which a model does for all its weights at load, runs at memory
+ * speed rather than branching per code. */
+static inline __attribute__((always_inline)) void pack_row(const enum dtype type, const uint8_t *blk, uint8_t *p,
+                                                           int i) {
+    const struct ilv_layout L = quant_ilv_layout(type);
+    memcpy(p + 2 * i, blk, 2);
+    if (L.min)
+        memcpy(p + L.m + 2 * i, blk + 2, 2);
+    uint8_t *c = p + L.codes + 4 * i;
+    uint32_t a, b;
+    if (L.q8) {
+        for (int g = 0; g < 8; g++) {
+            memcpy(&a, blk + 2 + 4 * g, 4);
+            a ^= 0x80808080u; /* two's complement + 128 */
+            memcpy(c + 64 * g, &a, 4);
+        }
+        return;
+    }
+    const uint8_t *qs = blk + (L.min ? 4 : 2) + (L.q5 ? 4 : 0);
+    if (L.q5)
+        memcpy(p + L.qh + 4 * i, blk + (L.min ? 4 : 2), 4); /* bit k of both is value k */
+    /* Values k < 16 are the low nibbles of qs[k], the others the high
+     * nibbles of qs[k - 16]; vector v holds values 8v + j (low nibbles) and
+     * 8v + 4 + j (high), j < 4. */
+    for (int v = 0; v < 4; v++) {
+        memcpy(&a, qs + 8 * (v % 2), 4);
+        memcpy(&b, qs + 8 * (v % 2) + 4, 4);
+        const int sh = v < 2 ? 0 : 4;
+        a = (a >> sh & 0x0f0f0f0fu) | (b >> sh & 0x0f0f0f0fu) << 4;
+        memcpy(c + 64 * v, &a, 4);
+    }
+}
+
+static inline __attribute__((always_inline)) void pack_tiles(const enum dtype type, int64_t n, const void *w,
+                                                             int64_t tiles, void *dst) {
+    const struct ilv_layout L = quant_ilv_layout(type);
+    const size_t bb = L.bytes / QUANT_ILV_ROWS;
+    const int64_t nb = n / 32;
+    #pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < tiles; t++)
+        for (int i = 0; i < QUANT_ILV_ROWS; i++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)(t * QUANT_ILV_ROWS + i) * (size_t)nb * bb;
+            for (int64_t b = 0; b < nb; b++)
+                pack_row(type, row + (size_t)b * bb, (uint8_t *)dst + (size_t)(t * nb + b) * L.bytes, i);
+        }
+}
+
+void quant_ilv_pack(enum dtype type, int64_t n, const void *w, int64_t rows, void *dst) {
+    const int64_t tiles = rows / QUANT_ILV_ROWS;
+    switch (type) {
+    case DT_Q4_0: pack_tiles(DT_Q4_0, n, w, tiles, dst); break;
+    case DT_Q4_1: pack_tiles(DT_Q4_1, n, w, tiles, dst); break;
+    case DT_Q5_0: pack_tiles(DT_Q5_0, n, w, tiles, dst); break;
+    case DT_Q5_1: pack_tiles(DT_Q5_1, n, w, tiles, dst); break;
+    case DT_Q8_0: pack_tiles(DT_Q8_0, n, w, tiles, dst); break;
+    default: break;
+    }
+}
+
+/* pack_row's inverse: row i of a block tile back into the stored block. */
+static inline __attribute__((always_inline)) void unpack_row(const enum dtype type, const uint8_t *p, int i,
+                                                             uint8_t *blk) {
+    const struct ilv_layout L = quant_ilv_layout(type);
+    memcpy(blk, p + 2 * i, 2);
+    if (L.min)
+        memcpy(blk + 2, p + L.m + 2 * i, 2);
+    const uint8_t *c = p + L.codes + 4 * i;
+    uint32_t w[8];
+    for (int v = 0; v < (L.q8 ? 8 : 4); v++)
+        memcpy(&w[v], c + 64 * v, 4);
+    if (L.q8) {
+        for (int g = 0; g < 8; g++) {
+            w[g] ^= 0x80808080u;
+            memcpy(blk + 2 + 4 * g, &w[g], 4);
+        }
+        return;
+    }
+    uint8_t *qs = blk + (L.min ? 4 : 2) + (L.q5 ? 4 : 0);
+    if (L.q5)
+        memcpy(blk + (L.min ? 4 : 2), p + L.qh + 4 * i, 4);
+    for (int v = 0; v < 2; v++) {
+        const uint32_t a = (w[v] & 0x0f0f0f0fu) | (w[v + 2] & 0x0f0f0f0fu) << 4;
+        const uint32_t b = (w[v] >> 4 & 0x0f0f0f0fu) | (w[v + 2] & 0xf0f0f0f0u);
+        memcpy(qs + 8 * v, &a, 4);
+        memcpy(qs + 8 * v + 4, &b, 4);
+    }
+}
+
+/* Blocks unpacked and dequantised at a time (a stack buffer of stored
+ * blocks). */
+#define DEQUANT_BLOCKS 64
+
+/* Rows go back to their stored blocks, which the level's dequantiser turns
+ * into floats: the same function on the same bytes as for a plain row. */
+static inline __attribute__((always_inline)) void dequant_tiles(const enum dtype type, int64_t n, const void *ilv,
+                                                                int64_t r0, int nr, float *dst) {
+    const struct ilv_layout L = quant_ilv_layout(type);
+    const size_t bb = L.bytes / QUANT_ILV_ROWS;
+    const int64_t nb = n / 32;
+    uint8_t blocks[DEQUANT_BLOCKS * 34];
+    for (int r = 0; r < nr; r++) {
+        const int64_t t = (r0 + r) / QUANT_ILV_ROWS;
+        const int i = (int)((r0 + r) % QUANT_ILV_ROWS);
+        for (int64_t b0 = 0; b0 < nb; b0 += DEQUANT_BLOCKS) {
+            const int64_t nbk = KVF_MIN(DEQUANT_BLOCKS, nb - b0);
+            for (int64_t b = 0; b < nbk; b++)
+                unpack_row(type, (const uint8_t *)ilv + (size_t)(t * nb + b0 + b) * L.bytes, i, blocks + b * bb);
+            quant_dequant_row(type, blocks, dst + (size_t)r * n + 32 * b0, 32 * nbk);
+        }
+    }
+}
+
+void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, int nr, float *dst) {
+    if (quant_ilv_type(type) && quant_kernels_active()->ilv_dequant[type]) {
+        quant_kernels_active()->ilv_dequant[type](n, ilv, r0, nr, dst);
+        return;
+    }
+    switch (type) {
+    case DT_Q4_0: dequant_tiles(DT_Q4_0, n, ilv, r0, nr, dst); break;
+    case DT_Q4_1: dequant_tiles(DT_Q4_1, n, ilv, r0, nr, dst); break;
+    case DT_Q5_0: dequant_tiles(DT_Q5_0, n, ilv, r0, nr, dst); break;
+    case DT_Q5_1: dequant_tiles(DT_Q5_1, n, ilv, r0, nr, dst); break;
+    case DT_Q8_0: dequant_tiles(DT_Q8_0, n, ilv, r0, nr, dst); break;
+    default: break;
+    }
+}
+
+size_t quant_ilv_act_bytes(int64_t n) { return n > 0 && n % 32 == 0 ? quant_ilv_act_row_bytes(n) : 0; }
+
+void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act) {
+    (void)type; /* every type takes the same rows; s is read by Q4_1 and Q5_1 */
+    const size_t rb = quant_ilv_act_bytes(n);
+    const int64_t nb = n / 32;
+    for (int r = 0; r < nx; r++, x += n) {
+        int8_t *qs = (int8_t *)act + (size_t)r * rb;
+        float *xd = (float *)(void *)(qs + n), *xs = xd + nb;
+        int32_t *sum = (int32_t *)(void *)(xs + nb);
+        for (int64_t b = 0; b < nb; b++) {
+            uint16_t d;
+            sum[b] = quant_q8_32(x + 32 * b, &d, qs + 32 * b);
+            xd[b] = fp16_to_f32(d);
+            xs[b] = fp16_to_f32(f32_to_fp16(xd[b] * (float)sum[b]));
+        }
+    }
+}
+
+void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+                        size_t os) {
+    if (!quant_ilv_type(type))
+        return;
+    const struct ilv_layout L = quant_ilv_layout(type);
+    const int64_t nb = n / 32;
+    const size_t rb = quant_ilv_act_row_bytes(n);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < QUANT_ILV_ROWS; i++)
+            for (int r = 0; r < nx; r++) {
+                const int8_t *y = (const int8_t *)act + (size_t)r * rb;
+                const float *xd = (const float *)(const void *)(y + n), *xs = xd + nb;
+                const int32_t *sum = (const int32_t *)(const void *)(xs + nb);
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *p = (const uint8_t *)tiles + (size_t)(t * nb + b) * L.bytes;
+                    int32_t s = 0;
+                    for (int k = 0; k < 32; k++)
+                        s += tile_code(&L, p, i, k) * y[32 * b + k];
+                    s -= L.o * sum[b];
+                    acc = fmaf((float)s, tile_half(p, 0, i) * xd[b], acc);
+                    if (L.min)
+                        acc = fmaf(tile_half(p, L.m, i), xs[b], acc);
+                }
+                out[(size_t)r * os + (size_t)(QUANT_ILV_ROWS * t + i)] = acc;
+            }
+}
+
+void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+                    size_t os) {
+    const quant_ilv_fn f = quant_ilv_type(type) ? quant_kernels_active()->ilv[type] : NULL;
+    if (f)
+        f(n, tiles, nt, act, nx, out, os);
+    else
+        quant_ilv_rows_ref(type, n, tiles, nt, act, nx, out, os);
+}
