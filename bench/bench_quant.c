@@ -1,7 +1,8 @@
 /* Micro-benchmark of quant_vec_dot_rows, the decode hot path: a matrix
  * times one activation row (one session decoding) and times 8 rows (8
  * sessions in one batch), in calls of 64 weight rows, single thread, at every
- * SIMD level the CPU has. Reports weight bytes streamed per second for a
+ * SIMD level the CPU has, and quant_ilv_rows on the same matrix interleaved
+ * (column "ilv", where the CPU has its kernel). Reports weight bytes streamed per second for a
  * matrix that stays in L2 (~1 MiB) and one that does not (~64 MiB), and for
  * 8 rows how many times one row's time the batch takes. A second table
  * compares the two ways to multiply a prompt's rows at the best level: the
@@ -17,7 +18,7 @@
  *       -c src/core/quant_avx512.c -o /tmp/q5.o
  *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -mavx2 \
  *       -c src/core/quant_vnni.c -o /tmp/qv.o
- *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
+ *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c src/core/quant_ilv.c /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
  *       -lopenblas -lm -lpthread \
  *       -o /tmp/bench_quant
  *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
@@ -47,6 +48,26 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
             for (int64_t i = 0; i < rows; i += 64)
                 quant_vec_dot_rows(t, n, (const char *)w + i * rb, rb, (int)(rows - i < 64 ? rows - i : 64), x, nx,
                                    y + i, (size_t)rows);
+        dt = now_s() - t0;
+        if (dt > 0.2)
+            break;
+        reps *= 2;
+    }
+    return dt / reps;
+}
+
+/* bench_one for quant_ilv_rows: `rows` (a multiple of 16) interleaved rows
+ * in calls of 4 tiles against nx activation rows of its own form. */
+static double bench_ilv(enum dtype t, int64_t n, int64_t rows, const void *w, const void *act, int nx, float *y) {
+    const size_t tb = QUANT_ILV_ROWS * dtype_row_bytes(t, n);
+    int reps = 1;
+    double dt;
+    for (;;) {
+        const double t0 = now_s();
+        for (int r = 0; r < reps; r++)
+            for (int64_t i = 0; i < rows; i += 64)
+                quant_ilv_rows(t, n, (const char *)w + i / QUANT_ILV_ROWS * tb,
+                               (int)((rows - i < 64 ? rows - i : 64) / QUANT_ILV_ROWS), act, nx, y + i, (size_t)rows);
         dt = now_s() - t0;
         if (dt > 0.2)
             break;
@@ -172,7 +193,7 @@ int main(int argc, char **argv) {
     printf("%-6s %6s %8s", "type", "n", "set");
     for (int lv = SIMD_SCALAR; lv <= SIMD_AVX512; lv++)
         printf(" %10s %6s", simd_name((enum simd_level)lv), "x8");
-    printf("   (GB/s of weights for 1 row; time of 8 rows / 1 row; 1 thread)\n");
+    printf(" %10s %6s   (GB/s of weights for 1 row; time of 8 rows / 1 row; 1 thread)\n", "ilv", "x8");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const enum dtype t = types[ti];
         for (int li = 0; li < nlens; li++) {
@@ -208,6 +229,16 @@ int main(int argc, char **argv) {
                     const double t1 = bench_one(t, n, rows, w, x, 1, y), t8 = bench_one(t, n, rows, w, x, 8, y);
                     printf(" %10.2f %6.2f", (double)rb * (double)rows / t1 * 1e-9, t8 / t1);
                     fflush(stdout);
+                }
+                if (quant_ilv_has(t)) {
+                    const int64_t ir = rows / QUANT_ILV_ROWS * QUANT_ILV_ROWS;
+                    char *iw = malloc(rb * (size_t)ir);
+                    void *act = malloc(8 * quant_ilv_act_bytes(n));
+                    quant_ilv_pack(t, n, w, ir, iw);
+                    quant_ilv_act(t, xf, n, 8, act);
+                    const double t1 = bench_ilv(t, n, ir, iw, act, 1, y), t8 = bench_ilv(t, n, ir, iw, act, 8, y);
+                    printf(" %10.2f %6.2f", (double)rb * (double)ir / t1 * 1e-9, t8 / t1);
+                    free(iw), free(act);
                 }
                 printf("\n");
                 free(wf), free(y), free(w);

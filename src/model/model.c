@@ -256,13 +256,16 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
     return model_keep(m, p);
 }
 
+/* An embedding matrix of its own stays mapped: only the rows of the
+ * tokens seen are read (ops_get_row), and only those become resident. */
 static enum kvf_status interleave_all(struct kvf_model *m) {
-    const bool tied = m->output.data == m->tok_embd.data;
-    enum kvf_status st = weight_interleave(m, &m->tok_embd);
-    if (st == KVF_OK && tied)
+    enum kvf_status st;
+    if (m->output.data == m->tok_embd.data) {
+        st = weight_interleave(m, &m->tok_embd);
         m->output = m->tok_embd;
-    else if (st == KVF_OK)
+    } else {
         st = weight_interleave(m, &m->output);
+    }
     for (int l = 0; l < m->hp.n_layer && st == KVF_OK; l++) {
         struct layer_weights *L = &m->layers[l];
         struct weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
