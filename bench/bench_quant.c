@@ -235,7 +235,7 @@ int main(int argc, char **argv) {
                     char *iw = malloc(rb * (size_t)ir);
                     void *act = malloc(8 * quant_ilv_act_bytes(n));
                     quant_ilv_pack(t, n, w, ir, iw);
-                    quant_ilv_act(t, xf, n, 8, act);
+                    quant_ilv_act(xf, n, 8, act);
                     const double t1 = bench_ilv(t, n, ir, iw, act, 1, y), t8 = bench_ilv(t, n, ir, iw, act, 8, y);
                     printf(" %10.2f %6.2f", (double)rb * (double)ir / t1 * 1e-9, t8 / t1);
                     free(iw), free(act);

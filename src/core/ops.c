@@ -28,7 +28,7 @@ size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
 
 /* matmul_dot on interleaved weights: chunks of whole tiles. */
 static void matmul_ilv(const struct weight *w, const float *x, int n_tok, float *y, void *scratch, int n_threads) {
-    quant_ilv_act(w->type, x, w->cols, n_tok, scratch);
+    quant_ilv_act(x, w->cols, n_tok, scratch);
     const int64_t tiles = w->rows / QUANT_ILV_ROWS, tile_bytes = QUANT_ILV_ROWS * (int64_t)w->row_bytes;
     const int64_t chunk = KVF_MAX(1, tiles / (8 * (int64_t)n_threads));
     const int64_t n_chunks = (tiles + chunk - 1) / chunk;

@@ -117,8 +117,9 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
  * dtype_row_bytes apart) into dst.
  * quant_ilv_dequant: rows r0 .. r0 + nr - 1 of an interleaved matrix as
  * floats, nr rows of n at dst, bit for bit quant_dequant_row's.
- * quant_ilv_act: nx rows of n floats, quant_ilv_act_bytes(n) apart: Q8_0's
- * codes and scales (those quant_quantize_batch gives) and each block's sum.
+ * quant_ilv_act: nx rows of n floats, quant_ilv_act_bytes(n) apart, for
+ * every type: Q8_0's codes and scales (those quant_quantize_batch gives),
+ * each block's sum of codes and (for Q4_1/Q5_1) Q8_1's fp16 sum.
  * quant_ilv_rows: out[r * out_stride + 16 t + i] for row i of tile t < nt
  * (tiles from `tiles` on) and activation row r < nx; every result is
  * acc = fma(float(t_b), dw_b * dx_b, acc) over the blocks b in order
@@ -132,7 +133,7 @@ bool quant_ilv_has(enum dtype type);
 void quant_ilv_pack(enum dtype type, int64_t n, const void *w, int64_t rows, void *dst);
 void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
 size_t quant_ilv_act_bytes(int64_t n);
-void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
+void quant_ilv_act(const float *x, int64_t n, int nx, void *act);
 void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                     size_t out_stride);
 void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,

@@ -165,8 +165,7 @@ void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, 
 
 size_t quant_ilv_act_bytes(int64_t n) { return n > 0 && n % 32 == 0 ? quant_ilv_act_row_bytes(n) : 0; }
 
-void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act) {
-    (void)type; /* every type takes the same rows; s is read by Q4_1 and Q5_1 */
+void quant_ilv_act(const float *x, int64_t n, int nx, void *act) {
     const size_t rb = quant_ilv_act_bytes(n);
     const int64_t nb = n / 32;
     for (int r = 0; r < nx; r++, x += n) {

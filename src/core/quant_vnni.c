@@ -3,10 +3,10 @@
  * for prompts (K types, packed per product) and quant_ilv_rows's for decoding
  * (32-value block types, interleaved at load).
  *
- * quant_gemm: each pass keeps GEMM_R activation rows' sums for the tile's 16 weight rows
- * in registers: per four codes, one load of the weights and, per row, one
- * vpdpbusd against the row's four codes broadcast; per group, a convert and
- * two FMAs a row; per super-block, one FMA a row. */
+ * quant_gemm: each pass keeps GEMM_R activation rows' sums for the tile's 16
+ * weight rows in registers: per four codes, one load of the weights and, per
+ * row, one vpdpbusd against the row's four codes broadcast; per group, a
+ * convert and two FMAs a row; per super-block, one FMA a row. */
 #include "quant_impl.h"
 
 #include <immintrin.h>
@@ -102,7 +102,6 @@ static void gemm_g16(int64_t n, const void *tile, int nw, const void *act, int n
 static void gemm_g32(int64_t n, const void *tile, int nw, const void *act, int nx, float *out, size_t os) {
     gemm(n, tile, nw, act, nx, out, os, 32);
 }
-
 
 /* quant_ilv_rows (layout in quant_impl.h). A pass keeps up to ILV_R
  * activation rows' results for the tile's 16 weight rows in registers; per

@@ -245,9 +245,10 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
         return err_set(KVF_ERR_NOMEM, "out of memory interleaving a %lld x %lld matrix", (long long)w->rows,
                        (long long)w->cols);
     for (int64_t r = 0; r < w->rows; r += INTERLEAVE_ROWS) {
-        const size_t off = (size_t)r * w->row_bytes, len = (size_t)KVF_MIN(INTERLEAVE_ROWS, w->rows - r) * w->row_bytes;
+        const int64_t nr = KVF_MIN(INTERLEAVE_ROWS, w->rows - r);
+        const size_t off = (size_t)r * w->row_bytes, len = (size_t)nr * w->row_bytes;
         sys_prefault(p + off, len);
-        quant_ilv_pack(w->type, w->cols, (const uint8_t *)w->data + off, KVF_MIN(INTERLEAVE_ROWS, w->rows - r), p + off);
+        quant_ilv_pack(w->type, w->cols, (const uint8_t *)w->data + off, nr, p + off);
         sys_release_pages((const uint8_t *)w->data + off, len);
     }
     sys_release_pages(w->data, bytes);

@@ -520,7 +520,7 @@ static void test_ilv(void **state) {
             simd_set(SIMD_AVX512);
             quant_ilv_dequant(ty, n, ilv, 17, 1, mine);
             assert_memory_equal(mine, wf + 17 * n, n * sizeof *mine);
-            quant_ilv_act(ty, xf, n, NX, act);
+            quant_ilv_act(xf, n, NX, act);
             quant_quantize_batch(ty, xf, n, NX, x);
             for (int nx = 1; nx <= NX; nx++) {
                 for (int i = 0; i < NX * OS; i++)
