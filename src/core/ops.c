@@ -15,7 +15,8 @@
 
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     /* The dot path's batch form is at most 4 bytes a value (F32 is the
-     * widest activation type); the BLAS path's threads each dequantise a
+     * widest activation type; interleaved weights' rows take n + 12 n / 32
+     * rounded to 64, which is less from 32 values up); the BLAS path's threads each dequantise a
      * tile of weight rows; the integer path (from as many rows as BLAS)
      * holds the quantised rows and a packed tile a thread (Q6_K's forms are
      * the larger). */
@@ -119,7 +120,8 @@ static void matmul_int(const struct weight *w, const float *x, int n_tok, float 
 
 void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                 int n_threads) {
-    if (n_tok >= MATMUL_BLAS_MIN_ROWS && quant_gemm_has(w->type) && quant_gemm_tile_bytes(w->type, w->cols) != 0)
+    if (n_tok >= MATMUL_BLAS_MIN_ROWS && !w->ilv && quant_gemm_has(w->type) &&
+        quant_gemm_tile_bytes(w->type, w->cols) != 0)
         matmul_int(w, x, n_tok, y, scratch, n_threads);
     else if (n_tok >= MATMUL_BLAS_MIN_ROWS)
         matmul_blas(w, x, n_tok, y, scratch, n_threads);

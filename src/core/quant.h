@@ -117,8 +117,8 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
  * dtype_row_bytes apart) into dst.
  * quant_ilv_dequant: rows r0 .. r0 + nr - 1 of an interleaved matrix as
  * floats, nr rows of n at dst, bit for bit quant_dequant_row's.
- * quant_ilv_act: nx rows of n floats, quant_ilv_act_bytes(n) apart, for
- * every type: Q8_0's codes and scales (those quant_quantize_batch gives),
+ * quant_ilv_act: nx rows of n floats (x, n apart) into activation rows
+ * quant_ilv_act_bytes(n) apart (act), for every type: Q8_0's codes and scales (those quant_quantize_batch gives),
  * each block's sum of codes and (for Q4_1/Q5_1) Q8_1's fp16 sum.
  * quant_ilv_rows: out[r * out_stride + 16 t + i] for row i of tile t < nt
  * (tiles from `tiles` on) and activation row r < nx; every result is

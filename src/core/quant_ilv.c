@@ -135,7 +135,7 @@ static inline __attribute__((always_inline)) void dequant_tiles(const enum dtype
     const struct ilv_layout L = quant_ilv_layout(type);
     const size_t bb = L.bytes / QUANT_ILV_ROWS;
     const int64_t nb = n / 32;
-    uint8_t blocks[DEQUANT_BLOCKS * 34];
+    _Alignas(16) uint8_t blocks[DEQUANT_BLOCKS * 34]; /* read as blocks with 2-byte fields */
     for (int r = 0; r < nr; r++) {
         const int64_t t = (r0 + r) / QUANT_ILV_ROWS;
         const int i = (int)((r0 + r) % QUANT_ILV_ROWS);

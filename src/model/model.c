@@ -232,9 +232,12 @@ static const char *lname(char *buf, size_t n, const struct layout *lo, int which
 
 /* Decoding's products run on matrices interleaved by 16 rows where the
  * CPU has the kernel (quant_ilv_has): each is repacked into memory the model
- * owns, and the mapped pages it was read from are handed back to the OS as
- * it goes, so that a large matrix (Gemma 3's 178 MB embedding) is not held
- * twice at its end. */
+ * owns, and the pages it was read from are handed back to the OS as it
+ * goes, so that a large matrix (Gemma 3's 178 MB embedding) is not held
+ * twice at its end. That needs w->data in a read-only file mapping, which
+ * is where both loaders' tensors lie (gguf_open, st_open): dropped pages
+ * would be read again from the file, never lost. Without the memory for a
+ * copy, the matrix stays as it is (the rows kernels read it). */
 #define INTERLEAVE_ROWS 4096
 static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) {
     if (!w->data || w->ilv || w->rows % QUANT_ILV_ROWS != 0 || !quant_ilv_has(w->type))
@@ -242,8 +245,7 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
     const size_t bytes = (size_t)w->rows * w->row_bytes;
     uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p)
-        return err_set(KVF_ERR_NOMEM, "out of memory interleaving a %lld x %lld matrix", (long long)w->rows,
-                       (long long)w->cols);
+        return KVF_OK;
     for (int64_t r = 0; r < w->rows; r += INTERLEAVE_ROWS) {
         const int64_t nr = KVF_MIN(INTERLEAVE_ROWS, w->rows - r);
         const size_t off = (size_t)r * w->row_bytes, len = (size_t)nr * w->row_bytes;
@@ -252,9 +254,12 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
         sys_release_pages((const uint8_t *)w->data + off, len);
     }
     sys_release_pages(w->data, bytes);
-    w->data = p;
-    w->ilv = true;
-    return model_keep(m, p);
+    const enum kvf_status st = model_keep(m, p);
+    if (st == KVF_OK) {
+        w->data = p;
+        w->ilv = true;
+    }
+    return st;
 }
 
 /* An embedding matrix of its own stays mapped: only the rows of the
