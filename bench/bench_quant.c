@@ -18,7 +18,8 @@
  *       -c src/core/quant_avx512.c -o /tmp/q5.o
  *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -mavx2 \
  *       -c src/core/quant_vnni.c -o /tmp/qv.o
- *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c src/core/quant_ilv.c /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
+ *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c src/core/quant_ilv.c \
+ *       /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
  *       -lopenblas -lm -lpthread \
  *       -o /tmp/bench_quant
  *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
@@ -37,37 +38,24 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Seconds per pass over `rows` weight rows of n values against nx rows of x. */
-static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, int nx, float *y) {
+/* Seconds per pass over `rows` weight rows of n values against nx rows of x,
+ * in calls of 64 rows: quant_vec_dot_rows, or with `ilv` quant_ilv_rows on
+ * the rows interleaved (rows a multiple of 16, x in its activation form). */
+static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, int nx, float *y,
+                        bool ilv) {
     const size_t rb = dtype_row_bytes(t, n);
     int reps = 1;
     double dt;
     for (;;) {
         const double t0 = now_s();
         for (int r = 0; r < reps; r++)
-            for (int64_t i = 0; i < rows; i += 64)
-                quant_vec_dot_rows(t, n, (const char *)w + i * rb, rb, (int)(rows - i < 64 ? rows - i : 64), x, nx,
-                                   y + i, (size_t)rows);
-        dt = now_s() - t0;
-        if (dt > 0.2)
-            break;
-        reps *= 2;
-    }
-    return dt / reps;
-}
-
-/* bench_one for quant_ilv_rows: `rows` (a multiple of 16) interleaved rows
- * in calls of 4 tiles against nx activation rows of its own form. */
-static double bench_ilv(enum dtype t, int64_t n, int64_t rows, const void *w, const void *act, int nx, float *y) {
-    const size_t tb = QUANT_ILV_ROWS * dtype_row_bytes(t, n);
-    int reps = 1;
-    double dt;
-    for (;;) {
-        const double t0 = now_s();
-        for (int r = 0; r < reps; r++)
-            for (int64_t i = 0; i < rows; i += 64)
-                quant_ilv_rows(t, n, (const char *)w + i / QUANT_ILV_ROWS * tb,
-                               (int)((rows - i < 64 ? rows - i : 64) / QUANT_ILV_ROWS), act, nx, y + i, (size_t)rows);
+            for (int64_t i = 0; i < rows; i += 64) {
+                const int nr = (int)(rows - i < 64 ? rows - i : 64);
+                if (ilv)
+                    quant_ilv_rows(t, n, (const char *)w + i * rb, nr / QUANT_ILV_ROWS, x, nx, y + i, (size_t)rows);
+                else
+                    quant_vec_dot_rows(t, n, (const char *)w + i * rb, rb, nr, x, nx, y + i, (size_t)rows);
+            }
         dt = now_s() - t0;
         if (dt > 0.2)
             break;
@@ -226,7 +214,8 @@ int main(int argc, char **argv) {
                         printf(" %10s %6s", "-", "-");
                         continue;
                     }
-                    const double t1 = bench_one(t, n, rows, w, x, 1, y), t8 = bench_one(t, n, rows, w, x, 8, y);
+                    const double t1 = bench_one(t, n, rows, w, x, 1, y, false);
+                    const double t8 = bench_one(t, n, rows, w, x, 8, y, false);
                     printf(" %10.2f %6.2f", (double)rb * (double)rows / t1 * 1e-9, t8 / t1);
                     fflush(stdout);
                 }
@@ -236,7 +225,8 @@ int main(int argc, char **argv) {
                     void *act = malloc(8 * quant_ilv_act_bytes(n));
                     quant_ilv_pack(t, n, w, ir, iw);
                     quant_ilv_act(xf, n, 8, act);
-                    const double t1 = bench_ilv(t, n, ir, iw, act, 1, y), t8 = bench_ilv(t, n, ir, iw, act, 8, y);
+                    const double t1 = bench_one(t, n, ir, iw, act, 1, y, true);
+                    const double t8 = bench_one(t, n, ir, iw, act, 8, y, true);
                     printf(" %10.2f %6.2f", (double)rb * (double)ir / t1 * 1e-9, t8 / t1);
                     free(iw), free(act);
                 }

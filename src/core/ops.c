@@ -27,40 +27,29 @@ size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     return KVF_MAX((size_t)KVF_MAX(rows, 1) * (size_t)cols * sizeof(float), int_bytes);
 }
 
-/* matmul_dot on interleaved weights: chunks of whole tiles. */
-static void matmul_ilv(const struct weight *w, const float *x, int n_tok, float *y, void *scratch, int n_threads) {
-    quant_ilv_act(x, w->cols, n_tok, scratch);
-    const int64_t tiles = w->rows / QUANT_ILV_ROWS, tile_bytes = QUANT_ILV_ROWS * (int64_t)w->row_bytes;
-    const int64_t chunk = KVF_MAX(1, tiles / (8 * (int64_t)n_threads));
-    const int64_t n_chunks = (tiles + chunk - 1) / chunk;
-    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        const int64_t t0 = c * chunk;
-        quant_ilv_rows(w->type, w->cols, (const uint8_t *)w->data + t0 * tile_bytes, (int)KVF_MIN(chunk, tiles - t0),
-                       scratch, n_tok, y + t0 * QUANT_ILV_ROWS, (size_t)w->rows);
-    }
-}
-
 static void matmul_dot(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                        int n_threads) {
-    if (w->ilv) {
-        matmul_ilv(w, x, n_tok, y, scratch, n_threads);
-        return;
-    }
     uint8_t *xb = scratch;
-    quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
+    if (w->ilv)
+        quant_ilv_act(x, w->cols, n_tok, xb);
+    else
+        quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
     const int64_t rows = w->rows;
     /* Chunks taken as threads come free (each row is computed whole by one
      * thread, so the results do not depend on who takes what): a thread that
      * loses its core to another process delays the product by one chunk,
-     * not by its whole share. */
-    const int64_t chunk = KVF_MAX(16, rows / (8 * (int64_t)n_threads));
+     * not by its whole share. Whole 16-row tiles, as interleaved weights
+     * need. */
+    const int64_t chunk = KVF_MAX(16, rows / (8 * (int64_t)n_threads) / 16 * 16);
     const int64_t n_chunks = (rows + chunk - 1) / chunk;
     #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int64_t c = 0; c < n_chunks; c++) {
-        const int64_t r0 = c * chunk;
-        quant_vec_dot_rows(w->type, w->cols, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
-                           (int)KVF_MIN(chunk, rows - r0), xb, n_tok, y + r0, (size_t)rows);
+        const int64_t r0 = c * chunk, nr = KVF_MIN(chunk, rows - r0);
+        const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+        if (w->ilv)
+            quant_ilv_rows(w->type, w->cols, wr, (int)(nr / QUANT_ILV_ROWS), xb, n_tok, y + r0, (size_t)rows);
+        else
+            quant_vec_dot_rows(w->type, w->cols, wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
     }
 }
 
