@@ -222,9 +222,9 @@ int main(int argc, char **argv) {
                 if (quant_ilv_has(t)) {
                     const int64_t ir = rows / QUANT_ILV_ROWS * QUANT_ILV_ROWS;
                     char *iw = malloc(rb * (size_t)ir);
-                    void *act = malloc(8 * quant_ilv_act_bytes(n));
+                    void *act = malloc(8 * quant_ilv_act_bytes(t, n));
                     quant_ilv_pack(t, n, w, ir, iw);
-                    quant_ilv_act(xf, n, 8, act);
+                    quant_ilv_act(t, xf, n, 8, act);
                     const double t1 = bench_one(t, n, ir, iw, act, 1, y, true);
                     const double t8 = bench_one(t, n, ir, iw, act, 8, y, true);
                     printf(" %10.2f %6.2f", (double)rb * (double)ir / t1 * 1e-9, t8 / t1);

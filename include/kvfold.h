@@ -6,8 +6,8 @@
  *  - Every fallible call returns enum kvf_status; KVF_OK is 0. On failure a
  *    one-line message for the calling thread is available from kvf_last_error().
  *  - A kvf_model holds shared, read-only weights (memory-mapped; on CPUs
- *    with AVX-512 VNNI the decoder's Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 matrices are
- *    copied into an interleaved form at load, so two models loaded from one
+ *    with AVX-512 VNNI the decoder's Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K
+ *    matrices are copied into an interleaved form at load, so two models loaded from one
  *    file do not share those pages). Any number of kvf_session objects may
  *    use one model; a session owns its KV cache, logits and scratch and must
  *    be used from one thread at a time.

@@ -31,7 +31,7 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
                        int n_threads) {
     uint8_t *xb = scratch;
     if (w->ilv)
-        quant_ilv_act(x, w->cols, n_tok, xb);
+        quant_ilv_act(w->type, x, w->cols, n_tok, xb);
     else
         quant_quantize_batch(w->type, x, w->cols, n_tok, xb);
     const int64_t rows = w->rows;
@@ -100,8 +100,11 @@ static void matmul_int(const struct weight *w, const float *x, int n_tok, float 
         for (int64_t t = 0; t < n_tiles; t++) {
             const int64_t r0 = t * QUANT_TILE_ROWS;
             const int nw = (int)KVF_MIN(QUANT_TILE_ROWS, w->rows - r0);
-            quant_gemm_pack(w->type, w->cols, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, nw,
-                            tile);
+            const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+            if (w->ilv)
+                quant_gemm_pack_ilv(w->type, w->cols, wr, tile);
+            else
+                quant_gemm_pack(w->type, w->cols, wr, w->row_bytes, nw, tile);
             quant_gemm(w->type, w->cols, tile, nw, act, n_tok, y + r0, (size_t)w->rows);
         }
     }
@@ -109,8 +112,7 @@ static void matmul_int(const struct weight *w, const float *x, int n_tok, float 
 
 void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                 int n_threads) {
-    if (n_tok >= MATMUL_BLAS_MIN_ROWS && !w->ilv && quant_gemm_has(w->type) &&
-        quant_gemm_tile_bytes(w->type, w->cols) != 0)
+    if (n_tok >= MATMUL_BLAS_MIN_ROWS && quant_gemm_has(w->type) && quant_gemm_tile_bytes(w->type, w->cols) != 0)
         matmul_int(w, x, n_tok, y, scratch, n_threads);
     else if (n_tok >= MATMUL_BLAS_MIN_ROWS)
         matmul_blas(w, x, n_tok, y, scratch, n_threads);

@@ -753,19 +753,12 @@ static void quant_k4_block(const float *x, int top, uint16_t *d, uint16_t *dmin,
     }
 }
 
-/* Packs 256 levels into Q4_K/Q5_K nibble order (see k4_nibble). */
-static void pack_k4_nibbles(const uint8_t q[QK_K], uint8_t qs[QK_K / 2]) {
-    for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0xf) | (q[64 * c + 32 + l] & 0xf) << 4);
-}
-
 static void quant_q4_K(const float *x, void *dst, int64_t n) {
     struct block_q4_K *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K];
         quant_k4_block(x, 15, &b[i].d, &b[i].dmin, b[i].scales, q);
-        pack_k4_nibbles(q, b[i].qs);
+        quant_k_set_codes(DT_Q4_K, q, &b[i]);
     }
 }
 
@@ -774,10 +767,7 @@ static void quant_q5_K(const float *x, void *dst, int64_t n) {
     for (int64_t i = 0; i < n / QK_K; i++, x += QK_K) {
         uint8_t q[QK_K];
         quant_k4_block(x, 31, &b[i].d, &b[i].dmin, b[i].scales, q);
-        pack_k4_nibbles(q, b[i].qs);
-        memset(b[i].qh, 0, sizeof b[i].qh);
-        for (int l = 0; l < QK_K; l++)
-            b[i].qh[l % 32] |= (uint8_t)(((q[l] >> 4) & 1) << (l / 32));
+        quant_k_set_codes(DT_Q5_K, q, &b[i]);
     }
 }
 
@@ -802,15 +792,7 @@ static void quant_q6_K(const float *x, void *dst, int64_t n) {
             for (int l = 16 * g; l < 16 * g + 16; l++)
                 q[l] = (uint8_t)(round_clamp(x[l] * istep, -32, 31) + 32);
         }
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *v = q + 128 * h;
-            for (int l = 0; l < 32; l++) {
-                b[i].ql[64 * h + l] = (uint8_t)((v[l] & 0xf) | (v[l + 64] & 0xf) << 4);
-                b[i].ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 0xf) | (v[l + 96] & 0xf) << 4);
-                b[i].qh[32 * h + l] =
-                    (uint8_t)(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
-            }
-        }
+        quant_k_set_codes(DT_Q6_K, q, &b[i]);
     }
 }
 

@@ -84,6 +84,8 @@ void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stri
  * quant_gemm_has: whether the level in use has the kernel for `type`.
  * Sizes: 0 when the type has no packed form or n is not a multiple of 256.
  * quant_gemm_pack: nw <= QUANT_TILE_ROWS rows of `type` (w_stride apart).
+ * quant_gemm_pack_ilv: the same tile from one tile of the interleaved form
+ * (quant_ilv_pack below), which holds 16 rows.
  * quant_gemm_act: nx rows of n floats, quant_gemm_act_bytes(type, n) apart.
  * quant_gemm: out[r * out_stride + i] for tile row i < nw and activation
  * row r < nx; quant_gemm_ref is its scalar reference (bit for bit). */
@@ -92,6 +94,7 @@ bool quant_gemm_has(enum dtype type);
 size_t quant_gemm_tile_bytes(enum dtype type, int64_t n);
 size_t quant_gemm_act_bytes(enum dtype type, int64_t n);
 void quant_gemm_pack(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, void *tile);
+void quant_gemm_pack_ilv(enum dtype type, int64_t n, const void *ilv, void *tile);
 void quant_gemm_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
 void quant_gemm(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                 size_t out_stride);
@@ -99,7 +102,8 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
                     size_t out_stride);
 
 /* Decoding products for the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1,
- * Q8_0) on weights interleaved by 16 rows at load. The rows kernels above
+ * Q8_0) and the K types (Q4_K, Q5_K, Q6_K) on weights interleaved by 16
+ * rows at load. The rows kernels above
  * sum within a row, so every activation row pays again for loading its
  * scales, converting its block sums and reducing the row; at 8 rows (8
  * sessions decoding together) that is most of the time. Interleaved, one
@@ -118,22 +122,29 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
  * quant_ilv_dequant: rows r0 .. r0 + nr - 1 of an interleaved matrix as
  * floats, nr rows of n at dst, bit for bit quant_dequant_row's.
  * quant_ilv_act: nx rows of n floats (x, n apart) into activation rows
- * quant_ilv_act_bytes(n) apart (act), for every type: Q8_0's codes and scales (those quant_quantize_batch gives),
- * each block's sum of codes and (for Q4_1/Q5_1) Q8_1's fp16 sum.
+ * quant_ilv_act_bytes(type, n) apart (act): for the K types the Q8_K rows
+ * quant_quantize_batch gives; for the others Q8_0's codes and scales (those
+ * quant_quantize_batch gives), each block's sum of codes and (for
+ * Q4_1/Q5_1) Q8_1's fp16 sum. 0 bytes: n is not a whole number of blocks.
  * quant_ilv_rows: out[r * out_stride + 16 t + i] for row i of tile t < nt
- * (tiles from `tiles` on) and activation row r < nx; every result is
- * acc = fma(float(t_b), dw_b * dx_b, acc) over the blocks b in order
- * (t_b the block's integer sum of code x code, less the format's offset
- * times the activation codes' sum), plus fma(m_b, s_b, acc) for Q4_1/Q5_1
- * (s_b Q8_1's fp16 sum), whatever nx is: batched and single decoding give
- * the same bits, and so do the kernel and quant_ilv_rows_ref. */
+ * (tiles from `tiles` on) and activation row r < nx; every result is one
+ * chain of fmas over the blocks b in order, whatever nx is: batched and
+ * single decoding give the same bits, and so do the kernel and
+ * quant_ilv_rows_ref. 32-value blocks: acc = fma(float(t_b), dw_b * dx_b,
+ * acc) (t_b the block's integer sum of code x code, less the format's
+ * offset times the activation codes' sum), plus fma(m_b, s_b, acc) for
+ * Q4_1/Q5_1 (s_b Q8_1's fp16 sum). K types, as ggml sums a super-block:
+ * acc = fma(float(sumi), d dx, acc) with sumi the integer sum over
+ * sub-blocks of scale x (code x code sum, Q6_K's less 32 x the activation
+ * sum), then for Q4_K/Q5_K acc = fma(-float(summ), dmin dx, acc) with
+ * summ the sum of min x activation sum. */
 #define QUANT_ILV_ROWS 16
 bool quant_ilv_type(enum dtype type);
 bool quant_ilv_has(enum dtype type);
 void quant_ilv_pack(enum dtype type, int64_t n, const void *w, int64_t rows, void *dst);
 void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
-size_t quant_ilv_act_bytes(int64_t n);
-void quant_ilv_act(const float *x, int64_t n, int nx, void *act);
+size_t quant_ilv_act_bytes(enum dtype type, int64_t n);
+void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
 void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                     size_t out_stride);
 void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,

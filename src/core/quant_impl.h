@@ -121,6 +121,67 @@ static inline void quant_k4_scales(const uint8_t packed[K_SCALE_SIZE], uint8_t s
     memcpy(mn, o + 2, 8);
 }
 
+/* The 256 codes of a Q4_K/Q5_K/Q6_K super-block in value order (Q6_K's
+ * with its offset 32 not removed), and back (quant_k_set_codes writes the
+ * code fields only). Q4_K/Q5_K: 64-value chunk c holds sub-block 2c in the
+ * low nibbles of qs[32c .. 32c + 31] and sub-block 2c + 1 in the high ones;
+ * Q5_K's fifth bit of value l is bit l/32 of qh[l % 32]. Q6_K: within each
+ * 128-value half h, quarter k = (l % 128)/32 takes the low (k < 2) or high
+ * nibble of ql[64h + 32(k % 2) + l % 32] and bits 2k, 2k + 1 of
+ * qh[32h + l % 32]. Written so that the compiler vectorises the loops. */
+static inline void quant_k_codes(enum dtype type, const void *blk, uint8_t q[QK_K]) {
+    if (type == DT_Q6_K) {
+        const struct block_q6_K *b = blk;
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 32; r++) {
+                const uint8_t l0 = b->ql[64 * h + r], l1 = b->ql[64 * h + 32 + r], hb = b->qh[32 * h + r];
+                q[128 * h + r] = (uint8_t)((l0 & 0xf) | (hb & 3) << 4);
+                q[128 * h + 32 + r] = (uint8_t)((l1 & 0xf) | ((hb >> 2) & 3) << 4);
+                q[128 * h + 64 + r] = (uint8_t)((l0 >> 4) | ((hb >> 4) & 3) << 4);
+                q[128 * h + 96 + r] = (uint8_t)((l1 >> 4) | ((hb >> 6) & 3) << 4);
+            }
+        return;
+    }
+    const struct block_q5_K *b5 = blk;
+    const struct block_q4_K *b4 = blk;
+    const uint8_t *qs = type == DT_Q5_K ? b5->qs : b4->qs;
+    for (int c = 0; c < 4; c++)
+        for (int r = 0; r < 32; r++) {
+            q[64 * c + r] = qs[32 * c + r] & 0xf;
+            q[64 * c + 32 + r] = qs[32 * c + r] >> 4;
+        }
+    if (type == DT_Q5_K)
+        for (int l = 0; l < QK_K; l++)
+            q[l] |= (uint8_t)(((b5->qh[l % 32] >> (l / 32)) & 1) << 4);
+}
+
+static inline void quant_k_set_codes(enum dtype type, const uint8_t q[QK_K], void *blk) {
+    if (type == DT_Q6_K) {
+        struct block_q6_K *b = blk;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *v = q + 128 * h;
+            for (int l = 0; l < 32; l++) {
+                b->ql[64 * h + l] = (uint8_t)((v[l] & 0xf) | (v[l + 64] & 0xf) << 4);
+                b->ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 0xf) | (v[l + 96] & 0xf) << 4);
+                b->qh[32 * h + l] =
+                    (uint8_t)(v[l] >> 4 | (v[l + 32] >> 4) << 2 | (v[l + 64] >> 4) << 4 | (v[l + 96] >> 4) << 6);
+            }
+        }
+        return;
+    }
+    struct block_q5_K *b5 = blk;
+    struct block_q4_K *b4 = blk;
+    uint8_t *qs = type == DT_Q5_K ? b5->qs : b4->qs;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++)
+            qs[32 * c + l] = (uint8_t)((q[64 * c + l] & 0xf) | (q[64 * c + 32 + l] & 0xf) << 4);
+    if (type == DT_Q5_K) {
+        memset(b5->qh, 0, sizeof b5->qh);
+        for (int l = 0; l < QK_K; l++)
+            b5->qh[l % 32] |= (uint8_t)(((q[l] >> 4) & 1) << (l / 32));
+    }
+}
+
 /* SIMD dequantisation equals the scalar kernels bit for bit even though
  * these files are built with -mfma and GCC may fuse d*q - m: every product
  * there (fp16 scale x 6-bit scale x code) is exact in f32, so fusing
@@ -166,8 +227,9 @@ static inline size_t quant_gemm_act_row_bytes(enum dtype type, int64_t n) {
 typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
                               size_t out_stride);
 
-/* quant_ilv's interleaved form (quant.h). Per tile of 16 rows, its n/32
- * blocks in order, each a block tile of 16 x the type's block bytes:
+/* quant_ilv's interleaved form (quant.h). Per tile of 16 rows, its n/qk
+ * blocks in order, each a block tile of 16 x the type's block bytes.
+ * The 32-value block types (qk = 32):
  *   d      fp16   [16]  row i's scale
  *   m      fp16   [16]  row i's offset (Q4_1, Q5_1)
  *   qh     uint32 [16]  row i's fifth bits, bit k for value k (Q5_0, Q5_1)
@@ -178,28 +240,58 @@ typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *a
  *          Q8_0: 8 vectors, group g in vector g, as code + 128.
  * A code u (unsigned, as vpdpbusd takes it) stands for (u - o) d, or
  * u d + m for the formats with an offset (o = 0).
- * An activation row (quant_ilv_act_bytes): int8 qs[n], then per block
+ * The K types (qk = 256), groups of four values and nibbles as above:
+ *   Q4_K, Q5_K: d, m (dmin) fp16 [16]; sc: the 12 bytes of scales and
+ *          mins of row i as three words, word w at byte 64 w + 4 i (so
+ *          quant_k4_scales runs in 32-bit lanes); Q5_K: qh, one vector per
+ *          sub-block j of 32 values, row i's fifth bits of values 32 j + k
+ *          at bit k of word i; codes: 32 vectors, groups 2c and 2c + 1 in
+ *          vector c. Value = d sc_j u - dmin mn_j.
+ *   Q6_K: d fp16 [16]; sc: the 16 int8 scales of row i, scales 4w .. 4w + 3
+ *          at bytes 64 w + 4 i; codes: the low four bits, 32 vectors as
+ *          above; qh: the high two bits, vector h for groups 4h .. 4h + 3,
+ *          group 4h + s at bits 2s, 2s + 1 of each byte. Value =
+ *          d sc_g (u - 32), sub-block g of 16 values.
+ * An activation row (quant_ilv_act_bytes): for the K types, Q8_K blocks
+ * (as quant_quantize_batch gives them); else int8 qs[n], then per block
  * float d[n/32], float s[n/32] (fp16(d sum), as Q8_1 holds it) and int32
  * sum[n/32], the sum of the block's codes. */
 struct ilv_layout {
+    int qk;                /* values a block                            */
     int o;                 /* the codes' offset                         */
-    bool min, q5, q8;      /* an offset m; fifth bits; 8-bit codes       */
-    size_t m, qh, codes;   /* byte offsets inside a block tile           */
+    bool min, q5, q8, q6;  /* an offset m; fifth bits; 8-bit codes; Q6_K */
+    size_t m, sc, qh, codes; /* byte offsets inside a block tile         */
     size_t bytes;          /* a block tile: 16 x block bytes             */
 };
 
 static inline struct ilv_layout quant_ilv_layout(enum dtype type) {
-    const bool min = type == DT_Q4_1 || type == DT_Q5_1, q5 = type == DT_Q5_0 || type == DT_Q5_1;
-    struct ilv_layout l = {.o = type == DT_Q4_0 ? 8 : type == DT_Q5_0 ? 16 : type == DT_Q8_0 ? 128 : 0,
-                           .min = min, .q5 = q5, .q8 = type == DT_Q8_0};
+    struct ilv_layout l = {.qk = 32};
+    if (type == DT_Q4_K || type == DT_Q5_K) {
+        l.qk = QK_K, l.min = true, l.q5 = type == DT_Q5_K;
+        l.m = 32, l.sc = 64, l.qh = 256;
+        l.codes = l.qh + (l.q5 ? 512 : 0);
+        l.bytes = l.codes + 2048;
+        return l;
+    }
+    if (type == DT_Q6_K) {
+        l.qk = QK_K, l.o = 32, l.q6 = true;
+        l.sc = 32, l.codes = 288, l.qh = l.codes + 2048;
+        l.bytes = l.qh + 1024;
+        return l;
+    }
+    l.min = type == DT_Q4_1 || type == DT_Q5_1, l.q5 = type == DT_Q5_0 || type == DT_Q5_1;
+    l.o = type == DT_Q4_0 ? 8 : type == DT_Q5_0 ? 16 : type == DT_Q8_0 ? 128 : 0;
+    l.q8 = type == DT_Q8_0;
     l.m = 32;
-    l.qh = l.m + (min ? 32 : 0);
-    l.codes = l.qh + (q5 ? 64 : 0);
+    l.qh = l.m + (l.min ? 32 : 0);
+    l.codes = l.qh + (l.q5 ? 64 : 0);
     l.bytes = l.codes + (l.q8 ? 512 : 256);
     return l;
 }
 
-static inline size_t quant_ilv_act_row_bytes(int64_t n) {
+static inline size_t quant_ilv_act_row_bytes(enum dtype type, int64_t n) {
+    if (quant_ilv_layout(type).qk == QK_K)
+        return (size_t)(n / QK_K) * sizeof(struct block_q8_K);
     return ((size_t)n + 12 * (size_t)(n / 32) + 63) / 64 * 64;
 }
 

@@ -249,7 +249,14 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
     for (int64_t r = 0; r < w->rows; r += INTERLEAVE_ROWS) {
         const int64_t nr = KVF_MIN(INTERLEAVE_ROWS, w->rows - r);
         const size_t off = (size_t)r * w->row_bytes, len = (size_t)nr * w->row_bytes;
-        sys_prefault(p + off, len);
+        /* The kernel zeroes the fresh pages: on every thread, as packing
+         * runs (one thread took as long as the packing). */
+        #pragma omp parallel
+        {
+            const size_t part = (len / (size_t)omp_get_num_threads() + 4095) / 4096 * 4096;
+            const size_t a = KVF_MIN(len, (size_t)omp_get_thread_num() * part);
+            sys_prefault(p + off + a, KVF_MIN(part, len - a));
+        }
         quant_ilv_pack(w->type, w->cols, (const uint8_t *)w->data + off, nr, p + off);
         sys_release_pages((const uint8_t *)w->data + off, len);
     }

@@ -90,11 +90,14 @@ static void test_matmul_all_types(void **st) {
             for (int n_tok = 1; n_tok <= 40; n_tok += 13)
                 matmul_case(types[i], n_tok, true);
     }
-    /* Where the K types took the integer path above, their BLAS path too. */
+    /* Where the K types took the integer path above, their BLAS path too
+     * (interleaved weights dequantised from their stored blocks). */
     if (quant_gemm_has(DT_Q4_K)) {
         simd_set(SIMD_AVX2);
-        for (enum dtype t = DT_Q4_K; t <= DT_Q6_K; t++)
+        for (enum dtype t = DT_Q4_K; t <= DT_Q6_K; t++) {
             matmul_case(t, 40, false);
+            matmul_case(t, 40, true);
+        }
         simd_set(simd_detect());
     }
 }

@@ -480,7 +480,8 @@ static void test_gemm(void **state) {
 }
 
 /* quant_ilv: the interleaved form dequantises to the rows' own floats (bit
- * for bit, at every level); its kernel at the level in use equals the scalar reference bit
+ * for bit, at every level) and, for the K types, packs into the prompts'
+ * tiles of the rows (quant_gemm_pack); its kernel at the level in use equals the scalar reference bit
  * for bit, gives each activation row the same bits whatever the batch, and
  * writes nothing outside its tiles' columns; and both are within float
  * rounding of the rows kernels (same integer sums, floats added in another
@@ -488,17 +489,20 @@ static void test_gemm(void **state) {
 static void test_ilv(void **state) {
     (void)state;
     enum { NT = 2, ROWS = NT * QUANT_ILV_ROWS, NX = 11, OS = ROWS + 3 };
-    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0};
-    static const int64_t lens[] = {32, 64, 96, 160, 576, 1536};
-    assert_false(quant_ilv_type(DT_Q4_K));
+    static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const int64_t lens[] = {32, 64, 96, 160, 576, 1536}, lens_k[] = {256, 512, 1536, 0, 0, 0};
+    assert_false(quant_ilv_type(DT_Q8_K));
     assert_false(quant_ilv_has(DT_F32));
-    assert_int_equal(quant_ilv_act_bytes(48), 0);
+    assert_int_equal(quant_ilv_act_bytes(DT_Q4_0, 48), 0);
+    assert_int_equal(quant_ilv_act_bytes(DT_Q4_K, 288), 0);
+    assert_int_equal(quant_ilv_act_bytes(DT_F16, 256), 0);
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         const enum dtype ty = types[t];
+        const bool kt = dtype_get(ty)->block == QK_K;
         assert_true(quant_ilv_has(ty) == (simd_get() == SIMD_AVX512 && cpu_features().avx512vnni));
-        for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
-            const int64_t n = lens[li];
-            const size_t wb = dtype_row_bytes(ty, n), ab = quant_ilv_act_bytes(n), xb = quant_batch_row_bytes(ty, n);
+        for (size_t li = 0; li < sizeof lens / sizeof *lens && (kt ? lens_k : lens)[li]; li++) {
+            const int64_t n = (kt ? lens_k : lens)[li];
+            const size_t wb = dtype_row_bytes(ty, n), ab = quant_ilv_act_bytes(ty, n), xb = quant_batch_row_bytes(ty, n);
             uint8_t *w = malloc(ROWS * wb), *ilv = malloc(ROWS * wb), *act = malloc(NX * ab), *x = malloc(NX * xb);
             float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(ROWS * n * sizeof *wf), *mine = malloc(n * sizeof *mine);
             float out[NX * OS], ref[NX * OS];
@@ -520,7 +524,16 @@ static void test_ilv(void **state) {
             simd_set(SIMD_AVX512);
             quant_ilv_dequant(ty, n, ilv, 17, 1, mine);
             assert_memory_equal(mine, wf + 17 * n, n * sizeof *mine);
-            quant_ilv_act(xf, n, NX, act);
+            if (kt) /* prompts' tiles from either form are the same bytes */
+                for (int tt = 0; tt < NT; tt++) {
+                    const size_t tb = quant_gemm_tile_bytes(ty, n);
+                    uint8_t *ta = malloc(tb), *tc = malloc(tb);
+                    quant_gemm_pack(ty, n, w + tt * QUANT_ILV_ROWS * wb, wb, QUANT_ILV_ROWS, ta);
+                    quant_gemm_pack_ilv(ty, n, ilv + tt * QUANT_ILV_ROWS * wb, tc);
+                    assert_memory_equal(ta, tc, tb);
+                    free(ta), free(tc);
+                }
+            quant_ilv_act(ty, xf, n, NX, act);
             quant_quantize_batch(ty, xf, n, NX, x);
             for (int nx = 1; nx <= NX; nx++) {
                 for (int i = 0; i < NX * OS; i++)
