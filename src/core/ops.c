@@ -16,8 +16,9 @@
 size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads) {
     /* The dot path's batch form is at most 4 bytes a value (F32 is the
      * widest activation type; interleaved weights' rows take n + 12 n / 32
-     * rounded to 64, which is less from 32 values up); the BLAS path's threads each dequantise a
-     * tile of weight rows; the integer path (from as many rows as BLAS)
+     * rounded to 64, or Q8_K's 292 bytes per 256 values, which is less from
+     * 32 values up); the BLAS path's threads each dequantise a tile of
+     * weight rows; the integer path (from as many rows as BLAS)
      * holds the quantised rows and a packed tile a thread (Q6_K's forms are
      * the larger). */
     const int rows = n_tok >= MATMUL_BLAS_MIN_ROWS ? KVF_MAX(n_tok, MATMUL_TILE_ROWS * n_threads) : n_tok;

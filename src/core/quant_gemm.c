@@ -77,6 +77,8 @@ void quant_gemm_pack(enum dtype type, int64_t n, const void *w, size_t w_stride,
         }
 }
 
+static_assert(QUANT_TILE_ROWS == QUANT_ILV_ROWS, "an interleaved tile is a prompt tile's rows");
+
 /* Entry x: byte j holds 16 where bit j of x is set (a fifth bit). */
 static const uint32_t fifth_bits[16] = {0x00000000, 0x00000010, 0x00001000, 0x00001010, 0x00100000, 0x00100010,
                                         0x00101000, 0x00101010, 0x10000000, 0x10000010, 0x10001000, 0x10001010,

@@ -88,7 +88,8 @@ static inline __attribute__((always_inline)) void pack_row_k(const enum dtype ty
         for (int h = 0; h < 16; h++)
             for (int j = 0; j < 4; j++) {
                 const uint8_t *v = u + 16 * h + j;
-                p[L.qh + 64 * h + 4 * i + j] = (uint8_t)(v[0] >> 4 | (v[4] >> 4) << 2 | (v[8] >> 4) << 4 | (v[12] >> 4) << 6);
+                p[L.qh + 64 * h + 4 * i + j] =
+                    (uint8_t)(v[0] >> 4 | (v[4] >> 4) << 2 | (v[8] >> 4) << 4 | (v[12] >> 4) << 6);
             }
         for (int v = 0; v < QK_K / 8; v++)
             for (int j = 0; j < 4; j++)
@@ -209,6 +210,7 @@ static inline __attribute__((always_inline)) void unpack_row(const enum dtype ty
 /* Bytes of stored blocks unpacked and dequantised at a time (a stack
  * buffer). */
 #define DEQUANT_BYTES 2176
+static_assert(DEQUANT_BYTES >= sizeof(struct block_q6_K), "a stored block fits the buffer");
 
 /* Rows go back to their stored blocks, which the level's dequantiser turns
  * into floats: the same function on the same bytes as for a plain row. */

@@ -242,16 +242,17 @@ typedef void (*quant_gemm_fn)(int64_t n, const void *tile, int nw, const void *a
  * u d + m for the formats with an offset (o = 0).
  * The K types (qk = 256), groups of four values and nibbles as above:
  *   Q4_K, Q5_K: d, m (dmin) fp16 [16]; sc: the 12 bytes of scales and
- *          mins of row i as three words, word w at byte 64 w + 4 i (so
+ *          mins of row i as three words, word w at sc + 64 w + 4 i (so
  *          quant_k4_scales runs in 32-bit lanes); Q5_K: qh, one vector per
  *          sub-block j of 32 values, row i's fifth bits of values 32 j + k
  *          at bit k of word i; codes: 32 vectors, groups 2c and 2c + 1 in
  *          vector c. Value = d sc_j u - dmin mn_j.
  *   Q6_K: d fp16 [16]; sc: the 16 int8 scales of row i, scales 4w .. 4w + 3
- *          at bytes 64 w + 4 i; codes: the low four bits, 32 vectors as
+ *          at sc + 64 w + 4 i; codes: the low four bits, 32 vectors as
  *          above; qh: the high two bits, vector h for groups 4h .. 4h + 3,
  *          group 4h + s at bits 2s, 2s + 1 of each byte. Value =
- *          d sc_g (u - 32), sub-block g of 16 values.
+ *          d sc_g (u - 32), sub-block g of 16 values. (A block tile of
+ *          3360 bytes: every other one starts 32 bytes into a cache line.)
  * An activation row (quant_ilv_act_bytes): for the K types, Q8_K blocks
  * (as quant_quantize_batch gives them); else int8 qs[n], then per block
  * float d[n/32], float s[n/32] (fp16(d sum), as Q8_1 holds it) and int32

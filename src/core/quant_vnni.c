@@ -121,8 +121,9 @@ static void gemm_g32(int64_t n, const void *tile, int nw, const void *act, int n
  * activation rows' results for the tile's 16 weight rows in registers; per
  * block and group of four codes, one code vector (a load, or a nibble
  * unpack, plus the fifth bits through a 16-entry table) and per row one
- * vpdpbusd against the row's four codes broadcast; per block and row, the
- * offset, a convert and one or two FMAs. */
+ * vpdpbusd against the row's four codes broadcast; for the 32-value block
+ * types, per block and row, the offset, a convert and one or two FMAs (the
+ * K types: ilv_pass_k). */
 #define ILV_R 8
 
 /* Codes u of a group with their fifth bits: the next four bits of each

@@ -23,7 +23,7 @@
 #define MAX_HEAD_DIM 1024
 
 struct kvf_model_params kvf_model_default_params(void) {
-    struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL, .vocab_only = false};
+    struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL, .vocab_only = false, .repack = true};
     return p;
 }
 
@@ -230,7 +230,8 @@ static const char *lname(char *buf, size_t n, const struct layout *lo, int which
     return buf;
 }
 
-/* Decoding's products run on matrices interleaved by 16 rows where the
+/* Decoding's products (and the K types' prompt tiles, split from the same
+ * form) run on matrices interleaved by 16 rows where the
  * CPU has the kernel (quant_ilv_has): each is repacked into memory the model
  * owns, and the pages it was read from are handed back to the OS as it
  * goes, so that a large matrix (Gemma 3's 178 MB embedding) is not held
@@ -240,7 +241,8 @@ static const char *lname(char *buf, size_t n, const struct layout *lo, int which
  * copy, the matrix stays as it is (the rows kernels read it). */
 #define INTERLEAVE_ROWS 4096
 static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) {
-    if (!w->data || w->ilv || w->rows % QUANT_ILV_ROWS != 0 || !quant_ilv_has(w->type))
+    if (!w->data || w->ilv || w->rows % QUANT_ILV_ROWS != 0 || !quant_ilv_has(w->type) ||
+        quant_ilv_act_bytes(w->type, w->cols) == 0)
         return KVF_OK;
     const size_t bytes = (size_t)w->rows * w->row_bytes;
     uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -335,7 +337,7 @@ static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *sr
             return st;
         }
     }
-    return interleave_all(m);
+    return KVF_OK;
 }
 
 /* ------------------------------------------------------------- loaders -- */
@@ -557,6 +559,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         return st;
     }
     enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
+    if (st == KVF_OK && p.repack) st = interleave_all(m);
     if (st == KVF_OK && p.mmproj) {
         if (m->vision)
             st = err_set(KVF_ERR_INVALID_ARG, "'%s' carries its own vision tower; no mmproj file is needed", path);

@@ -412,6 +412,12 @@ def case_perplexity(ctx, ppl_max):
     check(len(o["running_ppl"]) == 2 and o["running_ppl"][1] == o["ppl"], f"running {o['running_ppl']}")
     check(1.0 < o["ppl"] < ppl_max, f"ppl {o['ppl']} not below {ppl_max}")
     check(0 < o["ppl_stderr"] < o["ppl"], f"stderr {o['ppl_stderr']}")
+    # Prompts multiply dequantised rows either way: weights left in the file's
+    # map (--no-repack) give the same perplexity to the last bit; the decode
+    # path, on the interleaved kernels where the CPU repacks, moves by rounding.
+    rc, out, err = ctx.run("perplexity", "-m", smol, "-f", passage, "--ctx", "512", "--chunks", "2", "-t", "1",
+                           "--json", "--no-repack")
+    check(rc == 0 and json.loads(out)["ppl"] == o["ppl"], f"--no-repack: {rc} {out} {err}")
     # Under a KV policy each chunk's first half is compressed and the second
     # half decoded token by token: budget 1.0 equals full exactly, and the
     # single-token path stays within the decode path's known drift (Q8

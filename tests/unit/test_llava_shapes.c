@@ -34,8 +34,18 @@
 
 static char tmp_dir[512];
 
+/* The sparse files' matrices are holes: repacking them at load would read
+ * and copy gigabytes of zeros, so every load here keeps the memory map. */
+static struct kvf_model_params shape_params(void) {
+    struct kvf_model_params p = kvf_model_default_params();
+    p.repack = false;
+    return p;
+}
+static struct kvf_model_params np; /* shape_params(), for loads without other parameters */
+
 static int group_setup(void **state) {
     (void)state;
+    np = shape_params();
     snprintf(tmp_dir, sizeof tmp_dir, "%s/llava_shapes_XXXXXX", KVF_TEST_TMP);
     return mkdtemp(tmp_dir) ? 0 : -1;
 }
@@ -640,7 +650,7 @@ static void test_llava7b_gguf_mmproj(void **state) {
     assert_true(msize > 0.6e9 && msize < 0.65e9);
     assert_true(disk < 4e6 && mdisk < 2e6);
 
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     struct kvf_model *m = NULL;
     assert_ok(kvf_model_load(dec, &mp, &m));
@@ -648,7 +658,7 @@ static void test_llava7b_gguf_mmproj(void **state) {
     kvf_model_free(m);
 
     /* Without the projector: the same decoder, text only. */
-    assert_ok(kvf_model_load(dec, NULL, &m));
+    assert_ok(kvf_model_load(dec, &np, &m));
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     assert_false(in.has_vision);
@@ -669,7 +679,7 @@ static struct kvf_model *load_sized(const char *dec, const char *mmp, double lo,
     assert_true(size > lo && size < hi);
     assert_true(msize > mlo && msize < mhi);
     assert_true(disk < 16e6 && mdisk < 8e6);
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     struct kvf_model *m = NULL;
     assert_ok(kvf_model_load(dec, &mp, &m));
@@ -818,7 +828,7 @@ static void test_gemma3_4b_gguf_mmproj(void **state) {
     write_gemma3_4b(dec);
     write_gemma3_mmproj(mmp, G4_E, 0);
     /* The published files: 2.49 GB and 851 MB. */
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     struct kvf_model *m = load_sized(dec, mmp, 2.3e9, 2.7e9, 0.80e9, 0.86e9);
     struct kvf_model_info in;
@@ -981,7 +991,7 @@ static void test_qwen25vl_7b_hf(void **state) {
     assert_true(size > 16.4e9 && size < 16.8e9);
 
     struct kvf_model *m = NULL;
-    assert_ok(kvf_model_load(dir, NULL, &m));
+    assert_ok(kvf_model_load(dir, &np, &m));
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     print_message("    %s, %d layers x %d (heads %d/%d), vocab %d, %.3f B params, M-RoPE %d/%d/%d; vision %s, %d layers "
@@ -1094,7 +1104,7 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     assert_int_equal(in.image_tokens, 4096); /* llama.cpp's default bound */
     kvf_model_free(m);
     /* llama.cpp's --image-min-tokens / --image-max-tokens */
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     mp.image_max_tokens = 1024;
     assert_ok(kvf_model_load(dec, &mp, &m));
@@ -1120,7 +1130,7 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     const int64_t px[][3] = {{100 * 784, 2000 * 784, 2000}, {0, 4 * 784, 4}, {5000 * 784, 0, 5000}};
     for (int k = 0; k < 3; k++) {
         write_qwen7b_mmproj(keyed, (uint32_t)px[k][0], (uint32_t)px[k][1]);
-        struct kvf_model_params kp = kvf_model_default_params();
+        struct kvf_model_params kp = shape_params();
         kp.mmproj = keyed;
         assert_ok(kvf_model_load(dec, &kp, &m));
         kvf_model_get_info(m, &in);
@@ -1141,7 +1151,7 @@ static void test_llava7b_hf(void **state) {
     assert_true(disk < 4e6);
 
     struct kvf_model *m = NULL;
-    assert_ok(kvf_model_load(dir, NULL, &m));
+    assert_ok(kvf_model_load(dir, &np, &m));
     check_7b_info(m, 32064, false);
     /* image_token_index 32000 lies past the SentencePiece pieces but inside
      * the padded embedding table. */
@@ -1154,7 +1164,7 @@ static void test_llava7b_hf(void **state) {
     /* The directory carries its own tower: an mmproj as well is a mistake. */
     const char *mmp = tmp_path("mmproj-model-f16.gguf");
     write_mmproj(mmp, &mm_7b);
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     m = (struct kvf_model *)1;
     assert_int_equal(kvf_model_load(dir, &mp, &m), KVF_ERR_INVALID_ARG);
@@ -1174,7 +1184,7 @@ static struct kvf_image *test_image(void) {
 
 /* The tiny decoder with this mmproj, on 2 threads. */
 static struct kvf_model *tiny_load(const char *dec, const char *mmp) {
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     mp.n_threads = 2;
     struct kvf_model *m = NULL;
@@ -1293,7 +1303,7 @@ static void test_tiny_video(void **state) {
     for (int i = 0; i < 5; i++) kvf_media_free(md[i]);
     kvf_model_free(m);
     /* A text model has no tower to encode with. */
-    assert_ok(kvf_model_load(dec, NULL, &m));
+    assert_ok(kvf_model_load(dec, &np, &m));
     assert_int_equal(kvf_media_encode_video(m, frames, 3, 0, 2.0, 0, more, &n), KVF_ERR_UNSUPPORTED);
     assert_int_equal(n, 0);
     kvf_model_free(m);
@@ -1306,7 +1316,7 @@ static void expect_mmproj_error(const char *dec, const struct mm_spec *spec, con
                                 const char *needle) {
     const char *path = tmp_path(file);
     write_mmproj(path, spec);
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = path;
     struct kvf_model *m = (struct kvf_model *)1;
     const enum kvf_status st = kvf_model_load(dec, &mp, &m);
@@ -1368,7 +1378,7 @@ static void test_bad_mmproj(void **state) {
     s = mm_tiny, s.pos_rows = 4;
     expect_mmproj_error(dec, &s, "pos-4.gguf", KVF_ERR_SHAPE, "v.position_embd.weight");
 
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     struct kvf_model *m = (struct kvf_model *)1;
     mp.mmproj = tmp_path("absent.gguf");
     assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_IO);
@@ -1395,7 +1405,7 @@ static void test_truncated_mmproj(void **state) {
     assert_int_equal(fread(bytes, 1, (size_t)size, f), (size_t)size);
     fclose(f);
 
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = cut;
     struct kvf_model *m = NULL;
     int n_cuts = 0;
@@ -1426,7 +1436,7 @@ static void test_text_only(void **state) {
     const char *dec = tmp_path("tiny.gguf");
     write_decoder(dec, &dec_tiny);
     struct kvf_model *m = NULL;
-    assert_ok(kvf_model_load(dec, NULL, &m));
+    assert_ok(kvf_model_load(dec, &np, &m));
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     assert_false(in.has_vision);
@@ -1457,7 +1467,7 @@ static void test_tiny_hf(void **state) {
         "\"projection_dim\":16}}";
     write_hf_dir(dir, &dec_tiny, 320, &mm_tiny, 3, config, NULL, 1);
     struct kvf_model *m = NULL;
-    assert_ok(kvf_model_load(dir, NULL, &m));
+    assert_ok(kvf_model_load(dir, &np, &m));
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     assert_int_equal(in.n_vocab, 320);
@@ -1469,7 +1479,7 @@ static void test_tiny_hf(void **state) {
 
     const char *mmp = tmp_path("mmproj.gguf");
     write_mmproj(mmp, &mm_tiny);
-    struct kvf_model_params mp = kvf_model_default_params();
+    struct kvf_model_params mp = shape_params();
     mp.mmproj = mmp;
     m = (struct kvf_model *)1;
     assert_int_equal(kvf_model_load(dir, &mp, &m), KVF_ERR_INVALID_ARG);

@@ -490,7 +490,8 @@ static void test_ilv(void **state) {
     (void)state;
     enum { NT = 2, ROWS = NT * QUANT_ILV_ROWS, NX = 11, OS = ROWS + 3 };
     static const enum dtype types[] = {DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-    static const int64_t lens[] = {32, 64, 96, 160, 576, 1536}, lens_k[] = {256, 512, 1536, 0, 0, 0};
+    /* 2304 and 4096: rows dequantised in more than one chunk of blocks */
+    static const int64_t lens[] = {32, 64, 96, 160, 576, 1536, 2304}, lens_k[] = {256, 512, 1536, 4096, 0, 0, 0};
     assert_false(quant_ilv_type(DT_Q8_K));
     assert_false(quant_ilv_has(DT_F32));
     assert_int_equal(quant_ilv_act_bytes(DT_Q4_0, 48), 0);

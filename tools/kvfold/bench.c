@@ -56,7 +56,7 @@ static void bench_defaults(struct args *a) {
 
 static int bench_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL,
+        OPT_MODEL, OPT_NO_REPACK,
         OPT_INT_LIST(L_PROMPT),
         OPT_INT_LIST(L_GEN),
         { "--repetitions", "-r", OPT_INT, &a->reps, 1, 1000, "N", "timed runs of each test (default 3)" },

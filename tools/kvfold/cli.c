@@ -509,6 +509,7 @@ int load_model(const struct args *a, struct kvf_model **model) {
     mp.mmproj = a->mmproj;
     mp.image_min_tokens = a->image_min_tokens;
     mp.image_max_tokens = a->image_max_tokens;
+    mp.repack = !a->no_repack;
     enum kvf_status st = kvf_model_load(a->model, &mp, model);
     if (st != KVF_OK) {
         char what[512];

@@ -17,7 +17,7 @@ static void chat_defaults(struct args *a) { sampling_defaults(a, -1); }
 
 static int chat_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL,
+        OPT_MODEL, OPT_NO_REPACK,
         { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "the first message (then the conversation goes on)" },
         OPT_SYSTEM, OPTS_ESCAPE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME",

@@ -44,7 +44,7 @@ static void eval_defaults(struct args *a) {
 
 static int eval_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_JSON, OPT_THREADS, OPTS_KV_STORAGE, OPTS_VISION,
+        OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS, OPTS_KV_STORAGE, OPTS_VISION,
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
         { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },

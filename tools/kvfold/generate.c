@@ -22,7 +22,7 @@ static void generate_defaults(struct args *a) { sampling_defaults(a, 128); }
 
 static int generate_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
+        OPT_MODEL, OPT_NO_REPACK, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
         OPTS_SAMPLING,
         OPT_THREADS,
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N",

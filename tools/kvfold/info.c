@@ -4,7 +4,7 @@
 
 static int info_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_JSON, OPT_THREADS,
+        OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS,
         OPTS_VISION,
     };
     OPTS_RETURN(out, t);

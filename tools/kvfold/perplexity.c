@@ -12,7 +12,7 @@ static void perplexity_defaults(struct args *a) {
 
 static int perplexity_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_FILE,
+        OPT_MODEL, OPT_NO_REPACK, OPT_FILE,
         { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 4, 1 << 20, "N", "tokens per chunk (default 512)" },
         { "--chunks", NULL, OPT_INT, &a->chunks, 0, 1 << 20, "N", "score only the first N chunks, 0 = all (default)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV policy: each chunk's first half is compressed by it, then "

@@ -13,7 +13,7 @@ static void profile_defaults(struct args *a) {
 
 static int profile_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL,
+        OPT_MODEL, OPT_NO_REPACK,
         OPTS_VISION,
         { "--samples", NULL, OPT_STR, &a->samples, 0, 0, "FILE", "sample prompts: one JSON object per line, "
           "{\"prompt\": TEXT, \"media\": [{\"image\"|\"frame\"|\"pseudo\": PATH}, ...]}, paths relative to FILE" },

@@ -31,7 +31,7 @@ static void serve_defaults(struct args *a) {
 
 static int serve_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPTS_VISION,
+        OPT_MODEL, OPT_NO_REPACK, OPTS_VISION,
         { "--host", NULL, OPT_STR, &a->host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)" },
         { "--port", NULL, OPT_INT, &a->port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "sessions generating at once (default 4)" },
