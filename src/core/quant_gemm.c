@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) void pack_ilv(const enum dtype type
                 uint64_t c, lo, hi;
                 memcpy(&c, p + L.codes + 64 * v + k, 8);
                 lo = c & 0x0f0f0f0f0f0f0f0full, hi = c >> 4 & 0x0f0f0f0f0f0f0f0full;
-                if (L.q5) { /* bits 8v .. 8v + 7 of each row's word of sub-block v / 4 */
+                if (L.q5) { /* bits 8 (v % 4) .. 8 (v % 4) + 7 of each row's word of sub-block v / 4 */
                     uint32_t qh[2];
                     memcpy(qh, p + L.qh + 64 * (v / 4) + k, 8);
                     const int s0 = 8 * (v % 4);
