@@ -57,10 +57,15 @@ install: build
 
 # Unit tests under ASan+UBSan first, then the whole suite (fixtures, real
 # models, CLI) on the optimised build; ctest's summary is the last line.
-# The clang build (build-clang) is compiled, not tested.
+# The clang build (build-clang) is compiled, not tested. The suite runs with
+# the OpenBLAS kernels the CLI runs with (where an OpenBLAS older than the
+# CPU falls back to its SSE3 ones, tools/kvfold/main.c names better ones),
+# since the test tools link the library directly: OPENBLAS_CORETYPE as the
+# CLI's OpenBLAS reports it, or OpenBLAS's own choice where it reports none.
+BLAS_ENV = $$(OPENBLAS_VERBOSE=2 $(BUILD)/kvfold --version 2>&1 | sed -n 's/^Core: \([A-Za-z0-9]*\)$$/OPENBLAS_CORETYPE=\1/p' | tail -n 1)
 test: build build-asan build-clang models
-	@cd $(BUILD)-asan && ctest --output-on-failure -j $(JOBS)
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@blas=$(BLAS_ENV); cd $(BUILD)-asan && env $$blas ctest --output-on-failure -j $(JOBS)
+	@blas=$(BLAS_ENV); cd $(BUILD) && env $$blas ctest --output-on-failure -j $(JOBS)
 
 # The demo runs on Qwen2.5-Coder-1.5B when `make models-large` fetched it. It
 # builds only the CLI, with the build's progress lines (stdout, ~200 of them

@@ -101,11 +101,12 @@ static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, 
     r->n = n;
 }
 
-/* Columns taken at a time by the heads of a group in the dot-product path:
- * a chunk of key (or value) rows stays in L2 while every query head sharing
- * the kv head reads it, so a decoding step reads each row from memory once
- * per kv head instead of once per query head (Gemma 3 270M at a 4096 depth:
- * 4 query heads a kv head, and attention streamed 156 MB a token). */
+/* Columns taken at a time by the queries of a block in the dot-product
+ * path: a chunk of key (or value) rows stays in L2 while each query reads
+ * it. Within a chunk the kernels (quant_rows_dot_f32, quant_rows_axpy) take
+ * every query head sharing the kv head at once, reading a row from memory
+ * once per kv head instead of once per query head (Gemma 3 270M at a 4096
+ * depth: 4 query heads a kv head, and attention streamed 156 MB a token). */
 #define ATTN_CHUNK 256
 
 /* One block of queries of heads [h0, h1), which share kv head h: scores =
@@ -117,8 +118,8 @@ static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, 
  * what fell out of its window). Blocks of ATTN_BLOCK_MIN_ROWS queries or
  * more take one head (h1 = h0 + 1) and the two block products
  * (quant_scores_f32, quant_mix_f32); smaller ones take dot products and
- * axpys on the stored rows, ATTN_CHUNK columns at a time for all the heads,
- * each row's arithmetic the same as in one pass. */
+ * axpys on the stored rows, ATTN_CHUNK columns at a time, every head of
+ * the group in one call, each row's arithmetic the same as in one pass. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int h0,
                        int h1, const struct kv_head *h, float *out, float *s, struct head_pack *pack,
                        const struct stats_part *sp) {
@@ -155,12 +156,12 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         quant_scores_f32(d, QV(h0, i0), qstride, nb, pack->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
-            for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++) {
-                    const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
-                    if (a < b)
-                        quant_rows_dot_f32(h->type, d, kr + a * rb, b - a, QV(hh, i), p->scale, ROW(hh, i) + (a - j0));
-                }
+            for (int i = i0; i < i1; i++) {
+                const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
+                if (a < b)
+                    quant_rows_dot_f32(h->type, d, kr + a * rb, b - a, QV(h0, i), d, h1 - h0, p->scale,
+                                       ROW(h0, i) + (a - j0), (size_t)nb * ncol);
+            }
     }
     for (int hh = h0; hh < h1; hh++)
         for (int i = i0; i < i1; i++) {
@@ -189,11 +190,12 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         quant_mix_f32(d, s + (jv - j0), ncol, nb, V + (size_t)jv * d, jend - jv, OUT(h0, i0), qstride);
     } else {
         for (int c = j0; c < jend; c += ATTN_CHUNK)
-            for (int hh = h0; hh < h1; hh++)
-                for (int i = i0; i < i1; i++) {
-                    const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
-                    if (a < b) quant_rows_axpy(h->type, OUT(hh, i), ROW(hh, i) + (a - j0), vr + a * rb, b - a, d);
-                }
+            for (int i = i0; i < i1; i++) {
+                const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
+                if (a < b)
+                    quant_rows_axpy(h->type, OUT(h0, i), d, ROW(h0, i) + (a - j0), (size_t)nb * ncol, h1 - h0,
+                                    vr + a * rb, b - a, d);
+            }
     }
 #undef ROW
 #undef QV

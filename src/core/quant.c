@@ -1060,31 +1060,35 @@ void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n
         f(y, a, w, n);
 }
 
-void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
+void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
+                        float scale, float *out, size_t ldo) {
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->dot_f32x[type])
         return;
     if (k->dots[type]) {
-        k->dots[type](d, rows, n, x, scale, out);
+        k->dots[type](d, rows, n, x, ldx, nx, scale, out, ldo);
         return;
     }
     const size_t rb = dtype_row_bytes(type, d);
-    for (int j = 0; j < n; j++)
-        out[j] = k->dot_f32x[type](d, (const uint8_t *)rows + j * rb, x) * scale;
+    for (int q = 0; q < nx; q++)
+        for (int j = 0; j < n; j++)
+            out[q * ldo + j] = k->dot_f32x[type](d, (const uint8_t *)rows + j * rb, x + q * ldx) * scale;
 }
 
-void quant_rows_axpy(enum dtype type, float *y, const float *w, const void *rows, int n, int64_t d) {
+void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
+                     int n, int64_t d) {
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->axpy[type])
         return;
     if (k->axpys[type]) {
-        k->axpys[type](y, w, rows, n, d);
+        k->axpys[type](y, ldy, w, ldw, ny, rows, n, d);
         return;
     }
     const size_t rb = dtype_row_bytes(type, d);
-    for (int j = 0; j < n; j++)
-        if (w[j] != 0.0f)
-            k->axpy[type](y, w[j], (const uint8_t *)rows + j * rb, d);
+    for (int q = 0; q < ny; q++)
+        for (int j = 0; j < n; j++)
+            if (w[q * ldw + j] != 0.0f)
+                k->axpy[type](y + q * ldy, w[q * ldw + j], (const uint8_t *)rows + j * rb, d);
 }
 
 void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels) {

@@ -77,7 +77,8 @@ static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) 
 
 /* ---- f32 / f16 / bf16 ----------------------------------------------- */
 
-static float dot_f32(const float *a, const float *b, int64_t n) {
+/* a . b in 8 lanes, before their sum. */
+static inline __m256 dot_f32_lanes(const float *a, const float *b, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -92,8 +93,10 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
         const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
     }
-    return hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    return _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
 }
+
+static float dot_f32(const float *a, const float *b, int64_t n) { return hsum_ps(dot_f32_lanes(a, b, n)); }
 
 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
     const __m256 va = _mm256_set1_ps(a);
@@ -117,9 +120,8 @@ static inline __m256 load_bf16x8(const uint16_t *h) {
 
 /* f16 and bf16 rows share everything but the 8-lane widening load. */
 #define HALF_ROW_KERNELS(name, load)                                                     \
-    static float dot_##name##_row(int64_t n, const void *w, const void *x) {              \
+    static inline __m256 dot_##name##_lanes(int64_t n, const void *w, const float *y) {   \
         const uint16_t *h = w;                                                            \
-        const float *y = x;                                                               \
         __m256 s0 = _mm256_setzero_ps(), s1 = s0;                                         \
         int64_t i = 0;                                                                    \
         for (; i + 16 <= n; i += 16) {                                                    \
@@ -134,7 +136,10 @@ static inline __m256 load_bf16x8(const uint16_t *h) {
             TAIL_COPY(yb, y + i, sizeof *y, k);                                           \
             s0 = _mm256_fmadd_ps(load(hb), _mm256_loadu_ps(yb), s0);                      \
         }                                                                                 \
-        return hsum_ps(_mm256_add_ps(s0, s1));                                            \
+        return _mm256_add_ps(s0, s1);                                                     \
+    }                                                                                     \
+    static float dot_##name##_row(int64_t n, const void *w, const void *x) {              \
+        return hsum_ps(dot_##name##_lanes(n, w, x));                                      \
     }                                                                                     \
     static void dequant_##name(const void *src, float *dst, int64_t n) {                  \
         const uint16_t *h = src;                                                          \
@@ -324,9 +329,8 @@ static inline __m256 q8_0_codes8(const struct block_q8_0 *b, int k) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * k))));
 }
 
-static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+static inline __m256 dot_q8_0_lanes(int64_t n, const void *w, const float *y) {
     const struct block_q8_0 *a = w;
-    const float *y = x;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
         __m256 s = _mm256_mul_ps(q8_0_codes8(&a[i], 0), _mm256_loadu_ps(y));
@@ -335,8 +339,10 @@ static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
         s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 3), _mm256_loadu_ps(y + 24), s);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a[i].d)), s, acc);
     }
-    return hsum_ps(acc);
+    return acc;
 }
+
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) { return hsum_ps(dot_q8_0_lanes(n, w, x)); }
 
 static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
 
@@ -487,45 +493,117 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* ---- attention over runs of F32 rows --------------------------------- */
+/* ---- decoding attention: runs of KV rows against a group's query heads */
 
-static void dots_f32(int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
-    const float *r = rows;
-    for (int j = 0; j < n; j++)
-        out[j] = dot_f32(r + (size_t)j * d, x, d) * scale;
+/* The sums of 8 vectors' lanes, lane r that of v[r], each by hsum_ps's
+ * tree (halves, then elements 0 + 2 and 1 + 3, then the last two), two
+ * vectors at a time, put back in row order. */
+static inline __m256 reduce8(const __m256 v[8]) {
+    __m256 h[4], q[2];
+    for (int r = 0; r < 4; r++) /* 128-bit lanes: rows r, r + 4 */
+        h[r] = _mm256_add_ps(_mm256_permute2f128_ps(v[r], v[r + 4], 0x20), _mm256_permute2f128_ps(v[r], v[r + 4], 0x31));
+    for (int r = 0; r < 2; r++)
+        q[r] = _mm256_add_ps(_mm256_shuffle_ps(h[r], h[r + 2], 0x44), _mm256_shuffle_ps(h[r], h[r + 2], 0xee));
+    const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(q[0], q[1], 0x88), _mm256_shuffle_ps(q[0], q[1], 0xdd));
+    return _mm256_permute_ps(t, 0xd8); /* rows 0, 2, 1, 3 of each 128-bit lane -> 0, 1, 2, 3 */
 }
 
-/* y stays in up to 8 registers (64 values) across the rows, each element
- * the fmadd axpy_f32 gives it, row after row. */
-static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t d) {
-    const float *v = rows;
+/* One KV row of type t (a constant at every call) against x, in lanes. */
+static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, const uint8_t *row, const float *x,
+                                                                 int64_t d) {
+    return t == DT_F32 ? dot_f32_lanes((const float *)(const void *)row, x, d)
+         : t == DT_F16 ? dot_f16_lanes(d, row, x)
+                       : dot_q8_0_lanes(d, row, x);
+}
+
+/* Values c .. c + 7 of a KV row (the first `left` of them when fewer
+ * remain, the rest 0), and the factor the axpy of weight a multiplies them
+ * by: Q8_0 gives its codes and a times the block's scale, as axpy_q8_0_row
+ * does. */
+static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, const uint8_t *row, int64_t c,
+                                                               int64_t left, __m256i m) {
+    if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
+    if (t == DT_Q8_0) return q8_0_codes8((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 8);
+    const uint16_t *h = (const uint16_t *)(const void *)row + c;
+    if (left >= 8) return load_f16x8(h);
+    uint16_t hb[8];
+    TAIL_COPY(hb, h, sizeof *h, left);
+    return load_f16x8(hb);
+}
+
+static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const uint8_t *row, int64_t c, float a) {
+    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
+}
+
+/* Rows taken at a time: about 16 KiB, so that each is read from memory
+ * once and from L1 by every other query head; a multiple of 8. */
+static inline int kv_run_rows(size_t rb) { return rb > 2048 ? 8 : (int)(16384 / rb / 8 * 8); }
+
+/* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
+ * the bits of dot_f32x[t] * scale (same lanes, hsum_ps's tree). */
+static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
+                                                          const float *x, size_t ldx, int nx, float scale,
+                                                          float *out, size_t ldo) {
+    const size_t rb = dtype_row_bytes(t, d);
+    const int run = kv_run_rows(rb);
+    const __m256 vs = _mm256_set1_ps(scale);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int64_t c = 0; c < d; c += 64) {
-        __m256i m[8];
-        __m256 acc[8];
-        int nr = 0; /* registers in use: no address past the row's end is formed */
-        for (int r = 0; r < 8; r++) {
-            const int64_t left = d - c - 8 * r;
-            m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)), lane);
-            acc[r] = _mm256_setzero_ps();
-            if (left > 0) {
-                acc[r] = _mm256_maskload_ps(y + c + 8 * r, m[r]);
-                nr = r + 1;
+    for (int j0 = 0; j0 < n; j0 += run)
+        for (int q = 0; q < nx; q++)
+            for (int j = j0; j < n && j < j0 + run; j += 8) {
+                const int m = n - j < 8 ? n - j : 8;
+                const uint8_t *r0 = (const uint8_t *)rows + (size_t)j * rb;
+                __m256 v[8];
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
+                    v[r] = r < m ? kv_dot_lanes(t, r0 + r * rb, x + q * ldx, d) : _mm256_setzero_ps();
+                _mm256_maskstore_ps(out + q * ldo + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(m), lane),
+                                    _mm256_mul_ps(reduce8(v), vs));
             }
-        }
-        for (int j = 0; j < n; j++) {
-            if (w[j] == 0.0f)
-                continue;
-            const __m256 a = _mm256_set1_ps(w[j]);
-            const float *vj = v + (size_t)j * d + c;
-            for (int r = 0; r < 8; r++)
-                if (r < nr)
-                    acc[r] = _mm256_fmadd_ps(a, _mm256_maskload_ps(vj + 8 * r, m[r]), acc[r]);
-        }
-        for (int r = 0; r < nr; r++)
-            _mm256_maskstore_ps(y + c + 8 * r, m[r], acc[r]);
-    }
 }
+
+/* y[q * ldy ..] += w[q * ldw + j] * row j for ny queries, rows with w != 0
+ * in j order, each element the fmadd the type's axpy gives it; y stays in
+ * up to 8 registers (64 values) across a run of rows. */
+static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
+                                                           size_t ldw, int ny, const void *rows, int n, int64_t d) {
+    const size_t rb = dtype_row_bytes(t, d);
+    const int run = kv_run_rows(rb);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int j0 = 0; j0 < n; j0 += run)
+        for (int q = 0; q < ny; q++)
+            for (int64_t c = 0; c < d; c += 64) {
+                float *yq = y + q * ldy + c;
+                const float *wq = w + q * ldw;
+                __m256i m[8];
+                __m256 acc[8];
+                int nr = 0; /* registers in use: no address past the row's end is formed */
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+                    const int64_t left = d - c - 8 * r;
+                    m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)), lane);
+                    acc[r] = _mm256_setzero_ps();
+                    if (left > 0) {
+                        acc[r] = _mm256_maskload_ps(yq + 8 * r, m[r]);
+                        nr = r + 1;
+                    }
+                }
+                for (int j = j0; j < n && j < j0 + run; j++) {
+                    if (wq[j] == 0.0f)
+                        continue;
+                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * rb;
+                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
+                        if (r < nr)
+                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(kv_factor(t, row, c + 8 * r, wq[j])),
+                                                     kv_values8(t, row, c + 8 * r, d - c - 8 * r, m[r]), acc[r]);
+                }
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
+                    if (r < nr)
+                        _mm256_maskstore_ps(yq + 8 * r, m[r], acc[r]);
+            }
+}
+
+KV_RUN_KERNELS(f32, DT_F32)
+KV_RUN_KERNELS(f16, DT_F16)
+KV_RUN_KERNELS(q8_0, DT_Q8_0)
 
 /* ---- prompt attention (quant_scores_f32, quant_mix_f32) -------------- */
 
@@ -705,7 +783,11 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
     k->dots[DT_F32] = dots_f32;
+    k->dots[DT_F16] = dots_f16;
+    k->dots[DT_Q8_0] = dots_q8_0;
     k->axpys[DT_F32] = axpys_f32;
+    k->axpys[DT_F16] = axpys_f16;
+    k->axpys[DT_Q8_0] = axpys_q8_0;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;

@@ -50,7 +50,19 @@ static inline __m512i acts_2x32(const int8_t *p, const int8_t *q) {
 
 static inline __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1); }
 
-static float dot_f32(const float *a, const float *b, int64_t n) {
+/* v's 16 lanes summed as _mm512_reduce_add_ps sums them in GCC (halves,
+ * quarters, then pairs), written out so that reduce16 below can take the
+ * same tree whatever the compiler: the KV rows' dots depend on it bit for
+ * bit. */
+static inline float hsum16(__m512 v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+
+/* a . b in 16 lanes, before their sum. */
+static inline __m512 dot_f32_lanes(const float *a, const float *b, int64_t n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
     int64_t i = 0;
     for (; i + 64 <= n; i += 64) {
@@ -65,8 +77,10 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
         const __mmask16 m = tail_mask(n - i);
         s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    return _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3));
 }
+
+static float dot_f32(const float *a, const float *b, int64_t n) { return hsum16(dot_f32_lanes(a, b, n)); }
 
 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
     const __m512 va = _mm512_set1_ps(a);
@@ -92,9 +106,8 @@ static inline __m512 load_bf16x16(const uint16_t *h, __mmask16 m) {
 
 /* f16 and bf16 rows share everything but the 16-lane widening load. */
 #define HALF_ROW_KERNELS(name, load)                                                         \
-    static float dot_##name##_row(int64_t n, const void *w, const void *x) {                  \
+    static inline __m512 dot_##name##_lanes(int64_t n, const void *w, const float *y) {       \
         const uint16_t *h = w;                                                                \
-        const float *y = x;                                                                   \
         __m512 s0 = _mm512_setzero_ps(), s1 = s0;                                             \
         int64_t i = 0;                                                                        \
         for (; i + 32 <= n; i += 32) {                                                        \
@@ -106,7 +119,10 @@ static inline __m512 load_bf16x16(const uint16_t *h, __mmask16 m) {
             const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);                      \
             s0 = _mm512_fmadd_ps(load(h + i, m), _mm512_maskz_loadu_ps(m, y + i), s0);         \
         }                                                                                     \
-        return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));                                   \
+        return _mm512_add_ps(s0, s1);                                                         \
+    }                                                                                         \
+    static float dot_##name##_row(int64_t n, const void *w, const void *x) {                  \
+        return hsum16(dot_##name##_lanes(n, w, x));                                           \
     }                                                                                         \
     static void dequant_##name(const void *src, float *dst, int64_t n) {                      \
         const uint16_t *h = src;                                                              \
@@ -339,17 +355,18 @@ static inline __m512 q8_0_codes16(const struct block_q8_0 *b, int k) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k))));
 }
 
-static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+static inline __m512 dot_q8_0_lanes(int64_t n, const void *w, const float *y) {
     const struct block_q8_0 *a = w;
-    const float *y = x;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
         __m512 s = _mm512_mul_ps(q8_0_codes16(&a[i], 0), _mm512_loadu_ps(y));
         s = _mm512_fmadd_ps(q8_0_codes16(&a[i], 1), _mm512_loadu_ps(y + 16), s);
         acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a[i].d)), s, acc);
     }
-    return _mm512_reduce_add_ps(acc);
+    return acc;
 }
+
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) { return hsum16(dot_q8_0_lanes(n, w, x)); }
 
 static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
 
@@ -558,44 +575,113 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* ---- attention over runs of F32 rows --------------------------------- */
+/* ---- decoding attention: runs of KV rows against a group's query heads */
 
-static void dots_f32(int64_t d, const void *rows, int n, const float *x, float scale, float *out) {
-    const float *r = rows;
-    for (int j = 0; j < n; j++)
-        out[j] = dot_f32(r + (size_t)j * d, x, d) * scale;
+/* The sums of 16 vectors' lanes, lane r that of v[r], each by hsum16's
+ * tree: the halves of each vector are added two vectors at a time, then
+ * the quarters, pairs and last two, and the result is put in row order.
+ * Three shuffles and adds a row instead of hsum16's eight, and no
+ * dependence between rows. */
+static inline __m512 reduce16(const __m512 v[16]) {
+    __m512 h[8], q[4], p[2];
+    for (int r = 0; r < 8; r++) /* rows r, r + 8: lanes k + 8 added to lanes k */
+        h[r] = _mm512_add_ps(_mm512_shuffle_f32x4(v[r], v[r + 8], 0x44), _mm512_shuffle_f32x4(v[r], v[r + 8], 0xee));
+    for (int r = 0; r < 4; r++) /* 128-bit lanes: rows r, r + 8, r + 4, r + 12 */
+        q[r] = _mm512_add_ps(_mm512_shuffle_f32x4(h[r], h[r + 4], 0x88), _mm512_shuffle_f32x4(h[r], h[r + 4], 0xdd));
+    for (int r = 0; r < 2; r++) /* elements 0 + 2 and 1 + 3 of q[r] and q[r + 2] */
+        p[r] = _mm512_add_ps(_mm512_shuffle_ps(q[r], q[r + 2], 0x44), _mm512_shuffle_ps(q[r], q[r + 2], 0xee));
+    const __m512 t = _mm512_add_ps(_mm512_shuffle_ps(p[0], p[1], 0x88), _mm512_shuffle_ps(p[0], p[1], 0xdd));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), t);
 }
 
-/* y stays in up to 8 registers (128 values) across the rows, each element
- * the fmadd axpy_f32 gives it, row after row. */
-static void axpys_f32(float *y, const float *w, const void *rows, int n, int64_t d) {
-    const float *v = rows;
-    for (int64_t c = 0; c < d; c += 128) {
-        __mmask16 m[8];
-        __m512 acc[8];
-        int nr = 0; /* registers in use: no address past the row's end is formed */
-        for (int r = 0; r < 8; r++) {
-            const int64_t left = d - c - 16 * r;
-            m[r] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
-            acc[r] = _mm512_setzero_ps();
-            if (left > 0) {
-                acc[r] = _mm512_maskz_loadu_ps(m[r], y + c + 16 * r);
-                nr = r + 1;
+/* One KV row of type t (a constant at every call) against x, in lanes. */
+static inline __attribute__((always_inline)) __m512 kv_dot_lanes(enum dtype t, const uint8_t *row, const float *x,
+                                                                 int64_t d) {
+    return t == DT_F32 ? dot_f32_lanes((const float *)(const void *)row, x, d)
+         : t == DT_F16 ? dot_f16_lanes(d, row, x)
+                       : dot_q8_0_lanes(d, row, x);
+}
+
+/* Values c .. c + 15 of a KV row (masked to m), and the factor the axpy of
+ * weight a multiplies them by: Q8_0 gives its codes and a times the
+ * block's scale, as axpy_q8_0_row does. */
+static inline __attribute__((always_inline)) __m512 kv_values16(enum dtype t, const uint8_t *row, int64_t c,
+                                                                __mmask16 m) {
+    if (t == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + c);
+    if (t == DT_F16) return load_f16x16((const uint16_t *)(const void *)row + c, m);
+    return q8_0_codes16((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 16);
+}
+
+static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const uint8_t *row, int64_t c, float a) {
+    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
+}
+
+/* Rows taken at a time: about 16 KiB, so that each is read from memory
+ * once and from L1 by every other query head; a multiple of 16. */
+static inline int kv_run_rows(size_t rb) { return rb > 1024 ? 16 : (int)(16384 / rb / 16 * 16); }
+
+/* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
+ * the bits of dot_f32x[t] * scale (same lanes, hsum16's tree). */
+static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
+                                                          const float *x, size_t ldx, int nx, float scale,
+                                                          float *out, size_t ldo) {
+    const size_t rb = dtype_row_bytes(t, d);
+    const int run = kv_run_rows(rb);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < n; j0 += run)
+        for (int q = 0; q < nx; q++)
+            for (int j = j0; j < n && j < j0 + run; j += 16) {
+                const int m = n - j < 16 ? n - j : 16;
+                const uint8_t *r0 = (const uint8_t *)rows + (size_t)j * rb;
+                __m512 v[16];
+                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)
+                    v[r] = r < m ? kv_dot_lanes(t, r0 + r * rb, x + q * ldx, d) : _mm512_setzero_ps();
+                _mm512_mask_storeu_ps(out + q * ldo + j, tail_mask(m), _mm512_mul_ps(reduce16(v), vs));
             }
-        }
-        for (int j = 0; j < n; j++) {
-            if (w[j] == 0.0f)
-                continue;
-            const __m512 a = _mm512_set1_ps(w[j]);
-            const float *vj = v + (size_t)j * d + c;
-            for (int r = 0; r < 8; r++)
-                if (r < nr)
-                    acc[r] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m[r], vj + 16 * r), acc[r]);
-        }
-        for (int r = 0; r < nr; r++)
-            _mm512_mask_storeu_ps(y + c + 16 * r, m[r], acc[r]);
-    }
 }
+
+/* y[q * ldy ..] += w[q * ldw + j] * row j for ny queries, rows with w != 0
+ * in j order, each element the fmadd the type's axpy gives it; y stays in
+ * up to 8 registers (128 values) across a run of rows. */
+static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
+                                                           size_t ldw, int ny, const void *rows, int n, int64_t d) {
+    const size_t rb = dtype_row_bytes(t, d);
+    const int run = kv_run_rows(rb);
+    for (int j0 = 0; j0 < n; j0 += run)
+        for (int q = 0; q < ny; q++)
+            for (int64_t c = 0; c < d; c += 128) {
+                float *yq = y + q * ldy + c;
+                const float *wq = w + q * ldw;
+                __mmask16 m[8];
+                __m512 acc[8];
+                int nr = 0; /* registers in use: no address past the row's end is formed */
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
+                    const int64_t left = d - c - 16 * r;
+                    m[r] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
+                    acc[r] = _mm512_setzero_ps();
+                    if (left > 0) {
+                        acc[r] = _mm512_maskz_loadu_ps(m[r], yq + 16 * r);
+                        nr = r + 1;
+                    }
+                }
+                for (int j = j0; j < n && j < j0 + run; j++) {
+                    if (wq[j] == 0.0f)
+                        continue;
+                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * rb;
+                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
+                        if (r < nr)
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(kv_factor(t, row, c + 16 * r, wq[j])),
+                                                     kv_values16(t, row, c + 16 * r, m[r]), acc[r]);
+                }
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
+                    if (r < nr)
+                        _mm512_mask_storeu_ps(yq + 16 * r, m[r], acc[r]);
+            }
+}
+
+KV_RUN_KERNELS(f32, DT_F32)
+KV_RUN_KERNELS(f16, DT_F16)
+KV_RUN_KERNELS(q8_0, DT_Q8_0)
 
 /* ---- prompt attention (quant_scores_f32, quant_mix_f32) -------------- */
 
@@ -863,7 +949,11 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->max_f32 = max_f32;
     k->scale_f32 = scale_f32;
     k->dots[DT_F32] = dots_f32;
+    k->dots[DT_F16] = dots_f16;
+    k->dots[DT_Q8_0] = dots_q8_0;
     k->axpys[DT_F32] = axpys_f32;
+    k->axpys[DT_F16] = axpys_f16;
+    k->axpys[DT_Q8_0] = axpys_q8_0;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q4_0] = dequant_q4_0;

@@ -192,8 +192,23 @@ typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
-typedef void (*quant_dots_fn)(int64_t d, const void *rows, int n, const float *x, float scale, float *out);
-typedef void (*quant_axpys_fn)(float *y, const float *w, const void *rows, int n, int64_t d);
+/* A SIMD level's quant_dots_fn / quant_axpys_fn for KV row type t, from
+ * its inline dots_kv / axpys_kv (t a constant, so each type gets its own
+ * code). */
+#define KV_RUN_KERNELS(name, t)                                                                                   \
+    static void dots_##name(int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx, float scale, \
+                            float *out, size_t ldo) {                                                             \
+        dots_kv(t, d, rows, n, x, ldx, nx, scale, out, ldo);                                                      \
+    }                                                                                                             \
+    static void axpys_##name(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows, int n,  \
+                             int64_t d) {                                                                         \
+        axpys_kv(t, y, ldy, w, ldw, ny, rows, n, d);                                                              \
+    }
+
+typedef void (*quant_dots_fn)(int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx, float scale,
+                              float *out, size_t ldo);
+typedef void (*quant_axpys_fn)(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows, int n,
+                               int64_t d);
 /* nw weight rows (w_stride bytes apart) against nx activation rows in the
  * batch form (quant_quantize_batch): out[r * out_stride + i] for activation
  * row r and weight row i, each result's arithmetic the same whatever nw and
@@ -382,8 +397,9 @@ struct quant_kernels {
      * dot_f32x[t](n, row, x) and axpy[t](y, a, row, n). */
     quant_dot_fn dot_f32x[DT_COUNT];
     quant_axpy_fn axpy[DT_COUNT];
-    /* The same over a run of rows (quant_rows_dot_f32, quant_rows_axpy),
-     * each row's arithmetic that of dot_f32x / axpy; NULL: those row by row. */
+    /* The same over a run of rows for several query vectors
+     * (quant_rows_dot_f32, quant_rows_axpy), each (row, query)'s arithmetic
+     * that of dot_f32x / axpy; NULL: those row by row. */
     quant_dots_fn dots[DT_COUNT];
     quant_axpys_fn axpys[DT_COUNT];
     /* Activations and softmax (ops.c), see quant_sigmoid_mul and

@@ -205,12 +205,36 @@ def case_bench_spin(ctx):
               f"with {extra}: gomp_spincount {o['gomp_spincount']!r}, omp_wait_policy {o['omp_wait_policy']!r}")
 
 
+def case_bench_blas(ctx):
+    """OpenBLAS's kernels: where an OpenBLAS older than the CPU fell back to
+    its SSE3 ones on a CPU with AVX2 and FMA, kvfold names the CPU's (SkylakeX
+    with AVX-512, else Haswell); a user's OPENBLAS_CORETYPE wins."""
+    smol = ctx.model(SMOL)
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    fallbacks = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge"}
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    for extra in [{}, {"OPENBLAS_CORETYPE": "Haswell"}]:
+        p = subprocess.run([ctx.bin, "bench", "-m", smol, "-p", "8", "-n", "0", "-r", "1", "--no-warmup", "-t", "1",
+                            "--json"], capture_output=True, timeout=240, env=dict(base, **extra))
+        check(p.returncode == 0, f"bench with {extra}: exit {p.returncode}: {p.stderr.decode()[-300:]}")
+        core = json.loads(p.stdout)["openblas_core"]
+        if extra:
+            check(core == "Haswell", f"OPENBLAS_CORETYPE=Haswell ran {core!r}")
+        elif {"avx2", "fma"} <= flags:
+            check(core.lower() not in fallbacks, f"an AVX2 CPU ran OpenBLAS's {core!r} kernels")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     cases = {"bench_lists": case_bench_lists, "bench_errors": case_bench_errors,
-             "bench_interrupt": case_bench_interrupt, "bench_spin": case_bench_spin}
+             "bench_interrupt": case_bench_interrupt, "bench_spin": case_bench_spin, "bench_blas": case_bench_blas}
     return run_case(cases, sys.argv[1], Ctx(*sys.argv[2:6]))
 
 

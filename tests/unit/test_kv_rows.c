@@ -86,43 +86,54 @@ static void test_other_types(void **st) {
     for (int i = 0; i < 32; i++) assert_true(y[i] == 2.0f);
 }
 
-/* quant_rows_dot_f32 and quant_rows_axpy over runs of n rows give the
- * row-by-row calls' bits at every level: head sizes with and without SIMD
- * tails (and past the 128 values the F32 forms keep in registers), runs of
- * 0 to 9 rows, weights with zeros (skipped). */
+/* quant_rows_dot_f32 and quant_rows_axpy over runs of n rows and nx query
+ * vectors give the row-by-row calls' bits at every level: head sizes with
+ * and without SIMD tails (and past the 128 values the SIMD forms keep in
+ * registers), runs from 0 rows through partial 16-row groups to past the
+ * AVX-512 kernels' runs of about 16 KiB (rb 128: 128 rows), 1 to 3 queries
+ * with strides wider than a row, weights with zeros (skipped). */
 static void test_runs(void **st) {
     (void)st;
     const enum simd_level top = simd_detect();
     static const int dims[] = {32, 40, 64, 96, 128, 160, 256, 288};
+    static const int lens[] = {0, 1, 5, 15, 16, 17, 33, 129, 300};
+    enum { N_MAX = 300, NX_MAX = 3 };
     for (int lv = SIMD_SCALAR; lv <= (int)top; lv++) {
         simd_set((enum simd_level)lv);
         for (size_t k = 0; k < sizeof kv_types / sizeof *kv_types; k++)
             for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
                 const enum dtype t = kv_types[k];
-                const int d = dims[di], n_max = 9;
+                const int d = dims[di], ldx = d + 3, ldo = N_MAX + 5;
                 if (d % dtype_get(t)->block) /* Q8_0 rows are whole 32-value blocks */
                     continue;
                 const size_t rb = dtype_row_bytes(t, d);
-                uint8_t *rows = malloc(rb * n_max);
-                float *x = malloc(sizeof(float) * d), *v = malloc(sizeof(float) * d);
-                float *y1 = malloc(sizeof(float) * d), *y2 = malloc(sizeof(float) * d);
-                float w[9], o1[9], o2[9];
-                for (int j = 0; j < n_max; j++) {
+                uint8_t *rows = malloc(rb * N_MAX);
+                float *v = malloc(sizeof(float) * d), *x = malloc(sizeof(float) * ldx * NX_MAX);
+                float *y1 = malloc(sizeof(float) * ldx * NX_MAX), *y2 = malloc(sizeof(float) * ldx * NX_MAX);
+                float *w = malloc(sizeof(float) * ldo * NX_MAX);
+                float *o1 = malloc(sizeof(float) * ldo * NX_MAX), *o2 = malloc(sizeof(float) * ldo * NX_MAX);
+                for (int j = 0; j < N_MAX; j++) {
                     for (int i = 0; i < d; i++) v[i] = rnd();
                     quant_quantize_row(t, v, rows + j * rb, d);
-                    w[j] = j % 3 == 1 ? 0.0f : rnd();
                 }
-                for (int i = 0; i < d; i++) x[i] = rnd(), y1[i] = y2[i] = rnd();
-                for (int n = 0; n <= n_max; n++) {
-                    quant_rows_dot_f32(t, d, rows, n, x, 0.125f, o1);
-                    for (int j = 0; j < n; j++) o2[j] = quant_row_dot_f32(t, d, rows + j * rb, x) * 0.125f;
-                    assert_memory_equal(o1, o2, sizeof(float) * n);
-                    quant_rows_axpy(t, y1, w, rows, n, d);
-                    for (int j = 0; j < n; j++)
-                        if (w[j] != 0.0f) quant_row_axpy(t, y2, w[j], rows + j * rb, d);
-                    assert_memory_equal(y1, y2, sizeof(float) * d);
-                }
-                free(rows), free(x), free(v), free(y1), free(y2);
+                for (int i = 0; i < ldo * NX_MAX; i++) w[i] = i % 3 == 1 ? 0.0f : rnd();
+                for (int i = 0; i < ldx * NX_MAX; i++) x[i] = rnd(), y1[i] = y2[i] = rnd();
+                for (int nx = 1; nx <= NX_MAX; nx++)
+                    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+                        const int n = lens[li];
+                        quant_rows_dot_f32(t, d, rows, n, x, ldx, nx, 0.125f, o1, ldo);
+                        quant_rows_axpy(t, y1, ldx, w, ldo, nx, rows, n, d);
+                        for (int q = 0; q < nx; q++) {
+                            for (int j = 0; j < n; j++) {
+                                o2[q * ldo + j] = quant_row_dot_f32(t, d, rows + j * rb, x + q * ldx) * 0.125f;
+                                if (w[q * ldo + j] != 0.0f)
+                                    quant_row_axpy(t, y2 + q * ldx, w[q * ldo + j], rows + j * rb, d);
+                            }
+                            assert_memory_equal(o1 + q * ldo, o2 + q * ldo, sizeof(float) * n);
+                            assert_memory_equal(y1 + q * ldx, y2 + q * ldx, sizeof(float) * d);
+                        }
+                    }
+                free(rows), free(v), free(x), free(y1), free(y2), free(w), free(o1), free(o2);
             }
     }
     simd_set(top);

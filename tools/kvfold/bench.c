@@ -4,6 +4,7 @@
  * or CSV; and the time to first token of a multimodal prompt. */
 #include "cli.h"
 
+#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <sched.h>
@@ -486,6 +487,8 @@ static void bench_model_json(const struct bench *b, cJSON *o) {
     const char *spin = getenv("GOMP_SPINCOUNT"), *policy = getenv("OMP_WAIT_POLICY");
     cJSON_AddItemToObject(o, "gomp_spincount", spin ? cJSON_CreateString(spin) : cJSON_CreateNull());
     cJSON_AddItemToObject(o, "omp_wait_policy", policy ? cJSON_CreateString(policy) : cJSON_CreateNull());
+    /* The kernels OpenBLAS runs the sgemm prompt products with (main.c may have named them) */
+    cJSON_AddStringToObject(o, "openblas_core", openblas_get_corename());
     cJSON_AddNumberToObject(o, "repetitions", a->reps);
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
 }

@@ -7,8 +7,11 @@
  * Each command lives in its own file; this one only picks it. */
 #include "cli.h"
 
+#include <cblas.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 /* OpenMP threads (libgomp) spin up to GOMP_SPINCOUNT iterations at a
@@ -16,16 +19,45 @@
  * With another busy process on one of two cores, every barrier then waits
  * out the time slice of the thread that lost its core: decoding at two
  * threads fell from 63 to 3-6 tok/s. 3000 keeps the idle speed and falls to
- * about the one-thread speed instead (docs/PERFORMANCE.md). libgomp reads
- * its environment once, when it is loaded, before main (and the C library
- * resets the environment after an executable's preinit functions), so
- * kvfold sets it and runs itself again, once. A user's OMP_WAIT_POLICY or
- * GOMP_SPINCOUNT wins; where the new run cannot start, libgomp's default. */
-static void omp_spin_default(char **argv) {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || setenv("GOMP_SPINCOUNT", "3000", 1) != 0)
+ * about the one-thread speed instead (docs/PERFORMANCE.md). A user's
+ * OMP_WAIT_POLICY or GOMP_SPINCOUNT wins. */
+static bool omp_spin_default(void) {
+    return !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", "3000", 1) == 0;
+}
+
+/* OpenBLAS picks its kernels from the CPU model, and a release older than
+ * the CPU falls back to its SSE3 ones ("Prescott": Debian 12's 0.3.21 on a
+ * Xeon of model 207), which made prompts on the sgemm path four times
+ * slower (SmolLM2 pp512 at two threads 234 -> 881 tok/s). On such a
+ * fallback, where the CPU has AVX2 and FMA, kvfold names the kernels the
+ * CPU can run (SkylakeX's where it has AVX-512: 0.3.21 takes no newer name;
+ * the same speed as its Cooperlake ones here). A user's OPENBLAS_CORETYPE
+ * wins. */
+static bool blas_core_default(void) {
+    static const char *const fallbacks[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge"};
+    const char *core = openblas_get_corename();
+    bool fallback = false;
+    for (size_t i = 0; core && i < COUNT_OF(fallbacks); i++) fallback |= strcasecmp(core, fallbacks[i]) == 0;
+    if (getenv("OPENBLAS_CORETYPE") || !fallback || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return false;
+    const bool skx = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                     __builtin_cpu_supports("avx512cd");
+    return setenv("OPENBLAS_CORETYPE", skx ? "SkylakeX" : "Haswell", 1) == 0;
+}
+
+/* libgomp and OpenBLAS read their environment once, when they are loaded,
+ * before main (and the C library resets the environment after an
+ * executable's preinit functions), so kvfold sets what it wants and runs
+ * itself again, once; where the new run cannot start, this run goes on
+ * with the libraries' defaults. */
+static void env_defaults(char **argv) {
+    const bool spin = omp_spin_default(), blas = blas_core_default();
+    if (!spin && !blas)
         return;
     execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT"); /* not what this run's libgomp read */
+    if (spin) unsetenv("GOMP_SPINCOUNT"); /* not what this run's libraries read */
+    if (blas) unsetenv("OPENBLAS_CORETYPE");
 }
 
 static const struct command *const commands[] = {
@@ -51,7 +83,7 @@ static void command_names(char *out, size_t cap) {
 }
 
 int main(int argc, char **argv) {
-    omp_spin_default(argv);
+    env_defaults(argv);
     if (argc < 2) {
         print_error("no command given (see kvfold --help)");
         return EXIT_USAGE;
