@@ -59,7 +59,7 @@ install: build
 # models, CLI) on the optimised build; ctest's summary is the last line.
 # The clang build (build-clang) is compiled, not tested. The suite runs with
 # the OpenBLAS kernels the CLI runs with (where an OpenBLAS older than the
-# CPU falls back to its SSE3 ones, tools/kvfold/main.c names better ones),
+# CPU falls back to pre-AVX2 ones, tools/kvfold/main.c names better ones),
 # since the test tools link the library directly: OPENBLAS_CORETYPE as the
 # CLI's OpenBLAS reports it, or OpenBLAS's own choice where it reports none.
 BLAS_ENV = $$(OPENBLAS_VERBOSE=2 $(BUILD)/kvfold --version 2>&1 | sed -n 's/^Core: \([A-Za-z0-9]*\)$$/OPENBLAS_CORETYPE=\1/p' | tail -n 1)

@@ -535,8 +535,9 @@ static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const
     return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
 }
 
-/* Rows taken at a time: about 16 KiB, so that each is read from memory
- * once and from L1 by every other query head; a multiple of 8. */
+/* Rows taken at a time: 16 KiB (up to 32 KiB for rows of 2-4 KiB), so that
+ * each is read from memory once and from L1 by every other query head; a
+ * multiple of 8. */
 static inline int kv_run_rows(size_t rb) { return rb > 2048 ? 8 : (int)(16384 / rb / 8 * 8); }
 
 /* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
@@ -544,6 +545,8 @@ static inline int kv_run_rows(size_t rb) { return rb > 2048 ? 8 : (int)(16384 / 
 static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
                                                           const float *x, size_t ldx, int nx, float scale,
                                                           float *out, size_t ldo) {
+    if (n <= 0 || d <= 0)
+        return;
     const size_t rb = dtype_row_bytes(t, d);
     const int run = kv_run_rows(rb);
     const __m256 vs = _mm256_set1_ps(scale);
@@ -566,6 +569,8 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
  * up to 8 registers (64 values) across a run of rows. */
 static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
                                                            size_t ldw, int ny, const void *rows, int n, int64_t d) {
+    if (n <= 0 || d <= 0)
+        return;
     const size_t rb = dtype_row_bytes(t, d);
     const int run = kv_run_rows(rb);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

@@ -53,7 +53,8 @@ static inline __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left
 /* v's 16 lanes summed as _mm512_reduce_add_ps sums them in GCC (halves,
  * quarters, then pairs), written out so that reduce16 below can take the
  * same tree whatever the compiler: the KV rows' dots depend on it bit for
- * bit. */
+ * bit (clang's _mm512_reduce_add_ps may pair lanes otherwise, so a clang
+ * build's numbers may differ from its earlier ones by rounding). */
 static inline float hsum16(__m512 v) {
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
@@ -616,8 +617,9 @@ static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const
     return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
 }
 
-/* Rows taken at a time: about 16 KiB, so that each is read from memory
- * once and from L1 by every other query head; a multiple of 16. */
+/* Rows taken at a time: 16 KiB (up to 32 KiB for rows of 1-2 KiB), so that
+ * each is read from memory once and from L1 by every other query head; a
+ * multiple of 16. */
 static inline int kv_run_rows(size_t rb) { return rb > 1024 ? 16 : (int)(16384 / rb / 16 * 16); }
 
 /* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
@@ -625,6 +627,8 @@ static inline int kv_run_rows(size_t rb) { return rb > 1024 ? 16 : (int)(16384 /
 static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
                                                           const float *x, size_t ldx, int nx, float scale,
                                                           float *out, size_t ldo) {
+    if (n <= 0 || d <= 0)
+        return;
     const size_t rb = dtype_row_bytes(t, d);
     const int run = kv_run_rows(rb);
     const __m512 vs = _mm512_set1_ps(scale);
@@ -645,6 +649,8 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
  * up to 8 registers (128 values) across a run of rows. */
 static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
                                                            size_t ldw, int ny, const void *rows, int n, int64_t d) {
+    if (n <= 0 || d <= 0)
+        return;
     const size_t rb = dtype_row_bytes(t, d);
     const int run = kv_run_rows(rb);
     for (int j0 = 0; j0 < n; j0 += run)

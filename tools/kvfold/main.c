@@ -26,7 +26,7 @@ static bool omp_spin_default(void) {
 }
 
 /* OpenBLAS picks its kernels from the CPU model, and a release older than
- * the CPU falls back to its SSE3 ones ("Prescott": Debian 12's 0.3.21 on a
+ * the CPU falls back to older ones ("Prescott", SSE3: Debian 12's 0.3.21 on a
  * Xeon of model 207), which made prompts on the sgemm path four times
  * slower (SmolLM2 pp512 at two threads 234 -> 881 tok/s). On such a
  * fallback, where the CPU has AVX2 and FMA, kvfold names the kernels the
@@ -38,12 +38,17 @@ static bool blas_core_default(void) {
     const char *core = openblas_get_corename();
     bool fallback = false;
     for (size_t i = 0; core && i < COUNT_OF(fallbacks); i++) fallback |= strcasecmp(core, fallbacks[i]) == 0;
+#if defined(__x86_64__) || defined(__i386__)
     if (getenv("OPENBLAS_CORETYPE") || !fallback || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
         return false;
     const bool skx = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                      __builtin_cpu_supports("avx512cd");
     return setenv("OPENBLAS_CORETYPE", skx ? "SkylakeX" : "Haswell", 1) == 0;
+#else
+    (void)fallback;
+    return false;
+#endif
 }
 
 /* libgomp and OpenBLAS read their environment once, when they are loaded,
