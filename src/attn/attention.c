@@ -109,97 +109,198 @@ static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, 
  * depth: 4 query heads a kv head, and attention streamed 156 MB a token). */
 #define ATTN_CHUNK 256
 
-/* One block of queries of heads [h0, h1), which share kv head h: scores =
- * scale * Q K^T over the columns some query of the block sees, softmaxed
- * row by row over the ones that query sees (statistics taken from the
- * rows), then O = S V. The softmax of a row covers exactly its visible
- * entries, so a row's numbers do not depend on entries it cannot see (a
+/* One block of queries [i0, i1) of query heads [h0, h1), which share kv
+ * head h: the entries it reads and where its scores go (blk_row). */
+struct blk {
+    const struct attn_params *p;
+    const float *q; /* the call's queries and outputs, [n_q][n_head * head_dim] */
+    float *out;
+    const struct kv_head *h;
+    int i0, i1, h0, h1;
+    /* Columns [j0, jend): keys past every row's last visible position are
+     * masked for the whole block, and so are keys out of its first query's
+     * window (a windowed layer's block costs its window, not the context).
+     * The block products start at a panel (the columns before jv are
+     * computed and weigh nothing) and read values from jv on. */
+    int j0, jv, jend;
+    bool blocked;                       /* the block products; else dot products and axpys */
+    int jb[ATTN_BLOCK], je[ATTN_BLOCK]; /* query i0 + k sees entries [jb[k], je[k]) */
+    float *s;                           /* score rows, lds floats apart, column 0 = entry j0 */
+    size_t lds;
+};
+
+static void blk_init(struct blk *b, const struct attn_params *p, const float *q, const int32_t *qpos, float *out,
+                     int i0, int i1, int h0, int h1, const struct kv_head *h) {
+    const int nb = i1 - i0;
+    const int32_t *qlast = p->qlast ? p->qlast : qpos; /* NULL when bidirectional */
+    int32_t last = 0;
+    for (int i = i0; qlast && i < i1; i++) last = KVF_MAX(last, qlast[i]);
+    *b = (struct blk){.p = p, .q = q, .out = out, .h = h, .i0 = i0, .i1 = i1, .h0 = h0, .h1 = h1};
+    b->jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
+    b->jv = p->bidirectional ? 0 : KVF_MIN(b->jend, visible_begin(h, qpos[i0], p->window));
+    b->blocked = nb >= ATTN_BLOCK_MIN_ROWS && b->jend > b->jv;
+    b->j0 = b->blocked ? b->jv - b->jv % QUANT_PANEL : b->jv;
+    /* Positions ascend within a call (attn_forward); nb <= ATTN_BLOCK. */
+    for (int k = 0; k < nb; k++) {
+        b->jb[k] = p->bidirectional ? 0
+                                    : KVF_MIN(b->jend, KVF_MAX(b->j0, visible_begin(h, qpos[i0 + k], p->window)));
+        b->je[k] = p->bidirectional ? b->jend
+                                    : KVF_MIN(b->jend, KVF_MAX(b->jb[k], kv_head_count_upto(h, qlast[i0 + k])));
+    }
+}
+
+static float *blk_row(const struct blk *b, int hh, int i) {
+    return b->s + ((size_t)(hh - b->h0) * (size_t)(b->i1 - b->i0) + (size_t)(i - b->i0)) * b->lds;
+}
+
+static float *blk_out(const struct blk *b, int hh, int i) {
+    return b->out + (size_t)i * b->p->n_head * b->p->head_dim + (size_t)hh * b->p->head_dim;
+}
+
+/* The dot-product path's scores of entries [lo, hi), ATTN_CHUNK at a time. */
+static void blk_dots(const struct blk *b, int lo, int hi) {
+    const int d = b->p->head_dim;
+    const size_t rb = dtype_row_bytes(b->h->type, d), ldo = (size_t)(b->i1 - b->i0) * b->lds;
+    for (int c = lo; c < hi; c += ATTN_CHUNK)
+        for (int i = b->i0; i < b->i1; i++) {
+            const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK), hi);
+            if (a < e)
+                quant_rows_dot_f32(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a,
+                                   b->q + (size_t)i * b->p->n_head * d + (size_t)b->h0 * d, d, b->h1 - b->h0,
+                                   b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
+        }
+}
+
+/* Head hh's row of query i: softmaxed over exactly the entries the query
+ * sees, so that its numbers do not depend on entries it cannot see (a
  * sliding-window layer gives the same weights whether or not it has freed
- * what fell out of its window). Blocks of ATTN_BLOCK_MIN_ROWS queries or
- * more take one head (h1 = h0 + 1) and the two block products
- * (quant_scores_f32, quant_mix_f32); smaller ones take dot products and
- * axpys on the stored rows, ATTN_CHUNK columns at a time, every head of
- * the group in one call, each row's arithmetic the same as in one pass. */
+ * what fell out of its window); the statistics are taken from it. The
+ * block products read the row's other columns, zeroed; the dot-product
+ * path adds to the output, zeroed. */
+static void blk_weights(const struct blk *b, int hh, int i, const struct stats_part *sp) {
+    const struct attn_params *p = b->p;
+    const int b0 = b->jb[i - b->i0], n = b->je[i - b->i0] - b0;
+    float *row = blk_row(b, hh, i), *r = row + (b0 - b->j0); /* the weights of entries [b0, b0 + n) */
+    if (b->blocked) {
+        memset(row, 0, sizeof(float) * (size_t)(b0 - b->j0));
+        memset(r + n, 0, sizeof(float) * (size_t)(b->jend - b0 - n));
+    } else {
+        memset(blk_out(b, hh, i), 0, sizeof(float) * p->head_dim);
+    }
+    if (n == 0)
+        return;
+    double sum;
+    const float mx = ops_softmax_sum(r, n, &sum);
+    /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
+    if (sp) {
+        const int group = p->n_head / p->n_head_kv;
+        const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
+        stats_row(sp, hh / group, i, r, b0, n, 1.0f / group, nsm, b->h->tag);
+    }
+    if (p->nsm_n > 0) {
+        const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
+        quant_scale_f32(r, nsm, n);
+    }
+}
+
+/* The dot-product path's output columns [c0, c1) (whole blocks of the
+ * cache type): axpys of the value rows, ATTN_CHUNK entries at a time, each
+ * column's sum in entry order whatever the columns taken. */
+static void blk_axpys(const struct blk *b, int c0, int c1) {
+    const int d = b->p->head_dim;
+    const size_t rb = dtype_row_bytes(b->h->type, d), ldw = (size_t)(b->i1 - b->i0) * b->lds;
+    const uint8_t *vr = (const uint8_t *)b->h->v + dtype_row_bytes(b->h->type, c0);
+    for (int c = b->j0; c < b->jend; c += ATTN_CHUNK)
+        for (int i = b->i0; i < b->i1; i++) {
+            const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK);
+            if (a < e)
+                quant_rows_axpy(b->h->type, blk_out(b, b->h0, i) + c0, (size_t)d, blk_row(b, b->h0, i) + (a - b->j0),
+                                ldw, b->h1 - b->h0, vr + a * rb, rb, e - a, c1 - c0);
+        }
+}
+
+/* One block of queries against kv head h: scores = scale * Q K^T over the
+ * columns some query of the block sees, softmaxed row by row (blk_weights),
+ * then O = S V. Blocks of ATTN_BLOCK_MIN_ROWS queries or more take one head
+ * (h1 = h0 + 1) and the two block products (quant_scores_f32,
+ * quant_mix_f32); smaller ones take dot products and axpys on the stored
+ * rows, every head of the group in one call. s: scratch for the rows. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int h0,
                        int h1, const struct kv_head *h, float *out, float *s, struct head_pack *pack,
                        const struct stats_part *sp) {
     const int d = p->head_dim, qstride = p->n_head * d, nb = i1 - i0;
-    const int group = p->n_head / p->n_head_kv;
-    const size_t rb = dtype_row_bytes(h->type, d);
-    const uint8_t *kr = h->k, *vr = h->v;
-    /* Columns [j0, jend): keys past every row's last visible position are
-     * masked for the whole block, and so are keys out of its first query's
-     * window (a windowed layer's block costs its window, not the context). */
-    const int32_t *qlast = p->qlast ? p->qlast : qpos; /* NULL when bidirectional */
-    int32_t last = 0;
-    for (int i = i0; qlast && i < i1; i++) last = KVF_MAX(last, qlast[i]);
-    const int jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
-    const int jv = p->bidirectional ? 0 : KVF_MIN(jend, visible_begin(h, qpos[i0], p->window));
-    const bool blocked = nb >= ATTN_BLOCK_MIN_ROWS && jend > jv;
-    /* The block's scores start at a panel (the columns before jv are
-     * computed and weigh nothing); its values from jv on. */
-    const int j0 = blocked ? jv - jv % QUANT_PANEL : jv, ncol = jend - j0;
-    /* Query i0 + k sees entries [jb[k], je[k]), within the block's columns
-     * (positions ascend within a call, attn_forward; nb <= ATTN_BLOCK). */
-    int jb[ATTN_BLOCK], je[ATTN_BLOCK];
-    for (int k = 0; k < nb; k++) {
-        jb[k] = p->bidirectional ? 0 : KVF_MIN(jend, KVF_MAX(j0, visible_begin(h, qpos[i0 + k], p->window)));
-        je[k] = p->bidirectional ? jend : KVF_MIN(jend, KVF_MAX(jb[k], kv_head_count_upto(h, qlast[i0 + k])));
-    }
-#define ROW(hh, i) (s + ((size_t)((hh) - h0) * nb + (size_t)((i) - i0)) * ncol) /* column j0 first */
-#define QV(hh, i) (q + (size_t)(i) * qstride + (size_t)(hh) * d)
-#define OUT(hh, i) (out + (size_t)(i) * qstride + (size_t)(hh) * d)
+    struct blk b;
+    blk_init(&b, p, q, qpos, out, i0, i1, h0, h1, h);
+    b.s = s, b.lds = (size_t)(b.jend - b.j0);
     const float *V = h->v;
-    if (blocked) {
-        head_pack_fill(pack, h, d, jend);
-        if (h->type != DT_F32) V = pack->v;
-        quant_scores_f32(d, QV(h0, i0), qstride, nb, pack->kp + (size_t)j0 * d, ncol, p->scale, s, ncol);
+    if (b.blocked) {
+        head_pack_fill(pack, h, d, b.jend);
+        if (h->type != DT_F32)
+            V = pack->v;
+        quant_scores_f32(d, q + (size_t)i0 * qstride + (size_t)h0 * d, qstride, nb, pack->kp + (size_t)b.j0 * d,
+                         (int)b.lds, p->scale, s, b.lds);
     } else {
-        for (int c = j0; c < jend; c += ATTN_CHUNK)
-            for (int i = i0; i < i1; i++) {
-                const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
-                if (a < b)
-                    quant_rows_dot_f32(h->type, d, kr + a * rb, b - a, QV(h0, i), d, h1 - h0, p->scale,
-                                       ROW(h0, i) + (a - j0), (size_t)nb * ncol);
-            }
+        blk_dots(&b, b.j0, b.jend);
     }
     for (int hh = h0; hh < h1; hh++)
-        for (int i = i0; i < i1; i++) {
-            const int b0 = jb[i - i0], n = je[i - i0] - b0;
-            float *row = ROW(hh, i), *r = row + (b0 - j0); /* the weights of entries [b0, b0 + n) */
-            if (blocked) { /* the columns this row cannot see weigh nothing in O = S V */
-                memset(row, 0, sizeof(float) * (size_t)(b0 - j0));
-                memset(r + n, 0, sizeof(float) * (size_t)(jend - b0 - n));
-            } else {
-                memset(OUT(hh, i), 0, sizeof(float) * d);
-            }
-            if (n == 0) continue;
-            double sum;
-            const float mx = ops_softmax_sum(r, n, &sum);
-            /* n-softmax exp(x)/(n + sum exp(x)) = softmax * S / (S + n e^-max), S = sum exp(x - max). */
-            if (sp) {
-                const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
-                stats_row(sp, hh / group, i, r, b0, n, 1.0f / group, nsm, h->tag);
-            }
-            if (p->nsm_n > 0) {
-                const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
-                quant_scale_f32(r, nsm, n);
-            }
-        }
-    if (blocked) {
-        quant_mix_f32(d, s + (jv - j0), ncol, nb, V + (size_t)jv * d, jend - jv, OUT(h0, i0), qstride);
-    } else {
-        for (int c = j0; c < jend; c += ATTN_CHUNK)
-            for (int i = i0; i < i1; i++) {
-                const int a = KVF_MAX(jb[i - i0], c), b = KVF_MIN(je[i - i0], c + ATTN_CHUNK);
-                if (a < b)
-                    quant_rows_axpy(h->type, OUT(h0, i), d, ROW(h0, i) + (a - j0), (size_t)nb * ncol, h1 - h0,
-                                    vr + a * rb, b - a, d);
-            }
+        for (int i = i0; i < i1; i++) blk_weights(&b, hh, i, sp);
+    if (b.blocked)
+        quant_mix_f32(d, s + (b.jv - b.j0), b.lds, nb, V + (size_t)b.jv * d, b.jend - b.jv, blk_out(&b, h0, i0),
+                      qstride);
+    else
+        blk_axpys(&b, 0, d);
+}
+
+/* Thread th's part [lo, hi) of kv head g's entries [0, jend - j0) of its
+ * block (columns: its output columns [0, head_dim)), when those of every
+ * head, cut in units of `unit`, are shared among the threads in equal runs. */
+static bool blk_share(const struct blk *blk, int n_head_kv, bool columns, int unit, int g, int th, int n_threads,
+                      int *lo, int *hi) {
+    int64_t total = 0, off = 0, mine = 0;
+    int len = 0;
+    for (int k = 0; k < n_head_kv; k++) {
+        const int n = columns ? blk[k].p->head_dim : blk[k].jend - blk[k].j0;
+        const int64_t units = (n + unit - 1) / unit;
+        off += k < g ? units : 0;
+        if (k == g)
+            len = n, mine = units;
+        total += units;
     }
-#undef ROW
-#undef QV
-#undef OUT
+    const int64_t a = total * th / n_threads, e = total * (th + 1) / n_threads;
+    *lo = (int)(KVF_MAX(a, off) - off) * unit;
+    *hi = (int)KVF_MIN((int64_t)len, (KVF_MIN(e, off + mine) - off) * unit);
+    return *lo < *hi;
+}
+
+/* Entries a unit of the scores step, and the least columns one of the
+ * outputs (a Q8_0 block is 32). */
+#define SPLIT_ENTRIES 16
+#define SPLIT_COLUMNS 16
+
+/* Decoding when the kv heads do not share out evenly among the threads
+ * (Gemma 3 270M's one, SmolLM2's three on two): every thread takes an equal
+ * part of each step, the steps apart by barriers, over blk[g] for each kv
+ * head g (dot-product blocks of all the call's queries and the group's
+ * heads): the scores of all heads' entries; the rows' softmaxes
+ * (blk_weights); the outputs' columns. Every score, weight and output
+ * element is computed as in attn_block, so the result is the same bits on
+ * any number of threads. Called by every thread of the team. */
+static void attn_split(const struct blk *blk, int th, int n_threads, const struct stats_part *sp) {
+    const struct attn_params *p = blk[0].p;
+    const int n_head_kv = p->n_head_kv, nb = blk[0].i1 - blk[0].i0, group = p->n_head / p->n_head_kv;
+    const int cols = KVF_MAX(SPLIT_COLUMNS, dtype_get(blk[0].h->type)->block);
+    int lo, hi;
+    for (int g = 0; g < n_head_kv; g++)
+        if (blk_share(blk, n_head_kv, false, SPLIT_ENTRIES, g, th, n_threads, &lo, &hi))
+            blk_dots(&blk[g], blk[g].j0 + lo, blk[g].j0 + hi);
+    #pragma omp barrier
+    const int rows = p->n_head * nb;
+    for (int r = rows * th / n_threads; r < rows * (th + 1) / n_threads; r++)
+        blk_weights(&blk[r / nb / group], r / nb, blk[0].i0 + r % nb, sp);
+    #pragma omp barrier
+    for (int g = 0; g < n_head_kv; g++)
+        if (blk_share(blk, n_head_kv, true, cols, g, th, n_threads, &lo, &hi))
+            blk_axpys(&blk[g], lo, hi);
 }
 
 enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
@@ -215,6 +316,19 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     for (int g = 0; g < p->n_head_kv; g++) n_kv_max = KVF_MAX(n_kv_max, kv[g].n);
     if (stats && stats->stride < n_kv_max)
         return err_set(KVF_ERR_INTERNAL, "attention statistics of stride %d for %d entries", stats->stride, n_kv_max);
+    /* Decoding with fewer kv heads than threads, or a number the threads do
+     * not divide, shares every head among the threads (attn_split), its
+     * score rows in the whole scratch. */
+    struct blk *split = NULL;
+    if (n_q < ATTN_BLOCK_MIN_ROWS && p->n_head_kv % n_threads != 0 &&
+        (size_t)p->n_head * n_q <= (size_t)n_threads * ATTN_BLOCK) {
+        if (!(split = malloc(sizeof *split * p->n_head_kv)))
+            return err_set(KVF_ERR_NOMEM, "out of memory for attention");
+        for (int g = 0; g < p->n_head_kv; g++) {
+            blk_init(&split[g], p, q, qpos, out, 0, n_q, g * group, (g + 1) * group, &kv[g]);
+            split[g].s = scratch + (size_t)g * group * n_q * n_kv_max, split[g].lds = (size_t)n_kv_max;
+        }
+    }
 
     /* Threads add into private partial sums (blocks of one head run on
      * several threads), folded into the caller's arrays at the end; only the
@@ -223,8 +337,10 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     for (int k = 0; stats && k < ATTN_STAT_N; k++) slot[k] = stats->a[k] ? n_req++ : -1;
     float *parts = NULL;
     const size_t part_len = (size_t)n_req * p->n_head_kv * (size_t)n_kv_max;
-    if (stats && !(parts = calloc((size_t)n_threads * part_len + 1, sizeof(float))))
+    if (stats && !(parts = calloc((size_t)n_threads * part_len + 1, sizeof(float)))) {
+        free(split);
         return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics");
+    }
     /* Packed keys (and float32 values of F16 / Q8_0 caches) for the block
      * products: O(threads x entries x head_dim), allocated only when a block
      * will use them; 64-byte aligned, so that every panel load is. */
@@ -235,6 +351,7 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     if (n_q >= ATTN_BLOCK_MIN_ROWS &&
         !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {
         free(parts);
+        free(split);
         return err_set(KVF_ERR_NOMEM, "out of memory for attention rows (%d entries)", n_kv_max);
     }
 
@@ -257,7 +374,9 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         /* A thread's partial sums hold the tasks it ran: a fixed share of
          * them keeps the statistics the same from run to run (a dynamic one
          * rounds them differently each time). */
-        if (stats) {
+        if (split) { /* shared by the team there is (a nested call runs alone) */
+            attn_split(split, th, omp_get_num_threads(), stats ? &sp : NULL);
+        } else if (stats) {
             #pragma omp for schedule(static, 1)
             for (int t = 0; t < n_tasks; t++) ATTN_TASK(t);
         } else {
@@ -279,5 +398,6 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     }
     free(parts);
     free(rows);
+    free(split);
     return KVF_OK;
 }

@@ -1076,19 +1076,18 @@ void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, con
 }
 
 void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
-                     int n, int64_t d) {
+                     size_t ldr, int n, int64_t d) {
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->axpy[type])
         return;
     if (k->axpys[type]) {
-        k->axpys[type](y, ldy, w, ldw, ny, rows, n, d);
+        k->axpys[type](y, ldy, w, ldw, ny, rows, ldr, n, d);
         return;
     }
-    const size_t rb = dtype_row_bytes(type, d);
     for (int q = 0; q < ny; q++)
         for (int j = 0; j < n; j++)
             if (w[q * ldw + j] != 0.0f)
-                k->axpy[type](y + q * ldy, w[q * ldw + j], (const uint8_t *)rows + j * rb, d);
+                k->axpy[type](y + q * ldy, w[q * ldw + j], (const uint8_t *)rows + j * ldr, d);
 }
 
 void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels) {

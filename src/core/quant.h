@@ -164,13 +164,16 @@ void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n
  * type's row bytes) for nx query vectors of d values (the query heads
  * sharing a kv head): x[q] = x + q * ldx gives out[q * ldo + j] = scale *
  * quant_row_dot_f32(row j, x[q]), and y[q] = y + q * ldy gets w[q * ldw + j]
- * row j for every such weight != 0, in j order. Bit for bit the row-by-row
- * calls; the SIMD forms read a run of rows once for every query (and keep
- * y in registers across it). */
+ * row j for every such weight != 0, in j order. The axpy's rows are ldr
+ * bytes apart, so that d may be a slice of wider rows (whole blocks of the
+ * type: the columns [c0, c0 + d) of rows rb wide are rows + row bytes of
+ * c0, ldr = rb), each column's arithmetic the same as in the whole row's.
+ * Bit for bit the row-by-row calls; the SIMD forms read a run of rows once
+ * for every query (and keep y in registers across it). */
 void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
                         float scale, float *out, size_t ldo);
 void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
-                     int n, int64_t d);
+                     size_t ldr, int n, int64_t d);
 /* Prompt attention's two products on f32 rows (attn/attention.c), a block
  * of queries against a run of keys. BLAS packs both operands on every call,
  * which for a block of 32 queries is as much copying as multiplying; here

@@ -648,11 +648,11 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
  * in j order, each element the fmadd the type's axpy gives it; y stays in
  * up to 8 registers (128 values) across a run of rows. */
 static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
-                                                           size_t ldw, int ny, const void *rows, int n, int64_t d) {
+                                                           size_t ldw, int ny, const void *rows, size_t rb, int n,
+                                                           int64_t d) {
     if (n <= 0 || d <= 0)
         return;
-    const size_t rb = dtype_row_bytes(t, d);
-    const int run = kv_run_rows(rb);
+    const int run = kv_run_rows(dtype_row_bytes(t, d));
     for (int j0 = 0; j0 < n; j0 += run)
         for (int q = 0; q < ny; q++)
             for (int64_t c = 0; c < d; c += 128) {

@@ -200,15 +200,15 @@ typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
                             float *out, size_t ldo) {                                                             \
         dots_kv(t, d, rows, n, x, ldx, nx, scale, out, ldo);                                                      \
     }                                                                                                             \
-    static void axpys_##name(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows, int n,  \
-                             int64_t d) {                                                                         \
-        axpys_kv(t, y, ldy, w, ldw, ny, rows, n, d);                                                              \
+    static void axpys_##name(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,         \
+                             size_t ldr, int n, int64_t d) {                                                      \
+        axpys_kv(t, y, ldy, w, ldw, ny, rows, ldr, n, d);                                                         \
     }
 
 typedef void (*quant_dots_fn)(int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx, float scale,
                               float *out, size_t ldo);
-typedef void (*quant_axpys_fn)(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows, int n,
-                               int64_t d);
+typedef void (*quant_axpys_fn)(float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
+                               size_t ldr, int n, int64_t d);
 /* nw weight rows (w_stride bytes apart) against nx activation rows in the
  * batch form (quant_quantize_batch): out[r * out_stride + i] for activation
  * row r and weight row i, each result's arithmetic the same whatever nw and

@@ -79,14 +79,18 @@ static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int
     const int32_t *qpos = pos + (n_ctx - n_q); /* the last n_q tokens, as in prefill */
     struct attn_params p = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = d, .scale = 1.0f / sqrtf((float)d),
                             .window = window, .bidirectional = bidirectional, .nsm_n = g_nsm_n};
-    float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
+    float *scratch = malloc(attn_scratch_bytes(n_ctx, threads)), *one = malloc(sizeof(float) * n_q * QD);
     assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, NULL), KVF_OK);
     naive(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), ref);
     double maxerr = 0;
     for (int i = 0; i < n_q * QD; i++) /* a NaN counts as the largest error (fmax would skip it) */
         maxerr = fabs(out[i] - ref[i]) <= maxerr ? maxerr : isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]);
     assert_true(maxerr < 1e-5);
-    free(k); free(v); free(pos); free(tags); free(q); free(out); free(ref); free(scratch);
+    /* The same bits on one thread: how the threads share the heads, or one
+     * head's entries and columns (decoding), changes no arithmetic. */
+    assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), one, scratch, 1, NULL), KVF_OK);
+    assert_memory_equal(out, one, sizeof(float) * n_q * QD);
+    free(k); free(v); free(pos); free(tags); free(q); free(out); free(ref); free(scratch); free(one);
     kv_cache_free(&c);
 }
 
@@ -102,6 +106,12 @@ static void test_decode_row(void **st) {
     /* Past ATTN_CHUNK entries: the heads of a group take the columns a chunk at a time. */
     check(6, 2, 16, 600, 2, 0, 2);
     check(4, 1, 16, 700, 1, 300, 1);
+    /* Kv heads the threads do not divide: each head's entries, rows and
+     * output columns shared among them (past a chunk, windowed, 1-3 queries). */
+    check(9, 3, 64, 700, 1, 0, 2);
+    check(4, 1, 72, 650, 2, 300, 2);
+    check(6, 2, 16, 600, 3, 0, 3);
+    check(8, 8, 16, 90, 1, 0, 3);
 }
 static void test_window(void **st) {
     (void)st;
@@ -243,6 +253,8 @@ static void test_stats_decode(void **st) {
     check_stats(4, 2, 16, 60, 3, 0, 1);
     check_stats(6, 2, 8, 600, 3, 0, 2);
     check_stats(4, 1, 8, 650, 1, 290, 1);
+    check_stats(6, 3, 16, 600, 1, 0, 2);
+    check_stats(4, 1, 8, 650, 2, 290, 3);
 }
 static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 40, 7, 2); }
 
@@ -348,10 +360,12 @@ static void test_typed_attention(void **st) {
             check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t]);    /* a block below the block products' size */
             check_mode(4, 2, 32, 90, 90, 7, 2, false, typed[t]);   /* sliding window */
             check_mode(2, 1, 32, 40, 1, 5, 1, false, typed[t]);
+            check_mode(6, 3, 64, 300, 2, 0, 2, false, typed[t]);   /* decode, heads shared among threads */
         }
         /* fp16 rows of a width with a SIMD tail */
         check_mode(4, 2, 12, 45, 45, 0, 2, false, KVF_KV_F16);
         check_mode(4, 2, 20, 45, 1, 0, 1, false, KVF_KV_F16);
+        check_mode(3, 1, 20, 45, 1, 0, 2, false, KVF_KV_F16);
     }
     simd_set(top);
 }
@@ -364,6 +378,7 @@ static void test_typed_stats(void **st) {
         check_stats_typed(4, 2, 64, 50, 1, 0, 2, typed[t]);
         check_stats_typed(4, 2, 32, 60, 3, 0, 1, typed[t]);
         check_stats_typed(4, 2, 32, 90, 40, 7, 2, typed[t]);
+        check_stats_typed(6, 3, 64, 300, 1, 0, 2, typed[t]);
     }
 }
 

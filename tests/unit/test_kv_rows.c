@@ -91,7 +91,8 @@ static void test_other_types(void **st) {
  * and without SIMD tails (and past the 128 values the SIMD forms keep in
  * registers), runs from 0 rows through partial 16-row groups to past the
  * AVX-512 kernels' runs of about 16 KiB (rb 128: 128 rows), 1 to 3 queries
- * with strides wider than a row, weights with zeros (skipped). */
+ * with strides wider than a row, weights with zeros (skipped); the axpys
+ * also by 32-column slices of the rows (ldr wider than a slice). */
 static void test_runs(void **st) {
     (void)st;
     const enum simd_level top = simd_detect();
@@ -110,6 +111,7 @@ static void test_runs(void **st) {
                 uint8_t *rows = malloc(rb * N_MAX);
                 float *v = malloc(sizeof(float) * d), *x = malloc(sizeof(float) * ldx * NX_MAX);
                 float *y1 = malloc(sizeof(float) * ldx * NX_MAX), *y2 = malloc(sizeof(float) * ldx * NX_MAX);
+                float *y3 = malloc(sizeof(float) * ldx * NX_MAX);
                 float *w = malloc(sizeof(float) * ldo * NX_MAX);
                 float *o1 = malloc(sizeof(float) * ldo * NX_MAX), *o2 = malloc(sizeof(float) * ldo * NX_MAX);
                 for (int j = 0; j < N_MAX; j++) {
@@ -117,12 +119,15 @@ static void test_runs(void **st) {
                     quant_quantize_row(t, v, rows + j * rb, d);
                 }
                 for (int i = 0; i < ldo * NX_MAX; i++) w[i] = i % 3 == 1 ? 0.0f : rnd();
-                for (int i = 0; i < ldx * NX_MAX; i++) x[i] = rnd(), y1[i] = y2[i] = rnd();
+                for (int i = 0; i < ldx * NX_MAX; i++) x[i] = rnd(), y1[i] = y2[i] = y3[i] = rnd();
                 for (int nx = 1; nx <= NX_MAX; nx++)
                     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
                         const int n = lens[li];
                         quant_rows_dot_f32(t, d, rows, n, x, ldx, nx, 0.125f, o1, ldo);
-                        quant_rows_axpy(t, y1, ldx, w, ldo, nx, rows, n, d);
+                        quant_rows_axpy(t, y1, ldx, w, ldo, nx, rows, rb, n, d);
+                        for (int c0 = 0; c0 < d; c0 += 32) /* 32-column slices of the rows, ldr = rb */
+                            quant_rows_axpy(t, y3 + c0, ldx, w, ldo, nx, rows + dtype_row_bytes(t, c0), rb, n,
+                                            d - c0 < 32 ? d - c0 : 32);
                         for (int q = 0; q < nx; q++) {
                             for (int j = 0; j < n; j++) {
                                 o2[q * ldo + j] = quant_row_dot_f32(t, d, rows + j * rb, x + q * ldx) * 0.125f;
@@ -131,9 +136,10 @@ static void test_runs(void **st) {
                             }
                             assert_memory_equal(o1 + q * ldo, o2 + q * ldo, sizeof(float) * n);
                             assert_memory_equal(y1 + q * ldx, y2 + q * ldx, sizeof(float) * ldx); /* padding kept */
+                            assert_memory_equal(y3 + q * ldx, y2 + q * ldx, sizeof(float) * ldx);
                         }
                     }
-                free(rows), free(v), free(x), free(y1), free(y2), free(w), free(o1), free(o2);
+                free(rows), free(v), free(x), free(y1), free(y2), free(y3), free(w), free(o1), free(o2);
             }
     }
     simd_set(top);
