@@ -153,6 +153,10 @@ static float *blk_row(const struct blk *b, int hh, int i) {
     return b->s + ((size_t)(hh - b->h0) * (size_t)(b->i1 - b->i0) + (size_t)(i - b->i0)) * b->lds;
 }
 
+static const float *blk_q(const struct blk *b, int hh, int i) {
+    return b->q + (size_t)i * b->p->n_head * b->p->head_dim + (size_t)hh * b->p->head_dim;
+}
+
 static float *blk_out(const struct blk *b, int hh, int i) {
     return b->out + (size_t)i * b->p->n_head * b->p->head_dim + (size_t)hh * b->p->head_dim;
 }
@@ -165,9 +169,8 @@ static void blk_dots(const struct blk *b, int lo, int hi) {
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK), hi);
             if (a < e)
-                quant_rows_dot_f32(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a,
-                                   b->q + (size_t)i * b->p->n_head * d + (size_t)b->h0 * d, d, b->h1 - b->h0,
-                                   b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
+                quant_rows_dot_f32(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
+                                   b->h1 - b->h0, b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
         }
 }
 
@@ -237,8 +240,8 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         head_pack_fill(pack, h, d, b.jend);
         if (h->type != DT_F32)
             V = pack->v;
-        quant_scores_f32(d, q + (size_t)i0 * qstride + (size_t)h0 * d, qstride, nb, pack->kp + (size_t)b.j0 * d,
-                         (int)b.lds, p->scale, s, b.lds);
+        quant_scores_f32(d, blk_q(&b, h0, i0), qstride, nb, pack->kp + (size_t)b.j0 * d, (int)b.lds, p->scale, s,
+                         b.lds);
     } else {
         blk_dots(&b, b.j0, b.jend);
     }
@@ -282,9 +285,9 @@ static bool blk_share(const struct blk *blk, int n_head_kv, bool columns, int un
  * part of each step, the steps apart by barriers, over blk[g] for each kv
  * head g (dot-product blocks of all the call's queries and the group's
  * heads): the scores of all heads' entries; the rows' softmaxes
- * (blk_weights); the outputs' columns. Every score, weight and output
- * element is computed as in attn_block, so the result is the same bits on
- * any number of threads. Called by every thread of the team. */
+ * (blk_weights); the outputs' columns. Every score, weight, statistic and
+ * output element is computed as in attn_block, so the result is the same
+ * bits on any number of threads. Called by every thread of the team. */
 static void attn_split(const struct blk *blk, int th, int n_threads, const struct stats_part *sp) {
     const struct attn_params *p = blk[0].p;
     const int n_head_kv = p->n_head_kv, nb = blk[0].i1 - blk[0].i0, group = p->n_head / p->n_head_kv;
@@ -294,8 +297,11 @@ static void attn_split(const struct blk *blk, int th, int n_threads, const struc
         if (blk_share(blk, n_head_kv, false, SPLIT_ENTRIES, g, th, n_threads, &lo, &hi))
             blk_dots(&blk[g], blk[g].j0 + lo, blk[g].j0 + hi);
     #pragma omp barrier
-    const int rows = p->n_head * nb;
-    for (int r = rows * th / n_threads; r < rows * (th + 1) / n_threads; r++)
+    /* With statistics, whole kv heads: a head's partial sums then sit in one
+     * thread's array, added in the one-thread order (attn_forward folds the
+     * others' zeros), so they too keep their bits on any number of threads. */
+    const int per = sp ? group * nb : 1, units = p->n_head * nb / per;
+    for (int r = units * th / n_threads * per; r < units * (th + 1) / n_threads * per; r++)
         blk_weights(&blk[r / nb / group], r / nb, blk[0].i0 + r % nb, sp);
     #pragma omp barrier
     for (int g = 0; g < n_head_kv; g++)
@@ -316,11 +322,11 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
     for (int g = 0; g < p->n_head_kv; g++) n_kv_max = KVF_MAX(n_kv_max, kv[g].n);
     if (stats && stats->stride < n_kv_max)
         return err_set(KVF_ERR_INTERNAL, "attention statistics of stride %d for %d entries", stats->stride, n_kv_max);
-    /* Decoding with fewer kv heads than threads, or a number the threads do
-     * not divide, shares every head among the threads (attn_split), its
-     * score rows in the whole scratch. */
+    /* Decoding with a number of kv heads the threads do not divide (fewer
+     * than the threads included) shares every head among the threads
+     * (attn_split), its score rows in the whole scratch. */
     struct blk *split = NULL;
-    if (n_q < ATTN_BLOCK_MIN_ROWS && p->n_head_kv % n_threads != 0 &&
+    if (n_q > 0 && n_q < ATTN_BLOCK_MIN_ROWS && p->n_head_kv % n_threads != 0 &&
         (size_t)p->n_head * n_q <= (size_t)n_threads * ATTN_BLOCK) {
         if (!(split = malloc(sizeof *split * p->n_head_kv)))
             return err_set(KVF_ERR_NOMEM, "out of memory for attention");
@@ -374,7 +380,7 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         /* A thread's partial sums hold the tasks it ran: a fixed share of
          * them keeps the statistics the same from run to run (a dynamic one
          * rounds them differently each time). */
-        if (split) { /* shared by the team there is (a nested call runs alone) */
+        if (split) { /* by the team OpenMP gave (one thread when nested) */
             attn_split(split, th, omp_get_num_threads(), stats ? &sp : NULL);
         } else if (stats) {
             #pragma omp for schedule(static, 1)

@@ -53,7 +53,10 @@ size_t attn_scratch_bytes(int n_kv, int n_threads);
  * products (and float32 copies of F16 / Q8_0 values), allocated here
  * (O(threads x entries x head_dim)).
  * stats (optional): accumulated as described above; its per-thread partial
- * sums are allocated here too (O(threads x heads x entries)), hence the status. */
+ * sums are allocated here too (O(threads x heads x entries)).
+ * KVF_ERR_NOMEM when an allocation fails, with or without stats. The
+ * outputs are the same bits on any number of threads, and so are the
+ * statistics of a call of fewer than 4 queries (decoding). */
 enum kvf_status attn_forward(const struct attn_params *p, const float *q, const int32_t *qpos, int n_q,
                              const struct kv_head *kv, float *out, float *scratch, int n_threads,
                              const struct attn_stats *stats);

@@ -564,15 +564,18 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
             }
 }
 
-/* y[q * ldy ..] += w[q * ldw + j] * row j for ny queries, rows with w != 0
- * in j order, each element the fmadd the type's axpy gives it; y stays in
- * up to 8 registers (64 values) across a run of rows. */
+/* y[q * ldy ..] += w[q * ldw + j] * row j (rows ldr bytes apart) for ny
+ * queries, rows with w != 0 in j order, each element the fmadd the type's
+ * axpy gives it; y stays in up to 8 registers (64 values) across a run of
+ * rows. */
 static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
-                                                           size_t ldw, int ny, const void *rows, size_t rb, int n,
+                                                           size_t ldw, int ny, const void *rows, size_t ldr, int n,
                                                            int64_t d) {
     if (n <= 0 || d <= 0)
         return;
-    const int run = kv_run_rows(dtype_row_bytes(t, d));
+    /* A slice narrower than a cache line still reads a line a row. */
+    const size_t sb = dtype_row_bytes(t, d);
+    const int run = kv_run_rows(sb < 64 ? 64 : sb);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int j0 = 0; j0 < n; j0 += run)
         for (int q = 0; q < ny; q++)
@@ -594,7 +597,7 @@ static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *
                 for (int j = j0; j < n && j < j0 + run; j++) {
                     if (wq[j] == 0.0f)
                         continue;
-                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * rb;
+                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * ldr;
                     _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         if (r < nr)
                             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(kv_factor(t, row, c + 8 * r, wq[j])),

@@ -504,7 +504,8 @@ void vision_qkv(const struct weight w[3], const struct weight bias[3], struct vi
     }
 }
 
-void vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg, int nt) {
+enum kvf_status vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg,
+                              int nt) {
     const int H = v->n_embd, nh = v->n_head, hd = H / nh;
     const float *q = r->q, *k = r->k, *val = r->v;
     float *kh = r->kh, *vh = r->vh, *out = r->att;
@@ -517,26 +518,32 @@ void vision_attend(const struct vision_model *v, struct vit_rows *r, int n, cons
         }
     const struct attn_params ap = {.n_head = nh, .n_head_kv = nh, .head_dim = hd,
                                    .scale = 1.0f / sqrtf((float)hd), .bidirectional = true};
-    for (int s = 0; s < n_seg; s++) {
+    enum kvf_status st = KVF_OK;
+    for (int s = 0; s < n_seg && st == KVF_OK; s++) {
         const int r0 = seg[s], r1 = seg[s + 1];
         for (int h = 0; h < nh; h++)
             heads[h] = (struct kv_head){.k = kh + ((size_t)h * n + r0) * hd, .v = vh + ((size_t)h * n + r0) * hd,
                                         .tag = NULL, .n = r1 - r0, .cap = r1 - r0};
-        attn_forward(&ap, q + (size_t)r0 * H, NULL, r1 - r0, heads, out + (size_t)r0 * H, r->attn_scratch, nt,
-                     NULL); /* no statistics: cannot fail */
+        st = attn_forward(&ap, q + (size_t)r0 * H, NULL, r1 - r0, heads, out + (size_t)r0 * H, r->attn_scratch, nt,
+                          NULL);
     }
+    return st;
 }
 
 /* x += attention(LN1(x)): every patch attends to every patch. */
-static void vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b, int nt) {
+static enum kvf_status vit_attention(const struct vision_model *v, const struct vit_layer *L, struct vit_buf *b,
+                                     int nt) {
     const int n = v->n_pos, H = v->n_embd;
     layernorm_rows(b->r.xn, b->r.x, &L->ln1_w, &L->ln1_b, n, H, v->eps);
     vision_qkv(L->w, L->b, &b->r, n, nt);
     const int all[2] = {0, n};
-    vision_attend(v, &b->r, n, all, 1, nt);
+    const enum kvf_status st = vision_attend(v, &b->r, n, all, 1, nt);
+    if (st != KVF_OK)
+        return st;
     ops_matmul(&L->wo, b->r.att, n, b->r.xn, b->r.mm, nt);
     ops_add_bias(b->r.xn, &L->bo, n, H);
     ops_add(b->r.x, b->r.xn, (size_t)n * H);
+    return KVF_OK;
 }
 
 /* x += fc2(act(fc1(LN2(x)))). */
@@ -634,13 +641,15 @@ enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_ima
     const int H = v->n_embd, n = v->n_pos;
     vit_embed(v, &b, nt);
     if (v->has_cls) layernorm_rows(b.r.x, b.r.x, &v->pre_w, &v->pre_b, n, H, v->eps);
-    for (int l = 0; l < v->n_layer; l++) {
-        vit_attention(v, &v->layers[l], &b, nt);
-        vit_mlp(v, &v->layers[l], &b, nt);
+    for (int l = 0; l < v->n_layer && st == KVF_OK; l++) {
+        if ((st = vit_attention(v, &v->layers[l], &b, nt)) == KVF_OK)
+            vit_mlp(v, &v->layers[l], &b, nt);
     }
-    if (v->post_w.data) layernorm_rows(b.r.x, b.r.x, &v->post_w, &v->post_b, n, H, v->eps);
-    if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, &b, nt, out);
-    else project_mlp(v, &b, nt, out);
+    if (st == KVF_OK) {
+        if (v->post_w.data) layernorm_rows(b.r.x, b.r.x, &v->post_w, &v->post_b, n, H, v->eps);
+        if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, &b, nt, out);
+        else project_mlp(v, &b, nt, out);
+    }
     vit_buf_free(&b);
-    return KVF_OK;
+    return st;
 }

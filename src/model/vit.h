@@ -118,8 +118,10 @@ void vit_rows_free(struct vit_rows *r);
 /* r->q, k, v = r->xn w[i]^T + b[i] for n rows. */
 void vision_qkv(const struct weight w[3], const struct weight bias[3], struct vit_rows *r, int n, int nt);
 /* r->att = attention of r->q, k, v (after any rotary turn), every row
- * seeing the rows of its segment [seg[s], seg[s + 1]) (s < n_seg). */
-void vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg, int nt);
+ * seeing the rows of its segment [seg[s], seg[s + 1]) (s < n_seg).
+ * KVF_ERR_NOMEM when the attention's working rows cannot be allocated. */
+enum kvf_status vision_attend(const struct vision_model *v, struct vit_rows *r, int n, const int *seg, int n_seg,
+                              int nt);
 enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required);
 enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
 /* The token grid of an image, or (video) of a video's frames of h x w. */

@@ -443,8 +443,8 @@ static void norm_rows(const struct vision_model *v, float *out, const float *x, 
 
 /* x += proj(attention(RMSNorm1(x))): every row sees the rows of its window
  * (or, full, all rows), keys and queries turned by their patch's angles. */
-static void qvit_attention(const struct vision_model *v, const struct qvit_layer *L, const struct qvit_plan *p,
-                           bool full, struct qvit_buf *b, int nt) {
+static enum kvf_status qvit_attention(const struct vision_model *v, const struct qvit_layer *L,
+                                      const struct qvit_plan *p, bool full, struct qvit_buf *b, int nt) {
     const int n = p->n, H = v->n_embd, nh = v->n_head, hd = H / nh;
     norm_rows(v, b->r.xn, b->r.x, &L->norm1, &L->norm1_b, n);
     vision_qkv(L->w, L->b, &b->r, n, nt);
@@ -454,10 +454,13 @@ static void qvit_attention(const struct vision_model *v, const struct qvit_layer
         ops_rope_rotate(b->r.k + (size_t)t * H, nh, hd, cs, sn, KVF_ROPE_NEOX);
     }
     const int all[2] = {0, n};
-    vision_attend(v, &b->r, n, full ? all : p->win, full ? 1 : p->n_win, nt);
+    const enum kvf_status st = vision_attend(v, &b->r, n, full ? all : p->win, full ? 1 : p->n_win, nt);
+    if (st != KVF_OK)
+        return st;
     ops_matmul(&L->proj, b->r.att, n, b->r.xn, b->r.mm, nt);
     ops_add_bias(b->r.xn, &L->proj_b, n, H);
     ops_add(b->r.x, b->r.xn, (size_t)n * H);
+    return KVF_OK;
 }
 
 /* x += down(silu(gate(n)) * up(n)), n = RMSNorm2(x), with biases (Qwen2-VL:
@@ -502,13 +505,15 @@ enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image
         st = image_preprocess_resize(frames[t], rw, rh, video ? IMAGE_TV_BICUBIC : IMAGE_BICUBIC, v->mean, v->std,
                                      b.pix + (size_t)t * 3 * rh * rw);
     if (st == KVF_OK) {
-        const int H = v->n_embd, mm = v->merge * v->merge, M = H * mm, E = v->n_out;
         patchify(v, &p, rw, T, &b);
         ops_matmul(video ? &v->patch_t : &v->patch, b.patches, p.n, b.r.x, b.r.mm, nt);
-        for (int l = 0; l < v->n_layer; l++) {
-            qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt);
-            qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
+        for (int l = 0; l < v->n_layer && st == KVF_OK; l++) {
+            if ((st = qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt)) == KVF_OK)
+                qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
         }
+    }
+    if (st == KVF_OK) {
+        const int H = v->n_embd, mm = v->merge * v->merge, M = H * mm, E = v->n_out;
         /* The merger: a unit's rows are consecutive, so [n][H] is [nu][4H]. */
         norm_rows(v, b.r.xn, b.r.x, &v->merge_norm, &v->merge_norm_b, p.n);
         ops_matmul(&v->merge0, b.r.xn, p.nu, b.ff, b.r.mm, nt);

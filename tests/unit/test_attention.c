@@ -55,6 +55,7 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
 }
 
 static float g_nsm_n; /* the attn_params.nsm_n check_mode runs with */
+static bool g_thin;   /* check_mode keeps every third entry of kv head 0 and none of the last (compressed heads) */
 
 static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
                        bool bidirectional, enum kvf_kv_type type) {
@@ -71,6 +72,13 @@ static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int
     assert_int_equal(kv_cache_reserve(&c, 0, n_ctx), KVF_OK);
     kv_cache_append(&c, 0, k, v, tags, n_ctx);
     assert_int_equal(kv_cache_head(&c, 0, n_head_kv - 1)->tag[n_ctx - 1].pos, n_ctx - 1);
+    if (g_thin) {
+        int *keep = malloc(sizeof(int) * n_ctx), n_keep = 0;
+        for (int j = 0; j < n_ctx; j += 3) keep[n_keep++] = j;
+        assert_int_equal(kv_cache_keep(&c, 0, 0, keep, n_keep), KVF_OK);
+        assert_int_equal(kv_cache_keep(&c, 0, n_head_kv - 1, NULL, 0), KVF_OK);
+        free(keep);
+    }
 
     const int QD = n_head * d;
     float *q = malloc(sizeof(float) * n_q * QD), *out = malloc(sizeof(float) * n_q * QD);
@@ -112,6 +120,16 @@ static void test_decode_row(void **st) {
     check(4, 1, 72, 650, 2, 300, 2);
     check(6, 2, 16, 600, 3, 0, 3);
     check(8, 8, 16, 90, 1, 0, 3);
+    check(32, 1, 16, 100, 2, 0, 2); /* score rows fill the scratch */
+    check(66, 1, 16, 100, 1, 0, 2); /* past it: a head a task */
+    check(48, 1, 16, 100, 1, 0, 2); /* a group wider than a task's rows */
+    check_mode(4, 2, 16, 40, 2, 0, 3, true, KVF_KV_F32); /* bidirectional */
+    /* Heads of different lengths, one empty (after per-head compression). */
+    g_thin = true;
+    check(9, 3, 32, 500, 1, 0, 2);
+    check(9, 3, 32, 500, 2, 40, 2);
+    check_mode(9, 3, 64, 500, 1, 0, 2, false, KVF_KV_Q8_0);
+    g_thin = false;
 }
 static void test_window(void **st) {
     (void)st;
@@ -160,6 +178,7 @@ static void test_nsoftmax(void **st) {
         g_nsm_n = t ? 4.0f : 1.0f;
         check(4, 2, 16, 50, 1, 0, 2);
         check(4, 2, 16, 60, 40, 0, 1);
+        check(4, 1, 16, 300, 1, 0, 2); /* one kv head shared by two threads */
         check_mode(4, 2, 32, 45, 9, 0, 2, false, KVF_KV_F16);
     }
     g_nsm_n = 0.0f;
@@ -200,6 +219,14 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
                                   .scale = 1.0f / sqrtf((float)d), .window = window};
     float *scratch = malloc(attn_scratch_bytes(n_ctx, threads));
     assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, threads, &st), KVF_OK);
+    if (n_q < 4) { /* decoding: the same bits on one thread (attn_forward) */
+        float *one = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(float));
+        struct attn_stats st1 = st;
+        for (int a = 0; a < ATTN_STAT_N; a++) st1.a[a] = one + (size_t)a * n_head_kv * stride;
+        assert_int_equal(attn_forward(&p, q, qpos, n_q, kv_cache_head(&c, 0, 0), out, scratch, 1, &st1), KVF_OK);
+        assert_memory_equal(one, arrays, sizeof(float) * (size_t)ATTN_STAT_N * n_head_kv * stride);
+        free(one);
+    }
 
     double *ref = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(double)), *x = calloc(n_ctx, sizeof(double));
     for (int h = 0; h < n_head; h++) {

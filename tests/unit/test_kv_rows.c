@@ -92,7 +92,7 @@ static void test_other_types(void **st) {
  * registers), runs from 0 rows through partial 16-row groups to past the
  * AVX-512 kernels' runs of about 16 KiB (rb 128: 128 rows), 1 to 3 queries
  * with strides wider than a row, weights with zeros (skipped); the axpys
- * also by 32-column slices of the rows (ldr wider than a slice). */
+ * also by 16- and 32-column slices of the rows (ldr wider than a slice). */
 static void test_runs(void **st) {
     (void)st;
     const enum simd_level top = simd_detect();
@@ -125,9 +125,12 @@ static void test_runs(void **st) {
                         const int n = lens[li];
                         quant_rows_dot_f32(t, d, rows, n, x, ldx, nx, 0.125f, o1, ldo);
                         quant_rows_axpy(t, y1, ldx, w, ldo, nx, rows, rb, n, d);
-                        for (int c0 = 0; c0 < d; c0 += 32) /* 32-column slices of the rows, ldr = rb */
+                        /* Slices of the rows, ldr = rb: 16 columns (32, a block, for Q8_0) for the
+                         * first queries, 32 for the last. */
+                        const int cut = t == DT_Q8_0 || nx == NX_MAX ? 32 : 16;
+                        for (int c0 = 0; c0 < d; c0 += cut)
                             quant_rows_axpy(t, y3 + c0, ldx, w, ldo, nx, rows + dtype_row_bytes(t, c0), rb, n,
-                                            d - c0 < 32 ? d - c0 : 32);
+                                            d - c0 < cut ? d - c0 : cut);
                         for (int q = 0; q < nx; q++) {
                             for (int j = 0; j < n; j++) {
                                 o2[q * ldo + j] = quant_row_dot_f32(t, d, rows + j * rb, x + q * ldx) * 0.125f;
