@@ -20,7 +20,8 @@ static float frand(unsigned *s) {
  * kernels: [n][d] floats, to be freed. */
 static float *decoded(const struct kv_head *h, const void *rows, int d) {
     float *f = malloc(sizeof(float) * ((size_t)h->n * d + 1));
-    quant_dequant_row_ref(h->type, rows, f, (int64_t)h->n * d);
+    if (h->n > 0) /* an empty head has no rows (NULL) */
+        quant_dequant_row_ref(h->type, rows, f, (int64_t)h->n * d);
     return f;
 }
 
