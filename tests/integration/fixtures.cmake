@@ -20,8 +20,8 @@ function(kvf_logits_test name model)
   set_tests_properties(logits_${name} PROPERTIES LABELS integration TIMEOUT 300 SKIP_RETURN_CODE 77)
 endfunction()
 
-# --threads-bits 3: the same logits on one thread and on three (the
-# fixtures' two kv heads do not share out evenly on 3).
+# --threads-bits 3: the same logits decoding on one thread and on three
+# (the fixtures' two kv heads do not share out evenly on 3).
 foreach(type f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k)
   kvf_logits_test(llama_${type} ${KVF_FIXTURE_DIR}/llama-${type}.gguf --threads-bits 3)
   set_tests_properties(logits_llama_${type} PROPERTIES FIXTURES_REQUIRED kvf_fixtures)

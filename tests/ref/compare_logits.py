@@ -33,9 +33,11 @@ all positions):
      decoded one at a time, against the full prefill: < 1e-4 for exact
      weights; for quantised weights the same bound as 1. (a batched prefill
      may multiply dequantised weights in float instead).
-  3. --threads-bits N: the engine's prefill and decode logits on 1 and on N
-     threads, equal bit for bit (how the threads share the work, one kv
-     head's entries included, changes no arithmetic).
+  3. --threads-bits N: the engine's logits decoding every id one at a time,
+     on 1 and on N threads, equal bit for bit (how the threads share the
+     work, one kv head's entries included, changes no arithmetic). Not the
+     prompt pass: OpenBLAS's sgemm may round differently with the rows each
+     thread gives it.
   4. --same-as OTHER: OTHER holds the same model in another format (the
      fixtures store each model as GGUF and as safetensors); kvfold's logits for
      both agree within 1e-4 (and the reference's within 1e-6: float32 rounding
@@ -150,11 +152,10 @@ def compare(c, a, m, mq, ids, exact, label):
     c.check("%s decode vs prefill" % label, derr < tol, "max rel err %.3e (bound %.1e; prefill %d, decode %d)"
             % (derr, tol, len(ids) // 2, len(ids) - len(ids) // 2))
     if a.threads_bits:
-        pre_1, dec_1 = run_engine(a.dump, a.model, ids, len(ids) // 2, 1)
-        pre_n, dec_n = run_engine(a.dump, a.model, ids, len(ids) // 2, a.threads_bits)
-        diff = max(float(np.abs(pre_n - pre_1).max()), float(np.abs(dec_n - dec_1).max()))
-        c.check("%s same bits on 1 and %d threads" % (label, a.threads_bits),
-                np.array_equal(pre_n, pre_1) and np.array_equal(dec_n, dec_1), "largest difference %.3e" % diff)
+        _, dec_1 = run_engine(a.dump, a.model, ids, 0, 1)
+        _, dec_n = run_engine(a.dump, a.model, ids, 0, a.threads_bits)
+        c.check("%s decoding: same bits on 1 and %d threads" % (label, a.threads_bits), np.array_equal(dec_n, dec_1),
+                "largest difference %.3e" % float(np.abs(dec_n - dec_1).max()))
     return ref, pre
 
 
@@ -168,7 +169,7 @@ def main():
     ap.add_argument("--min-argmax", type=float, default=0.75, help="fraction of decided positions whose top-1 must agree")
     ap.add_argument("--same-as", help="the same model in another format")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--threads-bits", type=int, default=0, help="on 1 and this many threads: the same bits")
+    ap.add_argument("--threads-bits", type=int, default=0, help="decoding on 1 and this many threads: the same bits")
     a = ap.parse_args()
 
     if not os.path.exists(a.model):
