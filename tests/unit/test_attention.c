@@ -34,7 +34,7 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
         for (int h = 0; h < p->n_head; h++) {
             const struct kv_head *g = &kv[h / group];
             float *gk = decoded(g, g->k, d), *gv = decoded(g, g->v, d);
-            double *s = calloc(g->n, sizeof *s), mx = -INFINITY, sum = 0;
+            double *s = calloc((size_t)g->n + 1, sizeof *s), mx = -INFINITY, sum = 0;
             for (int j = 0; j < g->n; j++) {
                 const int32_t kp = g->tag[j].pos;
                 const bool vis = p->bidirectional || (kp <= qpos[i] && (p->window == 0 || qpos[i] - kp < p->window));
