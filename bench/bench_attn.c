@@ -4,18 +4,21 @@
  * layers as the model has so that, from about 4096 entries on, the rows
  * come from memory as they do in decoding (shorter caches, 9-12 MB in all
  * at 1024 entries, may stay in a large L3). Reports microseconds a layer
- * and the KV bytes read a second (keys and values as stored). Compare two
- * trees by building this file against each one's library.
+ * and the KV bytes read a second (keys and values as stored). "stats"
+ * also gathers the statistics H2O-style policies add at every decoding
+ * step (sum, squares, count of each entry's weights). Compare two trees by
+ * building this file against each one's library.
  *
  * Not part of the build. From the repository root, after `make build`:
  *   gcc -std=gnu11 -O2 -fopenmp -Iinclude -Isrc bench/bench_attn.c build/libkvfold_internal.a \
  *       -lopenblas -lm -o /tmp/bench_attn
- *   /tmp/bench_attn [T [type]]       (T: threads, default 2; type: f32 f16 q8_0, default f32)
+ *   /tmp/bench_attn [T [type [stats]]]   (T: threads, default 2; type: f32 f16 q8_0, default f32)
  */
 #include "attn/attn.h"
 #include "kv/cache.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +48,7 @@ static const struct shape shapes[] = {
 
 /* Best of 3 passes over the layers, seconds a layer. */
 static double time_layers(const struct shape *s, struct kv_cache *c, int n, const float *q, float *out,
-                          float *scratch, int threads) {
+                          float *scratch, int threads, const struct attn_stats *stats) {
     const struct attn_params p = {.n_head = s->n_head, .n_head_kv = s->n_head_kv, .head_dim = s->head_dim,
                                   .scale = 1.0f / sqrtf((float)s->head_dim)};
     const int32_t qpos = n - 1;
@@ -55,7 +58,7 @@ static double time_layers(const struct shape *s, struct kv_cache *c, int n, cons
         const double t0 = now_s();
         for (int r = 0; r < reps; r++)
             for (int l = 0; l < s->n_layer; l++)
-                if (attn_forward(&p, q, &qpos, 1, kv_cache_head(c, l, 0), out, scratch, threads, NULL) != KVF_OK)
+                if (attn_forward(&p, q, &qpos, 1, kv_cache_head(c, l, 0), out, scratch, threads, stats) != KVF_OK)
                     return NAN;
         const double t = (now_s() - t0) / reps / s->n_layer;
         best = t < best ? t : best;
@@ -66,6 +69,7 @@ static double time_layers(const struct shape *s, struct kv_cache *c, int n, cons
 int main(int argc, char **argv) {
     const int T = argc > 1 ? atoi(argv[1]) : 2;
     const char *tn = argc > 2 ? argv[2] : "f32";
+    const bool with_stats = argc > 3 && !strcmp(argv[3], "stats");
     const enum kvf_kv_type type = !strcmp(tn, "f16") ? KVF_KV_F16 : !strcmp(tn, "q8_0") ? KVF_KV_Q8_0 : KVF_KV_F32;
     if (type == KVF_KV_F32 && strcmp(tn, "f32") != 0) {
         fprintf(stderr, "bench_attn: unknown type '%s' (f32, f16, q8_0)\n", tn);
@@ -85,6 +89,11 @@ int main(int argc, char **argv) {
         float *k = malloc(sizeof(float) * KD * 256), *v = malloc(sizeof(float) * KD * 256);
         float *q = malloc(sizeof(float) * QD), *out = malloc(sizeof(float) * QD);
         float *scratch = malloc(attn_scratch_bytes(N_MAX, T));
+        /* The decoder's running statistics: [3][n_head_kv][N_MAX], added to. */
+        float *acc = calloc((size_t)3 * s->n_head_kv * N_MAX, sizeof(float));
+        static const int kinds[3] = {ATTN_STAT_SUM, ATTN_STAT_SQ, ATTN_STAT_COUNT};
+        struct attn_stats st = {.stride = N_MAX};
+        for (int a = 0; a < 3; a++) st.a[kinds[a]] = acc + (size_t)a * s->n_head_kv * N_MAX;
         struct kvf_tag tags[256];
         for (int i = 0; i < KD * 256; i++) k[i] = frand(&seed), v[i] = frand(&seed);
         for (int i = 0; i < QD; i++) q[i] = 2.0f * frand(&seed);
@@ -106,12 +115,12 @@ int main(int argc, char **argv) {
                                                                    : type == KVF_KV_F16 ? 2 * s->head_dim
                                                                                         : s->head_dim / 32 * 34);
             for (int t = 1; t <= T; t++) {
-                const double sec = time_layers(s, &c, n, q, out, scratch, t);
+                const double sec = time_layers(s, &c, n, q, out, scratch, t, with_stats ? &st : NULL);
                 printf("| %s | %s | %d | %d | %.1f | %.1f |\n", s->name, tn, n, t, 1e6 * sec, bytes / sec / 1e9);
             }
         }
         kv_cache_free(&c);
-        free(k), free(v), free(q), free(out), free(scratch);
+        free(k), free(v), free(q), free(out), free(scratch), free(acc);
     }
     return 0;
 }
