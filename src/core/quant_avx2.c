@@ -517,9 +517,8 @@ static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, c
 }
 
 /* Values c .. c + 7 of a KV row (the first `left` of them when fewer
- * remain, the rest 0), and the factor the axpy of weight a multiplies them
- * by: Q8_0 gives its codes and a times the block's scale, as axpy_q8_0_row
- * does. */
+ * remain, the rest 0); Q8_0 gives its codes, the scale going into the
+ * axpy's factor (quant_kv_factor). */
 static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, const uint8_t *row, int64_t c,
                                                                int64_t left, __m256i m) {
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
@@ -531,15 +530,6 @@ static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, con
     return load_f16x8(hb);
 }
 
-static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const uint8_t *row, int64_t c, float a) {
-    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
-}
-
-/* Rows taken at a time: 16 KiB (up to 32 KiB for rows of 2-4 KiB), so that
- * each is read from memory once and from L1 by every other query head; a
- * multiple of 8. */
-static inline int kv_run_rows(size_t rb) { return rb > 2048 ? 8 : (int)(16384 / rb / 8 * 8); }
-
 /* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
  * the bits of dot_f32x[t] * scale (same lanes, hsum_ps's tree). */
 static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
@@ -548,7 +538,7 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
     if (n <= 0 || d <= 0)
         return;
     const size_t rb = dtype_row_bytes(t, d);
-    const int run = kv_run_rows(rb);
+    const int run = quant_kv_run_rows(rb, 8);
     const __m256 vs = _mm256_set1_ps(scale);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int j0 = 0; j0 < n; j0 += run)
@@ -575,7 +565,7 @@ static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *
         return;
     /* A slice narrower than a cache line still reads a line a row. */
     const size_t sb = dtype_row_bytes(t, d);
-    const int run = kv_run_rows(sb < 64 ? 64 : sb);
+    const int run = quant_kv_run_rows(sb < 64 ? 64 : sb, 8);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int j0 = 0; j0 < n; j0 += run)
         for (int q = 0; q < ny; q++)
@@ -600,7 +590,7 @@ static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *
                     const uint8_t *row = (const uint8_t *)rows + (size_t)j * ldr;
                     _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         if (r < nr)
-                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(kv_factor(t, row, c + 8 * r, wq[j])),
+                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(quant_kv_factor(t, row, c + 8 * r, wq[j])),
                                                      kv_values8(t, row, c + 8 * r, d - c - 8 * r, m[r]), acc[r]);
                 }
                 _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)

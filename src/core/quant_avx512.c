@@ -603,24 +603,14 @@ static inline __attribute__((always_inline)) __m512 kv_dot_lanes(enum dtype t, c
                        : dot_q8_0_lanes(d, row, x);
 }
 
-/* Values c .. c + 15 of a KV row (masked to m), and the factor the axpy of
- * weight a multiplies them by: Q8_0 gives its codes and a times the
- * block's scale, as axpy_q8_0_row does. */
+/* Values c .. c + 15 of a KV row (masked to m); Q8_0 gives its codes, the
+ * scale going into the axpy's factor (quant_kv_factor). */
 static inline __attribute__((always_inline)) __m512 kv_values16(enum dtype t, const uint8_t *row, int64_t c,
                                                                 __mmask16 m) {
     if (t == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + c);
     if (t == DT_F16) return load_f16x16((const uint16_t *)(const void *)row + c, m);
     return q8_0_codes16((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 16);
 }
-
-static inline __attribute__((always_inline)) float kv_factor(enum dtype t, const uint8_t *row, int64_t c, float a) {
-    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
-}
-
-/* Rows taken at a time: 16 KiB (up to 32 KiB for rows of 1-2 KiB), so that
- * each is read from memory once and from L1 by every other query head; a
- * multiple of 16. */
-static inline int kv_run_rows(size_t rb) { return rb > 1024 ? 16 : (int)(16384 / rb / 16 * 16); }
 
 /* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
  * the bits of dot_f32x[t] * scale (same lanes, hsum16's tree). */
@@ -630,7 +620,7 @@ static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t 
     if (n <= 0 || d <= 0)
         return;
     const size_t rb = dtype_row_bytes(t, d);
-    const int run = kv_run_rows(rb);
+    const int run = quant_kv_run_rows(rb, 16);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n; j0 += run)
         for (int q = 0; q < nx; q++)
@@ -655,7 +645,7 @@ static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *
         return;
     /* A slice narrower than a cache line still reads a line a row. */
     const size_t sb = dtype_row_bytes(t, d);
-    const int run = kv_run_rows(sb < 64 ? 64 : sb);
+    const int run = quant_kv_run_rows(sb < 64 ? 64 : sb, 16);
     for (int j0 = 0; j0 < n; j0 += run)
         for (int q = 0; q < ny; q++)
             for (int64_t c = 0; c < d; c += 128) {
@@ -679,7 +669,7 @@ static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *
                     const uint8_t *row = (const uint8_t *)rows + (size_t)j * ldr;
                     _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         if (r < nr)
-                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(kv_factor(t, row, c + 16 * r, wq[j])),
+                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(quant_kv_factor(t, row, c + 16 * r, wq[j])),
                                                      kv_values16(t, row, c + 16 * r, m[r]), acc[r]);
                 }
                 _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)

@@ -192,6 +192,23 @@ typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*quant_quantize_fn)(const float *src, void *dst, int64_t n);
 typedef float (*quant_dot_fn)(int64_t n, const void *w, const void *x);
 typedef void (*quant_axpy_fn)(float *y, float a, const void *x, int64_t n);
+/* Rows of rb bytes the decoding run kernels take at a time, a multiple of
+ * the g rows a SIMD level sums at once: 16 KiB (up to 2 g rows past 16 KiB
+ * / g bytes a row), so that each is read from memory once and from L1 by
+ * every other query head. */
+static inline int quant_kv_run_rows(size_t rb, int g) {
+    const int r = (int)(16384 / rb / (size_t)g) * g;
+    return r < g ? g : r;
+}
+
+/* The factor an axpy of weight a multiplies a KV row's values c.. by: a
+ * times the block's scale for Q8_0 (whose values are its codes), as
+ * axpy_q8_0_row does; a for F32 / F16. */
+static inline __attribute__((always_inline)) float quant_kv_factor(enum dtype t, const uint8_t *row, int64_t c,
+                                                                   float a) {
+    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
+}
+
 /* A SIMD level's quant_dots_fn / quant_axpys_fn for KV row type t, from
  * its inline dots_kv / axpys_kv (t a constant, so each type gets its own
  * code). */
