@@ -387,7 +387,8 @@ KVF_API void kvf_session_free(struct kvf_session *session);
 /* Forgets every cached position. */
 KVF_API void kvf_session_reset(struct kvf_session *session);
 /* Forgets the positions from n on (0 <= n <= n_past): their entries leave
- * the cache (the memory is returned) and n_past becomes n, so that a
+ * the cache (the memory is returned: storage is fitted to the entries
+ * left, as kvf_session_compress leaves it) and n_past becomes n, so that a
  * conversation can go on from what it shares with an earlier turn (a
  * server's prompt cache): kvf_session_prefill_prompt_part(session, prompt,
  * n, ...) then takes the prompt's positions from n, the first n being the
@@ -505,6 +506,10 @@ KVF_API int kvf_session_n_ctx(const struct kvf_session *session);
  * session started or was reset (prefill included). */
 KVF_API size_t kvf_session_kv_bytes(const struct kvf_session *session);
 KVF_API size_t kvf_session_kv_peak_bytes(const struct kvf_session *session);
+/* The peak starts again from the bytes allocated now: a caller that sums
+ * several sessions' memory reads each one's peak since its last look (a
+ * prompt's full cache before its compression, inside one call). */
+KVF_API void kvf_session_kv_peak_reset(struct kvf_session *session);
 /* Bytes a full cache of this session's storage type holds for the positions
  * seen: kvf_session_n_past entries in every (layer, kv head) -- in a
  * sliding-window layer the entries its window still sees, unless

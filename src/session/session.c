@@ -142,6 +142,9 @@ enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
             }
         }
     free(keep);
+    /* Storage fitted to what is left, as after a compression: a server
+     * reserves a truncated session's memory for its new positions only. */
+    if (st == KVF_OK) st = kv_cache_fit(&s->kv);
     s->n_past = n;
     s->has_logits = false;
     s->part_of = NULL;
@@ -608,6 +611,7 @@ int kvf_session_n_past(const struct kvf_session *s) { return s->n_past; }
 int kvf_session_n_ctx(const struct kvf_session *s) { return s->params.n_ctx; }
 size_t kvf_session_kv_bytes(const struct kvf_session *s) { return s->kv.bytes; }
 size_t kvf_session_kv_peak_bytes(const struct kvf_session *s) { return s->kv.peak_bytes; }
+void kvf_session_kv_peak_reset(struct kvf_session *s) { s->kv.peak_bytes = s->kv.bytes; }
 size_t kvf_session_kv_full_bytes(const struct kvf_session *s) {
     size_t bytes = 0;
     for (int l = 0; l < s->kv.n_layer; l++) bytes += kv_cache_layer_bytes_for(&s->kv, session_layer_seen(s, l));

@@ -14,13 +14,12 @@ import math
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import SMOL, Ctx, check, expect_error, run_case  # noqa: E402
+from cli_test import SMOL, Ctx, check, expect_error, interrupt_at, run_case  # noqa: E402
 
 PASSAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppl_passage.txt")
 MD_HEAD = ["model", "size", "params", "backend", "threads", "kv", "kv MiB", "test", "t/s"]
@@ -63,17 +62,6 @@ def run_pty_stderr(args, timeout=240):
             break
     os.close(master)
     out = p.communicate(timeout=max(1, deadline - time.monotonic()))[0]
-    return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
-def interrupt(args, after):
-    """Starts the command, sends one SIGINT after `after` seconds, waits:
-    (exit status, stdout, stderr)."""
-    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(after)
-    check(p.poll() is None, f"{args[1]} finished before the SIGINT: give it more work")
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=240)
     return p.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
@@ -158,33 +146,31 @@ def case_bench_errors(ctx):
 
 def case_bench_interrupt(ctx):
     smol = ctx.model(SMOL)
-    # Ctrl-C during 32 tests (about 20 s of work here, several times the 5 s
-    # wait, so that faster kernels do not finish first): the table of those
-    # done, exit status 130.
-    n = 32
-    pp = ["-p", ",".join(["128"] * n), "-n", "0", "-t", "1", "-r", "1", "--no-warmup"]
-    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, *pp], 5)
+    # Ctrl-C once the first of 8 tests is done: the table of that one, exit status 130.
+    n = 8
+    pp = ["-p", ",".join(["16"] * n), "-n", "0", "-t", "1", "-r", "1", "--no-warmup"]
+    rc, out, err = interrupt_at([ctx.bin, "bench", "-m", smol, *pp], "bench:1")
     check(rc == 130, f"bench after Ctrl-C: exit {rc}, want 130: {err!r}")
     rows = md_table(out)
-    check(1 <= len(rows) < n and all(r["test"] == "pp128" for r in rows), f"{len(rows)} rows after Ctrl-C: {out!r}")
-    check(re.search(rf"interrupted after {len(rows)} of {n} tests", err), f"stderr says so: {err!r}")
-    rc, out, err = interrupt([ctx.bin, "bench", "-m", smol, *pp, "--json"], 5)
+    check(len(rows) == 1 and rows[0]["test"] == "pp16", f"{len(rows)} rows after Ctrl-C: {out!r}")
+    check(re.search(rf"interrupted after 1 of {n} tests", err), f"stderr says so: {err!r}")
+    rc, out, err = interrupt_at([ctx.bin, "bench", "-m", smol, *pp, "--json"], "bench:2")
     o = json.loads(out)
-    check(rc == 130 and o["interrupted"] is True and 1 <= len(o["tests"]) < n, f"bench --json after Ctrl-C: {rc} {out}")
+    check(rc == 130 and o["interrupted"] is True and len(o["tests"]) == 2, f"bench --json after Ctrl-C: {rc} {out}")
 
     # perplexity: the PPL of the chunks scored so far.
-    args = [ctx.bin, "perplexity", "-m", smol, "-f", PASSAGE, "-c", "64", "-t", "1"]
-    rc, out, err = interrupt(args + ["--json"], 4)
+    args = [ctx.bin, "perplexity", "-m", smol, "-f", PASSAGE, "-c", "64", "-t", "1", "--chunks", "5"]
+    rc, out, err = interrupt_at(args + ["--json"], "perplexity:2")
     o = json.loads(out)
-    check(rc == 130 and o["interrupted"] is True and 1 <= o["n_chunks"] == len(o["running_ppl"]) < o["n_tokens"] // 64
+    check(rc == 130 and o["interrupted"] is True and o["n_chunks"] == len(o["running_ppl"]) == 2
           and o["n_scored"] == 32 * o["n_chunks"] and math.isfinite(o["ppl"]) and o["ppl"] > 1,
           f"perplexity --json after Ctrl-C: {rc} {out} {err!r}")
-    rc, out, err = interrupt(args, 4)
+    rc, out, err = interrupt_at(args, "perplexity:1")
     last = out.strip().splitlines()[-1]
-    check(rc == 130 and re.match(r"PPL = \d+\.\d+ \+/- \d+\.\d+ .*, interrupted after \d+ of \d+ chunks$", last),
+    check(rc == 130 and re.match(r"PPL = \d+\.\d+ \+/- \d+\.\d+ .*, interrupted after 1 of 5 chunks$", last),
           f"perplexity after Ctrl-C: {rc} {out!r} {err!r}")
     # A run to the end says nothing of it, and its progress stays off stdout.
-    rc, out, err = run_pty_stderr(args + ["--chunks", "3", "--json"])
+    rc, out, err = run_pty_stderr(args[:-2] + ["--chunks", "3", "--json"])
     o = json.loads(out)
     check(rc == 0 and o["interrupted"] is False and o["n_chunks"] == 3, f"perplexity --json: {rc} {out} {err!r}")
     check("kvfold: perplexity: " in err and "chunks" in err, f"no progress line on stderr: {err!r}")

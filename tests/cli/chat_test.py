@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import SMOL, Ctx, Skip, check, expect_error, run_case  # noqa: E402
+from cli_test import SMOL, Ctx, Skip, check, expect_error, interrupt_at, run_case  # noqa: E402
 from mm_test import MM, write_ppm  # noqa: E402
 
 CHATML = ["--chat-template", "chatml"]
@@ -136,14 +136,26 @@ def case_chat_image(ctx):
 class Pty:
     """kvfold chat on a pseudo-terminal."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, env=None):
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             try:
-                os.execv(argv[0], argv)
+                os.execve(argv[0], argv, env or os.environ)
             finally:
                 os._exit(127)
         self.buf = b""
+
+    def wait_stopped(self, timeout=120):
+        """Reads the terminal until the chat stops itself at its KVFOLD_PAUSE_AT point."""
+        end = time.time() + timeout
+        while True:
+            with open(f"/proc/{self.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                    return
+            if time.time() > end:
+                raise AssertionError(f"the chat did not reach its pause point: {self.buf[-400:]!r}")
+            if select.select([self.fd], [], [], 0.01)[0]:
+                self.buf += os.read(self.fd, 4096)
 
     def expect(self, pattern, timeout=120):
         end = time.time() + timeout
@@ -166,15 +178,16 @@ class Pty:
 
 def case_chat_pty(ctx):
     smol = ctx.model(SMOL)
-    # --ignore-eos: the reply goes on until the Ctrl-C, however fast it decodes.
+    # --ignore-eos: the reply goes on until the Ctrl-C, which comes once it has 3 tokens (KVFOLD_PAUSE_AT holds
+    # the chat there, however fast it decodes).
     t = Pty([ctx.bin, "chat", "-m", smol, "-n", "-1", "--temp", "0.8", "--seed", "3", "--repeat-penalty", "1.0",
-             "--ignore-eos"])
+             "--ignore-eos"], env=dict(os.environ, KVFOLD_PAUSE_AT="reply:3"))
     t.expect(rb"/help lists the commands")
     t.expect(rb"> ")
     t.send("Write a very long story about a dragon, with many chapters.\n")
-    time.sleep(0.5)
-    t.expect(rb"\w+ \w+ \w+", timeout=120)  # words are streaming
+    t.wait_stopped()
     os.kill(t.pid, signal.SIGINT)  # the pty's Ctrl-C: stop this reply, not the chat
+    os.kill(t.pid, signal.SIGCONT)
     t.expect(rb"reply interrupted")
     t.expect(rb"> ")
     t.send("/kv\n")
@@ -237,14 +250,11 @@ def case_generate_flags(ctx):
     # -n -1 runs to the end of the context (--ignore-eos: past the story's
     # end); Ctrl-C stops it and
     # the report still comes, marked interrupted, exit status 130.
-    p = subprocess.Popen([ctx.bin, *base, "-p", "Once upon a time", "-n", "-1", "-c", "4096", "--temp", "0.9",
-                          "--seed", "1", "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
-    check(p.returncode == 130, f"interrupted generate: exit {p.returncode}: {err.decode()}")
+    rc, out, err = interrupt_at([ctx.bin, *base, "-p", "Once upon a time", "-n", "-1", "-c", "4096", "--temp", "0.9",
+                                 "--seed", "1", "--ignore-eos"], "reply:5")
+    check(rc == 130, f"interrupted generate: exit {rc}: {err}")
     o = json.loads(out)
-    check(o["interrupted"] is True and o["stop"] == "interrupted" and o["n_gen"] > 0, f"JSON after Ctrl-C: {o}")
+    check(o["interrupted"] is True and o["stop"] == "interrupted" and o["n_gen"] == 5, f"JSON after Ctrl-C: {o}")
     check(o["kv"]["n_ctx"] == 4096, "-n -1 keeps -c")
 
 

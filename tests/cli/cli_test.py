@@ -11,8 +11,11 @@ import os
 import re
 import shutil
 import struct
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import zlib
 
 SKIP = 77
@@ -58,6 +61,44 @@ def run_case(cases, name, ctx):
         return 1
     print("ok")
     return 0
+
+
+def wait_stopped(p, timeout=240):
+    """Waits until process p stopped itself at its KVFOLD_PAUSE_AT point (state T in /proc/PID/stat)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check(p.poll() is None, f"the process ended (exit {p.returncode}) before its KVFOLD_PAUSE_AT point")
+        with open(f"/proc/{p.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return
+        check(time.monotonic() < deadline, f"the process did not reach its KVFOLD_PAUSE_AT point in {timeout} s")
+        time.sleep(0.01)
+
+
+def start_paused(args, at, **kw):
+    """Starts the command with KVFOLD_PAUSE_AT=at (LABEL:N): it stops itself (SIGSTOP) once LABEL has N units
+    done, right before its next Ctrl-C check, whatever the machine's speed. Returns the process, stopped there."""
+    p = subprocess.Popen(args, env=dict(os.environ, KVFOLD_PAUSE_AT=at), **kw)
+    wait_stopped(p)
+    return p
+
+
+def ctrl_c(p):
+    """A Ctrl-C for a process stopped at its pause point: SIGINT, then SIGCONT."""
+    p.send_signal(signal.SIGINT)
+    p.send_signal(signal.SIGCONT)
+
+
+def interrupt_at(args, at, timeout=240):
+    """Runs the command, sends one Ctrl-C where KVFOLD_PAUSE_AT=at stops it, waits: (exit status, stdout,
+    stderr). The output goes to files, so that a full pipe cannot hold the command before its pause point."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = start_paused(args, at, stdout=out, stderr=err)
+        ctrl_c(p)
+        p.wait(timeout)
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
 
 
 def expect_error(ctx, code, args, what):

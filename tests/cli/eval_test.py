@@ -12,14 +12,12 @@ import json
 import os
 import pty
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import SMOL, Ctx, check, expect_error, run_case  # noqa: E402
+from cli_test import SMOL, Ctx, check, ctrl_c, expect_error, run_case, start_paused  # noqa: E402
 
 # 2 segments of 10 words and a 2x2 pseudo-image: about 60 prompt tokens
 TINY = ["-t", "1", "--segments", "2", "--segment-words", "10", "--grid", "2x2", "-n", "2"]
@@ -80,7 +78,8 @@ def run_with_tty_stderr(ctx, args):
 
 def case_eval_resume(ctx):
     """A needle sweep of 6 rows: uninterrupted (progress on a terminal), then
-    interrupted by Ctrl-C once results.jsonl has its first row (exit 130, the
+    interrupted by Ctrl-C once results.jsonl has its first row (the sweep held
+    there by KVFOLD_PAUSE_AT, whatever the machine's speed; exit 130, the
     rows so far and their summary marked interrupted), then --resume, which
     runs only the missing rows and ends with the uninterrupted run's summary
     and rows; a --resume with other settings is refused."""
@@ -102,17 +101,14 @@ def case_eval_resume(ctx):
     # Ctrl-C once the first row is in results.jsonl
     part = os.path.join(ctx.tmp, "part")
     path = os.path.join(part, "results.jsonl")
-    p = subprocess.Popen([ctx.bin, *sweep, "--out", part], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen, deadline = [], time.time() + 120
-    while line_count(path) < 2 and p.poll() is None and time.time() < deadline:
-        seen.append(line_count(path))
-        time.sleep(0.01)
-    check(p.poll() is None and line_count(path) == 2, f"the first row was not written while running: {seen[-3:]}")
-    p.send_signal(signal.SIGINT)
+    p = start_paused([ctx.bin, *sweep, "--out", part], "eval needle:1", stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+    check(line_count(path) == 2, f"the first row is written while the sweep runs: {line_count(path)} lines")
+    ctrl_c(p)
     out, err = (s.decode() for s in p.communicate(timeout=120))
     check(p.returncode == 130, f"Ctrl-C: exit {p.returncode}, want 130: {err}")
     _, done = results(part)
-    check(0 < len(done) < n_rows, f"Ctrl-C: {len(done)} rows of {n_rows}")
+    check(len(done) == 1, f"Ctrl-C after the first row: {len(done)} rows of {n_rows}")
     check(all(r["sample"] == i // 2 for i, r in enumerate(done)), f"rows in order: {done}")
     with open(os.path.join(part, "summary.md")) as f:
         md = f.read()

@@ -8,6 +8,7 @@ the openai package (from the project's venv), and stops it with SIGTERM.
 Exit status 0 = pass, 1 = fail, 77 = skipped (a model or fixture is absent).
 """
 import base64
+import functools
 import http.client
 import json
 import os
@@ -31,10 +32,17 @@ PASSAGE = ("The river rose in the spring and the town by the old mill moved its 
 
 
 class Server:
-    """A kvfold serve process and a small HTTP client for it."""
+    """A kvfold serve process and a small HTTP client for it. gated: the scheduler takes one turn (an admission,
+    a prompt part, a decode step) per turn() (KVFOLD_SERVE_TURNS), until release(): the cases hold it at known
+    points whatever the machine's speed."""
 
-    def __init__(self, ctx, *args, key=None):
+    def __init__(self, ctx, *args, key=None, gated=False):
         env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+        self.gate = None
+        if gated:
+            fifo = os.path.join(ctx.tmp, f"turns-{os.getpid()}-{time.monotonic_ns()}")
+            os.mkfifo(fifo)
+            env["KVFOLD_SERVE_TURNS"] = fifo
         self.p = subprocess.Popen([ctx.bin, "serve", "--port", "0", *args], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE, env=env, text=True)
         self.key, self.log, self.port = key, [], None
@@ -53,6 +61,32 @@ class Server:
         self.drain.start()
         ready.wait(60)
         check(self.port, f"the server did not start: {''.join(self.log)}")
+        if gated:
+            self.gate = os.open(fifo, os.O_WRONLY)  # the server opened it before it listened
+            os.unlink(fifo)
+
+    def turn(self, n=1):
+        """Lets the held scheduler take n turns, and waits until it took them (it must have work). A hang-up
+        the server saw while held takes effect at the next turn."""
+        want = self.metrics()["kvfold_scheduler_turns_total"] + n
+        os.write(self.gate, b"." * n)
+        deadline = time.time() + 120
+        while self.metrics()["kvfold_scheduler_turns_total"] < want:
+            check(time.time() < deadline and self.p.poll() is None, f"the scheduler did not take {n} turns")
+            time.sleep(0.01)
+
+    def release(self):
+        """The scheduler runs freely from now on."""
+        if self.gate is not None:
+            os.close(self.gate)
+            self.gate = None
+
+    def wait_for(self, what, cond, timeout=120):
+        """Polls cond() (on /slots or /metrics, which a held scheduler cannot change) until true."""
+        deadline = time.time() + timeout
+        while not cond():
+            check(time.time() < deadline, f"waited {timeout} s for {what}")
+            time.sleep(0.01)
 
     def conn(self, timeout=120):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
@@ -105,16 +139,17 @@ class Server:
         check(any("stopping" in line for line in self.log), "the server says it stops")
 
     def kill(self):
+        self.release()
         if self.p.poll() is None:
             self.p.kill()
             self.p.wait()
 
 
-def serving(ctx, *args, key=None):
+def serving(ctx, *args, key=None, gated=False):
     """A context manager: the server, killed if the case fails."""
     class Scope:
         def __enter__(self):
-            self.s = Server(ctx, *args, key=key)
+            self.s = Server(ctx, *args, key=key, gated=gated)
             return self.s
 
         def __exit__(self, *exc):
@@ -141,8 +176,9 @@ def generate_text(ctx, model_args, prompt, n, kv=None, chat_mode=True):
 def case_serve_api(ctx):
     model = ctx.model(SMOL)
     # -b 16: a prompt goes in by parts of 16 positions between the other sessions' decode steps.
-    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "8") as s:
+    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "8", gated=True) as s:
         check(s.healthy(), "/health")
+        sessions_together(ctx, s, model)  # the scheduler held, then released for the rest
         status, _, data = s.request("GET", "/v1/models")
         models = json.loads(data)
         check(status == 200 and models["data"][0]["id"] == SMOL, f"/v1/models: {data!r}")
@@ -196,30 +232,6 @@ def case_serve_api(ctx):
         want = generate_text(ctx, ["-m", model], "The capital of France is", 6, chat_mode=False)
         check(status == 200 and o["object"] == "text_completion" and o["choices"][0]["text"] == want,
               f"completions: {o} vs {want!r}")
-        # Greedy output through the server equals generate's, alone and with 8 sessions at once.
-        prompts = [f"Name {k + 2} fruits that are red." for k in range(8)]
-        policies = [None, "snapkv:budget=0.5", "h2o:budget=0.5", "streaming:budget=0.5"] * 2
-        want = [generate_text(ctx, ["-m", model], p, 10, kv=kv) for p, kv in zip(prompts, policies)]
-        results = [None] * 8
-
-        def one(i):
-            body = chat(prompts[i], max_tokens=10)
-            if policies[i]:
-                body["kv"] = policies[i]
-            results[i] = s.post("/v1/chat/completions", body)[1]["choices"][0]["message"]["content"]
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        peak_active = 0
-        while any(t.is_alive() for t in threads):
-            peak_active = max(peak_active, s.metrics()["kvfold_sessions_active"])
-            status, _, data = s.request("GET", "/slots")
-            for slot in json.loads(data):
-                check_slot(slot)
-            time.sleep(0.05)
-        check(results == want, f"8 sessions at once: {results} vs {want}")
-        check(peak_active >= 2, f"sessions ran together (at most {peak_active} seen)")
         m = s.metrics()
         check(m['kvfold_requests_total{status="200"}'] >= 15 and m["kvfold_generated_tokens_total"] > 50 and
               m["kvfold_compressions_total"] >= 15 and m["kvfold_sessions_active"] == 0 and
@@ -227,19 +239,40 @@ def case_serve_api(ctx):
         check(m['kvfold_sessions_total{policy="snapkv"}'] >= 3 and m['kvfold_sessions_total{policy="h2o"}'] >= 2 and
               m['kvfold_sessions_total{policy="full"}'] >= 5, f"sessions by policy {m}")
         openai_client(s, msg["content"])
-        # A client that leaves mid-stream: its session goes at the next step
-        # (400 tokens would take far longer than the 10 s allowed).
-        sock = read_stream_start(s, chat(PASSAGE, max_tokens=400))
-        sock.close()
-        deadline = time.time() + 10
-        while s.metrics()["kvfold_sessions_active"] and time.time() < deadline:
-            time.sleep(0.05)
-        m = s.metrics()
-        check(m["kvfold_sessions_active"] == 0 and m["kvfold_kv_bytes_reserved"] == 0,
-              f"the session of a client that left is freed: {m}")
         check(any(re.search(r"POST /v1/chat/completions 200 prompt=\d+ gen=\d+ kv=\d+ [\d.]+ms", line)
                   for line in s.log), "one log line per request")
         s.stop()
+
+
+def sessions_together(ctx, s, model):
+    """Greedy output through the server equals generate's, with 8 sessions at once: the 8 requests wait in the
+    queue of the held scheduler, which then takes turns until two run together, and is let go."""
+    prompts = [f"Name {k + 2} fruits that are red." for k in range(8)]
+    policies = [None, "snapkv:budget=0.5", "h2o:budget=0.5", "streaming:budget=0.5"] * 2
+    want = [generate_text(ctx, ["-m", model], p, 10, kv=kv) for p, kv in zip(prompts, policies)]
+    results = [None] * 8
+
+    def one(i):
+        body = chat(prompts[i], max_tokens=10)
+        if policies[i]:
+            body["kv"] = policies[i]
+        results[i] = s.post("/v1/chat/completions", body)[1]["choices"][0]["message"]["content"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    s.wait_for("8 requests queued", lambda: s.metrics()["kvfold_sessions_queued"] == 8)
+    for _ in range(100):
+        s.turn()
+        for slot in slots(s):
+            check_slot(slot)
+        if s.metrics()["kvfold_sessions_active"] >= 2:
+            break
+    check(s.metrics()["kvfold_sessions_active"] >= 2, "sessions run together")
+    s.release()
+    for t in threads:
+        t.join()
+    check(results == want, f"8 sessions at once: {results} vs {want}")
 
 
 def check_slot(slot):
@@ -315,9 +348,9 @@ def case_serve_cache(ctx):
                 check([(x["state"], x["id"], x["policy"]) for x in idle] ==
                       [("idle", ids[1], "snapkv:budget=0.5"), ("idle", int(o3["id"].split("-")[1]), "full")] and
                       sum(x["kv_reserved_bytes"] for x in idle) == m["kvfold_kv_bytes_reserved"], f"/slots: {idle}")
-                slots_fill_and_queue(s)
-                check_in_use(s, True)
+            check(s.metrics()["kvfold_kv_reservation_overruns_total"] == 0, "no session outgrew its reservation")
             s.stop()
+    slots_fill_and_queue(ctx, model)
     plain, cached = answers[None]
     check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")
     check(all(answers["snapkv:budget=0.5"]), f"snapkv: {answers['snapkv:budget=0.5']}")
@@ -335,37 +368,44 @@ def check_in_use(s, cached):
           f"KV bytes in use with {len(idle)} cached sessions ({held} bytes): {m}")
 
 
-def slots_fill_and_queue(s):
-    """Two long prompts at once on a --parallel 1 server: /slots shows the first filling (its positions in so far
-    growing by parts of -b) while the second is queued (first in the queue, not yet tokenized), then the first
-    running; afterwards both are cached (idle)."""
+def slots_fill_and_queue(ctx, model):
+    """Two long prompts on a --parallel 1 server, its scheduler held: /slots shows the first filling (its
+    positions in so far growing by parts of -b, one part a turn) while the second is queued (first in the queue,
+    not yet tokenized), then the first running; afterwards both are cached (idle)."""
     out = [None, None]
 
     def one(i):
         body = chat(f"Request {i}: " + PASSAGE + " Summarise.", max_tokens=12, ignore_eos=True)
         out[i] = s.post("/v1/chat/completions", body)
 
-    first, second = (threading.Thread(target=one, args=(i,)) for i in range(2))
-    first.start()
-    states, filled, deadline = set(), [], time.time() + 120
-    while (first.is_alive() or second.is_alive()) and time.time() < deadline:
+    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "1", "--cache-sessions", "2",
+                 gated=True) as s:
+        first, second = (threading.Thread(target=one, args=(i,)) for i in range(2))
+        first.start()
+        s.wait_for("the first request queued", lambda: [x["state"] for x in slots(s)] == ["queued"])
+        s.turn()  # admitted, and its first part in
         got = slots(s)
-        states |= {x["state"] for x in got if x["state"] != "idle"}
-        filled += [x["tokens_seen"] for x in got if x["state"] == "filling"]
-        if filled and not second.ident:  # the second comes while the first's prompt goes in
-            second.start()
-        queued = [x for x in got if x["state"] == "queued"]
-        check(len(queued) <= 1 and all(x["queue_position"] == 1 for x in queued), f"/slots: {got}")
-        check(sum(x["state"] in ("running", "filling") for x in got) <= 1, f"--parallel 1: {got}")
-        time.sleep(0.005)
-    check(second.ident, f"the first prompt was never seen filling: {states}")
-    first.join()
-    second.join()
-    check(all(o and o[0] == 200 for o in out), f"the two long prompts: {out}")
-    check(states >= {"filling", "queued", "running"}, f"/slots showed {states} (want filling, queued, running)")
-    check(len(set(filled)) >= 2, f"a filling prompt's positions grow by parts: {filled}")
-    idle = slots(s)
-    check([x["id"] for x in idle] == [int(o[1]["id"].split("-")[1]) for o in out], f"/slots after: {idle}")
+        check([(x["state"], x["tokens_seen"]) for x in got] == [("filling", 16)], f"/slots: {got}")
+        second.start()
+        s.wait_for("the second request queued", lambda: len(slots(s)) == 2)
+        s.turn()
+        got = slots(s)
+        check([(x["state"], x["tokens_seen"]) for x in got] == [("filling", 32), ("queued", 0)] and
+              got[1]["queue_position"] == 1 and got[1]["n_prompt"] == 0, f"/slots: {got}")
+        for _ in range(100):
+            if slots(s)[0]["state"] == "running":
+                break
+            s.turn()
+        got = slots(s)
+        check([x["state"] for x in got] == ["running", "queued"], f"--parallel 1: {got}")
+        s.release()
+        first.join()
+        second.join()
+        check(all(o and o[0] == 200 for o in out), f"the two long prompts: {out}")
+        idle = slots(s)
+        check([x["id"] for x in idle] == [int(o[1]["id"].split("-")[1]) for o in out], f"/slots after: {idle}")
+        check_in_use(s, True)
+        s.stop()
 
 
 def openai_client(s, want):
@@ -419,14 +459,16 @@ def case_serve_image(ctx):
         if os.path.lexists(os.path.join(media, name)):
             os.remove(os.path.join(media, name))
         os.symlink(target, os.path.join(media, name))
-    # --parallel 1: a request waits in the queue while another runs (the swapped link below).
-    with serving(ctx, "-m", llava[0], "--mmproj", llava[1], "-t", "1", "-b", "16", "--media-dir", media,
-                 "--max-images", "2", "--parallel", "1") as s:
-        def ask(url, n=6, text="What is this?"):
-            body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
-                                                               {"type": "text", "text": text}]}],
-                    "max_tokens": n, "temperature": 0}
-            return s.post("/v1/chat/completions", body)
+    def ask_on(s, url, n=6, text="What is this?"):
+        body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                           {"type": "text", "text": text}]}],
+                "max_tokens": n, "temperature": 0}
+        return s.post("/v1/chat/completions", body)
+
+    server_args = ["-m", llava[0], "--mmproj", llava[1], "-t", "1", "-b", "16", "--media-dir", media,
+                   "--max-images", "2", "--parallel", "1"]
+    with serving(ctx, *server_args) as s:
+        ask = functools.partial(ask_on, s)
 
         status, o, _ = ask(data_url(img))
         check(status == 200, f"image data URL: {status} {o}")
@@ -437,7 +479,6 @@ def case_serve_image(ctx):
         check(status == 200 and o2["choices"] == o["choices"], f"file:// under --media-dir: {status} {o2}")
         status, o2, _ = ask("file://" + os.path.join(media, "in.ppm"))
         check(status == 200 and o2["choices"] == o["choices"], f"a link in --media-dir to a file in it: {status} {o2}")
-        swapped_link(s, ask, media, img, secret, o)
         refused = [
             ("file://" + outside, "outside --media-dir"),
             ("file://" + media + "/../b.ppm", "a path out of --media-dir through .."),
@@ -458,6 +499,9 @@ def case_serve_image(ctx):
         status, o, _ = s.post("/v1/chat/completions", three)
         check(status == 400 and o["error"]["code"] == "too_many_images", f"--max-images: {status} {o}")
         s.stop()
+    with serving(ctx, *server_args, gated=True) as s:  # --parallel 1: a request waits while another runs
+        swapped_link(s, functools.partial(ask_on, s), media, img, secret, want)
+        s.stop()
     # The root as --media-dir: every file is under it. A request's images hold at most --max-body bytes in all,
     # files as data URLs (a.ppm is 793 bytes).
     big = write_ppm(os.path.join(ctx.tmp, "big.ppm"), 40, 40, 2)
@@ -476,38 +520,43 @@ def case_serve_image(ctx):
         s.stop()
 
 
-def swapped_link(s, ask, media, img, secret, o):
+def swapped_link(s, ask, media, img, secret, want):
     """The file checked is the file read: a file:// request that waits in the queue (--parallel 1, a long stream
-    running) holds its file's bytes, so a link to a file outside --media-dir swapped in for the file meanwhile
-    changes nothing; the answer is the file's (o)."""
+    running, the scheduler held) holds its file's bytes, so a link to a file outside --media-dir swapped in for the
+    file meanwhile changes nothing; the answer is the file's (want)."""
     swap = os.path.join(media, "swap.ppm")
     for f in (swap, swap + ".new"):  # links from an earlier run
         if os.path.lexists(f):
             os.remove(f)
     shutil.copyfile(img, swap)
-    sock = read_stream_start(s, {"messages": [{"role": "user", "content": "Tell a long story."}],
-                                 "max_tokens": 3900, "ignore_eos": True})
+    sock = stream_running(s, {"messages": [{"role": "user", "content": "Tell a long story."}],
+                              "max_tokens": 3900, "ignore_eos": True})
     got = []
     t = threading.Thread(target=lambda: got.append(ask("file://" + swap)))
     t.start()
-    deadline = time.time() + 60
-    while not any(x["state"] == "queued" for x in slots(s)) and time.time() < deadline:
-        time.sleep(0.01)
-    check(any(x["state"] == "running" for x in slots(s)), "the long stream still runs, the request waits")
+    s.wait_for("the file:// request queued", lambda: [x["state"] for x in slots(s)] == ["running", "queued"])
     os.symlink(secret, swap + ".new")
     os.replace(swap + ".new", swap)  # swap.ppm is a link to the outside file now
-    sock.close()  # the stream's session goes at its next step; the request's turn comes
+    sock.close()  # the stream's session goes once the hang-up is seen; the request's turn comes
+    s.release()
     t.join(120)
     status, o2, _ = got[0]
-    check(status == 200 and o2["choices"] == o["choices"], f"a link swapped in while the request waits: {status} {o2}")
+    check(status == 200 and o2["choices"][0]["message"]["content"] == want,
+          f"a link swapped in while the request waits: {status} {o2}")
 
 
-def read_stream_start(s, body):
-    """Opens a streaming request and reads its first event; returns the socket."""
+def stream_running(s, body):
+    """A streaming request on a held server: turns until its session runs, then its first event read; returns
+    the socket."""
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
     data = json.dumps(dict(body, stream=True)).encode()
     sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                  b"Content-Length: %d\r\n\r\n" % len(data) + data)
+    s.wait_for("the stream queued", lambda: slots(s))
+    for _ in range(100):
+        if any(x["state"] == "running" for x in slots(s)):
+            break
+        s.turn()
     got = b""
     while b"data: " not in got:
         chunk = sock.recv(4096)
@@ -552,7 +601,7 @@ def case_serve_load(ctx):
     MiB = 1024 * 1024
     budget, parallel, n_clients = 12 * MiB, 4, 64
     with serving(ctx, "-m", model, "-t", "2", "--parallel", str(parallel), "--queue", "40", "--kv-memory", "12MiB",
-                 "--kv", "snapkv:budget=0.5") as s:
+                 "--kv", "snapkv:budget=0.5", gated=True) as s:
         # The server's resident memory: after startup it holds the code and the weights (mapped, and touched by
         # the one-token prefill that measures a position's bytes before it listens). Under load it may hold
         # besides, at once:
@@ -566,8 +615,8 @@ def case_serve_load(ctx):
         #    statistics and tags by position, under 1 MiB: SESSION = 20 MiB each;
         #  - process-wide buffers: a decode step's (the matmul scratch of 512 rows, 3 MiB, and the logits of
         #    every row) and OpenBLAS's packing buffers (about 1 MiB a thread): 8 MiB;
-        #  - a thread per connection (stack pages, a malloc arena, the request and its event buffer): 256 KiB
-        #    for each of the 64 clients, 16 MiB;
+        #  - each connection's memory (libmicrohttpd's 32 KiB pool, the request and its event buffer; no thread
+        #    of its own): 256 KiB for each of the 64 clients, 16 MiB at most;
         #  - 16 MiB of slack for the allocator's fragmentation (KV heads grow by reallocation) and the prompts.
         # glibc keeps much of what it freed: its mmap threshold rises to the largest block freed (a session's
         # 3 MiB buffers, up to 32 MiB) and then such blocks come from arenas it trims only when their free top
@@ -578,8 +627,9 @@ def case_serve_load(ctx):
         rss0 = rss_bytes(s.p.pid)
         retained = budget + parallel * SESSION + 8 * MiB + n_clients * 256 * 1024
         rss_bound = rss0 + retained + 16 * MiB
-        # 64 streaming clients at once, mixed policies, a tight budget: those the queue (40) cannot hold get 503.
-        # Four of them hang up after their first event (and retry while the queue is full).
+        # 64 streaming clients at once, mixed policies, a tight budget: those the queue (40, and the 4 free
+        # slots) cannot hold get 503 while the scheduler is held. Four of them hang up after their first event
+        # (and retry while the queue is full).
         policies = [None, "h2o:budget=0.3", "streaming:budget=0.5", "snapkv:budget=0.2+decode=h2o"]
         leavers = {i for i in range(n_clients) if i % 16 == 15}
         outcomes = [None] * n_clients
@@ -589,7 +639,7 @@ def case_serve_load(ctx):
             body["temperature"] = 0.7
             if policies[i % 4]:
                 body["kv"] = policies[i % 4]
-            if i in leavers:  # 40 tokens would take far longer than it takes to notice the hang-up
+            if i in leavers:
                 outcomes[i] = ("left", leave_mid_stream(s, dict(body, max_tokens=40, ignore_eos=True),
                                                         time.time() + 60))
                 return
@@ -599,19 +649,20 @@ def case_serve_load(ctx):
         threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
         for t in threads:
             t.start()
-        samples, queued, rss = [], [0], [rss0]
+        s.wait_for("the queue full", lambda: s.metrics()["kvfold_sessions_queued"] == 40 + parallel)
+        check(s.healthy(), "/health while every slot and the queue are taken")
+        s.release()
+        samples, rss = [0], [rss0]
         while any(t.is_alive() for t in threads):
             m = s.metrics()
             rss.append(rss_bytes(s.p.pid))  # at the moment /metrics is read
             samples.append(m["kvfold_kv_bytes_in_use"])
-            queued.append(m["kvfold_sessions_queued"])
             time.sleep(0.02)
         for t in threads:
             t.join()
         statuses = [o[0] for i, o in enumerate(outcomes) if i not in leavers]
         check(set(statuses) <= {200, 503} and statuses.count(200) >= 40 - len(leavers), f"statuses: {statuses}")
         check(all(outcomes[i] == ("left", True) for i in leavers), f"the clients that leave: {outcomes}")
-        check(max(q for q in queued) > 0, "requests waited for memory or a slot")
         for i, (status, data) in enumerate(outcomes):
             if i in leavers:
                 continue
@@ -624,7 +675,8 @@ def case_serve_load(ctx):
         while time.time() < deadline and (m := s.metrics())["kvfold_sessions_active"] + m["kvfold_sessions_queued"]:
             time.sleep(0.05)
         m = s.metrics()
-        check(max(samples) <= budget and m["kvfold_kv_bytes_peak"] <= budget and max(samples) > 0,
+        check(max(samples) <= budget and 0 < m["kvfold_kv_bytes_peak"] <= budget and
+              m["kvfold_kv_reservation_overruns_total"] == 0,
               f"KV in use {max(samples)} / peak {m['kvfold_kv_bytes_peak']} within {budget}")
         check(m["kvfold_sessions_active"] == 0 and m["kvfold_sessions_queued"] == 0 and
               m["kvfold_kv_bytes_in_use"] == 0 and m["kvfold_kv_bytes_reserved"] == 0, f"all freed: {m}")
@@ -640,19 +692,7 @@ def case_serve_load(ctx):
         # A request that alone exceeds the budget: 413 with the numbers.
         status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=3000))
         check(status == 413 and str(budget) in o["error"]["message"], f"over the budget alone: {status} {o}")
-        # SIGTERM with a stream running: it ends with an error event, then the process exits 0.
-        cut, story = [], chat("Write a long story about a dragon.", max_tokens=200, stream=True)
-        t = threading.Thread(target=lambda: cut.append(s.request("POST", "/v1/chat/completions", story)))
-        t.start()
-        while not any(x["state"] == "running" for x in slots(s)) and t.is_alive():
-            time.sleep(0.02)
         s.stop()
-        t.join()
-        status, _, data = cut[0]
-        check(status == 200 and b"shutting_down" in data and data.endswith(b"data: [DONE]\n\n"),
-              f"a stream cut by SIGTERM: {data[-300:]!r}")
-        n_cut = sum(bool(re.search(r"POST /v1/chat/completions 200 .*\(cut\)$", line)) for line in s.log)
-        check(n_cut >= len(leavers), f"{n_cut} requests logged as cut, {len(leavers)} clients left mid-stream")
 
 
 def case_serve_errors(ctx):
@@ -683,7 +723,6 @@ def case_serve_errors(ctx):
             (400, "a media marker in the text", chat("what is in <image>?")),
             (400, "a media marker in a text part", {"messages": [{"role": "user", "content": [
                 {"type": "text", "text": "<video> frames"}]}]}),
-            (404, "another model", chat("x", model="gpt-4o")),
             (400, "a prompt over the context", chat(long_prompt[:3900])),
             (413, "a body over --max-body", chat(long_prompt * 2)),
         ]
@@ -693,6 +732,9 @@ def case_serve_errors(ctx):
             check(got == status and err.get("message") and err.get("type") and err.get("code"),
                   f"{what}: {got} {data[:300]!r}, want {status} with an OpenAI error body")
             check(s.healthy(), f"/health after {what}")
+        # Any model name is the one model (llama-server's way); answers name the file.
+        got, o = s.post("/v1/chat/completions", chat("x", model="gpt-4o", max_tokens=2))[:2]
+        check(got == 200 and o["model"] == SMOL, f"another model's name: {got} {o}")
         got, _, data = s.request("POST", "/v1/chat/completions", chat("x", kv="bogus"))
         check(b"snapkv" in data and b"h2o" in data, f"a bad kv names the valid ones: {data!r}")
         got, _, data = s.request("POST", "/v1/chat/completions", chat(long_prompt[:3900]))
@@ -718,9 +760,137 @@ def case_serve_errors(ctx):
         s.stop()
     # Startup errors are usage errors with one line.
     for args, what in [(["--kv-memory", "lots"], "a bad size"), (["--kv", "nope"], "a bad --kv"),
-                       (["--host", "example.com"], "a host that is not an address")]:
+                       (["--host", "example.com"], "a host that is not an address"),
+                       (["--api-key", ""], "an empty --api-key"), (["--alias", ""], "an empty --alias"),
+                       (["-ctk", "q8_0", "-ctv", "f16"], "keys and values in two types")]:
         rc, _, err = ctx.run("serve", "-m", model, "--port", "0", *args)
         check(rc != 0 and err.startswith("kvfold: error: "), f"{what}: exit {rc} {err!r}")
+
+
+def half_headers(s, n):
+    """n connections that send half a request header and then nothing."""
+    socks = []
+    for _ in range(n):
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+        socks.append(sock)
+    return socks
+
+
+def closed_by_server(sock, timeout):
+    """Whether the server closes the connection within timeout seconds."""
+    sock.settimeout(timeout)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def case_serve_conns(ctx):
+    """Connections that cannot starve the server: a few hundred idle ones that sent half a header, and a body
+    trickled a byte at a time, while /health, /metrics and a completion are answered at once; --timeout closes
+    both. On a held scheduler (its turns taken when the case says): every slot and the queue taken, /health and
+    /metrics still answered and the next request refused with 503; a client that hangs up mid-stream has its
+    session freed within a turn or two and its request logged as cut; SIGTERM with a stream running ends it with
+    an error event."""
+    model = ctx.model(SMOL)
+    with serving(ctx, "-m", model, "-t", "1", "--parallel", "1", "--queue", "1", "--timeout", "3",
+                 gated=True) as s:
+        idle = half_headers(s, 300)
+        check(s.healthy() and s.metrics()["kvfold_sessions_active"] == 0, "/health and /metrics beside 300 idle")
+        trickle = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        trickle.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 1000\r\n\r\n{")
+        cut, t0 = False, time.time()
+        while not cut and time.time() - t0 < 30:  # a byte every 0.5 s, well inside the idle timeout
+            time.sleep(0.5)
+            try:
+                trickle.sendall(b" ")
+            except (BrokenPipeError, ConnectionResetError):
+                cut = True
+        check(cut or closed_by_server(trickle, 1), "a trickled body is cut after --timeout")
+        check(3 <= time.time() - t0 < 15, f"the trickled body was cut after {time.time() - t0:.1f} s (--timeout 3)")
+        check(all(closed_by_server(x, 10) for x in idle), "idle connections are closed after --timeout")
+        check(any("(cut: the body took over --timeout)" in line for line in s.log), "the log names the slow body")
+        # Every slot and the queue taken while the scheduler is held.
+        busy = [stream_running(s, chat(PASSAGE, max_tokens=200, ignore_eos=True))]
+        waiting = []
+        t = threading.Thread(target=lambda: waiting.append(s.post("/v1/chat/completions", chat("Hi", max_tokens=2))))
+        t.start()
+        s.wait_for("the second request queued", lambda: s.metrics()["kvfold_sessions_queued"] == 1)
+        status, o, _ = s.post("/v1/chat/completions", chat("Hi", max_tokens=2))
+        check(status == 503 and o["error"]["code"] == "queue_full", f"a third request: {status} {o}")
+        check(s.healthy() and s.metrics()["kvfold_sessions_active"] == 1, "/health and /metrics while full")
+        # The running stream's client hangs up: the session goes within a turn or two.
+        busy[0].close()
+        for _ in range(20):
+            if not any(x["state"] == "running" for x in slots(s)):
+                break
+            time.sleep(0.3)  # the hang-up is looked for every 200 ms
+            s.turn()
+        check(not any(x["state"] == "running" for x in slots(s)), f"the session of a client that left: {slots(s)}")
+        s.wait_for("the cut request's log line",
+                   lambda: any(re.search(r"POST /v1/chat/completions 200 .*\(cut\)$", x) for x in s.log))
+        # The waiting request runs; then SIGTERM with a stream running.
+        for _ in range(100):
+            if not slots(s):
+                break
+            s.turn()
+        t.join(120)
+        check(waiting[0][0] == 200, f"the queued request: {waiting}")
+        sock = stream_running(s, chat("Write a long story about a dragon.", max_tokens=200, ignore_eos=True))
+        s.stop()
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        check(b"shutting_down" in data and b"data: [DONE]\n\n" in data, f"a stream cut by SIGTERM: {data[-300:]!r}")
+
+
+def case_serve_figures(ctx):
+    """The figures exact. The peak KV bytes are seen at their true maximum, a prompt's full cache before its
+    compression, which happens inside one turn. Cached tokens count only when a cached session's positions were
+    used: a policy that needs the whole prompt in one pass starts the session over (0 cached, every position
+    prefilled). No session outgrows its reservation. The model's name is --alias."""
+    model = ctx.model(SMOL)
+    first = chat(PASSAGE + " Summarise.", max_tokens=4)
+    with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "2", "--alias", "my-model") as s:
+        status, _, data = s.request("GET", "/v1/models")
+        check(status == 200 and json.loads(data)["data"][0]["id"] == "my-model", f"--alias: {data!r}")
+        status, o, _ = s.post("/v1/chat/completions", dict(first, kv="snapkv:budget=0.2"))
+        kv, m = o["kv"], s.metrics()
+        check(status == 200 and o["model"] == "my-model", f"the answer names --alias: {o}")
+        check(kv["bytes_kept"] < kv["bytes_full"] <= kv["peak_bytes"] and
+              kv["bytes_full"] <= m["kvfold_kv_bytes_peak"], f"the peak before compression: {kv}, metrics {m}")
+        check(m["kvfold_prompt_tokens_total"] == o["usage"]["prompt_tokens"], f"prompt tokens prefilled: {m}")
+
+        def next_turn(o, kv):
+            turn2 = dict(first, kv=kv, messages=first["messages"] + [
+                {"role": "assistant", "content": o["choices"][0]["message"]["content"]},
+                {"role": "user", "content": "And what did the baker sell?"}])
+            status, o2, _ = s.post("/v1/chat/completions", turn2)
+            check(status == 200, f"turn 2 ({kv}): {status} {o2}")
+            return o2["usage"]["prompt_tokens"], o2["usage"]["prompt_tokens_details"]["cached_tokens"], s.metrics()
+
+        # snapkv: the next turn goes on in the cached session; only the rest of its prompt is prefilled.
+        before = m
+        n, cached, m = next_turn(o, "snapkv:budget=0.2")
+        check(cached > 0 and m["kvfold_prompt_tokens_reused_total"] == cached and
+              m["kvfold_prompt_tokens_total"] == before["kvfold_prompt_tokens_total"] + n - cached,
+              f"snapkv's turn 2: {cached} of {n} positions cached; metrics {m}")
+        # Block-wise prefill with question=1 needs the whole prompt in one pass: the cached session starts over.
+        kv = "blockwise:budget=64,block=32,question=1"
+        status, o, _ = s.post("/v1/chat/completions", dict(first, kv=kv))
+        before = s.metrics()
+        n, cached, m = next_turn(o, kv)
+        check(cached == 0 and m["kvfold_prompt_tokens_reused_total"] == before["kvfold_prompt_tokens_reused_total"]
+              and m["kvfold_prompt_tokens_total"] == before["kvfold_prompt_tokens_total"] + n,
+              f"{kv}'s turn 2: {cached} of {n} positions counted cached; metrics {m}")
+        check(m["kvfold_kv_reservation_overruns_total"] == 0, f"no session outgrew its reservation: {m}")
+        s.stop()
 
 
 class ServeCtx(Ctx):

@@ -14,12 +14,14 @@
 2. Memory and time. DUMP_IMAGE decodes each hostile file and reports its
    peak RSS (VmHWM), which is compared with the bound docs/RELIABILITY.md
    gives for that format, over the RSS of decoding a 1x1 PNG; each must fail
-   (or succeed) as stated. The square-padding resize of a 1x40000 image must
-   take well under the seconds the quadratic one took.
+   (or succeed) as stated, and none may hang. The square-padding resize of
+   a 1x40000 image must take at most 8 times the CPU time of a 1x10000 one
+   (linear: 4; the quadratic one it replaced: 16), whatever the machine.
 Exit status 0 on success, 1 on a failed check, 77 when Pillow is absent.
 """
 import io
 import os
+import resource
 import struct
 import subprocess
 import sys
@@ -293,24 +295,37 @@ def check_memory(Image, exe, tmp):
             bad += fail("%s: exit %d (a crash?)" % (name, rc))
         if extra > bound:
             bad += fail("%s: %.1f MB over the baseline, bound %.1f MB" % (name, extra / MB, bound / MB))
-        if secs > 5:
+        if secs > 60:  # a hang, not a speed: each takes well under a second here
             bad += fail("%s: %.1f s" % (name, secs))
     return bad
 
 
-def check_resize_time(preproc, tmp):
-    # A 1x40000 image: its 40000-square padding cost O(side^2) taps before
-    # (about 10 s here); now O(side x (size + taps)), about 0.3 s.
-    path = os.path.join(tmp, "tall.ppm")
+def resize_cpu_secs(preproc, tmp, side):
+    """CPU seconds dump_preproc takes to resize a 1 x side image to 336x336."""
+    path = os.path.join(tmp, "tall%d.ppm" % side)
     with open(path, "wb") as f:
-        f.write(b"P6\n1 40000\n255\n" + bytes(range(256)) * (3 * 40000 // 256) + b"\0" * (3 * 40000 % 256))
-    t0 = time.monotonic()
+        f.write(b"P6\n1 %d\n255\n" % side + bytes(range(256)) * (3 * side // 256) + b"\0" * (3 * side % 256))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([preproc, path, "336", path + ".bin"], capture_output=True, text=True)
-    secs = time.monotonic() - t0
-    print("resize: 1x40000 to 336x336 in %.2f s" % secs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
-        return fail("tall image: %s" % r.stderr.strip())
-    return fail("tall image took %.1f s" % secs) if secs > 4 else 0
+        raise RuntimeError("1x%d image: %s" % (side, r.stderr.strip()))
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def check_resize_time(preproc, tmp):
+    # A tall image's square padding cost O(side^2) taps before (a 1x40000
+    # image about 10 s here); now O(side x (size + taps)), about 0.3 s. A
+    # side 4 times longer costs 4 times more when linear, 16 when quadratic:
+    # the ratio holds on a machine of any speed (the least of three runs
+    # each, against the noise of a shared machine).
+    try:
+        short = min(resize_cpu_secs(preproc, tmp, 10000) for _ in range(3))
+        tall = min(resize_cpu_secs(preproc, tmp, 40000) for _ in range(3))
+    except RuntimeError as e:
+        return fail(str(e))
+    print("resize to 336x336: 1x10000 in %.2f s, 1x40000 in %.2f s of CPU" % (short, tall))
+    return fail("1x40000 took %.2f s, 1x10000 %.2f s: not linear" % (tall, short)) if tall > 8 * short + 0.05 else 0
 
 
 def main():

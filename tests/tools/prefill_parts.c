@@ -61,8 +61,9 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
 /* A conversation going on from a truncated session: the prompt's first
  * image segment is shared with an earlier turn that went on differently
  * (another question, 3 decoded tokens); truncated to the end of that
- * segment, the session takes the rest of the prompt in parts and must equal
- * a fresh session given the whole prompt (full cache: bit for bit). Under a
+ * segment (its storage fitted to what is left), the session takes the rest
+ * of the prompt in parts and must equal a fresh session given the whole
+ * prompt (full cache: bit for bit). Under a
  * compressing policy a truncated session holds no entry past the cut and
  * fewer bytes. */
 static int check_truncate(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
@@ -75,7 +76,14 @@ static int check_truncate(const struct kvf_model *m, const struct kvf_model_info
     enum kvf_status st = turn && fresh && cmp ? kvf_session_prefill_prompt(turn, other, NULL) : KVF_ERR_INTERNAL;
     for (int t = 0; t < 3 && st == KVF_OK; t++) st = kvf_session_decode(turn, 1 + t);
     if (st == KVF_OK) st = kvf_session_truncate(turn, cut);
-    const bool cleared = kvf_session_logits(turn) == NULL && kvf_session_n_past(turn) == cut;
+    /* storage fitted to the entries left (a server reserves for what comes
+     * next only), and the peak read since this point starts from it */
+    const size_t peak = kvf_session_kv_peak_bytes(turn);
+    kvf_session_kv_peak_reset(turn);
+    const bool cleared = kvf_session_logits(turn) == NULL && kvf_session_n_past(turn) == cut &&
+                         kvf_session_kv_bytes(turn) == kvf_session_kv_full_bytes(turn) &&
+                         kvf_session_kv_peak_bytes(turn) == kvf_session_kv_bytes(turn) &&
+                         peak > kvf_session_kv_bytes(turn);
     const int n_pr = kvf_prompt_n_tokens(pr);
     for (int first = cut; st == KVF_OK && first < n_pr; first = kvf_session_n_past(turn))
         st = kvf_session_prefill_prompt_part(turn, pr, first, first + PART < n_pr ? PART : n_pr - first);

@@ -259,9 +259,9 @@ static enum kvf_status bench_run(struct bench *b, struct bench_row *r) {
     double tps[1000], compress = 0, prefill = 0;
     int32_t step[256];
     for (int rep = a->no_warmup ? 1 : 0; rep <= a->reps; rep++) {
+        progress_update(&b->pg, b->n_done, b->detail);
         if (interrupted())
             return KVF_OK;
-        progress_update(&b->pg, b->n_done, b->detail);
         enum kvf_status st = KVF_OK;
         for (int k = 0; k < n_par && st == KVF_OK; k++) {
             struct kvf_session *s = b->ss[k];
@@ -376,8 +376,10 @@ static int bench_media(struct bench *b, const struct args *a, const struct kvf_s
     enum kvf_status st = kvf_session_init(b->m, &sp, &s);
     double best = 0, compress = 0;
     int rep = a->no_warmup ? 1 : 0;
-    for (; st == KVF_OK && rep <= a->reps && !interrupted(); rep++) {
+    for (; st == KVF_OK && rep <= a->reps; rep++) {
         progress_update(&b->pg, b->n_done, b->detail);
+        if (interrupted())
+            break;
         kvf_session_reset(s);
         const double t0 = now_ms();
         st = kvf_session_prefill_prompt(s, pr, NULL);

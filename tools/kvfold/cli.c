@@ -37,6 +37,18 @@ static void interrupt_install(void) {
 bool interrupted(void) { return sigint_count > 0; }
 void interrupt_clear(void) { sigint_count = 0; }
 
+void pause_point(const char *label, long done) {
+    static bool paused;
+    const char *want = getenv("KVFOLD_PAUSE_AT"), *colon = want ? strrchr(want, ':') : NULL;
+    if (paused || !colon || (size_t)(colon - want) != strlen(label) || strncmp(want, label, strlen(label)) != 0 ||
+        done < atol(colon + 1))
+        return;
+    paused = true;
+    fflush(stdout);
+    fflush(stderr);
+    raise(SIGSTOP);
+}
+
 void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a) {
     *p = (struct progress){ .label = label, .unit = unit, .total = total, .t0 = now_ms() };
     p->last = p->t0;
@@ -51,8 +63,10 @@ static void fmt_duration(char *out, size_t cap, double s) {
 }
 
 void progress_update(struct progress *p, long done, const char *detail) {
+    pause_point(p->label, done);
     const double now = now_ms();
-    if (now - p->last < (p->tty ? 100.0 : 5000.0))
+    /* A terminal sees the first update at once, however short the work. */
+    if (now - p->last < (p->tty ? 100.0 : 5000.0) && !(p->tty && !p->drawn))
         return;
     p->last = now;
     const double secs = (now - p->t0) / 1e3, rate = secs > 0 ? done / secs : 0;
@@ -184,6 +198,12 @@ static const struct opt *find_opt(const struct opt *opts, int n, const char *arg
 
 /* Stores the value v of option o; returns -1 to go on, else the exit code. */
 static int store_value(const struct command *c, struct args *a, const struct opt *o, const char *v) {
+    if (o->dst == &a->kv_type && a->kv_type && strcmp(a->kv_type, v) != 0) {
+        /* -ctk and -ctv are llama.cpp's two options; kvfold has one type for both */
+        print_error("%s: keys and values are stored in one type: '%s' and '%s' given (-ctk/-ctv/--kv-type)", c->name,
+                    a->kv_type, v);
+        return EXIT_USAGE;
+    }
     if (o->kind == OPT_STR) {
         *(const char **)o->dst = v;
     } else if (o->kind == OPT_LIST) {

@@ -75,8 +75,9 @@ struct args {
     int n_samples, seg_words;
     bool resume;                  /* kvfold eval */
     /* kvfold serve */
-    const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body;
+    const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
+    int timeout, threads_http;
     const char *bench_lists[4], *bench_format; /* kvfold bench: -p -n -t -d as given (comma lists), -o */
 };
 
@@ -162,9 +163,18 @@ bool interrupted(void);
  * one stops again rather than quits. */
 void interrupt_clear(void);
 
+/* KVFOLD_PAUSE_AT=LABEL:N, a test's hook that makes interruption tests
+ * independent of the machine's speed: the process stops itself (SIGSTOP)
+ * once, the first time the work LABEL (a progress label such as "bench" or
+ * "perplexity", or "reply": tokens generated) reaches N units done, at a
+ * point right before its next Ctrl-C check. The test waits for the stop,
+ * sends SIGINT, then SIGCONT. Without the variable it does nothing. */
+void pause_point(const char *label, long done);
+
 /* One long task's progress on stderr, never stdout: on a terminal a single
- * updating line (done/total, rate, time left) redrawn at most 10 times a
- * second; in a pipe, or with --no-progress, a line every 5 s at most. */
+ * updating line (done/total, rate, time left), drawn at the first update
+ * and redrawn at most 10 times a second; in a pipe, or with --no-progress,
+ * a line every 5 s at most. progress_update is a pause_point. */
 struct progress {
     const char *label, *unit;  /* "prefill", "tok" */
     long total;                /* <= 0: unknown */

@@ -1209,13 +1209,13 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     for (int k = 0; !rc && k < sw->n_runs; k++) {
         const bool have = row_find(sw, k, index) != NULL, ref_only = have && k == 0 && consistency;
         if (have && !ref_only) continue;
+        char detail[sizeof what + sizeof runs[k].label + 32];
+        snprintf(detail, sizeof detail, "sample %d/%ld%s, %s", index + 1, sw->total / sw->n_runs, what, runs[k].label);
+        progress_update(&sw->prog, sw->done, detail);
         if (interrupted()) {
             sw->stopped = true;
             break;
         }
-        char detail[sizeof what + sizeof runs[k].label + 32];
-        snprintf(detail, sizeof detail, "sample %d/%ld%s, %s", index + 1, sw->total / sw->n_runs, what, runs[k].label);
-        progress_update(&sw->prog, sw->done, detail);
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
                         .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr),
                         .synthetic = kvf_prompt_is_synthetic(pr)};

@@ -106,6 +106,7 @@ int reply_generate(struct kvf_session *s, const struct kvf_model *m, struct kvf_
     r->last = -1;
     for (;;) {
         int32_t tok;
+        pause_point("reply", r->n_gen);
         if (interrupted()) {
             r->stop = "interrupted";
             break;

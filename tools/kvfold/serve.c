@@ -1,9 +1,13 @@
-/* kvfold serve: an OpenAI-compatible HTTP server (libmicrohttpd, a thread
- * per connection) in which many sessions share one KV memory budget. This
- * file speaks HTTP and JSON: it checks a request, has its body turned into a
- * serve_job (serve_req.c), queues it for the scheduler (serve_sched.c) and
- * answers from what the job becomes — one JSON object, or server-sent events
- * while it generates. */
+/* kvfold serve: an OpenAI-compatible HTTP server (libmicrohttpd's epoll
+ * event loop on --threads-http threads) in which many sessions share one KV
+ * memory budget. This file speaks HTTP and JSON: it checks a request, has
+ * its body turned into a serve_job (serve_req.c), queues it for the
+ * scheduler (serve_sched.c) and answers from what the job becomes — one
+ * JSON object, or server-sent events while it generates. No HTTP thread
+ * waits for the model: a connection whose answer is not ready is suspended
+ * (parked) and resumed by the scheduler when its job moves, so an idle or
+ * slow connection costs a socket, never a thread, and /health and /metrics
+ * are answered however busy the slots and the queue are. */
 #include "serve.h"
 
 #include <arpa/inet.h>
@@ -15,6 +19,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -26,6 +31,8 @@ static void serve_defaults(struct args *a) {
     a->ctx = 4096;
     a->max_body = "64MiB";
     a->max_images = 8;
+    a->timeout = 60;
+    a->threads_http = 4;
     a->batch = kvf_session_default_params().n_batch;
 }
 
@@ -44,6 +51,12 @@ static int serve_opts(struct args *a, struct opt *out) {
           "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "llama2, vicuna, chatml or gemma" },
+        { "--alias", "-a", OPT_STR, &a->alias, 0, 0, "NAME",
+          "the model's name in /v1/models and in answers (default: the file's name); requests may name any" },
+        { "--timeout", "-to", OPT_INT, &a->timeout, 1, 86400, "N",
+          "seconds a connection may stay silent, and a request's body may take to arrive (default 60)" },
+        { "--threads-http", NULL, OPT_INT, &a->threads_http, 1, 64, "N",
+          "threads answering HTTP (default 4); the model runs on its own thread (-t)" },
         { "--api-key", NULL, OPT_STR, &a->api_key, 0, 0, "KEY",
           "require 'Authorization: Bearer KEY' (not on /health)" },
         { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
@@ -92,7 +105,7 @@ struct request {
     struct server *srv;
     char method[16], path[128];
     struct strbuf body;
-    bool too_big;
+    bool too_big, slow;
     int status;
     double t0;
     const struct route *route; /* NULL: refused at the first call */
@@ -161,39 +174,26 @@ static enum MHD_Result respond_error(struct MHD_Connection *c, struct request *r
 
 /* ------------------------------------------------------------- waiting -- */
 
-enum wait_for { WAIT_STARTED, WAIT_PROGRESS, WAIT_DONE };
-
-/* Whether the client closed its end (a read would return end of file). */
-static bool peer_gone(int fd) {
-    char ch;
-    return fd >= 0 && recv(fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+/* Suspends the connection until job_wake (lock held; called from its own
+ * handler or content reader, the only places libmicrohttpd allows it). A
+ * suspended connection neither times out nor notices a hang-up: the
+ * scheduler watches its socket instead (job_client_gone). */
+static void job_park(struct serve_job *j, struct MHD_Connection *c) {
+    j->conn = c;
+    j->parked = true;
+    MHD_suspend_connection(c);
 }
 
-/* Waits (lock held) until the job started, has text past `sent`, or ended;
- * false when the client went away meanwhile (the job is then cancelled). */
-static bool job_wait(struct server *srv, struct serve_job *j, enum wait_for w, size_t sent) {
-    /* The hang-up check runs every 200 ms of waiting whatever wakes the
-     * thread: a job making tokens wakes it more often than that. */
-    struct timespec check, now;
-    clock_gettime(CLOCK_REALTIME, &check);
-    for (;;) {
-        if (j->state == JOB_DONE || (w == WAIT_STARTED && j->state != JOB_QUEUED) ||
-            (w == WAIT_PROGRESS && j->ready > sent))
-            return true;
-        clock_gettime(CLOCK_REALTIME, &now);
-        if (now.tv_sec > check.tv_sec || (now.tv_sec == check.tv_sec && now.tv_nsec >= check.tv_nsec)) {
-            if (peer_gone(j->fd)) {
-                j->cancelled = true;
-                pthread_cond_signal(&srv->wake);
-                return false;
-            }
-            check = now;
-            check.tv_nsec += 200 * 1000 * 1000;
-            check.tv_sec += check.tv_nsec / 1000000000;
-            check.tv_nsec %= 1000000000;
-        }
-        pthread_cond_timedwait(&j->cv, &srv->mu, &check);
+void job_wake(struct serve_job *j) {
+    if (j->parked) {
+        j->parked = false;
+        MHD_resume_connection(j->conn);
     }
+}
+
+bool job_client_gone(const struct serve_job *j) {
+    char ch;
+    return j->parked && j->fd >= 0 && recv(j->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /* ------------------------------------------------------------ answers -- */
@@ -269,6 +269,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, struct request *r,
 struct stream {
     struct server *srv;
     struct serve_job *job;
+    struct MHD_Connection *conn;
     struct strbuf buf;    /* events not yet written */
     size_t off, sent;     /* bytes of buf written; of job->out turned into events */
     bool began, ended;
@@ -320,20 +321,26 @@ static void sse_events(struct stream *st) {
     st->ended = true;
 }
 
+/* Sends the events ready; with none, parks the connection until the job
+ * moves (returning 0 then is libmicrohttpd's way to say "not yet"). */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     struct stream *st = cls;
     (void)pos;
-    while (st->off == st->buf.n) {
+    if (st->off == st->buf.n) {
         if (st->ended)
             return MHD_CONTENT_READER_END_OF_STREAM;
         st->buf.n = st->off = 0;
         pthread_mutex_lock(&st->srv->mu);
-        const bool alive = job_wait(st->srv, st->job, WAIT_PROGRESS, st->sent);
-        if (alive)
+        const bool gone = st->job->cancelled;
+        if (!gone)
             sse_events(st);
+        if (!gone && st->buf.n == 0 && !st->ended)
+            job_park(st->job, st->conn);
         pthread_mutex_unlock(&st->srv->mu);
-        if (!alive)
+        if (gone || (st->ended && st->buf.n == 0)) /* the last events found no memory */
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (st->buf.n == 0)
+            return 0;
     }
     const size_t n = MIN(max, st->buf.n - st->off);
     memcpy(buf, st->buf.s + st->off, n);
@@ -360,6 +367,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, struct request *r
         return respond_error(c, r, 500, "server_error", "out of memory");
     st->srv = r->srv;
     st->job = j;
+    st->conn = c;
     pthread_mutex_lock(&r->srv->mu);
     j->refs++;
     pthread_mutex_unlock(&r->srv->mu);
@@ -379,15 +387,19 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, struct request *r
     return ok;
 }
 
-/* POST /v1/chat/completions and /v1/completions. */
-static enum MHD_Result handle_completion(struct MHD_Connection *c, struct request *r, bool chat) {
+/* A completion's body read into a job and queued; false when answered
+ * already (refused: *answer). */
+static bool completion_submit(struct MHD_Connection *c, struct request *r, bool chat, enum MHD_Result *answer) {
     struct server *srv = r->srv;
-    if (r->too_big)
-        return respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->max_body);
+    if (r->too_big) {
+        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->max_body);
+        return false;
+    }
     struct serve_job *j = calloc(1, sizeof *j);
-    if (!j)
-        return respond_error(c, r, 500, "server_error", "out of memory");
-    pthread_cond_init(&j->cv, NULL);
+    if (!j) {
+        *answer = respond_error(c, r, 500, "server_error", "out of memory");
+        return false;
+    }
     j->refs = 1;
     j->chat = chat;
     j->sampling = kvf_sampler_default_params();
@@ -395,18 +407,44 @@ static enum MHD_Result handle_completion(struct MHD_Connection *c, struct reques
     j->fd = ci ? ci->connect_fd : -1;
     r->job = j;
     pthread_mutex_lock(&srv->mu);
+    srv->n_answering++;
     j->id = ++srv->next_id;
     j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
     pthread_mutex_unlock(&srv->mu);
     struct serve_error e = { 0 };
-    if (!serve_job_parse(srv, r->body.s, r->body.n, chat, j, &e))
-        return respond_error(c, r, e.status, e.code, "%s", e.msg);
+    if (!serve_job_parse(srv, r->body.s, r->body.n, chat, j, &e)) {
+        *answer = respond_error(c, r, e.status, e.code, "%s", e.msg);
+        return false;
+    }
     pthread_mutex_lock(&srv->mu);
-    bool alive = sched_submit(srv, j) && job_wait(srv, j, j->stream ? WAIT_STARTED : WAIT_DONE, 0);
+    const bool queued = sched_submit(srv, j);
+    pthread_mutex_unlock(&srv->mu);
+    if (!queued)
+        *answer = respond_error(c, r, j->status, j->err_code, "%s", j->err);
+    return queued;
+}
+
+/* POST /v1/chat/completions and /v1/completions: called once the body is
+ * in, and again each time the parked connection is resumed, until the job
+ * has an answer: a stream's once it left the queue (its admission errors
+ * are HTTP statuses), a whole answer's once it ended. */
+static enum MHD_Result handle_completion(struct MHD_Connection *c, struct request *r, bool chat) {
+    struct server *srv = r->srv;
+    enum MHD_Result answer = MHD_NO;
+    if (!r->job && !completion_submit(c, r, chat, &answer))
+        return answer;
+    struct serve_job *j = r->job;
+    pthread_mutex_lock(&srv->mu);
+    const bool ready = j->state == JOB_DONE || (j->stream && j->state != JOB_QUEUED);
+    if (!ready && !j->cancelled)
+        job_park(j, c);
+    const bool gone = j->cancelled;
     const int status = j->status;
     pthread_mutex_unlock(&srv->mu);
-    if (!alive && !status)
+    if (gone)
         return MHD_NO; /* the client is gone: close */
+    if (!ready)
+        return MHD_YES;
     if (status)
         return respond_error(c, r, status, j->err_code, "%s", j->err);
     return j->stream ? answer_stream(c, r, j) : answer_whole(c, r, j);
@@ -503,7 +541,8 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
                                    (unsigned long long)srv->by_status[s]);
             strbuf_put(&b, line, (size_t)n);
         }
-    metric(&b, "kvfold_prompt_tokens_total", "counter", "prompt tokens prefilled", (double)srv->prompt_tokens);
+    metric(&b, "kvfold_prompt_tokens_total", "counter", "prompt tokens prefilled (cached positions are not)",
+           (double)srv->prompt_tokens);
     metric(&b, "kvfold_generated_tokens_total", "counter", "tokens generated", (double)srv->gen_tokens);
     metric(&b, "kvfold_sessions_active", "gauge", "sessions generating", srv->n_active);
     metric(&b, "kvfold_sessions_queued", "gauge", "requests waiting for admission", srv->n_queued);
@@ -514,9 +553,15 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);
     metric(&b, "kvfold_kv_bytes_per_position", "gauge", "KV bytes one position may cost", (double)srv->pos_bytes);
     metric(&b, "kvfold_compressions_total", "counter", "KV compressions run", (double)srv->compressions);
+    metric(&b, "kvfold_scheduler_turns_total", "counter",
+           "scheduler turns (each: a request admitted, a prompt part, a decode step of every running session)",
+           (double)srv->turns_total);
     metric(&b, "kvfold_sessions_cached", "gauge", "finished sessions kept for a next turn", srv->n_idle);
-    metric(&b, "kvfold_prompt_tokens_reused_total", "counter", "prompt positions found in cached sessions",
-           (double)srv->reused_tokens);
+    metric(&b, "kvfold_prompt_tokens_reused_total", "counter",
+           "prompt positions taken from cached sessions instead of prefilled", (double)srv->reused_tokens);
+    metric(&b, "kvfold_kv_reservation_overruns_total", "counter",
+           "sessions seen holding more KV bytes than they reserved (0 unless the admission rule is broken)",
+           (double)srv->overruns);
     static const char pol[] = "# HELP kvfold_sessions_total sessions started, by KV policy preset\n"
                               "# TYPE kvfold_sessions_total counter\n";
     strbuf_put(&b, pol, sizeof pol - 1);
@@ -583,6 +628,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return r->route ? MHD_YES : answer;
     }
     if (*upload_size) {
+        /* A body trickled in byte by byte would hold its connection for
+         * ever: the whole body gets --timeout seconds from the headers on. */
+        if (now_ms() - r->t0 > 1e3 * srv->a->timeout) {
+            r->slow = true;
+            return MHD_NO;
+        }
         r->too_big = r->too_big || r->body.n + *upload_size > srv->max_body;
         if (r->route && !r->too_big && !strbuf_put(&r->body, upload, *upload_size))
             return MHD_NO;
@@ -615,6 +666,10 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
             r->job->cancelled = true;
             pthread_cond_signal(&srv->wake);
         }
+        srv->n_answering--;
+        r->job->conn = NULL; /* the socket closes after this call: nothing may look at it */
+        r->job->fd = -1;
+        r->job->parked = false;
         n_prompt = r->job->n_prompt;
         n_gen = r->job->n_gen;
         kv = r->job->state == JOB_DONE ? r->job->kv_peak : r->job->kv_bytes;
@@ -622,7 +677,8 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
     pthread_mutex_unlock(&srv->mu);
     fprintf(stderr, "kvfold: serve: %s %s %d prompt=%d gen=%d kv=%zu %.1fms%s\n", r->method, r->path, r->status,
-            n_prompt, n_gen, kv, now_ms() - r->t0, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
+            n_prompt, n_gen, kv, now_ms() - r->t0,
+            r->slow ? " (cut: the body took over --timeout)" : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
     free(r->body.s);
     free(r);
     *con_cls = NULL;
@@ -675,6 +731,14 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
         print_error("serve: --max-body '%s': want a size such as 64MiB", a->max_body);
         return EXIT_USAGE;
     }
+    if (a->api_key && !a->api_key[0]) {
+        print_error("serve: --api-key is empty: give a key, or no --api-key for a server without one");
+        return EXIT_USAGE;
+    }
+    if (a->alias && !a->alias[0]) {
+        print_error("serve: --alias is empty");
+        return EXIT_USAGE;
+    }
     if (a->api_key && a->api_key_file) {
         print_error("serve: give one of --api-key and --api-key-file");
         return EXIT_USAGE;
@@ -696,18 +760,44 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
     return a->api_key_file ? api_key_read(a, key) : 0;
 }
 
+/* The connections the server takes at once: as many as the process may
+ * open files, less a few for the model's files and the scheduler (the soft
+ * limit is raised to the hard one first). Idle connections cost a socket
+ * and a little memory each, no thread, so the limit is the system's. */
+static unsigned connection_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024 - 64;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = MIN(rl.rlim_max, (rlim_t)1 << 20);
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return (unsigned)MAX(MIN(rl.rlim_cur, (rlim_t)1 << 20), (rlim_t)128) - 64;
+}
+
 static struct MHD_Daemon *daemon_start(struct server *srv) {
     const struct args *a = srv->a;
     struct sockaddr_storage ss;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     host_addr(a, &ss, &flags);
+    srv->max_conns = connection_limit();
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(a->parallel + a->queue + 64), MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)a->timeout,
+        MHD_OPTION_CONNECTION_LIMIT, srv->max_conns, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)a->threads_http,
+        MHD_OPTION_END);
     if (!d)
         print_error("serve: cannot listen on %s port %d: %s", a->host, a->port, strerror(errno));
     return d;
+}
+
+/* Requests with a job whose answer is not yet all sent. */
+static int serve_answering(struct server *srv) {
+    pthread_mutex_lock(&srv->mu);
+    const int n = srv->n_answering;
+    pthread_mutex_unlock(&srv->mu);
+    return n;
 }
 
 static int serve_run(struct server *srv) {
@@ -726,17 +816,25 @@ static int serve_run(struct server *srv) {
     if (d) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         fprintf(stderr, "kvfold: serve: listening on http://%s:%u (model %s, parallel %d, queue %d, ctx %d, "
-                        "kv-memory %zu bytes, %zu bytes per position)\n",
+                        "kv-memory %zu bytes, %zu bytes per position, %u connections, timeout %d s)\n",
                 srv->a->host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->queue, srv->n_ctx,
-                srv->budget, srv->pos_bytes);
+                srv->budget, srv->pos_bytes, srv->max_conns, srv->a->timeout);
         sigdelset(&sigs, SIGPIPE);
         int sig = 0;
         sigwait(&sigs, &sig);
         fprintf(stderr, "kvfold: serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     sched_stop(srv); /* every waiting request is answered, then the connections close */
-    if (d)
+    if (d) {
+        /* The answers just made go out before the connections close (5 s
+         * at most). New requests meanwhile get 503 (sched_submit). No
+         * MHD_quiesce_daemon: with a thread pool, 0.9.75's workers can race
+         * it to take the listening socket out of their epoll sets, and the
+         * loser aborts the process. */
+        for (int i = 0; i < 500 && serve_answering(srv); i++)
+            nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
         MHD_stop_daemon(d);
+    }
     return d ? 0 : EXIT_RUNTIME;
 }
 
@@ -750,7 +848,7 @@ static int cmd_serve(const struct args *given) {
     if (!rc) {
         kvf_model_get_info(srv.m, &srv.info);
         const char *slash = strrchr(a.model, '/');
-        srv.model_id = slash && slash[1] ? slash + 1 : a.model;
+        srv.model_id = a.alias ? a.alias : slash && slash[1] ? slash + 1 : a.model;
         srv.n_ctx = a.ctx;
         pthread_mutex_init(&srv.mu, NULL);
         pthread_cond_init(&srv.wake, NULL);

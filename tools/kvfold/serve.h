@@ -1,14 +1,18 @@
 /* What kvfold serve's files share: serve.c speaks HTTP and JSON
- * (libmicrohttpd threads, one per connection), serve_req.c turns a request
- * body into a serve_job, serve_sched.c runs the model on one scheduler
- * thread. The HTTP side and the scheduler meet under the server's lock, and
- * the job is freed by whichever side lets go of it last (refs). */
+ * (libmicrohttpd's epoll event loop on a few threads, which never wait for
+ * the model: a connection whose answer is not ready is suspended, "parked",
+ * and resumed by the scheduler), serve_req.c turns a request body into a
+ * serve_job, serve_sched.c runs the model on one scheduler thread. The HTTP
+ * side and the scheduler meet under the server's lock, and the job is freed
+ * by whichever side lets go of it last (refs). */
 #ifndef KVF_SERVE_H
 #define KVF_SERVE_H
 
 #include "cli.h"
 
 #include <pthread.h>
+
+struct MHD_Connection;
 
 #define SERVE_STOP_MAX 4
 #define SERVE_ERR_MAX 512
@@ -40,8 +44,10 @@ struct serve_job {
     char *stops[SERVE_STOP_MAX];
     int n_stops;
     char *kv;                 /* the request's policy; NULL: the server's --kv */
-    int fd;                   /* the client's socket, watched for a hang-up */
     /* Under the server's lock. */
+    int fd;                   /* the client's socket, watched for a hang-up while parked; -1 once it closed */
+    struct MHD_Connection *conn; /* its connection, NULL once closed */
+    bool parked;              /* conn is suspended until the job moves (job_wake) */
     int refs;
     enum job_state state;
     bool cancelled;
@@ -54,7 +60,6 @@ struct serve_job {
     int n_prompt, n_gen, n_past;
     int kv_entries;           /* entries its cache holds, all layers and kv heads (/slots) */
     size_t kv_bytes, kv_full, kv_kept, kv_peak, reserved;
-    pthread_cond_t cv;
     struct serve_job *next;   /* the queue */
     /* The scheduler's alone. */
     struct kvf_session *s;
@@ -90,6 +95,7 @@ struct server {
     int n_ctx;                /* --ctx-size, or the model's */
     size_t budget;            /* --kv-memory in bytes */
     size_t max_body;          /* --max-body in bytes */
+    unsigned max_conns;       /* connections at once (libmicrohttpd's limit) */
     size_t pos_bytes;         /* KV bytes one position costs at most (all layers, heads, statistics) */
     pthread_mutex_t mu;
     pthread_cond_t wake;      /* the scheduler's: work arrived, a job was cancelled, stop */
@@ -103,13 +109,20 @@ struct server {
     struct serve_idle *idle;  /* [--cache-sessions], oldest first */
     int n_idle;
     bool stopping;
+    bool gated;               /* KVFOLD_SERVE_TURNS: one turn per byte of its FIFO (serve_sched.c) */
+    long turns;               /* turns granted and not taken */
+    pthread_t gate;           /* the thread reading that FIFO, when has_gate */
+    bool has_gate;
     size_t reserved, in_use, peak_in_use;
     /* /metrics */
     uint64_t by_status[600];
     uint64_t prompt_tokens, gen_tokens, compressions;
+    uint64_t turns_total;     /* the scheduler's turns: an admission, a prompt part, a decode step */
     uint64_t by_policy[64];   /* sessions started, by preset (kvf_kv_policy_get's index; "full" included) */
-    uint64_t reused_tokens;   /* prompt positions found in cached sessions */
+    uint64_t reused_tokens;   /* prompt positions taken from cached sessions (once used) */
+    uint64_t overruns;        /* sessions seen over their reservation (sched_account; never, unless a bug) */
     int next_id;
+    int n_answering;          /* requests with a job, until their connection is done (a graceful stop waits) */
 };
 
 /* A failure to report: its HTTP status, OpenAI error code and message;
@@ -145,6 +158,11 @@ void sched_stop(struct server *srv);
 size_t sched_reserve_bytes(const struct server *srv, int n);
 /* Drops a reference; the last one frees the job. Under the lock. */
 void job_unref(struct serve_job *job);
+/* The job moved (started, has text, ended): its parked connection, if
+ * any, is resumed to send what it can (serve.c; under the lock). */
+void job_wake(struct serve_job *job);
+/* Whether the client of a parked job hung up (serve.c; under the lock). */
+bool job_client_gone(const struct serve_job *job);
 /* Ends a job with an error (under the lock). */
 void job_fail(struct serve_job *job, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

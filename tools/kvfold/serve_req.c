@@ -319,13 +319,12 @@ static bool stops_parse(const cJSON *v, struct serve_job *j, struct serve_error 
 }
 
 /* The fields both endpoints share (model, sampling, limits, stream, kv). */
-static bool common_parse(const struct server *srv, const cJSON *o, struct serve_job *j, struct serve_error *e) {
+static bool common_parse(const cJSON *o, struct serve_job *j, struct serve_error *e) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    /* Any name is the one model, as llama-server answers: client code is
+     * often written for another server's model names (--alias names ours). */
     if (model && !cJSON_IsNull(model) && !cJSON_IsString(model))
         return serve_error_set(e, 400, "invalid_type", "'model' must be a string");
-    if (cJSON_IsString(model) && strcmp(model->valuestring, srv->model_id) != 0)
-        return serve_error_set(e, 404, "model_not_found",
-                "this server serves '%s', not '%s'", srv->model_id, model->valuestring);
     double max_tokens = 0, seed = (double)j->sampling.seed, n = 1;
     j->sampling.temp = 1.0f;  /* OpenAI's defaults: temperature 1, nucleus off */
     j->sampling.top_p = 1.0f;
@@ -367,7 +366,7 @@ bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool 
     bool ok;
     if (!cJSON_IsObject(o)) {
         ok = serve_error_set(e, 400, "invalid_json", "the body must be a JSON object");
-    } else if (!(ok = common_parse(srv, o, j, e))) {
+    } else if (!(ok = common_parse(o, j, e))) {
     } else if (chat) {
         j->special = true; /* the template's markup is control-token text */
         ok = chat_prompt(srv, cJSON_GetObjectItemCaseSensitive(o, "messages"), j, e);

@@ -10,9 +10,13 @@
  * their sum never exceeds the budget. */
 #include "serve.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* A library failure: the caller's fault (400) unless memory or the library failed. */
 static bool error_kvf(struct serve_error *e, enum kvf_status st, const char *what) {
@@ -40,7 +44,6 @@ void job_unref(struct serve_job *j) {
     serve_job_request_free(j);
     free(j->keys);
     free(j->out.s);
-    pthread_cond_destroy(&j->cv);
     free(j);
 }
 
@@ -52,7 +55,7 @@ void job_fail(struct serve_job *j, int status, const char *code, const char *fmt
     j->status = status;
     j->err_code = code;
     j->state = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
 }
 
 size_t sched_reserve_bytes(const struct server *srv, int n) {
@@ -133,7 +136,7 @@ static int idle_match(const struct server *srv, const struct serve_job *j, int *
 static void job_end(struct server *srv, struct serve_job *j, const char *finish) {
     if (j->s) {
         j->kv_bytes = kvf_session_kv_bytes(j->s);
-        j->kv_peak = kvf_session_kv_peak_bytes(j->s);
+        j->kv_peak = MAX(j->kv_peak, kvf_session_kv_peak_bytes(j->s));
         j->n_past = kvf_session_n_past(j->s);
         j->kv_entries = session_entries(srv, j->s);
     }
@@ -147,7 +150,7 @@ static void job_end(struct server *srv, struct serve_job *j, const char *finish)
     j->finish = finish;
     j->ready = j->out.n;
     j->state = JOB_DONE;
-    pthread_cond_broadcast(&j->cv);
+    job_wake(j);
     pthread_cond_broadcast(&srv->wake); /* memory came back: the queue's head may fit now */
 }
 
@@ -217,9 +220,12 @@ static bool job_take_token(struct server *srv, struct serve_job *j, int32_t tok,
     }
     j->tok = tok;
     j->ready = MAX(j->ready, utf8_boundary(j->out.s, j->out.n - stop_hold(j, j->out.s, j->out.n)));
-    pthread_cond_broadcast(&j->cv);
+    if (j->stream) /* a whole answer waits for the end (job_end) */
+        job_wake(j);
     return true;
 }
+
+static void sched_account(struct server *srv);
 
 /* ------------------------------------------------------------ admission -- */
 
@@ -359,15 +365,17 @@ static bool job_open(struct server *srv, struct serve_job *j, int *reused, struc
 
 /* One part of the prompt (--batch-size positions), so that a long prompt
  * does not stop the running sessions for its whole prefill; the whole
- * prompt at once for policies that need it in one pass. Then, once it is
- * all in, compression and the first token (without the lock: the bytes
+ * prompt at once for policies that need it in one pass, from position 0
+ * (*restarted: a cached session's positions were not used). Then, once it
+ * is all in, compression and the first token (without the lock: the bytes
  * the full cache held go to *kv_full). *done says whether it was the last
  * part. */
-static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, size_t *kv_full,
-                     struct serve_error *e) {
+static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool *done, bool *restarted,
+                     size_t *kv_full, struct serve_error *e) {
     const int n = kvf_prompt_n_tokens(j->pr), part = MIN(srv->a->batch, n - j->part_next);
     enum kvf_status st = kvf_session_prefill_prompt_part(j->s, j->pr, j->part_next, part);
-    if (st == KVF_ERR_UNSUPPORTED) { /* the whole prompt in one pass, from its start */
+    if (st == KVF_ERR_UNSUPPORTED) {
+        *restarted = j->part_next > 0;
         kvf_session_reset(j->s);
         st = kvf_session_prefill_prompt(j->s, j->pr, NULL);
     }
@@ -429,39 +437,41 @@ static bool sched_admit(struct server *srv) {
     }
     /* A cached session of the conversation is taken (its reservation
      * becomes part of the job's); other cached ones go, oldest first, while
-     * the job does not fit. */
+     * the job does not fit. Until job_open truncates it, the session holds
+     * what it held, which may be more than the job reserves: the larger of
+     * the two is reserved until then. */
     int k = 0, hit = ok ? idle_match(srv, j, &k) : -1;
-    const size_t held = hit >= 0 ? srv->idle[hit].bytes : 0;
-    while (ok && srv->reserved - held + j->reserved > srv->budget && srv->n_idle > (hit >= 0)) {
+    const size_t held = hit >= 0 ? srv->idle[hit].bytes : 0, hold = MAX(j->reserved, held);
+    while (ok && srv->reserved - held + hold > srv->budget && srv->n_idle > (hit >= 0)) {
         const int victim = hit == 0 ? 1 : 0;
         idle_drop(srv, victim);
         hit -= victim < hit;
     }
-    if (ok && srv->reserved - held + j->reserved > srv->budget)
+    if (ok && srv->reserved - held + hold > srv->budget)
         return false; /* until a running session gives memory back */
     queue_pop(srv);
     if (ok && hit >= 0) {
         j->s = srv->idle[hit].s;
         srv->idle[hit].s = NULL;
         j->n_reused = k;
-        srv->reused_tokens += (uint64_t)k;
         idle_drop(srv, hit);
     }
     if (ok) {
         /* filling from now on (/slots shows it), though its session opens
          * without the lock */
-        srv->reserved += j->reserved;
+        srv->reserved += hold;
         srv->filling = j;
         int reused = 0;
         pthread_mutex_unlock(&srv->mu);
-        ok = job_open(srv, j, &reused, &e);
+        ok = job_open(srv, j, &reused, &e); /* truncated: storage for the shared positions only */
         pthread_mutex_lock(&srv->mu);
-        if (reused != j->n_reused) { /* the cached session started over */
-            srv->reused_tokens -= (uint64_t)(j->n_reused - reused);
-            j->n_reused = reused;
-        }
+        srv->reserved -= hold - j->reserved;
+        j->n_reused = reused; /* 0 when the cached session started over */
     }
     if (ok) {
+        /* A cached session's peak was an earlier request's: this one's
+         * starts from what it holds now (sched_account). */
+        kvf_session_kv_peak_reset(j->s);
         job_progress(srv, j);
     } else {
         srv->filling = NULL;
@@ -493,12 +503,15 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
     struct serve_error e = { 0 };
     int32_t tok = 0;
     size_t kv_full = 0;
-    bool done = false, ok = !j->cancelled;
+    bool done = false, restarted = false, ok = !j->cancelled;
     if (ok) {
         pthread_mutex_unlock(&srv->mu);
-        ok = job_fill(srv, j, &tok, &done, &kv_full, &e);
+        ok = job_fill(srv, j, &tok, &done, &restarted, &kv_full, &e);
         pthread_mutex_lock(&srv->mu);
+        if (restarted)
+            j->n_reused = 0;
         job_progress(srv, j);
+        sched_account(srv); /* before the reservation shrinks to the compressed cache's */
     }
     if (ok && !done && !j->cancelled)
         return true;
@@ -517,7 +530,8 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
         j->reserved = r;
         srv->compressions++;
         srv->by_policy[policy_index(j->kv ? j->kv : srv->a->kv)]++;
-        srv->prompt_tokens += (uint64_t)j->n_prompt;
+        srv->prompt_tokens += (uint64_t)(j->n_prompt - j->n_reused);
+        srv->reused_tokens += (uint64_t)j->n_reused; /* counted once used */
         j->state = JOB_RUNNING;
         if (job_take_token(srv, j, tok, piece, cap)) {
             srv->active[srv->n_active++] = j;
@@ -530,20 +544,46 @@ static bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
 
 /* ------------------------------------------------------------- decoding -- */
 
-/* The KV bytes the sessions hold now: the running ones, the filling one
- * and the cached ones (their memory is held as much as a running
- * session's). Under the lock. */
+/* A session's part of sched_account: its bytes now and its peak since the
+ * last look, which must stay within its reservation. */
+static void session_account(struct server *srv, struct serve_job *j, size_t *now, size_t *peak) {
+    const size_t bytes = kvf_session_kv_bytes(j->s), top = kvf_session_kv_peak_bytes(j->s);
+    kvf_session_kv_peak_reset(j->s);
+    *now += bytes;
+    *peak += top;
+    j->kv_peak = MAX(j->kv_peak, top);
+    if (top > j->reserved) {
+        srv->overruns++;
+        fprintf(stderr, "kvfold: serve: warning: request %d held %zu KV bytes, over the %zu it reserved\n", j->id, top,
+                j->reserved);
+    }
+}
+
+/* The KV bytes the sessions hold now (the running ones, the filling one
+ * and the cached ones, whose memory is held as much as a running
+ * session's), and the most they held at once since the last call: each
+ * session's peak since then, summed. Called after every piece of work on
+ * a session, so a peak inside it (a prompt's full cache before its
+ * compression) is seen. The sum is exact after a prompt part, where the
+ * other sessions stood still; after a batched decode step, where each
+ * grew by a token, it bounds the true peak, and equals it unless a decode
+ * stage shrank one cache while another grew. Under the lock; the sessions
+ * are this thread's. */
 static void sched_account(struct server *srv) {
-    /* The filling job's session is this thread's alone: read it directly. */
-    size_t sum = srv->filling && srv->filling->s ? kvf_session_kv_bytes(srv->filling->s) : 0;
-    /* A job that ended this step and is not yet off the list has no
-     * session: its bytes went back, or to the cached one counted below. */
+    size_t now = 0, peak = 0;
+    if (srv->filling && srv->filling->s)
+        session_account(srv, srv->filling, &now, &peak);
+    /* A job that ended and is not yet off the list has no session: its
+     * bytes went back, or to the cached one counted below. */
     for (int i = 0; i < srv->n_active; i++)
-        sum += srv->active[i]->s ? srv->active[i]->kv_bytes : 0;
-    for (int i = 0; i < srv->n_idle; i++)
-        sum += srv->idle[i].bytes;
-    srv->in_use = sum;
-    srv->peak_in_use = MAX(srv->peak_in_use, sum);
+        if (srv->active[i]->s)
+            session_account(srv, srv->active[i], &now, &peak);
+    for (int i = 0; i < srv->n_idle; i++) {
+        now += srv->idle[i].bytes;
+        peak += srv->idle[i].bytes;
+    }
+    srv->in_use = now;
+    srv->peak_in_use = MAX(srv->peak_in_use, peak);
 }
 
 /* Ends the running jobs for which keep() is false. */
@@ -603,6 +643,7 @@ static void sched_step(struct server *srv, struct kvf_session **ss, int32_t *tok
             toks[i] = -1;
     }
     pthread_mutex_lock(&srv->mu);
+    sched_account(srv); /* while every session of the step is still there */
     for (int i = 0; i < n; i++) {
         struct serve_job *j = srv->active[i];
         job_progress(srv, j);
@@ -613,7 +654,6 @@ static void sched_step(struct server *srv, struct kvf_session **ss, int32_t *tok
             job_take_token(srv, j, toks[i], piece, cap);
         }
     }
-    sched_account(srv);
     sched_drop(srv, job_live);
 }
 
@@ -622,22 +662,60 @@ static bool job_never(const struct serve_job *j) {
     return false;
 }
 
+/* Parked jobs whose client hung up are cancelled, every 200 ms at most: a
+ * suspended connection does not notice (serve.c). */
+static void sched_watch(struct server *srv, double *next) {
+    const double now = now_ms();
+    if (now < *next)
+        return;
+    *next = now + 200;
+    for (struct serve_job *j = srv->head; j; j = j->next)
+        j->cancelled |= job_client_gone(j);
+    if (srv->filling)
+        srv->filling->cancelled |= job_client_gone(srv->filling);
+    for (int i = 0; i < srv->n_active; i++)
+        srv->active[i]->cancelled |= job_client_gone(srv->active[i]);
+}
+
+/* Waits for a signal of srv->wake, or 200 ms when clients are to be watched. */
+static void sched_wait(struct server *srv, bool watch) {
+    if (!watch) {
+        pthread_cond_wait(&srv->wake, &srv->mu);
+        return;
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_nsec += 200 * 1000 * 1000;
+    t.tv_sec += t.tv_nsec / 1000000000;
+    t.tv_nsec %= 1000000000;
+    pthread_cond_timedwait(&srv->wake, &srv->mu, &t);
+}
+
 static void *sched_main(void *arg) {
     struct server *srv = arg;
     const int p = srv->a->parallel;
     struct kvf_session **ss = malloc((size_t)p * sizeof *ss);
     int32_t *toks = malloc((size_t)p * sizeof *toks), piece_cap = 0;
     char *piece = NULL;
+    double next_watch = 0;
     pthread_mutex_lock(&srv->mu);
     while (!srv->stopping && ss && toks) {
+        sched_watch(srv, &next_watch);
+        const bool work = srv->head || srv->filling || srv->n_active > 0;
+        if (!work || (srv->gated && srv->turns == 0)) {
+            sched_wait(srv, work);
+            continue;
+        }
+        srv->turns -= srv->gated;
         sched_drop(srv, job_live);
         queue_reap(srv);
         const bool moved = sched_admit(srv), filled = sched_fill(srv, &piece, &piece_cap);
         if (srv->n_active > 0)
             sched_step(srv, ss, toks, &piece, &piece_cap);
         else if (!moved && !filled)
-            pthread_cond_wait(&srv->wake, &srv->mu);
+            sched_wait(srv, true);
         sched_account(srv);
+        srv->turns_total++;
     }
     /* Stopping (or out of memory at the start): nobody waits forever, and
      * nothing is queued from now on. */
@@ -690,6 +768,37 @@ static int sched_measure(struct server *srv) {
     return st == KVF_OK ? 0 : fail(st, "serve: a first prefill");
 }
 
+/* KVFOLD_SERVE_TURNS=FIFO, a test's hook that makes the server's tests
+ * independent of the machine's speed: while it is set, the scheduler takes
+ * one turn (a queued request admitted, a prompt part, a decode step) per
+ * byte written to FIFO, and runs freely once its writer closes it. A test
+ * holds the server at a known point, looks at /slots or /metrics, or opens
+ * more connections, then lets it go on. sched_stop cancels the thread
+ * (blocked in open or read, both cancellation points). */
+static void gate_close(void *fd) { close(*(int *)fd); }
+
+static void *gate_main(void *arg) {
+    struct server *srv = arg;
+    int fd = open(getenv("KVFOLD_SERVE_TURNS"), O_RDONLY); /* waits for the writer */
+    if (fd >= 0) {
+        pthread_cleanup_push(gate_close, &fd);
+        char buf[64];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+            pthread_mutex_lock(&srv->mu);
+            srv->turns += MAX(n, 0);
+            pthread_cond_signal(&srv->wake);
+            pthread_mutex_unlock(&srv->mu);
+        }
+        pthread_cleanup_pop(1);
+    }
+    pthread_mutex_lock(&srv->mu);
+    srv->gated = false;
+    pthread_cond_signal(&srv->wake);
+    pthread_mutex_unlock(&srv->mu);
+    return NULL;
+}
+
 int sched_start(struct server *srv) {
     int rc = sched_measure(srv);
     if (rc)
@@ -698,10 +807,17 @@ int sched_start(struct server *srv) {
         srv->budget = sched_reserve_bytes(srv, srv->n_ctx) * (size_t)srv->a->parallel;
     srv->active = calloc((size_t)srv->a->parallel, sizeof *srv->active);
     srv->idle = calloc((size_t)srv->a->cache_sessions + 1, sizeof *srv->idle);
+    srv->gated = getenv("KVFOLD_SERVE_TURNS") != NULL;
     if (!srv->active || !srv->idle || pthread_create(&srv->thread, NULL, sched_main, srv) != 0) {
         print_error("serve: cannot start the scheduler thread");
         return EXIT_RUNTIME;
     }
+    if (srv->gated && pthread_create(&srv->gate, NULL, gate_main, srv) != 0) {
+        print_error("serve: cannot start the KVFOLD_SERVE_TURNS thread");
+        sched_stop(srv);
+        return EXIT_RUNTIME;
+    }
+    srv->has_gate = srv->gated;
     return 0;
 }
 
@@ -738,6 +854,11 @@ void sched_stop(struct server *srv) {
     pthread_cond_signal(&srv->wake);
     pthread_mutex_unlock(&srv->mu);
     pthread_join(srv->thread, NULL);
+    if (srv->has_gate) {
+        pthread_cancel(srv->gate);
+        pthread_join(srv->gate, NULL);
+        srv->has_gate = false;
+    }
     free(srv->active);
     free(srv->idle);
     srv->active = NULL;
