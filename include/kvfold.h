@@ -155,6 +155,9 @@ struct kvf_model_info {
     float rope_base, rope_base_local, norm_eps;
     enum kvf_rope_style rope_style;
     int rope_sections[3];    /* M-RoPE (Qwen2-VL): rotary pairs on time, height, width; 0 0 0: plain */
+    const char *rope_scaling; /* of the global layers: "none", "linear", "llama3", "yarn", or "rope_freqs"
+                               * (a GGUF's per-pair divisors, how llama.cpp stores Llama 3.1's) */
+    float rope_scaling_factor; /* linear, llama3, yarn: the context's stretch; else 1 */
     /* vocab_only: the hyper-parameters the files give, 0 for the others;
      * n_vocab is the tokenizer's; no weights (n_params 0, weight_types ""). */
     int64_t n_params;        /* number of weights                                */

@@ -156,25 +156,79 @@ void ops_rope_rotate(float *x, int n_head, int head_dim, const float *cs, const 
     }
 }
 
+/* transformers' _compute_llama3_parameters: long wavelengths (over
+ * orig_ctx / low_freq_factor) divided by factor, short ones (under
+ * orig_ctx / high_freq_factor) kept, those between interpolated. */
+static double rope_llama3(double inv, const struct rope_scaling *sc) {
+    const double pi = 3.14159265358979323846, wavelen = 2 * pi / inv;
+    const double low_wavelen = sc->orig_ctx / sc->low_freq_factor, high_wavelen = sc->orig_ctx / sc->high_freq_factor;
+    if (wavelen > low_wavelen) return inv / sc->factor;
+    if (wavelen < high_wavelen) return inv;
+    const double smooth = (sc->orig_ctx / wavelen - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+    return (1 - smooth) * inv / sc->factor + smooth * inv;
+}
+
+/* YaRN's pair index where a frequency turns `rotations` times over the
+ * original context (transformers' find_correction_dim). */
+static double yarn_dim(double rotations, int head_dim, double base, int orig_ctx) {
+    const double pi = 3.14159265358979323846;
+    return head_dim * log(orig_ctx / (rotations * 2 * pi)) / (2 * log(base));
+}
+
+/* transformers' _compute_yarn_parameters: pairs that turn more than
+ * beta_fast times over the original context keep their frequency, those
+ * turning fewer than beta_slow times are divided by factor, a linear ramp
+ * between. Returns the attention factor. */
+static float rope_yarn(double *inv_freq, int head_dim, double base, const struct rope_scaling *sc) {
+    double low = yarn_dim(sc->beta_fast, head_dim, base, sc->orig_ctx);
+    double high = yarn_dim(sc->beta_slow, head_dim, base, sc->orig_ctx);
+    if (!sc->no_truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    low = fmax(low, 0);
+    high = fmin(high, head_dim - 1);
+    if (low == high) high += 0.001;
+    for (int i = 0; i < head_dim / 2; i++) {
+        const double ramp = fmin(fmax((i - low) / (high - low), 0), 1), extrapolate = 1 - ramp;
+        inv_freq[i] = inv_freq[i] / sc->factor * (1 - extrapolate) + inv_freq[i] * extrapolate;
+    }
+    if (sc->attn_factor > 0) return sc->attn_factor;
+    return sc->factor <= 1 ? 1.0f : (float)(0.1 * log(sc->factor) + 1.0);
+}
+
+float ops_rope_freqs(double *inv_freq, int head_dim, float base, const struct rope_scaling *sc,
+                     const float *freq_factors) {
+    float mscale = 1.0f;
+    for (int i = 0; i < head_dim / 2; i++) inv_freq[i] = pow(base, -2.0 * i / head_dim);
+    if (sc && sc->type == ROPE_SCALING_YARN) mscale = rope_yarn(inv_freq, head_dim, base, sc);
+    for (int i = 0; i < head_dim / 2; i++) {
+        if (sc && sc->type == ROPE_SCALING_LINEAR) inv_freq[i] /= sc->factor;
+        if (sc && sc->type == ROPE_SCALING_LLAMA3) inv_freq[i] = rope_llama3(inv_freq[i], sc);
+        if (freq_factors) inv_freq[i] /= freq_factors[i];
+    }
+    return mscale;
+}
+
 void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
-                       const int sections[3], float base, enum kvf_rope_style style) {
+                       const int sections[3], const double *inv_freq, float mscale, enum kvf_rope_style style) {
     const int half = head_dim / 2;
-    float cs[512], sn[512]; /* head_dim <= 1024 is checked at load */
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS]; /* head_dim <= 1024 is checked at load */
     for (int i = 0; i < half; i++) {
         const int32_t p = i < sections[0] ? pos[0] : i < sections[0] + sections[1] ? pos[1] : pos[2];
-        const double theta = p * pow(base, -2.0 * i / head_dim);
-        cs[i] = (float)cos(theta);
-        sn[i] = (float)sin(theta);
+        const double theta = p * inv_freq[i];
+        cs[i] = (float)cos(theta) * mscale;
+        sn[i] = (float)sin(theta) * mscale;
     }
     ops_rope_rotate(q, n_q_heads, head_dim, cs, sn, style);
     if (k) ops_rope_rotate(k, n_k_heads, head_dim, cs, sn, style);
 }
 
-void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
-              enum kvf_rope_style style) {
+void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, const double *inv_freq,
+              float mscale, enum kvf_rope_style style) {
     static const int all[3] = {1 << 20, 0, 0}; /* every pair takes pos[0] */
     const int32_t p[3] = {pos, pos, pos};
-    ops_rope_sections(q, n_q_heads, k, n_k_heads, head_dim, p, all, base, style);
+    ops_rope_sections(q, n_q_heads, k, n_k_heads, head_dim, p, all, inv_freq, mscale, style);
 }
 
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {

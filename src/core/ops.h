@@ -32,12 +32,32 @@ void ops_get_row(const struct weight *w, int64_t row, float *out);
 
 /* out = x / rms(x) * w   over n values; out may alias x. */
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* RoPE scaling as a model's files give it (llama.cpp's rope.scaling.* and
+ * rope_freqs.weight, transformers' rope_parameters). */
+enum rope_scaling_type { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_LLAMA3, ROPE_SCALING_YARN };
+struct rope_scaling {
+    enum rope_scaling_type type;
+    float factor;                            /* how many times the context is stretched (LINEAR, LLAMA3, YARN) */
+    int orig_ctx;                            /* LLAMA3, YARN: the context the model was trained with */
+    float low_freq_factor, high_freq_factor; /* LLAMA3 */
+    float beta_fast, beta_slow;              /* YARN: the ramp's ends in rotations (transformers: 32, 1) */
+    float attn_factor;                       /* YARN: cos and sin are scaled by it; 0: 0.1 ln(factor) + 1 */
+    bool no_truncate;                        /* YARN: the ramp's ends not rounded to whole pairs */
+};
+#define ROPE_MAX_PAIRS 512 /* head_dim <= 1024 */
+/* inv_freq[i] for the head_dim / 2 rotary pairs: base^(-2i/head_dim),
+ * scaled as sc says (NULL: none) and divided by freq_factors[i] when given
+ * (llama.cpp's rope_freqs.weight). Returns the factor cos and sin are
+ * multiplied by (1 but for YaRN). As transformers computes them, in double. */
+float ops_rope_freqs(double *inv_freq, int head_dim, float base, const struct rope_scaling *sc,
+                     const float *freq_factors);
 /* Rotates the query heads q[n_q_heads][head_dim] and key heads
  * k[n_k_heads][head_dim] (k may be NULL) of one token at position pos, with
  * the angles computed once for both. Style NORM rotates pairs (2i, 2i+1),
- * NEOX pairs (i, i + head_dim/2); theta_i = pos * base^(-2i/head_dim). */
-void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, float base,
-              enum kvf_rope_style style);
+ * NEOX pairs (i, i + head_dim/2); theta_i = pos * inv_freq[i] (ops_rope_freqs),
+ * cos and sin scaled by mscale. */
+void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, const double *inv_freq,
+              float mscale, enum kvf_rope_style style);
 /* Rotates the heads x[n_head][head_dim] by the angles of each rotary pair
  * i < head_dim / 2 (cs, sn: their cosines and sines): pairs (i, i + half)
  * for NEOX, (2i, 2i + 1) for NORM. */
@@ -46,7 +66,7 @@ void ops_rope_rotate(float *x, int n_head, int head_dim, const float *cs, const 
  * pos[0], the next sections[1] pos[1], the rest pos[2] (Qwen2-VL's M-RoPE:
  * time, height, width). */
 void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
-                       const int sections[3], float base, enum kvf_rope_style style);
+                       const int sections[3], const double *inv_freq, float mscale, enum kvf_rope_style style);
 /* out = (x - mean) / sqrt(var + eps) * w + b   over n values; out may alias x. */
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
 /* y[t][i] += b[i] for t < n rows of dim values (b: a vector weight; no-op when absent). */

@@ -729,11 +729,83 @@ static enum kvf_status hf_mrope(const struct hf_src *c, const cJSON *b, int out[
     return KVF_OK;
 }
 
-/* Older transformers write rope_scaling, newer ones rope_parameters; only the
- * plain RoPE (and Qwen2-VL's M-RoPE, which splits it into sections) is
- * implemented, and silently ignoring a scaling would give wrong outputs.
+/* A number of a block of RoPE parameters; *out untouched when absent and
+ * not required. */
+static enum kvf_status hf_rope_num(const struct hf_src *c, const cJSON *b, const char *key, bool required,
+                                   double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (required) return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters need \"%s\"", c->path, key);
+        return KVF_OK;
+    }
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= FLT_MAX))
+        return err_set(KVF_ERR_FORMAT, "%s: RoPE parameter \"%s\" must be a finite number", c->path, key);
+    *out = v->valuedouble;
+    return KVF_OK;
+}
+
+/* YaRN's attention factor as transformers infers it when the config gives
+ * none but DeepSeek's mscale pair: the ratio of the two (else 0, which
+ * ops_rope_freqs takes as 0.1 ln(factor) + 1). */
+static double yarn_mscale(double factor, double mscale) { return factor <= 1 ? 1.0 : 0.1 * mscale * log(factor) + 1.0; }
+
+/* The scaling of one block of RoPE parameters, as transformers'
+ * modeling_rope_utils computes it (default, linear, llama3, yarn; Qwen2-VL's
+ * mrope is the default split into sections). max_pos: the config's
+ * max_position_embeddings, YaRN's original context when the block has none. */
+static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, int max_pos, struct rope_scaling *sc) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
+    if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : NULL;
+    if (type && !t) return err_set(KVF_ERR_FORMAT, "%s: rope_type must be a string", c->path);
+    double partial = 1, factor = 0, orig = max_pos;
+    enum kvf_status st = hf_rope_num(c, b, "partial_rotary_factor", false, &partial);
+    if (st == KVF_OK && partial != 1)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g: partial rotary embedding is not "
+                       "implemented", c->path, partial);
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
+    if (st != KVF_OK || !t || !strcmp(t, "default") || !strcmp(t, "mrope")) return st;
+    if (!strcmp(t, "linear")) sc->type = ROPE_SCALING_LINEAR;
+    else if (!strcmp(t, "llama3")) sc->type = ROPE_SCALING_LLAMA3;
+    else if (!strcmp(t, "yarn")) sc->type = ROPE_SCALING_YARN;
+    else return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling '%.32s' is not implemented (linear, llama3 and yarn "
+                        "are)", c->path, t);
+    if ((st = hf_rope_num(c, b, "factor", sc->type != ROPE_SCALING_YARN, &factor)) ||
+        (st = hf_rope_num(c, b, "original_max_position_embeddings", sc->type == ROPE_SCALING_LLAMA3, &orig)))
+        return st;
+    if (factor == 0 && orig > 0) factor = max_pos / orig; /* YaRN without a factor (DeepSeek-V3) */
+    sc->factor = (float)factor;
+    sc->orig_ctx = orig >= 1 && orig <= INT32_MAX ? (int)orig : 0;
+    if (sc->type == ROPE_SCALING_LLAMA3) {
+        double lo = 0, hi = 0;
+        if ((st = hf_rope_num(c, b, "low_freq_factor", true, &lo)) || (st = hf_rope_num(c, b, "high_freq_factor", true, &hi)))
+            return st;
+        sc->low_freq_factor = (float)lo;
+        sc->high_freq_factor = (float)hi;
+    } else if (sc->type == ROPE_SCALING_YARN) {
+        double fast = 0, slow = 0, attn = 0, ms = 0, ms_all = 0;
+        if ((st = hf_rope_num(c, b, "beta_fast", false, &fast)) || (st = hf_rope_num(c, b, "beta_slow", false, &slow)) ||
+            (st = hf_rope_num(c, b, "attention_factor", false, &attn)) || (st = hf_rope_num(c, b, "mscale", false, &ms)) ||
+            (st = hf_rope_num(c, b, "mscale_all_dim", false, &ms_all)))
+            return st;
+        if (fast) sc->beta_fast = (float)fast; /* transformers: `or 32`, `or 1` */
+        if (slow) sc->beta_slow = (float)slow;
+        if (!cJSON_GetObjectItemCaseSensitive(b, "attention_factor") && ms && ms_all)
+            attn = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all);
+        sc->attn_factor = (float)attn;
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(b, "truncate");
+        if (tr && !cJSON_IsBool(tr)) return err_set(KVF_ERR_FORMAT, "%s: \"truncate\" must be true or false", c->path);
+        sc->no_truncate = tr && cJSON_IsFalse(tr);
+    }
+    return KVF_OK;
+}
+
+/* Older transformers write rope_scaling, newer ones rope_parameters (per
+ * layer type for Gemma 3). The scaling of the global layers goes to *sc;
+ * Gemma 3's sliding layers have none (a scaling there is refused).
  * theta/local_theta are updated when rope_parameters carries them. */
-static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *local_theta, int mrope[3]) {
+static enum kvf_status hf_rope(const struct hf_src *c, int max_pos, struct rope_scaling *sc, float *theta,
+                               float *local_theta, int mrope[3]) {
     const cJSON *rs = hf_get(c, "rope_scaling", false);
     const cJSON *rp = hf_get(c, "rope_parameters", false);
     const cJSON *blocks[3] = {rs, NULL, NULL};
@@ -747,19 +819,20 @@ static enum kvf_status hf_rope(const struct hf_src *c, float *theta, float *loca
             blocks[1] = rp;
         }
     }
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
     for (int i = 0; i < 3; i++) {
         const cJSON *b = blocks[i];
         if (!b) continue;
         if (!cJSON_IsObject(b))
             return err_set(KVF_ERR_FORMAT, "%s: RoPE parameters must be an object", c->path);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
-        if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
-        if (type && (!cJSON_IsString(type) || (strcmp(type->valuestring, "default") != 0 &&
-                                               strcmp(type->valuestring, "mrope") != 0)))
-            return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling '%.32s' is not supported", c->path,
-                           cJSON_IsString(type) ? type->valuestring : "?");
-        enum kvf_status st = hf_mrope(c, b, mrope);
+        struct rope_scaling got;
+        enum kvf_status st = hf_rope_scaling(c, b, max_pos, &got);
         if (st != KVF_OK) return st;
+        if (i == 2 && got.type != ROPE_SCALING_NONE)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling of the sliding-window layers is not implemented",
+                           c->path);
+        if (got.type != ROPE_SCALING_NONE) *sc = got;
+        if ((st = hf_mrope(c, b, mrope)) != KVF_OK) return st;
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_theta");
         if (t && targets[i]) {
             if (!cJSON_IsNumber(t) || !(fabs(t->valuedouble) <= FLT_MAX))
@@ -801,6 +874,32 @@ static enum kvf_status hf_layer_types(const struct hf_src *c, int n_layers, int 
         i++;
     }
     return KVF_OK;
+}
+
+/* Keys of the families' configs that change the arithmetic and that
+ * kvfold does not implement: refused unless absent, null or neutral. */
+static enum kvf_status hf_unimplemented(const struct hf_src *c, bool gemma) {
+    static const char *const zero[] = {"attn_logit_softcapping", "final_logit_softcapping", "logit_scale"};
+    for (size_t i = 0; i < sizeof zero / sizeof *zero; i++) {
+        const cJSON *v = hf_get(c, zero[i], false);
+        if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0))
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: \"%s\" is set: kvfold does not implement it", c->path, zero[i]);
+    }
+    double partial = 1;
+    enum kvf_status st = hf_rope_num(c, c->obj, "partial_rotary_factor", false, &partial);
+    if (st == KVF_OK && partial != 1)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g: partial rotary embedding is not "
+                       "implemented", c->path, partial);
+    const cJSON *mlp_bias = hf_get(c, "mlp_bias", false);
+    if (st == KVF_OK && mlp_bias && !cJSON_IsFalse(mlp_bias))
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: \"mlp_bias\" is set: kvfold does not implement it", c->path);
+    /* The activation each family's decoder computes */
+    const char *key = gemma ? "hidden_activation" : "hidden_act", *want = gemma ? "gelu_pytorch_tanh" : "silu";
+    const cJSON *act = hf_get(c, key, false);
+    if (st == KVF_OK && act && !(cJSON_IsString(act) && !strcmp(act->valuestring, want)))
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: \"%s\" is not \"%s\", the activation kvfold's decoder computes",
+                       c->path, key, want);
+    return st;
 }
 
 static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *fam, const char *model_type,
@@ -852,7 +951,9 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
         TRY(hf_float(c, "rope_local_base_freq", cfg->rope_local_base_freq, &cfg->rope_local_base_freq));
         TRY(hf_float(c, "query_pre_attn_scalar", cfg->query_pre_attn_scalar, &cfg->query_pre_attn_scalar));
     }
-    TRY(hf_rope(c, &cfg->rope_theta, gemma ? &cfg->rope_local_base_freq : NULL, cfg->mrope_section));
+    TRY(hf_rope(c, cfg->max_position_embeddings, &cfg->rope_scaling, &cfg->rope_theta,
+                gemma ? &cfg->rope_local_base_freq : NULL, cfg->mrope_section));
+    TRY(hf_unimplemented(c, gemma));
     if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
         !(cfg->query_pre_attn_scalar > 0))
         return err_set(KVF_ERR_FORMAT,

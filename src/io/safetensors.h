@@ -5,6 +5,7 @@
 #define KVF_SAFETENSORS_H
 
 #include "core/common.h"
+#include "core/ops.h"
 #include "core/quant.h"
 
 #define ST_MAX_DIMS 8
@@ -46,6 +47,7 @@ struct hf_config {
     bool tie_word_embeddings, attention_bias;
     int bos_token_id, eos_token_id; /* -1 when absent */
     int mrope_section[3];      /* Qwen2-VL's M-RoPE: rotary frequency pairs for time, height, width; 0 0 0: none */
+    struct rope_scaling rope_scaling; /* rope_scaling / rope_parameters (Gemma 3: its full-attention layers') */
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 

@@ -98,15 +98,16 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
                 for (int e = 0; e < hd; e++) metric[e] += k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
         }
     }
-    const float base = L->is_local ? hp->rope_base_local : hp->rope_base;
+    const double *freq = d->model->rope_freq[L->is_local];
+    const float mscale = d->model->rope_mscale[L->is_local];
     const bool mrope = hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0;
     #pragma omp parallel for num_threads(f->n_threads) if ((int64_t)n * (QD + KD) >= ROWS_PARALLEL_MIN)
     for (int t = 0; t < n; t++) {
         if (mrope)
             ops_rope_sections(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->rpos[t],
-                              hp->mrope, base, hp->rope_style);
+                              hp->mrope, freq, mscale, hp->rope_style);
         else
-            ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], base,
+            ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], freq, mscale,
                      hp->rope_style);
     }
 

@@ -67,6 +67,16 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = hp->arch == ARCH_GEMMA3 ? sqrtf((float)hp->n_embd) : 1.0f;
     if (hp->rope_base_local <= 0.0f) hp->rope_base_local = hp->rope_base;
+    const struct rope_scaling *sc = &hp->rope_scaling;
+    if (sc->type != ROPE_SCALING_NONE &&
+        (!(sc->factor > 0 && sc->factor < 1e6f) ||
+         (sc->type == ROPE_SCALING_LLAMA3 && !(sc->orig_ctx > 0 && sc->low_freq_factor > 0 &&
+                                               sc->high_freq_factor > sc->low_freq_factor)) ||
+         (sc->type == ROPE_SCALING_YARN && !(sc->orig_ctx > 0 && sc->beta_fast > 0 && sc->beta_slow > 0 &&
+                                             sc->attn_factor >= 0 && sc->attn_factor < 1e6f))))
+        return err_set(KVF_ERR_FORMAT, "RoPE scaling parameters out of range (factor %g, original context %d, "
+                       "frequency factors %g..%g, beta %g/%g, attention factor %g)", sc->factor, sc->orig_ctx,
+                       sc->low_freq_factor, sc->high_freq_factor, sc->beta_fast, sc->beta_slow, sc->attn_factor);
     const int pairs = hp->mrope[0] + hp->mrope[1] + hp->mrope[2];
     if (pairs && pairs != hp->head_dim / 2)
         return err_set(KVF_ERR_FORMAT, "M-RoPE sections cover %d rotary pairs, the heads have %d", pairs,
@@ -79,6 +89,7 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
 /* Looks a tensor up in whichever container the model came from. */
 struct tensor_ref {
     bool found;
+    int64_t index; /* in the GGUF file's tensors; -1 for safetensors */
     uint32_t type;
     int n_dims;
     int64_t ne[4]; /* ne[0] = row length (GGUF order) */
@@ -91,11 +102,13 @@ static struct tensor_ref tensor_lookup(const struct tensor_src *src, const char 
     if (src->gguf) {
         const struct gguf_tensor *t = gguf_find_tensor(src->gguf, name);
         if (!t) return r;
-        r = (struct tensor_ref){true, t->type, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, t->data, t->nbytes};
+        r = (struct tensor_ref){true, t - src->gguf->tensors, t->type, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]},
+                                t->data, t->nbytes};
     } else {
         const struct st_tensor *t = st_find(src->st, name);
         if (!t) return r;
         r.found = true;
+        r.index = -1;
         r.type = t->type;
         /* Dimensions past four (a 3-D convolution's kernel) fold into the
          * innermost: a row of a kernel is all of them anyway. */
@@ -147,6 +160,7 @@ enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src
         return err_set(KVF_ERR_SHAPE, "tensor '%s': %zu bytes do not hold [%lld, %lld] of %s", name, r.nbytes,
                        (long long)rows, (long long)cols, tr->name);
     *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data, false};
+    if (src->bound && r.index >= 0) src->bound[r.index] = true;
     m->n_params += rows * cols;
     m->weight_bytes += (int64_t)total;
     return KVF_OK;
@@ -362,6 +376,124 @@ static void gguf_float(const struct gguf_file *f, const char *arch, const char *
     gguf_get_f32(f, k, out);
 }
 
+/* A scalar key's value as a number (integers, floats, booleans); false when
+ * absent or not a scalar number. */
+static bool gguf_number(const struct gguf_file *f, const char *key, double *out) {
+    const struct gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return false;
+    switch (kv->val.type) {
+    case GGUF_U8: case GGUF_U16: case GGUF_U32: case GGUF_U64: *out = (double)kv->val.u; return true;
+    case GGUF_I8: case GGUF_I16: case GGUF_I32: case GGUF_I64: *out = (double)kv->val.i; return true;
+    case GGUF_F32: case GGUF_F64: *out = kv->val.f; return true;
+    case GGUF_BOOL: *out = kv->val.b; return true;
+    default: return false;
+    }
+}
+
+/* The RoPE scaling of llama.cpp's keys: rope.scaling.type (absent: linear,
+ * as llama.cpp reads it, which a factor of 1 or none makes no scaling),
+ * rope.scaling.factor (or the older rope.scale_linear) and YaRN's original
+ * context and ramp. Llama 3's scaling comes as the rope_freqs.weight tensor
+ * instead (load_gguf). What kvfold does not implement is refused by name. */
+static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *a, struct rope_scaling *sc) {
+    char k[128];
+    snprintf(k, sizeof k, "%s.rope.scaling.type", a);
+    const char *type = gguf_get_str(f, k);
+    if (gguf_find(f, k) && !type) return err_set(KVF_ERR_FORMAT, "'%s' is not a string", k);
+    double factor = 0, v;
+    snprintf(k, sizeof k, "%s.rope.scaling.factor", a);
+    if (!gguf_number(f, k, &factor)) {
+        snprintf(k, sizeof k, "%s.rope.scale_linear", a);
+        gguf_number(f, k, &factor);
+    }
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
+    if (!type || !strcmp(type, "linear")) sc->type = factor != 0 && factor != 1 ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
+    else if (!strcmp(type, "yarn")) sc->type = ROPE_SCALING_YARN;
+    else if (strcmp(type, "none") != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s.rope.scaling.type = '%.32s': not implemented (linear, yarn and "
+                       "llama3's rope_freqs.weight are)", a, type);
+    if (sc->type == ROPE_SCALING_NONE) return KVF_OK;
+    if (!(factor > 0 && factor < 1e6))
+        return err_set(KVF_ERR_FORMAT, "%s.rope.scaling.factor = %g out of range", a, factor);
+    sc->factor = (float)factor;
+    if (sc->type != ROPE_SCALING_YARN) return KVF_OK;
+    snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", a);
+    if (!gguf_number(f, k, &v) || !(v >= 1 && v <= INT32_MAX))
+        return err_set(KVF_ERR_FORMAT, "YaRN needs '%s' (a positive integer)", k);
+    sc->orig_ctx = (int)v;
+    static const char *const betas[2] = {"yarn_beta_fast", "yarn_beta_slow"};
+    float *const dst[2] = {&sc->beta_fast, &sc->beta_slow};
+    for (int i = 0; i < 2; i++) {
+        snprintf(k, sizeof k, "%s.rope.scaling.%s", a, betas[i]);
+        if (!gguf_find(f, k)) continue;
+        if (!gguf_number(f, k, &v) || !(v > 0 && v < 1e6)) return err_set(KVF_ERR_FORMAT, "'%s' is not a positive number", k);
+        *dst[i] = (float)v;
+    }
+    return KVF_OK;
+}
+
+/* llama.cpp's keys of the three architectures that change the arithmetic
+ * and that kvfold does not implement: refused (by name) unless absent or
+ * at their neutral value, rather than run without. */
+static const struct { const char *key; double neutral; } gguf_unimplemented[] = {
+    {"attention.logit_softcapping", 0}, {"final_logit_softcapping", 0}, {"attention.scale", 0},
+    {"embedding_scale", 0},           {"residual_scale", 0},          {"logit_scale", 0},
+    {"attention.clamp_kqv", 0},       {"attention.max_alibi_bias", 0}, {"expert_count", 0},
+    {"expert_used_count", 0},         {"attention.q_lora_rank", 0},   {"attention.kv_lora_rank", 0},
+    {"use_parallel_residual", 0},     {"rope.scaling.attn_factor", 1}, {"rope.scaling.yarn_ext_factor", 1},
+    {"rope.scaling.yarn_log_multiplier", 0}, {"attention.causal", 1},
+};
+
+static enum kvf_status gguf_keys_check(const struct gguf_file *f, const char *a, const struct hparams *hp) {
+    char k[128];
+    double v;
+    for (size_t i = 0; i < sizeof gguf_unimplemented / sizeof *gguf_unimplemented; i++) {
+        snprintf(k, sizeof k, "%s.%s", a, gguf_unimplemented[i].key);
+        if (gguf_find(f, k) && !(gguf_number(f, k, &v) && v == gguf_unimplemented[i].neutral))
+            return err_set(KVF_ERR_UNSUPPORTED, "'%s' is set: kvfold does not implement it", k);
+    }
+    /* LayerNorm instead of RMSNorm */
+    snprintf(k, sizeof k, "%s.attention.layer_norm_epsilon", a);
+    if (gguf_find(f, k)) return err_set(KVF_ERR_UNSUPPORTED, "'%s' is set: kvfold's %s uses RMSNorm", k, a);
+    /* values kvfold takes as given by the architecture (where it has the
+     * key at all: applies): they must agree */
+    const struct { const char *key; double want; bool applies; } fixed[] = {
+        {"attention.value_length", hp->head_dim, true},
+        {"vocab_size", hp->n_vocab, true},
+        {"attention.sliding_window_pattern", hp->swa_pattern, hp->arch == ARCH_GEMMA3},
+        {"rope.freq_base_swa", hp->rope_base_local, hp->arch == ARCH_GEMMA3},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++) {
+        snprintf(k, sizeof k, "%s.%s", a, fixed[i].key);
+        if (gguf_find(f, k) && !fixed[i].applies)
+            return err_set(KVF_ERR_UNSUPPORTED, "'%s' is set: kvfold's %s has no such setting", k, a);
+        if (gguf_find(f, k) && !(gguf_number(f, k, &v) && v == fixed[i].want))
+            return err_set(KVF_ERR_UNSUPPORTED, "'%s' is not %g, which kvfold's %s takes", k, fixed[i].want, a);
+    }
+    return KVF_OK;
+}
+
+/* Every tensor of the file was bound, or is one known to be unused there
+ * (a vision tower stored beside its decoder, read from an mmproj): a tensor
+ * the architecture does not know (a bias, a norm of another variant) would
+ * otherwise be left out without a word. */
+static enum kvf_status gguf_tensors_check(const struct gguf_file *f, const bool *bound, const char *a) {
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const char *name = f->tensors[i].name.s;
+        if (bound[i] || !strncmp(name, "v.", 2) || !strncmp(name, "mm.", 3)) continue;
+        return err_set(KVF_ERR_UNSUPPORTED, "tensor '%s' is not one kvfold's %s decoder uses (refused rather than "
+                       "run without it)", name, a);
+    }
+    return KVF_OK;
+}
+
+/* The RoPE frequencies of the global and the local layers. */
+static void rope_tables(struct kvf_model *m, const float *freq_factors) {
+    const struct hparams *hp = &m->hp;
+    m->rope_mscale[0] = ops_rope_freqs(m->rope_freq[0], hp->head_dim, hp->rope_base, &hp->rope_scaling, freq_factors);
+    m->rope_mscale[1] = ops_rope_freqs(m->rope_freq[1], hp->head_dim, hp->rope_base_local, NULL, NULL);
+}
+
 static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     enum kvf_status st = gguf_open(path, &m->gguf);
     if (st != KVF_OK) return st;
@@ -410,16 +542,32 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     if (!te || te->n_dims != 2) return err_set(KVF_ERR_FORMAT, "missing or malformed tensor 'token_embd.weight'");
     if (te->ne[1] > INT32_MAX) return err_set(KVF_ERR_FORMAT, "vocabulary too large");
     hp->n_vocab = (int)te->ne[1];
-    if ((st = hparams_finish(hp))) return st;
+    if ((st = gguf_rope_scaling(f, a, &hp->rope_scaling)) || (st = hparams_finish(hp)) ||
+        (st = gguf_keys_check(f, a, hp)))
+        return st;
     if (rope_dims && rope_dims != hp->head_dim)
-        return err_set(KVF_ERR_UNSUPPORTED, "partial rotary embedding (%d of %d dims)", rope_dims, hp->head_dim);
+        return err_set(KVF_ERR_UNSUPPORTED, "%s.rope.dimension_count = %d: partial rotary embedding (of %d dims) is "
+                       "not implemented", a, rope_dims, hp->head_dim);
     if ((st = tok_load_gguf(f, &m->tok))) return st;
     const char *name = gguf_get_str(f, "general.name");
     snprintf(m->name, sizeof m->name, "%s", name ? name : path);
     snprintf(m->source, sizeof m->source, "gguf");
-    const struct tensor_src src = {.gguf = f};
+    bool *bound = calloc((size_t)f->n_tensors + 1, sizeof *bound);
+    if (!bound) return err_set(KVF_ERR_NOMEM, "out of memory");
+    const struct tensor_src src = {.gguf = f, .bound = bound};
     const struct layout lo = {&names_gguf, "", "output.weight"};
-    return bind_all(m, &src, &lo, false);
+    /* Llama 3's RoPE scaling: each pair's frequency divided by its factor. */
+    struct weight freq_factors;
+    if (!(st = bind_all(m, &src, &lo, false)) &&
+        !(st = weight_bind_vec(m, &src, &freq_factors, "rope_freqs.weight", hp->head_dim / 2, false, 0)))
+        st = gguf_tensors_check(f, bound, a);
+    free(bound);
+    for (int i = 0; st == KVF_OK && freq_factors.data && i < hp->head_dim / 2; i++)
+        if (!(((const float *)freq_factors.data)[i] > 0 && isfinite(((const float *)freq_factors.data)[i])))
+            st = err_set(KVF_ERR_FORMAT, "rope_freqs.weight[%d] is not a positive number", i);
+    if (st == KVF_OK) rope_tables(m, freq_factors.data);
+    m->rope_freqs_given = freq_factors.data != NULL;
+    return st;
 }
 
 static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
@@ -443,6 +591,7 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     hp->sliding_window = hp->arch == ARCH_GEMMA3 ? cfg.sliding_window : 0;
     hp->swa_pattern = cfg.sliding_window_pattern > 0 ? cfg.sliding_window_pattern : 6;
     memcpy(hp->mrope, cfg.mrope_section, sizeof hp->mrope);
+    hp->rope_scaling = cfg.rope_scaling;
     if ((st = hparams_finish(hp))) return st;
     if (hp->arch == ARCH_GEMMA3 && cfg.query_pre_attn_scalar > 0.0f)
         hp->attn_scale = 1.0f / sqrtf(cfg.query_pre_attn_scalar);
@@ -465,6 +614,7 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
         if (tensor_exists(&src, b)) lo = &layouts[i];
     }
     if ((st = bind_all(m, &src, lo, true))) return st;
+    rope_tables(m, NULL);
     return vision_load_hf(m, dir, &src);
 }
 
@@ -607,6 +757,9 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
     if (m->vision) vision_fill_info(m->vision, info);
     info->image_bidirectional = m->hp.image_bidirectional;
     memcpy(info->rope_sections, m->hp.mrope, sizeof info->rope_sections);
+    static const char *const scalings[] = {"none", "linear", "llama3", "yarn"};
+    info->rope_scaling = m->rope_freqs_given ? "rope_freqs" : scalings[m->hp.rope_scaling.type];
+    info->rope_scaling_factor = m->hp.rope_scaling.type != ROPE_SCALING_NONE ? m->hp.rope_scaling.factor : 1.0f;
 }
 
 enum kvf_status kvf_tokenize(const struct kvf_model *m, const char *text, size_t len, int32_t *tokens, int32_t n_max,

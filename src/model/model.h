@@ -33,12 +33,18 @@ struct hparams {
     bool image_bidirectional;  /* an image's tokens see each other (Gemma 3's vision models) */
     int mrope[3];              /* Qwen2-VL's M-RoPE: rotary pairs taking the time, height and width
                                   positions of a row (model/decoder.h: fwd_scratch.rpos); 0 0 0: none */
+    struct rope_scaling rope_scaling; /* of the global layers (Gemma 3's local ones have none) */
 };
 
 struct vision_model; /* model/vit.h */
 
 struct kvf_model {
     struct hparams hp;
+    /* RoPE's inverse frequencies [global, local layers][head_dim / 2] and
+     * the factor of their cos and sin (ops_rope_freqs), set at load. */
+    double rope_freq[2][ROPE_MAX_PAIRS];
+    float rope_mscale[2];
+    bool rope_freqs_given;     /* a GGUF's rope_freqs.weight went into rope_freq[0] */
     struct weight tok_embd;    /* [n_vocab, n_embd] */
     struct weight output_norm;
     struct weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */
@@ -60,6 +66,7 @@ struct kvf_model {
 struct tensor_src {
     const struct gguf_file *gguf;
     const struct st_set *st;
+    bool *bound;               /* gguf: a flag per tensor, set once weight_bind* took it (NULL: not kept) */
 };
 bool tensor_exists(const struct tensor_src *src, const char *name);
 /* ne[0] = row length (GGUF order); false when absent. */

@@ -116,10 +116,12 @@ static void test_rope(void **st) {
     (void)st;
     const int d = 8, pos = 5;
     const float base = 10000.0f;
+    double freq[4];
+    assert_float_equal(ops_rope_freqs(freq, d, base, NULL, NULL), 1.0f, 0);
     float a[16], b[16];
     for (int i = 0; i < 16; i++) a[i] = b[i] = (float)(i + 1) * 0.25f;
-    ops_rope(a, 2, NULL, 0, d, pos, base, KVF_ROPE_NORM);
-    ops_rope(b, 1, b + d, 1, d, pos, base, KVF_ROPE_NEOX);
+    ops_rope(a, 2, NULL, 0, d, pos, freq, 1.0f, KVF_ROPE_NORM);
+    ops_rope(b, 1, b + d, 1, d, pos, freq, 1.0f, KVF_ROPE_NEOX);
     for (int h = 0; h < 2; h++)
         for (int i = 0; i < d / 2; i++) {
             const double th = pos * pow(base, -2.0 * i / d), c = cos(th), s = sin(th);
@@ -131,8 +133,54 @@ static void test_rope(void **st) {
             assert_float_equal(b[h * d + i + d / 2], y0 * s + y1 * c, 1e-5);
         }
     float z[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    ops_rope(z, 1, NULL, 0, 8, 0, base, KVF_ROPE_NEOX); /* position 0 is the identity */
+    ops_rope(z, 1, NULL, 0, 8, 0, freq, 1.0f, KVF_ROPE_NEOX); /* position 0 is the identity */
     for (int i = 0; i < 8; i++) assert_float_equal(z[i], i + 1, 0);
+    /* mscale multiplies the rotation: position 0 then scales every value */
+    ops_rope(z, 1, NULL, 0, 8, 0, freq, 2.0f, KVF_ROPE_NEOX);
+    for (int i = 0; i < 8; i++) assert_float_equal(z[i], 2 * (i + 1), 0);
+}
+
+/* The scalings' frequencies, worked out by hand from transformers'
+ * modeling_rope_utils for head_dim 8, base 10000 (plain: 1, 0.1, 0.01,
+ * 0.001). */
+static void test_rope_freqs(void **st) {
+    (void)st;
+    double f[4], plain[4];
+    const float base = 10000.0f;
+    ops_rope_freqs(plain, 8, base, NULL, NULL);
+    for (int i = 0; i < 4; i++) assert_float_equal(plain[i], pow(10.0, -i), 1e-12);
+    /* linear: every frequency divided by the factor */
+    struct rope_scaling sc = {.type = ROPE_SCALING_LINEAR, .factor = 4};
+    assert_float_equal(ops_rope_freqs(f, 8, base, &sc, NULL), 1.0f, 0);
+    for (int i = 0; i < 4; i++) assert_float_equal(f[i], plain[i] / 4, 1e-15);
+    /* llama3, original context 64, factors 1 and 4: wavelengths under 16
+     * (2 pi, pair 0) kept, over 64 (628, 6283: pairs 2, 3) divided by 8,
+     * pair 1's (62.8) interpolated with smooth = (64 / 62.83 - 1) / 3 */
+    sc = (struct rope_scaling){.type = ROPE_SCALING_LLAMA3, .factor = 8, .orig_ctx = 64, .low_freq_factor = 1,
+                               .high_freq_factor = 4};
+    ops_rope_freqs(f, 8, base, &sc, NULL);
+    const double pi = 3.14159265358979323846, smooth = (64 / (2 * pi / 0.1) - 1) / 3;
+    assert_float_equal(f[0], 1.0, 1e-12);
+    assert_float_equal(f[1], (1 - smooth) * 0.1 / 8 + smooth * 0.1, 1e-12);
+    assert_float_equal(f[2], 0.01 / 8, 1e-15);
+    assert_float_equal(f[3], 0.001 / 8, 1e-15);
+    /* YaRN, original context 64, factor 4, betas 32 and 1: the ramp runs
+     * from pair floor(-0.497) -> 0 to pair ceil(1.008) = 2, so pair 0 keeps
+     * its frequency, pair 1 takes half of each, pairs 2 and 3 are divided
+     * by 4; cos and sin by 0.1 ln 4 + 1 */
+    sc = (struct rope_scaling){.type = ROPE_SCALING_YARN, .factor = 4, .orig_ctx = 64, .beta_fast = 32,
+                               .beta_slow = 1};
+    assert_float_equal(ops_rope_freqs(f, 8, base, &sc, NULL), 0.1 * log(4.0) + 1, 1e-6);
+    assert_float_equal(f[0], 1.0, 1e-12);
+    assert_float_equal(f[1], 0.1 * (0.5 / 4 + 0.5), 1e-12);
+    assert_float_equal(f[2], 0.01 / 4, 1e-15);
+    assert_float_equal(f[3], 0.001 / 4, 1e-15);
+    sc.attn_factor = 0.5f; /* given: taken as it is */
+    assert_float_equal(ops_rope_freqs(f, 8, base, &sc, NULL), 0.5, 0);
+    /* llama.cpp's rope_freqs.weight divides each pair's frequency */
+    const float factors[4] = {1, 2, 4, 8};
+    ops_rope_freqs(f, 8, base, NULL, factors);
+    for (int i = 0; i < 4; i++) assert_float_equal(f[i], plain[i] / factors[i], 1e-15);
 }
 
 static void test_activations(void **st) {
@@ -165,7 +213,7 @@ static void test_softmax(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_freqs),
         cmocka_unit_test(test_activations), cmocka_unit_test(test_softmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

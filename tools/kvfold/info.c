@@ -28,6 +28,8 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddNumberToObject(o, "rope_base", in->rope_base);
     cJSON_AddNumberToObject(o, "rope_base_local", in->rope_base_local);
     cJSON_AddStringToObject(o, "rope_style", in->rope_style == KVF_ROPE_NEOX ? "neox" : "norm");
+    cJSON_AddStringToObject(o, "rope_scaling", in->rope_scaling ? in->rope_scaling : "none");
+    cJSON_AddNumberToObject(o, "rope_scaling_factor", in->rope_scaling_factor);
     if (in->rope_sections[0] + in->rope_sections[1] + in->rope_sections[2] > 0)
         cJSON_AddItemToObject(o, "rope_sections", cJSON_CreateIntArray(in->rope_sections, 3));
     cJSON_AddNumberToObject(o, "norm_eps", in->norm_eps);
@@ -76,6 +78,11 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
     if (in->rope_sections[0] + in->rope_sections[1] + in->rope_sections[2] > 0)
         printf(", M-RoPE pairs %d/%d/%d (time/height/width)", in->rope_sections[0], in->rope_sections[1],
                in->rope_sections[2]);
+    if (in->rope_scaling && strcmp(in->rope_scaling, "none") != 0) {
+        printf(", scaling %s", in->rope_scaling);
+        if (in->rope_scaling_factor != 1.0f) printf(" x%g", in->rope_scaling_factor);
+        if (in->sliding_window > 0) printf(" (global layers)");
+    }
     putchar('\n');
     printf("norm eps        %g\n", in->norm_eps);
     printf("parameters      %.1f M\n", (double)in->n_params / 1e6);
