@@ -770,8 +770,10 @@ static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, i
     else if (!strcmp(t, "yarn")) sc->type = ROPE_SCALING_YARN;
     else return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling '%.32s' is not implemented (linear, llama3 and yarn "
                         "are)", c->path, t);
+    /* absent original_max_position_embeddings: max_position_embeddings, as
+     * transformers' standardisation fills it */
     if ((st = hf_rope_num(c, b, "factor", sc->type != ROPE_SCALING_YARN, &factor)) ||
-        (st = hf_rope_num(c, b, "original_max_position_embeddings", sc->type == ROPE_SCALING_LLAMA3, &orig)))
+        (st = hf_rope_num(c, b, "original_max_position_embeddings", false, &orig)))
         return st;
     if (factor == 0 && orig > 0) factor = max_pos / orig; /* YaRN without a factor (DeepSeek-V3) */
     sc->factor = (float)factor;
@@ -790,7 +792,8 @@ static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, i
             return st;
         if (fast) sc->beta_fast = (float)fast; /* transformers: `or 32`, `or 1` */
         if (slow) sc->beta_slow = (float)slow;
-        if (!cJSON_GetObjectItemCaseSensitive(b, "attention_factor") && ms && ms_all)
+        const cJSON *given = cJSON_GetObjectItemCaseSensitive(b, "attention_factor");
+        if ((!given || cJSON_IsNull(given)) && ms && ms_all)
             attn = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all);
         sc->attn_factor = (float)attn;
         const cJSON *tr = cJSON_GetObjectItemCaseSensitive(b, "truncate");
@@ -808,15 +811,18 @@ static enum kvf_status hf_rope(const struct hf_src *c, int max_pos, struct rope_
                                float *local_theta, int mrope[3]) {
     const cJSON *rs = hf_get(c, "rope_scaling", false);
     const cJSON *rp = hf_get(c, "rope_parameters", false);
-    const cJSON *blocks[3] = {rs, NULL, NULL};
-    float *targets[3] = {NULL, theta, local_theta};
+    /* As transformers standardises them: rope_scaling, when given, wins
+     * (read last); a model of one layer type then ignores rope_parameters
+     * whole, Gemma 3 lays it over its full-attention block. */
+    const cJSON *blocks[3] = {NULL, NULL, rs};
+    float *targets[3] = {theta, local_theta, NULL};
     if (rp) {
         const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
         if (cJSON_IsObject(full)) { /* per-layer-type parameters (Gemma 3) */
-            blocks[1] = full;
-            blocks[2] = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
-        } else {
-            blocks[1] = rp;
+            blocks[0] = full;
+            blocks[1] = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+        } else if (!rs || (cJSON_IsObject(rs) && !rs->child)) {
+            blocks[0] = rp;
         }
     }
     *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
@@ -828,7 +834,7 @@ static enum kvf_status hf_rope(const struct hf_src *c, int max_pos, struct rope_
         struct rope_scaling got;
         enum kvf_status st = hf_rope_scaling(c, b, max_pos, &got);
         if (st != KVF_OK) return st;
-        if (i == 2 && got.type != ROPE_SCALING_NONE)
+        if (i == 1 && got.type != ROPE_SCALING_NONE)
             return err_set(KVF_ERR_UNSUPPORTED, "%s: RoPE scaling of the sliding-window layers is not implemented",
                            c->path);
         if (got.type != ROPE_SCALING_NONE) *sc = got;

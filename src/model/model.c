@@ -421,10 +421,12 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
     if (!gguf_number(f, k, &v) || !(v >= 1 && v <= INT32_MAX))
         return err_set(KVF_ERR_FORMAT, "YaRN needs '%s' (a positive integer)", k);
     sc->orig_ctx = (int)v;
-    static const char *const betas[2] = {"yarn_beta_fast", "yarn_beta_slow"};
-    float *const dst[2] = {&sc->beta_fast, &sc->beta_slow};
-    for (int i = 0; i < 2; i++) {
-        snprintf(k, sizeof k, "%s.rope.scaling.%s", a, betas[i]);
+    /* yarn_attn_factor: transformers' attention_factor, as the converter
+     * copies it (llama.cpp itself reads it for a few other architectures) */
+    static const char *const yarn_keys[3] = {"yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor"};
+    float *const dst[3] = {&sc->beta_fast, &sc->beta_slow, &sc->attn_factor};
+    for (int i = 0; i < 3; i++) {
+        snprintf(k, sizeof k, "%s.rope.scaling.%s", a, yarn_keys[i]);
         if (!gguf_find(f, k)) continue;
         if (!gguf_number(f, k, &v) || !(v > 0 && v < 1e6)) return err_set(KVF_ERR_FORMAT, "'%s' is not a positive number", k);
         *dst[i] = (float)v;
@@ -435,13 +437,13 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
 /* llama.cpp's keys of the three architectures that change the arithmetic
  * and that kvfold does not implement: refused (by name) unless absent or
  * at their neutral value, rather than run without. */
-static const struct { const char *key; double neutral; } gguf_unimplemented[] = {
-    {"attention.logit_softcapping", 0}, {"final_logit_softcapping", 0}, {"attention.scale", 0},
-    {"embedding_scale", 0},           {"residual_scale", 0},          {"logit_scale", 0},
-    {"attention.clamp_kqv", 0},       {"attention.max_alibi_bias", 0}, {"expert_count", 0},
-    {"expert_used_count", 0},         {"attention.q_lora_rank", 0},   {"attention.kv_lora_rank", 0},
-    {"use_parallel_residual", 0},     {"rope.scaling.attn_factor", 1}, {"rope.scaling.yarn_ext_factor", 1},
-    {"rope.scaling.yarn_log_multiplier", 0}, {"attention.causal", 1},
+static const struct { const char *key; double neutral, also; } gguf_unimplemented[] = {
+    {"attention.logit_softcapping", 0, 0}, {"final_logit_softcapping", 0, 0}, {"attention.scale", 0, 0},
+    {"embedding_scale", 0, 1},  {"residual_scale", 0, 1}, {"logit_scale", 0, 1}, /* llama.cpp: 0 is unset */
+    {"attention.clamp_kqv", 0, 0}, {"attention.max_alibi_bias", 0, 0}, {"expert_count", 0, 0},
+    {"expert_used_count", 0, 0}, {"attention.q_lora_rank", 0, 0}, {"attention.kv_lora_rank", 0, 0},
+    {"use_parallel_residual", 0, 0}, {"rope.scaling.attn_factor", 1, 1}, {"rope.scaling.yarn_ext_factor", 1, 1},
+    {"rope.scaling.yarn_log_multiplier", 0, 0}, {"attention.causal", 1, 1},
 };
 
 static enum kvf_status gguf_keys_check(const struct gguf_file *f, const char *a, const struct hparams *hp) {
@@ -449,7 +451,8 @@ static enum kvf_status gguf_keys_check(const struct gguf_file *f, const char *a,
     double v;
     for (size_t i = 0; i < sizeof gguf_unimplemented / sizeof *gguf_unimplemented; i++) {
         snprintf(k, sizeof k, "%s.%s", a, gguf_unimplemented[i].key);
-        if (gguf_find(f, k) && !(gguf_number(f, k, &v) && v == gguf_unimplemented[i].neutral))
+        if (gguf_find(f, k) &&
+            !(gguf_number(f, k, &v) && (v == gguf_unimplemented[i].neutral || v == gguf_unimplemented[i].also)))
             return err_set(KVF_ERR_UNSUPPORTED, "'%s' is set: kvfold does not implement it", k);
     }
     /* LayerNorm instead of RMSNorm */
@@ -545,6 +548,9 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     if ((st = gguf_rope_scaling(f, a, &hp->rope_scaling)) || (st = hparams_finish(hp)) ||
         (st = gguf_keys_check(f, a, hp)))
         return st;
+    /* Gemma 3 27B's query_pre_attn_scalar is n_embd / n_head, not head_dim,
+     * and its GGUF carries no key for it: llama.cpp knows it by the depth. */
+    if (hp->arch == ARCH_GEMMA3 && hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)(hp->n_embd / hp->n_head));
     if (rope_dims && rope_dims != hp->head_dim)
         return err_set(KVF_ERR_UNSUPPORTED, "%s.rope.dimension_count = %d: partial rotary embedding (of %d dims) is "
                        "not implemented", a, rope_dims, hp->head_dim);
@@ -557,7 +563,7 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     const struct tensor_src src = {.gguf = f, .bound = bound};
     const struct layout lo = {&names_gguf, "", "output.weight"};
     /* Llama 3's RoPE scaling: each pair's frequency divided by its factor. */
-    struct weight freq_factors;
+    struct weight freq_factors = {0};
     if (!(st = bind_all(m, &src, &lo, false)) &&
         !(st = weight_bind_vec(m, &src, &freq_factors, "rope_freqs.weight", hp->head_dim / 2, false, 0)))
         st = gguf_tensors_check(f, bound, a);

@@ -12,8 +12,10 @@ a RoPE scaling the way each format writes it:
   - config.json: transformers' rope_scaling (linear, llama3, yarn; Gemma 3's
     applies to its global layers, its sliding ones keeping rope_local_base_freq);
   - GGUF: llama.cpp's keys (rope.scaling.type linear or yarn, factor,
-    original_context_length) or, for llama3, the rope_freqs.weight tensor its
-    converter writes (each pair's frequency divisor).
+    original_context_length, yarn_beta_fast/slow, yarn_attn_factor) or, for
+    llama3, the rope_freqs.weight tensor its converter writes (each pair's
+    frequency divisor). YaRN without truncation, DeepSeek's mscale pair and
+    llama3 without an original context have no GGUF form: the directory alone.
 An original context of 64 and 200 positions put most of them past it, where
 the scaling matters. transformers' model from the directory gives the
 reference logits; kvfold's from the directory and from the GGUF must be
@@ -37,35 +39,48 @@ SKIP = 77
 N_POS = 200
 ORIG = 64
 
-# (case, fixture, arch, transformers' rope_scaling, llama.cpp's keys or None for rope_freqs.weight)
+# (case, fixture, arch, transformers' rope_scaling, llama.cpp's keys: a dict, FREQS for the rope_freqs.weight
+# tensor, or None where no GGUF key says it: the directory alone)
+FREQS = "rope_freqs.weight"
 CASES = [
     ("llama linear", "llama", "llama", {"rope_type": "linear", "factor": 4.0},
      {"rope.scaling.type": "linear", "rope.scaling.factor": 4.0}),
     ("llama llama3", "llama", "llama",
      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-      "original_max_position_embeddings": ORIG}, None),
+      "original_max_position_embeddings": ORIG}, FREQS),
     ("llama yarn", "llama", "llama", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG},
      {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": ORIG}),
     ("qwen2 yarn", "qwen2", "qwen2", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG},
      {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": ORIG}),
     ("gemma3 linear (global layers)", "gemma3", "gemma3", {"rope_type": "linear", "factor": 8.0},
      {"rope.scaling.type": "linear", "rope.scaling.factor": 8.0}),
+    ("llama yarn attention_factor, betas", "llama", "llama",
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG, "attention_factor": 0.8,
+      "beta_fast": 16.0, "beta_slow": 2.0},
+     {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": ORIG,
+      "rope.scaling.yarn_attn_factor": 0.8, "rope.scaling.yarn_beta_fast": 16.0, "rope.scaling.yarn_beta_slow": 2.0}),
+    ("qwen2 yarn no truncate, mscale pair", "qwen2", "qwen2",
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG, "truncate": False,
+      "mscale": 1.0, "mscale_all_dim": 0.5}, None),
+    ("llama llama3 no original context", "llama", "llama",
+     {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, None),
 ]
 
 
 def llama3_factors(cfg, s):
     """rope_freqs.weight as llama.cpp's converter computes it from Llama 3's rope_scaling."""
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    orig = s["original_max_position_embeddings"]
     out = []
     for i in range(0, head_dim, 2):
         wavelen = 2 * math.pi * cfg["rope_theta"] ** (i / head_dim)
-        low, high = ORIG / s["low_freq_factor"], ORIG / s["high_freq_factor"]
+        low, high = orig / s["low_freq_factor"], orig / s["high_freq_factor"]
         if wavelen < high:
             out.append(1.0)
         elif wavelen > low:
             out.append(s["factor"])
         else:
-            smooth = (ORIG / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
+            smooth = (orig / wavelen - s["low_freq_factor"]) / (s["high_freq_factor"] - s["low_freq_factor"])
             out.append(1 / ((1 - smooth) / s["factor"] + smooth))
     return np.array(out, np.float32)
 
@@ -117,7 +132,7 @@ def main():
             if not os.path.isdir(st_src) or not os.path.isfile(gguf_src):
                 print(f"SKIP: {st_src} or {gguf_src} is absent (the fixtures_make test writes them)")
                 return SKIP
-            tag = name.split(" ")[0] + "-" + name.split(" ")[1]
+            tag = "-".join(name.replace(",", "").replace("(", "").replace(")", "").split())
             st = os.path.join(tmp, tag + "-st")
             shutil.copytree(st_src, st)
             with open(os.path.join(st, "config.json")) as f:
@@ -127,17 +142,17 @@ def main():
             with open(os.path.join(st, "config.json"), "w") as f:
                 json.dump(cfg, f)
             gguf_path = os.path.join(tmp, tag + ".gguf")
-            if keys is None:
-                gguf_copy(gguf_src, gguf_path, tensors={"rope_freqs.weight": llama3_factors(cfg, scaling)})
-            else:
+            if keys == FREQS:
+                gguf_copy(gguf_src, gguf_path, tensors={FREQS: llama3_factors(cfg, scaling)})
+            elif keys:
                 gguf_copy(gguf_src, gguf_path, set_kv={f"{arch}.{k}": v for k, v in keys.items()})
             want = hf_logits(st, ids)
             moved = err(plain, want)
-            line = f"{name:32s} scaling moves transformers' logits by {moved:.2e}"
+            line = f"{name:36s} scaling moves transformers' logits by {moved:.2e}"
             if moved < 1e-2:
                 bad += 1
                 line += " (too little: the positions do not reach where the scaling matters)"
-            for what, model in (("safetensors", st), ("GGUF", gguf_path)):
+            for what, model in (("safetensors", st), ("GGUF", gguf_path))[:2 if keys else 1]:
                 got = kvfold_logits(args.dump, model, ids, tmp)
                 e = err(got, want)
                 same = float((got.argmax(1) == want.argmax(1)).mean())

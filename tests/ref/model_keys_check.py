@@ -47,7 +47,8 @@ GGUF_CASES = [
     ("qwen2", {"qwen2.attention.logit_softcapping": 50.0}, {}, "qwen2.attention.logit_softcapping"),
     # neutral values, and a vision tower's tensors in a decoder file: the file loads
     ("llama", {"llama.final_logit_softcapping": 0.0, "llama.attention.causal": True, "llama.vocab_size": 300,
-               "llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 1.0, "llama.expert_count": 0},
+               "llama.rope.scaling.type": "none", "llama.rope.scaling.factor": 1.0, "llama.expert_count": 0,
+               "llama.logit_scale": 1.0, "llama.embedding_scale": 0.0},
      {"v.blk.0.attn_q.weight": [0.0] * 4}, None),
     ("llama", dict(YARN, **{"llama.rope.scaling.attn_factor": 1.0}), {}, None),
 ]
@@ -68,7 +69,7 @@ CONFIG_CASES = [
     ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
     ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic"),
     ("qwen2", {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, "longrope"),
-    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "original_max_position_embeddings"),
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
     ("llama", {"mlp_bias": True}, "mlp_bias"),
     ("llama", {"hidden_act": "gelu"}, "hidden_act"),
     ("gemma3", {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},

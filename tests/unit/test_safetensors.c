@@ -803,10 +803,31 @@ static void test_config_errors(void **state) {
     assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 6,"
                                  " \"head_dim\": 16}", &c), KVF_OK);
     assert_int_equal(c.head_dim, 16);
-    /* RoPE scalings are refused rather than ignored; "default" is plain RoPE. */
+    /* RoPE scalings kvfold does not implement are refused rather than
+     * ignored; llama3 is read (its fields required); "default" is plain RoPE. */
+    assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 4,"
+                                 " \"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 32.0}}", &c),
+                     KVF_ERR_UNSUPPORTED);
     assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 4,"
                                  " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0}}", &c),
-                     KVF_ERR_UNSUPPORTED);
+                     KVF_ERR_FORMAT);
+    assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 4,"
+                                 " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 32.0,"
+                                 " \"low_freq_factor\": 1, \"high_freq_factor\": 4,"
+                                 " \"original_max_position_embeddings\": 8192}}", &c),
+                     KVF_OK);
+    assert_int_equal(c.rope_scaling.type, ROPE_SCALING_LLAMA3);
+    assert_float_equal(c.rope_scaling.factor, 32.0f, 0);
+    assert_int_equal(c.rope_scaling.orig_ctx, 8192);
+    /* rope_scaling wins over rope_parameters, which a model of one layer
+     * type then ignores (its rope_theta too), as transformers reads them */
+    assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 4,"
+                                 " \"rope_theta\": 10000.0, \"rope_scaling\": {\"rope_type\": \"linear\","
+                                 " \"factor\": 2.0}, \"rope_parameters\": {\"rope_type\": \"yarn\","
+                                 " \"factor\": 8.0, \"rope_theta\": 500000.0}}", &c),
+                     KVF_OK);
+    assert_int_equal(c.rope_scaling.type, ROPE_SCALING_LINEAR);
+    assert_float_equal(c.rope_theta, 10000.0f, 0);
     assert_int_equal(load_config("{\"model_type\": \"llama\", " BASE ", \"num_attention_heads\": 4,"
                                  " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}}", &c),
                      KVF_OK);
