@@ -5,10 +5,12 @@
 # to 0.05; the head-wise budget stage on the scoring presets; consistency
 # with the full cache; needles in haystacks of ~4K and ~8K tokens for a few
 # methods; and the methods that change the prefill itself (reduce stages,
-# block-wise) on four prompts. Each sample is prefilled once and forked per
-# policy, except the last part's, which prefill on their own.
+# block-wise) on four prompts; and text needles with the question in the
+# prompt compressed and appended after it (kvpress's protocol). Each sample
+# is prefilled once and forked per policy, except the prefill part's, which
+# prefill on their own.
 #   usage: bench/eval_qwen.sh KVFOLD MODEL OUT_DIR [PART...] [-- THREADS]
-#   parts: needle adaptive consistency long4k long8k prefill (default: all)
+#   parts: needle adaptive consistency long4k long8k prefill question (default: all)
 set -euo pipefail
 kvfold=$1 model=$2 out=$3
 shift 3
@@ -16,7 +18,7 @@ parts=() threads=2
 while [ $# -gt 0 ]; do
     if [ "$1" = "--" ]; then threads=$2; shift 2; else parts+=("$1"); shift; fi
 done
-[ ${#parts[@]} -gt 0 ] || parts=(needle adaptive consistency long4k long8k prefill)
+[ ${#parts[@]} -gt 0 ] || parts=(needle adaptive consistency long4k long8k prefill question)
 
 kv() { local a=(); for p in "$@"; do a+=(--kv "$p"); done; printf '%s\n' "${a[@]}"; }
 mapfile -t every < <(kv streaming h2o snapkv pyramidkv roco keydiff knorm random imgrand lookm elastic prefixkv csp \
@@ -52,6 +54,13 @@ for part in "${parts[@]}"; do
         "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]}" --depths 0.3,0.7 \
             --kv lightkv --kv fastv --kv tome --kv blockwise --kv blockwise:question=1 --budgets 294 \
             --out "$out/needle-prefill" ;;
-    *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k prefill)" >&2; exit 1 ;;
+    question)
+        for where in with after; do
+            "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]:0:4}" --needle text \
+                --depths 0.1,0.3,0.5,0.7,0.9 "${every[@]}" --budgets 0.2,0.1 --question "$where" \
+                --out "$out/question-$where"
+        done ;;
+    *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k prefill question)" >&2
+       exit 1 ;;
     esac
 done > /dev/null

@@ -536,9 +536,19 @@ struct kvf_kv_policy_info {
     const char *name, *summary, *paper;
     const char *keys;      /* accepted keys, space-separated          */
     const char *defaults;  /* "budget=0.2,window=32,kernel=5"          */
+    bool question_aware;   /* scores with the prompt's last queries (kvf_kv_policy_question_aware); a
+                              stage option: makes a policy so */
 };
 KVF_API int kvf_kv_policy_count(void);
 KVF_API enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info);
+/* Whether spec's policy scores entries with the prompt's last queries
+ * (SnapKV's observation window, PyramidKV, CSP, block-wise eviction by
+ * SnapKV, FastV, LightKV): it keeps what the end of the prompt points at,
+ * so the question must be in the prompt when it compresses. A chat
+ * compresses after each message, before the next question exists; there a
+ * question-agnostic rule (keydiff, knorm, streaming, h2o...) does not depend
+ * on it. */
+KVF_API enum kvf_status kvf_kv_policy_question_aware(const char *spec, bool *aware);
 /* Checks a kv_spec without a session: KVF_OK, or an error whose message
  * lists what is valid. */
 KVF_API enum kvf_status kvf_kv_policy_check(const char *spec);

@@ -81,11 +81,32 @@ int kvf_kv_policy_count(void) {
     return n;
 }
 
+/* Whether a policy scores with the prompt's last queries, the question when
+ * it ends the prompt: SnapKV's window (its own, PyramidKV's, CSP's,
+ * block-wise eviction's), FastV's last-token attention, LightKV's weighting
+ * by the text's attention. Compressed before the question exists (a chat's
+ * next message, kvpress's protocol), such a rule keeps what the end of the
+ * context points at instead. */
+static bool policy_question_aware(const struct kv_policy *p) {
+    return kv_policy_needs_window(p) || p->reduce == KV_REDUCE_FASTV || p->reduce == KV_REDUCE_LIGHTKV;
+}
+
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {
     const struct kv_rule *r = i >= 0 ? rule_at(i) : NULL;
     if (!r || !info) return err_set(KVF_ERR_INVALID_ARG, "no policy %d", i);
-    *info = (struct kvf_kv_policy_info){r->stage, r->name, r->summary, r->paper, r->keys, r->shown};
+    /* a stage option's defaults set only its own values: the others are a
+     * full cache's, so this says what the option adds */
+    *info = (struct kvf_kv_policy_info){r->stage, r->name, r->summary, r->paper, r->keys, r->shown,
+                                        policy_question_aware(&r->defaults)};
     return KVF_OK;
+}
+
+enum kvf_status kvf_kv_policy_question_aware(const char *spec, bool *aware) {
+    if (!aware) return err_set(KVF_ERR_INVALID_ARG, "kvf_kv_policy_question_aware: NULL result");
+    struct kv_policy p;
+    const enum kvf_status st = kv_policy_parse(spec, &p);
+    *aware = st == KVF_OK && policy_question_aware(&p);
+    return st;
 }
 
 /* "a, b, c" of the names of n rules into buf. */

@@ -105,6 +105,10 @@ def case_chat_kv(ctx):
         check(held < full, f"compressed: {held} MiB held, a full cache {full} MiB")
         check(max(per_layer) <= max(0.3 * n, 32) + 2, f"{n} positions seen, {max(per_layer)} entries kept")
     check(reps[2][1] < 0.6 * reps[2][2], f"the cache stays near its budget: {reps[2]}")
+    # snapkv scores with the end of each message: the chat says once that the next question comes too late for it
+    check(err.count("is question-aware") == 1 and spec in err, f"the question-aware note: {err!r}")
+    rc, out, err = chat(ctx, turns[:2], "-m", smol, "-n", "4", "--kv", "keydiff:budget=0.3")
+    check(rc == 0 and "question-aware" not in err, f"keydiff is question-agnostic: {err!r}")
 
 
 def case_chat_image(ctx):

@@ -552,6 +552,13 @@ def case_kv(ctx):
     presets = [p["name"] for p in listed if p["stage"] == "preset"]
     check(set(baselines) <= set(presets), f"policies: {presets}")
     # Every preset says when to use it, and cites its paper with an arXiv id (random and imgrand have none).
+    aware = {p["name"] for p in listed if p["stage"] == "preset" and p["question_aware"]}
+    check({"snapkv", "pyramidkv", "csp", "blockwise", "fastv"} <= aware and not aware & {"keydiff", "knorm", "h2o"},
+          f"question-aware presets: {aware}")
+    rc, text, _ = ctx.run("policies")
+    check(text.count("question-aware:") == sum(p["question_aware"] for p in listed) and
+          text.count("question-agnostic") == len(presets) - len(aware) + 1,  # + the closing note's
+          "kvfold policies marks each preset question-aware or -agnostic, and the stage options that make it so")
     for p in listed:
         if p["stage"] == "preset":
             check(len(p["when"]) > 40, f"policies: {p['name']} has no 'when' guide")

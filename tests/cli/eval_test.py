@@ -184,12 +184,56 @@ def case_eval_plots(ctx):
     check(sum(1 for c in cells if c.get("width") == c.get("height")) >= 3 * 2 * 4, "kept map: a cell per head, image, entry")
 
 
+def case_eval_question(ctx):
+    """--question after (kvpress's protocol): the context is compressed, then the question appended. The full
+    cache answers as with the question in the prompt (the same tokens: a chat template puts the question right
+    after the context, and it is tokenized on its own at a word boundary); what was compressed held the context
+    alone, the prompt's length is the same. The setting is recorded; --data lines give their "question" apart,
+    and a line without one is refused."""
+    smol = ctx.model(SMOL)
+    sweep = ["eval", "needle", "-m", smol, *TINY, "--kv", "snapkv:window=4", "--budgets", "0.3", "--depths", "0.5"]
+    got = {}
+    for where in ("with", "after"):
+        out = os.path.join(ctx.tmp, "question-" + where)
+        shutil.rmtree(out, ignore_errors=True)
+        rc, _, err = ctx.run(*sweep, "--question", where, "--out", out)
+        check(rc == 0, f"--question {where}: exit {rc}: {err}")
+        settings, rows = results(out)
+        check(settings["settings"]["--question"] == where, f"settings: {settings}")
+        got[where] = {r["kv"]: r for r in rows}
+    w, a = got["with"], got["after"]
+    check(w["full"]["output"] == a["full"]["output"] and w["full"]["n_prompt"] == a["full"]["n_prompt"],
+          f"the full cache after: {a['full']} with: {w['full']}")
+    check(w["snapkv:window=4"]["n_prompt"] == a["snapkv:window=4"]["n_prompt"], f"snapkv rows: {w} {a}")
+    # what was compressed held the context alone: fewer positions than the whole prompt
+    for kv in ("full", "snapkv:window=4"):
+        check(a[kv]["kv_full_mib"] < w[kv]["kv_full_mib"], f"{kv}: compressed with / after the question: {w} {a}")
+    expect_error(ctx, 1, [*sweep, "--question", "later"], "--question later")
+    # --data: a line's "question" follows its "prompt", compressed after it; a line without one is refused
+    data = os.path.join(ctx.tmp, "q.jsonl")
+    with open(data, "w") as f:
+        f.write('{"prompt": "The code is 12345. The weather was mild.", "question": " What is the code?", '
+                '"answer": "12345"}\n')
+    out = os.path.join(ctx.tmp, "question-data")
+    shutil.rmtree(out, ignore_errors=True)
+    rc, _, err = ctx.run("eval", "needle", "-m", smol, "-t", "1", "-n", "2", "--kv", "keydiff", "--budgets", "0.5",
+                         "--data", data, "--question", "after", "--out", out)
+    _, rows = results(out) if rc == 0 else (None, [])
+    check(rc == 0 and len(rows) == 2 and rows[0]["kv_full_mib"] > 0, f"--data with a question, after: {rc} {err}")
+    with open(data, "w") as f:
+        f.write('{"prompt": "x", "answer": "1"}\n')
+    line = expect_error(ctx, 2, ["eval", "needle", "-m", smol, "--data", data, "--question", "after"],
+                        "--question after, a line without a question")
+    check('"question"' in line, f"the missing question named: {line}")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     name, ctx = sys.argv[1], Ctx(*sys.argv[2:6])
-    return run_case({"eval_resume": case_eval_resume, "eval_plots": case_eval_plots}, name, ctx)
+    return run_case({"eval_resume": case_eval_resume, "eval_plots": case_eval_plots, "eval_question": case_eval_question},
+                    name, ctx)
 
 
 if __name__ == "__main__":

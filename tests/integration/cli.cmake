@@ -32,7 +32,7 @@ endforeach()
 
 # kvfold eval's long runs (tests/cli/eval_test.py): results.jsonl row by row,
 # Ctrl-C, --resume, the progress line, the SVG pictures.
-foreach(case eval_resume eval_plots)
+foreach(case eval_resume eval_plots eval_question)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/eval_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})

@@ -688,12 +688,46 @@ static void test_csp(void **st) {
     assert_true(p.nsm_n == 2.0 && p.decode_softmax && p.window == 0 && kv_policy_needs_window(&p));
 }
 
+/* Which policies score with the prompt's last queries (the question when it
+ * ends the prompt), and so must see it before they compress. */
+static void test_question_aware(void **state) {
+    (void)state;
+    static const struct { const char *spec; bool aware; } cases[] = {
+        {"snapkv", true}, {"pyramidkv", true}, {"csp", true}, {"blockwise", true}, {"fastv", true},
+        {"lightkv", true}, {"keydiff", false}, {"knorm", false}, {"streaming", false}, {"h2o", false},
+        {"lookm", false}, {"full", false}, {"tome", false}, {"blockwise:evict=keydiff", false},
+        {"keydiff+reduce=fastv", true}, {"h2o+schedule=blocks", true}, {"snapkv:budget=0.1+decode=h2o", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool aware = !cases[i].aware;
+        assert_int_equal(kvf_kv_policy_question_aware(cases[i].spec, &aware), KVF_OK);
+        if (aware != cases[i].aware) fail_msg("%s: question-aware %d", cases[i].spec, aware);
+    }
+    bool aware = true;
+    assert_int_equal(kvf_kv_policy_question_aware("nosuch", &aware), KVF_ERR_INVALID_ARG);
+    assert_false(aware);
+    assert_int_equal(kvf_kv_policy_question_aware("snapkv", NULL), KVF_ERR_INVALID_ARG);
+    /* the registry says the same of each preset, and of the stage options that make a policy so */
+    for (int i = 0; i < kvf_kv_policy_count(); i++) {
+        struct kvf_kv_policy_info info;
+        assert_int_equal(kvf_kv_policy_get(i, &info), KVF_OK);
+        if (!strcmp(info.stage, "preset")) {
+            assert_int_equal(kvf_kv_policy_question_aware(info.name, &aware), KVF_OK);
+            if (aware != info.question_aware) fail_msg("%s: the registry says %d", info.name, info.question_aware);
+        } else if (!strcmp(info.name, "fastv") || !strcmp(info.name, "lightkv") || !strcmp(info.name, "blocks")) {
+            if (!info.question_aware) fail_msg("+%s=%s is question-aware", info.stage, info.name);
+        } else if (info.question_aware) {
+            fail_msg("+%s=%s makes no policy question-aware", info.stage, info.name);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),    cmocka_unit_test(test_keep_count), cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_snapkv),   cmocka_unit_test(test_h2o),        cmocka_unit_test(test_key_rules),
         cmocka_unit_test(test_pyramid),
-        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_registry),   cmocka_unit_test(test_question_aware),
         cmocka_unit_test(test_pool),
         cmocka_unit_test(test_adaptive),
         cmocka_unit_test(test_imgrand),  cmocka_unit_test(test_roco),       cmocka_unit_test(test_decode_rules),

@@ -74,6 +74,7 @@ struct args {
     const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
     int n_samples, seg_words;
     bool resume;                  /* kvfold eval */
+    const char *question;         /* kvfold eval: "with" (in the prompt compressed) or "after" (appended after) */
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */

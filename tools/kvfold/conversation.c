@@ -403,6 +403,11 @@ int chat_run(const struct args *a) {
     int rc = (a->prompt || a->file) ? input_text("chat", a, &first, &first_len) : 0;
     if (!rc)
         rc = chat_open(&c);
+    bool aware = false;
+    if (!rc && a->kv && kvf_kv_policy_question_aware(a->kv, &aware) == KVF_OK && aware)
+        fprintf(stderr, "kvfold: chat: note: --kv %s is question-aware: it compresses each message before the next "
+                        "question exists, keeping what that message's end points at, so a detail asked for later "
+                        "may be gone (keydiff is question-agnostic: kvfold policies)\n", a->kv);
     const bool tty = isatty(STDIN_FILENO);
     if (!rc && tty)
         fprintf(stderr, "kvfold chat: %s, kv %s, %d positions at most. /help lists the commands.\n", c.info.name,

@@ -40,6 +40,7 @@ static void eval_defaults(struct args *a) {
     a->n_samples = 0; /* per mode: 1, milebench every sample */
     a->seg_words = 120;
     a->seed = 1;
+    a->question = "with";
 }
 
 static int eval_opts(struct args *a, struct opt *out) {
@@ -47,7 +48,10 @@ static int eval_opts(struct args *a, struct opt *out) {
         OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS, OPTS_KV_STORAGE, OPTS_VISION,
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
-        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
+        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\", \"question\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
+        { "--question", NULL, OPT_STR, &a->question, 0, 0, "WHERE",
+          "with: the question ends the prompt the policy compresses (default); after: the context is compressed, "
+          "then the question appended (kvpress's protocol, a chat's next message)" },
         { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data)" },
         { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
         { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all)" },
@@ -204,6 +208,7 @@ static int needle_sample(const struct args *a, const struct kvf_model *m, bool v
         }
     }
     const char *q = "What is the secret password? Answer with the number only.";
+    out->question_at = b.n;
     if (!rc && !strbuf_put(&b, q, strlen(q))) rc = fail(KVF_ERR_NOMEM, "eval");
     out->text = b.s;
     return rc;
@@ -228,6 +233,7 @@ static int summary_sample(const struct args *a, const struct kvf_model *m, bool 
         }
     }
     const char *q = "Describe what happens in the passage above in a few sentences.";
+    out->question_at = b.n;
     if (!rc && !strbuf_put(&b, q, strlen(q))) rc = fail(KVF_ERR_NOMEM, "eval");
     out->text = b.s;
     return rc;
@@ -320,9 +326,17 @@ static int shared_open(const struct args *a, const struct kvf_model *m, const st
 /* A session for one run over the prompt, compressed: a fork of the shared
  * prefill, or (policies that prefill their own way, or want more queries)
  * a prefill of its own. */
+/* The question after compression (--question after): the ids of the
+ * prompt from the question on, which run_prefill appends once the context
+ * is compressed; none with the question in the prompt. */
+struct after {
+    int32_t *ids;
+    int n;
+};
+
 static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
-                       const struct shared *sh, const struct run *run, int n_extra, struct kvf_session **out,
-                       struct row *r) {
+                       const struct shared *sh, const struct run *run, int n_extra, const struct after *q,
+                       struct kvf_session **out, struct row *r) {
     double t0 = now_ms();
     enum kvf_status st = kvf_session_fork(sh->src, run->kv, run_budget(run), out);
     int rc = 0;
@@ -335,7 +349,24 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
     if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
     r->compress_ms = now_ms() - t0;
     r->kv_mib = (double)kvf_session_kv_bytes(*out) / MIB;
+    if (q->n && (st = kvf_session_prefill(*out, q->ids, q->n, NULL)) != KVF_OK) return fail(st, "eval: the question");
     return 0;
+}
+
+/* --question after: the templated prompt cut where the sample's question
+ * starts (text keeps what comes before), the rest tokenized on its own, as
+ * kvpress tokenizes context and question apart. */
+static int question_split(const struct args *ca, const struct kvf_model *m, const struct sample *smp, char *text,
+                          struct after *q) {
+    const char *question = smp->text + smp->question_at, *at = NULL;
+    for (const char *p = strstr(text, question); p; p = strstr(p + 1, question)) at = p;
+    if (!smp->question_at || !at) {
+        print_error("eval: --question after: this sample's question is not apart from its context");
+        return EXIT_INPUT;
+    }
+    const int rc = tokenize_text(m, at, strlen(at), false, ca->chat, &q->ids, &q->n);
+    text[at - text] = '\0';
+    return rc;
 }
 
 static int32_t argmax(const float *x, int n) {
@@ -770,6 +801,7 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     cJSON_AddNumberToObject(o, "--batch", a->batch);
     cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
     add_name(o, "--data", a->data);
+    add_str(o, "--question", a->question);
     if (mb) {
         add_str(o, "--tasks", a->tasks);
         cJSON_AddNumberToObject(o, "--ctx-size", a->ctx);
@@ -1191,7 +1223,9 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     ca.chat = strcmp(info.chat_template_name, "none") != 0 || info.has_vision || a->chat_template;
     char *text = NULL;
     struct kvf_prompt *pr = NULL;
+    struct after q = {0};
     int rc = build_prompt(&ca, m, smp->text, &text);
+    if (!rc && !strcmp(a->question, "after")) rc = question_split(&ca, m, smp, text, &q);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
     const bool consistency = !strcmp(sw->mode, "consistency");
@@ -1202,7 +1236,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     int n_ref = 0;
     if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
     struct shared sh = {0};
-    if (!rc) rc = shared_open(a, m, pr, n_gen, &sh);
+    if (!rc) rc = shared_open(a, m, pr, n_gen + q.n, &sh);
     char what[400] = "";
     if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
     else if (smp->needle && !isnan(smp->depth)) snprintf(what, sizeof what, " (%s needle at depth %g)", smp->needle, smp->depth);
@@ -1217,7 +1251,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             break;
         }
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
-                        .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr),
+                        .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr) + q.n,
                         .synthetic = kvf_prompt_is_synthetic(pr)};
         snprintf(r.spec, sizeof r.spec, "%s", runs[k].kv);
         if (smp->task) {
@@ -1228,7 +1262,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         }
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
-        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &r);
+        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q.n, &q, &s, &r);
         if (!rc && a->kept_map && index == 0 && !ref_only) rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
         if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
         kvf_session_free(s);
@@ -1238,7 +1272,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text);
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
-            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen, &s, &forced);
+            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q.n, &q, &s, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
             kvf_session_free(s);
         } else if (!rc && smp->task) {
@@ -1251,6 +1285,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         else free(r.output), free(r.gt);
     }
     kvf_session_free(sh.src);
+    free(q.ids);
     free(ref);
     free(ref_text);
     kvf_prompt_free(pr);
@@ -1270,6 +1305,13 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
                     needle ? ", \"answer\": TEXT, \"kind\": \"text\"|\"image\"" : "");
         return false;
     }
+    const cJSON *question = cJSON_GetObjectItemCaseSensitive(o, "question");
+    if ((question && !cJSON_IsString(question)) || (!question && !strcmp(a->question, "after"))) {
+        print_error("eval: %s line %d: %s", a->data, line,
+                    question ? "\"question\" must be a string" : "--question after needs the line's \"question\" "
+                    "(asked after its \"prompt\")");
+        return false;
+    }
     if (needle && (!cJSON_IsString(answer) || !answer->valuestring[0] ||
                    (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "text") &&
                                                        strcmp(kind->valuestring, "image")))))) {
@@ -1285,10 +1327,19 @@ static int data_sample(const struct args *a, const struct kvf_model *m, bool nee
                        int line, bool first, struct sample *smp) {
     const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
     const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    const cJSON *question = cJSON_GetObjectItemCaseSensitive(o, "question");
+    const char *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt")->valuestring;
     *smp = (struct sample){.depth = NAN};
-    if (!(smp->text = strdup(cJSON_GetObjectItemCaseSensitive(o, "prompt")->valuestring)) ||
-        (needle && !(smp->answer = strdup(answer->valuestring))))
+    /* a "question" follows the prompt; --question after compresses the prompt before it */
+    struct strbuf text = { 0 };
+    if (!strbuf_put(&text, prompt, strlen(prompt)) ||
+        (question && !strbuf_put(&text, question->valuestring, strlen(question->valuestring))) ||
+        (needle && !(smp->answer = strdup(answer->valuestring)))) {
+        free(text.s);
         return fail(KVF_ERR_NOMEM, "eval");
+    }
+    smp->text = text.s;
+    smp->question_at = question ? strlen(prompt) : 0;
     if (needle) smp->needle = kind && !strcmp(kind->valuestring, "image") ? "image" : "text";
     const int rc = samples_media("eval", a, m, media, dir, line, &smp->media);
     const cJSON *item = media ? cJSON_GetArrayItem(media, 0) : NULL;
@@ -1441,6 +1492,14 @@ static int cmd_eval(const struct args *a) {
     const bool mb = mode && !strcmp(mode, "milebench");
     if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle") && !mb)) {
         print_error("eval: want a mode first: kvfold eval consistency|needle|milebench -m FILE ...");
+        return EXIT_USAGE;
+    }
+    if (strcmp(a->question, "with") && strcmp(a->question, "after")) {
+        print_error("eval: --question '%s': want with or after", a->question);
+        return EXIT_USAGE;
+    }
+    if (strcmp(a->question, "after") == 0 && mb) {
+        print_error("eval: --question after: MileBench's prompts do not keep their question apart (not yet)");
         return EXIT_USAGE;
     }
     struct run *runs = calloc(1 + (size_t)STR_LIST_MAX * EVAL_MAX_LIST, sizeof *runs);

@@ -22,6 +22,7 @@ struct mb_task {
  * expected answer. */
 struct sample {
     char *text;
+    size_t question_at;            /* bytes of text before its question (--question after); 0: none */
     struct media_set media;
     char *answer;                  /* needle: the password; milebench: the ground truth */
     struct kvf_image *first_image; /* NULL for pseudo-images */

@@ -93,6 +93,10 @@ static void print_wrapped(const char *label, const char *text) {
     putchar('\n');
 }
 
+#define QUESTION_AWARE "question-aware: scores with the prompt's last queries, so the question must end the " \
+    "prompt it compresses (not a chat's next message: kvfold eval --question after measures that)"
+#define QUESTION_AGNOSTIC "question-agnostic: its scores do not depend on where the question is"
+
 static int policies_opts(struct args *a, struct opt *out) {
     const struct opt t[] = { OPT_JSON };
     OPTS_RETURN(out, t);
@@ -107,6 +111,7 @@ static cJSON *policy_json(const struct kvf_kv_policy_info *p) {
     cJSON_AddStringToObject(o, "keys", p->keys);
     cJSON_AddStringToObject(o, "defaults", p->defaults);
     cJSON_AddStringToObject(o, "when", strcmp(p->stage, "preset") ? "" : guide_of(p->name));
+    cJSON_AddBoolToObject(o, "question_aware", p->question_aware);
     return o;
 }
 
@@ -132,6 +137,9 @@ static int cmd_policies(const struct args *a) {
         if (preset) {
             snprintf(line, sizeof line, "use: %s", guide_of(p.name));
             print_wrapped("", line);
+            print_wrapped("", p.question_aware ? QUESTION_AWARE : QUESTION_AGNOSTIC);
+        } else if (p.question_aware) {
+            print_wrapped("", QUESTION_AWARE);
         }
         if (strcmp(p.paper, "-")) {
             snprintf(line, sizeof line, "paper: %s", p.paper);
@@ -146,7 +154,10 @@ static int cmd_policies(const struct args *a) {
                "example: --kv snapkv:budget=0.2+decode=h2o (the stage syntax: kvfold policies --help)\n"
                "use: measured in docs/RESULTS.md on Qwen2.5-Coder-1.5B (\"the 1.5B\") unless another model is\n"
                "  named; \"text / image\" is the accuracy on needles hidden in text and in (synthetic) image\n"
-               "  segments; the rules themselves: docs/METHODS.md.\n");
+               "  segments; the rules themselves: docs/METHODS.md.\n"
+               "question-aware rules compress for the question at the end of the prompt; kvfold chat and a\n"
+               "  server's cached sessions compress before the next question exists, where keydiff is the\n"
+               "  question-agnostic rule that kept the most (docs/RESULTS.md).\n");
     return a->json ? print_json(arr) : 0;
 }
 

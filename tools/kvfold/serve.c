@@ -819,6 +819,12 @@ static int serve_run(struct server *srv) {
                         "kv-memory %zu bytes, %zu bytes per position, %u connections, timeout %d s)\n",
                 srv->a->host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->queue, srv->n_ctx,
                 srv->budget, srv->pos_bytes, srv->max_conns, srv->a->timeout);
+        bool aware = false;
+        if (srv->a->cache_sessions > 0 && srv->a->kv && kvf_kv_policy_question_aware(srv->a->kv, &aware) == KVF_OK &&
+            aware)
+            fprintf(stderr, "kvfold: serve: note: --kv %s is question-aware: a cached session was compressed before "
+                            "its conversation's next question existed, so a detail asked for later may be gone "
+                            "(keydiff is question-agnostic: kvfold policies)\n", srv->a->kv);
         sigdelset(&sigs, SIGPIPE);
         int sig = 0;
         sigwait(&sigs, &sig);
