@@ -323,9 +323,6 @@ static int shared_open(const struct args *a, const struct kvf_model *m, const st
     return rc;
 }
 
-/* A session for one run over the prompt, compressed: a fork of the shared
- * prefill, or (policies that prefill their own way, or want more queries)
- * a prefill of its own. */
 /* The question after compression (--question after): the ids of the
  * prompt from the question on, which run_prefill appends once the context
  * is compressed; none with the question in the prompt. */
@@ -334,6 +331,9 @@ struct after {
     int n;
 };
 
+/* A session for one run over the prompt, compressed: a fork of the shared
+ * prefill, or (policies that prefill their own way, or want more queries)
+ * a prefill of its own; then the question q, if it comes after. */
 static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
                        const struct shared *sh, const struct run *run, int n_extra, const struct after *q,
                        struct kvf_session **out, struct row *r) {
@@ -359,7 +359,7 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
 static int question_split(const struct args *ca, const struct kvf_model *m, const struct sample *smp, char *text,
                           struct after *q) {
     const char *question = smp->text + smp->question_at, *at = NULL;
-    for (const char *p = strstr(text, question); p; p = strstr(p + 1, question)) at = p;
+    for (const char *p = question[0] ? strstr(text, question) : NULL; p; p = strstr(p + 1, question)) at = p;
     if (!smp->question_at || !at) {
         print_error("eval: --question after: this sample's question is not apart from its context");
         return EXIT_INPUT;
@@ -1306,10 +1306,11 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
         return false;
     }
     const cJSON *question = cJSON_GetObjectItemCaseSensitive(o, "question");
-    if ((question && !cJSON_IsString(question)) || (!question && !strcmp(a->question, "after"))) {
+    if ((question && !(cJSON_IsString(question) && question->valuestring[0])) ||
+        (!question && !strcmp(a->question, "after"))) {
         print_error("eval: %s line %d: %s", a->data, line,
-                    question ? "\"question\" must be a string" : "--question after needs the line's \"question\" "
-                    "(asked after its \"prompt\")");
+                    question ? "\"question\" must be a non-empty string" : "--question after needs the line's "
+                    "\"question\" (asked after its \"prompt\")");
         return false;
     }
     if (needle && (!cJSON_IsString(answer) || !answer->valuestring[0] ||
