@@ -66,7 +66,7 @@ void progress_update(struct progress *p, long done, const char *detail) {
     pause_point(p->label, done);
     const double now = now_ms();
     /* A terminal sees the first update at once, however short the work. */
-    if (now - p->last < (p->tty ? 100.0 : 5000.0) && !(p->tty && !p->drawn))
+    if (now - p->last < (p->tty ? 100.0 : 5000.0) && !(p->tty && !p->shown))
         return;
     p->last = now;
     const double secs = (now - p->t0) / 1e3, rate = secs > 0 ? done / secs : 0;
@@ -85,7 +85,7 @@ void progress_update(struct progress *p, long done, const char *detail) {
     /* \r and erase-to-end redraw the one line on a terminal */
     fprintf(stderr, p->tty ? "\r%s\033[K" : "%s\n", line);
     fflush(stderr);
-    p->drawn = true;
+    p->drawn = p->shown = true;
 }
 
 void progress_end(struct progress *p) {

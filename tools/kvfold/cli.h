@@ -180,7 +180,8 @@ struct progress {
     const char *label, *unit;  /* "prefill", "tok" */
     long total;                /* <= 0: unknown */
     double t0, last;           /* now_ms() at the start and at the last line */
-    bool tty, drawn;
+    bool tty, drawn;           /* drawn: a line is on the terminal now */
+    bool shown;                /* a line was drawn at all (the first update always is, on a terminal) */
 };
 void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a);
 /* done so far; detail (optional): what is running now, e.g. "snapkv:budget=0.2". */
