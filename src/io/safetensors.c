@@ -744,6 +744,17 @@ static enum kvf_status hf_rope_num(const struct hf_src *c, const cJSON *b, const
     return KVF_OK;
 }
 
+/* partial_rotary_factor (at the top level or in a block of RoPE
+ * parameters): only 1, every dimension rotated, is implemented. */
+static enum kvf_status hf_partial_rotary(const struct hf_src *c, const cJSON *obj) {
+    double partial = 1;
+    const enum kvf_status st = hf_rope_num(c, obj, "partial_rotary_factor", false, &partial);
+    if (st == KVF_OK && partial != 1)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g: partial rotary embedding is not "
+                       "implemented", c->path, partial);
+    return st;
+}
+
 /* YaRN's attention factor as transformers infers it when the config gives
  * none but DeepSeek's mscale pair: the ratio of the two (else 0, which
  * ops_rope_freqs takes as 0.1 ln(factor) + 1). */
@@ -758,12 +769,9 @@ static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, i
     if (!type) type = cJSON_GetObjectItemCaseSensitive(b, "type");
     const char *t = cJSON_IsString(type) ? type->valuestring : NULL;
     if (type && !t) return err_set(KVF_ERR_FORMAT, "%s: rope_type must be a string", c->path);
-    double partial = 1, factor = 0, orig = max_pos;
-    enum kvf_status st = hf_rope_num(c, b, "partial_rotary_factor", false, &partial);
-    if (st == KVF_OK && partial != 1)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g: partial rotary embedding is not "
-                       "implemented", c->path, partial);
-    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
+    double factor = 0, orig = max_pos;
+    enum kvf_status st = hf_partial_rotary(c, b);
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE};
     if (st != KVF_OK || !t || !strcmp(t, "default") || !strcmp(t, "mrope")) return st;
     if (!strcmp(t, "linear")) sc->type = ROPE_SCALING_LINEAR;
     else if (!strcmp(t, "llama3")) sc->type = ROPE_SCALING_LLAMA3;
@@ -790,8 +798,8 @@ static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, i
             (st = hf_rope_num(c, b, "attention_factor", false, &attn)) || (st = hf_rope_num(c, b, "mscale", false, &ms)) ||
             (st = hf_rope_num(c, b, "mscale_all_dim", false, &ms_all)))
             return st;
-        if (fast) sc->beta_fast = (float)fast; /* transformers: `or 32`, `or 1` */
-        if (slow) sc->beta_slow = (float)slow;
+        sc->beta_fast = fast ? (float)fast : 32; /* transformers: `or 32`, `or 1` */
+        sc->beta_slow = slow ? (float)slow : 1;
         const cJSON *given = cJSON_GetObjectItemCaseSensitive(b, "attention_factor");
         if ((!given || cJSON_IsNull(given)) && ms && ms_all)
             attn = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all);
@@ -825,7 +833,7 @@ static enum kvf_status hf_rope(const struct hf_src *c, int max_pos, struct rope_
             blocks[0] = rp;
         }
     }
-    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE};
     for (int i = 0; i < 3; i++) {
         const cJSON *b = blocks[i];
         if (!b) continue;
@@ -891,11 +899,7 @@ static enum kvf_status hf_unimplemented(const struct hf_src *c, bool gemma) {
         if (v && !(cJSON_IsNumber(v) && v->valuedouble == 0))
             return err_set(KVF_ERR_UNSUPPORTED, "%s: \"%s\" is set: kvfold does not implement it", c->path, zero[i]);
     }
-    double partial = 1;
-    enum kvf_status st = hf_rope_num(c, c->obj, "partial_rotary_factor", false, &partial);
-    if (st == KVF_OK && partial != 1)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: partial_rotary_factor %g: partial rotary embedding is not "
-                       "implemented", c->path, partial);
+    enum kvf_status st = hf_partial_rotary(c, c->obj);
     const cJSON *mlp_bias = hf_get(c, "mlp_bias", false);
     if (st == KVF_OK && mlp_bias && !cJSON_IsFalse(mlp_bias))
         return err_set(KVF_ERR_UNSUPPORTED, "%s: \"mlp_bias\" is set: kvfold does not implement it", c->path);

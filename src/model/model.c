@@ -406,7 +406,7 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
         snprintf(k, sizeof k, "%s.rope.scale_linear", a);
         gguf_number(f, k, &factor);
     }
-    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE, .factor = 1, .beta_fast = 32, .beta_slow = 1};
+    *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE};
     if (!type || !strcmp(type, "linear")) sc->type = factor != 0 && factor != 1 ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
     else if (!strcmp(type, "yarn")) sc->type = ROPE_SCALING_YARN;
     else if (strcmp(type, "none") != 0)
@@ -421,6 +421,8 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
     if (!gguf_number(f, k, &v) || !(v >= 1 && v <= INT32_MAX))
         return err_set(KVF_ERR_FORMAT, "YaRN needs '%s' (a positive integer)", k);
     sc->orig_ctx = (int)v;
+    sc->beta_fast = 32; /* llama.cpp's and transformers' defaults */
+    sc->beta_slow = 1;
     /* yarn_attn_factor: transformers' attention_factor, as the converter
      * copies it (llama.cpp itself reads it for a few other architectures) */
     static const char *const yarn_keys[3] = {"yarn_beta_fast", "yarn_beta_slow", "yarn_attn_factor"};
@@ -568,11 +570,11 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
         !(st = weight_bind_vec(m, &src, &freq_factors, "rope_freqs.weight", hp->head_dim / 2, false, 0)))
         st = gguf_tensors_check(f, bound, a);
     free(bound);
-    for (int i = 0; st == KVF_OK && freq_factors.data && i < hp->head_dim / 2; i++)
-        if (!(((const float *)freq_factors.data)[i] > 0 && isfinite(((const float *)freq_factors.data)[i])))
-            st = err_set(KVF_ERR_FORMAT, "rope_freqs.weight[%d] is not a positive number", i);
-    if (st == KVF_OK) rope_tables(m, freq_factors.data);
-    m->rope_freqs_given = freq_factors.data != NULL;
+    const float *ff = freq_factors.data;
+    for (int i = 0; st == KVF_OK && ff && i < hp->head_dim / 2; i++)
+        if (!(ff[i] > 0 && isfinite(ff[i]))) st = err_set(KVF_ERR_FORMAT, "rope_freqs.weight[%d] is not a positive number", i);
+    if (st == KVF_OK) rope_tables(m, ff);
+    m->rope_freqs_given = ff != NULL;
     return st;
 }
 
