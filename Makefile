@@ -13,10 +13,12 @@ setup:
 	@bash scripts/setup.sh
 
 # The venv of the reference tests against Hugging Face transformers
-# (torch + transformers, ~4 GiB with PyTorch's CUDA wheels); without it those
-# tests skip. Not part of `make test`; CI runs it first.
+# (torch + transformers, ~4 GiB with PyTorch's CUDA wheels), and kvpress's
+# (transformers 5.2 over the same torch); without them those tests skip.
+# Not part of `make test`; CI runs it first.
 setup-hf: setup
 	@bash scripts/setup-hf.sh
+	@bash scripts/setup-kvpress.sh
 
 models: setup
 	@bash scripts/models.sh

@@ -27,6 +27,8 @@ mapfile -t adaptive < <(kv snapkv snapkv+budget=adaptive h2o h2o+budget=adaptive
     lookm lookm+budget=adaptive)
 mapfile -t consistency < <(kv streaming h2o snapkv keydiff lookm elastic prefixkv csp "csp:window=32+pool=avg" \
     snapkv+budget=adaptive)
+# The question after compression: every preset and the question-agnostic rules made for it.
+mapfile -t question < <(printf '%s\n' "${every[@]}"; kv expected kvzip)
 # Long prompts: the methods that keep needles at 1.5K, the seed methods' best forms, and one summed-attention rule.
 mapfile -t long < <(kv snapkv snapkv+budget=adaptive keydiff h2o lookm "csp:window=32+pool=avg")
 haystack=(--segment-words 200 --grid 16x16 --needle both)
@@ -57,7 +59,7 @@ for part in "${parts[@]}"; do
     question)
         for where in with after; do
             "$kvfold" eval needle -m "$model" -t "$threads" --segments 6 "${haystack[@]:0:4}" --needle text \
-                --depths 0.1,0.3,0.5,0.7,0.9 "${every[@]}" --budgets 0.2,0.1 --question "$where" \
+                --depths 0.1,0.3,0.5,0.7,0.9 "${question[@]}" --budgets 0.2,0.1 --question "$where" \
                 --out "$out/question-$where"
         done ;;
     *) echo "eval_qwen.sh: unknown part '$part' (needle adaptive consistency long4k long8k prefill question)" >&2

@@ -371,7 +371,9 @@ struct kvf_session_params {
     enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F32) */
     int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
                         (the attention each entry receives, the last kv_gather queries of every
-                        layer), so that kvf_session_fork can apply any policy to this prefill */
+                        layer, the queries' mean and covariance per head: head_dim^2 floats per
+                        layer and head), so that kvf_session_fork can apply any policy to this
+                        prefill */
     double kv_budget; /* > 0: replaces the budget of kv_spec's preset -- a share in (0, 1] of the
                          tokens seen, or a whole number of entries -- as if the spec said
                          budget=X (the preset must take a budget key); 0: the spec's own */
@@ -479,7 +481,10 @@ KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const ch
  * (n_batch rows) are freed as well; a later prefill allocates them again. From then on each kvf_session_decode keeps the
  * cache within budget by the policy's decode stage (the budget applies to
  * the tokens seen so far). May be called again (it compresses to the
- * budget). */
+ * budget). Under kvzip the model first repeats the context through the
+ * cache (about one more prefill of it; the cache holds the context and one
+ * chunk of the repetition meanwhile, counted in the peak, possibly past
+ * n_ctx); the logits stay the prompt's. */
 KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
 
 /* Appends one token (a prefill of length 1). After a failure other than
@@ -546,7 +551,7 @@ KVF_API enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info
  * SnapKV, FastV, LightKV): it keeps what the end of the prompt points at,
  * so the question must be in the prompt when it compresses. A chat
  * compresses after each message, before the next question exists; there a
- * question-agnostic rule (keydiff, knorm, streaming, h2o...) does not depend
+ * question-agnostic rule (kvzip, expected, keydiff, knorm, streaming, h2o...) does not depend
  * on it. */
 KVF_API enum kvf_status kvf_kv_policy_question_aware(const char *spec, bool *aware);
 /* Checks a kv_spec without a session: KVF_OK, or an error whose message

@@ -57,6 +57,11 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
     }
     const int mod = st->qtag ? ATTN_STAT_TEXT + st->qtag[i].modality : -1;
     if (mod >= 0 && st->a[mod]) add_row(part_array(sp, mod, g) + jb, r, n, w);
+    if (st->a[ATTN_STAT_MAX]) {
+        float *a = part_array(sp, ATTN_STAT_MAX, g) + jb;
+        #pragma omp simd
+        for (int j = 0; j < n; j++) a[j] = r[j] > a[j] ? r[j] : a[j];
+    }
     if (i < st->win_first) return;
     if (st->a[ATTN_STAT_WIN]) add_row(part_array(sp, ATTN_STAT_WIN, g) + jb, r, n, w);
     if (st->a[ATTN_STAT_WIN_NSM]) add_row(part_array(sp, ATTN_STAT_WIN_NSM, g) + jb, r, n, w * nsm);
@@ -404,6 +409,10 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
             for (int g = 0; g < p->n_head_kv; g++) {
                 const float *src = part_array(&sp, k, g);
                 float *dst = stats->a[k] + (size_t)g * stats->stride;
+                if (k == ATTN_STAT_MAX) {
+                    for (int j = 0; j < kv[g].n; j++) dst[j] = src[j] > dst[j] ? src[j] : dst[j];
+                    continue;
+                }
                 #pragma omp simd
                 for (int j = 0; j < kv[g].n; j++) dst[j] += src[j];
             }

@@ -26,7 +26,7 @@ struct attn_params {
  * arrays are not computed. GQA: a kv head's value is the mean over the query
  * heads that share it. */
 enum { ATTN_STAT_SUM, ATTN_STAT_SQ, ATTN_STAT_COUNT, ATTN_STAT_TEXT, ATTN_STAT_IMAGE, ATTN_STAT_VIDEO,
-       ATTN_STAT_WIN, ATTN_STAT_WIN_NSM, ATTN_STAT_WIN_NSM_SELF, ATTN_STAT_WIN_NSM_CROSS, ATTN_STAT_N };
+       ATTN_STAT_WIN, ATTN_STAT_WIN_NSM, ATTN_STAT_WIN_NSM_SELF, ATTN_STAT_WIN_NSM_CROSS, ATTN_STAT_MAX, ATTN_STAT_N };
 struct attn_stats {
     int stride;                  /* >= the entry count of every head                      */
     float *a[ATTN_STAT_N];       /* SUM:   sum_i A[i,j] over every query (H2O, LOOK-M...)
@@ -35,7 +35,10 @@ struct attn_stats {
                                     WIN:   SUM over the window queries only (SnapKV, CSP)
                                     WIN_NSM: WIN with n-softmax exp(x_j) / (n + sum_k exp(x_k))
                                     WIN_NSM_SELF / CROSS: WIN_NSM split by whether entry j has
-                                    the query's modality (CSP; both or neither) */
+                                    the query's modality (CSP; both or neither)
+                                    MAX:   max_i of A[i,j] over every query and every query head
+                                           of the kv head (KVzip; not a mean, and folded into the
+                                           caller's array by max, not added) */
     const struct kvf_tag *qtag;  /* [n_q] query tags: needed for TEXT / IMAGE / VIDEO, SELF / CROSS */
     int win_first;               /* queries i >= win_first of the call form the window    */
     float nsm_n;                 /* n of the n-softmax                                    */

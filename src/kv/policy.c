@@ -35,8 +35,8 @@ static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in 
                                              "", "", {.blocks = false}, 0, NULL};
 
 /* Each stage's options, indexed by the stage's enum. */
-static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {&budget_uniform, &kv_rule_budget_pyramid,
-                                                                     &kv_rule_budget_prefix, &kv_rule_budget_adaptive};
+static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
+    &budget_uniform, &kv_rule_budget_pyramid, &kv_rule_budget_prefix, &kv_rule_budget_adaptive, &kv_rule_budget_global};
 static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {&reduce_none, &kv_rule_reduce_lightkv,
                                                                       &kv_rule_reduce_fastv, &kv_rule_reduce_tome};
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
@@ -157,6 +157,7 @@ struct key_def {
     double lo, hi;
 };
 
+_Static_assert(KV_KEY_COUNT <= 32, "kv_policy.given holds a bit per key");
 #define AT(field) offsetof(struct kv_policy, field)
 static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_BUDGET] = {"budget", KEY_BUDGET, AT(budget), 0, 1e-6, 1e9},
@@ -188,6 +189,8 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_PROTECT] = {"protect", KEY_INT, AT(protect), 0, 0, 1 << 20},
     [KV_KEY_WIDTH] = {"width", KEY_ODD, AT(width), 0, 1, 1 << 20},
     [KV_KEY_FLOOR] = {"floor", KEY_SHARE, AT(head_floor), 0, 0, 1},
+    [KV_KEY_FUTURE] = {"future", KEY_INT, AT(future), 0, 1, 1 << 20},
+    [KV_KEY_CHUNK] = {"chunk", KEY_INT, AT(chunk), 0, 1, 1 << 20},
 };
 #undef AT
 
@@ -458,6 +461,17 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     if (p->alloc == KV_ALLOC_ADAPTIVE && why)
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=adaptive shares a layer's budget among its kv "
                        "heads by their scores; %s", spec, why);
+    if (p->alloc == KV_ALLOC_GLOBAL && why)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global shares the model's budget among every kv "
+                       "head by their scores; %s", spec, why);
+    /* The decode stages keep each layer within its own share. */
+    if (p->alloc == KV_ALLOC_GLOBAL && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global gives layers different shares, which "
+                       "only decode=grow or decode=recompress keep", spec);
+    if ((scorer->needs & KV_NEEDS_RECON) && (p->blocks || p->reduce != KV_REDUCE_NONE || p->decode != KV_DECODE_GROW))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': kvzip repeats the whole context once it is in, and "
+                       "scores nothing else; it does not compose with block-wise prefill, a reduce stage or a "
+                       "decode stage", spec);
     return KVF_OK;
 }
 
@@ -568,4 +582,18 @@ enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const fl
     const int n = kv_cache_head(c, layer, head)->n;
     const int kept = kv_select(n, score, keep, scratch);
     return kept == n ? KVF_OK : kv_cache_keep(c, layer, head, scratch, kept);
+}
+
+int kv_heads_select(int n_head, const int *n, const float *score, long total, int *out, int *count) {
+    long all = 0;
+    for (int g = 0; g < n_head; g++) all += n[g];
+    const int kept = kv_select((int)all, score, (int)KVF_MIN(total, all), out);
+    /* out is ascending, so each head's kept entries are one run of it. */
+    int o = 0;
+    long base = 0;
+    for (int g = 0; g < n_head; base += n[g++]) {
+        count[g] = 0;
+        for (; o < kept && out[o] < base + n[g]; o++, count[g]++) out[o] -= (int)base;
+    }
+    return kept;
 }

@@ -9,6 +9,7 @@
 #define KVF_KV_POLICY_H
 
 #include "kv/cache.h"
+#include "kv/qstat.h"
 
 /* Presets, one per line of kv/rules.def: KV_FULL, KV_STREAMING, ... */
 enum kv_method {
@@ -18,9 +19,11 @@ enum kv_method {
     KV_METHOD_COUNT
 };
 /* Budget stage: how the entries are spread over the layers (prefix:
- * PrefixKV's searched per-layer ratios, online or from a profile) or over
- * the kv heads of a layer (adaptive: Ada-KV's, by score). */
-enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_ADAPTIVE, KV_ALLOC_COUNT };
+ * PrefixKV's searched per-layer ratios, online or from a profile), over
+ * the kv heads of a layer (adaptive: Ada-KV's, by score), or over every
+ * head of every layer (global: KVzip's, by score). */
+enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_ADAPTIVE, KV_ALLOC_GLOBAL,
+                KV_ALLOC_COUNT };
 /* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
 enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
 /* LOOK-M's text prior: none; text before images within the budget (text
@@ -46,7 +49,7 @@ enum kv_key {
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
     KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_FLOOR,
-    KV_KEY_COUNT
+    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_COUNT /* <= 32: kv_policy.given */
 };
 
 struct kv_policy {
@@ -101,6 +104,8 @@ struct kv_policy {
     int n_windows;      /* lightkv: windows given (0: 4,2,1)                          */
     double reduce_ratio; /* lightkv, tome: share of a window's (image's) tokens merged per
                             step; fastv: share of the image tokens dropped              */
+    int future;         /* expected: the next positions whose queries are expected         */
+    int chunk;          /* kvzip: context tokens repeated per reconstruction pass          */
     bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
 };
@@ -116,7 +121,21 @@ struct kv_score_in {
     const float *win_attn; /* KV_NEEDS_WINDOW: attention of the window queries [h->n];
                               with KV_NEEDS_CROSS their n-softmax attention from the same modality */
     const float *win_cross; /* KV_NEEDS_CROSS: ... and from the other modality [h->n] */
+    const float *win_layer; /* KV_NEEDS_WINDOW: every kv head's win_attn, [n_head_kv][win_stride] */
+    int n_head_kv, win_stride;
     const float *layer_score; /* KV_NEEDS_LAYER: the layer's importance [h->n] (kv_score_layer) */
+    const float *recon;    /* KV_NEEDS_RECON: the most attention each entry received from a query of
+                              the context's reconstruction [h->n] (KVzip)                     */
+    /* KV_NEEDS_QSTAT: the queries so far (qstat, layer; query heads g x group ...) and where the
+     * next ones will be: the layer's RoPE (inv_freq [head_dim/2], mscale, style) at position
+     * next_pos on; attn_scale multiplies q.k. */
+    const struct kv_qstat *qstat;
+    int layer, q_head, group; /* q_head: the kv head's first query head, of `group` */
+    const double *rope_freq;
+    float rope_mscale, attn_scale;
+    int rope_style;        /* enum kvf_rope_style */
+    int32_t next_pos;
+    float *rows;           /* KV_NEEDS_QSTAT: [2][h->n][head_dim] work space                  */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
     float *scratch;        /* [h->n] work space                                 */
     int *iscratch;         /* [h->n] work space                                 */
@@ -129,6 +148,9 @@ typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 #define KV_NEEDS_ACC 4u     /* the attention each entry received over every query (KV_ACC_*) */
 #define KV_NEEDS_LAYER 8u   /* one kept set per layer, scored by kv_score_layer */
 #define KV_NEEDS_EVICTOR 16u /* scores with the schedule stage's evictor (blockwise) */
+#define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
+#define KV_NEEDS_RECON 64u  /* the attention each entry receives while the model repeats the
+                               context (KVzip's reconstruction, session.c session_reconstruct) */
 
 /* A rule's descriptor: a preset (one per src/kv/policy/ file, listed in
  * kv/rules.def) or an option of a stage ("decode=h2o"). Parsing, `kvfold
@@ -153,7 +175,7 @@ struct kv_rule {
 #include "kv/rules.def"
 #undef KV_RULE
 /* Stage options defined next to their rules (the others are in policy.c). */
-extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive,
+extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive, kv_rule_budget_global,
     kv_rule_reduce_lightkv, kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
     kv_decode_rules[KV_DECODE_COUNT];
 
@@ -202,6 +224,9 @@ void kv_score_csp(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
 void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);
+void kv_score_expected(const struct kv_score_in *in, float *score);
+void kv_score_kvzip(const struct kv_score_in *in, float *score);
+void kv_score_tova(const struct kv_score_in *in, float *score);
 void kv_score_random(const struct kv_score_in *in, float *score);
 void kv_score_imgrand(const struct kv_score_in *in, float *score);
 /* Elastic Cache and PrefixKV: every head of a layer takes the layer's score. */
@@ -220,6 +245,12 @@ int kv_select(int n, const float *score, int keep, int *out);
  * count[g] of them; scratch: max n[g] ints. Returns the entries kept. */
 int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, double floor_share, int *out, int *count,
                        int *scratch);
+/* The heads ranked as one list (higher score first, ties: the earlier
+ * head, then the earlier entry): the `total` best entries of n_head heads
+ * (score, out, count as kv_adaptive_select's; entries scored INFINITY kept
+ * past total). Budget stages adaptive (the heads of a layer) and global
+ * (every head of every layer). Returns the entries kept. */
+int kv_heads_select(int n_head, const int *n, const float *score, long total, int *out, int *count);
 /* kv_select, then compacts the head to the kept entries. scratch: h->n ints. */
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
 /* Layer importance (PrefixKV, Elastic Cache): the attention each entry

@@ -98,6 +98,10 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
                 for (int e = 0; e < hd; e++) metric[e] += k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
         }
     }
+    if (d->qstat && kv_qstat_on(d->qstat)) {
+        const enum kvf_status st = kv_qstat_push(d->qstat, l, q, f->pos, n);
+        if (st != KVF_OK) return st;
+    }
     const double *freq = d->model->rope_freq[L->is_local];
     const float mscale = d->model->rope_mscale[L->is_local];
     const bool mrope = hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0;
@@ -130,9 +134,12 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
         stats.a[ATTN_STAT_SUM] = f->acc_tmp + KV_ACC_SUM * plane;
         stats.a[ATTN_STAT_SQ] = f->acc_tmp + KV_ACC_SQ * plane;
         stats.a[ATTN_STAT_COUNT] = f->acc_tmp + KV_ACC_COUNT * plane;
+    } else if (d->recon) {
+        stats.stride = (int)d->recon_stride;
+        stats.a[ATTN_STAT_MAX] = d->recon + (size_t)l * hp->n_head_kv * d->recon_stride;
     }
     if ((st = attn_forward(&ap, q, f->pos, n, kv_cache_head(d->kv, l, 0), att, f->attn_scratch, f->n_threads,
-                           acc ? &stats : NULL)))
+                           acc || d->recon ? &stats : NULL)))
         return st;
     for (int g = 0; acc && g < hp->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(d->kv, l, g);
@@ -368,6 +375,7 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
     *f = (struct fwd_scratch){.n_batch = n_batch, .n_ctx = n_ctx, .n_threads = n_threads};
     bool ok = true;
     f->attn_scratch = mem_alloc(attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
+    f->keys_cap = n_ctx;
     if (acc) f->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * n_ctx, sizeof(float)), ok &= f->acc_tmp != NULL;
     enum kvf_status st = ok ? fwd_reserve(f, m, n_batch)
                             : err_set(KVF_ERR_NOMEM, "out of memory for forward buffers (batch %d, ctx %d)", n_batch, n_ctx);
@@ -392,6 +400,14 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
         !mem_resize(&f->mm_scratch, ops_matmul_scratch_bytes(widest, B, f->n_threads), 1))
         return err_set(KVF_ERR_NOMEM, "out of memory for a pass of %d rows", rows);
     f->rows_cap = rows;
+    return KVF_OK;
+}
+
+enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, int n_kv) {
+    if (n_kv <= f->keys_cap) return KVF_OK;
+    if (!mem_resize(&f->attn_scratch, attn_scratch_bytes(n_kv, f->n_threads), 1))
+        return err_set(KVF_ERR_NOMEM, "out of memory for attention over %d keys", n_kv);
+    f->keys_cap = n_kv;
     return KVF_OK;
 }
 

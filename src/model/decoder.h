@@ -6,6 +6,7 @@
 
 #include "kv/cache.h"
 #include "kv/merge_log.h"
+#include "kv/qstat.h"
 #include "kv/qwin.h"
 #include "kv/reduce.h"
 #include "model/model.h"
@@ -27,7 +28,8 @@ struct fwd_scratch {
     int32_t (*rpos)[3];      /* [R] M-RoPE positions (time, height, width) of the rows (model.h: mrope) */
     struct kvf_tag *btag;    /* [R] tags of the pass's rows */
     void *mm_scratch;        /* ops_matmul scratch for B rows */
-    float *attn_scratch;     /* attn_forward scratch for n_ctx keys */
+    float *attn_scratch;     /* attn_forward scratch for keys_cap keys (n_ctx, or more: fwd_reserve_keys) */
+    int keys_cap;
     float *acc_tmp;          /* [KV_ACC_N][n_head_kv][n_ctx] one layer's statistics before they are added
                                 to the entries' running sums; NULL when the cache keeps none */
 };
@@ -36,6 +38,9 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
                          bool acc);
 /* Grows the row buffers to `rows` rows. */
 enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, int rows);
+/* Grows the attention scratch to n_kv keys (a pass past n_ctx: KVzip's
+ * reconstruction). */
+enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, int n_kv);
 void fwd_release_rows(struct fwd_scratch *f);
 void fwd_free(struct fwd_scratch *f);
 
@@ -45,6 +50,10 @@ struct decoder {
     struct fwd_scratch *fw;
     struct kv_cache *kv;          /* each layer's keys and values are appended */
     struct kv_qwin *qwin;         /* each layer's queries pushed when kv_qwin_on */
+    struct kv_qstat *qstat;       /* each layer's queries before RoPE counted when kv_qstat_on (NULL: none) */
+    float *recon;                 /* [n_layer][n_head_kv][recon_stride]: the most attention each entry
+                                     gets from a query of the pass (ATTN_STAT_MAX) folded in (NULL: none) */
+    size_t recon_stride;
     struct reduce_state *rd;      /* steps run after their layers (n_steps 0: none) */
     struct kv_merge_log *merges;  /* rows a reduce step merged are recorded here */
     bool gather;                  /* add the pass's attention to the entries' statistics (kv->has_acc) */

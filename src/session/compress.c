@@ -29,14 +29,19 @@ enum kvf_status compress_init(struct compress_state *c, const struct kvf_session
         if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS)
             c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
     }
+    if (kv_policy_scorer(p)->needs & KV_NEEDS_QSTAT)
+        c->rows = mem_alloc((size_t)(2 * n_ctx + 2 * hp->head_dim) * hp->head_dim, sizeof(float), &ok);
     if (p->method != KV_FULL || p->blocks) {
-        const size_t ranked = (size_t)n_ctx * (p->alloc == KV_ALLOC_ADAPTIVE ? hp->n_head_kv : 1);
+        const size_t heads = (size_t)hp->n_layer * hp->n_head_kv;
+        const size_t ranked = (size_t)n_ctx * (p->alloc == KV_ALLOC_GLOBAL     ? heads
+                                               : p->alloc == KV_ALLOC_ADAPTIVE ? (size_t)hp->n_head_kv
+                                                                               : 1);
         c->n0 = mem_alloc((size_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
         c->score = mem_alloc(ranked, sizeof(float), &ok);
         c->tmp = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
         c->idx = mem_alloc(ranked, sizeof(int), &ok);
-        c->head_n = mem_alloc((size_t)hp->n_head_kv, sizeof(int), &ok);
-        c->head_keep = mem_alloc((size_t)hp->n_head_kv, sizeof(int), &ok);
+        c->head_n = mem_alloc(heads, sizeof(int), &ok);
+        c->head_keep = mem_alloc(heads, sizeof(int), &ok);
         c->layer = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
         c->into = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
         c->layer_ratio = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
@@ -62,6 +67,8 @@ void compress_free(struct compress_state *c) {
     free(c->n0);
     free(c->layer_ratio);
     free(c->layer_gini);
+    free(c->rows);
+    free(c->recon);
     *c = (struct compress_state){0};
 }
 
@@ -135,12 +142,19 @@ static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, b
 }
 
 static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_policy *p, int l, int g, int keep) {
+    const struct hparams *hp = &s->model->hp;
     const size_t hi = (size_t)l * s->kv.n_head_kv + g;
     const struct compress_state *c = &s->cs;
+    const int group = hp->n_head / hp->n_head_kv, local = s->model->layers[l].is_local;
     return (struct kv_score_in){
         .p = p, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
         .win_attn = c->win ? c->win + (size_t)g * s->params.n_ctx : NULL,
         .win_cross = c->win2 ? c->win2 + (size_t)g * s->params.n_ctx : NULL, .layer_score = c->layer,
+        .win_layer = c->win, .n_head_kv = s->kv.n_head_kv, .win_stride = s->params.n_ctx,
+        .recon = c->recon ? c->recon + hi * c->recon_stride : NULL,
+        .qstat = &s->qstat, .layer = l, .q_head = g * group, .group = group,
+        .rope_freq = s->model->rope_freq[local], .rope_mscale = s->model->rope_mscale[local],
+        .attn_scale = hp->attn_scale, .rope_style = hp->rope_style, .next_pos = session_next_rope(s), .rows = c->rows,
         .scratch = c->tmp, .iscratch = c->into,
         .seed = p->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
@@ -242,8 +256,12 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
     const struct kv_rule *rule = kv_policy_scorer(&bp);
     enum kvf_status st = mode == EVICT_COMPRESS && bp.alloc == KV_ALLOC_PREFIX && bp.online && !c->have_ratio
                              ? prefix_search(s) : KVF_OK;
-    /* Block eviction holds every head to the block budget: the bound on peak memory is per head. */
+    /* Block eviction holds every head to the block budget: the bound on peak memory is per head.
+     * Global: every head of every layer scored, one after the other, then ranked together. */
     const bool adaptive = bp.alloc == KV_ALLOC_ADAPTIVE && mode != EVICT_BLOCK;
+    const bool global = bp.alloc == KV_ALLOC_GLOBAL && mode == EVICT_COMPRESS && rule->score;
+    long total = 0;
+    float *score = c->score;
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
         const int target = mode == EVICT_BLOCK ? bp.block_budget : layer_target(s, l);
         bool over = false;
@@ -253,6 +271,7 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             over |= n > target, held += n;
         }
         if (adaptive) over = held > H * target;
+        if (global) over = true, total += (long)H * target;
         if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
         const bool window_sums = mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW);
         if (window_sums) {
@@ -265,22 +284,24 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         for (int g = 0; st == KVF_OK && g < H; g++) {
             int d;
             st = session_swa_drop(s, l, g, 0, &d);
-            float *w[2] = {window_sums ? c->win : NULL, window_sums ? c->win2 : NULL};
-            for (int k = 0; k < 2 && d > 0; k++)
-                if (w[k]) memmove(w[k] + (size_t)g * s->params.n_ctx, w[k] + (size_t)g * s->params.n_ctx + d,
-                                  sizeof(float) * (size_t)s->kv.heads[(size_t)l * H + g].n);
+            /* The entries' statistics move with them. */
+            float *w[3] = {window_sums ? c->win + (size_t)g * s->params.n_ctx : NULL,
+                           window_sums && c->win2 ? c->win2 + (size_t)g * s->params.n_ctx : NULL,
+                           c->recon ? c->recon + ((size_t)l * H + g) * c->recon_stride : NULL};
+            for (int k = 0; k < 3 && d > 0; k++)
+                if (w[k]) memmove(w[k], w[k] + d, sizeof(float) * (size_t)s->kv.heads[(size_t)l * H + g].n);
         }
         struct kv_policy lp = bp;
         lp.sinks = layer_sinks(s, l, bp.sinks);
         /* The protected tail counts within the layer's budget (at least the last entry). */
         if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
             kv_score_layer(&s->kv, l, lp.sinks, KVF_MIN(lp.protect, KVF_MAX(1, target - lp.sinks)), c->layer);
-        /* Adaptive: every head's scores, one after the other, ranked together below. */
-        float *score = c->score;
+        /* Adaptive: the layer's heads' scores, one after the other, ranked together below. */
+        if (!global) score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
-            if (!adaptive && h->n <= target) continue;
-            c->head_n[g] = h->n;
+            if (!adaptive && !global && h->n <= target) continue;
+            c->head_n[global ? l * H + g : g] = h->n;
             const struct kv_score_in in = score_in(s, &lp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
              * the window sums; the others' scores are pooled once written. */
@@ -292,7 +313,7 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], score);
             else rule->score(&in, score);
             if (pool && !inside) kv_pool_scores(score, h->n, bp.width, c->tmp);
-            if (adaptive) {
+            if (adaptive || global) {
                 score += h->n;
                 continue;
             }
@@ -305,5 +326,10 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         for (int g = 0; st == KVF_OK && g < H; keep += c->head_keep[g++])
             if (c->head_keep[g] < c->head_n[g]) st = head_evict(s, l, g, keep, c->head_keep[g], mode == EVICT_COMPRESS);
     }
+    if (!global || st != KVF_OK) return st;
+    kv_heads_select(hp->n_layer * H, c->head_n, c->score, total, c->idx, c->head_keep);
+    const int *keep = c->idx;
+    for (int i = 0; st == KVF_OK && i < hp->n_layer * H; keep += c->head_keep[i++])
+        if (c->head_keep[i] < c->head_n[i]) st = head_evict(s, i / H, i % H, keep, c->head_keep[i], true);
     return st;
 }

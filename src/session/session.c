@@ -8,6 +8,7 @@
 #include "session/prompt.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,11 +25,13 @@ void kvf_session_free(struct kvf_session *s) {
     fwd_free(&s->fw);
     kv_qwin_free(&s->qwin);
     kv_qwin_free(&s->qprox);
+    kv_qstat_free(&s->qstat);
     reduce_state_free(&s->rd);
     compress_free(&s->cs);
     kv_merge_log_free(&s->merges);
     free(s->logits);
     free(s->tags);
+    free(s->toks);
     free(s->rope_next);
     free(s);
 }
@@ -59,6 +62,8 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     if (st == KVF_OK) st = fwd_init(&s->fw, s->model, p->n_batch, p->n_ctx, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
     if (st == KVF_OK) st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
+    const bool qstat = (kv_policy_scorer(pol)->needs & KV_NEEDS_QSTAT) || p->kv_gather > 0;
+    if (st == KVF_OK) st = kv_qstat_init(&s->qstat, qstat ? hp->n_layer : 0, hp->n_head, hp->head_dim, pol->sinks);
     if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim, p->n_ctx);
     if (st == KVF_OK) st = reduce_state_reserve(&s->rd, p->n_batch);
     if (st == KVF_OK) st = compress_init(&s->cs, s);
@@ -110,6 +115,7 @@ void kvf_session_reset(struct kvf_session *s) {
     s->has_logits = false;
     kv_qwin_clear(&s->qwin);
     kv_qwin_clear(&s->qprox);
+    kv_qstat_clear(&s->qstat);
     compress_reset(&s->cs, &s->policy);
     kv_merge_log_clear(&s->merges);
     s->part_of = NULL;
@@ -163,6 +169,9 @@ static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
     struct kvf_tag *t = realloc(s->tags, (size_t)cap * sizeof *t);
     if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
     s->tags = t;
+    int32_t *ids = realloc(s->toks, (size_t)cap * sizeof *ids);
+    if (!ids) return err_set(KVF_ERR_NOMEM, "out of memory recording %d token ids", cap);
+    s->toks = ids;
     if (session_mrope(s)) {
         int32_t *r = realloc(s->rope_next, (size_t)cap * sizeof *r);
         if (!r) return err_set(KVF_ERR_NOMEM, "out of memory recording %d rope positions", cap);
@@ -218,6 +227,9 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)", kv_spec);
     else if (s->kv.has_acc && !src->kv.has_acc)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
+    else if (kv_qstat_on(&s->qstat) && (!kv_qstat_on(&src->qstat) || src->qstat.first != s->qstat.first))
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs query statistics from position %d on, which the session "
+                     "did not gather", kv_spec, s->qstat.first);
     /* a prefill of its own would hold the last min(cap, n_past) queries of each layer */
     else if (!kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past))
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
@@ -229,6 +241,8 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         return st;
     }
     memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
+    memcpy(s->toks, src->toks, sizeof *s->toks * (size_t)src->n_past);
+    kv_qstat_copy(&s->qstat, &src->qstat);
     if (s->rope_next) memcpy(s->rope_next, src->rope_next, sizeof *s->rope_next * (size_t)src->n_past);
     memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
     s->n_past = src->n_past;
@@ -290,7 +304,8 @@ static enum kvf_status session_swa_free(struct kvf_session *s, int slack) {
 static struct decoder session_decoder(struct kvf_session *s) {
     return (struct decoder){
         .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
-        .gather = !s->probing, /* not the statistics of the question's trial run (block-wise question=1) */
+        /* not the statistics of the question's trial run (block-wise question=1) */
+        .gather = !s->probing, .qstat = s->probing ? NULL : &s->qstat,
         .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
 }
@@ -339,6 +354,7 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
         if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) return st;
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       tags ? tags + i : NULL, s->n_past, nb);
+        for (int t = 0; t < nb; t++) s->toks[s->n_past + t] = tokens ? tokens[i + t] : -1;
         session_rope(s, 0, s->n_past, rope ? rope + i : NULL, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
         if (st == KVF_OK) st = session_block_done(s);
@@ -466,6 +482,7 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
                           sg->media ? sg->media->embd : NULL, p->tags + sg->start, s->n_past + sg->start, sg->n);
+            for (int t = 0; t < sg->n; t++) s->toks[s->n_past + sg->start + t] = sg->media ? -1 : p->ids[sg->start + t];
             session_rope(s, sg->start, s->n_past + sg->start, p->rope ? p->rope + sg->start : NULL, sg->n);
         }
         return session_pass(s, p->n, all_logits);
@@ -516,6 +533,122 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     return st;
 }
 
+/* KVzip's reconstruction (src/kv/policy/kvzip.c). The context's text
+ * tokens but BOS (media rows are not repeated; their entries are scored by
+ * what the text's reconstruction reads of them) go in chunks of policy.chunk, each
+ * after an instruction, as kvpress words it, and the chat template's turn
+ * to the assistant:
+ *   "\n\nRepeat the previous context exactly." <turn> chunk 1
+ *   "\n\nRepeat the part of the previous context exactly, starting with"
+ *     <the previous chunk's last RECON_OVERLAP tokens> <turn> chunk i
+ * A chunk's pass attends to the whole cache and to itself, at the positions
+ * after the context, and is removed after it, so the cache holds at most the
+ * context plus one chunk and its instruction (past n_ctx if need be: the
+ * attention scratch grows). cs.recon gets, for each entry, the most
+ * attention any query of any pass paid it. */
+#define RECON_OVERLAP 8
+
+/* The token ids of text (special tokens parsed) appended to ids[*n..cap). */
+static enum kvf_status recon_text(const struct kvf_session *s, const char *text, bool special, int32_t *ids, int cap,
+                                  int *n) {
+    int32_t got = 0;
+    const enum kvf_status st = kvf_tokenize(s->model, text, strlen(text), ids + *n, cap - *n, false, special, &got);
+    if (st != KVF_OK) return st;
+    *n += got;
+    return KVF_OK;
+}
+
+/* The chat template's end of a user turn and start of the assistant's
+ * (kvpress: what follows the user's text), or "\n" without a template. */
+static enum kvf_status recon_turn(const struct kvf_session *s, char *buf, int cap) {
+    static const char mark[] = "\x01kvzip\x01";
+    const struct kvf_chat_message msg = {"user", mark};
+    int32_t len;
+    if (kvf_chat_apply(s->model, NULL, &msg, 1, true, buf, cap, &len) != KVF_OK) {
+        snprintf(buf, (size_t)cap, "\n");
+        return KVF_OK;
+    }
+    const char *after = strstr(buf, mark);
+    if (!after) return err_set(KVF_ERR_INTERNAL, "kvzip: the chat template lost the user's text");
+    memmove(buf, after + sizeof mark - 1, strlen(after + sizeof mark - 1) + 1);
+    return KVF_OK;
+}
+
+/* One pass of n ids at positions n0.. through the decoder, its queries'
+ * attention maxima folded into cs.recon; its entries removed after it. */
+static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int n, const int *had, float *logits) {
+    const int L = s->kv.n_layer, H = s->kv.n_head_kv, n0 = s->n_past;
+    struct kv_qwin off = {0};
+    struct reduce_state none = {0};
+    const struct decoder d = {.model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &off, .rd = &none,
+                              .merges = &s->merges, .recon = s->cs.recon, .recon_stride = s->cs.recon_stride};
+    const int32_t rope0 = session_next_rope(s);
+    enum kvf_status st = KVF_OK;
+    for (int i = 0, nb; st == KVF_OK && i < n; i += nb) {
+        nb = KVF_MIN(s->params.n_batch, n - i);
+        if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) break;
+        decoder_input(&s->fw, s->model, 0, ids + i, NULL, NULL, n0 + i, nb);
+        for (int t = 0; session_mrope(s) && t < nb; t++)
+            s->fw.rpos[t][0] = s->fw.rpos[t][1] = s->fw.rpos[t][2] = rope0 + i + t;
+        st = decoder_forward(&d, nb, NULL, logits);
+    }
+    /* The pass's entries go even when it failed, so the cache is the context's again. */
+    for (int j = 0; j < s->params.n_ctx; j++) s->cs.idx[j] = j;
+    for (int i = 0; i < L * H; i++) {
+        const enum kvf_status e = kv_cache_keep(&s->kv, i / H, i % H, s->cs.idx, had[i]);
+        if (st == KVF_OK) st = e;
+    }
+    return st;
+}
+
+static enum kvf_status session_reconstruct(struct kvf_session *s) {
+    const int L = s->kv.n_layer, H = s->kv.n_head_kv, chunk = s->policy.chunk;
+    const int32_t bos = tok_bos(s->model->tok);
+    int n_text = 0, held = 0;
+    for (int i = 0; i < s->n_past; i++) n_text += s->toks[i] >= 0 && s->toks[i] != bos;
+    for (int i = 0; i < L * H; i++) held = KVF_MAX(held, s->kv.heads[i].n);
+    char turn[512];
+    enum kvf_status st = recon_turn(s, turn, sizeof turn);
+    /* The longest pass: instruction, overlap, turn and a chunk (the texts take fewer tokens than bytes). */
+    const int cap = 128 + RECON_OVERLAP + (int)strlen(turn) + KVF_MIN(chunk, n_text);
+    const size_t stride = (size_t)held + cap;
+    int32_t *text = malloc(sizeof *text * ((size_t)n_text + 1)), *ids = malloc(sizeof *ids * (size_t)cap);
+    int *had = malloc(sizeof *had * (size_t)L * H);
+    float *logits = malloc(sizeof *logits * (size_t)s->model->hp.n_vocab);
+    free(s->cs.recon);
+    s->cs.recon = calloc((size_t)L * H * stride, sizeof(float));
+    s->cs.recon_stride = stride;
+    if (st == KVF_OK && (!text || !ids || !had || !logits || !s->cs.recon))
+        st = err_set(KVF_ERR_NOMEM, "kvzip: out of memory for the reconstruction of %d tokens", n_text);
+    if (st == KVF_OK) st = fwd_reserve_keys(&s->fw, (int)stride);
+    for (int i = 0, k = 0; st == KVF_OK && i < s->n_past; i++)
+        if (s->toks[i] >= 0 && s->toks[i] != bos) text[k++] = s->toks[i];
+    for (int i = 0; st == KVF_OK && i < L * H; i++) had[i] = s->kv.heads[i].n;
+    for (int a = 0; st == KVF_OK && a < n_text; a += chunk) {
+        int n = 0;
+        if (a == 0) {
+            st = recon_text(s, "\n\nRepeat the previous context exactly.", false, ids, cap, &n);
+        } else {
+            st = recon_text(s, "\n\nRepeat the part of the previous context exactly, starting with", false, ids,
+                            cap, &n);
+            const int o = KVF_MIN(RECON_OVERLAP, a);
+            memcpy(ids + n, text + a - o, sizeof *ids * (size_t)o);
+            n += o;
+        }
+        if (st == KVF_OK) st = recon_text(s, turn, true, ids, cap, &n);
+        const int m = KVF_MIN(chunk, n_text - a);
+        if (st == KVF_OK && n + m > cap) st = err_set(KVF_ERR_INTERNAL, "kvzip: a pass of %d tokens", n + m);
+        if (st != KVF_OK) break;
+        memcpy(ids + n, text + a, sizeof *ids * (size_t)m);
+        st = recon_pass(s, ids, n + m, had, logits);
+    }
+    free(text);
+    free(ids);
+    free(had);
+    free(logits);
+    return st;
+}
+
 enum kvf_status kvf_session_compress(struct kvf_session *s) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "compress: NULL session");
     /* What the prompt left allocated beyond its entries is returned, so
@@ -526,7 +659,10 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
      * in the layers it evicts from (after their window queries' attention,
      * which still sees some of it), session_swa_free in the others. */
     const bool full = s->policy.method == KV_FULL;
-    enum kvf_status st = full ? KVF_OK : session_evict(s, EVICT_COMPRESS);
+    enum kvf_status st = kv_policy_scorer(&s->policy)->needs & KV_NEEDS_RECON ? session_reconstruct(s) : KVF_OK;
+    if (st == KVF_OK && !full) st = session_evict(s, EVICT_COMPRESS);
+    free(s->cs.recon); /* its entries' indices are those of the cache before this compression */
+    s->cs.recon = NULL;
     if (st == KVF_OK) st = session_swa_free(s, 0);
     if (st == KVF_OK) st = kv_cache_fit(&s->kv);
     fwd_release_rows(&s->fw);

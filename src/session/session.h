@@ -18,10 +18,19 @@
  * their output [qwin cap][n_head*head_dim] and tags [qwin cap]. */
 struct compress_state {
     /* score, idx: [n_ctx], or [n_head_kv][n_ctx] under budget=adaptive,
-     * whose heads are ranked together; head_n, head_keep: [n_head_kv] its
-     * heads' sizes and kept counts in the layer being evicted. */
+     * whose heads are ranked together, or [n_layer][n_head_kv][n_ctx] under
+     * budget=global, where every head of every layer is; head_n, head_keep:
+     * [n_layer][n_head_kv] (adaptive uses the first n_head_kv) the heads'
+     * sizes and kept counts. */
     float *score, *tmp, *win, *win2, *out, *layer;
     int *idx, *into, *head_n, *head_keep;
+    /* KVzip: [n_layer][n_head_kv][recon_stride] the most attention each
+     * entry received while the model repeated the context, from
+     * session_reconstruct until the compression that reads it. */
+    float *recon;
+    size_t recon_stride;
+    /* Expected Attention's work space [2 n_ctx + 2 head_dim][head_dim]. */
+    float *rows;
     struct kvf_tag *qtag;
     /* [n_layer][n_head_kv] head sizes right after kvf_session_compress (the
      * decode stage's fixed-distance rule counts from there). */
@@ -42,6 +51,8 @@ struct kvf_session {
     float *logits;                    /* [n_vocab] after the last token */
     bool has_logits;
     struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
+    int32_t *toks;                    /* [tags_cap] the token id at each position (-1: an embedding row),
+                                         which KVzip's reconstruction repeats */
     int tags_cap;
     /* M-RoPE models (model.h: mrope): [tags_cap] the rope position a text
      * token after each position takes, and the rope position of the prompt
@@ -56,6 +67,9 @@ struct kvf_session {
      * queries from a trial run of it alone, while `probing`. */
     struct kv_qwin qwin, qprox;
     bool probing;
+    /* The queries before RoPE of every position run since the reset
+     * (Expected Attention, or kv_gather); off otherwise. */
+    struct kv_qstat qstat;
     struct reduce_state rd;
     struct compress_state cs;
     struct kv_merge_log merges;
@@ -72,6 +86,11 @@ struct kvf_session {
  * after the prompt (compress), the decode stage's rule while generating,
  * or the schedule stage's evictor after each block of the prompt. */
 enum evict_mode { EVICT_COMPRESS, EVICT_DECODE, EVICT_BLOCK };
+
+/* The rope position the next text token takes. */
+static inline int32_t session_next_rope(const struct kvf_session *s) {
+    return s->rope_next && s->n_past > 0 ? s->rope_next[s->n_past - 1] : s->n_past;
+}
 
 /* The entries layer l can still attend to, of the n_past positions seen:
  * a sliding-window layer sees at most window - 1 of them (unless it keeps

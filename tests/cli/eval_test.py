@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import sys
@@ -227,13 +228,140 @@ def case_eval_question(ctx):
     check('"question"' in line, f"the missing question named: {line}")
 
 
+RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2",
+               "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe")
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+WORD_KEY = r"[a-z]{3,12}-[a-z]{3,12}"
+
+
+def ruler_check(task, smp, words, ctx_size):
+    """One generated sample against RULER's construction (NVIDIA/RULER scripts/data/synthetic/): -> a list of
+    what is wrong."""
+    ctx, q, pre, ans = smp["context"], smp["question"], smp["answer_prefix"], smp["answers"]
+    bad = []
+    if task.startswith("niah"):
+        kind = {"niah_single_3": UUID, "niah_multikey_3": UUID}.get(task, r"\d{7}")
+        key_re = UUID if task == "niah_multikey_3" else WORD_KEY
+        needles = re.findall(r"One of the special magic (\w+) for (%s) is: (%s)\." % (key_re, kind), ctx)
+        real = [(k, v) for _, k, v in needles if v in ans]
+        n_ans = {"niah_multivalue": 4, "niah_multiquery": 4}.get(task, 1)
+        one = n_ans == 1
+        if len(ans) != n_ans or len(real) != n_ans:
+            bad.append(f"{len(ans)} answers, {len(real)} of them in needles")
+        keys = {k for k, _ in real}
+        for k in keys:
+            if k not in q or k not in pre:
+                bad.append(f"the key {k} is not asked")
+        if task in ("niah_single_1",):  # noise haystack
+            lines = ctx.split("\n")[1:]
+            if sum(ln == "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+                   for ln in lines) != len(lines) - 1:
+                bad.append("the noise haystack is not noise lines and one needle")
+        if task in ("niah_multikey_2", "niah_multikey_3"):  # every line a needle
+            if len(needles) != len(ctx.split("\n")) - 1:
+                bad.append(f"{len(needles)} needles in {len(ctx.split(chr(10)))} lines")
+        if task == "niah_multikey_1" and len(needles) != 4:
+            bad.append(f"{len(needles)} needles, want 4 keys")
+        head = ("A special magic %s is hidden" if one else "Some special magic %s are hidden") % (
+            "uuid" if "uuid" in kind or kind == UUID else "number" if one else "numbers")
+        if not ctx.startswith(head.split(" %s")[0].split(" is")[0][:15]):
+            bad.append(f"the instruction: {ctx[:80]!r}")
+        if not q.startswith("\nWhat is the special magic" if one else "\nWhat are all the special magic"):
+            bad.append(f"the question: {q!r}")
+    elif task == "vt":
+        value = re.search(r"assigned the value (\d{5}) in the text above\.$", q)
+        chain = []
+        if value:
+            m = re.search(r"VAR ([A-Z]{5}) = %s" % value.group(1), ctx)
+            while m:
+                chain.append(m.group(1))
+                m = re.search(r"VAR ([A-Z]{5}) = VAR %s " % chain[-1], ctx)
+        if chain != ans or len(ans) != 5:
+            bad.append(f"the chain {chain} is not the answers {ans}")
+        if ctx.count("Memorize and track") != 2:
+            bad.append("not one worked example and the task")
+    elif task == "cwe":
+        body = ctx.split("\nBelow is a numbered list of words")[-1]
+        items = re.findall(r"\d+\. ([a-z]+)", body)
+        counts = {w: items.count(w) for w in set(items)}
+        common, rare = (30, 3) if ctx_size >= 4096 else (6, 1)  # RULER's settings above and below 4096 tokens
+        if len(ans) != 10 or any(counts.get(w) != common for w in ans) or any(c != rare for w, c in counts.items()
+                                                                             if w not in ans):
+            bad.append(f"the common words are not {common} times each and the others {rare}: "
+                       f"{sorted(counts.values())[-12:]}")
+        if any(w not in words for w in ans):
+            bad.append("a word not from --words")
+    elif task == "fwe":
+        items = ctx.split(". ", 1)[-1].split(" ")
+        items = [w for w in items if w and "." not in w or w == "..."]
+        counts = {w: items.count(w) for w in set(items)}
+        top = sorted((w for w in counts if w != "..."), key=lambda w: -counts[w])[:3]
+        if len(ans) != 3 or sorted(top) != sorted(ans) or counts.get("...", 0) <= max(counts[w] for w in ans):
+            bad.append(f"the answers {ans} are not the three most frequent words after '...' ({top})")
+    return bad
+
+
+def case_eval_ruler(ctx):
+    """kvfold eval ruler: every task's sample (--dump-samples) checked against RULER's construction, as long as
+    --ctx-size allows and not much shorter; rows per task scored by string_match_all against the expected strings;
+    the same seed gives the same samples, another seed others; --question after keeps the context apart; bad
+    task names and a missing word list refused."""
+    smol = ctx.model(SMOL)
+    words_path = "/usr/share/dict/words"
+    if not os.path.isfile(words_path):
+        print(f"SKIP: {words_path} is absent (scripts/setup.sh installs Debian's wamerican)")
+        return 77
+    with open(words_path) as f:
+        words = {w.strip() for w in f}
+    out = os.path.join(ctx.tmp, "ruler")
+    shutil.rmtree(out, ignore_errors=True)
+    dump = os.path.join(ctx.tmp, "ruler.jsonl")
+    sweep = ["eval", "ruler", "-m", smol, "-t", "1", "-n", "4", "--ctx-size", "1024", "--kv", "keydiff",
+             "--budgets", "0.5", "--question", "after"]
+    rc, _, err = ctx.run(*sweep, "--out", out, "--dump-samples", dump)
+    check(rc == 0, f"eval ruler: exit {rc}: {err}")
+    with open(dump) as f:
+        samples = [json.loads(ln) for ln in f]
+    check([s["task"] for s in samples] == list(RULER_TASKS), f"tasks: {[s['task'] for s in samples]}")
+    settings, rows = results(out)
+    check(len(rows) == 2 * len(RULER_TASKS), f"{len(rows)} rows")
+    for s in samples:
+        bad = ruler_check(s["task"], s, words, 1024)
+        check(not bad, f"{s['task']}: {bad}\n{json.dumps(s)[:2000]}")
+    for r in rows:
+        s = samples[r["sample"]]
+        check(r["task"] == s["task"] and r["metric"] == "string_match_all", f"row {r}")
+        check(r["gt"].split("\n") == s["answers"], f"{r['task']}: gt {r['gt']!r}, answers {s['answers']}")
+        want = sum(a.lower() in r["output"].lower() for a in s["answers"]) / len(s["answers"])
+        check(abs(r["score"] - want) < 1e-9, f"{r['task']}: score {r['score']}, string_match_all {want}")
+        # the sample and its answer fit --ctx-size, and fill most of it
+        check(920 <= r["n_prompt"] + 4 <= 1024, f"{r['task']}: {r['n_prompt']} prompt tokens for --ctx-size 1024")
+    # the same seed, the same samples; another seed, others
+    dump2 = os.path.join(ctx.tmp, "ruler2.jsonl")
+    rc, _, err = ctx.run("eval", "ruler", "-m", smol, "-t", "1", "-n", "1", "--ctx-size", "1024", "--kv", "streaming",
+                         "--budgets", "0.5", "--tasks", "niah_single_1,cwe", "--dump-samples", dump2)
+    with open(dump2) as f:
+        again = [json.loads(ln) for ln in f]
+    check(rc == 0 and again == [samples[0], samples[9]], f"--seed 1 again: {rc} {err}")
+    rc, _, err = ctx.run("eval", "ruler", "-m", smol, "-t", "1", "-n", "1", "--ctx-size", "1024", "--kv", "streaming",
+                         "--budgets", "0.5", "--tasks", "niah_single_1", "--seed", "2", "--dump-samples", dump2)
+    with open(dump2) as f:
+        other = [json.loads(ln) for ln in f]
+    check(rc == 0 and other[0]["answers"] != samples[0]["answers"], f"--seed 2: {rc} {err} {other}")
+    expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--tasks", "niah_single_1,qa_1"], "an unknown task")
+    expect_error(ctx, 2, ["eval", "ruler", "-m", smol, "--words", os.path.join(ctx.tmp, "absent.txt")],
+                 "a missing word list")
+    expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--ctx-size", "100", "--tasks", "cwe"],
+                 "a context too short for the task")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     name, ctx = sys.argv[1], Ctx(*sys.argv[2:6])
-    return run_case({"eval_resume": case_eval_resume, "eval_plots": case_eval_plots, "eval_question": case_eval_question},
-                    name, ctx)
+    return run_case({"eval_resume": case_eval_resume, "eval_plots": case_eval_plots, "eval_question": case_eval_question,
+                     "eval_ruler": case_eval_ruler}, name, ctx)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ foreach(case bench_lists bench_errors bench_interrupt bench_spin bench_blas)
 endforeach()
 
 # kvfold eval's long runs (tests/cli/eval_test.py): results.jsonl row by row,
-# Ctrl-C, --resume, the progress line, the SVG pictures.
-foreach(case eval_resume eval_plots eval_question)
+# Ctrl-C, --resume, the progress line, the SVG pictures; RULER's samples.
+foreach(case eval_resume eval_plots eval_question eval_ruler)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/eval_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})

@@ -59,6 +59,25 @@ src/kv/policy/lookm.c, merge.c, prefixkv.c):
             the first entries. A float32 near-tie may swap entries at the cut
             of any of the three rankings: combinations of those are accepted.
             decode_softmax=1 must compress the prompt as decode_softmax=0.
+  expected  Expected Attention (src/kv/policy/expected.c): per query head,
+            the mean and covariance (over n) of its queries before RoPE
+            (RefModel.rope's input) past the sinks, rotated by the mean of
+            RoPE's matrices over the next `future` positions (RefModel.rope
+            of the identity); logits s mu.k + s^2/2 k^T S k over the entries
+            past the sinks, softmaxed, averaged over the group, times |v|.
+  tova      TOVA (src/kv/policy/tova.c): the prompt's last query's
+            attention, averaged over every query head of the layer; the last
+            entry kept.
+  kvzip     KVzip (src/kv/policy/kvzip.c, src/session/session.c
+            session_reconstruct): the prompt, then per chunk of its text
+            (BOS left out) the instruction, "\n" (the fixtures have no chat
+            template) and the chunk run through RefModel as one sequence; an
+            entry's score is the largest attention any query after the
+            prompt pays it in any query head of its kv head, over the
+            chunks. Its budget stage is global: every head of every layer
+            ranked as one list (ties: lower layer, lower head, earlier
+            entry); a float32 near-tie at the model's cut may move an entry
+            between heads, accepted as under budget=adaptive.
 
 C computes in float32, the reference in float64, so entries whose reference
 scores differ by less than TOL x (the head's largest |score|) may swap at the
@@ -122,8 +141,18 @@ PRESETS = {
     "elastic": dict(merge="position", protect=32),
     "prefixkv": dict(alloc="prefix", protect=32),
     "csp": dict(recent=0.5, cross_ratio=0.5, n=1.0, decode_softmax=0),
+    "expected": dict(future=512),
+    "kvzip": dict(chunk=2048, alloc="global"),
+    "tova": dict(window=1),
 }
-INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax", "protect")
+INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax", "protect",
+            "future", "chunk")
+# KVzip's reconstruction prompt (src/session/session.c session_reconstruct); the
+# fixtures have no chat template, so the turn to the assistant is "\n".
+RECON_FIRST = "\n\nRepeat the previous context exactly."
+RECON_NEXT = "\n\nRepeat the part of the previous context exactly, starting with"
+RECON_TURN = "\n"
+RECON_OVERLAP = 8
 # Keys whose effect is small on these fixtures: CSP's n reweights a window
 # row by Z / (Z + n), Z = sum_k exp(x_k) ~ 100 here, so n=0 and n=4 move
 # the scores by a few 1e-3 and change a choice only in some prompts. Each
@@ -160,6 +189,8 @@ def parse_spec(spec):
             p["alloc"] = "pyramid"
         elif what == "budget=adaptive":
             p["alloc"] = "adaptive"
+        elif what in ("budget=global", "budget=uniform"):
+            p["alloc"] = what[7:]
         else:
             raise ValueError("ref_kv: stage %r not modelled" % st)
         for kv in filter(None, args.split(",")):
@@ -352,9 +383,10 @@ class Stats:
         # the probabilities do not keep: the post-RoPE queries come from
         # RefModel.rope (attention ropes q, then k, per layer) and the logits
         # are checked against the recorded probabilities below.
-        ropes, rope = [], model.rope
+        ropes, rope, unroped = [], model.rope, []
 
         def keep_rope(x, pos, base):
+            unroped.append(x)
             ropes.append(rope(x, pos, base))
             return ropes[-1]
 
@@ -366,6 +398,7 @@ class Stats:
         rec, model.record = model.record, None
         if len(ropes) != 2 * len(rec):
             sys.exit("ref_kv: RefModel.rope ran %d times for %d layers, not twice a layer" % (len(ropes), len(rec)))
+        self.model, self.ids, self.recon = model, list(ids), {}
         self.n, self.n_layer = len(ids), c["n_layer"]
         self.n_head, self.n_head_kv = c["n_head"], c["n_head_kv"]
         group = self.n_head // self.n_head_kv
@@ -398,7 +431,46 @@ class Stats:
                 count=vis.sum(axis=0).astype(np.float64),  # queries that saw each entry
                 lz=lz.reshape(self.n_head_kv, group, n),  # log of each row's sum_k exp(x_k)
                 k=r["k"],                              # [pos][kv head][head_dim], post-RoPE
+                v=r["v"],                              # [pos][kv head][head_dim]
+                qpre=unroped[2 * il],                  # [pos][query head][head_dim], before RoPE
+                scale=scale,
             ))
+        self.rbar = {}
+
+    def avg_rope(self, l, first, count):
+        """The mean of RoPE's rotation matrices over positions first ..
+        first + count - 1 in layer l: R with R @ x = mean_t rope(x, t)."""
+        key = (l, first, count)
+        if key not in self.rbar:
+            m, d = self.model, self.model.c["head_dim"]
+            base = m.c["rope_base_local"] if m.c["arch"] == "gemma3" and m.is_local(l) else m.c["rope_base"]
+            basis = np.broadcast_to(np.eye(d), (count, d, d)).copy()  # [t][i] = e_i
+            cols = m.rope(basis, np.arange(first, first + count, dtype=np.float64), base)  # [t][i] = R_t e_i
+            self.rbar[key] = cols.mean(axis=0).T
+        return self.rbar[key]
+
+    def recon_max(self, chunk, first, nxt, turn, text, reduce="max"):
+        """KVzip: for each layer [kv head][entry], the most attention any
+        query of a reconstruction pass, in any query head of the kv head,
+        pays each prompt entry. Pass i runs after the prompt: the
+        instruction (first, or nxt and the previous chunk's last
+        RECON_OVERLAP tokens), the turn and chunk i of `text`."""
+        if (chunk, reduce) not in self.recon:
+            n, H, group = self.n, self.n_head_kv, self.n_head // self.n_head_kv
+            out = [np.zeros((H, n)) for _ in range(self.n_layer)]
+            for a in range(0, len(text), chunk):
+                ins = first if a == 0 else nxt + text[max(0, a - RECON_OVERLAP): a]
+                self.model.record = []
+                try:
+                    self.model.hidden(self.ids + ins + turn + text[a: a + chunk])
+                finally:
+                    rec, self.model.record = self.model.record, None
+                for l, r in enumerate(rec):
+                    a_ = r["attn"][:, n:, :n].reshape(H, group, -1, n)  # the pass's queries on the prompt
+                    per_q = a_.max(axis=1) if reduce == "max" else a_.mean(axis=1)  # over the group
+                    out[l] = np.maximum(out[l], per_q.max(axis=1))
+            self.recon[chunk, reduce] = out
+        return self.recon[chunk, reduce]
 
 
 class Ref:
@@ -538,6 +610,20 @@ class Ref:
             protect = 1 if w == "layer-nolast" else min(p["protect"], max(1, keep - p["sinks"]), n)
             s[n - protect:] = np.inf
             return [s]
+        if m == "expected":
+            return [self.expected(p, l, g)]
+        if m == "tova":
+            # the last query's attention, mean over every query head of the layer; the last entry kept
+            last = L["mean"][:, n - 1, :]
+            s = (last[g] if w == "tova-perhead" else last.mean(axis=0)).copy()
+            s[n - 1] = np.inf
+            return [s]
+        if m == "kvzip":
+            r = self.st.recon_max(p["chunk"], *self.st.recon_ids)[l][g].copy()
+            if w == "kvzip-groupmean":
+                r = self.st.recon_max(p["chunk"], *self.st.recon_ids, reduce="mean")[l][g].copy()
+            r[: p["sinks"]] = np.inf
+            return [r]
         if m in ("random", "imgrand"):
             mix = 1 if w == "random-oneseed" else (GOLDEN * (l * 4099 + g + 1)) & M64
             s = np.array([(z >> 40) / 16777216.0 for z in splitmix64(p["seed"] ^ mix, n)])
@@ -546,10 +632,63 @@ class Ref:
             return [s]
         raise ValueError(m)
 
+    def expected(self, p, l, g):
+        """Expected Attention (src/kv/policy/expected.c, kvpress's
+        ExpectedAttentionPress): per query head of g, the mean mu and the
+        covariance S (over n) of its queries before RoPE past the sinks; R the
+        mean rotation over the next `future` positions; logits
+        s R mu . k + s^2 / 2 k^T R S R^T k over the entries past the sinks,
+        softmaxed, averaged over the group, times |v|; sinks kept."""
+        L, n, w = self.st.layers[l], self.st.n, self.wrong
+        H = self.st.n_head_kv
+        group = self.st.n_head // H
+        sinks = min(p["sinks"], n)
+        R = np.eye(L["k"].shape[2]) if w == "expected-norope" else self.st.avg_rope(l, n, p["future"])
+        k, s = L["k"][sinks:, g, :], L["scale"]
+        acc = np.zeros(n - sinks)
+        for h in range(g * group, (g + 1) * group):
+            q = L["qpre"][sinks:, h, :]
+            if len(q) == 0:
+                continue
+            mu = q.mean(axis=0)
+            S = (q - mu).T @ (q - mu) / len(q)
+            mu, S = R @ mu, R @ S @ R.T
+            x = s * (k @ mu)
+            if w != "expected-nocov":
+                x = x + s * s / 2 * np.einsum("jd,de,je->j", k, S, k)
+            x = np.exp(x - x.max())
+            acc += x / x.sum() / group
+        if w != "expected-novnorm":
+            acc = acc * np.sqrt((L["v"][sinks:, g, :] ** 2).sum(axis=1))
+        return np.concatenate([np.full(sinks, np.inf), acc])
+
+    def global_(self, p):
+        """The budget stage global (src/kv/policy/kvzip.c): every kv head of
+        every layer ranked as one list (ties: the lower layer, the lower
+        head, the earlier entry), sum over layers of H x keep kept. -> kept
+        per (l, g), each head's scores, the cut and the scale."""
+        key = ("global", json.dumps(p, sort_keys=True))
+        if key not in self.budgets:
+            n, H, Ln = self.st.n, self.st.n_head_kv, self.st.n_layer
+            raw = {(l, g): self.scores(p, l, g, self.target(p, l))[0] for l in range(Ln) for g in range(H)}
+            cat = np.concatenate([raw[l, g] for l in range(Ln) for g in range(H)])
+            total = sum(H * self.target(p, l) for l in range(Ln))
+            kept = select(cat, total, self.wrong)
+            fin = np.sort(cat[np.isfinite(cat)])[::-1]
+            take = total - int(np.isinf(cat).sum())
+            cut = fin[take - 1] if 0 < take <= len(fin) else np.inf
+            per = {(l, g): [j - (l * H + g) * n for j in kept if (l * H + g) * n <= j < (l * H + g + 1) * n]
+                   for l in range(Ln) for g in range(H)}
+            scale = np.abs(cat[np.isfinite(cat)]).max() if np.isfinite(cat).any() else 1.0
+            self.budgets[key] = dict(kept=per, raw=raw, cut=cut, scale=scale)
+        return self.budgets[key]
+
     def kept(self, p, l, g, keep):
         """The positions the rule keeps in head (l, g)."""
         if p["method"] == "csp":
             return self.csp(p, l, g, keep)["want"]
+        if p["alloc"] == "global" and self.wrong != "global-uniform":
+            return self.global_(p)["kept"][l, g]
         if p["alloc"] == "adaptive" and self.wrong != "adaptive-uniform":
             return self.adaptive(p, l, keep)["kept"][g]
         return select(self.scores(p, l, g, keep)[0], keep, self.wrong)
@@ -695,6 +834,8 @@ def judge(ref, p, l, g, kept):
         return judge_csp(ref, p, l, g, kept, keep)
     if p["alloc"] == "adaptive" and ref.wrong != "adaptive-uniform":
         return judge_adaptive(ref, p, l, g, kept, keep)
+    if p["alloc"] == "global" and ref.wrong != "global-uniform":
+        return judge_global(ref, p, l, g, kept)
     cands = ref.scores(p, l, g, keep)
     want = ref.kept(p, l, g, keep)
     if kept == want:
@@ -724,6 +865,22 @@ def judge_adaptive(ref, p, l, g, kept, keep):
     low = min(a["cut"], a["guard"][g]) - t
     ok = (consistent(kept, s, len(kept), TOL, ref.wrong == "tie-later") and abs(len(kept) - len(want)) <= 4
           and not (kin & fin & (s < low)).any() and not (~kin & fin & (s > a["cut"] + t)).any())
+    return ("near" if ok else "bad"), want, len(set(want) - set(kept))
+
+
+def judge_global(ref, p, l, g, kept):
+    """budget=global: as judge_adaptive, with the model's cut and no
+    safeguard (a near-tie at the cut may move an entry between any heads)."""
+    a = ref.global_(p)
+    want = a["kept"][l, g]
+    if kept == want:
+        return "exact", want, 0
+    s, t = a["raw"][l, g], TOL * a["scale"]
+    fin = np.isfinite(s)
+    kin = np.zeros(len(s), bool)
+    kin[kept] = True
+    ok = (consistent(kept, s, len(kept), TOL, ref.wrong == "tie-later") and abs(len(kept) - len(want)) <= 4
+          and not (kin & fin & (s < a["cut"] - t)).any() and not (~kin & fin & (s > a["cut"] + t)).any())
     return ("near" if ok else "bad"), want, len(set(want) - set(kept))
 
 
@@ -896,6 +1053,20 @@ def cases(n):
         ("prefixkv:budget=0.5,protect=1", []),
         ("prefixkv:budget=0.03,sinks=2", []),
         ("prefixkv:budget=0.3", ["-b", "7"]),
+        # Expected Attention: query statistics from every prompt position past the sinks.
+        ("expected:budget=0.3", []),
+        ("expected:budget=40,future=16", []),
+        ("expected:budget=0.3,sinks=1", []),
+        ("expected:budget=0.3", ["-b", "7", "-t", "2"]),  # statistics summed over batches and threads
+        ("expected:budget=0.25+budget=adaptive", []),
+        # KVzip: the prompt's reconstruction in one pass, or in chunks of 40 (3-4 passes).
+        ("kvzip:budget=0.3", []),
+        ("kvzip:budget=0.2,chunk=40", []),
+        ("kvzip:budget=30,sinks=2", ["-b", "7", "-t", "2"]),
+        ("kvzip:budget=0.3+budget=uniform", []),
+        ("keydiff:budget=0.25+budget=global", []),
+        ("tova:budget=0.3", []),
+        ("tova:budget=40", ["-b", "7", "-t", "2"]),
     ] + csp_cases()
 
 
@@ -974,6 +1145,12 @@ WRONG = {
     "adaptive-nofloor": ("snapkv", "h2o", "keydiff"),  # ... without the safeguard
     "csp-swapped": ("csp",),             # cross_ratio taken as the self list's share
     "csp-window-all": ("csp",),          # every prompt query observed, not the last O
+    "expected-nocov": ("expected",),     # the mean query alone (kvpress's use_covariance=False)
+    "expected-novnorm": ("expected",),   # no value-norm weighting
+    "expected-norope": ("expected",),    # the queries' statistics not rotated to the next positions
+    "kvzip-groupmean": ("kvzip",),       # a kv head's score: the mean over its query heads, not the max
+    "global-uniform": ("kvzip", "keydiff"),  # budget=global: every head its own even share
+    "tova-perhead": ("tova",),           # each kv head's own query heads, not the layer's
 }
 
 
@@ -1168,6 +1345,10 @@ def main():
             if prompt_ids(a.kvfold, path, PROMPT) != ids:
                 sys.exit("ref_kv: %s: generate's prompt tokens are not tokenize --bos's" % fx)
             st = Stats(model, ids)
+            bare = tokenize(a.kvfold, path, PROMPT, False)
+            bos = ids[0] if ids[1:] == bare else None
+            st.recon_ids = tuple(tokenize(a.kvfold, path, t, False) for t in (RECON_FIRST, RECON_NEXT, RECON_TURN)) + (
+                [t for t in ids if t != bos],)
             print("%s: %d layers, %d heads on %d kv heads, prompt %d tokens"
                   % (fx, c["n_layer"], c["n_head"], c["n_head_kv"], st.n))
             run_cases(a.kvfold, path, fx, PROMPT, Ref(st), {w: Ref(st, wrong=w) for w in WRONG}, cases(st.n),

@@ -380,7 +380,7 @@ class RefModel:
             if probs is not None:
                 probs[h] = s
         if probs is not None:
-            self.record.append({"layer": il, "attn": probs, "k": k})
+            self.record.append({"layer": il, "attn": probs, "k": k, "v": v})
         return self.linear(out.reshape(T, nh * hd), p + "attn_output")
 
     def ffn(self, x, il):

@@ -12,7 +12,8 @@
  * layer budgets and the logits after compression and after every decode
  * step must be identical. Forks that would differ must be refused:
  * a compressed source, reduce and schedule stages, a source that did not
- * gather the attention sums, or too few of the last queries. */
+ * gather the attention sums or the query statistics, or too few of the
+ * last queries. */
 #include "kv_state.h"
 
 #define N_DECODE 5
@@ -25,6 +26,8 @@ static const char *const specs[] = {
     "csp:budget=0.1,decode_softmax=1", "snapkv:budget=0.2+decode=h2o", "h2o:budget=0.3+budget=pyramid",
     "keydiff:budget=0.25+decode=recompress:every=2", "streaming:budget=24+decode=window",
     "snapkv:budget=0.2+budget=adaptive+decode=h2o", "lookm:budget=0.3+budget=adaptive:floor=0",
+    "expected:budget=0.3", "expected:budget=0.3,future=8+decode=recompress:every=2", "kvzip:budget=0.3",
+    "kvzip:budget=0.3,chunk=16", "keydiff:budget=0.3+budget=global",
 };
 
 /* spec on its own against (fork_spec, budget) forked from src: 0 when
@@ -119,6 +122,8 @@ int main(int argc, char **argv) {
         rc |= check_refused(src, "h2o:budget=0.3+schedule=blocks:budget=64,block=32", "a schedule stage");
         rc |= check_refused(plain, "h2o:budget=0.3", "no attention sums gathered");
         rc |= check_refused(plain, "snapkv:budget=0.3", "no queries kept");
+        rc |= check_refused(plain, "expected:budget=0.3", "no query statistics gathered");
+        rc |= check_refused(src, "expected:budget=0.3,sinks=2", "statistics from position 4 on, not 2");
         rc |= check_refused(src2, "snapkv:budget=0.3,window=64", "64 queries wanted, 48 kept");
         rc |= check_refused(src2, "csp:budget=0.9", "csp's window is its recent entries");
     }

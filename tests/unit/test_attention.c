@@ -253,6 +253,7 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
                 r[ATTN_STAT_SQ * A] += w * a * a;
                 r[ATTN_STAT_COUNT * A] += w;
                 r[(ATTN_STAT_TEXT + qtag[i].modality) * A] += w * a;
+                r[ATTN_STAT_MAX * A] = fmax(r[ATTN_STAT_MAX * A], a); /* over queries and the group's heads */
                 if (i >= n_q - W) {
                     r[ATTN_STAT_WIN * A] += w * a;
                     r[ATTN_STAT_WIN_NSM * A] += w * nsm;

@@ -62,6 +62,12 @@ static void test_contains(void **st) {
     assert_true(metrics_contains("PASSWORD", "password"));
     assert_false(metrics_contains("The number is 0421", "04213"));
     assert_false(metrics_contains("", "1"));
+    /* RULER's string_match_all: the share of the expected strings found, case ignored */
+    assert_true(metrics_match_all("Values: 111, 222 and 333.", "111\n222\n333\n444") == 0.75);
+    assert_true(metrics_match_all("JZXMT mdirs", "jzxmt\nMDIRS") == 1.0);
+    assert_true(metrics_match_all("nothing here", "a1b2") == 0.0);
+    assert_true(metrics_match_all("anything", "") == 0.0);
+    assert_true(metrics_match_all("", "x") == 0.0);
 }
 
 /* MileBench's rules worked by hand (tests/ref/milebench_ref.py runs

@@ -52,9 +52,12 @@ static int eval_opts(struct args *a, struct opt *out) {
         { "--question", NULL, OPT_STR, &a->question, 0, 0, "WHERE",
           "with: the question ends the prompt the policy compresses (default); after: the context is compressed, "
           "then the question appended (kvpress's protocol, a chat's next message)" },
-        { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data)" },
-        { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context)" },
-        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all)" },
+        { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data); ruler: of niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (default all)" },
+        { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context); ruler: the length of a sample and its answer (default 4096)" },
+        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
+        { "--words", NULL, OPT_STR, &a->words, 0, 0, "FILE", "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
+        { "--haystack", NULL, OPT_STR, &a->haystack, 0, 0, "FILE", "ruler: the essay haystack's text (default: made-up sentences)" },
+        { "--dump-samples", NULL, OPT_STR, &a->dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
         { "--segments", NULL, OPT_STR, &a->segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
@@ -119,8 +122,7 @@ static const char *pick(uint64_t *rng, const char *const *w, int n) {
 
 #define PICK(rng, w) pick(rng, w, (int)(sizeof w / sizeof *w))
 
-/* About `words` words of sentences. */
-static bool haystack_text(uint64_t *rng, int words, struct strbuf *b) {
+bool haystack_text(uint64_t *rng, int words, struct strbuf *b) {
     bool ok = true;
     for (int w = 0; ok && w < words; w += 10) {
         char s[256];
@@ -149,6 +151,7 @@ void sample_free(struct sample *s) {
     free(s->text);
     free(s->answer);
     free(s->choices);
+    free(s->answer_prefix);
     media_set_free(&s->media);
     kvf_image_free(s->first_image);
     memset(s, 0, sizeof *s);
@@ -616,7 +619,7 @@ static int summarise(const struct rows *rs, bool by_group, struct summary **out)
 }
 
 static const char *score_name(const char *mode) {
-    return !strcmp(mode, "needle") ? "accuracy" : !strcmp(mode, "milebench") ? "score" : "ROUGE-L F1";
+    return !strcmp(mode, "needle") ? "accuracy" : !strcmp(mode, "consistency") ? "ROUGE-L F1" : "score";
 }
 
 /* The markdown table (csv: comma-separated) of the summary; milebench's
@@ -700,7 +703,10 @@ struct sweep {
 
 /* Tokens generated per answer: -n, else the mode's default. */
 static int n_generate(const struct args *a, const char *mode) {
-    return a->n_predict > 0 ? a->n_predict : !strcmp(mode, "needle") ? 12 : !strcmp(mode, "milebench") ? 64 : 32;
+    return a->n_predict > 0 ? a->n_predict
+           : !strcmp(mode, "needle") ? 12
+           : !strcmp(mode, "milebench") || !strcmp(mode, "ruler") ? 64
+                                                                   : 32;
 }
 
 /* The row of run k on sample index, when there is one. */
@@ -802,9 +808,13 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
     add_name(o, "--data", a->data);
     add_str(o, "--question", a->question);
-    if (mb) {
+    if (mb || !strcmp(mode, "ruler")) {
         add_str(o, "--tasks", a->tasks);
         cJSON_AddNumberToObject(o, "--ctx-size", a->ctx);
+    }
+    if (!strcmp(mode, "ruler")) {
+        add_name(o, "--words", a->words);
+        add_name(o, "--haystack", a->haystack);
     }
     cJSON_AddNumberToObject(o, "--samples", a->n_samples);
     if (synthetic) {
@@ -1212,19 +1222,30 @@ static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
     return 0;
 }
 
+struct args eval_chat_args(const struct args *a, const struct kvf_model *m) {
+    struct kvf_model_info info;
+    kvf_model_get_info(m, &info);
+    struct args ca = *a;
+    ca.chat = strcmp(info.chat_template_name, "none") != 0 || info.has_vision || a->chat_template;
+    return ca;
+}
+
 /* Runs every run that has no row yet on one sample; consistency's reference
  * is the full cache's output (run again, without a new row, when only its
  * row is there). Stops between runs once Ctrl-C was pressed. */
 static int eval_sample(const struct args *a, const struct kvf_model *m, struct sample *smp, int index,
                        struct sweep *sw) {
-    struct kvf_model_info info;
-    kvf_model_get_info(m, &info);
-    struct args ca = *a;
-    ca.chat = strcmp(info.chat_template_name, "none") != 0 || info.has_vision || a->chat_template;
+    const struct args ca = eval_chat_args(a, m);
     char *text = NULL;
     struct kvf_prompt *pr = NULL;
     struct after q = {0};
     int rc = build_prompt(&ca, m, smp->text, &text);
+    if (!rc && smp->answer_prefix) { /* the answer starts with it, after the chat template's turn to the assistant */
+        const size_t n = strlen(text), p = strlen(smp->answer_prefix);
+        char *t = realloc(text, n + p + 1);
+        if (t) memcpy(t + n, smp->answer_prefix, p + 1), text = t;
+        else rc = fail(KVF_ERR_NOMEM, "eval");
+    }
     if (!rc && !strcmp(a->question, "after")) rc = question_split(&ca, m, smp, text, &q);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
@@ -1239,6 +1260,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     if (!rc) rc = shared_open(a, m, pr, n_gen + q.n, &sh);
     char what[400] = "";
     if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
+    else if (smp->ruler) snprintf(what, sizeof what, " (%s)", smp->ruler);
     else if (smp->needle && !isnan(smp->depth)) snprintf(what, sizeof what, " (%s needle at depth %g)", smp->needle, smp->depth);
     for (int k = 0; !rc && k < sw->n_runs; k++) {
         const bool have = row_find(sw, k, index) != NULL, ref_only = have && k == 0 && consistency;
@@ -1259,6 +1281,9 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.images = smp->media.n;
             snprintf(r.id, sizeof r.id, "%s", smp->id);
             if (!(r.gt = strdup(smp->answer))) rc = fail(KVF_ERR_NOMEM, "eval");
+        } else if (smp->ruler) {
+            r.task = smp->ruler, r.metric = "string_match_all";
+            if (!(r.gt = strdup(smp->answer))) rc = fail(KVF_ERR_NOMEM, "eval");
         }
         struct kvf_session *s = NULL;
         struct strbuf out = { 0 };
@@ -1277,6 +1302,8 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             kvf_session_free(s);
         } else if (!rc && smp->task) {
             r.score = mb_score(smp, out.s ? out.s : "");
+        } else if (!rc && smp->ruler) {
+            r.score = metrics_match_all(out.s ? out.s : "", smp->answer);
         } else if (!rc && !consistency) {
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
@@ -1423,6 +1450,58 @@ static int eval_milebench(const struct args *a, const struct kvf_model *m, const
     return rc;
 }
 
+/* A RULER sample as a JSON line: the context, the question, the answer's
+ * start and the expected strings apart, as kvpress's RULER data holds them. */
+static int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
+    cJSON *o = cJSON_CreateObject(), *answers = cJSON_AddArrayToObject(o, "answers");
+    char *context = strndup(smp->text, smp->question_at);
+    bool ok = o && answers && context && cJSON_AddStringToObject(o, "task", smp->ruler) &&
+              cJSON_AddStringToObject(o, "context", context) &&
+              cJSON_AddStringToObject(o, "question", smp->text + smp->question_at) &&
+              cJSON_AddStringToObject(o, "answer_prefix", smp->answer_prefix);
+    for (const char *c = smp->answer; ok && *c;) {
+        const size_t w = strcspn(c, "\n");
+        char *one = strndup(c, w);
+        ok = one && cJSON_AddItemToArray(answers, cJSON_CreateString(one));
+        free(one);
+        c += w + (c[w] == '\n');
+    }
+    char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
+    int rc = line ? 0 : fail(KVF_ERR_NOMEM, "eval ruler");
+    if (line && (fprintf(f, "%s\n", line) < 0 || fflush(f) != 0)) {
+        print_error("eval ruler: cannot write '%s': %s", path, strerror(errno));
+        rc = EXIT_INPUT;
+    }
+    free(line);
+    free(context);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* RULER's tasks, --samples of each under every run. */
+static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
+    const struct ruler_task *tasks[16];
+    int n_tasks = 0, rc = ruler_tasks(a->tasks, tasks, &n_tasks), index = 0;
+    struct ruler_data *d = NULL;
+    FILE *dump = NULL;
+    if (!rc && a->dump_samples) rc = out_open("--dump-samples", a->dump_samples, &dump);
+    if (!rc) rc = ruler_data_open(a, &d);
+    const int per = a->n_samples > 0 ? a->n_samples : 1, ctx = a->ctx > 0 ? a->ctx : 4096;
+    if (!rc) sweep_begin(sw, n_tasks * per, a);
+    for (int t = 0; !rc && !sw->stopped && t < n_tasks; t++)
+        for (int k = 0; !rc && !sw->stopped && k < per; k++, index++) {
+            if (!sweep_wants(sw, index)) continue;
+            struct sample smp;
+            rc = ruler_sample(a, m, d, tasks[t], k, ctx, sw->n_gen, &smp);
+            if (!rc && dump) rc = ruler_dump(dump, a->dump_samples, &smp);
+            if (!rc) rc = eval_sample(a, m, &smp, index, sw);
+            sample_free(&smp);
+        }
+    if (dump) fclose(dump);
+    ruler_data_free(d);
+    return rc;
+}
+
 /* The samples of a mode, one at a time; synthetic unless --data. */
 static int eval_samples(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     struct kvf_model_info info;
@@ -1490,9 +1569,13 @@ static int eval_samples(const struct args *a, const struct kvf_model *m, struct 
 
 static int cmd_eval(const struct args *a) {
     const char *mode = a->eval_mode;
-    const bool mb = mode && !strcmp(mode, "milebench");
-    if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle") && !mb)) {
-        print_error("eval: want a mode first: kvfold eval consistency|needle|milebench -m FILE ...");
+    const bool mb = mode && !strcmp(mode, "milebench"), ruler = mode && !strcmp(mode, "ruler");
+    if (!mode || (strcmp(mode, "consistency") && strcmp(mode, "needle") && !mb && !ruler)) {
+        print_error("eval: want a mode first: kvfold eval consistency|needle|milebench|ruler -m FILE ...");
+        return EXIT_USAGE;
+    }
+    if (ruler && a->data) {
+        print_error("eval ruler: makes its own samples (--words, --haystack), it reads no --data");
         return EXIT_USAGE;
     }
     if (strcmp(a->question, "with") && strcmp(a->question, "after")) {
@@ -1516,7 +1599,7 @@ static int cmd_eval(const struct args *a) {
     if (!rc) rc = sweep_open(&sw, a);
     struct kvf_model *m = NULL;
     if (!rc) rc = load_model(a, &m);
-    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : eval_samples(a, m, &sw);
+    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : ruler ? eval_ruler(a, m, &sw) : eval_samples(a, m, &sw);
     progress_end(&sw.prog);
     /* Ctrl-C: the summary of the rows there are, saying so */
     char note[160] = "";
@@ -1524,7 +1607,7 @@ static int cmd_eval(const struct args *a) {
         snprintf(note, sizeof note, "**Interrupted** (Ctrl-C) with %ld of %ld rows done: `--resume` runs the rest.",
                  sw.total - sw.todo + sw.done, sw.total);
     /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
-    const bool by_group = mb || (!strcmp(mode, "needle") && !strcmp(a->needle, "both"));
+    const bool by_group = mb || ruler || (!strcmp(mode, "needle") && !strcmp(a->needle, "both"));
     struct summary *sum = NULL, *all = NULL;
     const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, &sum), n_all = rc ? 0 : summarise(&sw.rows, false, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
@@ -1546,8 +1629,8 @@ static int cmd_eval(const struct args *a) {
 
 const struct command eval_command = {
     .name = "eval",
-    .summary = "Compare KV policies: consistency with the full cache, needle in a haystack, MileBench.",
-    .usage = "consistency|needle|milebench -m FILE [--kv SPEC]... [--budgets LIST] [options]",
+    .summary = "Compare KV policies: consistency with the full cache, needle in a haystack, MileBench, RULER.",
+    .usage = "consistency|needle|milebench|ruler -m FILE [--kv SPEC]... [--budgets LIST] [options]",
     .details =
         "consistency: the full cache's greedy output is the reference; each policy and budget gets the\n"
         "perplexity of that output (teacher-forced, compression active) and the ROUGE-L F1 of its own\n"
@@ -1555,7 +1638,10 @@ const struct command eval_command = {
         "segments; correct when the answer contains it. Without --data, consistency and needle\n"
         "make their own data from --seed. milebench: MileBench's tasks from --data DIR (NAME/NAME.json\n"
         "and NAME/images/, as downloaded), prompts built and cut to --ctx as MileBench does for\n"
-        "LLaVA, scored by its own rules (accuracy or ROUGE-L); needs a vision model. Each --kv runs\n"
+        "LLaVA, scored by its own rules (accuracy or ROUGE-L); needs a vision model. ruler: RULER's\n"
+        "synthetic tasks (needles: single, multi-key, multi-value, multi-query; variable tracking;\n"
+        "common and frequent words) made here at --ctx-size tokens, scored as RULER scores them (the\n"
+        "share of the expected strings in the answer); no QA tasks (their data is not here). Each --kv runs\n"
         "at every budget of --budgets (presets without a budget run once); the full cache always\n"
         "runs. Prints a markdown summary (--json: one JSON line per run and sample instead); --out\n"
         "DIR adds results.jsonl (its settings, then a row as each finishes), summary.md and\n"

@@ -35,8 +35,33 @@ struct sample {
     const char *level;             /* its image_quantity_level ("Few", "Medium", "Many") */
     const char **choices;          /* multi-choice options (strings of the task's JSON) */
     int n_choices;
+    /* ruler: the task's name; answer holds the expected strings, a line each */
+    const char *ruler;
+    char *answer_prefix;           /* the answer's start, after the chat template (RULER's); NULL: none */
 };
 void sample_free(struct sample *s);
+/* The options a sample's prompt is built with: in the model's chat
+ * template when it has one (or is a vision model, or --chat-template). */
+struct args eval_chat_args(const struct args *a, const struct kvf_model *m);
+/* About `words` words of plain sentences from a small vocabulary (a
+ * haystack that needs no file). */
+bool haystack_text(uint64_t *rng, int words, struct strbuf *b);
+
+/* RULER's synthetic tasks (ruler.c). */
+struct ruler_task;
+struct ruler_data; /* the word list and the essay haystack */
+/* The tasks of a comma-separated list of names (NULL: all eleven) into
+ * out[11], *n of them; errors printed, an exit code returned. */
+int ruler_tasks(const char *list, const struct ruler_task **out, int *n);
+const char *ruler_task_name(const struct ruler_task *t);
+/* --words (default /usr/share/dict/words) and --haystack read. */
+int ruler_data_open(const struct args *a, struct ruler_data **out);
+void ruler_data_free(struct ruler_data *d);
+/* Sample k of task t (seeded by --seed, the task and k), its haystack as
+ * long as the prompt in the model's chat template, the answer's start and
+ * n_gen generated tokens fit ctx_size. */
+int ruler_sample(const struct args *a, const struct kvf_model *m, const struct ruler_data *d,
+                 const struct ruler_task *t, int k, int ctx_size, int n_gen, struct sample *out);
 
 /* The tasks of --data DIR (a MileBench root of NAME/NAME.json folders, or one
  * such folder), only those of --tasks when given, in name order; *n gets

@@ -57,6 +57,20 @@ bool metrics_contains(const char *output, const char *answer) {
     return n == 0;
 }
 
+double metrics_match_all(const char *output, const char *answers) {
+    int n = 0, found = 0;
+    for (const char *c = answers; *c; n++) {
+        const size_t w = strcspn(c, "\n");
+        for (const char *p = output; *p; p++)
+            if (w > 0 && strncasecmp(p, c, w) == 0) {
+                found++;
+                break;
+            }
+        c += w + (c[w] == '\n');
+    }
+    return n ? (double)found / n : 0.0;
+}
+
 /* ------------------------------------------------ MileBench's scoring -- */
 
 /* What Python's str.split() and str.strip() take for whitespace (ASCII). */

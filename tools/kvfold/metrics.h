@@ -12,6 +12,9 @@
 double metrics_rouge_l_f1(const char *candidate, const char *reference);
 /* Whether output contains answer, ignoring ASCII case (the needle test). */
 bool metrics_contains(const char *output, const char *answer);
+/* RULER's string_match_all: the share of the expected strings (answers, a
+ * line each) that output contains, ignoring ASCII case; 0 without any. */
+double metrics_match_all(const char *output, const char *answers);
 
 /* MileBench's own scoring (its evaluate.py), rule for rule, quirks
  * included, so that its numbers can be compared with the paper's. Python's

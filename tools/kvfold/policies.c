@@ -33,6 +33,17 @@ static const struct {
                 "the question may come anywhere, or after compression."},
     {"knorm", "a statistics-free baseline (key norms only): as snapkv on 1.5B needles down to 0.2, then falls off "
               "(0.40 / 0.40 at 0.1); on SmolLM2 its perplexity at 0.05 is 8.27 against snapkv's 5.76."},
+    {"expected", "scores without the question, from the statistics of the queries so far (kvpress's "
+                 "ExpectedAttentionPress, the same entries kept): on the 1.5B's text needles it keeps none at 0.2 or "
+                 "0.1, with the question before or after compression, and 1 of 5 at 0.5; kvpress's press lost the same "
+                 "records. Holds the queries' covariance per head (44 MB for the 1.5B)."},
+    {"kvzip", "a cache compressed before its question exists (a chat, a server's cached sessions, kvpress's "
+              "protocol): keeps every 1.5B text needle at 0.2 and 0.1 whether the question comes before or after "
+              "compression. Costs about one more prefill of the context when it compresses (the model repeats it), "
+              "the cache peaking at the context plus one chunk of the repetition meanwhile."},
+    {"tova", "as snapkv with a window of one query averaged over every head of a layer (kvpress's TOVAPress, the "
+             "same entries kept): question-aware, so the question must end the prompt; it loses what the question "
+             "asks when the question comes after (RULER in docs/RESULTS.md)."},
     {"random", "a floor to measure other rules against, not for use (1.5B needles 0.00 / 0.80 at 0.2)."},
     {"imgrand", "a baseline for image-heavy prompts: every text entry stays (every text needle, no image needle), "
                 "so it keeps far more than the budget (38.8 of 81.3 MiB at 0.05 on the 1.5B)."},

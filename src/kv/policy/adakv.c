@@ -26,14 +26,7 @@ int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, dou
         for (int i = 0; i < k; i++) s[scratch[i]] = INFINITY;
         total += n[g];
     }
-    const int kept = kv_select(total, score, n_head * per_head, out);
-    /* out is ascending, so each head's kept entries are one run of it. */
-    int o = 0, base = 0;
-    for (int g = 0; g < n_head; base += n[g++]) {
-        count[g] = 0;
-        for (; o < kept && out[o] < base + n[g]; o++, count[g]++) out[o] -= base;
-    }
-    return kept;
+    return kv_heads_select(n_head, n, score, (long)n_head * per_head, out, count);
 }
 
 const struct kv_rule kv_rule_budget_adaptive = {
