@@ -371,7 +371,7 @@ struct kvf_session_params {
     enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F32) */
     int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
                         (the attention each entry receives, the last kv_gather queries of every
-                        layer, the queries' mean and covariance per head: head_dim^2 floats per
+                        layer, the queries' mean and covariance per head: head_dim^2 doubles per
                         layer and head), so that kvf_session_fork can apply any policy to this
                         prefill */
     double kv_budget; /* > 0: replaces the budget of kv_spec's preset -- a share in (0, 1] of the

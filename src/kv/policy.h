@@ -135,7 +135,7 @@ struct kv_score_in {
     float rope_mscale, attn_scale;
     int rope_style;        /* enum kvf_rope_style */
     int32_t next_pos;
-    float *rows;           /* KV_NEEDS_QSTAT: [2][h->n][head_dim] work space                  */
+    float *rows;           /* KV_NEEDS_QSTAT: [2 h->n + 2 head_dim][head_dim] work space    */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
     float *scratch;        /* [h->n] work space                                 */
     int *iscratch;         /* [h->n] work space                                 */

@@ -810,7 +810,7 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     add_str(o, "--question", a->question);
     if (mb || !strcmp(mode, "ruler")) {
         add_str(o, "--tasks", a->tasks);
-        cJSON_AddNumberToObject(o, "--ctx-size", a->ctx);
+        cJSON_AddNumberToObject(o, "--ctx-size", a->ctx > 0 || mb ? a->ctx : RULER_CTX);
     }
     if (!strcmp(mode, "ruler")) {
         add_name(o, "--words", a->words);
@@ -1486,7 +1486,7 @@ static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sw
     FILE *dump = NULL;
     if (!rc && a->dump_samples) rc = out_open("--dump-samples", a->dump_samples, &dump);
     if (!rc) rc = ruler_data_open(a, &d);
-    const int per = a->n_samples > 0 ? a->n_samples : 1, ctx = a->ctx > 0 ? a->ctx : 4096;
+    const int per = a->n_samples > 0 ? a->n_samples : 1, ctx = a->ctx > 0 ? a->ctx : RULER_CTX;
     if (!rc) sweep_begin(sw, n_tasks * per, a);
     for (int t = 0; !rc && !sw->stopped && t < n_tasks; t++)
         for (int k = 0; !rc && !sw->stopped && k < per; k++, index++) {

@@ -47,7 +47,8 @@ struct args eval_chat_args(const struct args *a, const struct kvf_model *m);
  * haystack that needs no file). */
 bool haystack_text(uint64_t *rng, int words, struct strbuf *b);
 
-/* RULER's synthetic tasks (ruler.c). */
+/* RULER's synthetic tasks (ruler.c); --ctx-size's default for them. */
+#define RULER_CTX 4096
 struct ruler_task;
 struct ruler_data; /* the word list and the essay haystack */
 /* The tasks of a comma-separated list of names (NULL: all eleven) into
