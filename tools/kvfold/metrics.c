@@ -50,22 +50,20 @@ double metrics_rouge_l_f1(const char *candidate, const char *reference) {
     return f;
 }
 
-bool metrics_contains(const char *output, const char *answer) {
-    const size_t n = strlen(answer);
+/* Whether output contains answer[0..n), ignoring ASCII case. */
+static bool contains_n(const char *output, const char *answer, size_t n) {
     for (const char *p = output; *p; p++)
         if (strncasecmp(p, answer, n) == 0) return true;
     return n == 0;
 }
 
+bool metrics_contains(const char *output, const char *answer) { return contains_n(output, answer, strlen(answer)); }
+
 double metrics_match_all(const char *output, const char *answers) {
     int n = 0, found = 0;
     for (const char *c = answers; *c; n++) {
         const size_t w = strcspn(c, "\n");
-        for (const char *p = output; *p; p++)
-            if (w > 0 && strncasecmp(p, c, w) == 0) {
-                found++;
-                break;
-            }
+        found += w > 0 && contains_n(output, c, w);
         c += w + (c[w] == '\n');
     }
     return n ? (double)found / n : 0.0;
