@@ -28,6 +28,15 @@ near its edge. Each rule at compression ratio r is kvfold's budget 1 - r;
 seconds per sample are wall time of one sample (prefill, compression and
 answer), on --threads threads for both. Writes DIR/samples.jsonl,
 DIR/kvfold/ (kvfold eval's results), DIR/kvpress.jsonl and DIR/summary.md.
+
+    .venv-kvpress/bin/python bench/kvpress_side.py --gguf GGUF --out DIR \
+        --samples-from SAMPLES.jsonl [--ratios 0.8] [--rules kvzip,...] [--n-predict 64]
+
+runs kvpress alone on the RULER samples `kvfold eval ruler --dump-samples`
+wrote (kvpress's fields: context, question, answer_prefix, answers; kvfold's
+scores for them are in that eval's results.jsonl), scored as RULER scores
+them (the share of the answers found in the output, ignoring case), ChatML
+as above. Writes DIR/kvpress.jsonl and DIR/summary.md (per task).
 """
 import argparse
 import json
@@ -85,9 +94,81 @@ def make_samples(n, tokens, tok, seed):
     return out
 
 
+def match_all(output, answers):
+    """RULER's string_match_all."""
+    return sum(x.lower() in output.lower() for x in answers) / len(answers)
+
+
+def run_kvpress(pipe, table, samples, names, ratios, n_predict, path, score, label):
+    """Every sample under no press and every (rule, ratio); rows appended to path as they finish."""
+    rows = []
+    with open(path, "w") as fh:
+        for i, s in enumerate(samples):
+            for name in ["none"] + names:
+                for r in ([None] if name == "none" else ratios):
+                    press = None if name == "none" else table[name][0](r)
+                    t = time.time()
+                    try:
+                        ans = pipe(s["context"], question=s["question"], answer_prefix=s.get("answer_prefix", ""),
+                                   press=press, max_new_tokens=n_predict)["answer"]
+                        err = None
+                    except RuntimeError as e:  # a press that fails in kvpress's pipeline: recorded, not scored
+                        ans, err = "", str(e).splitlines()[0]
+                    row = {"sample": i, "task": label(s), "rule": name, "ratio": r,
+                           "score": None if err else score(ans, s), "seconds": time.time() - t, "answer": ans,
+                           "error": err}
+                    rows.append(row)
+                    fh.write(json.dumps(row) + "\n")
+                    fh.flush()
+                    print("kvpress: sample %d %s %s: %s (%.1f s)" % (i, name, r, err or row["score"], row["seconds"]),
+                          file=sys.stderr)
+    return rows
+
+
+def load_kvpress(a, tok_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+    d, f = os.path.split(os.path.abspath(a.gguf))
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="sdpa")
+    model.config.name_or_path = tok_dir
+    model.eval()
+    return model
+
+
+def ruler_side(a, kp, tok, tok_dir):
+    """--samples-from: kvpress alone on kvfold eval ruler's samples, per task."""
+    from transformers import pipeline
+    samples = [json.loads(x) for x in open(a.samples_from)]
+    names = [n for n in a.rules.split(",") if n]
+    pipe = pipeline("kv-press-text-generation", model=load_kvpress(a, tok_dir), tokenizer=tok, device="cpu")
+    rows = run_kvpress(pipe, rules(kp), samples, names, a.ratios, a.n_predict, os.path.join(a.out, "kvpress.jsonl"),
+                       lambda ans, s: match_all(ans, s["answers"]), lambda s: s["task"])
+    tasks = list(dict.fromkeys(s["task"] for s in samples))
+    cols = [("none", None)] + [(n, r) for n in names for r in a.ratios]
+    lines = ["| task | " + " | ".join("%s%s" % (n, "" if r is None else " %g" % r) for n, r in cols) + " |",
+             "|---" * (len(cols) + 1) + "|"]
+    def mean(xs):
+        xs = [x["score"] for x in xs if x["error"] is None]
+        return sum(xs) / len(xs) if xs else None
+    for t in tasks + [None]:
+        cells = []
+        for n, r in cols:
+            m = mean([x for x in rows if (t is None or x["task"] == t) and x["rule"] == n and x["ratio"] == r])
+            cells.append("error" if m is None else "%.2f" % m)
+        lines.append("| %s | %s |" % (t or "**mean**", " | ".join(cells)))
+    secs = ["%s%s %.0f s" % (n, "" if r is None else " %g" % r,
+                             sum(x["seconds"] for x in rows if x["rule"] == n and x["ratio"] == r)
+                             / max(1, sum(1 for x in rows if x["rule"] == n and x["ratio"] == r))) for n, r in cols]
+    with open(os.path.join(a.out, "summary.md"), "w") as fh:
+        fh.write("kvpress on %d samples of %s, question after compression, %d threads, %d tokens\n\n"
+                 % (len(samples), a.samples_from, a.threads, a.n_predict) + "\n".join(lines)
+                 + "\n\nseconds per sample: " + ", ".join(secs) + "\n")
+    print("\n".join(lines))
+
+
 def run_kvfold(a, specs, data, out):
     cmd = [a.kvfold, "eval", "needle", "-m", a.gguf, "-t", str(a.threads), "--data", data, "--question", "after",
-           "-n", str(N_PREDICT), "--budgets", ",".join("%.4g" % (1 - r) for r in a.ratios), "--out", out, "--no-progress",
+           "-n", str(a.n_predict), "--budgets", ",".join("%.4g" % (1 - r) for r in a.ratios), "--out", out, "--no-progress",
            "--chat-template", "chatml"]
     for s in specs:
         cmd += ["--kv", s]
@@ -98,7 +179,9 @@ def run_kvfold(a, specs, data, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kvfold", required=True)
+    ap.add_argument("--kvfold")
+    ap.add_argument("--samples-from")
+    ap.add_argument("--n-predict", type=int, default=N_PREDICT)
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--samples", type=int, default=5)
@@ -111,7 +194,7 @@ def main():
     a.ratios = [float(x) for x in a.ratios.split(",")]
     import torch
     import kvpress as kp
-    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+    from transformers import AutoTokenizer, pipeline
     from transformers.utils import logging
     logging.set_verbosity_error()
     logging.disable_progress_bar()
@@ -122,6 +205,10 @@ def main():
     tok.chat_template = CHATML
     tok_dir = os.path.join(a.out, "tokenizer")  # KVzipPress reloads it from config.name_or_path
     tok.save_pretrained(tok_dir)
+    if a.samples_from:
+        return ruler_side(a, kp, tok, tok_dir)
+    if not a.kvfold:
+        ap.error("--kvfold is needed unless --samples-from is given")
     samples = make_samples(a.samples, a.tokens, tok, a.seed)
     data = os.path.join(a.out, "samples.jsonl")
     with open(data, "w") as fh:
@@ -136,36 +223,17 @@ def main():
     kv_rows = run_kvfold(a, specs, data, os.path.join(a.out, "kvfold"))
     print("kvfold: %d rows in %.0f s" % (len(kv_rows), time.time() - t0), file=sys.stderr)
 
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="sdpa")
-    model.config.name_or_path = tok_dir
-    model.eval()
-    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok, device="cpu")
-    kp_rows = []
-    with open(os.path.join(a.out, "kvpress.jsonl"), "w") as fh:
-        for i, s in enumerate(samples):
-            for name in ["none"] + names:
-                for r in ([None] if name == "none" else a.ratios):
-                    press = None if name == "none" else table[name][0](r)
-                    t = time.time()
-                    try:
-                        ans = pipe(s["prompt"], question=s["question"], press=press, max_new_tokens=N_PREDICT)["answer"]
-                        err = None
-                    except RuntimeError as e:  # a press that fails in kvpress's pipeline: recorded, not scored
-                        ans, err = "", str(e).splitlines()[0]
-                    row = {"sample": i, "rule": name, "ratio": r, "score": None if err else int(s["answer"] in ans),
-                           "seconds": time.time() - t, "answer": ans, "error": err}
-                    kp_rows.append(row)
-                    fh.write(json.dumps(row) + "\n")
-                    fh.flush()
-                    print("kvpress: sample %d %s %s: %s (%.1f s)" % (i, name, r, err or row["score"], row["seconds"]),
-                          file=sys.stderr)
+    pipe = pipeline("kv-press-text-generation", model=load_kvpress(a, tok_dir), tokenizer=tok, device="cpu")
+    kvp_samples = [{"context": s["prompt"], "question": s["question"], "answer": s["answer"]} for s in samples]
+    kp_rows = run_kvpress(pipe, table, kvp_samples, names, a.ratios, a.n_predict, os.path.join(a.out, "kvpress.jsonl"),
+                          lambda ans, s: int(s["answer"] in ans), lambda s: "niah_single_1")
 
     def kvfold_cell(name, r):
         rows = [x for x in kv_rows if x["kv"] == table[name][1] and abs(x["budget"] - (1 - r)) < 1e-6]
         if not rows:
             return None, None
         return (sum(x["score"] for x in rows) / len(rows),
-                sum((x["prefill_ms"] + x["compress_ms"]) / 1e3 + N_PREDICT * x["decode_ms_per_token"] / 1e3 for x in rows)
+                sum((x["prefill_ms"] + x["compress_ms"]) / 1e3 + a.n_predict * x["decode_ms_per_token"] / 1e3 for x in rows)
                 / len(rows))
 
     def kvpress_cell(name, r):
@@ -178,7 +246,7 @@ def main():
     lines = ["| rule | ratio | kvfold accuracy | kvpress accuracy | kvfold s/sample | kvpress s/sample |",
              "|---|---|---|---|---|---|"]
     fa = sum(x["score"] for x in full) / len(full)
-    fs = sum(x["prefill_ms"] / 1e3 + N_PREDICT * x["decode_ms_per_token"] / 1e3 for x in full) / len(full)
+    fs = sum(x["prefill_ms"] / 1e3 + a.n_predict * x["decode_ms_per_token"] / 1e3 for x in full) / len(full)
     def cell(x, fmt):
         return "error" if x is None else fmt % x
 

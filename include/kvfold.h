@@ -474,6 +474,17 @@ KVF_API bool kvf_session_kv_layer_budget(const struct kvf_session *session, int 
 KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, double kv_budget,
                                          struct kvf_session **out);
 
+/* A new session in src's state, whatever it is: the same policy and
+ * parameters, cache (compressed or not), tags, logits, statistics, decode
+ * stage's state and KV peak, so that both go on alike — decoding the same
+ * tokens in each gives the same logits and cache, bit for bit. One context
+ * compressed once can so take several next messages (a question each,
+ * kvpress's questions=; a server's slot kept while another goes on from
+ * it). The copy owns its memory: src is unchanged and either may be freed
+ * first. A prompt being prefilled in parts continues in the copy with the
+ * same kvf_prompt, which must outlive both. */
+KVF_API enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_session **out);
+
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
  * entries are freed, and every head's storage is sized to what it holds

@@ -1,6 +1,7 @@
 #include "kv/merge_log.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum kvf_status kv_merge_log_init(struct kv_merge_log *log, int n_layer, int n_head_kv, bool on) {
     *log = (struct kv_merge_log){.n_layer = n_layer, .n_head_kv = n_head_kv};
@@ -17,6 +18,17 @@ void kv_merge_log_free(struct kv_merge_log *log) {
 
 void kv_merge_log_clear(struct kv_merge_log *log) {
     for (size_t i = 0; log->heads && i < (size_t)log->n_layer * log->n_head_kv; i++) log->heads[i].n = 0;
+}
+
+enum kvf_status kv_merge_log_copy(struct kv_merge_log *dst, const struct kv_merge_log *src) {
+    for (size_t i = 0; dst->heads && src->heads && i < (size_t)src->n_layer * src->n_head_kv; i++) {
+        const struct kv_merge_list *from = &src->heads[i];
+        const enum kvf_status st = kv_merge_list_reserve(&dst->heads[i], from->n);
+        if (st != KVF_OK) return st;
+        if (from->n) memcpy(dst->heads[i].m, from->m, sizeof *from->m * (size_t)from->n);
+        dst->heads[i].n = from->n;
+    }
+    return KVF_OK;
 }
 
 enum kvf_status kv_merge_list_reserve(struct kv_merge_list *list, int add) {

@@ -25,6 +25,8 @@ void kv_merge_log_clear(struct kv_merge_log *log);
 static inline struct kv_merge_list *kv_merge_log_head(struct kv_merge_log *log, int l, int g) {
     return &log->heads[(size_t)l * log->n_head_kv + g];
 }
+/* dst (same shape, from kv_merge_log_init, empty) gets src's records. */
+enum kvf_status kv_merge_log_copy(struct kv_merge_log *dst, const struct kv_merge_log *src);
 /* Room for `add` more records in one head's list. */
 enum kvf_status kv_merge_list_reserve(struct kv_merge_list *list, int add);
 /* Records in every kv head of layer l that position `from` was folded into

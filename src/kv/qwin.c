@@ -37,17 +37,24 @@ void kv_qwin_push(struct kv_qwin *w, int l, const float *q, const int32_t *pos, 
     w->n[l] = keep + add;
 }
 
+/* Layer l of dst gets the last n rows of src's. */
+static void qwin_copy_layer(struct kv_qwin *dst, const struct kv_qwin *src, int l, int n) {
+    const int from = src->n[l] - n;
+    memcpy(dst->q + (size_t)l * dst->cap * dst->qd, kv_qwin_q(src, l) + (size_t)from * src->qd,
+           sizeof(float) * (size_t)n * dst->qd);
+    memcpy(dst->pos + (size_t)l * dst->cap, kv_qwin_pos(src, l) + from, sizeof(int32_t) * (size_t)n);
+    dst->n[l] = n;
+}
+
 bool kv_qwin_copy_last(struct kv_qwin *dst, const struct kv_qwin *src, int n_last) {
     if (dst->cap <= 0) return true;
     const int n = KVF_MIN(dst->cap, n_last);
     for (int l = 0; l < dst->n_layer; l++)
         if (!src->n || src->n[l] < n) return false;
-    for (int l = 0; l < dst->n_layer; l++) {
-        const int from = src->n[l] - n;
-        memcpy(dst->q + (size_t)l * dst->cap * dst->qd, kv_qwin_q(src, l) + (size_t)from * src->qd,
-               sizeof(float) * (size_t)n * dst->qd);
-        memcpy(dst->pos + (size_t)l * dst->cap, kv_qwin_pos(src, l) + from, sizeof(int32_t) * (size_t)n);
-        dst->n[l] = n;
-    }
+    for (int l = 0; l < dst->n_layer; l++) qwin_copy_layer(dst, src, l, n);
     return true;
+}
+
+void kv_qwin_copy(struct kv_qwin *dst, const struct kv_qwin *src) {
+    for (int l = 0; dst->cap > 0 && l < dst->n_layer; l++) qwin_copy_layer(dst, src, l, src->n[l]);
 }

@@ -30,5 +30,7 @@ void kv_qwin_push(struct kv_qwin *w, int l, const float *q, const int32_t *pos, 
 /* dst (same n_layer and qd) gets the last min(dst->cap, n_last) rows of
  * every layer of src; false when src holds fewer in some layer. */
 bool kv_qwin_copy_last(struct kv_qwin *dst, const struct kv_qwin *src, int n_last);
+/* dst (same n_layer, cap and qd) gets every row src holds. */
+void kv_qwin_copy(struct kv_qwin *dst, const struct kv_qwin *src);
 
 #endif

@@ -78,6 +78,15 @@ void compress_reset(struct compress_state *c, const struct kv_policy *p) {
     c->have_ratio = c->have_ratio && !p->online; /* online ratios belong to the prompt */
 }
 
+void compress_copy(struct compress_state *dst, const struct compress_state *src, int n_layer, int n_head_kv) {
+    dst->compressed = src->compressed;
+    dst->decode_steps = src->decode_steps;
+    dst->have_ratio = src->have_ratio;
+    if (src->n0) memcpy(dst->n0, src->n0, sizeof *dst->n0 * (size_t)n_layer * n_head_kv);
+    if (src->layer_ratio) memcpy(dst->layer_ratio, src->layer_ratio, sizeof *dst->layer_ratio * (size_t)n_layer);
+    if (src->layer_gini) memcpy(dst->layer_gini, src->layer_gini, sizeof *dst->layer_gini * (size_t)n_layer);
+}
+
 /* Layer ratios made by `kvfold profile` for this model:
  * {"model", "n_layer", "budget", "ratios": [n_layer shares in (0, 1]], ...}.
  * The spec's budget must be the profile's (it is taken when not given). */

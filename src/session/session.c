@@ -70,8 +70,25 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     if (st == KVF_OK) st = kv_merge_log_init(&s->merges, hp->n_layer, hp->n_head_kv, evicts);
     if (st == KVF_OK && !(s->logits = malloc(sizeof(float) * (size_t)hp->n_vocab)))
         st = err_set(KVF_ERR_NOMEM, "out of memory for logits");
-    if (st == KVF_OK && pol->alloc == KV_ALLOC_PREFIX && pol->profile[0]) st = compress_load_profile(s, pol->profile);
     return st;
+}
+
+/* A session of resolved params p under policy, empty. */
+static enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
+                                   const struct kv_policy *policy, struct kvf_session **out) {
+    struct kvf_session *s = calloc(1, sizeof *s);
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
+    s->model = m;
+    s->params = *p;
+    s->policy = *policy;
+    s->swa_lost = -1;
+    const enum kvf_status st = session_parts_init(s);
+    if (st != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    *out = s;
+    return KVF_OK;
 }
 
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
@@ -95,13 +112,9 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     if (st != KVF_OK) return st;
     p.kv_spec = NULL; /* not kept: the caller owns the string */
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
-    struct kvf_session *s = calloc(1, sizeof *s);
-    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
-    s->model = m;
-    s->params = p;
-    s->policy = policy;
-    s->swa_lost = -1;
-    if ((st = session_parts_init(s)) != KVF_OK) {
+    struct kvf_session *s;
+    if ((st = session_new(m, &p, &policy, &s)) != KVF_OK) return st;
+    if (policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] && (st = compress_load_profile(s, policy.profile)) != KVF_OK) {
         kvf_session_free(s);
         return st;
     }
@@ -209,6 +222,24 @@ static bool prefill_plain(const struct kvf_session *s) {
     return s->rd.n_steps == 0 && !s->policy.blocks && !s->policy.question;
 }
 
+/* An empty session s (of src's shape) gets src's positions: the cache (its
+ * capacities too), tags, token ids, rope positions, query statistics and
+ * logits. */
+static enum kvf_status session_take(struct kvf_session *s, const struct kvf_session *src) {
+    enum kvf_status st = tags_reserve(s, src->n_past);
+    if (st == KVF_OK) st = kv_cache_copy(&s->kv, &src->kv);
+    if (st != KVF_OK) return st;
+    memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
+    memcpy(s->toks, src->toks, sizeof *s->toks * (size_t)src->n_past);
+    kv_qstat_copy(&s->qstat, &src->qstat);
+    if (s->rope_next) memcpy(s->rope_next, src->rope_next, sizeof *s->rope_next * (size_t)src->n_past);
+    memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
+    s->n_past = src->n_past;
+    s->has_logits = src->has_logits;
+    s->swa_lost = src->swa_lost;
+    return KVF_OK;
+}
+
 enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_spec, double kv_budget,
                                  struct kvf_session **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "fork: no output");
@@ -234,20 +265,34 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     else if (!kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past))
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
                      KVF_MIN(s->qwin.cap, src->n_past), src->qwin.n ? src->qwin.n[0] : 0);
-    if (st == KVF_OK) st = tags_reserve(s, src->n_past);
-    if (st == KVF_OK) st = kv_cache_copy(&s->kv, &src->kv);
+    if (st == KVF_OK) st = session_take(s, src);
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
     }
-    memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
-    memcpy(s->toks, src->toks, sizeof *s->toks * (size_t)src->n_past);
-    kv_qstat_copy(&s->qstat, &src->qstat);
-    if (s->rope_next) memcpy(s->rope_next, src->rope_next, sizeof *s->rope_next * (size_t)src->n_past);
-    memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
-    s->n_past = src->n_past;
-    s->has_logits = src->has_logits;
-    s->swa_lost = src->swa_lost;
+    *out = s;
+    return KVF_OK;
+}
+
+enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_session **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "copy: no output");
+    *out = NULL;
+    if (!src) return err_set(KVF_ERR_INVALID_ARG, "copy: NULL session");
+    struct kvf_session *s;
+    enum kvf_status st = session_new(src->model, &src->params, &src->policy, &s);
+    if (st != KVF_OK) return st;
+    st = session_take(s, src);
+    if (st == KVF_OK) st = kv_merge_log_copy(&s->merges, &src->merges);
+    if (st != KVF_OK) {
+        kvf_session_free(s);
+        return st;
+    }
+    kv_qwin_copy(&s->qwin, &src->qwin);
+    compress_copy(&s->cs, &src->cs, s->kv.n_layer, s->kv.n_head_kv);
+    s->kv.peak_bytes = src->kv.peak_bytes; /* the copy has been where src has */
+    s->kv.peak_entries = src->kv.peak_entries;
+    s->prompt_rope0 = src->prompt_rope0;
+    s->part_of = src->part_of, s->part_next = src->part_next, s->part_base = src->part_base;
     *out = s;
     return KVF_OK;
 }

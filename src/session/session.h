@@ -106,6 +106,10 @@ enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack,
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);
 void compress_free(struct compress_state *c);
 void compress_reset(struct compress_state *c, const struct kv_policy *p);
+/* dst (compress_init'ed for the same session shape and policy) gets the
+ * state src carries between calls: whether it compressed, the decode
+ * steps since, the head sizes then and the layer budgets. */
+void compress_copy(struct compress_state *dst, const struct compress_state *src, int n_layer, int n_head_kv);
 /* PrefixKV's layer ratios made by `kvfold profile` (profile=FILE). */
 enum kvf_status compress_load_profile(struct kvf_session *s, const char *path);
 /* Brings every head over its layer's budget for the tokens seen down to it. */

@@ -304,8 +304,9 @@ def ruler_check(task, smp, words, ctx_size):
 def case_eval_ruler(ctx):
     """kvfold eval ruler: every task's sample (--dump-samples) checked against RULER's construction, as long as
     --ctx-size allows and not much shorter; rows per task scored by string_match_all against the expected strings;
-    the same seed gives the same samples, another seed others; --question after keeps the context apart; bad
-    task names and a missing word list refused."""
+    the same seed gives the same samples, another seed others; --question after keeps the context apart;
+    --questions asks several questions of one context (a key each, a row each); bad task names, a missing word
+    list and --questions outside ruler --question after refused."""
     smol = ctx.model(SMOL)
     words_path = "/usr/share/dict/words"
     if not os.path.isfile(words_path):
@@ -348,6 +349,41 @@ def case_eval_ruler(ctx):
     with open(dump2) as f:
         other = [json.loads(ln) for ln in f]
     check(rc == 0 and other[0]["answers"] != samples[0]["answers"], f"--seed 2: {rc} {err} {other}")
+    # --questions 3: each NIAH context compressed once and asked three questions of a key each (two for
+    # multiquery's four keys a question); vt keeps its one
+    qout, qdump = os.path.join(ctx.tmp, "ruler-q"), os.path.join(ctx.tmp, "ruler-q.jsonl")
+    shutil.rmtree(qout, ignore_errors=True)
+    rc, _, err = ctx.run("eval", "ruler", "-m", smol, "-t", "1", "-n", "4", "--ctx-size", "1024", "--kv", "keydiff",
+                         "--budgets", "0.5", "--question", "after", "--tasks", "niah_single_1,niah_multiquery,vt",
+                         "--questions", "3", "--out", qout, "--dump-samples", qdump)
+    check(rc == 0, f"eval ruler --questions 3: exit {rc}: {err}")
+    with open(qdump) as f:
+        qs = [json.loads(ln) for ln in f]
+    want_tasks = ["niah_single_1"] * 3 + ["niah_multiquery"] * 2 + ["vt"]
+    check([q["task"] for q in qs] == want_tasks, f"--questions 3: the dump's tasks {[q['task'] for q in qs]}")
+    first = {}  # task -> its sample's index in the dump's order
+    for i, q in enumerate(qs):
+        first.setdefault(q["task"], i)
+        check(q["context"] == qs[first[q["task"]]]["context"], f"{q['task']}: the questions' contexts differ")
+        if q["task"] != "vt":
+            keys = re.search(r"numbers? for (.*) mentioned", q["question"]).group(1).replace(", and ", ", ").split(", ")
+            check(len(keys) == len(q["answers"]), f"{q['task']}: keys {keys}, answers {q['answers']}")
+            for k, v in zip(keys, q["answers"]):
+                check(f"One of the special magic numbers for {k} is: {v}." in q["context"],
+                      f"{q['task']}: the needle of {k} ({v}) is not in the context")
+    check(len({q["question"] for q in qs}) == len(qs), "--questions 3: a question asked twice")
+    _, qrows = results(qout)
+    check(len(qrows) == 2 * len(qs), f"--questions 3: {len(qrows)} rows for {len(qs)} questions under 2 runs")
+    for r in qrows:
+        i = first[r["task"]] + r.get("question", 0)
+        check(r["gt"].split("\n") == qs[i]["answers"], f"{r['task']} question {r.get('question')}: gt {r['gt']!r}")
+        check(r["n_prompt"] + 4 <= 1024, f"{r['task']}: {r['n_prompt']} prompt tokens over --ctx-size 1024")
+    check(sorted((r["task"], r["kv"], r.get("question")) for r in qrows if r["task"] == "niah_single_1") ==
+          sorted((t, kv, j) for t in ["niah_single_1"] for kv in ["full", "keydiff"] for j in range(3)),
+          "--questions 3: niah_single_1's rows are not a row per question and run")
+    expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--questions", "2"], "--questions without --question after")
+    expect_error(ctx, 1, ["eval", "needle", "-m", smol, "--questions", "2", "--question", "after"],
+                 "--questions outside ruler")
     expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--tasks", "niah_single_1,qa_1"], "an unknown task")
     expect_error(ctx, 2, ["eval", "ruler", "-m", smol, "--words", os.path.join(ctx.tmp, "absent.txt")],
                  "a missing word list")

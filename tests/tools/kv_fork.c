@@ -1,5 +1,6 @@
 /* kvf_session_fork: one prefill, many policies, each bit for bit what a
- * prefill of its own gives.
+ * prefill of its own gives; kvf_session_copy: a session copied at any point
+ * goes on as the session itself does.
  *
  *   kv_fork MODEL MMPROJ
  *
@@ -13,7 +14,10 @@
  * step must be identical. Forks that would differ must be refused:
  * a compressed source, reduce and schedule stages, a source that did not
  * gather the attention sums or the query statistics, or too few of the
- * last queries. */
+ * last queries. Every policy, the reduce and schedule stages too, is also
+ * copied after the prompt, after compression and after two decode steps:
+ * each copy must then match the session through the steps left, and
+ * decode on once the session is freed. */
 #include "kv_state.h"
 
 #define N_DECODE 5
@@ -94,6 +98,36 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
     return s;
 }
 
+/* spec's session and its copies (after the prompt, after compression, after
+ * two decode steps), each step applied to all of them: 0 when every copy
+ * matches the session throughout. */
+static int check_copy(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
+                      const char *spec) {
+    struct kvf_session *own = prefilled(m, pr, spec, 0), *copy[3] = {0};
+    int n = 0, bad = !own;
+    enum kvf_status st = KVF_OK;
+    for (int step = -2; !bad && step < N_DECODE; step++) {
+        if (step == -2 || step == -1 || step == 2) { /* the prompt in; compressed; two tokens decoded */
+            st = kvf_session_copy(own, &copy[n++]);
+            bad |= st != KVF_OK || same_state(own, copy[n - 1], mi, spec, "copied");
+        }
+        if (bad || step == N_DECODE - 1) break;
+        const int32_t tok = step < 0 ? 0 : argmax(kvf_session_logits(own), mi->n_vocab);
+        st = step == -2 ? kvf_session_compress(own) : kvf_session_decode(own, tok);
+        for (int c = 0; c < n && st == KVF_OK; c++) st = step == -2 ? kvf_session_compress(copy[c]) : kvf_session_decode(copy[c], tok);
+        char when[48];
+        snprintf(when, sizeof when, step == -2 ? "after compression" : "at decode step %d", step + 2);
+        for (int c = 0; c < n && !bad; c++) bad |= st != KVF_OK || same_state(own, copy[c], mi, spec, when);
+    }
+    kvf_session_free(own); /* the copies own what they hold */
+    for (int c = 0; c < n && !bad && st == KVF_OK; c++) st = kvf_session_decode(copy[c], 0);
+    bad |= st != KVF_OK;
+    if (st != KVF_OK) fprintf(stderr, "%s: %s\n", spec, kvf_last_error());
+    printf("copy of %-40s %s\n", spec, bad ? "FAIL" : "ok");
+    for (int c = 0; c < n; c++) kvf_session_free(copy[c]);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     struct kvf_model *m = NULL;
     struct kvf_model_info mi;
@@ -127,7 +161,11 @@ int main(int argc, char **argv) {
         rc |= check_refused(src2, "snapkv:budget=0.3,window=64", "64 queries wanted, 48 kept");
         rc |= check_refused(src2, "csp:budget=0.9", "csp's window is its recent entries");
     }
-    printf("%s\n", rc ? "FAIL" : "ok: every fork equals a prefill of its own");
+    static const char *const staged[] = {"lightkv", "fastv:k=1", "snapkv:budget=0.3+reduce=tome",
+                                         "blockwise:budget=64,block=32", "h2o:budget=0.3+schedule=blocks:budget=64,block=32"};
+    for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++) rc |= check_copy(m, &mi, pr, specs[i]);
+    for (size_t i = 0; !rc && i < sizeof staged / sizeof *staged; i++) rc |= check_copy(m, &mi, pr, staged[i]);
+    printf("%s\n", rc ? "FAIL" : "ok: every fork equals a prefill of its own, every copy its session");
     kvf_session_free(src);
     kvf_session_free(src2);
     kvf_session_free(plain);

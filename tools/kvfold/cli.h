@@ -77,6 +77,7 @@ struct args {
     const char *question;         /* kvfold eval: "with" (in the prompt compressed) or "after" (appended after) */
     const char *words, *haystack; /* kvfold eval ruler: the word list, the essay haystack's text, */
     const char *dump_samples;     /* ... and where its samples are written */
+    int questions;                /* kvfold eval ruler: questions asked of each NIAH context */
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */

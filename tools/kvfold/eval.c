@@ -41,6 +41,7 @@ static void eval_defaults(struct args *a) {
     a->seg_words = 120;
     a->seed = 1;
     a->question = "with";
+    a->questions = 1;
 }
 
 static int eval_opts(struct args *a, struct opt *out) {
@@ -57,7 +58,8 @@ static int eval_opts(struct args *a, struct opt *out) {
         { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
         { "--words", NULL, OPT_STR, &a->words, 0, 0, "FILE", "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
         { "--haystack", NULL, OPT_STR, &a->haystack, 0, 0, "FILE", "ruler: the essay haystack's text (default: made-up sentences)" },
-        { "--dump-samples", NULL, OPT_STR, &a->dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields)" },
+        { "--questions", NULL, OPT_INT, &a->questions, 1, RULER_MAX_QUESTIONS, "N", "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the session copied per question (kvpress's questions=; default 1)" },
+        { "--dump-samples", NULL, OPT_STR, &a->dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields; a line per question)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
         { "--segments", NULL, OPT_STR, &a->segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
@@ -152,6 +154,8 @@ void sample_free(struct sample *s) {
     free(s->answer);
     free(s->choices);
     free(s->answer_prefix);
+    for (int j = 0; j < s->n_more; j++) free(s->more[j].text), free(s->more[j].prefix), free(s->more[j].answer);
+    free(s->more);
     media_set_free(&s->media);
     kvf_image_free(s->first_image);
     memset(s, 0, sizeof *s);
@@ -249,6 +253,7 @@ struct row {
     char spec[256];     /* the --kv as given ("full" for the reference) */
     double budget;      /* NaN: the preset has none */
     int sample, n_prompt, segments;
+    int question, n_questions; /* ruler --questions: which of the sample's questions this row asked */
     double depth;
     const char *needle; /* needle: "text" or "image" */
     const char *task;   /* milebench: the task, its metric, the sample's id, ground truth (owned) and level */
@@ -336,10 +341,12 @@ struct after {
 
 /* A session for one run over the prompt, compressed: a fork of the shared
  * prefill, or (policies that prefill their own way, or want more queries)
- * a prefill of its own; then the question q, if it comes after. */
+ * a prefill of its own; then the question q, if it comes after. base
+ * (optional) gets a copy of the compressed session before the question,
+ * for the sample's further questions. */
 static int run_prefill(const struct args *a, const struct kvf_model *m, const struct kvf_prompt *pr,
                        const struct shared *sh, const struct run *run, int n_extra, const struct after *q,
-                       struct kvf_session **out, struct row *r) {
+                       struct kvf_session **out, struct kvf_session **base, struct row *r) {
     double t0 = now_ms();
     enum kvf_status st = kvf_session_fork(sh->src, run->kv, run_budget(run), out);
     int rc = 0;
@@ -352,6 +359,7 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
     if ((st = kvf_session_compress(*out)) != KVF_OK) return fail(st, "eval: kv compression");
     r->compress_ms = now_ms() - t0;
     r->kv_mib = (double)kvf_session_kv_bytes(*out) / MIB;
+    if (base && (st = kvf_session_copy(*out, base)) != KVF_OK) return fail(st, "eval: a copy for the next questions");
     if (q->n && (st = kvf_session_prefill(*out, q->ids, q->n, NULL)) != KVF_OK) return fail(st, "eval: the question");
     return 0;
 }
@@ -369,6 +377,32 @@ static int question_split(const struct args *ca, const struct kvf_model *m, cons
     }
     const int rc = tokenize_text(m, at, strlen(at), false, ca->chat, &q->ids, &q->n);
     text[at - text] = '\0';
+    return rc;
+}
+
+/* --questions: the sample's further questions as question_split leaves
+ * the first, each followed by what the chat template put after the first
+ * question (text, before question_split cuts it) and its answer's start. */
+static int more_split(const struct args *ca, const struct kvf_model *m, const struct sample *smp, const char *text,
+                      struct after *more) {
+    const char *q0 = smp->text + smp->question_at, *at = NULL;
+    for (const char *p = strstr(text, q0); p; p = strstr(p + 1, q0)) at = p;
+    if (!at) {
+        print_error("eval: --questions: this sample's first question is not apart from its context");
+        return EXIT_INPUT;
+    }
+    const char *tail = at + strlen(q0);
+    const size_t n_tail = strlen(tail) - (smp->answer_prefix ? strlen(smp->answer_prefix) : 0);
+    int rc = 0;
+    for (int j = 0; !rc && j < smp->n_more; j++) {
+        struct strbuf b = {0};
+        const struct sample_question *sq = &smp->more[j];
+        if (!strbuf_put(&b, sq->text, strlen(sq->text)) || !strbuf_put(&b, tail, n_tail) ||
+            !strbuf_put(&b, sq->prefix, strlen(sq->prefix)))
+            rc = fail(KVF_ERR_NOMEM, "eval");
+        if (!rc) rc = tokenize_text(m, b.s, b.n, false, ca->chat, &more[j].ids, &more[j].n);
+        free(b.s);
+    }
     return rc;
 }
 
@@ -540,6 +574,7 @@ static void row_json(FILE *f, const char *mode, const struct row *r) {
     if (isnan(r->budget)) cJSON_AddNullToObject(o, "budget");
     else cJSON_AddNumberToObject(o, "budget", r->budget);
     cJSON_AddNumberToObject(o, "sample", r->sample);
+    if (r->n_questions > 1) cJSON_AddNumberToObject(o, "question", r->question);
     cJSON_AddNumberToObject(o, "n_prompt", r->n_prompt);
     if (r->segments) cJSON_AddNumberToObject(o, "segments", r->segments);
     if (!isnan(r->depth)) cJSON_AddNumberToObject(o, "depth", r->depth);
@@ -754,7 +789,7 @@ static int sweep_add(struct sweep *sw, const struct args *a, struct row *r) {
             return EXIT_INPUT;
         }
     }
-    sw->done++;
+    sw->done += r->question == 0; /* progress counts runs on samples, whatever their questions */
     const int rc = rows_push(&sw->rows, r);
     if (rc) free(r->output), free(r->gt);
     return rc;
@@ -815,6 +850,7 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     if (!strcmp(mode, "ruler")) {
         add_name(o, "--words", a->words);
         add_name(o, "--haystack", a->haystack);
+        if (a->questions > 1) cJSON_AddNumberToObject(o, "--questions", a->questions);
     }
     cJSON_AddNumberToObject(o, "--samples", a->n_samples);
     if (synthetic) {
@@ -870,6 +906,7 @@ static bool row_read(const cJSON *o, struct row *r) {
     if (!cJSON_IsString(kv) || !(cJSON_IsNumber(b) || cJSON_IsNull(b)) || !cJSON_IsNumber(smp) || !cJSON_IsNumber(score))
         return false;
     *r = (struct row){.budget = cJSON_IsNumber(b) ? b->valuedouble : NAN, .sample = smp->valueint,
+                      .question = (int)num_or(o, "question", 0),
                       .score = score->valuedouble, .n_prompt = (int)num_or(o, "n_prompt", 0),
                       .segments = (int)num_or(o, "segments", 0), .depth = num_or(o, "depth", NAN),
                       .needle = str_or_null(o, "needle"), .task = str_or_null(o, "task"),
@@ -1238,7 +1275,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     const struct args ca = eval_chat_args(a, m);
     char *text = NULL;
     struct kvf_prompt *pr = NULL;
-    struct after q = {0};
+    struct after q = {0}, more[RULER_MAX_QUESTIONS - 1] = {0};
     int rc = build_prompt(&ca, m, smp->text, &text);
     if (!rc && smp->answer_prefix) { /* the answer starts with it, after the chat template's turn to the assistant */
         const size_t n = strlen(text), p = strlen(smp->answer_prefix);
@@ -1246,7 +1283,10 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         if (t) memcpy(t + n, smp->answer_prefix, p + 1), text = t;
         else rc = fail(KVF_ERR_NOMEM, "eval");
     }
+    if (!rc && smp->n_more) rc = more_split(&ca, m, smp, text, more);
     if (!rc && !strcmp(a->question, "after")) rc = question_split(&ca, m, smp, text, &q);
+    int q_max = q.n; /* the longest question: the sessions' room after the context */
+    for (int j = 0; j < smp->n_more; j++) q_max = MAX(q_max, more[j].n);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
     const bool consistency = !strcmp(sw->mode, "consistency");
@@ -1257,7 +1297,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     int n_ref = 0;
     if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
     struct shared sh = {0};
-    if (!rc) rc = shared_open(a, m, pr, n_gen + q.n, &sh);
+    if (!rc) rc = shared_open(a, m, pr, n_gen + q_max, &sh);
     char what[400] = "";
     if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
     else if (smp->ruler) snprintf(what, sizeof what, " (%s)", smp->ruler);
@@ -1274,7 +1314,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         }
         struct row r = {.budget = runs[k].budget, .sample = index, .segments = smp->segments, .depth = smp->depth,
                         .needle = smp->needle, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr) + q.n,
-                        .synthetic = kvf_prompt_is_synthetic(pr)};
+                        .synthetic = kvf_prompt_is_synthetic(pr), .n_questions = 1 + smp->n_more};
         snprintf(r.spec, sizeof r.spec, "%s", runs[k].kv);
         if (smp->task) {
             r.task = smp->task->name, r.metric = mb_task_metric(smp->task), r.level = smp->level;
@@ -1285,9 +1325,9 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.task = smp->ruler, r.metric = "string_match_all";
             if (!(r.gt = strdup(smp->answer))) rc = fail(KVF_ERR_NOMEM, "eval");
         }
-        struct kvf_session *s = NULL;
+        struct kvf_session *s = NULL, *base = NULL;
         struct strbuf out = { 0 };
-        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q.n, &q, &s, &r);
+        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, smp->n_more ? &base : NULL, &r);
         if (!rc && a->kept_map && index == 0 && !ref_only) rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
         if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
         kvf_session_free(s);
@@ -1297,7 +1337,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text);
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
-            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q.n, &q, &s, &forced);
+            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, NULL, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
             kvf_session_free(s);
         } else if (!rc && smp->task) {
@@ -1308,9 +1348,37 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
         r.output = out.s ? out.s : strdup("");
-        if (!rc && !ref_only) rc = sweep_add(sw, a, &r);
-        else free(r.output), free(r.gt);
+        /* the further questions, each of a copy of the compressed context; the rows of a run added together */
+        struct row rq[RULER_MAX_QUESTIONS];
+        int n_rq = 0;
+        rq[n_rq++] = r;
+        for (int j = 0; !rc && j < smp->n_more; j++) {
+            struct row *x = &rq[n_rq];
+            *x = (struct row){.budget = r.budget, .sample = index, .question = j + 1, .n_questions = r.n_questions,
+                              .depth = r.depth, .ppl = NAN, .n_prompt = kvf_prompt_n_tokens(pr) + more[j].n,
+                              .task = r.task, .metric = r.metric, .kv_mib = r.kv_mib, .kv_full_mib = r.kv_full_mib,
+                              .prefill_ms = r.prefill_ms, .compress_ms = r.compress_ms};
+            snprintf(x->spec, sizeof x->spec, "%s", r.spec);
+            struct kvf_session *c = base;
+            enum kvf_status st = j + 1 < smp->n_more ? kvf_session_copy(base, &c) : KVF_OK;
+            if (st == KVF_OK) st = kvf_session_prefill(c, more[j].ids, more[j].n, NULL);
+            rc = st != KVF_OK ? fail(st, "eval: a further question") : 0;
+            struct strbuf o = { 0 };
+            if (!rc) rc = run_greedy(m, c, n_gen, &o, NULL, NULL, x);
+            if (c != base) kvf_session_free(c);
+            x->score = metrics_match_all(o.s ? o.s : "", smp->more[j].answer);
+            x->gt = strdup(smp->more[j].answer);
+            x->output = o.s ? o.s : strdup("");
+            n_rq++;
+            if (!rc && (!x->gt || !x->output)) rc = fail(KVF_ERR_NOMEM, "eval");
+        }
+        kvf_session_free(base);
+        for (int j = 0; j < n_rq; j++) {
+            if (!rc && !ref_only) rc = sweep_add(sw, a, &rq[j]);
+            else free(rq[j].output), free(rq[j].gt);
+        }
     }
+    for (int j = 0; j < smp->n_more; j++) free(more[j].ids);
     kvf_session_free(sh.src);
     free(q.ids);
     free(ref);
@@ -1450,16 +1518,17 @@ static int eval_milebench(const struct args *a, const struct kvf_model *m, const
     return rc;
 }
 
-/* A RULER sample as a JSON line: the context, the question, the answer's
- * start and the expected strings apart, as kvpress's RULER data holds them. */
-static int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
+/* A RULER sample's question as a JSON line: the context, the question,
+ * the answer's start and the expected strings apart, as kvpress's RULER data
+ * holds them. */
+static int ruler_dump_one(FILE *f, const char *path, const struct sample *smp, const char *question,
+                          const char *prefix, const char *answer) {
     cJSON *o = cJSON_CreateObject(), *answers = cJSON_AddArrayToObject(o, "answers");
     char *context = strndup(smp->text, smp->question_at);
     bool ok = o && answers && context && cJSON_AddStringToObject(o, "task", smp->ruler) &&
-              cJSON_AddStringToObject(o, "context", context) &&
-              cJSON_AddStringToObject(o, "question", smp->text + smp->question_at) &&
-              cJSON_AddStringToObject(o, "answer_prefix", smp->answer_prefix);
-    for (const char *c = smp->answer; ok && *c;) {
+              cJSON_AddStringToObject(o, "context", context) && cJSON_AddStringToObject(o, "question", question) &&
+              cJSON_AddStringToObject(o, "answer_prefix", prefix);
+    for (const char *c = answer; ok && *c;) {
         const size_t w = strcspn(c, "\n");
         char *one = strndup(c, w);
         ok = one && cJSON_AddItemToArray(answers, cJSON_CreateString(one));
@@ -1478,6 +1547,14 @@ static int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
     return rc;
 }
 
+/* A line per question (kvpress's rows that share a context). */
+static int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
+    int rc = ruler_dump_one(f, path, smp, smp->text + smp->question_at, smp->answer_prefix, smp->answer);
+    for (int j = 0; !rc && j < smp->n_more; j++)
+        rc = ruler_dump_one(f, path, smp, smp->more[j].text, smp->more[j].prefix, smp->more[j].answer);
+    return rc;
+}
+
 /* RULER's tasks, --samples of each under every run. */
 static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     const struct ruler_task *tasks[16];
@@ -1490,11 +1567,13 @@ static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sw
     if (!rc) sweep_begin(sw, n_tasks * per, a);
     for (int t = 0; !rc && !sw->stopped && t < n_tasks; t++)
         for (int k = 0; !rc && !sw->stopped && k < per; k++, index++) {
-            if (!sweep_wants(sw, index)) continue;
+            /* every sample is dumped, also those whose rows an earlier run wrote */
+            const bool want = sweep_wants(sw, index);
+            if (!want && !dump) continue;
             struct sample smp;
             rc = ruler_sample(a, m, d, tasks[t], k, ctx, sw->n_gen, &smp);
             if (!rc && dump) rc = ruler_dump(dump, a->dump_samples, &smp);
-            if (!rc) rc = eval_sample(a, m, &smp, index, sw);
+            if (!rc && want) rc = eval_sample(a, m, &smp, index, sw);
             sample_free(&smp);
         }
     if (dump) fclose(dump);
@@ -1580,6 +1659,11 @@ static int cmd_eval(const struct args *a) {
     }
     if (strcmp(a->question, "with") && strcmp(a->question, "after")) {
         print_error("eval: --question '%s': want with or after", a->question);
+        return EXIT_USAGE;
+    }
+    if (a->questions > 1 && (strcmp(a->eval_mode, "ruler") || strcmp(a->question, "after"))) {
+        print_error("eval: --questions %d asks several questions of one compressed context: eval ruler with "
+                    "--question after", a->questions);
         return EXIT_USAGE;
     }
     if (strcmp(a->question, "after") == 0 && mb) {

@@ -17,6 +17,12 @@ struct mb_task {
     enum metrics_mb_rule rule; /* from the name and meta_data.question_type */
 };
 
+/* A further question asked of a sample's context (ruler --questions): its
+ * text, the answer's start and the expected strings (a line each). */
+struct sample_question {
+    char *text, *prefix, *answer;
+};
+
 /* One prompt of the eval: its text (markers included; the chat template is
  * applied later), media, the first image's pixels (for the kept map), the
  * expected answer. */
@@ -38,6 +44,10 @@ struct sample {
     /* ruler: the task's name; answer holds the expected strings, a line each */
     const char *ruler;
     char *answer_prefix;           /* the answer's start, after the chat template (RULER's); NULL: none */
+    /* questions after the first (text's own), each asked of the context
+     * compressed once (--question after), [n_more] */
+    struct sample_question *more;
+    int n_more;
 };
 void sample_free(struct sample *s);
 /* The options a sample's prompt is built with: in the model's chat
@@ -47,8 +57,10 @@ struct args eval_chat_args(const struct args *a, const struct kvf_model *m);
  * haystack that needs no file). */
 bool haystack_text(uint64_t *rng, int words, struct strbuf *b);
 
-/* RULER's synthetic tasks (ruler.c); --ctx-size's default for them. */
+/* RULER's synthetic tasks (ruler.c); --ctx-size's default for them; the
+ * most questions a NIAH context can take (--questions: a key each). */
 #define RULER_CTX 4096
+#define RULER_MAX_QUESTIONS 8
 struct ruler_task;
 struct ruler_data; /* the word list and the essay haystack */
 /* The tasks of a comma-separated list of names (NULL: all eleven) into
@@ -60,7 +72,8 @@ int ruler_data_open(const struct args *a, struct ruler_data **out);
 void ruler_data_free(struct ruler_data *d);
 /* Sample k of task t (seeded by --seed, the task and k), its haystack as
  * long as the prompt in the model's chat template, the answer's start and
- * n_gen generated tokens fit ctx_size. */
+ * n_gen generated tokens fit ctx_size (with --questions N, N questions of
+ * a NIAH task, the longest of them). */
 int ruler_sample(const struct args *a, const struct kvf_model *m, const struct ruler_data *d,
                  const struct ruler_task *t, int k, int ctx_size, int n_gen, struct sample *out);
 

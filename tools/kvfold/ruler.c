@@ -207,22 +207,37 @@ static bool essay_sentences(const struct ruler_data *d, uint64_t *s, int words, 
 /* RULER's 40 insertion depths: round(linspace(0, 100, 40)). */
 static int depth_at(int i) { return (int)floor(i * 100.0 / 39.0 + 0.5); }
 
+/* A question after the first: its text, the answer's start, the expected
+ * strings a line each. */
+struct ruler_q {
+    struct strbuf text, prefix, answers;
+};
+
 /* What a generator writes: the prompt's text (its question from
  * question_at), the answer's start (RULER's answer prefix), the expected
- * strings a line each. */
+ * strings a line each; NIAH, asked more than once, the questions after the
+ * first. */
 struct ruler_out {
     struct strbuf text, prefix, answers;
     size_t question_at;
+    struct ruler_q more[RULER_MAX_QUESTIONS - 1];
+    int n_more;
 };
 
-static bool niah_text(const struct ruler_task *t, const struct ruler_data *src, uint64_t seed, int size,
+/* The questions a NIAH task can ask of one context, n_queries keys each. */
+static int niah_questions(const struct ruler_task *t, int want) { return MIN(want, RULER_MAX_QUESTIONS / t->n_queries); }
+
+/* A NIAH sample asking nq questions (niah_questions), each of its own
+ * n_queries keys: the context holds max(n_keys, nq n_queries) keys. */
+static bool niah_text(const struct ruler_task *t, const struct ruler_data *src, uint64_t seed, int size, int nq,
                       struct ruler_out *o) {
     uint64_t s = seed;
-    enum { MAXN = 8 };
+    enum { MAXN = RULER_MAX_QUESTIONS };
     char keys[MAXN][64], values[MAXN][MAXN][64], needles[MAXN * MAXN][256];
     const char *vname = ITEM_NAME[t->value];
+    const int n_keys = MAX(t->n_keys, nq * t->n_queries);
     int n_needles = 0;
-    for (int k = 0; k < t->n_keys; k++) {
+    for (int k = 0; k < n_keys; k++) {
         item(&s, src, t->key, keys[k], sizeof keys[k]);
         for (int v = 0; v < t->n_values; v++) {
             item(&s, src, t->value, values[k][v], sizeof values[k][v]);
@@ -285,33 +300,38 @@ static bool niah_text(const struct ruler_task *t, const struct ruler_data *src, 
         }
         free(is_needle);
     }
-    /* the query: n_queries of the keys, "a, b, and c" */
-    int pick[MAXN];
-    for (int i = 0; i < t->n_keys; i++) pick[i] = i;
-    shuffle_ints(&s, pick, t->n_keys);
-    char query[4 * MAXN * 64] = "";
-    for (int q = 0; q < t->n_queries; q++) {
-        const size_t n = strlen(query);
-        snprintf(query + n, sizeof query - n, "%s%s", q == 0 ? "" : q == t->n_queries - 1 ? ", and " : ", ",
-                 keys[pick[q]]);
-        for (int v = 0; ok && v < t->n_values; v++)
-            ok = put(&o->answers, o->answers.n ? "\n" : "") && put(&o->answers, values[pick[q]][v]);
-    }
     /* one needle asked: the template in the singular, as RULER rewrites it */
     const bool one = t->n_queries * t->n_values == 1;
     char v1[16];
     snprintf(v1, sizeof v1, "%.*s", (int)strlen(vname) - (one ? 1 : 0), vname);
-    char head[256], question[512], prefix[512];
+    char head[256];
     snprintf(head, sizeof head, "%s special magic %s %s hidden within the following text. Make sure to memorize it. "
              "I will quiz you about the %s afterwards.\n", one ? "A" : "Some", v1, one ? "is" : "are", v1);
-    snprintf(question, sizeof question, "\nWhat %s special magic %s for %s mentioned in the provided text?",
-             one ? "is the" : "are all the", v1, query);
-    snprintf(prefix, sizeof prefix, " The special magic %s for %s mentioned in the provided text %s", v1, query,
-             one ? "is" : "are");
     ok = ok && put(&o->text, head) && strbuf_put(&o->text, ctx.s ? ctx.s : "", ctx.n);
     o->question_at = o->text.n;
-    ok = ok && put(&o->text, question) && put(&o->prefix, prefix);
     free(ctx.s);
+    /* question j: n_queries of the keys, "a, b, and c" */
+    int pick[MAXN];
+    for (int i = 0; i < n_keys; i++) pick[i] = i;
+    shuffle_ints(&s, pick, n_keys);
+    for (int j = 0; ok && j < nq; j++) {
+        struct strbuf *text = j ? &o->more[j - 1].text : &o->text, *prefix = j ? &o->more[j - 1].prefix : &o->prefix,
+                      *answers = j ? &o->more[j - 1].answers : &o->answers;
+        char query[4 * MAXN * 64] = "", question[512], pre[512];
+        for (int q = 0; q < t->n_queries; q++) {
+            const int key = pick[j * t->n_queries + q];
+            const size_t n = strlen(query);
+            snprintf(query + n, sizeof query - n, "%s%s", q == 0 ? "" : q == t->n_queries - 1 ? ", and " : ", ", keys[key]);
+            for (int v = 0; ok && v < t->n_values; v++)
+                ok = put(answers, answers->n ? "\n" : "") && put(answers, values[key][v]);
+        }
+        snprintf(question, sizeof question, "\nWhat %s special magic %s for %s mentioned in the provided text?",
+                 one ? "is the" : "are all the", v1, query);
+        snprintf(pre, sizeof pre, " The special magic %s for %s mentioned in the provided text %s", v1, query,
+                 one ? "is" : "are");
+        ok = ok && put(text, question) && put(prefix, pre);
+        o->n_more = j;
+    }
     return ok;
 }
 
@@ -492,14 +512,15 @@ static bool fwe_text(uint64_t seed, int size, int ctx_size, int n_gen, struct ru
 
 static void out_free(struct ruler_out *o) {
     free(o->text.s), free(o->prefix.s), free(o->answers.s);
+    for (int j = 0; j < RULER_MAX_QUESTIONS - 1; j++) free(o->more[j].text.s), free(o->more[j].prefix.s), free(o->more[j].answers.s);
     *o = (struct ruler_out){0};
 }
 
 static bool generate(const struct ruler_task *t, const struct ruler_data *d, uint64_t seed, int size, int ctx_size,
-                     int n_gen, struct ruler_out *o) {
+                     int n_gen, int nq, struct ruler_out *o) {
     out_free(o);
     switch (t->kind) {
-    case NIAH: return niah_text(t, d, seed, size, o);
+    case NIAH: return niah_text(t, d, seed, size, niah_questions(t, nq), o);
     case VT: return vt_text(seed, size, ctx_size, o);
     case CWE: return cwe_text(d, seed, size, ctx_size, o);
     case FWE: return fwe_text(seed, size, ctx_size, n_gen, o);
@@ -507,21 +528,23 @@ static bool generate(const struct ruler_task *t, const struct ruler_data *d, uin
     return false;
 }
 
-/* Tokens of the sample as the model sees it: the prompt in its chat
- * template with the answer's start, tokenized as eval runs it (with
- * --question after, the context and the rest apart). */
-static int sample_tokens(const struct args *a, const struct kvf_model *m, const struct ruler_out *o, int *n) {
+/* Tokens of the sample as the model sees it, asked question q (its text
+ * [question_at, end) and prefix): the prompt in its chat template with the
+ * answer's start, tokenized as eval runs it (with --question after, the
+ * context and the rest apart). */
+static int question_tokens(const struct args *a, const struct kvf_model *m, const char *sample, size_t question_at,
+                           const char *prefix, int *n) {
     const struct args ca = eval_chat_args(a, m);
     char *text = NULL;
-    int rc = build_prompt(&ca, m, o->text.s, &text);
+    int rc = build_prompt(&ca, m, sample, &text);
     char *all = NULL;
-    if (!rc && !(all = malloc(strlen(text) + o->prefix.n + 1))) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && !(all = malloc(strlen(text) + strlen(prefix) + 1))) rc = fail(KVF_ERR_NOMEM, "eval ruler");
     size_t cut = 0;
     if (!rc) {
         strcpy(all, text);
-        strcat(all, o->prefix.s);
+        strcat(all, prefix);
         cut = strlen(all);
-        const char *q = o->text.s + o->question_at;
+        const char *q = sample + question_at;
         for (const char *p = strstr(all, q); p && !strcmp(a->question, "after"); p = strstr(p + 1, q)) cut = (size_t)(p - all);
     }
     int32_t *ids = NULL, n1 = 0, n2 = 0;
@@ -533,6 +556,22 @@ static int sample_tokens(const struct args *a, const struct kvf_model *m, const 
     free(all);
     free(text);
     *n = n1 + n2;
+    return rc;
+}
+
+/* Tokens of the sample with its longest question. */
+static int sample_tokens(const struct args *a, const struct kvf_model *m, const struct ruler_out *o, int *n) {
+    int rc = question_tokens(a, m, o->text.s, o->question_at, o->prefix.s, n);
+    struct strbuf b = {0};
+    for (int j = 0; !rc && j < o->n_more; j++) {
+        int nj = 0;
+        b.n = 0;
+        if (!strbuf_put(&b, o->text.s, o->question_at) || !strbuf_put(&b, o->more[j].text.s, o->more[j].text.n))
+            rc = fail(KVF_ERR_NOMEM, "eval ruler");
+        if (!rc) rc = question_tokens(a, m, b.s, o->question_at, o->more[j].prefix.s, &nj);
+        *n = MAX(*n, nj);
+    }
+    free(b.s);
     return rc;
 }
 
@@ -558,7 +597,7 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
     struct ruler_out o = {0};
     int lo = 1, hi = 2 * unit_guess(t, ctx_size) + 16, best = 0, rc = 0, n = 0;
     while (!rc) { /* an upper bound that does not fit */
-        if (!generate(t, d, seed, hi, ctx_size, n_gen, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+        if (!generate(t, d, seed, hi, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
         if (!rc) rc = sample_tokens(a, m, &o, &n);
         if (rc || n + n_gen > ctx_size) break;
         lo = hi + 1, hi *= 2;
@@ -566,7 +605,7 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
     }
     while (!rc && lo <= hi) {
         const int mid = lo + (hi - lo) / 2;
-        if (!generate(t, d, seed, mid, ctx_size, n_gen, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+        if (!generate(t, d, seed, mid, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
         if (!rc) rc = sample_tokens(a, m, &o, &n);
         if (!rc && n + n_gen <= ctx_size) best = mid, lo = mid + 1;
         else hi = mid - 1;
@@ -576,9 +615,13 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
                     t->name, n + n_gen, ctx_size);
         rc = EXIT_USAGE;
     }
-    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && o.n_more && !(out->more = calloc((size_t)o.n_more, sizeof *out->more))) rc = fail(KVF_ERR_NOMEM, "eval ruler");
     if (!rc) {
         out->text = o.text.s, out->question_at = o.question_at, out->answer = o.answers.s, out->answer_prefix = o.prefix.s;
+        for (int j = 0; j < o.n_more; j++)
+            out->more[j] = (struct sample_question){o.more[j].text.s, o.more[j].prefix.s, o.more[j].answers.s};
+        out->n_more = o.n_more;
         o = (struct ruler_out){0};
     }
     out_free(&o);
