@@ -485,6 +485,34 @@ KVF_API enum kvf_status kvf_session_fork(const struct kvf_session *src, const ch
  * same kvf_prompt, which must outlive both. */
 KVF_API enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_session **out);
 
+/* Session files (docs/SESSION_FILE.md): a session's whole state — the
+ * model's identity, its parameters and policy, the positions seen with
+ * their tags and token ids, the logits, every head's kept entries in their
+ * storage type, and what the policy carries between calls (statistics,
+ * query windows, merge records, layer budgets) — so that a conversation
+ * outlives its process or moves to another machine: continuing a loaded
+ * session gives the logits and cache continuing the original gives, bit for
+ * bit. Refused while a prompt is being prefilled in parts. A file is read
+ * as untrusted: KVF_ERR_FORMAT for one cut short, corrupt (CRC-32) or
+ * inconsistent, KVF_ERR_UNSUPPORTED for another model's (both named) or
+ * another version's. */
+/* Bytes kvf_session_save_buffer writes (0 for a NULL session or one that
+ * cannot be saved). */
+KVF_API size_t kvf_session_save_size(const struct kvf_session *session);
+/* Writes the session into dst[0..size); KVF_ERR_BUFFER when size is below
+ * kvf_session_save_size. */
+KVF_API enum kvf_status kvf_session_save_buffer(const struct kvf_session *session, void *dst, size_t size);
+/* Writes the session to path atomically (a temporary file renamed over it:
+ * a reader sees the old file or the new one, never a part). */
+KVF_API enum kvf_status kvf_session_save(const struct kvf_session *session, const char *path);
+/* A new session from a saved one, on the model it was saved from (the
+ * same decoder tensors: any mmproj), with n_threads threads (<= 0: the
+ * model's default); the rest is the saved session's. */
+KVF_API enum kvf_status kvf_session_load_buffer(const struct kvf_model *model, const void *src, size_t size, int n_threads,
+                                                struct kvf_session **out);
+KVF_API enum kvf_status kvf_session_load(const struct kvf_model *model, const char *path, int n_threads,
+                                         struct kvf_session **out);
+
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted
  * entries are freed, and every head's storage is sized to what it holds

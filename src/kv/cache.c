@@ -158,25 +158,34 @@ enum kvf_status kv_cache_fit(struct kv_cache *c) {
     return st;
 }
 
+enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
+                              const struct kvf_tag *tag, const float *acc) {
+    struct kv_head *h = kv_cache_head(c, layer, head);
+    if (h->cap || n < 0 || cap < n) return err_set(KVF_ERR_INTERNAL, "kv fill: %d entries in %d, head not empty", n, cap);
+    if (cap == 0) return KVF_OK;
+    enum kvf_status st = head_grow(c, h, cap);
+    if (st != KVF_OK) return st;
+    memcpy(h->k, k, (size_t)n * c->row_bytes);
+    memcpy(h->v, v, (size_t)n * c->row_bytes);
+    memcpy(h->tag, tag, (size_t)n * sizeof *h->tag);
+    if (h->acc && acc) memcpy(h->acc, acc, (size_t)n * KV_ACC_N * sizeof(float));
+    else if (h->acc) memset(h->acc, 0, (size_t)n * KV_ACC_N * sizeof(float));
+    h->n = n;
+    c->peak_entries = KVF_MAX(c->peak_entries, n);
+    return KVF_OK;
+}
+
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src) {
     if (dst->bytes || dst->n_layer != src->n_layer || dst->n_head_kv != src->n_head_kv || dst->type != src->type ||
         dst->head_dim != src->head_dim)
         return err_set(KVF_ERR_INTERNAL, "kv copy: caches of different shapes");
-    for (size_t i = 0; i < (size_t)src->n_layer * src->n_head_kv; i++) {
-        const struct kv_head *from = &src->heads[i];
-        struct kv_head *h = &dst->heads[i];
-        if (from->cap == 0) continue;
-        enum kvf_status st = head_grow(dst, h, from->cap);
-        if (st != KVF_OK) return st;
-        memcpy(h->k, from->k, (size_t)from->n * dst->row_bytes);
-        memcpy(h->v, from->v, (size_t)from->n * dst->row_bytes);
-        memcpy(h->tag, from->tag, (size_t)from->n * sizeof *h->tag);
-        if (h->acc && from->acc) memcpy(h->acc, from->acc, (size_t)from->n * KV_ACC_N * sizeof(float));
-        else if (h->acc) memset(h->acc, 0, (size_t)from->n * KV_ACC_N * sizeof(float));
-        h->n = from->n;
-        dst->peak_entries = KVF_MAX(dst->peak_entries, h->n);
-    }
-    return KVF_OK;
+    enum kvf_status st = KVF_OK;
+    for (int l = 0; l < src->n_layer && st == KVF_OK; l++)
+        for (int g = 0; g < src->n_head_kv && st == KVF_OK; g++) {
+            const struct kv_head *from = &src->heads[(size_t)l * src->n_head_kv + g];
+            st = kv_cache_fill(dst, l, g, from->n, from->cap, from->k, from->v, from->tag, from->acc);
+        }
+    return st;
 }
 
 enum kvf_status kv_cache_reserve(struct kv_cache *c, int layer, int extra) {

@@ -54,6 +54,11 @@ static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int h
  * entries with src's capacities (so its bytes are what the same appends
  * would have allocated); their statistics when both carry them. */
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
+/* An empty head of c gets n entries in storage for cap (>= n): key and
+ * value rows in the cache's type (n x row_bytes each), tags, and
+ * statistics [n][KV_ACC_N] when the cache carries them (acc NULL: zeros). */
+enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
+                              const struct kvf_tag *tag, const float *acc);
 /* Sizes every head's storage to exactly the entries it holds (the slack
  * appends left is returned). */
 enum kvf_status kv_cache_fit(struct kv_cache *c);

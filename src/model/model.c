@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 /* Limits that keep every later size computation far from overflow. */
 #define MAX_DIM (1 << 20)
@@ -161,6 +162,11 @@ enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src
                        (long long)rows, (long long)cols, tr->name);
     *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data, false};
     if (src->bound && r.index >= 0) src->bound[r.index] = true;
+    if (!m->vision) { /* vision towers bind after the decoder, once m->vision is there */
+        const int64_t shape[3] = {(int64_t)r.type, rows, cols};
+        m->digest = (uint32_t)crc32(m->digest, (const Bytef *)name, (uInt)strlen(name));
+        m->digest = (uint32_t)crc32(m->digest, (const Bytef *)shape, sizeof shape);
+    }
     m->n_params += rows * cols;
     m->weight_bytes += (int64_t)total;
     return KVF_OK;

@@ -57,6 +57,9 @@ struct kvf_model {
     struct st_set *st;
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
     int64_t n_params, weight_bytes;
+    /* CRC-32 of the decoder's tensors as bound (name, type, shape, in order):
+     * the identity a session file names (the vision tower's are not in it). */
+    uint32_t digest;
     bool vocab_only;           /* kvf_model_params.vocab_only: no weights, layers NULL */
     void **owned;              /* float copies of vectors (norms, biases), interleaved matrices */
     int n_owned, cap_owned;

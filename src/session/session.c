@@ -33,6 +33,7 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->tags);
     free(s->toks);
     free(s->rope_next);
+    free(s->spec);
     free(s);
 }
 
@@ -73,16 +74,16 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     return st;
 }
 
-/* A session of resolved params p under policy, empty. */
-static enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
-                                   const struct kv_policy *policy, struct kvf_session **out) {
+enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
+                            const struct kv_policy *policy, const char *spec, struct kvf_session **out) {
     struct kvf_session *s = calloc(1, sizeof *s);
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
     s->model = m;
     s->params = *p;
     s->policy = *policy;
     s->swa_lost = -1;
-    const enum kvf_status st = session_parts_init(s);
+    s->spec = strdup(spec ? spec : "");
+    const enum kvf_status st = s->spec ? session_parts_init(s) : err_set(KVF_ERR_NOMEM, "out of memory");
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -93,6 +94,12 @@ static enum kvf_status session_new(const struct kvf_model *m, const struct kvf_s
 
 enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_session_params *params,
                                  struct kvf_session **out) {
+    if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
+    return session_create(m, params, true, out);
+}
+
+enum kvf_status session_create(const struct kvf_model *m, const struct kvf_session_params *params, bool load_profile,
+                               struct kvf_session **out) {
     *out = NULL;
     if (!m) return err_set(KVF_ERR_INVALID_ARG, "no model");
     if (model_require_weights(m, "session") != KVF_OK) return KVF_ERR_UNSUPPORTED;
@@ -110,11 +117,13 @@ enum kvf_status kvf_session_init(const struct kvf_model *m, const struct kvf_ses
     struct kv_policy policy;
     enum kvf_status st = kv_policy_parse_budget(p.kv_spec, p.kv_budget, &policy);
     if (st != KVF_OK) return st;
-    p.kv_spec = NULL; /* not kept: the caller owns the string */
+    const char *spec = p.kv_spec;
+    p.kv_spec = NULL; /* not kept: the caller owns the string (s->spec is a copy) */
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
     struct kvf_session *s;
-    if ((st = session_new(m, &p, &policy, &s)) != KVF_OK) return st;
-    if (policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] && (st = compress_load_profile(s, policy.profile)) != KVF_OK) {
+    if ((st = session_new(m, &p, &policy, spec, &s)) != KVF_OK) return st;
+    if (load_profile && policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] &&
+        (st = compress_load_profile(s, policy.profile)) != KVF_OK) {
         kvf_session_free(s);
         return st;
     }
@@ -279,7 +288,7 @@ enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_sessi
     *out = NULL;
     if (!src) return err_set(KVF_ERR_INVALID_ARG, "copy: NULL session");
     struct kvf_session *s;
-    enum kvf_status st = session_new(src->model, &src->params, &src->policy, &s);
+    enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, &s);
     if (st != KVF_OK) return st;
     st = session_take(s, src);
     if (st == KVF_OK) st = kv_merge_log_copy(&s->merges, &src->merges);

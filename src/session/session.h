@@ -47,6 +47,7 @@ struct kvf_session {
     const struct kvf_model *model;
     struct kvf_session_params params; /* resolved: n_ctx, n_batch, n_threads > 0; kv_spec NULL */
     struct kv_policy policy;
+    char *spec;                       /* the kv_spec the policy was parsed from ("": full), owned */
     int n_past;                       /* positions processed so far */
     float *logits;                    /* [n_vocab] after the last token */
     bool has_logits;
@@ -101,6 +102,14 @@ int session_layer_seen(const struct kvf_session *s, int l);
  * them, when more than 2 x slack are there (slack 0: all); *dropped
  * (optional) gets how many went, from the front of the head. */
 enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack, int *dropped);
+
+/* A session of resolved params p under policy (parsed from spec), empty. */
+enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
+                            const struct kv_policy *policy, const char *spec, struct kvf_session **out);
+/* kvf_session_init's checks and parse; load_profile: PrefixKV's profile
+ * file is read (a session file carries the ratios instead). */
+enum kvf_status session_create(const struct kvf_model *m, const struct kvf_session_params *params, bool load_profile,
+                               struct kvf_session **out);
 
 /* session/compress.c */
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);

@@ -125,6 +125,50 @@ static void kvspec_seeds(void) {
 }
 
 /* Tasks in MileBench's layout, one per scoring rule (the first line names the task). */
+/* Sessions of the tiny Gemma 3 under policies with each kind of state,
+ * saved after a prompt with a pseudo-image, compression and two steps; the
+ * flag byte asks the harness to keep the CRC as it is. */
+static void session_seeds(void) {
+    static const char *const specs[] = {"full", "snapkv:budget=0.3+decode=h2o", "lookm:budget=0.3",
+                                        "expected:budget=0.3", "streaming:budget=12+decode=window",
+                                        "prefixkv:budget=0.3", "snapkv:budget=0.3+budget=adaptive"};
+    char path[4096];
+    snprintf(path, sizeof path, "%s/gemma3-f32.gguf", fixtures);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.n_threads = 1;
+    struct kvf_model *m = NULL;
+    struct kvf_media *pseudo = NULL;
+    struct kvf_prompt *pr = NULL;
+    if (kvf_model_load(path, &mp, &m) != KVF_OK || kvf_media_pseudo_image(m, "a red square", 3, 4, 0.1f, 7, &pseudo) != KVF_OK ||
+        kvf_prompt_init(m, "Look at <image> and say what the colour is.", (const struct kvf_media *const *)&pseudo, 1,
+                        true, false, &pr) != KVF_OK) {
+        fprintf(stderr, "make_seeds: session seeds: %s\n", kvf_last_error());
+        exit(1);
+    }
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        struct kvf_session_params sp = kvf_session_default_params();
+        sp.n_ctx = 48, sp.n_batch = 8, sp.kv_spec = specs[i];
+        struct kvf_session *s = NULL;
+        uint8_t *buf = NULL;
+        size_t n = 0;
+        if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK ||
+            kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK || kvf_session_decode(s, 2) != KVF_OK ||
+            !(n = kvf_session_save_size(s)) || !(buf = malloc(n + 1)) || kvf_session_save_buffer(s, buf + 1, n) != KVF_OK) {
+            fprintf(stderr, "make_seeds: session %s: %s\n", specs[i], kvf_last_error());
+            exit(1);
+        }
+        buf[0] = 0;
+        char name[32];
+        snprintf(name, sizeof name, "session-%zu", i);
+        seed("session", name, buf, n + 1);
+        free(buf);
+        kvf_session_free(s);
+    }
+    kvf_prompt_free(pr);
+    kvf_media_free(pseudo);
+    kvf_model_free(m);
+}
+
 static void milebench_seeds(void) {
     seed_text("milebench", "open-ended",
               "ALFRED\n{\"meta_data\": {\"task_instruction\": [\"Describe the steps.\", \"Say what happens.\"], "
@@ -250,5 +294,6 @@ int main(int argc, char **argv) {
     tokenizer_seeds();
     image_seeds();
     serve_seeds();
+    session_seeds();
     return 0;
 }

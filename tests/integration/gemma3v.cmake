@@ -29,8 +29,9 @@ set_tests_properties(gemma3v_formats PROPERTIES FIXTURES_REQUIRED kvf_fixtures L
 # The LLaVA fixture's policy checks on Gemma 3's vision path (see kv.cmake):
 # every policy forked equals its own session, decoded in a batch equals
 # decoded alone, a prompt in parts (an image always one pass) equals the
-# prompt whole -- bit for bit.
-foreach(tool kv_fork decode_batch prefill_parts)
+# prompt whole, a session saved and loaded goes on as the original (its
+# sliding-window layers freeing as they go) -- bit for bit.
+foreach(tool kv_fork decode_batch prefill_parts session_file)
   add_test(NAME ${tool}_gemma3v COMMAND ${tool} ${KVF_GEMMA3V_GGUF} ${KVF_GEMMA3V_MMPROJ})
   set_tests_properties(${tool}_gemma3v PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
 endforeach()

@@ -16,6 +16,17 @@ add_test(NAME kv_fork COMMAND kv_fork ${CMAKE_BINARY_DIR}/fixtures/llava-f32.ggu
                               ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf)
 set_tests_properties(kv_fork PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
 
+# Session files (kvf_session_save / kvf_session_load): on the same fixture,
+# every kind of policy state saved after the prompt and after compression and
+# decoding, loaded, goes on bit for bit as the original through 5 steps (F32,
+# F16); files cut short, with a bit flipped, with words overwritten under a
+# right checksum, and another model's (the Gemma 3 fixture) are refused with
+# a clear error or load into a session that decodes (tests/tools/session_file.c).
+add_test(NAME session_file COMMAND session_file ${CMAKE_BINARY_DIR}/fixtures/llava-f32.gguf
+                                   ${CMAKE_BINARY_DIR}/fixtures/llava-mmproj-f32.gguf
+                                   ${CMAKE_BINARY_DIR}/fixtures/gemma3-f32.gguf)
+set_tests_properties(session_file PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+
 # Many sessions decoded together (kvf_session_decode_batch): every policy on
 # the tiny LLaVA fixture decoded in one batch equals decoding alone, bit for
 # bit, for 6 steps; 66 rows (through BLAS) within 1e-4 of the largest logit;

@@ -5,7 +5,7 @@
 # weights as llama.cpp's GGUF + mmproj, then checks kvfold's preprocessing
 # (sizes and pixels exact), prompt ids and every position's logits (within
 # 1e-4; the GGUF pair within 1e-5 of the directory) against it, and runs
-# the policy checks (kv_fork, decode_batch, prefill_parts, kv_bound) on it.
+# the policy checks (kv_fork, decode_batch, prefill_parts, session_file, kv_bound) on it.
 # Needs .venv-hf (skips without).
 add_test(NAME hf_qwen25vl COMMAND ${KVF_HF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/hf_qwen25vl_check.py
          --dump $<TARGET_FILE:dump_logits> --preproc $<TARGET_FILE:dump_preproc>

@@ -512,7 +512,7 @@ def main():
     ok &= gvids == dids and gverr < 1e-5
     # The policy checks the LLaVA and Gemma 3 fixtures run (tests/integration/kv.cmake), on this model.
     tools = os.path.dirname(os.path.abspath(args.dump))
-    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]),
+    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]), ("session_file", ["-"]),
                         ("kv_bound", [args.passage, "300", "40"])):
         res = subprocess.run([os.path.join(tools, tool), args.out] + extra, capture_output=True, text=True)
         last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
