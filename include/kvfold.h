@@ -440,6 +440,18 @@ KVF_API enum kvf_status kvf_session_prefill_embd(struct kvf_session *session, co
 /* Tags of every position processed so far, [kvf_session_n_past]. Valid
  * until the session next changes (prefill, decode, compress, reset, free). */
 KVF_API const struct kvf_tag *kvf_session_tags(const struct kvf_session *session);
+/* The token id at every position processed so far (-1: a media row),
+ * [kvf_session_n_past], e.g. to find what a new prompt shares with a loaded
+ * session. Valid as kvf_session_tags. */
+KVF_API const int32_t *kvf_session_tokens(const struct kvf_session *session);
+/* An application's note kept with the session: text (at most 16 MiB) that
+ * kvf_session_copy copies and session files carry (kvfold chat keeps its
+ * messages there). text NULL: none. kvf_session_note: "" when none. */
+KVF_API enum kvf_status kvf_session_set_note(struct kvf_session *session, const char *text);
+/* The KV policy the session was made with ("" for the full cache): the
+ * kv_spec given, or the one a session file held. Valid while it lives. */
+KVF_API const char *kvf_session_kv_spec(const struct kvf_session *session);
+KVF_API const char *kvf_session_note(const struct kvf_session *session);
 /* Tags of the entries cached for (layer, kv head), in cache order; *n gets
  * their count. NULL for an index out of range. Valid until the session next
  * changes (prefill, decode, compress, reset, free). */

@@ -34,8 +34,24 @@ void kvf_session_free(struct kvf_session *s) {
     free(s->toks);
     free(s->rope_next);
     free(s->spec);
+    free(s->note);
     free(s);
 }
+
+enum kvf_status kvf_session_set_note(struct kvf_session *s, const char *text) {
+    if (!s) return err_set(KVF_ERR_INVALID_ARG, "note: NULL session");
+    const size_t n = text ? strlen(text) : 0;
+    if (n > SESSION_NOTE_MAX) return err_set(KVF_ERR_INVALID_ARG, "note: %zu bytes, over the %u allowed", n, SESSION_NOTE_MAX);
+    char *copy = text ? strdup(text) : NULL;
+    if (text && !copy) return err_set(KVF_ERR_NOMEM, "note: out of memory");
+    free(s->note);
+    s->note = copy;
+    return KVF_OK;
+}
+
+const char *kvf_session_note(const struct kvf_session *s) { return s && s->note ? s->note : ""; }
+
+const char *kvf_session_kv_spec(const struct kvf_session *s) { return s ? s->spec : ""; }
 
 /* Queries each layer keeps for the policy's window: its window, CSP's
  * default (as many queries as recent entries kept), the block-wise
@@ -298,6 +314,10 @@ enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_sessi
     }
     kv_qwin_copy(&s->qwin, &src->qwin);
     compress_copy(&s->cs, &src->cs, s->kv.n_layer, s->kv.n_head_kv);
+    if (src->note && kvf_session_set_note(s, src->note) != KVF_OK) {
+        kvf_session_free(s);
+        return KVF_ERR_NOMEM;
+    }
     s->kv.peak_bytes = src->kv.peak_bytes; /* the copy has been where src has */
     s->kv.peak_entries = src->kv.peak_entries;
     s->prompt_rope0 = src->prompt_rope0;
@@ -809,6 +829,8 @@ size_t kvf_session_kv_full_bytes(const struct kvf_session *s) {
 }
 int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }
+
+const int32_t *kvf_session_tokens(const struct kvf_session *s) { return s->toks; }
 
 const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *s, int layer, int head, int *n) {
     *n = 0;

@@ -48,6 +48,7 @@ struct kvf_session {
     struct kvf_session_params params; /* resolved: n_ctx, n_batch, n_threads > 0; kv_spec NULL */
     struct kv_policy policy;
     char *spec;                       /* the kv_spec the policy was parsed from ("": full), owned */
+    char *note;                       /* kvf_session_set_note's text, owned; NULL: none */
     int n_past;                       /* positions processed so far */
     float *logits;                    /* [n_vocab] after the last token */
     bool has_logits;
@@ -102,6 +103,9 @@ int session_layer_seen(const struct kvf_session *s, int l);
  * them, when more than 2 x slack are there (slack 0: all); *dropped
  * (optional) gets how many went, from the front of the head. */
 enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack, int *dropped);
+
+/* The longest note a session keeps (kvf_session_set_note). */
+#define SESSION_NOTE_MAX (16u << 20)
 
 /* A session of resolved params p under policy (parsed from spec), empty. */
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,

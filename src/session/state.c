@@ -63,9 +63,11 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
     put(w, params, sizeof params);
     put_u8(w, s->params.kv_swa_full);
     put(w, &s->params.kv_budget, sizeof(double));
-    const int32_t spec_len = (int32_t)strlen(s->spec);
+    const int32_t spec_len = (int32_t)strlen(s->spec), note_len = s->note ? (int32_t)strlen(s->note) : -1;
     put_i32(w, spec_len);
     put(w, s->spec, (size_t)spec_len);
+    put_i32(w, note_len);
+    if (s->note) put(w, s->note, (size_t)note_len);
     /* positions */
     const int32_t at[4] = {np, s->swa_lost, s->prompt_rope0, s->has_logits};
     put(w, at, sizeof at);
@@ -259,6 +261,11 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     p.n_ctx = params[0], p.n_batch = params[1], p.kv_type = (enum kvf_kv_type)params[2], p.kv_gather = params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
     if (p.kv_type < KVF_KV_F32 || p.kv_type > KVF_KV_Q8_0) return bad("its cache type is unknown");
+    const int32_t note_len = get_i32(r);
+    if (r->short_read) return bad("truncated in its note");
+    if (note_len < -1 || note_len > (int32_t)SESSION_NOTE_MAX) return bad("its note is out of range");
+    const char *note = note_len >= 0 ? take(r, (size_t)note_len) : NULL;
+    if (note_len >= 0 && (!note || memchr(note, '\0', (size_t)note_len))) return bad("its note is cut short or holds a NUL");
     const enum kvf_status st = session_create(m, &p, false, out);
     if (st != KVF_OK) {
         char why[512];
@@ -268,6 +275,7 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     /* what session_create resolved must be what was saved */
     if ((*out)->params.n_ctx != params[0] || (*out)->params.n_batch != params[1] || (*out)->params.kv_gather != params[3])
         return bad("its context, batch or gathering are not those of a session");
+    if (note && !((*out)->note = strndup(note, (size_t)note_len))) return err_set(KVF_ERR_NOMEM, "session file: out of memory");
     return KVF_OK;
 }
 

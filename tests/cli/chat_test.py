@@ -262,6 +262,68 @@ def case_generate_flags(ctx):
     check(o["kv"]["n_ctx"] == 4096, "-n -1 keeps -c")
 
 
+def case_chat_session(ctx):
+    """Session files from the CLI: a conversation saved with /save and loaded with /load (or --session, which
+    also saves at the end) answers the next message as the conversation that went on without saving, word for
+    word, under a compressing policy; generate --session reuses the saved prompt as far as a new one begins with
+    it (llama.cpp's --prompt-cache) and answers as without it; a file of another kind, another model's, or a
+    corrupt one is refused with one error line."""
+    smol = ctx.model(SMOL)
+    kv = ["--kv", "keydiff:budget=0.5+decode=h2o"]
+    turns = ["My name is Ana and my code is 4417. Reply with OK.", "What is my code?"]
+    saved = os.path.join(ctx.tmp, "chat.kvfs")
+    for f in (saved, saved + ".2"):
+        if os.path.exists(f):
+            os.remove(f)
+    args = ["-m", smol, "-n", "12", *CHATML, *kv]
+    rc, out, err = chat(ctx, [turns[0], f"/save {saved}", turns[1]], *args)
+    check(rc == 0 and f"(saved to {saved}: 2 messages" in out, f"/save: exit {rc}: {out!r} {err!r}")
+    lines = out.splitlines()
+    reply = lines[-1]
+    rc, out, err = chat(ctx, [f"/load {saved}", turns[1]], "-m", smol, "-n", "12", *CHATML)
+    check(rc == 0 and f"(loaded from {saved}: 2 messages" in out and "keydiff:budget=0.5+decode=h2o" in out,
+          f"/load: exit {rc}: {out!r} {err!r}")
+    check(out.splitlines()[-1] == reply, f"after /load the reply {out.splitlines()[-1]!r}, without saving {reply!r}")
+    # --session: the first run saves at the end, the second goes on from it
+    rc, out, err = chat(ctx, [turns[0]], *args, "--session", saved + ".2")
+    check(rc == 0 and os.path.exists(saved + ".2"), f"--session saves at the end: {rc} {err!r}")
+    rc, out, err = chat(ctx, [turns[1]], "-m", smol, "-n", "12", *CHATML, "--session", saved + ".2")
+    check(rc == 0 and out.splitlines()[-1] == reply and "2 messages" in err,
+          f"--session goes on: {out!r} (want {reply!r}) {err!r}")
+    # generate --session: the same prompt twice, then one that begins like it
+    gen = ["generate", "-m", smol, "-n", "8", "--json", *kv]
+    prompt = "The quick brown fox jumps over the lazy dog. " * 20
+    pc = os.path.join(ctx.tmp, "prompt.kvfs")
+    if os.path.exists(pc):
+        os.remove(pc)
+    runs = []
+    for p in (prompt + "Once", prompt + "Once", prompt + "Twice more"):
+        rc, out, err = ctx.run(*gen, "-p", p, "--session", pc)
+        check(rc == 0, f"generate --session: exit {rc}: {err}")
+        runs.append(json.loads(out))
+    fresh = json.loads(ctx.run(*gen, "-p", prompt + "Once")[1])
+    check(runs[0]["n_prompt_cached"] == 0 and runs[1]["n_prompt_cached"] == runs[1]["n_prompt"] - 1,
+          f"the second run reuses all but the last position: {runs[1]['n_prompt_cached']} of {runs[1]['n_prompt']}")
+    check(0 < runs[2]["n_prompt_cached"] < runs[2]["n_prompt"] - 1, f"a longer prompt reuses its first part: {runs[2]}")
+    check(runs[0]["text"] == fresh["text"], f"saving changes nothing: {runs[0]['text']!r} {fresh['text']!r}")
+    # refusals: a prompt cache is not a chat; another model's file; a corrupt file
+    rc, out, err = chat(ctx, [f"/load {pc}", "hi"], "-m", smol, "-n", "4", *CHATML)
+    check(rc == 0 and "not a kvfold chat's" in err, f"/load of a prompt cache: {err!r}")
+    with open(saved, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 0x40
+    bad = os.path.join(ctx.tmp, "corrupt.kvfs")
+    with open(bad, "wb") as f:
+        f.write(data)
+    line = expect_error(ctx, 2, ["chat", "-m", smol, "--session", bad], "a corrupt --session file")
+    check("checksum" in line, f"a corrupt file's error names the checksum: {line!r}")
+    gemma = os.path.join(ctx.fixtures, "gemma3-f32.gguf")
+    if os.path.exists(gemma):
+        line = expect_error(ctx, 2, ["generate", "-m", gemma, "-p", "hi", "-n", "1", "--session", pc],
+                            "another model's session")
+        check("made with another model" in line, f"another model's file: {line!r}")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -271,7 +333,7 @@ def main():
     ctx.fixtures = sys.argv[4]
     cases = {
         "chat_turns": case_chat_turns, "chat_kv": case_chat_kv, "chat_image": case_chat_image,
-        "chat_pty": case_chat_pty, "generate_flags": case_generate_flags,
+        "chat_pty": case_chat_pty, "generate_flags": case_generate_flags, "chat_session": case_chat_session,
     }
     return run_case(cases, name, ctx)
 

@@ -60,8 +60,9 @@ foreach(case serve_api serve_image serve_load serve_errors serve_cache serve_con
 endforeach()
 
 # kvfold chat and generate's llama.cpp flags (tests/cli/chat_test.py): scripted
-# conversations through a pipe and a pseudo-terminal, Ctrl-C, the LLaVA fixture.
-foreach(case chat_turns chat_kv chat_image chat_pty generate_flags)
+# conversations through a pipe and a pseudo-terminal, Ctrl-C, the LLaVA fixture,
+# session files (/save, /load, --session, generate --session).
+foreach(case chat_turns chat_kv chat_image chat_pty generate_flags chat_session)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/chat_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})

@@ -16,8 +16,8 @@
  * gather the attention sums or the query statistics, or too few of the
  * last queries. Every policy, the reduce and schedule stages too, is also
  * copied after the prompt, after compression and after two decode steps:
- * each copy must then match the session through the steps left, and
- * decode on once the session is freed. */
+ * each copy (its note too) must then match the session through the steps
+ * left, and decode on once the session is freed. */
 #include "kv_state.h"
 
 #define N_DECODE 5
@@ -104,12 +104,13 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
 static int check_copy(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
                       const char *spec) {
     struct kvf_session *own = prefilled(m, pr, spec, 0), *copy[3] = {0};
-    int n = 0, bad = !own;
+    int n = 0, bad = !own || kvf_session_set_note(own, spec) != KVF_OK;
     enum kvf_status st = KVF_OK;
     for (int step = -2; !bad && step < N_DECODE; step++) {
         if (step == -2 || step == -1 || step == 2) { /* the prompt in; compressed; two tokens decoded */
             st = kvf_session_copy(own, &copy[n++]);
-            bad |= st != KVF_OK || same_state(own, copy[n - 1], mi, spec, "copied");
+            bad |= st != KVF_OK || same_state(own, copy[n - 1], mi, spec, "copied") ||
+                   strcmp(kvf_session_note(copy[n - 1]), spec) != 0;
         }
         if (bad || step == N_DECODE - 1) break;
         const int32_t tok = step < 0 ? 0 : argmax(kvf_session_logits(own), mi->n_vocab);

@@ -56,6 +56,16 @@ static struct kvf_session *round_trip(const struct kvf_model *m, const struct kv
     return s;
 }
 
+/* What same_state leaves out: every position's token id and tag, the note. */
+static int same_history(const struct kvf_session *a, const struct kvf_session *b, const char *spec) {
+    const int n = kvf_session_n_past(a);
+    const int bad = n != kvf_session_n_past(b) || strcmp(kvf_session_note(a), kvf_session_note(b)) ||
+                    (n && (memcmp(kvf_session_tokens(a), kvf_session_tokens(b), sizeof(int32_t) * (size_t)n) ||
+                           memcmp(kvf_session_tags(a), kvf_session_tags(b), sizeof(struct kvf_tag) * (size_t)n)));
+    if (bad) fprintf(stderr, "%s: token ids, tags or note differ after loading\n", spec);
+    return bad;
+}
+
 /* own and the sessions of others decode the same tokens, compared after each. */
 static int decode_all(const struct kvf_model_info *mi, struct kvf_session *own, struct kvf_session **others, int n,
                       const char *spec, int steps, const char *when) {
@@ -79,11 +89,12 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
     struct kvf_session *own = prefilled(m, pr, spec, type), *loaded[2] = {0};
     uint8_t *buf = NULL;
     size_t size = 0;
-    int bad = !own;
+    int bad = !own || kvf_session_set_note(own, spec) != KVF_OK;
     if (!bad) {
         loaded[0] = round_trip(m, own, &buf, &size);
         free(buf);
-        bad = !loaded[0] || same_state(own, loaded[0], mi, spec, "loaded after the prompt");
+        bad = !loaded[0] || same_state(own, loaded[0], mi, spec, "loaded after the prompt") ||
+              same_history(own, loaded[0], spec);
         enum kvf_status st = bad ? KVF_OK : kvf_session_compress(own);
         if (st == KVF_OK && !bad) st = kvf_session_compress(loaded[0]);
         bad |= st != KVF_OK || same_state(own, loaded[0], mi, spec, "compressed after loading");
@@ -98,7 +109,7 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
         free(buf);
         bad = !loaded[1];
     }
-    bad |= bad || same_state(own, loaded[1], mi, spec, "loaded after compression");
+    bad |= bad || same_state(own, loaded[1], mi, spec, "loaded after compression") || same_history(own, loaded[1], spec);
     if (!bad) bad = decode_all(mi, own, loaded, 2, spec, N_DECODE, "loaded after compression");
     printf("%-52s %-4s %s  %zu bytes saved\n", spec, kvf_kv_type_name(type), bad ? "FAIL" : "ok  ",
            own ? kvf_session_save_size(own) : (size_t)0);

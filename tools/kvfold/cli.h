@@ -78,6 +78,7 @@ struct args {
     const char *words, *haystack; /* kvfold eval ruler: the word list, the essay haystack's text, */
     const char *dump_samples;     /* ... and where its samples are written */
     int questions;                /* kvfold eval ruler: questions asked of each NIAH context */
+    const char *session_file;     /* kvfold chat, generate: --session FILE */
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
@@ -343,11 +344,13 @@ int prompt_make(const struct kvf_model *m, const char *text, const struct media_
 void sampling_defaults(struct args *a, int n_predict);
 /* The sampler of OPTS_SAMPLING. */
 int sampler_open(const struct args *a, struct kvf_sampler **out);
-/* pr through the session in parts of one forward pass, with progress on
- * stderr (label: "prompt"); stops early when interrupted() (*stopped set;
- * the positions in so far stay). Policies that need the whole prompt in one
- * pass run it in one call. */
-int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, const struct args *a, const char *what,
+/* pr through the session in parts of one forward pass, from its position
+ * first (> 0: the session holds the positions before it, kept by
+ * kvf_session_truncate), with progress on stderr (label: "prompt"); stops
+ * early when interrupted() (*stopped set; the positions in so far stay).
+ * Policies that need the whole prompt in one pass run it in one call, from
+ * the start. */
+int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, int first, const struct args *a, const char *what,
                    bool *stopped);
 /* One reply: sampled, streamed to stdout when stream, each token but the
  * last decoded into the session. */

@@ -33,6 +33,8 @@ static int chat_opts(struct args *a, struct opt *out) {
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy, applied after each prompt and while decoding, "
           "e.g. snapkv:budget=0.2+decode=h2o (see kvfold policies)" },
         OPTS_KV_STORAGE,
+        { "--session", NULL, OPT_STR, &a->session_file, 0, 0, "FILE", "go on with the conversation saved in FILE "
+          "when it exists (its messages, cache and policy), and save the conversation there at the end" },
         OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
@@ -42,11 +44,14 @@ static int chat_opts(struct args *a, struct opt *out) {
     "/image PATH  attach an image to the next message (a vision model: LLaVA GGUF with --mmproj)\n"                  \
     "/video DIR   attach a video, a directory of frames in name order (--video-fps: their rate)\n"                  \
     "/kv          what the KV cache holds: positions seen, entries kept per layer, bytes\n"                          \
+    "/save FILE   save the conversation: its messages, compressed cache and policy (a session file)\n"           \
+    "/load FILE   go on with a saved conversation instead of this one (same model)\n"                              \
     "/reset       forget the conversation (the system message stays)\n"                                             \
     "/exit        end (also /quit, or end of input: Ctrl-D)\n"                                                       \
     "Ctrl-C stops a reply; at the prompt it ends the conversation (exit status 130).\n"
 
-/* One conversation. msgs[i].content is owned (malloc'd); roles are static. */
+/* One conversation. msgs[i].content is owned (malloc'd); roles are static.
+ * /reset keeps the first n_keep messages (the system message, if any). */
 struct chat {
     const struct args *a;
     struct kvf_model *m;
@@ -54,23 +59,22 @@ struct chat {
     struct kvf_session *s;
     struct kvf_sampler *smp;
     struct kvf_chat_message *msgs;
-    int n_msgs, cap_msgs;
+    int n_msgs, cap_msgs, n_keep;
     struct media_set pending; /* /image: for the next message */
     int n_turns, n_prompt, n_gen;
     double prefill_ms, decode_ms;
 };
 
 static void chat_forget(struct chat *c) {
-    const int keep = MIN(c->a->system ? 1 : 0, c->n_msgs);
+    const int keep = MIN(c->n_keep, c->n_msgs);
     for (int i = keep; i < c->n_msgs; i++)
         free((char *)c->msgs[i].content);
     c->n_msgs = keep;
 }
 
 static void chat_free(struct chat *c) {
-    chat_forget(c);
-    if (c->a->system && c->n_msgs)
-        free((char *)c->msgs[0].content);
+    for (int i = 0; i < c->n_msgs; i++)
+        free((char *)c->msgs[i].content);
     free(c->msgs);
     media_set_free(&c->pending);
     kvf_sampler_free(c->smp);
@@ -109,6 +113,7 @@ static int chat_open(struct chat *c) {
         return rc;
     if (a->system && !chat_push(c, "system", strdup(a->system)))
         return fail(KVF_ERR_NOMEM, "chat");
+    c->n_keep = c->n_msgs;
     /* Fails here, not at the first message, when the model has no template. */
     char *probe = NULL;
     rc = chat_text(a, c->m, c->msgs, c->n_msgs, true, &probe);
@@ -248,7 +253,7 @@ static int chat_turn(struct chat *c, const char *text) {
     }
     bool stopped;
     double t0 = now_ms();
-    rc = prompt_prefill(c->s, pr, a, "chat: prompt", &stopped);
+    rc = prompt_prefill(c->s, pr, 0, a, "chat: prompt", &stopped);
     if (!rc && !stopped) /* the repeat penalty's history: what the cache holds */
         sampler_accept_prompt(c->smp, pr);
     c->prefill_ms += now_ms() - t0;
@@ -296,7 +301,8 @@ static int chat_turn(struct chat *c, const char *text) {
 static void print_kv(const struct chat *c) {
     const size_t bytes = kvf_session_kv_bytes(c->s), full = kvf_session_kv_full_bytes(c->s);
     printf("kv: %s, %s; %d positions seen of %d; %.2f MiB of %.2f MiB a full cache would hold (%.1f%%); "
-           "peak %.2f MiB\nentries per kv head, layer 0..%d:", c->a->kv ? c->a->kv : "full",
+           "peak %.2f MiB\nentries per kv head, layer 0..%d:",
+           kvf_session_kv_spec(c->s)[0] ? kvf_session_kv_spec(c->s) : "full",
            kvf_kv_type_name(c->a->kv_type_id), kvf_session_n_past(c->s), kvf_session_n_ctx(c->s), bytes / MIB,
            full / MIB, full ? 100.0 * (double)bytes / (double)full : 100.0, kvf_session_kv_peak_bytes(c->s) / MIB,
            c->info.n_layer - 1);
@@ -311,6 +317,72 @@ static void print_kv(const struct chat *c) {
     }
     putchar('\n');
     fflush(stdout);
+}
+
+/* /save: the messages go into the session's note as {"kvfold_chat": 1,
+ * "messages": [{"role", "content"}, ...]}, then the session to path. */
+static int chat_save(struct chat *c, const char *path) {
+    cJSON *o = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(o, "messages");
+    bool ok = o && msgs && cJSON_AddNumberToObject(o, "kvfold_chat", 1);
+    for (int i = 0; ok && i < c->n_msgs; i++) {
+        cJSON *x = cJSON_CreateObject();
+        ok = x && cJSON_AddItemToArray(msgs, x) && cJSON_AddStringToObject(x, "role", c->msgs[i].role) &&
+             cJSON_AddStringToObject(x, "content", c->msgs[i].content);
+    }
+    char *note = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!note) return fail(KVF_ERR_NOMEM, "chat: /save");
+    enum kvf_status st = kvf_session_set_note(c->s, note);
+    free(note);
+    if (st == KVF_OK) st = kvf_session_save(c->s, path);
+    if (st != KVF_OK) return fail(st, "chat: save");
+    return 0;
+}
+
+/* The static role name of a saved message's role; NULL for another. */
+static const char *chat_role(const char *role) {
+    static const char *const roles[] = {"system", "user", "assistant"};
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (!strcmp(role, roles[i])) return roles[i];
+    return NULL;
+}
+
+/* /load: the conversation saved in path replaces this one (its messages,
+ * cache and policy; a fresh sampler that has seen its tokens). Errors are
+ * printed and leave this one as it was. */
+static int chat_load(struct chat *c, const char *path) {
+    struct kvf_session *s = NULL;
+    enum kvf_status st = kvf_session_load(c->m, path, c->a->threads, &s);
+    if (st != KVF_OK) return fail(st, "chat: load");
+    cJSON *o = cJSON_Parse(kvf_session_note(s));
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
+    struct chat next = {.a = c->a, .s = s};
+    bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_chat")) && cJSON_IsArray(msgs);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role"), *content = cJSON_GetObjectItemCaseSensitive(x, "content");
+        const char *r = cJSON_IsString(role) ? chat_role(role->valuestring) : NULL;
+        ok = ok && r && cJSON_IsString(content) && chat_push(&next, r, strdup(content->valuestring));
+    }
+    cJSON_Delete(o);
+    struct kvf_sampler *smp = NULL;
+    int rc = ok ? sampler_open(c->a, &smp) : 0;
+    if (!ok || rc) {
+        chat_free(&next);
+        if (!ok) print_error("chat: load: '%s' is a session file, not a kvfold chat's (no messages in its note)", path);
+        return rc;
+    }
+    for (int i = 0; i < kvf_session_n_past(s); i++) /* the repeat penalty's history: what the cache holds */
+        if (kvf_session_tokens(s)[i] >= 0) kvf_sampler_accept(smp, kvf_session_tokens(s)[i]);
+    for (int i = 0; i < c->n_msgs; i++)
+        free((char *)c->msgs[i].content);
+    free(c->msgs);
+    kvf_session_free(c->s);
+    kvf_sampler_free(c->smp);
+    media_set_free(&c->pending);
+    c->s = s, c->smp = smp, c->msgs = next.msgs, c->n_msgs = next.n_msgs, c->cap_msgs = next.cap_msgs;
+    c->n_keep = c->n_msgs && !strcmp(c->msgs[0].role, "system");
+    return 0;
 }
 
 /* A '/' line; returns 1 to end the conversation, 0 to go on, else -exit code. */
@@ -328,6 +400,13 @@ static int chat_slash(struct chat *c, const char *line) {
         if (chat_restart(c) != 0)
             return -EXIT_RUNTIME;
         puts("(the conversation is forgotten)");
+    } else if (IS("/save") || IS("/load")) {
+        const bool save = IS("/save");
+        if (!*arg)
+            print_error("chat: %s needs a FILE", save ? "/save" : "/load");
+        else if (save ? chat_save(c, arg) == 0 : chat_load(c, arg) == 0)
+            printf("(%s %s: %d messages, %d positions, kv %s)\n", save ? "saved to" : "loaded from", arg, c->n_msgs,
+                   kvf_session_n_past(c->s), kvf_session_kv_spec(c->s)[0] ? kvf_session_kv_spec(c->s) : "full");
     } else if (IS("/image")) {
         if (!*arg)
             print_error("chat: /image needs a PATH");
@@ -403,6 +482,13 @@ int chat_run(const struct args *a) {
     int rc = (a->prompt || a->file) ? input_text("chat", a, &first, &first_len) : 0;
     if (!rc)
         rc = chat_open(&c);
+    /* --session: a conversation saved there goes on (a bad file ends the command; a missing one starts anew) */
+    if (!rc && a->session_file && access(a->session_file, F_OK) == 0) {
+        rc = chat_load(&c, a->session_file) ? EXIT_INPUT : 0;
+        if (!rc)
+            fprintf(stderr, "kvfold: chat: %s: %d messages, %d positions\n", a->session_file, c.n_msgs,
+                    kvf_session_n_past(c.s));
+    }
     bool aware = false;
     if (!rc && a->kv && kvf_kv_policy_question_aware(a->kv, &aware) == KVF_OK && aware)
         fprintf(stderr, "kvfold: chat: note: --kv %s is question-aware: it compresses each message before the next "
@@ -431,6 +517,8 @@ int chat_run(const struct args *a) {
             break;
     }
     const bool quit = !rc && interrupted(); /* Ctrl-C at the prompt */
+    if (!rc && a->session_file && chat_save(&c, a->session_file))
+        rc = EXIT_INPUT;
     if (!rc)
         fprintf(stderr,
                 "kvfold: chat: %d turns; prompts %d tokens (%.1f tok/s); replies %d tokens (%.1f tok/s); kv %.2f MiB, "

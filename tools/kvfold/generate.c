@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void sampling_defaults(struct args *a, int n_predict) {
     const struct kvf_sampler_params sp = kvf_sampler_default_params();
@@ -38,6 +39,8 @@ static int generate_opts(struct args *a, struct opt *out) {
         OPTS_MEDIA,
         { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
         { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
+        { "--session", "--prompt-cache", OPT_STR, &a->session_file, 0, 0, "FILE", "start from the session saved in FILE "
+          "as far as the prompt begins with its tokens, and save the compressed prompt there (llama.cpp's --prompt-cache)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
         OPTS_KV_STORAGE,
@@ -62,12 +65,18 @@ void sampler_accept_prompt(struct kvf_sampler *smp, const struct kvf_prompt *pr)
             kvf_sampler_accept(smp, kvf_prompt_token(pr, i));
 }
 
-int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, const struct args *a, const char *what,
-                   bool *stopped) {
-    const int n = kvf_prompt_n_tokens(pr), base = kvf_session_n_past(s);
+int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, int first, const struct args *a,
+                   const char *what, bool *stopped) {
+    const int n = kvf_prompt_n_tokens(pr);
+    int base = kvf_session_n_past(s) - first;
     *stopped = false;
     /* n = 1: each part runs to the end of one of the whole prompt's passes */
-    enum kvf_status st = kvf_session_prefill_prompt_part(s, pr, 0, 1);
+    enum kvf_status st = kvf_session_prefill_prompt_part(s, pr, first, 1);
+    if (st == KVF_ERR_UNSUPPORTED && first > 0) { /* a policy that takes the prompt whole: from the start */
+        kvf_session_reset(s);
+        base = first = 0;
+        st = kvf_session_prefill_prompt_part(s, pr, 0, 1);
+    }
     if (st == KVF_ERR_UNSUPPORTED)
         st = kvf_session_prefill_prompt(s, pr, NULL);
     struct progress p;
@@ -166,6 +175,7 @@ struct gen {
     struct kvf_prompt *pr;
     char *text, *prompt;   /* the input, and as the model sees it */
     int n_prompt;
+    int n_cached;          /* --session: the prompt's first positions the saved session held */
     struct reply r;        /* what was generated */
     cJSON *per_layer;      /* entries per layer after compression */
     cJSON *dump;           /* --dump-kv */
@@ -239,6 +249,36 @@ static cJSON *tags_json(const struct kvf_prompt *pr) {
     return arr;
 }
 
+/* --session FILE, when it exists (llama.cpp's --prompt-cache): the saved
+ * session replaces the new one when it shares a first part with the prompt
+ * (token ids; a media row ends it), cut back to that part, less the last
+ * position when it is the whole prompt (whose logits the reply needs). Its
+ * policy is the file's. */
+static int gen_resume(struct gen *g) {
+    struct kvf_session *s = NULL;
+    enum kvf_status st = kvf_session_load(g->m, g->a->session_file, g->a->threads, &s);
+    if (st != KVF_OK) return fail(st, "generate: --session");
+    const int n = MIN(kvf_session_n_past(s), kvf_prompt_n_tokens(g->pr));
+    const int32_t *ids = kvf_session_tokens(s);
+    int k = 0;
+    while (k < n && ids[k] >= 0 && ids[k] == kvf_prompt_token(g->pr, k)) k++;
+    if (k == kvf_prompt_n_tokens(g->pr)) k--;
+    if (k > 0 && kvf_session_truncate(s, k) == KVF_OK) {
+        kvf_session_free(g->s);
+        g->s = s;
+        g->n_cached = k;
+        if (strcmp(kvf_session_kv_spec(s), g->a->kv ? g->a->kv : ""))
+            fprintf(stderr, "kvfold: generate: --session %s: its policy goes on (%s)\n", g->a->session_file,
+                    kvf_session_kv_spec(s)[0] ? kvf_session_kv_spec(s) : "full");
+    } else {
+        kvf_session_free(s);
+        k = 0;
+    }
+    fprintf(stderr, "kvfold: generate: --session %s: %d of the prompt's %d positions were saved\n", g->a->session_file, k,
+            kvf_prompt_n_tokens(g->pr));
+    return 0;
+}
+
 /* The model, the prompt (chat template, media, tags), the session and the
  * sampler. */
 static int gen_open(struct gen *g) {
@@ -264,14 +304,14 @@ static int gen_open(struct gen *g) {
         return rc;
     sampler_accept_prompt(g->smp, g->pr);
     kvf_model_get_info(g->m, &g->info);
-    return 0;
+    return a->session_file && access(a->session_file, F_OK) == 0 ? gen_resume(g) : 0;
 }
 
 /* The prompt through the model, then compressed by the policy. */
 static int gen_prefill(struct gen *g) {
     enum kvf_status st;
     double t0 = now_ms();
-    int rc = prompt_prefill(g->s, g->pr, g->a, "generate: prompt", &g->interrupted);
+    int rc = prompt_prefill(g->s, g->pr, g->n_cached, g->a, "generate: prompt", &g->interrupted);
     if (rc)
         return rc;
     g->prefill_ms = now_ms() - t0;
@@ -282,6 +322,9 @@ static int gen_prefill(struct gen *g) {
         return fail(st, "generate: kv compression");
     g->compress_ms = now_ms() - t0;
     g->kv_kept = kvf_session_kv_bytes(g->s);
+    /* --session: the compressed prompt, for the next run that starts with it */
+    if (g->a->session_file && !g->interrupted && (st = kvf_session_save(g->s, g->a->session_file)) != KVF_OK)
+        return fail(st, "generate: --session");
     g->per_layer = kv_per_layer_json(g->s, &g->info);
     if (g->a->dump_kv) {
         g->dump = cJSON_CreateObject();
@@ -336,6 +379,7 @@ static int gen_report_json(struct gen *g, double ms_per_tok, size_t kv_bytes, si
     cJSON_AddStringToObject(o, "model", g->info.name);
     cJSON_AddStringToObject(o, "build", kvf_build_info());
     cJSON_AddNumberToObject(o, "n_prompt", g->n_prompt);
+    cJSON_AddNumberToObject(o, "n_prompt_cached", g->n_cached);
     cJSON_AddNumberToObject(o, "n_media", g->media.n);
     cJSON_AddBoolToObject(o, "synthetic", kvf_prompt_is_synthetic(g->pr));
     cJSON_AddNumberToObject(o, "n_gen", g->r.n_gen);
