@@ -23,7 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cli_test import SMOL, Ctx, Skip, check, run_case  # noqa: E402
+from cli_test import SMOL, Ctx, Skip, check, expect_error, run_case  # noqa: E402
 from mm_test import write_ppm  # noqa: E402
 
 QUESTION = "What is the capital of France?"
@@ -354,6 +354,86 @@ def case_serve_cache(ctx):
     plain, cached = answers[None]
     check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")
     check(all(answers["snapkv:budget=0.5"]), f"snapkv: {answers['snapkv:budget=0.5']}")
+
+
+def case_serve_slots(ctx):
+    """llama-server's slot files (--slot-save-path, POST /slots/ID?action=save|restore|erase): a cached session
+    saved by one server and restored by another (a restart, or another machine) takes the conversation's next
+    turn there (its prompt positions counted as cached), with the answer the first server gave to the same turn,
+    under a compressing policy; names that could leave the folder, links, corrupt files, unknown ids and actions
+    are refused; without --slot-save-path saving is off (501); /metrics counts saves and restores."""
+    model = ctx.model(SMOL)
+    folder = os.path.join(ctx.tmp, "slots")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    args = ["-m", model, "-t", "1", "-b", "16", "--parallel", "1", "--cache-sessions", "2", "--kv",
+            "keydiff:budget=0.5", "--slot-save-path", folder]
+    first = chat(PASSAGE + " Summarise.", max_tokens=8)
+
+    def turn2(o1):
+        return dict(first, messages=first["messages"] + [
+            {"role": "assistant", "content": o1["choices"][0]["message"]["content"]},
+            {"role": "user", "content": "And what did the baker sell?"}])
+
+    with serving(ctx, *args) as s:
+        status, o1, _ = s.post("/v1/chat/completions", first)
+        check(status == 200, f"turn 1: {status} {o1}")
+        idle = [x for x in slots(s) if x["state"] == "idle"]
+        check(len(idle) == 1, f"one cached session: {idle}")
+        sid = idle[0]["id"]
+        status, o, _ = s.post(f"/slots/{sid}?action=save", {"filename": "conv.kvfs"})
+        size = os.path.getsize(os.path.join(folder, "conv.kvfs"))
+        check(status == 200 and o["id_slot"] == sid and o["n_saved"] == idle[0]["tokens_seen"] and
+              o["n_written"] == size and o["timings"]["save_ms"] >= 0, f"save: {status} {o}")
+        # refusals
+        for path, body, want in ((f"/slots/{sid}?action=save", {"filename": "../escape"}, 400),
+                                 (f"/slots/{sid}?action=save", {"filename": ".hidden"}, 400),
+                                 (f"/slots/{sid}?action=save", {"name": "x"}, 400),
+                                 (f"/slots/{sid}?action=frobnicate", {"filename": "x"}, 400),
+                                 (f"/slots/{sid + 100}?action=save", {"filename": "x"}, 404),
+                                 ("/slots/x1?action=save", {"filename": "x"}, 404),
+                                 ("/slots/0?action=restore", {"filename": "absent.kvfs"}, 404)):
+            status, o, _ = s.post(path, body)
+            check(status == want and "error" in o, f"{path} {body}: {status} (want {want}) {o}")
+        with open(os.path.join(folder, "conv.kvfs"), "rb") as f:
+            data = bytearray(f.read())
+        data[len(data) // 3] ^= 1
+        with open(os.path.join(folder, "corrupt.kvfs"), "wb") as f:
+            f.write(data)
+        os.symlink(os.path.join(folder, "conv.kvfs"), os.path.join(folder, "link.kvfs"))
+        for name, want, what in (("corrupt.kvfs", 400, "checksum"), ("link.kvfs", 404, "no slot file")):
+            status, o, _ = s.post("/slots/0?action=restore", {"filename": name})
+            check(status == want and what in o["error"]["message"], f"restore {name}: {status} {o}")
+        # the reference: the next turn on this server
+        status, ref, _ = s.post("/v1/chat/completions", turn2(o1))
+        check(status == 200, f"turn 2: {status} {ref}")
+        # erase: the session the second turn left
+        idle = [x for x in slots(s) if x["state"] == "idle"]
+        status, o, _ = s.post(f"/slots/{idle[-1]['id']}?action=erase", {})
+        check(status == 200 and o["n_erased"] == idle[-1]["tokens_seen"], f"erase: {status} {o}")
+        check(idle[-1]["id"] not in [x["id"] for x in slots(s)], "erased from /slots")
+        status, o, _ = s.post(f"/slots/{idle[-1]['id']}?action=erase", {})
+        check(status == 404, f"erase twice: {status} {o}")
+        s.stop()
+    with serving(ctx, *args) as s:  # a fresh server: the saved session takes the next turn
+        status, o, _ = s.post("/slots/0?action=restore", {"filename": "conv.kvfs"})
+        check(status == 200 and o["n_read"] == size and o["n_restored"] > 0, f"restore: {status} {o}")
+        check([x["id"] for x in slots(s) if x["state"] == "idle"] == [o["id_slot"]], f"restored idle: {slots(s)}")
+        status, o2, _ = s.post("/v1/chat/completions", turn2(o1))
+        check(status == 200 and o2["usage"]["prompt_tokens_details"]["cached_tokens"] >= o1["usage"]["prompt_tokens"],
+              f"turn 2 after the restore reused {o2['usage']['prompt_tokens_details']['cached_tokens']} positions")
+        check(o2["choices"][0]["message"]["content"] == ref["choices"][0]["message"]["content"],
+              f"turn 2 after the restore {o2['choices'][0]['message']['content']!r}, "
+              f"on the first server {ref['choices'][0]['message']['content']!r}")
+        m = s.metrics()
+        check(m["kvfold_slot_restores_total"] == 1 and m["kvfold_slot_bytes_read_total"] == size, f"metrics: {m}")
+        s.stop()
+    with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "1") as s:
+        status, o, _ = s.post("/slots/1?action=save", {"filename": "x.kvfs"})
+        check(status == 501 and "--slot-save-path" in o["error"]["message"], f"saving off: {status} {o}")
+        s.stop()
+    expect_error(ctx, 1, ["serve", "-m", model, "--slot-save-path", os.path.join(ctx.tmp, "absent")],
+                 "--slot-save-path not a folder")
 
 
 def check_in_use(s, cached):

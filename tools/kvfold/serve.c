@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void serve_defaults(struct args *a) {
@@ -61,6 +63,8 @@ static int serve_opts(struct args *a, struct opt *out) {
           "require 'Authorization: Bearer KEY' (not on /health)" },
         { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
         { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
+        { "--slot-save-path", NULL, OPT_STR, &a->slot_save_path, 0, 0, "DIR", "POST /slots/ID?action=save|restore "
+          "with {\"filename\": NAME} keeps cached sessions in DIR/NAME (session files), as llama-server" },
         { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE",
           "largest request body, and the most bytes a request's images hold, files included (default 64MiB)" },
         { "--max-images", NULL, OPT_INT, &a->max_images, 0, 1024, "N", "images per request at most (default 8)" },
@@ -98,6 +102,7 @@ static const struct route {
 } routes[] = {
     { "/health", "GET", 0 }, { "/v1/models", "GET", 1 }, { "/metrics", "GET", 2 }, { "/slots", "GET", 3 },
     { "/v1/chat/completions", "POST", 4 }, { "/v1/completions", "POST", 5 },
+    { "/slots/", "POST", 6 }, /* and the slot's id: a prefix */
 };
 
 /* One HTTP request, from its first header to its log line. */
@@ -521,6 +526,113 @@ static enum MHD_Result handle_slots(struct MHD_Connection *c, struct request *r)
     return respond_json(c, r, 200, arr);
 }
 
+/* A slot file's name: 1 to 255 of [A-Za-z0-9._-], not starting with '.',
+ * so that it names a file of --slot-save-path and nothing outside it. */
+static bool slot_name_ok(const char *s) {
+    const size_t n = strlen(s);
+    if (n == 0 || n > 255 || s[0] == '.') return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '.' || s[i] == '_' || s[i] == '-')) return false;
+    return true;
+}
+
+/* POST /slots/ID?action=save|restore|erase (llama-server's slot files):
+ * save writes idle session ID (cached by --cache-sessions) to
+ * --slot-save-path/FILENAME; restore reads such a file into a new idle
+ * session, which the next turn of its conversation continues (the id it
+ * gets is answered: ids are the server's, ID is not used); erase drops idle
+ * session ID. The file is written from a copy taken under the lock, and
+ * read before the lock is taken. */
+static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct request *r) {
+    struct server *srv = r->srv;
+    const char *action = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"), *digits = r->path + 7;
+    char *end;
+    const long id = strtol(digits, &end, 10);
+    if (!isdigit((unsigned char)digits[0]) || *end || id > INT_MAX)
+        return respond_error(c, r, 404, "not_found", "no endpoint %s (slots are /slots/ID with a number)", r->path);
+    const bool save = action && !strcmp(action, "save"), restore = action && !strcmp(action, "restore");
+    if (!save && !restore && !(action && !strcmp(action, "erase")))
+        return respond_error(c, r, 400, "invalid_request", "action must be save, restore or erase");
+    struct serve_error e = {0};
+    int n = 0;
+    if (!save && !restore) {
+        pthread_mutex_lock(&srv->mu);
+        const bool ok = sched_slot_erase(srv, (int)id, &n, &e);
+        pthread_mutex_unlock(&srv->mu);
+        if (!ok) return respond_error(c, r, e.status, e.code, "%s", e.msg);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id_slot", (double)id);
+        cJSON_AddNumberToObject(o, "n_erased", n);
+        return respond_json(c, r, 200, o);
+    }
+    if (!srv->a->slot_save_path)
+        return respond_error(c, r, 501, "not_supported", "slot files are off: start the server with --slot-save-path DIR");
+    cJSON *body = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
+    char path[4096], name[256];
+    const bool named = cJSON_IsString(fn) && slot_name_ok(fn->valuestring);
+    if (named) snprintf(name, sizeof name, "%s", fn->valuestring);
+    cJSON_Delete(body);
+    if (!named)
+        return respond_error(c, r, 400, "invalid_request", "the body must be {\"filename\": NAME}, NAME 1 to 255 of "
+                             "A-Z a-z 0-9 . _ - not starting with '.'");
+    snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, name);
+    const double t0 = now_ms();
+    struct kvf_session *s = NULL;
+    cJSON *o = cJSON_CreateObject();
+    if (save) {
+        pthread_mutex_lock(&srv->mu);
+        const bool ok = sched_slot_copy(srv, (int)id, &s, &n, &e);
+        pthread_mutex_unlock(&srv->mu);
+        const size_t bytes = ok ? kvf_session_save_size(s) : 0;
+        const enum kvf_status st = ok ? kvf_session_save(s, path) : KVF_OK;
+        kvf_session_free(s);
+        if (!ok || st != KVF_OK) {
+            cJSON_Delete(o);
+            return ok ? respond_error(c, r, 500, "server_error", "%s", kvf_last_error())
+                      : respond_error(c, r, e.status, e.code, "%s", e.msg);
+        }
+        pthread_mutex_lock(&srv->mu);
+        srv->slot_saves++, srv->slot_bytes_written += bytes;
+        pthread_mutex_unlock(&srv->mu);
+        cJSON_AddNumberToObject(o, "id_slot", (double)id);
+        cJSON_AddStringToObject(o, "filename", name);
+        cJSON_AddNumberToObject(o, "n_saved", n);
+        cJSON_AddNumberToObject(o, "n_written", (double)bytes);
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "timings"), "save_ms", now_ms() - t0);
+        return respond_json(c, r, 200, o);
+    }
+    struct stat sb; /* a file of DIR itself, not a link out of it */
+    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        cJSON_Delete(o);
+        return respond_error(c, r, 404, "not_found", "no slot file '%s' in --slot-save-path", name);
+    }
+    enum kvf_status st = kvf_session_load(srv->m, path, srv->a->threads, &s);
+    if (st != KVF_OK) {
+        cJSON_Delete(o);
+        return respond_error(c, r, st == KVF_ERR_NOMEM ? 500 : 400, "invalid_request", "slot file '%s': %s", name,
+                             kvf_last_error());
+    }
+    int new_id = 0;
+    n = kvf_session_n_past(s);
+    pthread_mutex_lock(&srv->mu);
+    const bool ok = sched_slot_adopt(srv, s, &new_id, &e);
+    const double ms = now_ms() - t0;
+    if (ok) srv->slot_restores++, srv->slot_bytes_read += (uint64_t)sb.st_size, srv->slot_restore_ms += ms;
+    pthread_mutex_unlock(&srv->mu);
+    if (!ok) {
+        kvf_session_free(s);
+        cJSON_Delete(o);
+        return respond_error(c, r, e.status, e.code, "slot file '%s': %s", name, e.msg);
+    }
+    cJSON_AddNumberToObject(o, "id_slot", new_id);
+    cJSON_AddStringToObject(o, "filename", name);
+    cJSON_AddNumberToObject(o, "n_restored", n);
+    cJSON_AddNumberToObject(o, "n_read", (double)sb.st_size);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(o, "timings"), "restore_ms", ms);
+    return respond_json(c, r, 200, o);
+}
+
 static void metric(struct strbuf *b, const char *name, const char *type, const char *help, double v) {
     char line[512];
     const int n = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.0f\n", name, help, name, type, name, v);
@@ -557,6 +669,12 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
            "scheduler turns (each: a request admitted, a prompt part, a decode step of every running session)",
            (double)srv->turns_total);
     metric(&b, "kvfold_sessions_cached", "gauge", "finished sessions kept for a next turn", srv->n_idle);
+    metric(&b, "kvfold_slot_saves_total", "counter", "cached sessions saved to slot files", (double)srv->slot_saves);
+    metric(&b, "kvfold_slot_restores_total", "counter", "slot files restored as cached sessions",
+           (double)srv->slot_restores);
+    metric(&b, "kvfold_slot_bytes_written_total", "counter", "bytes of slot files written", (double)srv->slot_bytes_written);
+    metric(&b, "kvfold_slot_bytes_read_total", "counter", "bytes of slot files restored", (double)srv->slot_bytes_read);
+    metric(&b, "kvfold_slot_restore_ms_total", "counter", "milliseconds the restores took", srv->slot_restore_ms);
     metric(&b, "kvfold_prompt_tokens_reused_total", "counter",
            "prompt positions taken from cached sessions instead of prefilled", (double)srv->reused_tokens);
     metric(&b, "kvfold_kv_reservation_overruns_total", "counter",
@@ -591,9 +709,12 @@ static bool key_matches(const char *given, const char *key) {
 /* The route of the request, or an answer refusing it (auth, path, method, size). */
 static const struct route *route_check(struct MHD_Connection *c, struct request *r, enum MHD_Result *answer) {
     const struct route *rt = NULL;
-    for (size_t i = 0; i < COUNT_OF(routes) && !rt; i++)
-        if (strcmp(r->path, routes[i].path) == 0)
+    for (size_t i = 0; i < COUNT_OF(routes) && !rt; i++) {
+        const size_t n = strlen(routes[i].path);
+        if (routes[i].path[n - 1] == '/' ? strncmp(r->path, routes[i].path, n) == 0 && r->path[n]
+                                         : strcmp(r->path, routes[i].path) == 0)
             rt = &routes[i];
+    }
     const char *key = r->srv->a->api_key;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -647,6 +768,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case 3: return handle_slots(c, r);
     case 4: return handle_completion(c, r, true);
     case 5: return handle_completion(c, r, false);
+    case 6: return handle_slot_action(c, r);
     default: return MHD_YES; /* refused at the first call */
     }
 }
@@ -751,6 +873,10 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
     }
     if (a->media_dir && !path_is_dir(a->media_dir)) {
         print_error("serve: --media-dir %s: not a directory", a->media_dir);
+        return EXIT_USAGE;
+    }
+    if (a->slot_save_path && !path_is_dir(a->slot_save_path)) {
+        print_error("serve: --slot-save-path %s: not a directory", a->slot_save_path);
         return EXIT_USAGE;
     }
     if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0, &n) != KVF_ERR_BUFFER) {
@@ -872,7 +998,8 @@ const struct command serve_command = {
     .summary = "Serve the model over HTTP with OpenAI's API; sessions share one KV memory budget.",
     .usage = "-m FILE [--mmproj FILE] [--host ADDR] [--port N] [--parallel N] [--kv-memory SIZE] [options]",
     .details = "Endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics\n"
-               "(Prometheus text), /slots. A request may name its KV policy in a \"kv\" field (as --kv).\n"
+               "(Prometheus text), /slots, POST /slots/ID?action=save|restore|erase (--slot-save-path). A request\n"
+               "may name its KV policy in a \"kv\" field (as --kv).\n"
                "A request is admitted when the KV bytes it may reach fit --kv-memory beside those of the running\n"
                "sessions, so their sum never exceeds it (README, Serving). SIGINT or SIGTERM stop the server.",
     .run = cmd_serve,

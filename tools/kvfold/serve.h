@@ -121,6 +121,8 @@ struct server {
     uint64_t by_policy[64];   /* sessions started, by preset (kvf_kv_policy_get's index; "full" included) */
     uint64_t reused_tokens;   /* prompt positions taken from cached sessions (once used) */
     uint64_t overruns;        /* sessions seen over their reservation (sched_account; never, unless a bug) */
+    uint64_t slot_saves, slot_restores, slot_bytes_written, slot_bytes_read;
+    double slot_restore_ms;   /* the restores' time, summed */
     int next_id;
     int n_answering;          /* requests with a job, until their connection is done (a graceful stop waits) */
 };
@@ -156,6 +158,14 @@ bool sched_submit(struct server *srv, struct serve_job *job);
 void sched_stop(struct server *srv);
 /* The KV bytes a request of n positions may reach, at most. */
 size_t sched_reserve_bytes(const struct server *srv, int n);
+/* Slot files (POST /slots/ID?action=save|restore|erase), under the lock:
+ * a copy of idle session id with its position keys in its note (*n: its
+ * positions), to save without the lock; a loaded session made an idle one
+ * (taken; *id its new id), the oldest going while there is no room; idle
+ * session id dropped (*n: its positions). False with e filled otherwise. */
+bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *n, struct serve_error *e);
+bool sched_slot_adopt(struct server *srv, struct kvf_session *s, int *id, struct serve_error *e);
+bool sched_slot_erase(struct server *srv, int id, int *n, struct serve_error *e);
 /* Drops a reference; the last one frees the job. Under the lock. */
 void job_unref(struct serve_job *job);
 /* The job moved (started, has text, ended): its parked connection, if

@@ -107,6 +107,105 @@ static void idle_push(struct server *srv, struct serve_job *j) {
     j->n_keys = 0;
 }
 
+/* ------------------------------------------------ slot files (/slots/ID) -- */
+
+static int idle_find(const struct server *srv, int id) {
+    for (int i = 0; i < srv->n_idle; i++)
+        if (srv->idle[i].id == id) return i;
+    return -1;
+}
+
+/* A cached session's file note: {"kvfold_serve": 1, "keys": HEX}, its
+ * positions' keys as 16 hex digits each (JSON numbers lose 64-bit keys). */
+static char *slot_note(const struct serve_idle *c) {
+    char *hex = malloc((size_t)c->n * 16 + 1);
+    for (int i = 0; hex && i < c->n; i++) snprintf(hex + (size_t)i * 16, 17, "%016llx", (unsigned long long)c->keys[i]);
+    cJSON *o = hex ? cJSON_CreateObject() : NULL;
+    if (hex) hex[(size_t)c->n * 16] = '\0';
+    char *note = o && cJSON_AddNumberToObject(o, "kvfold_serve", 1) && cJSON_AddStringToObject(o, "keys", hex)
+                     ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    free(hex);
+    return note;
+}
+
+bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *n, struct serve_error *e) {
+    const int i = idle_find(srv, id);
+    if (i < 0) return serve_error_set(e, 404, "not_found", "no idle session %d: only sessions cached for a next turn "
+                                      "(--cache-sessions; /slots shows them as idle) are saved", id);
+    char *note = slot_note(&srv->idle[i]);
+    enum kvf_status st = note ? kvf_session_copy(srv->idle[i].s, out) : KVF_ERR_NOMEM;
+    if (st == KVF_OK) st = kvf_session_set_note(*out, note);
+    free(note);
+    if (st != KVF_OK) {
+        kvf_session_free(*out);
+        *out = NULL;
+        return serve_error_set(e, 500, "server_error", "cannot copy session %d: %s", id, kvf_status_str(st));
+    }
+    *n = srv->idle[i].n;
+    return true;
+}
+
+bool sched_slot_adopt(struct server *srv, struct kvf_session *s, int *id, struct serve_error *e) {
+    if (srv->a->cache_sessions <= 0)
+        return serve_error_set(e, 400, "invalid_request", "--cache-sessions is 0: a restored session has nowhere to wait");
+    if (kvf_session_n_ctx(s) != srv->n_ctx)
+        return serve_error_set(e, 400, "invalid_request", "the session was saved with a context of %d positions; this "
+                               "server's is %d (--ctx-size)", kvf_session_n_ctx(s), srv->n_ctx);
+    /* the admission rule's bytes per position must hold for it (another --kv-type's would not) */
+    if (kvf_session_kv_full_bytes(s) > (size_t)kvf_session_n_past(s) * srv->pos_bytes)
+        return serve_error_set(e, 400, "invalid_request", "the session's positions cost more than this server's %zu "
+                               "bytes each (saved with another --kv-type)", srv->pos_bytes);
+    cJSON *o = cJSON_Parse(kvf_session_note(s));
+    const cJSON *hex = cJSON_GetObjectItemCaseSensitive(o, "keys");
+    const int n = kvf_session_n_past(s);
+    bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_serve")) && cJSON_IsString(hex) &&
+              strlen(hex->valuestring) == (size_t)n * 16;
+    int64_t *keys = ok ? malloc(sizeof *keys * (size_t)(n ? n : 1)) : NULL;
+    for (int i = 0; keys && i < n && ok; i++) {
+        char digits[17], *end;
+        memcpy(digits, hex->valuestring + (size_t)i * 16, 16);
+        digits[16] = '\0';
+        keys[i] = (int64_t)strtoull(digits, &end, 16);
+        ok = *end == '\0' && (keys[i] >= 0 ? keys[i] == kvf_session_tokens(s)[i] : kvf_session_tokens(s)[i] < 0);
+    }
+    cJSON_Delete(o);
+    const char *spec = kvf_session_kv_spec(s), *dflt = srv->a->kv ? srv->a->kv : "";
+    char *kv = ok && keys && strcmp(spec, dflt) ? strdup(spec) : NULL;
+    const size_t bytes = kvf_session_kv_bytes(s);
+    if (!ok || !keys || (strcmp(spec, dflt) && !kv)) {
+        free(keys);
+        free(kv);
+        return ok ? serve_error_set(e, 500, "server_error", "out of memory")
+                  : serve_error_set(e, 400, "invalid_request", "the file is a session, not a kvfold serve slot's "
+                                    "(no position keys matching its tokens in its note)");
+    }
+    /* room: the oldest cached sessions go first, as for a new request */
+    while (srv->n_idle > 0 && (srv->n_idle == srv->a->cache_sessions || srv->reserved + bytes > srv->budget))
+        idle_drop(srv, 0);
+    if (srv->reserved + bytes > srv->budget) {
+        free(keys);
+        free(kv);
+        return serve_error_set(e, 507, "kv_memory_exceeded", "the session's %zu KV bytes do not fit beside the %zu "
+                               "running sessions reserve (--kv-memory %zu)", bytes, srv->reserved, srv->budget);
+    }
+    *id = ++srv->next_id;
+    srv->idle[srv->n_idle++] = (struct serve_idle){ .id = *id, .s = s, .keys = keys, .n = n, .kv = kv, .bytes = bytes,
+                                                    .entries = session_entries(srv, s) };
+    srv->reserved += bytes;
+    pthread_cond_broadcast(&srv->wake);
+    return true;
+}
+
+bool sched_slot_erase(struct server *srv, int id, int *n, struct serve_error *e) {
+    const int i = idle_find(srv, id);
+    if (i < 0) return serve_error_set(e, 404, "not_found", "no idle session %d", id);
+    *n = srv->idle[i].n;
+    idle_drop(srv, i);
+    pthread_cond_broadcast(&srv->wake); /* memory came back */
+    return true;
+}
+
 /* The cached session of the same policy sharing the longest start with the
  * job's prompt, when the prompt goes on from it: at least half of what it
  * holds and 16 positions (a chat template's opening alone would waste a
