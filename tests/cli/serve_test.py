@@ -361,7 +361,9 @@ def case_serve_slots(ctx):
     saved by one server and restored by another (a restart, or another machine) takes the conversation's next
     turn there (its prompt positions counted as cached), with the answer the first server gave to the same turn,
     under a compressing policy; names that could leave the folder, links, corrupt files, unknown ids and actions
-    are refused; without --slot-save-path saving is off (501); /metrics counts saves and restores."""
+    are refused; without --slot-save-path saving is off (501); /metrics counts saves and restores. A conversation
+    with a key ("user", or X-Session-Id) is written there after each turn and taken up by another server from its
+    file, with the same answer; --slot-save-max removes the oldest conversations' files first."""
     model = ctx.model(SMOL)
     folder = os.path.join(ctx.tmp, "slots")
     shutil.rmtree(folder, ignore_errors=True)
@@ -427,6 +429,44 @@ def case_serve_slots(ctx):
               f"on the first server {ref['choices'][0]['message']['content']!r}")
         m = s.metrics()
         check(m["kvfold_slot_restores_total"] == 1 and m["kvfold_slot_bytes_read_total"] == size, f"metrics: {m}")
+        s.stop()
+    # conversations with a key: written after each turn, read back by a server that does not hold them
+    def conv_file(key):
+        h = 0xcbf29ce484222325
+        for b in key.encode():
+            h = ((h ^ b) * 0x100000001b3) % 2 ** 64
+        return os.path.join(folder, f"conv-{h:016x}.kvfs")
+
+    keyed = dict(first, user="ana")
+    with serving(ctx, *args) as s:
+        status, k1, _ = s.post("/v1/chat/completions", keyed)
+        check(status == 200, f"keyed turn 1: {status} {k1}")
+        s.wait_for("the conversation's file", lambda: s.metrics()["kvfold_conversations_written_total"] == 1)
+        check(os.path.exists(conv_file("ana")), f"no {conv_file('ana')}: {os.listdir(folder)}")
+        # the reference: the next turn here, without the key (which would write the file again)
+        status, kref, _ = s.post("/v1/chat/completions", turn2(k1))
+        s.stop()
+    with serving(ctx, *args) as s:  # another replica (or a restart): the file gives the conversation back
+        status, k2, _ = s.post("/v1/chat/completions", dict(turn2(k1), user="ana"))
+        check(status == 200 and k2["usage"]["prompt_tokens_details"]["cached_tokens"] >= k1["usage"]["prompt_tokens"] and
+              k2["choices"][0]["message"]["content"] == kref["choices"][0]["message"]["content"],
+              f"keyed turn 2 elsewhere: {k2['usage']} {k2['choices'][0]['message']['content']!r} "
+              f"(first server: {kref['choices'][0]['message']['content']!r})")
+        check(s.metrics()["kvfold_conversations_restored_total"] == 1, "restored from its file")
+        # the X-Session-Id header keys a conversation too; --slot-save-max keeps the newest files that fit
+        status, _, _ = s.request("POST", "/v1/chat/completions", chat(QUESTION, max_tokens=2),
+                                 headers={"X-Session-Id": "bob"})
+        check(status == 200, f"X-Session-Id: {status}")
+        s.wait_for("bob's file", lambda: os.path.exists(conv_file("bob")))
+        s.stop()
+    one = os.path.getsize(conv_file("bob"))
+    with serving(ctx, *args, "--slot-save-max", str(os.path.getsize(conv_file("ana")) + one + 100)) as s:
+        for who in ("carol", "dave"):
+            status, _, _ = s.post("/v1/chat/completions", dict(chat(QUESTION, max_tokens=2), user=who))
+            s.wait_for(f"{who}'s file", lambda: os.path.exists(conv_file(who)))
+        left = sorted(f for f in os.listdir(folder) if f.startswith("conv-"))
+        check(not os.path.exists(conv_file("ana")) and os.path.exists(conv_file("dave")),
+              f"--slot-save-max: the oldest went first: {left}")
         s.stop()
     with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "1") as s:
         status, o, _ = s.post("/slots/1?action=save", {"filename": "x.kvfs"})

@@ -81,7 +81,8 @@ struct args {
     const char *session_file;     /* kvfold chat, generate: --session FILE */
     /* kvfold serve */
     const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
-    const char *slot_save_path;   /* kvfold serve: where /slots/ID?action=save|restore files live */
+    const char *slot_save_path;   /* kvfold serve: where /slots/ID?action=save|restore files live, */
+    const char *slot_save_max;    /* ... and how many bytes of conversations' files it may hold */
     int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
     int timeout, threads_http;
     const char *bench_lists[4], *bench_format; /* kvfold bench: -p -n -t -d as given (comma lists), -o */

@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -64,7 +65,11 @@ static int serve_opts(struct args *a, struct opt *out) {
         { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
         { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
         { "--slot-save-path", NULL, OPT_STR, &a->slot_save_path, 0, 0, "DIR", "POST /slots/ID?action=save|restore "
-          "with {\"filename\": NAME} keeps cached sessions in DIR/NAME (session files), as llama-server" },
+          "with {\"filename\": NAME} keeps cached sessions in DIR/NAME (session files), as llama-server; a "
+          "conversation with a key (\"user\", or the X-Session-Id header) is also written to DIR after each turn "
+          "and read back from there when this server does not hold it (replicas sharing DIR)" },
+        { "--slot-save-max", NULL, OPT_STR, &a->slot_save_max, 0, 0, "SIZE", "the most bytes conversations' files "
+          "take in --slot-save-path, the oldest removed first (default: no limit)" },
         { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE",
           "largest request body, and the most bytes a request's images hold, files included (default 64MiB)" },
         { "--max-images", NULL, OPT_INT, &a->max_images, 0, 1024, "N", "images per request at most (default 8)" },
@@ -394,6 +399,106 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, struct request *r
 
 /* A completion's body read into a job and queued; false when answered
  * already (refused: *answer). */
+/* A conversation's file in --slot-save-path. */
+static void conv_path(const struct server *srv, uint64_t conv, char *path, size_t cap) {
+    snprintf(path, cap, "%s/conv-%016llx.kvfs", srv->a->slot_save_path, (unsigned long long)conv);
+}
+
+/* A conversation this server does not hold, read back from its file (written
+ * by this server before a restart, or by another replica) as a cached
+ * session, so that the scheduler continues it as its own. A file that
+ * cannot be used is said in the log and left: the request then starts anew. */
+static void conv_restore(struct server *srv, const struct serve_job *j) {
+    pthread_mutex_lock(&srv->mu);
+    const bool cached = sched_conv_cached(srv, j);
+    pthread_mutex_unlock(&srv->mu);
+    char path[4096];
+    conv_path(srv, j->conv, path, sizeof path);
+    struct stat sb;
+    if (cached || lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return;
+    const double t0 = now_ms();
+    struct kvf_session *s = NULL;
+    struct serve_error e = { 0 };
+    int id = 0;
+    bool ok = kvf_session_load(srv->m, path, srv->a->threads, &s) == KVF_OK;
+    if (!ok)
+        snprintf(e.msg, sizeof e.msg, "%s", kvf_last_error());
+    pthread_mutex_lock(&srv->mu);
+    ok = ok && !sched_conv_cached(srv, j) && sched_slot_adopt(srv, s, j, &id, &e);
+    if (ok)
+        srv->spill_restores++, srv->slot_bytes_read += (uint64_t)sb.st_size, srv->slot_restore_ms += now_ms() - t0;
+    pthread_mutex_unlock(&srv->mu);
+    if (!ok) {
+        kvf_session_free(s);
+        if (e.msg[0])
+            fprintf(stderr, "kvfold: serve: %s not restored: %s\n", path, e.msg);
+    }
+}
+
+/* The conversations' files beyond --slot-save-max go, the oldest first. */
+static void conv_trim(const struct server *srv) {
+    DIR *d = srv->slot_max ? opendir(srv->a->slot_save_path) : NULL;
+    if (!d)
+        return;
+    struct conv_file { char name[64]; struct timespec mtime; size_t size; } *files = NULL;
+    size_t n = 0, cap = 0, total = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, de->d_name);
+        if (strncmp(de->d_name, "conv-", 5) || strlen(de->d_name) >= sizeof files->name || lstat(path, &sb) != 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        if (n == cap) {
+            struct conv_file *f = realloc(files, sizeof *f * (cap = cap ? 2 * cap : 64));
+            if (!f)
+                break;
+            files = f;
+        }
+        snprintf(files[n].name, sizeof files[n].name, "%s", de->d_name);
+        files[n].mtime = sb.st_mtim, files[n].size = (size_t)sb.st_size;
+        total += files[n++].size;
+    }
+    closedir(d);
+    while (total > srv->slot_max && n > 0) {
+        size_t old = 0;
+        for (size_t i = 1; i < n; i++)
+            if (files[i].mtime.tv_sec < files[old].mtime.tv_sec ||
+                (files[i].mtime.tv_sec == files[old].mtime.tv_sec && files[i].mtime.tv_nsec < files[old].mtime.tv_nsec))
+                old = i;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, files[old].name);
+        remove(path);
+        total -= files[old].size;
+        files[old] = files[--n];
+    }
+    free(files);
+}
+
+/* The session a conversation's turn left in the cache, written to its file
+ * once the answer is out (a copy: the scheduler goes on meanwhile). */
+static void conv_spill(struct server *srv, struct serve_job *j) {
+    pthread_mutex_lock(&srv->mu);
+    struct kvf_session *s = j->spill;
+    j->spill = NULL;
+    pthread_mutex_unlock(&srv->mu);
+    if (!s)
+        return;
+    char path[4096];
+    conv_path(srv, j->conv, path, sizeof path);
+    const size_t bytes = kvf_session_save_size(s);
+    if (kvf_session_save(s, path) != KVF_OK) {
+        fprintf(stderr, "kvfold: serve: %s not written: %s\n", path, kvf_last_error());
+    } else {
+        pthread_mutex_lock(&srv->mu);
+        srv->spills++, srv->slot_bytes_written += bytes;
+        pthread_mutex_unlock(&srv->mu);
+        conv_trim(srv);
+    }
+    kvf_session_free(s);
+}
+
 static bool completion_submit(struct MHD_Connection *c, struct request *r, bool chat, enum MHD_Result *answer) {
     struct server *srv = r->srv;
     if (r->too_big) {
@@ -417,10 +522,19 @@ static bool completion_submit(struct MHD_Connection *c, struct request *r, bool 
     j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
     pthread_mutex_unlock(&srv->mu);
     struct serve_error e = { 0 };
+    const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id");
+    if (sid && (!sid[0] || strlen(sid) > SERVE_CONV_MAX)) {
+        *answer = respond_error(c, r, 400, "invalid_request", "X-Session-Id must be 1 to %d bytes", SERVE_CONV_MAX);
+        return false;
+    }
     if (!serve_job_parse(srv, r->body.s, r->body.n, chat, j, &e)) {
         *answer = respond_error(c, r, e.status, e.code, "%s", e.msg);
         return false;
     }
+    if (sid)
+        j->has_conv = true, j->conv = serve_conv_hash(sid);
+    if (j->has_conv && srv->a->slot_save_path)
+        conv_restore(srv, j);
     pthread_mutex_lock(&srv->mu);
     const bool queued = sched_submit(srv, j);
     pthread_mutex_unlock(&srv->mu);
@@ -616,7 +730,7 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
     int new_id = 0;
     n = kvf_session_n_past(s);
     pthread_mutex_lock(&srv->mu);
-    const bool ok = sched_slot_adopt(srv, s, &new_id, &e);
+    const bool ok = sched_slot_adopt(srv, s, NULL, &new_id, &e);
     const double ms = now_ms() - t0;
     if (ok) srv->slot_restores++, srv->slot_bytes_read += (uint64_t)sb.st_size, srv->slot_restore_ms += ms;
     pthread_mutex_unlock(&srv->mu);
@@ -675,6 +789,10 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_slot_bytes_written_total", "counter", "bytes of slot files written", (double)srv->slot_bytes_written);
     metric(&b, "kvfold_slot_bytes_read_total", "counter", "bytes of slot files restored", (double)srv->slot_bytes_read);
     metric(&b, "kvfold_slot_restore_ms_total", "counter", "milliseconds the restores took", srv->slot_restore_ms);
+    metric(&b, "kvfold_conversations_written_total", "counter", "conversations' sessions written to --slot-save-path",
+           (double)srv->spills);
+    metric(&b, "kvfold_conversations_restored_total", "counter",
+           "conversations read back from --slot-save-path (this server did not hold them)", (double)srv->spill_restores);
     metric(&b, "kvfold_prompt_tokens_reused_total", "counter",
            "prompt positions taken from cached sessions instead of prefilled", (double)srv->reused_tokens);
     metric(&b, "kvfold_kv_reservation_overruns_total", "counter",
@@ -782,6 +900,8 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
         return;
     int n_prompt = 0, n_gen = 0;
     size_t kv = 0;
+    if (r->job)
+        conv_spill(srv, r->job);
     pthread_mutex_lock(&srv->mu);
     if (r->job) {
         if (r->job->state != JOB_DONE) {
@@ -877,6 +997,11 @@ static int serve_check(struct args *a, struct server *srv, char **key) {
     }
     if (a->slot_save_path && !path_is_dir(a->slot_save_path)) {
         print_error("serve: --slot-save-path %s: not a directory", a->slot_save_path);
+        return EXIT_USAGE;
+    }
+    if (a->slot_save_max && (!a->slot_save_path || !size_parse(a->slot_save_max, &srv->slot_max))) {
+        print_error("serve: --slot-save-max '%s': want a size such as 512MiB or 2GiB, with --slot-save-path",
+                    a->slot_save_max);
         return EXIT_USAGE;
     }
     if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0, &n) != KVF_ERR_BUFFER) {

@@ -44,6 +44,8 @@ struct serve_job {
     char *stops[SERVE_STOP_MAX];
     int n_stops;
     char *kv;                 /* the request's policy; NULL: the server's --kv */
+    bool has_conv;            /* the conversation's key: OpenAI's "user", or the X-Session-Id header */
+    uint64_t conv;            /* ... hashed (FNV-1a 64): its --slot-save-path file is conv-HEX.kvfs */
     /* Under the server's lock. */
     int fd;                   /* the client's socket, watched for a hang-up while parked; -1 once it closed */
     struct MHD_Connection *conn; /* its connection, NULL once closed */
@@ -73,6 +75,7 @@ struct serve_job {
     int64_t *keys;            /* [n_ctx] what the cache holds, position by position (prompt_keys) */
     int n_keys;
     int n_reused;             /* prompt positions a cached session of an earlier turn held (under the lock) */
+    struct kvf_session *spill; /* a copy of its session as cached, for the HTTP side to write (under the lock) */
 };
 
 /* A finished conversation's session, kept for its next turn
@@ -85,6 +88,8 @@ struct serve_idle {
     char *kv;                 /* its policy; NULL: the server's */
     size_t bytes;             /* its KV bytes, reserved while it waits */
     int entries;              /* the entries its cache holds (/slots) */
+    bool has_conv;            /* its conversation's key (serve_job.conv) */
+    uint64_t conv;
 };
 
 struct server {
@@ -122,6 +127,8 @@ struct server {
     uint64_t reused_tokens;   /* prompt positions taken from cached sessions (once used) */
     uint64_t overruns;        /* sessions seen over their reservation (sched_account; never, unless a bug) */
     uint64_t slot_saves, slot_restores, slot_bytes_written, slot_bytes_read;
+    uint64_t spills, spill_restores; /* conversations written to / read from --slot-save-path */
+    size_t slot_max;          /* --slot-save-max in bytes (0: no limit) */
     double slot_restore_ms;   /* the restores' time, summed */
     int next_id;
     int n_answering;          /* requests with a job, until their connection is done (a graceful stop waits) */
@@ -146,6 +153,10 @@ bool serve_error_set(struct serve_error *e, int status, const char *code, const 
  * what was read so far stays in j either way, for serve_job_request_free. */
 bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool chat, struct serve_job *j,
                      struct serve_error *e);
+/* A conversation's key (OpenAI's "user", the X-Session-Id header) as the
+ * 64 bits that name its file: FNV-1a 64 of its bytes. */
+#define SERVE_CONV_MAX 256
+uint64_t serve_conv_hash(const char *key);
 /* Frees what serve_job_parse put in j, not j itself. */
 void serve_job_request_free(struct serve_job *j);
 
@@ -161,10 +172,14 @@ size_t sched_reserve_bytes(const struct server *srv, int n);
 /* Slot files (POST /slots/ID?action=save|restore|erase), under the lock:
  * a copy of idle session id with its position keys in its note (*n: its
  * positions), to save without the lock; a loaded session made an idle one
- * (taken; *id its new id), the oldest going while there is no room; idle
+ * (taken; *id its new id; of conv's conversation when given), the oldest
+ * going while there is no room; idle
  * session id dropped (*n: its positions). False with e filled otherwise. */
 bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *n, struct serve_error *e);
-bool sched_slot_adopt(struct server *srv, struct kvf_session *s, int *id, struct serve_error *e);
+bool sched_slot_adopt(struct server *srv, struct kvf_session *s, const struct serve_job *conv, int *id,
+                      struct serve_error *e);
+/* Whether a cached session of the job's conversation is there (under the lock). */
+bool sched_conv_cached(const struct server *srv, const struct serve_job *j);
 bool sched_slot_erase(struct server *srv, int id, int *n, struct serve_error *e);
 /* Drops a reference; the last one frees the job. Under the lock. */
 void job_unref(struct serve_job *job);

@@ -348,6 +348,13 @@ static bool common_parse(const cJSON *o, struct serve_job *j, struct serve_error
         return serve_error_set(e, 400, "invalid_type", "'stream_options' must be an object");
     if (so && !field_bool(so, "include_usage", &j->include_usage, e))
         return false;
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(o, "user");
+    if (user && !cJSON_IsNull(user)) {
+        if (!cJSON_IsString(user) || !user->valuestring[0] || strlen(user->valuestring) > SERVE_CONV_MAX)
+            return serve_error_set(e, 400, "invalid_type", "'user' must be a string of 1 to %d bytes", SERVE_CONV_MAX);
+        j->has_conv = true;
+        j->conv = serve_conv_hash(user->valuestring);
+    }
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv");
     if (kv && !cJSON_IsNull(kv)) {
         if (!cJSON_IsString(kv))
@@ -358,6 +365,12 @@ static bool common_parse(const cJSON *o, struct serve_job *j, struct serve_error
             return serve_error_set(e, 500, "server_error", "out of memory");
     }
     return true;
+}
+
+uint64_t serve_conv_hash(const char *key) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h;
 }
 
 bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool chat, struct serve_job *j,

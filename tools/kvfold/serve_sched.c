@@ -42,6 +42,7 @@ void job_unref(struct serve_job *j) {
         return;
     job_release_model_state(j);
     serve_job_request_free(j);
+    kvf_session_free(j->spill);
     free(j->keys);
     free(j->out.s);
     free(j);
@@ -100,7 +101,8 @@ static void idle_push(struct server *srv, struct serve_job *j) {
         idle_drop(srv, 0);
     struct serve_idle *c = &srv->idle[srv->n_idle++];
     *c = (struct serve_idle){ .id = j->id, .s = j->s, .keys = j->keys, .n = j->n_keys, .kv = kv,
-                              .bytes = kvf_session_kv_bytes(j->s), .entries = session_entries(srv, j->s) };
+                              .bytes = kvf_session_kv_bytes(j->s), .entries = session_entries(srv, j->s),
+                              .has_conv = j->has_conv, .conv = j->conv };
     srv->reserved += c->bytes;
     j->s = NULL;
     j->keys = NULL;
@@ -129,6 +131,23 @@ static char *slot_note(const struct serve_idle *c) {
     return note;
 }
 
+/* j->spill: a copy of cached session c with its keys in its note (none when
+ * memory runs short: the conversation is then only cached). */
+static void slot_spill_copy(const struct serve_idle *c, struct serve_job *j) {
+    char *note = slot_note(c);
+    if (note && kvf_session_copy(c->s, &j->spill) == KVF_OK && kvf_session_set_note(j->spill, note) != KVF_OK) {
+        kvf_session_free(j->spill);
+        j->spill = NULL;
+    }
+    free(note);
+}
+
+bool sched_conv_cached(const struct server *srv, const struct serve_job *j) {
+    for (int i = 0; j->has_conv && i < srv->n_idle; i++)
+        if (srv->idle[i].has_conv && srv->idle[i].conv == j->conv) return true;
+    return false;
+}
+
 bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *n, struct serve_error *e) {
     const int i = idle_find(srv, id);
     if (i < 0) return serve_error_set(e, 404, "not_found", "no idle session %d: only sessions cached for a next turn "
@@ -146,7 +165,8 @@ bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *
     return true;
 }
 
-bool sched_slot_adopt(struct server *srv, struct kvf_session *s, int *id, struct serve_error *e) {
+bool sched_slot_adopt(struct server *srv, struct kvf_session *s, const struct serve_job *conv, int *id,
+                      struct serve_error *e) {
     if (srv->a->cache_sessions <= 0)
         return serve_error_set(e, 400, "invalid_request", "--cache-sessions is 0: a restored session has nowhere to wait");
     if (kvf_session_n_ctx(s) != srv->n_ctx)
@@ -191,7 +211,8 @@ bool sched_slot_adopt(struct server *srv, struct kvf_session *s, int *id, struct
     }
     *id = ++srv->next_id;
     srv->idle[srv->n_idle++] = (struct serve_idle){ .id = *id, .s = s, .keys = keys, .n = n, .kv = kv, .bytes = bytes,
-                                                    .entries = session_entries(srv, s) };
+                                                    .entries = session_entries(srv, s),
+                                                    .has_conv = conv && conv->has_conv, .conv = conv ? conv->conv : 0 };
     srv->reserved += bytes;
     pthread_cond_broadcast(&srv->wake);
     return true;
@@ -243,8 +264,13 @@ static void job_end(struct server *srv, struct serve_job *j, const char *finish)
     j->reserved = 0;
     /* A conversation that ended well keeps its session for its next turn;
      * its bytes, no more than it had reserved, stay reserved. */
-    if (finish && !j->cancelled && j->s && srv->a->cache_sessions > 0 && j->n_keys == kvf_session_n_past(j->s))
+    if (finish && !j->cancelled && j->s && srv->a->cache_sessions > 0 && j->n_keys == kvf_session_n_past(j->s)) {
         idle_push(srv, j);
+        /* --slot-save-path: a conversation's session also goes to disk (a copy the HTTP side writes), so that
+         * it outlives the cache, the process and this replica */
+        if (j->has_conv && srv->a->slot_save_path && srv->n_idle > 0 && srv->idle[srv->n_idle - 1].id == j->id)
+            slot_spill_copy(&srv->idle[srv->n_idle - 1], j);
+    }
     job_release_model_state(j);
     j->finish = finish;
     j->ready = j->out.n;
