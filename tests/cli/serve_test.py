@@ -476,6 +476,89 @@ def case_serve_slots(ctx):
                  "--slot-save-path not a folder")
 
 
+def case_serve_replicas(ctx):
+    """Two replicas behind HAProxy (deploy/haproxy.cfg, its ports rewritten), sharing --slot-save-path: a
+    conversation's turns (the same X-Session-Id) go to one replica, which holds its session; when that replica is
+    killed, the next turn goes to the other, which reads the conversation from the shared folder (its prompt
+    counted as cached, not prefilled again) and gives the answer a single server gives on the full cache. Prints
+    the time from the kill to the answer."""
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.path.exists(haproxy):
+        print("SKIP: haproxy is not installed (scripts/setup.sh installs Debian's)")
+        return 77
+    model = ctx.model(SMOL)
+    folder = os.path.join(ctx.tmp, "shared")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    args = ["-m", model, "-t", "1", "-b", "16", "--parallel", "1", "--cache-sessions", "4", "--slot-save-path", folder]
+    first = chat(PASSAGE + " Summarise.", max_tokens=8)
+
+    def next_turn(body, answer, text):
+        return dict(body, messages=body["messages"] + [
+            {"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+            {"role": "user", "content": text}])
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        front = sock.getsockname()[1]
+    with serving(ctx, *args) as r1, serving(ctx, *args) as r2:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "haproxy.cfg")
+        cfg = open(src).read().replace("127.0.0.1:8080", f"127.0.0.1:{front}")
+        cfg = cfg.replace("127.0.0.1:8081", f"127.0.0.1:{r1.port}").replace("127.0.0.1:8082", f"127.0.0.1:{r2.port}")
+        path = os.path.join(ctx.tmp, "haproxy.cfg")
+        with open(path, "w") as f:
+            f.write(cfg)
+        hp = subprocess.Popen([haproxy, "-db", "-f", path], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            def ask(body):
+                deadline = time.time() + 30
+                while True:
+                    try:
+                        c = http.client.HTTPConnection("127.0.0.1", front, timeout=120)
+                        c.request("POST", "/v1/chat/completions", json.dumps(body),
+                                  {"Content-Type": "application/json", "X-Session-Id": "conversation-1"})
+                        r = c.getresponse()
+                        data = r.read()
+                        c.close()
+                        if r.status == 200:
+                            return json.loads(data)
+                        check(r.status == 503 and time.time() < deadline, f"through haproxy: {r.status} {data[:300]}")
+                    except (ConnectionError, OSError):
+                        check(time.time() < deadline, "haproxy does not answer")
+                    time.sleep(0.2)
+
+            t1 = ask(first)
+            turn2 = next_turn(first, t1, "And what did the baker sell?")
+            t2 = ask(turn2)
+            holders = [s for s in (r1, r2) if any(x["state"] == "idle" for x in slots(s))]
+            check(len(holders) == 1 and t2["usage"]["prompt_tokens_details"]["cached_tokens"] > 0,
+                  f"one replica holds the conversation and took both turns: {[slots(s) for s in (r1, r2)]}")
+            holder = holders[0]
+            other = r2 if holder is r1 else r1
+            holder.wait_for("the conversation's file",
+                            lambda: holder.metrics()["kvfold_conversations_written_total"] == 2)
+            turn3 = next_turn(turn2, t2, "Who bought it?")
+            t0 = time.time()
+            holder.kill()
+            t3 = ask(turn3)
+            failover = time.time() - t0
+            check(t3["usage"]["prompt_tokens_details"]["cached_tokens"] >= t2["usage"]["prompt_tokens"] and
+                  other.metrics()["kvfold_conversations_restored_total"] == 1,
+                  f"the other replica took the conversation up from its file: {t3['usage']} {other.metrics()}")
+            print(f"failover: {failover:.2f} s from the kill to turn 3's answer "
+                  f"({t3['usage']['prompt_tokens_details']['cached_tokens']} of {t3['usage']['prompt_tokens']} "
+                  f"positions read back)")
+        finally:
+            hp.terminate()
+            hp.wait(10)
+    with serving(ctx, "-m", model, "-t", "1", "-b", "16", "--parallel", "1") as s:  # no replicas, no cache
+        status, ref, _ = s.post("/v1/chat/completions", turn3)
+        check(status == 200 and ref["choices"][0]["message"]["content"] == t3["choices"][0]["message"]["content"],
+              f"turn 3 after the failover {t3['choices'][0]['message']['content']!r}, on one server "
+              f"{ref['choices'][0]['message']['content']!r}")
+        s.stop()
+
+
 def check_in_use(s, cached):
     """With no request running, the KV bytes in use are those of the cached sessions (idle in /slots): they hold
     their memory as a running session does, so kvfold_kv_bytes_in_use counts them, as much as they keep reserved,

@@ -51,7 +51,7 @@ endforeach()
 
 # kvfold serve (tests/cli/serve_test.py): the HTTP API through http.client and
 # the openai package, the shared KV budget under load, the bad-request battery.
-foreach(case serve_api serve_image serve_load serve_errors serve_cache serve_conns serve_figures serve_slots)
+foreach(case serve_api serve_image serve_load serve_errors serve_cache serve_conns serve_figures serve_slots serve_replicas)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/serve_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${CMAKE_BINARY_DIR}/fixtures ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})
