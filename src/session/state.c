@@ -314,8 +314,8 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
         if (!get(r, s->qstat.n, sizeof(long) * (size_t)L) || !get(r, s->qstat.sum, sizeof(double) * heads * d) ||
             !get(r, s->qstat.sq, sizeof(double) * heads * d * d))
             return bad("truncated in its query statistics");
-        for (int l = 0; l < L; l++)
-            if (s->qstat.n[l] < 0 || s->qstat.n[l] > np) return bad("query statistics of more queries than positions");
+        for (int l = 0; l < L; l++) /* a count of queries run since the reset: truncations do not lower it */
+            if (s->qstat.n[l] < 0) return bad("query statistics of a negative count");
     }
     for (int l = 0; kv_qwin_on(&s->qwin) && l < L; l++) {
         const int32_t n = get_i32(r);
@@ -361,9 +361,10 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
     for (int l = 0; l < L; l++)
         for (int g = 0; g < H; g++) {
             const int32_t n = get_i32(r), cap = get_i32(r);
-            /* a head holds at most the positions seen, in storage growth could have left (< 2 n_ctx) */
+            /* a head holds at most the positions seen, in storage the cache's own rule leaves (growth by an
+             * eighth, shrinking past a quarter and 16: kv/cache.c), so what is allocated is what is read */
             if (r->short_read) return bad("truncated in its cache");
-            if (n < 0 || n > np || cap < n || cap > 2 * n_ctx + 64) return bad("a head's size is out of range");
+            if (n < 0 || n > np || cap < n || cap > n + n / 4 + 16) return bad("a head's size is out of range");
             const void *k = take_n(r, s->kv.row_bytes, n), *v = take_n(r, s->kv.row_bytes, n);
             const void *tag = take_n(r, sizeof(struct kvf_tag), n);
             const void *acc = s->kv.has_acc ? take_n(r, sizeof(float) * KV_ACC_N, n) : NULL;
@@ -399,9 +400,9 @@ enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *s
     uint32_t crc, version;
     memcpy(&crc, (const uint8_t *)src + size - sizeof crc, sizeof crc);
     memcpy(&version, (const uint8_t *)src + sizeof MAGIC, sizeof version);
+    if ((uint32_t)crc32_z(0, src, size - sizeof crc) != crc) return bad("its checksum does not match (corrupt or cut short)");
     if (version != STATE_VERSION)
         return err_set(KVF_ERR_UNSUPPORTED, "session file: version %u; this kvfold reads version %d", version, STATE_VERSION);
-    if ((uint32_t)crc32_z(0, src, size - sizeof crc) != crc) return bad("its checksum does not match (corrupt or cut short)");
     struct rd r = {src, size - sizeof crc, sizeof MAGIC + sizeof version, false};
     enum kvf_status st = read_model(&r, m);
     struct kvf_session *s = NULL;
