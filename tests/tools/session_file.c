@@ -56,13 +56,15 @@ static struct kvf_session *round_trip(const struct kvf_model *m, const struct kv
     return s;
 }
 
-/* What same_state leaves out: every position's token id and tag, the note. */
+/* What same_state leaves out: every position's token id and tag, the note,
+ * the policy's spec. */
 static int same_history(const struct kvf_session *a, const struct kvf_session *b, const char *spec) {
     const int n = kvf_session_n_past(a);
     const int bad = n != kvf_session_n_past(b) || strcmp(kvf_session_note(a), kvf_session_note(b)) ||
+                    strcmp(kvf_session_kv_spec(a), spec) || strcmp(kvf_session_kv_spec(b), spec) ||
                     (n && (memcmp(kvf_session_tokens(a), kvf_session_tokens(b), sizeof(int32_t) * (size_t)n) ||
                            memcmp(kvf_session_tags(a), kvf_session_tags(b), sizeof(struct kvf_tag) * (size_t)n)));
-    if (bad) fprintf(stderr, "%s: token ids, tags or note differ after loading\n", spec);
+    if (bad) fprintf(stderr, "%s: token ids, tags, note or spec differ after loading\n", spec);
     return bad;
 }
 
