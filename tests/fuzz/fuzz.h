@@ -37,6 +37,10 @@ bool fuzz_name_ok(const uint8_t *s, size_t n);
 /* Writes size bytes to dir/name; false when it cannot. */
 bool fuzz_write_file(const char *dir, const char *name, const void *data, size_t size);
 
+/* Reads every cached entry's tag, every merge record and every layer
+ * budget of s, so that ASan sees one a policy (or a loaded file) left
+ * dangling or short. */
+void fuzz_read_cache(const struct kvf_session *s, const struct kvf_model_info *info);
 /* The greedy choice among logits[0..n). */
 int32_t fuzz_argmax(const float *logits, int n);
 

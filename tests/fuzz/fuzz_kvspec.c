@@ -11,35 +11,14 @@
 
 #define N_CTX 64
 
-/* Every cached entry's tag and every merge record read, so that ASan sees
- * one the policy left dangling or short; the sum goes to a volatile so that
- * the reads are not optimised away. */
-static volatile unsigned cache_sum;
-
-static void read_cache(const struct kvf_session *s, const struct kvf_model_info *info) {
-    unsigned sum = 0;
-    for (int l = 0; l < info->n_layer; l++) {
-        double ratio, gini;
-        sum += kvf_session_kv_layer_budget(s, l, &ratio, &gini);
-        for (int h = 0; h < info->n_head_kv; h++) {
-            int n = 0;
-            const struct kvf_tag *tags = kvf_session_kv_tags(s, l, h, &n);
-            for (int i = 0; tags && i < n; i++) sum += (unsigned)tags[i].pos;
-            const struct kvf_kv_merge *merges = kvf_session_kv_merges(s, l, h, &n);
-            for (int i = 0; merges && i < n; i++) sum += (unsigned)(merges[i].from ^ merges[i].into);
-        }
-    }
-    cache_sum = sum;
-}
-
 /* Compression, then a few greedy steps: a failed step ends the run (the
  * session may need a reset after one). */
 static void compress_decode(struct kvf_session *s, const struct kvf_model_info *info) {
     if (kvf_session_compress(s) != KVF_OK) return;
-    read_cache(s, info);
+    fuzz_read_cache(s, info);
     for (int i = 0; i < 4 && kvf_session_n_past(s) < N_CTX; i++)
         if (kvf_session_decode(s, fuzz_argmax(kvf_session_logits(s), info->n_vocab)) != KVF_OK) return;
-    read_cache(s, info);
+    fuzz_read_cache(s, info);
 }
 
 static void run_session(const char *spec, double budget) {

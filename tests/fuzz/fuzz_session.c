@@ -10,25 +10,14 @@
 #include <string.h>
 #include <zlib.h>
 
-static volatile unsigned cache_sum;
-
 static void exercise(struct kvf_session *s, const struct kvf_model_info *info) {
-    unsigned sum = 0;
-    for (int l = 0; l < info->n_layer; l++)
-        for (int h = 0; h < info->n_head_kv; h++) {
-            int n = 0;
-            const struct kvf_tag *tags = kvf_session_kv_tags(s, l, h, &n);
-            for (int i = 0; tags && i < n; i++) sum += (unsigned)tags[i].pos;
-            const struct kvf_kv_merge *merges = kvf_session_kv_merges(s, l, h, &n);
-            for (int i = 0; merges && i < n; i++) sum += (unsigned)(merges[i].from ^ merges[i].into);
-        }
+    fuzz_read_cache(s, info);
     const size_t n = kvf_session_save_size(s);
     void *again = n ? malloc(n) : NULL;
-    if (again && kvf_session_save_buffer(s, again, n) == KVF_OK) sum += ((const unsigned char *)again)[n - 1];
+    if (again) kvf_session_save_buffer(s, again, n); /* the writer over what the reader let in (ASan watches) */
     free(again);
     for (int i = 0; i < 3 && kvf_session_n_past(s) < kvf_session_n_ctx(s); i++)
         if (kvf_session_decode(s, fuzz_argmax(kvf_session_logits(s), info->n_vocab)) != KVF_OK) break;
-    cache_sum = sum;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -89,6 +89,25 @@ bool fuzz_write_file(const char *dir, const char *name, const void *data, size_t
     return fclose(f) == 0 && ok;
 }
 
+/* The sum goes to a volatile so that the reads are not optimised away. */
+static volatile unsigned cache_sum;
+
+void fuzz_read_cache(const struct kvf_session *s, const struct kvf_model_info *info) {
+    unsigned sum = 0;
+    for (int l = 0; l < info->n_layer; l++) {
+        double ratio, gini;
+        sum += kvf_session_kv_layer_budget(s, l, &ratio, &gini);
+        for (int h = 0; h < info->n_head_kv; h++) {
+            int n = 0;
+            const struct kvf_tag *tags = kvf_session_kv_tags(s, l, h, &n);
+            for (int i = 0; tags && i < n; i++) sum += (unsigned)tags[i].pos;
+            const struct kvf_kv_merge *merges = kvf_session_kv_merges(s, l, h, &n);
+            for (int i = 0; merges && i < n; i++) sum += (unsigned)(merges[i].from ^ merges[i].into);
+        }
+    }
+    cache_sum += sum;
+}
+
 int32_t fuzz_argmax(const float *logits, int n) {
     int32_t best = 0;
     for (int32_t t = 1; t < n; t++)

@@ -89,13 +89,7 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
     sp.kv_spec = spec;
     sp.kv_gather = gather;
     sp.kv_swa_full = true;
-    struct kvf_session *s = NULL;
-    if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK) {
-        fprintf(stderr, "kv_fork: %s: %s\n", spec, kvf_last_error());
-        kvf_session_free(s);
-        return NULL;
-    }
-    return s;
+    return fixture_prefilled("kv_fork", m, pr, &sp);
 }
 
 /* spec's session and its copies (after the prompt, after compression, after

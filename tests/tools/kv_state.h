@@ -46,6 +46,19 @@ static inline int same_state(const struct kvf_session *a, const struct kvf_sessi
     return 0;
 }
 
+/* A session of parameters sp with the fixture's prompt in (NULL after a
+ * message naming tool and the spec). */
+static inline struct kvf_session *fixture_prefilled(const char *tool, const struct kvf_model *m,
+                                                    const struct kvf_prompt *pr, const struct kvf_session_params *sp) {
+    struct kvf_session *s = NULL;
+    if (kvf_session_init(m, sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK) {
+        fprintf(stderr, "%s: %s: %s\n", tool, sp->kv_spec ? sp->kv_spec : "full", kvf_last_error());
+        kvf_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 static inline int32_t argmax(const float *x, int n) {
     int32_t b = 0;
     for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;

@@ -35,13 +35,7 @@ static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 4;
     sp.kv_spec = spec;
     sp.kv_type = type;
-    struct kvf_session *s = NULL;
-    if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK) {
-        fprintf(stderr, "session_file: %s: %s\n", spec, kvf_last_error());
-        kvf_session_free(s);
-        return NULL;
-    }
-    return s;
+    return fixture_prefilled("session_file", m, pr, &sp);
 }
 
 /* src saved to a buffer (*buf, *size: the caller frees) and loaded. */
