@@ -47,6 +47,12 @@ void pause_point(const char *label, long done) {
     fflush(stdout);
     fflush(stderr);
     raise(SIGSTOP);
+    /* The test's SIGINT arrived while every thread was stopped, so no thread
+     * took it then; after SIGCONT any thread (an OpenMP or BLAS worker) may
+     * run the handler, a moment after this one checks. Wait for it (bounded,
+     * should a test continue without one) so the stop point is exact. */
+    for (int ms = 0; ms < 10000 && !interrupted(); ms++)
+        nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
 }
 
 void progress_init(struct progress *p, const char *label, const char *unit, long total, const struct args *a) {

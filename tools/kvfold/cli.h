@@ -175,7 +175,8 @@ void interrupt_clear(void);
  * once, the first time the work LABEL (a progress label such as "bench" or
  * "perplexity", or "reply": tokens generated) reaches N units done, at a
  * point right before its next Ctrl-C check. The test waits for the stop,
- * sends SIGINT, then SIGCONT. Without the variable it does nothing. */
+ * sends SIGINT, then SIGCONT; the hook returns once the SIGINT handler has
+ * run (10 s at most). Without the variable it does nothing. */
 void pause_point(const char *label, long done);
 
 /* One long task's progress on stderr, never stdout: on a terminal a single
