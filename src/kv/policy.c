@@ -18,7 +18,6 @@
 static const struct kv_rule *const presets[KV_METHOD_COUNT] = {
 #define KV_RULE(ID, name) [KV_##ID] = &kv_rule_##name,
 #include "kv/rules.def"
-#undef KV_RULE
 };
 
 const struct kv_rule kv_rule_full = {
@@ -37,8 +36,11 @@ static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
     &budget_uniform, &kv_rule_budget_pyramid, &kv_rule_budget_prefix, &kv_rule_budget_adaptive, &kv_rule_budget_global};
-static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {&reduce_none, &kv_rule_reduce_lightkv,
-                                                                      &kv_rule_reduce_fastv, &kv_rule_reduce_tome};
+static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {
+    [KV_REDUCE_NONE] = &reduce_none,
+#define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_rule_reduce_##name,
+#include "kv/rules.def"
+};
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
 static const struct kv_rule pool_none = {"pool", "none", "each rule's own scores", "-", "", "", {.pool = KV_POOL_NONE},
                                          0, NULL};
@@ -66,6 +68,10 @@ const struct kv_rule *kv_rule_of(enum kv_method m) {
     return (unsigned)m < KV_METHOD_COUNT ? presets[m] : presets[KV_FULL];
 }
 
+const struct kv_rule *kv_reduce_rule(enum kv_reduce k) {
+    return (unsigned)k < KV_REDUCE_COUNT ? reduce_options[k] : &reduce_none;
+}
+
 /* Presets first, then each stage's options. */
 static const struct kv_rule *rule_at(int i) {
     if (i < KV_METHOD_COUNT) return presets[i];
@@ -88,7 +94,7 @@ int kvf_kv_policy_count(void) {
  * next message, kvpress's protocol), such a rule keeps what the end of the
  * context points at instead. */
 static bool policy_question_aware(const struct kv_policy *p) {
-    return kv_policy_needs_window(p) || p->reduce == KV_REDUCE_FASTV || p->reduce == KV_REDUCE_LIGHTKV;
+    return kv_policy_needs_window(p) || (kv_reduce_rule(p->reduce)->needs & KV_NEEDS_QUESTION);
 }
 
 enum kvf_status kvf_kv_policy_get(int i, struct kvf_kv_policy_info *info) {

@@ -15,7 +15,6 @@
 enum kv_method {
 #define KV_RULE(ID, name) KV_##ID,
 #include "kv/rules.def"
-#undef KV_RULE
     KV_METHOD_COUNT
 };
 /* Budget stage: how the entries are spread over the layers (prefix:
@@ -34,8 +33,14 @@ enum kv_text_prior { KV_TEXT_NONE, KV_TEXT_FIRST, KV_TEXT_ALL };
 enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXED, KV_DECODE_RECOMPRESS,
                  KV_DECODE_COUNT };
 /* Reduce stage: vision tokens merged or dropped inside the decoder during
- * prefill (src/kv/reduce.h). */
-enum kv_reduce { KV_REDUCE_NONE, KV_REDUCE_LIGHTKV, KV_REDUCE_FASTV, KV_REDUCE_TOME, KV_REDUCE_COUNT };
+ * prefill (src/kv/reduce.h); its rules are the KV_REDUCE_RULE lines of
+ * kv/rules.def. */
+enum kv_reduce {
+    KV_REDUCE_NONE,
+#define KV_REDUCE_RULE(ID, name) KV_REDUCE_##ID,
+#include "kv/rules.def"
+    KV_REDUCE_COUNT
+};
 /* Pool stage: any rule's scores smoothed over neighbouring entries. */
 enum kv_pool { KV_POOL_NONE, KV_POOL_AVG, KV_POOL_COUNT };
 /* Schedule stage: the prompt in one pass, or in blocks under a fixed budget. */
@@ -151,6 +156,10 @@ typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 #define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
 #define KV_NEEDS_RECON 64u  /* the attention each entry receives while the model repeats the
                                context (KVzip's reconstruction, session.c session_reconstruct) */
+#define KV_NEEDS_LAST_ROW 128u /* reduce: the attention the pass's last row pays each row at the step's
+                                  layer (struct reduce_view's last_attn) */
+#define KV_NEEDS_QUESTION 256u /* reduce: weighs the image by the text after it, so by the question
+                                  when it ends the prompt (kvf_kv_policy_info's question_aware) */
 
 /* A rule's descriptor: a preset (one per src/kv/policy/ file, listed in
  * kv/rules.def) or an option of a stage ("decode=h2o"). Parsing, `kvfold
@@ -172,14 +181,15 @@ struct kv_rule {
 
 /* The presets, defined in their files (kv_rule_<name>), indexed by enum kv_method. */
 #define KV_RULE(ID, name) extern const struct kv_rule kv_rule_##name;
+#define KV_REDUCE_RULE(ID, name) extern const struct kv_rule kv_rule_reduce_##name;
 #include "kv/rules.def"
-#undef KV_RULE
 /* Stage options defined next to their rules (the others are in policy.c). */
 extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive, kv_rule_budget_global,
-    kv_rule_reduce_lightkv, kv_rule_reduce_fastv, kv_rule_reduce_tome, kv_rule_schedule_blocks, kv_rule_pool_avg,
-    kv_decode_rules[KV_DECODE_COUNT];
+    kv_rule_schedule_blocks, kv_rule_pool_avg, kv_decode_rules[KV_DECODE_COUNT];
 
 const struct kv_rule *kv_rule_of(enum kv_method m);
+/* The reduce stage's option k ("none" for KV_REDUCE_NONE or out of range). */
+const struct kv_rule *kv_reduce_rule(enum kv_reduce k);
 /* The rule that scores the entries of a policy: its preset's, or the
  * schedule stage's evictor for a preset that scores with it (blockwise). */
 static inline const struct kv_rule *kv_policy_scorer(const struct kv_policy *p) {
@@ -290,5 +300,20 @@ void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
  * curve (0: uniform importance, near 1: concentrated). */
 enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const int *lens, const int *floors, long total,
                                   double tol, int *keep, double *gini, double *p_out);
+/* PrefixKV online (budget=prefix:online=1): the layer ratios searched on
+ * the cache itself, before any eviction (its kv heads hold the same
+ * entries). Layer l is searched over the entries it sees, its last seen[l]
+ * (a sliding-window layer: its window), never below what its rule always
+ * keeps (sinks[l] + p->protect for a per-layer rule); the total is the
+ * layers' even shares (kv_policy_keep_count). ratio[l]: the share of
+ * seen[l] layer l keeps (1 when a layer sees nothing); gini as
+ * kv_prefix_budgets'. */
+enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen, const int *sinks,
+                                 double *ratio, double *gini);
+/* PrefixKV offline (profile=FILE): the layer ratios `kvfold profile`
+ * wrote, {"model", "n_layer", "budget", "ratios": [n_layer shares in
+ * (0, 1]], ...}, into ratio[n_layer]. The spec's budget must be the
+ * profile's; p->budget becomes it (taken when the spec gave none). */
+enum kvf_status kv_prefix_load_profile(const char *path, int n_layer, struct kv_policy *p, double *ratio);
 
 #endif

@@ -117,13 +117,18 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
 
 enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
                                   int head_dim, int n_ctx) {
-    *r = (struct reduce_state){.kind = p->reduce, .ratio = p->reduce_ratio, .head_dim = head_dim};
+    static const struct kv_reduce_ops *const ops[KV_REDUCE_COUNT] = {
+#define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_reduce_ops_##name,
+#include "kv/rules.def"
+    };
+    *r = (struct reduce_state){.rule = kv_reduce_rule(p->reduce), .ratio = p->reduce_ratio, .head_dim = head_dim};
+    if ((unsigned)p->reduce < KV_REDUCE_COUNT) r->ops = ops[p->reduce];
     if ((r->n_steps = kv_reduce_stages(p, n_layer, r->layer, r->window)) < 0) {
         r->n_steps = 0;
         return KVF_ERR_INVALID_ARG;
     }
-    if (r->kind == KV_REDUCE_FASTV && !(r->stat = malloc(sizeof(float) * (size_t)n_head_kv * n_ctx)))
-        return err_set(KVF_ERR_NOMEM, "out of memory for fastv's scores");
+    if ((r->rule->needs & KV_NEEDS_LAST_ROW) && !(r->stat = malloc(sizeof(float) * (size_t)n_head_kv * n_ctx)))
+        return err_set(KVF_ERR_NOMEM, "out of memory for the reduce stage's attention sums");
     return KVF_OK;
 }
 
@@ -154,6 +159,12 @@ int reduce_step_at(const struct reduce_state *r, int l) {
     for (int i = 0; i < r->n_steps; i++)
         if (r->layer[i] == l + 1) return i;
     return -1;
+}
+
+float *reduce_map(const struct reduce_view *v, struct reduce_state *r, int step) {
+    for (int i = 0; i < v->n; i++) r->into[i] = i;
+    reduce_groups_update(v->tag, v->n - 1, r->groups, r->n_groups);
+    return r->ops->step(v, r, step);
 }
 
 int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window) {

@@ -1,9 +1,11 @@
 /* Reduce stage (docs/METHODS.md §5.6): vision tokens merged or dropped inside
  * the decoder during prefill, after a chosen layer, so that every later
  * layer sees and caches fewer of them. A rule looks at the rows of one
- * forward pass and says where each goes — into[i] = i: kept, another row:
- * merged into it, -1: dropped — and reduce_apply carries that out. The
- * rules live in src/kv/policy/{lightkv,tome,fastv}.c. */
+ * forward pass (struct reduce_view) and says where each goes — into[i] = i:
+ * kept, another row: merged into it, -1: dropped — and reduce_apply carries
+ * that out. Each rule is one file under src/kv/policy/ (lightkv.c, tome.c,
+ * fastv.c) whose descriptor carries its hooks (struct kv_reduce_ops) and one
+ * KV_REDUCE_RULE line of kv/rules.def; the decoder only orchestrates. */
 #ifndef KVF_KV_REDUCE_H
 #define KVF_KV_REDUCE_H
 
@@ -61,6 +63,37 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
 int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, int32_t (*rpos)[3],
                  const int *into, int n, float *scratch);
 
+/* The pass as a rule sees it at a step's layer, borrowed from the decoder. */
+struct reduce_view {
+    int n;                 /* rows of the pass */
+    float *x;              /* [n][dim] hidden states after the layer */
+    int dim;
+    const float *q, *k;    /* the layer's queries [n][n_head * head_dim] and keys [n][n_head_kv * head_dim]:
+                              before RoPE in the metric hook, after it in the step hook */
+    const struct kvf_tag *tag; /* [n] */
+    int n_head, n_head_kv, head_dim;
+    float attn_scale;
+    const float *last_attn; /* KV_NEEDS_LAST_ROW: [n] the attention the last row paid each row in the layer, the
+                               sum over a kv head's query heads averaged over the kv heads; else NULL */
+};
+
+struct reduce_state;
+/* A reduce rule's hooks, kv_reduce_ops_<name> in the rule's file. */
+struct kv_reduce_ops {
+    /* Before RoPE in a step's layer (NULL: none): what the step will need
+     * of the unrotated rows (ToMe's metric, into r->metric). */
+    void (*metric)(const struct reduce_view *v, struct reduce_state *r);
+    /* The step (index `step`, after layer r->layer[step]): into[0..n) set
+     * for the rows that may go (all but the last, whose logits are the
+     * prompt's; into[] starts as the identity, and r->groups as found
+     * again for them). Returns the weights reduce_apply merges by ([n],
+     * updated by it; NULL: unit weights). */
+    float *(*step)(const struct reduce_view *v, struct reduce_state *r, int step);
+};
+
+#define KV_REDUCE_RULE(ID, name) extern const struct kv_reduce_ops kv_reduce_ops_##name;
+#include "kv/rules.def"
+
 /* The reduce steps for a model of n_layer layers: stage_layer[] as given,
  * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in
  * [1, n_layer - 1], a step falling on an earlier one's layer dropped).
@@ -69,12 +102,14 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
 int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *window);
 
 /* A session's reduce stage: its steps and the per-row state of one pass of
- * up to rows_cap rows (R): weights (lightkv's text attention, fastv's
- * scores) [R], tome's sizes [R] and metric [R][head_dim], the merge map [R],
- * the pass's images [R], scratch (max(4 R, 64 (head_dim + R)) floats), and
- * fastv's attention [n_head_kv][n_ctx]. */
+ * up to rows_cap rows (R): weights (lightkv's text attention, the last
+ * row's attention under KV_NEEDS_LAST_ROW) [R], tome's sizes [R] and metric
+ * [R][head_dim], the merge map [R], the pass's images [R], scratch (max(4 R,
+ * 64 (head_dim + R)) floats), and, under KV_NEEDS_LAST_ROW, the layer's
+ * attention sums [n_head_kv][n_ctx]. */
 struct reduce_state {
-    enum kv_reduce kind;    /* KV_REDUCE_NONE: no steps, nothing allocated */
+    const struct kv_rule *rule; /* the policy's reduce option (its needs) */
+    const struct kv_reduce_ops *ops; /* its hooks (NULL: no steps) */
     double ratio;           /* the policy's reduce_ratio */
     int n_steps, layer[KV_REDUCE_MAX], window[KV_REDUCE_MAX];
     int rows_cap, head_dim;
@@ -93,5 +128,8 @@ enum kvf_status reduce_state_reserve(struct reduce_state *r, int rows);
 void reduce_state_free(struct reduce_state *r);
 /* The step that follows layer l (l + 1 layers done), or -1. */
 int reduce_step_at(const struct reduce_state *r, int l);
+/* The rule's map for step `step` of the pass in v, into r->into (see
+ * kv_reduce_ops.step); returns the weights to merge by. */
+float *reduce_map(const struct reduce_view *v, struct reduce_state *r, int step);
 
 #endif

@@ -71,6 +71,15 @@ static const int32_t *rows_last_visible(const struct decoder *d, int n) {
     return ahead ? f->qlast : NULL;
 }
 
+/* The pass's rows as a reduce rule sees them (q, k: the layer's). */
+static struct reduce_view reduce_view_of(const struct decoder *d, const float *q, const float *k, int n) {
+    const struct hparams *hp = &d->model->hp;
+    return (struct reduce_view){
+        .n = n, .x = d->fw->x, .dim = hp->n_embd, .q = q, .k = k, .tag = d->fw->btag, .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .attn_scale = hp->attn_scale,
+    };
+}
+
 /* The rest of layer l's self-attention for n rows of one session, whose
  * projections are q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
  * biases, norms and RoPE, the cache append, and attention over the
@@ -89,14 +98,9 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
         norm_rows(f, q, q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
         norm_rows(f, k, k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
     }
-    if (d->rd->kind == KV_REDUCE_TOME && reduce_step_at(d->rd, l) >= 0) {
-        /* ToMe's metric: the keys before RoPE, mean over the kv heads. */
-        for (int t = 0; t < n; t++) {
-            float *metric = d->rd->metric + (size_t)t * hd;
-            memset(metric, 0, sizeof(float) * (size_t)hd);
-            for (int g = 0; g < hp->n_head_kv; g++)
-                for (int e = 0; e < hd; e++) metric[e] += k[(size_t)t * KD + (size_t)g * hd + e] / (float)hp->n_head_kv;
-        }
+    if (d->rd->n_steps && d->rd->ops->metric && reduce_step_at(d->rd, l) >= 0) {
+        const struct reduce_view rv = reduce_view_of(d, q, k, n);
+        d->rd->ops->metric(&rv, d->rd);
     }
     if (d->qstat && kv_qstat_on(d->qstat)) {
         const enum kvf_status st = kv_qstat_push(d->qstat, l, q, f->pos, n);
@@ -198,42 +202,9 @@ static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct
     return KVF_OK;
 }
 
-/* LightKV's weights after layer l (docs/METHODS.md §2.3, §5.6.3): the layer's
- * logits before the causal mask, softmax over the query axis, summed over
- * heads and text columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j),
- * from the pass's queries and keys still in f->q, f->k. Text columns go
- * REDUCE_COLS at a time, packed as attention's keys, through the block
- * scores of prompt attention (quant_scores_f32) for each head. */
-#define REDUCE_COLS 64
-static void lightkv_weights(const struct decoder *d, int n, float *xi) {
-    const struct hparams *hp = &d->model->hp;
-    const struct fwd_scratch *f = d->fw;
-    const int hd = hp->head_dim, QD = hp->n_head * hd, KD = hp->n_head_kv * hd, group = hp->n_head / hp->n_head_kv;
-    float *kp = d->rd->scratch, *c = kp + (size_t)REDUCE_COLS * hd; /* key panels, [n][cols] logits */
-    int cols[REDUCE_COLS];
-    memset(xi, 0, sizeof(float) * (size_t)n);
-    for (int j0 = 0; j0 < n;) {
-        int nc = 0;
-        for (; j0 < n && nc < REDUCE_COLS; j0++)
-            if (f->btag[j0].modality == KVF_MOD_TEXT) cols[nc++] = j0;
-        for (int h = 0; nc > 0 && h < hp->n_head; h++) {
-            for (int c_ = 0; c_ < nc; c_++)
-                quant_panels_pack(hd, f->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, c_, c_ + 1, kp);
-            quant_scores_f32(hd, f->q + (size_t)h * hd, QD, n, kp, nc, hp->attn_scale, c, nc);
-            for (int c_ = 0; c_ < nc; c_++) {
-                float mx = -INFINITY;
-                for (int i = 0; i < n; i++) mx = fmaxf(mx, c[(size_t)i * nc + c_]);
-                double sum = 0.0;
-                for (int i = 0; i < n; i++) sum += exp(c[(size_t)i * nc + c_] - mx);
-                for (int i = 0; i < n; i++) xi[i] += (float)(exp(c[(size_t)i * nc + c_] - mx) / sum);
-            }
-        }
-    }
-}
-
-/* FastV's scores after layer l: the attention the pass's last row pays each
- * of its rows in that layer, mean over heads. */
-static enum kvf_status fastv_scores(const struct decoder *d, int l, int n, float *score) {
+/* The attention the pass's last row pays each of its rows in layer l: the
+ * sum over a kv head's query heads, averaged over the kv heads. */
+static enum kvf_status last_row_attention(const struct decoder *d, int l, int n, float *score) {
     const struct hparams *hp = &d->model->hp;
     const struct fwd_scratch *f = d->fw;
     const int stride = f->n_ctx, QD = hp->n_head * hp->head_dim;
@@ -264,31 +235,13 @@ static enum kvf_status reduce_step(const struct decoder *d, int l, int *n) {
     struct fwd_scratch *f = d->fw;
     const int step = reduce_step_at(r, l);
     if (step < 0 || r->n_groups == 0) return KVF_OK; /* nothing to reduce (decoding, text) */
-    const int E = d->model->hp.n_embd, m = *n - 1; /* rows that may go */
-    for (int i = 0; i < *n; i++) r->into[i] = i;
-    float *w = r->w;
-    switch (r->kind) {
-    case KV_REDUCE_LIGHTKV:
-        lightkv_weights(d, *n, w);
-        reduce_groups_update(f->btag, m, r->groups, r->n_groups);
-        for (int g = 0; g < r->n_groups; g++)
-            reduce_lightkv(f->x, E, f->btag, &r->groups[g], r->window[step], r->ratio, r->into, r->scratch);
-        break;
-    case KV_REDUCE_TOME:
-        reduce_groups_update(f->btag, m, r->groups, r->n_groups);
-        for (int g = 0; g < r->n_groups; g++)
-            reduce_tome(r->metric, d->model->hp.head_dim, &r->groups[g], r->ratio, r->into, r->scratch);
-        w = r->size;
-        break;
-    case KV_REDUCE_FASTV: {
-        const enum kvf_status st = fastv_scores(d, l, *n, w);
+    struct reduce_view v = reduce_view_of(d, f->q, f->k, *n);
+    if (r->rule->needs & KV_NEEDS_LAST_ROW) {
+        const enum kvf_status st = last_row_attention(d, l, *n, r->w);
         if (st != KVF_OK) return st;
-        reduce_fastv(w, f->btag, m, r->ratio, r->into, r->scratch);
-        w = NULL;
-        break;
+        v.last_attn = r->w;
     }
-    default: break;
-    }
+    float *w = reduce_map(&v, r, step);
     /* Rows merged into others are recorded as merges of every later layer
      * (they never reach its cache), for kvf_session_kv_merges. */
     for (int i = 0; i < *n; i++) {
@@ -298,9 +251,9 @@ static enum kvf_status reduce_step(const struct decoder *d, int l, int *n) {
             if (st != KVF_OK) return st;
         }
     }
-    /* ToMe's sizes (w) stay with their rows for its next step. */
+    /* The weights (ToMe's sizes) stay with their rows for the next step. */
     const int *mr = d->model->hp.mrope;
-    *n = reduce_apply(f->x, E, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into, *n, r->scratch);
+    *n = reduce_apply(f->x, d->model->hp.n_embd, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into, *n, r->scratch);
     return KVF_OK;
 }
 

@@ -8,7 +8,6 @@
 #include "attn/attn.h"
 #include "core/sys.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,52 +86,23 @@ void compress_copy(struct compress_state *dst, const struct compress_state *src,
     if (src->layer_gini) memcpy(dst->layer_gini, src->layer_gini, sizeof *dst->layer_gini * (size_t)n_layer);
 }
 
-/* Layer ratios made by `kvfold profile` for this model:
- * {"model", "n_layer", "budget", "ratios": [n_layer shares in (0, 1]], ...}.
- * The spec's budget must be the profile's (it is taken when not given). */
 enum kvf_status compress_load_profile(struct kvf_session *s, const char *path) {
-    const int L = s->model->hp.n_layer;
-    char *buf;
-    size_t len;
-    enum kvf_status st = sys_read_file(path, (size_t)16 << 20, "a PrefixKV profile", &buf, &len);
-    if (st != KVF_OK) return st;
-    cJSON *o = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
-    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
-    if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
-        st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
-    else if (nl->valuedouble != L || cJSON_GetArraySize(r) != L)
-        st = err_set(KVF_ERR_SHAPE, "prefixkv profile '%s' is for %g layers, the model has %d", path, nl->valuedouble, L);
-    else if (kv_policy_given(&s->policy, KV_KEY_BUDGET) && fabs(b->valuedouble - s->policy.budget) > 1e-9)
-        st = err_set(KVF_ERR_INVALID_ARG, "prefixkv profile '%s' was made for budget %g, the spec asks %g", path,
-                     b->valuedouble, s->policy.budget);
-    for (int l = 0; st == KVF_OK && l < L; l++) {
-        const cJSON *x = cJSON_GetArrayItem(r, l);
-        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble <= 1))
-            st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': ratio %d is not in (0, 1]", path, l);
-        else
-            s->cs.layer_ratio[l] = x->valuedouble;
-    }
-    if (st == KVF_OK) {
-        s->policy.budget = b->valuedouble;
-        s->cs.have_ratio = true;
-    }
-    cJSON_Delete(o);
+    const enum kvf_status st = kv_prefix_load_profile(path, s->model->hp.n_layer, &s->policy, s->cs.layer_ratio);
+    s->cs.have_ratio = st == KVF_OK;
     return st;
 }
 
 /* Attention the last `obs` held window queries of layer l (the question's
  * proxies instead when given) pay each of its entries, per kv head (mean
- * over the query heads of g): cs.win[g][j]; with csp, their n-softmax
+ * over the query heads of g): cs.win[g][j]; with cross (KV_NEEDS_CROSS), their n-softmax
  * attention from the entry's own modality in win and from the other in
  * win2. */
-static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, bool csp, bool proxies) {
+static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, bool cross, bool proxies) {
     const struct hparams *hp = &s->model->hp;
     struct compress_state *c = &s->cs;
     const int stride = s->params.n_ctx;
     memset(c->win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
-    if (csp) memset(c->win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
+    if (cross) memset(c->win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     const struct kv_qwin *w = proxies && kv_qwin_on(&s->qprox) && s->qprox.n[l] > 0 ? &s->qprox : &s->qwin;
     const int n = kv_qwin_on(w) ? w->n[l] : 0;
     if (n == 0) return KVF_OK;
@@ -140,7 +110,7 @@ static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, b
     struct attn_stats st = {.stride = stride, .win_first = KVF_MAX(0, n - obs), .nsm_n = (float)s->policy.nsm_n,
                             .qtag = c->qtag};
     for (int i = 0; i < n; i++) c->qtag[i] = s->tags[qpos[i]];
-    if (csp) st.a[ATTN_STAT_WIN_NSM_SELF] = c->win, st.a[ATTN_STAT_WIN_NSM_CROSS] = c->win2;
+    if (cross) st.a[ATTN_STAT_WIN_NSM_SELF] = c->win, st.a[ATTN_STAT_WIN_NSM_CROSS] = c->win2;
     else st.a[ATTN_STAT_WIN] = c->win;
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .scale = hp->attn_scale,
@@ -184,44 +154,14 @@ static int layer_target(const struct kvf_session *s, int l) {
 }
 
 /* PrefixKV online: the layer ratios searched on the prompt itself, each
- * layer over the entries it sees (a sliding-window layer: its window). */
+ * layer over what it sees and above what its rule always keeps. */
 static enum kvf_status prefix_search(struct kvf_session *s) {
-    const int L = s->model->hp.n_layer, H = s->kv.n_head_kv;
-    int n = 1;
-    for (int l = 0; l < L; l++) n = KVF_MAX(n, s->kv.heads[(size_t)l * H].n);
-    float *imp = malloc(sizeof(float) * (size_t)L * n);
-    int *keep = malloc(sizeof(int) * (size_t)L * 3), *lens = keep + L, *floors = keep + 2 * L;
-    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
-    long total = 0;
-    int empty = 0;
-    for (int l = 0; st == KVF_OK && l < L; l++) {
-        const int held = s->kv.heads[(size_t)l * H].n;
-        for (int g = 1; g < H; g++)
-            if (s->kv.heads[(size_t)l * H + g].n != held)
-                st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: heads hold different entry counts; search before any eviction");
-        /* A windowed layer's last entries are what it still sees. */
-        lens[l] = KVF_MIN(held, session_layer_seen(s, l));
-        empty += lens[l] == 0;
-        if (st != KVF_OK || lens[l] == 0) continue;
-        float *row = imp + (size_t)l * n;
-        kv_score_layer(&s->kv, l, 0, 0, row);
-        memmove(row, row + (held - lens[l]), sizeof *row * (size_t)lens[l]);
-        const int even = kv_policy_keep_count(&s->policy, lens[l]);
-        total += even;
-        /* No layer is searched below what its rule always keeps (its sinks and the protected tail of
-         * the layer score): it would hold them anyway, past the total, and keep nothing else. */
-        floors[l] = kv_policy_per_layer(&s->policy)
-                        ? KVF_MAX(1, KVF_MIN(even, layer_sinks(s, l, s->policy.sinks) + s->policy.protect)) : 1;
-    }
-    double p;
-    if (st == KVF_OK && !empty)
-        st = kv_prefix_budgets(imp, L, n, lens, floors, total, 5.0, keep, s->cs.layer_gini, &p);
-    /* A share of what the layer sees (a reduce stage leaves later layers fewer entries than positions). */
-    for (int l = 0; st == KVF_OK && l < L; l++)
-        s->cs.layer_ratio[l] = empty ? 1.0 : (double)keep[l] / session_layer_seen(s, l);
-    s->cs.have_ratio = st == KVF_OK;
-    free(imp);
-    free(keep);
+    struct compress_state *c = &s->cs;
+    int *seen = c->head_n, *sinks = c->head_keep; /* free until heads are ranked */
+    for (int l = 0; l < s->model->hp.n_layer; l++)
+        seen[l] = session_layer_seen(s, l), sinks[l] = layer_sinks(s, l, s->policy.sinks);
+    const enum kvf_status st = kv_prefix_search(&s->kv, &s->policy, seen, sinks, c->layer_ratio, c->layer_gini);
+    c->have_ratio = st == KVF_OK;
     return st;
 }
 

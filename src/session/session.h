@@ -123,7 +123,8 @@ void compress_reset(struct compress_state *c, const struct kv_policy *p);
  * state src carries between calls: whether it compressed, the decode
  * steps since, the head sizes then and the layer budgets. */
 void compress_copy(struct compress_state *dst, const struct compress_state *src, int n_layer, int n_head_kv);
-/* PrefixKV's layer ratios made by `kvfold profile` (profile=FILE). */
+/* PrefixKV's layer ratios made by `kvfold profile` (profile=FILE,
+ * kv_prefix_load_profile) become the session's. */
 enum kvf_status compress_load_profile(struct kvf_session *s, const char *path);
 /* Brings every head over its layer's budget for the tokens seen down to it. */
 enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode);

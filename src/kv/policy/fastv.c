@@ -21,6 +21,15 @@ void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double r
     }
 }
 
+/* Drops only: nothing merges, so no weights. */
+static float *fastv_step(const struct reduce_view *v, struct reduce_state *r, int step) {
+    (void)step;
+    reduce_fastv(v->last_attn, v->tag, v->n - 1, r->ratio, r->into, r->scratch);
+    return NULL;
+}
+
+const struct kv_reduce_ops kv_reduce_ops_fastv = {.step = fastv_step};
+
 const struct kv_rule kv_rule_fastv = {
     "preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended to least is "
     "dropped; layers k on neither compute nor cache them",
@@ -37,5 +46,6 @@ const struct kv_rule kv_rule_reduce_fastv = {
     "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
     "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
     "k r", "k=2,r=0.5",
-    {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5}, 0, NULL,
+    {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5},
+    KV_NEEDS_LAST_ROW | KV_NEEDS_QUESTION, NULL,
 };

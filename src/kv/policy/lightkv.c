@@ -4,7 +4,11 @@
  * together weighted by the attention text paid them (computed by the
  * decoder, docs/METHODS.md §2.3) — so later layers see fewer of them. Small
  * windows first (intra-window), larger later (inter-window). */
+#include "core/quant.h"
 #include "kv/reduce.h"
+
+#include <math.h>
+#include <string.h>
 
 void reduce_lightkv(const float *x, int dim, const struct kvf_tag *tag, const struct reduce_group *g, int w,
                     double ratio, int *into, float *scratch) {
@@ -20,6 +24,45 @@ void reduce_lightkv(const float *x, int dim, const struct kvf_tag *tag, const st
     }
 }
 
+/* The weights (docs/METHODS.md §2.3): the layer's logits before the
+ * causal mask, softmax over the query axis, summed over heads and text
+ * columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j). Text
+ * columns go REDUCE_COLS at a time, packed as attention's keys, through the
+ * block scores of prompt attention (quant_scores_f32) for each head. */
+#define REDUCE_COLS 64
+static void lightkv_weights(const struct reduce_view *v, float *xi, float *scratch) {
+    const int n = v->n, hd = v->head_dim, QD = v->n_head * hd, KD = v->n_head_kv * hd, group = v->n_head / v->n_head_kv;
+    float *kp = scratch, *c = kp + (size_t)REDUCE_COLS * hd; /* key panels, [n][cols] logits */
+    int cols[REDUCE_COLS];
+    memset(xi, 0, sizeof(float) * (size_t)n);
+    for (int j0 = 0; j0 < n;) {
+        int nc = 0;
+        for (; j0 < n && nc < REDUCE_COLS; j0++)
+            if (v->tag[j0].modality == KVF_MOD_TEXT) cols[nc++] = j0;
+        for (int h = 0; nc > 0 && h < v->n_head; h++) {
+            for (int c_ = 0; c_ < nc; c_++)
+                quant_panels_pack(hd, v->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, c_, c_ + 1, kp);
+            quant_scores_f32(hd, v->q + (size_t)h * hd, QD, n, kp, nc, v->attn_scale, c, nc);
+            for (int c_ = 0; c_ < nc; c_++) {
+                float mx = -INFINITY;
+                for (int i = 0; i < n; i++) mx = fmaxf(mx, c[(size_t)i * nc + c_]);
+                double sum = 0.0;
+                for (int i = 0; i < n; i++) sum += exp(c[(size_t)i * nc + c_] - mx);
+                for (int i = 0; i < n; i++) xi[i] += (float)(exp(c[(size_t)i * nc + c_] - mx) / sum);
+            }
+        }
+    }
+}
+
+static float *lightkv_step(const struct reduce_view *v, struct reduce_state *r, int step) {
+    lightkv_weights(v, r->w, r->scratch);
+    for (int g = 0; g < r->n_groups; g++)
+        reduce_lightkv(v->x, v->dim, v->tag, &r->groups[g], r->window[step], r->ratio, r->into, r->scratch);
+    return r->w;
+}
+
+const struct kv_reduce_ops kv_reduce_ops_lightkv = {.step = lightkv_step};
+
 const struct kv_rule kv_rule_lightkv = {
     "preset", "lightkv", "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 windows of its "
     "grid (bipartite matching on hidden-state cosine, weighted by the attention text pays them), so later layers "
@@ -34,5 +77,5 @@ const struct kv_rule kv_rule_reduce_lightkv = {
     "reduce", "lightkv", "as the lightkv preset",
     "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
     "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
-    {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}, 0, NULL,
+    {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}, KV_NEEDS_QUESTION, NULL,
 };

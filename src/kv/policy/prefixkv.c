@@ -4,8 +4,10 @@
  * cumulative normalised importance reaches one threshold p shared by all
  * layers; p is found by binary search so that the layer sizes add up to the
  * budget (Algorithm 1), then the sizes are scaled to the budget exactly. */
+#include "core/sys.h"
 #include "kv/policy.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,72 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const in
     return KVF_OK;
 #undef LEN
 #undef FLOOR
+}
+
+enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen, const int *sinks,
+                                 double *ratio, double *gini) {
+    const int L = kv->n_layer, H = kv->n_head_kv;
+    int n = 1;
+    for (int l = 0; l < L; l++) n = KVF_MAX(n, kv->heads[(size_t)l * H].n);
+    float *imp = malloc(sizeof(float) * (size_t)L * n);
+    int *keep = malloc(sizeof(int) * (size_t)L * 3), *lens = keep + L, *floors = keep + 2 * L;
+    enum kvf_status st = imp && keep ? KVF_OK : err_set(KVF_ERR_NOMEM, "prefixkv: out of memory");
+    long total = 0;
+    int empty = 0;
+    for (int l = 0; st == KVF_OK && l < L; l++) {
+        const int held = kv->heads[(size_t)l * H].n;
+        for (int g = 1; g < H; g++)
+            if (kv->heads[(size_t)l * H + g].n != held)
+                st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: heads hold different entry counts; search before any eviction");
+        /* A windowed layer's last entries are what it still sees. */
+        lens[l] = KVF_MIN(held, seen[l]);
+        empty += lens[l] == 0;
+        if (st != KVF_OK || lens[l] == 0) continue;
+        float *row = imp + (size_t)l * n;
+        kv_score_layer(kv, l, 0, 0, row);
+        memmove(row, row + (held - lens[l]), sizeof *row * (size_t)lens[l]);
+        const int even = kv_policy_keep_count(p, lens[l]);
+        total += even;
+        /* No layer is searched below what its rule always keeps (its sinks and the protected tail of
+         * the layer score): it would hold them anyway, past the total, and keep nothing else. */
+        floors[l] = kv_policy_per_layer(p) ? KVF_MAX(1, KVF_MIN(even, sinks[l] + p->protect)) : 1;
+    }
+    double thr;
+    if (st == KVF_OK && !empty) st = kv_prefix_budgets(imp, L, n, lens, floors, total, 5.0, keep, gini, &thr);
+    /* A share of what the layer sees (a reduce stage leaves later layers fewer entries than positions). */
+    for (int l = 0; st == KVF_OK && l < L; l++) ratio[l] = empty ? 1.0 : (double)keep[l] / seen[l];
+    free(imp);
+    free(keep);
+    return st;
+}
+
+enum kvf_status kv_prefix_load_profile(const char *path, int n_layer, struct kv_policy *p, double *ratio) {
+    char *buf;
+    size_t len;
+    enum kvf_status st = sys_read_file(path, (size_t)16 << 20, "a PrefixKV profile", &buf, &len);
+    if (st != KVF_OK) return st;
+    cJSON *o = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
+        st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
+    else if (nl->valuedouble != n_layer || cJSON_GetArraySize(r) != n_layer)
+        st = err_set(KVF_ERR_SHAPE, "prefixkv profile '%s' is for %g layers, the model has %d", path, nl->valuedouble,
+                     n_layer);
+    else if (kv_policy_given(p, KV_KEY_BUDGET) && fabs(b->valuedouble - p->budget) > 1e-9)
+        st = err_set(KVF_ERR_INVALID_ARG, "prefixkv profile '%s' was made for budget %g, the spec asks %g", path,
+                     b->valuedouble, p->budget);
+    for (int l = 0; st == KVF_OK && l < n_layer; l++) {
+        const cJSON *x = cJSON_GetArrayItem(r, l);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble > 0 && x->valuedouble <= 1))
+            st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': ratio %d is not in (0, 1]", path, l);
+        else
+            ratio[l] = x->valuedouble;
+    }
+    if (st == KVF_OK) p->budget = b->valuedouble;
+    cJSON_Delete(o);
+    return st;
 }
 
 void kv_score_from_layer(const struct kv_score_in *in, float *score) {
