@@ -1,4 +1,4 @@
-/* A MileBench task as the CLI reads it (tools/kvfold/milebench.c): the
+/* A MileBench task as the CLI reads it (tools/kvfold/lab/milebench.c): the
  * input's first line names the task (the name picks the scoring rule:
  * NeedleInAHaystack, MMCoQA, GPR1200 or the question type; "task" when the
  * line is no file name), the rest is its NAME.json. It is written to a
@@ -6,7 +6,7 @@
  * mb_tasks_open, and the first samples are built with mb_sample on the tiny
  * LLaVA fixture (images encoded) and scored with mb_score. */
 #include "fuzz.h"
-#include "eval.h"
+#include "lab/eval.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -44,7 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!m) m = fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf", false);
     char dir[FUZZ_PATH_MAX];
     if (!write_task(data, size, dir)) return 0;
-    struct args a = {.data = dir, .threads = 1};
+    struct args a = {.eval = {.data = dir}, .threads = 1};
     struct mb_task *tasks = NULL;
     int n_tasks = 0;
     if (mb_tasks_open(&a, &tasks, &n_tasks)) return 0;

@@ -3,12 +3,12 @@
  * LLaVA with its vision tower (else the same decoder without one), bit 2
  * --media-dir the fixtures' folder, bits 3-5 --chat-template (templates[],
  * modulo). The rest is the body, read by serve_job_parse
- * (tools/kvfold/serve_req.c) as the HTTP side reads it. An accepted job then
+ * (tools/kvfold/serve/request.c) as the HTTP side reads it. An accepted job then
  * goes through the cheap part of what the scheduler does with it first: its
  * text tokenized, its images decoded under the server's pixel limit (not
  * through the vision tower: fuzz_image does that). No HTTP, no threads. */
 #include "fuzz.h"
-#include "serve.h"
+#include "serve/serve.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +51,7 @@ static void check(const struct server *srv, const struct serve_job *j, bool ok, 
         if (e->status < 400 || e->status > 599 || !e->code || !e->msg[0]) __builtin_trap();
         return;
     }
-    if (!j->text || j->n_images > srv->a->max_images || (j->n_images && !srv->info.has_vision) ||
+    if (!j->text || j->n_images > srv->a->serve.max_images || (j->n_images && !srv->info.has_vision) ||
         j->n_stops > SERVE_STOP_MAX || j->max_tokens < 0)
         __builtin_trap();
     for (int i = 0; i < j->n_stops; i++)
@@ -74,9 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* serve's defaults (serve_defaults) where the parser reads them */
     const struct args a = {.model = "llava-f32.gguf",
                            .chat_template = templates[(flags >> 3) % 5],
-                           .media_dir = flags & 4 ? media_dir : NULL,
-                           .max_body = "64MiB",
-                           .max_images = 8,
+                           .serve = {.media_dir = flags & 4 ? media_dir : NULL, .max_body = "64MiB", .max_images = 8},
                            .max_image_mpix = MAX_IMAGE_MPIX,
                            .threads = 1};
     struct server srv = {.a = &a, .m = models[flags >> 1 & 1], .model_id = a.model, .max_body = (size_t)64 << 20};

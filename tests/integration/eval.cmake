@@ -1,4 +1,4 @@
-# MileBench's scoring rules (tools/kvfold/metrics.c) against a Python
+# MileBench's scoring rules (tools/kvfold/lab/metrics.c) against a Python
 # reference of MileBench's evaluate.py and the `rouge` package it calls
 # (tests/ref/milebench_ref.py, ~3000 seeded cases). Exit 77 (skipped)
 # without `rouge` in the venv.

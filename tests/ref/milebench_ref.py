@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks kvfold's MileBench scoring (tools/kvfold/metrics.c) against a
+"""Checks kvfold's MileBench scoring (tools/kvfold/lab/metrics.c) against a
 Python reference of MileBench's evaluate.py and the `rouge` package itself.
 
     milebench_ref.py MB_SCORE

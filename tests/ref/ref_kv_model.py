@@ -55,7 +55,7 @@ tell whether our methods lose a needle by their rule or by a bug (2 cores, one o
         --chat --answer 48613 --dump-logits build/tests/dump_logits $KV
 
 (make build builds both binaries.) The
-prompts are eval needle's kind: its haystack sentences (tools/kvfold/eval.c's
+prompts are eval needle's kind: its haystack sentences (tools/kvfold/lab/eval.c's
 words and generator, seed 1), "The secret password is 48613." at 30% depth
 and eval's question at the end; needle_text.txt is 80 sentences (928 tokens
 with Qwen's chat template), needle_pimg.txt 50 sentences around one 16x16

@@ -1,4 +1,4 @@
-/* MileBench's scoring rules (tools/kvfold/metrics.c) on cases read as JSON
+/* MileBench's scoring rules (tools/kvfold/lab/metrics.c) on cases read as JSON
  * lines from stdin, one JSON result per line on stdout, for
  * tests/ref/milebench_ref.py to compare with its Python reference:
  *   {"op": "normalise", "s": S}                      -> {"r": STRING}
@@ -6,7 +6,7 @@
  *   {"op": "choice", "text": T, "choices": [...]}    -> {"r": LETTERS}
  *   {"op": "score", "rule": "needle"|"contains"|"rouge"|"choice",
  *    "pred": P, "gt": G, "choices": [...]}           -> {"r": SCORE} */
-#include "metrics.h"
+#include "lab/metrics.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "metrics.h"
+#include "lab/metrics.h"
 
 #include <math.h>
 #include <stdio.h>

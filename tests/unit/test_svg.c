@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "svg.h"
+#include "lab/svg.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -4,9 +4,12 @@
  *            and usage text, files, the clock, JSON output, model and
  *            session opening, KV cache statistics as JSON;
  *   input.c  what goes into the model: text, chat templates, tokens, media
- *            (images, frames, videos, pseudo-images) and prompts.
+ *            (images, frames, videos, pseudo-images) and prompts;
+ *   reply.c  the generation loop generate and chat share.
  * Each command is one file (info.c, tokenize.c, generate.c, ...) defining a
- * struct command; main.c holds the table of them. */
+ * struct command; main.c holds the table of them. The server is in serve/,
+ * the evaluation lab (eval, its benchmarks and metrics, charts, profile) in
+ * lab/. */
 #ifndef KVF_CLI_H
 #define KVF_CLI_H
 
@@ -50,6 +53,26 @@ struct opt {
     const char *help;
 };
 
+/* kvfold serve's own options (serve/); the server reads the shared ones
+ * (--kv, --parallel, --ctx-size, --threads ...) from struct args. */
+struct serve_options {
+    const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
+    const char *slot_save_path;   /* where /slots/ID?action=save|restore files live, */
+    const char *slot_save_max;    /* ... and how many bytes of conversations' files it may hold */
+    int port, queue, max_images, cache_sessions, timeout, threads_http;
+};
+
+/* kvfold eval's own options (lab/). */
+struct eval_options {
+    const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
+    int n_samples, seg_words;
+    bool resume;
+    const char *question;         /* "with" (in the prompt compressed) or "after" (appended after) */
+    const char *words, *haystack; /* ruler: the word list, the essay haystack's text, */
+    const char *dump_samples;     /* ... and where its samples are written */
+    int questions;                /* ruler: questions asked of each NIAH context */
+};
+
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
@@ -68,23 +91,11 @@ struct args {
     uint64_t seed;
     struct { enum media_kind kind; const char *value; } media[MEDIA_ARGS_MAX];
     int n_media;
-    /* kvfold eval */
     const char *eval_mode;        /* consistency, needle or milebench (the word after "eval") */
-    struct str_list kvs;          /* every --kv */
-    const char *budgets, *depths, *segments, *data, *out_dir, *plots, *kept_map, *needle, *grid, *tasks;
-    int n_samples, seg_words;
-    bool resume;                  /* kvfold eval */
-    const char *question;         /* kvfold eval: "with" (in the prompt compressed) or "after" (appended after) */
-    const char *words, *haystack; /* kvfold eval ruler: the word list, the essay haystack's text, */
-    const char *dump_samples;     /* ... and where its samples are written */
-    int questions;                /* kvfold eval ruler: questions asked of each NIAH context */
+    struct str_list kvs;          /* every --kv (eval, bench) */
+    struct eval_options eval;
     const char *session_file;     /* kvfold chat, generate: --session FILE */
-    /* kvfold serve */
-    const char *host, *api_key, *api_key_file, *media_dir, *kv_memory, *max_body, *alias;
-    const char *slot_save_path;   /* kvfold serve: where /slots/ID?action=save|restore files live, */
-    const char *slot_save_max;    /* ... and how many bytes of conversations' files it may hold */
-    int port, queue, max_images, cache_sessions; /* --parallel is above, shared with bench */
-    int timeout, threads_http;
+    struct serve_options serve;   /* --parallel is above, shared with bench */
     const char *bench_lists[4], *bench_format; /* kvfold bench: -p -n -t -d as given (comma lists), -o */
 };
 
@@ -324,7 +335,7 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
 int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                 struct kvf_prompt **out);
 
-/* ------------------------------------- generation (generate.c) -- */
+/* ------------------------ generation (reply.c: generate and chat) -- */
 
 /* The sampling options of generate and chat, with llama.cpp's names. */
 #define OPTS_SAMPLING \

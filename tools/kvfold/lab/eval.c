@@ -32,48 +32,48 @@
 
 static void eval_defaults(struct args *a) {
     a->n_predict = 0; /* per mode: needle 12, consistency 32 */
-    a->budgets = "0.2,0.05";
-    a->depths = "0.1,0.5,0.9";
-    a->segments = "8";
-    a->needle = "text";
-    a->grid = "12x12";
-    a->n_samples = 0; /* per mode: 1, milebench every sample */
-    a->seg_words = 120;
+    a->eval.budgets = "0.2,0.05";
+    a->eval.depths = "0.1,0.5,0.9";
+    a->eval.segments = "8";
+    a->eval.needle = "text";
+    a->eval.grid = "12x12";
+    a->eval.n_samples = 0; /* per mode: 1, milebench every sample */
+    a->eval.seg_words = 120;
     a->seed = 1;
-    a->question = "with";
-    a->questions = 1;
+    a->eval.question = "with";
+    a->eval.questions = 1;
 }
 
 static int eval_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS, OPTS_KV_STORAGE, OPTS_VISION,
         { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
-        { "--budgets", NULL, OPT_STR, &a->budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
-        { "--data", NULL, OPT_STR, &a->data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\", \"question\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
-        { "--question", NULL, OPT_STR, &a->question, 0, 0, "WHERE",
+        { "--budgets", NULL, OPT_STR, &a->eval.budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
+        { "--data", NULL, OPT_STR, &a->eval.data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\", \"question\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
+        { "--question", NULL, OPT_STR, &a->eval.question, 0, 0, "WHERE",
           "with: the question ends the prompt the policy compresses (default); after: the context is compressed, "
           "then the question appended (kvpress's protocol, a chat's next message)" },
-        { "--tasks", NULL, OPT_STR, &a->tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data); ruler: of niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (default all)" },
+        { "--tasks", NULL, OPT_STR, &a->eval.tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data); ruler: of niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (default all)" },
         { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context); ruler: the length of a sample and its answer (default 4096)" },
-        { "--samples", NULL, OPT_INT, &a->n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
-        { "--words", NULL, OPT_STR, &a->words, 0, 0, "FILE", "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
-        { "--haystack", NULL, OPT_STR, &a->haystack, 0, 0, "FILE", "ruler: the essay haystack's text (default: made-up sentences)" },
-        { "--questions", NULL, OPT_INT, &a->questions, 1, RULER_MAX_QUESTIONS, "N", "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the session copied per question (kvpress's questions=; default 1)" },
-        { "--dump-samples", NULL, OPT_STR, &a->dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields; a line per question)" },
+        { "--samples", NULL, OPT_INT, &a->eval.n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
+        { "--words", NULL, OPT_STR, &a->eval.words, 0, 0, "FILE", "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
+        { "--haystack", NULL, OPT_STR, &a->eval.haystack, 0, 0, "FILE", "ruler: the essay haystack's text (default: made-up sentences)" },
+        { "--questions", NULL, OPT_INT, &a->eval.questions, 1, RULER_MAX_QUESTIONS, "N", "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the session copied per question (kvpress's questions=; default 1)" },
+        { "--dump-samples", NULL, OPT_STR, &a->eval.dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields; a line per question)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
-        { "--segments", NULL, OPT_STR, &a->segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
-        { "--depths", NULL, OPT_STR, &a->depths, 0, 0, "LIST", "needle depths in [0, 1] (default 0.1,0.5,0.9)" },
-        { "--needle", NULL, OPT_STR, &a->needle, 0, 0, "KIND", "text, image (inside a pseudo-image) or both (default text)" },
-        { "--segment-words", NULL, OPT_INT, &a->seg_words, 1, 100000, "N", "words per text segment (default 120)" },
-        { "--grid", NULL, OPT_STR, &a->grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
+        { "--segments", NULL, OPT_STR, &a->eval.segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
+        { "--depths", NULL, OPT_STR, &a->eval.depths, 0, 0, "LIST", "needle depths in [0, 1] (default 0.1,0.5,0.9)" },
+        { "--needle", NULL, OPT_STR, &a->eval.needle, 0, 0, "KIND", "text, image (inside a pseudo-image) or both (default text)" },
+        { "--segment-words", NULL, OPT_INT, &a->eval.seg_words, 1, 100000, "N", "words per text segment (default 120)" },
+        { "--grid", NULL, OPT_STR, &a->eval.grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
         OPT_PSEUDO_NOISE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "chat template (default: the model's)" },
-        { "--out", "-o", OPT_STR, &a->out_dir, 0, 0, "DIR", "write results.jsonl (a row as each finishes), summary.md and summary.csv" },
-        { "--resume", NULL, OPT_FLAG, &a->resume, 0, 0, NULL, "keep the rows of --out's results.jsonl and run only the missing ones" },
+        { "--out", "-o", OPT_STR, &a->eval.out_dir, 0, 0, "DIR", "write results.jsonl (a row as each finishes), summary.md and summary.csv" },
+        { "--resume", NULL, OPT_FLAG, &a->eval.resume, 0, 0, NULL, "keep the rows of --out's results.jsonl and run only the missing ones" },
         OPT_NO_PROGRESS,
-        { "--plots", NULL, OPT_STR, &a->plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
-        { "--kept-map", NULL, OPT_STR, &a->kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
+        { "--plots", NULL, OPT_STR, &a->eval.plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
+        { "--kept-map", NULL, OPT_STR, &a->eval.kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
     };
     OPTS_RETURN(out, t);
 }
@@ -166,7 +166,7 @@ void sample_free(struct sample *s) {
 static int segment_image(const struct args *a, const struct kvf_model *m, bool vision, const char *words, uint64_t *rng,
                          struct sample *out) {
     int r, c;
-    sscanf(a->grid, "%dx%d", &r, &c); /* checked by eval_samples */
+    sscanf(a->eval.grid, "%dx%d", &r, &c); /* checked by eval_samples */
     struct kvf_media *md = NULL;
     enum kvf_status st;
     if (vision) {
@@ -201,8 +201,8 @@ static int needle_sample(const struct args *a, const struct kvf_model *m, bool v
     for (int i = 0; !rc && i < n_seg; i++) {
         if (i % 2 == 0) {
             struct strbuf t = { 0 };
-            bool ok = haystack_text(&rng, a->seg_words / 2, &t) && (i != k || strbuf_put(&t, needle, strlen(needle))) &&
-                      haystack_text(&rng, a->seg_words - a->seg_words / 2, &t) && strbuf_put(&b, t.s, t.n) &&
+            bool ok = haystack_text(&rng, a->eval.seg_words / 2, &t) && (i != k || strbuf_put(&t, needle, strlen(needle))) &&
+                      haystack_text(&rng, a->eval.seg_words - a->eval.seg_words / 2, &t) && strbuf_put(&b, t.s, t.n) &&
                       strbuf_put(&b, "\n", 1);
             free(t.s);
             rc = ok ? 0 : fail(KVF_ERR_NOMEM, "eval");
@@ -231,7 +231,7 @@ static int summary_sample(const struct args *a, const struct kvf_model *m, bool 
     int rc = 0;
     for (int i = 0; !rc && i < n_seg; i++) {
         if (i % 2 == 0) {
-            rc = haystack_text(&rng, a->seg_words, &b) && strbuf_put(&b, "\n", 1) ? 0 : fail(KVF_ERR_NOMEM, "eval");
+            rc = haystack_text(&rng, a->eval.seg_words, &b) && strbuf_put(&b, "\n", 1) ? 0 : fail(KVF_ERR_NOMEM, "eval");
         } else {
             struct strbuf w = { 0 };
             rc = haystack_text(&rng, 40, &w) ? segment_image(a, m, vision, w.s, &rng, out) : fail(KVF_ERR_NOMEM, "eval");
@@ -527,7 +527,7 @@ static int write_kept_maps(const struct args *a, const struct kvf_model *m, cons
                                                      g == 0 && im ? kvf_image_rgb(im) : NULL,
                                                      g == 0 && im ? kvf_image_width(im) : 0,
                                                      g == 0 && im ? kvf_image_height(im) : 0};
-    if (n_img) make_dirs(a->kept_map);
+    if (n_img) make_dirs(a->eval.kept_map);
     for (int l = 0; !rc && n_img && l < info.n_layer; l++) {
         memset(state, SVG_EVICTED, cells * (size_t)n_kv);
         for (int h = 0; h < n_kv; h++) {
@@ -547,7 +547,7 @@ static int write_kept_maps(const struct args *a, const struct kvf_model *m, cons
         }
         char path[4096], title[512], subtitle[512], label[128], err[512];
         run_label(run->kv, run->budget, label, sizeof label);
-        snprintf(path, sizeof path, "%s/%s_layer%02d.svg", a->kept_map, label, l);
+        snprintf(path, sizeof path, "%s/%s_layer%02d.svg", a->eval.kept_map, label, l);
         snprintf(title, sizeof title, "%s: layer %d, the image entries each kv head keeps", run->label, l);
         snprintf(subtitle, sizeof subtitle, "model %s%s", model,
                  kvf_prompt_is_synthetic(pr) ? "; synthetic data: pseudo-images (word embeddings)" : "");
@@ -699,7 +699,7 @@ static int write_outputs(const struct args *a, const char *mode, const struct su
     static const char *const names[2] = {"summary.md", "summary.csv"};
     for (int k = 0; k < 2; k++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", a->out_dir, names[k]);
+        snprintf(path, sizeof path, "%s/%s", a->eval.out_dir, names[k]);
         FILE *f = fopen(path, "w");
         if (!f) {
             print_error("eval: cannot write '%s': %s", path, strerror(errno));
@@ -832,7 +832,7 @@ static void add_str(cJSON *o, const char *key, const char *v) {
 static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    const bool mb = !strcmp(mode, "milebench"), synthetic = !mb && !a->data;
+    const bool mb = !strcmp(mode, "milebench"), synthetic = !mb && !a->eval.data;
     add_str(o, "mode", mode);
     add_name(o, "--model", a->model);
     add_name(o, "--mmproj", a->mmproj);
@@ -841,29 +841,29 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     add_str(o, "--kv-type", a->kv_type ? a->kv_type : "f32");
     cJSON_AddNumberToObject(o, "--batch", a->batch);
     cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
-    add_name(o, "--data", a->data);
-    add_str(o, "--question", a->question);
+    add_name(o, "--data", a->eval.data);
+    add_str(o, "--question", a->eval.question);
     if (mb || !strcmp(mode, "ruler")) {
-        add_str(o, "--tasks", a->tasks);
+        add_str(o, "--tasks", a->eval.tasks);
         cJSON_AddNumberToObject(o, "--ctx-size", a->ctx > 0 || mb ? a->ctx : RULER_CTX);
     }
     if (!strcmp(mode, "ruler")) {
-        add_name(o, "--words", a->words);
-        add_name(o, "--haystack", a->haystack);
-        if (a->questions > 1) cJSON_AddNumberToObject(o, "--questions", a->questions);
+        add_name(o, "--words", a->eval.words);
+        add_name(o, "--haystack", a->eval.haystack);
+        if (a->eval.questions > 1) cJSON_AddNumberToObject(o, "--questions", a->eval.questions);
     }
-    cJSON_AddNumberToObject(o, "--samples", a->n_samples);
+    cJSON_AddNumberToObject(o, "--samples", a->eval.n_samples);
     if (synthetic) {
         char seed[32];
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)a->seed);
         add_str(o, "--seed", seed);
-        add_str(o, "--segments", a->segments);
-        cJSON_AddNumberToObject(o, "--segment-words", a->seg_words);
-        add_str(o, "--grid", a->grid);
+        add_str(o, "--segments", a->eval.segments);
+        cJSON_AddNumberToObject(o, "--segment-words", a->eval.seg_words);
+        add_str(o, "--grid", a->eval.grid);
     }
     if (synthetic && !strcmp(mode, "needle")) {
-        add_str(o, "--depths", a->depths);
-        add_str(o, "--needle", a->needle);
+        add_str(o, "--depths", a->eval.depths);
+        add_str(o, "--needle", a->eval.needle);
     }
     return o;
 }
@@ -967,17 +967,17 @@ static int sweep_read(struct sweep *sw, const cJSON *settings, bool *any) {
  * settings, each further line a row; --resume reads the rows there and
  * appends, else the file starts over. Without --out nothing is written. */
 static int sweep_open(struct sweep *sw, const struct args *a) {
-    if (!a->out_dir) {
-        if (!a->resume) return 0;
+    if (!a->eval.out_dir) {
+        if (!a->eval.resume) return 0;
         print_error("eval: --resume continues the rows of DIR/results.jsonl: give --out DIR");
         return EXIT_USAGE;
     }
-    make_dirs(a->out_dir);
-    snprintf(sw->path, sizeof sw->path, "%s/results.jsonl", a->out_dir);
+    make_dirs(a->eval.out_dir);
+    snprintf(sw->path, sizeof sw->path, "%s/results.jsonl", a->eval.out_dir);
     cJSON *settings = sweep_settings(a, sw->mode, sw->n_gen);
     bool append = false;
     int rc = settings ? 0 : fail(KVF_ERR_NOMEM, "eval");
-    if (!rc && a->resume && path_is_file(sw->path)) rc = sweep_read(sw, settings, &append);
+    if (!rc && a->eval.resume && path_is_file(sw->path)) rc = sweep_read(sw, settings, &append);
     if (!rc && !(sw->results = fopen(sw->path, append ? "a" : "w"))) {
         print_error("eval: cannot write '%s': %s", sw->path, strerror(errno));
         rc = EXIT_INPUT;
@@ -1021,7 +1021,7 @@ struct plots {
 static int plot_write(const struct plots *pl, const char *file, const char *title, const struct svg_chart *panels,
                       int n) {
     char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/%s", pl->a->plots, file);
+    snprintf(path, sizeof path, "%s/%s", pl->a->eval.plots, file);
     if (svg_line_charts(path, title, pl->subtitle, panels, n, err, sizeof err) == 0) return 0;
     print_error("eval: --plots: %s", err);
     return EXIT_INPUT;
@@ -1150,7 +1150,7 @@ static int plot_heatmap(const struct plots *pl, const struct rows *rs, const str
         }
     if (!rc && used) {
         char path[4096], err[512];
-        snprintf(path, sizeof path, "%s/needle_heatmap.svg", pl->a->plots);
+        snprintf(path, sizeof path, "%s/needle_heatmap.svg", pl->a->eval.plots);
         if (svg_heatmaps(path, "Needle retrieval by depth and prompt length", pl->subtitle, "prompt tokens",
                          "needle depth", "accuracy", panels, used, 4, err, sizeof err) != 0) {
             print_error("eval: --plots: %s", err);
@@ -1166,7 +1166,7 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
     struct plots pl = {.a = a};
     bool synthetic = false;
     for (int i = 0; i < sw->rows.n; i++) synthetic |= sw->rows.r[i].synthetic;
-    const bool generated = strcmp(sw->mode, "milebench") && !a->data;
+    const bool generated = strcmp(sw->mode, "milebench") && !a->eval.data;
     snprintf(pl.subtitle, sizeof pl.subtitle, "model %s%s", sw->model,
              synthetic ? "; synthetic data: haystacks with pseudo-images (word embeddings)"
              : generated ? "; synthetic data: generated haystacks" : "");
@@ -1180,7 +1180,7 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
         }
         pl.specs[pl.n_specs++] = all[k].spec;
     }
-    make_dirs(a->plots);
+    make_dirs(a->eval.plots);
     /* a needle's quality in a panel per kind, text first: never averaged together */
     const bool needle = !strcmp(sw->mode, "needle");
     static const char *const kinds[2] = {"text", "image"};
@@ -1229,8 +1229,8 @@ static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
     static const char *const defaults[] = {"snapkv", "h2o", "streaming", "lookm"};
     double b[EVAL_MAX_LIST];
     int nb;
-    if (!parse_list(a->budgets, 1e-6, 1e9, b, &nb)) {
-        print_error("eval: --budgets '%s': want a comma-separated list of ratios in (0, 1] or entry counts", a->budgets);
+    if (!parse_list(a->eval.budgets, 1e-6, 1e9, b, &nb)) {
+        print_error("eval: --budgets '%s': want a comma-separated list of ratios in (0, 1] or entry counts", a->eval.budgets);
         return EXIT_USAGE;
     }
     const int n_kv = a->kvs.n ? a->kvs.n : (int)(sizeof defaults / sizeof *defaults);
@@ -1284,7 +1284,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         else rc = fail(KVF_ERR_NOMEM, "eval");
     }
     if (!rc && smp->n_more) rc = more_split(&ca, m, smp, text, more);
-    if (!rc && !strcmp(a->question, "after")) rc = question_split(&ca, m, smp, text, &q);
+    if (!rc && !strcmp(a->eval.question, "after")) rc = question_split(&ca, m, smp, text, &q);
     int q_max = q.n; /* the longest question: the sessions' room after the context */
     for (int j = 0; j < smp->n_more; j++) q_max = MAX(q_max, more[j].n);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
@@ -1328,7 +1328,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         struct kvf_session *s = NULL, *base = NULL;
         struct strbuf out = { 0 };
         if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, smp->n_more ? &base : NULL, &r);
-        if (!rc && a->kept_map && index == 0 && !ref_only) rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
+        if (!rc && a->eval.kept_map && index == 0 && !ref_only) rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
         if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
         kvf_session_free(s);
         s = NULL;
@@ -1396,14 +1396,14 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt"), *media = cJSON_GetObjectItemCaseSensitive(o, "media");
     const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
     if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
-        print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]%s}", a->data, line,
+        print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]%s}", a->eval.data, line,
                     needle ? ", \"answer\": TEXT, \"kind\": \"text\"|\"image\"" : "");
         return false;
     }
     const cJSON *question = cJSON_GetObjectItemCaseSensitive(o, "question");
     if ((question && !(cJSON_IsString(question) && question->valuestring[0])) ||
-        (!question && !strcmp(a->question, "after"))) {
-        print_error("eval: %s line %d: %s", a->data, line,
+        (!question && !strcmp(a->eval.question, "after"))) {
+        print_error("eval: %s line %d: %s", a->eval.data, line,
                     question ? "\"question\" must be a non-empty string" : "--question after needs the line's "
                     "\"question\" (asked after its \"prompt\")");
         return false;
@@ -1411,7 +1411,7 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
     if (needle && (!cJSON_IsString(answer) || !answer->valuestring[0] ||
                    (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "text") &&
                                                        strcmp(kind->valuestring, "image")))))) {
-        print_error("eval: %s line %d: a needle needs a non-empty \"answer\" and a \"kind\" of text or image", a->data,
+        print_error("eval: %s line %d: a needle needs a non-empty \"answer\" and a \"kind\" of text or image", a->eval.data,
                     line);
         return false;
     }
@@ -1439,7 +1439,7 @@ static int data_sample(const struct args *a, const struct kvf_model *m, bool nee
     if (needle) smp->needle = kind && !strcmp(kind->valuestring, "image") ? "image" : "text";
     const int rc = samples_media("eval", a, m, media, dir, line, &smp->media);
     const cJSON *item = media ? cJSON_GetArrayItem(media, 0) : NULL;
-    if (!rc && a->kept_map && first && item && item->child && !strcmp(item->child->string, "image")) {
+    if (!rc && a->eval.kept_map && first && item && item->child && !strcmp(item->child->string, "image")) {
         char path[4096];
         snprintf(path, sizeof path, "%s%s", item->child->valuestring[0] == '/' ? "" : dir, item->child->valuestring);
         kvf_image_load(path, 0, &smp->first_image); /* only for the picture beneath the map */
@@ -1450,11 +1450,11 @@ static int data_sample(const struct args *a, const struct kvf_model *m, bool nee
 static int eval_data(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     char *text = NULL, dir[4096];
     size_t len = 0;
-    int rc = read_file(a->data, &text, &len), n = 0, line = 0;
+    int rc = read_file(a->eval.data, &text, &len), n = 0, line = 0;
     if (rc) return rc;
     const bool needle = !strcmp(sw->mode, "needle");
-    const char *slash = strrchr(a->data, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->data + 1) : 0, a->data);
+    const char *slash = strrchr(a->eval.data, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - a->eval.data + 1) : 0, a->eval.data);
     /* Every line is parsed and checked before the first run: bad data fails fast. */
     struct data_line {
         cJSON *o;
@@ -1471,7 +1471,7 @@ static int eval_data(const struct args *a, const struct kvf_model *m, struct swe
         ln += end + (ln[end] == '\n');
     }
     if (!rc && n == 0) {
-        print_error("eval: %s holds no samples", a->data);
+        print_error("eval: %s holds no samples", a->eval.data);
         rc = EXIT_INPUT;
     }
     if (!rc) sweep_begin(sw, n, a);
@@ -1491,7 +1491,7 @@ static int eval_data(const struct args *a, const struct kvf_model *m, struct swe
 /* The samples of a task that run: --samples of them at most. */
 static int mb_task_samples(const struct args *a, const struct mb_task *t) {
     const int n = cJSON_GetArraySize(t->data);
-    return a->n_samples > 0 && a->n_samples < n ? a->n_samples : n;
+    return a->eval.n_samples > 0 && a->eval.n_samples < n ? a->eval.n_samples : n;
 }
 
 /* MileBench's tasks, each sample under every run. */
@@ -1558,12 +1558,12 @@ static int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
 /* RULER's tasks, --samples of each under every run. */
 static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sweep *sw) {
     const struct ruler_task *tasks[16];
-    int n_tasks = 0, rc = ruler_tasks(a->tasks, tasks, &n_tasks), index = 0;
+    int n_tasks = 0, rc = ruler_tasks(a->eval.tasks, tasks, &n_tasks), index = 0;
     struct ruler_data *d = NULL;
     FILE *dump = NULL;
-    if (!rc && a->dump_samples) rc = out_open("--dump-samples", a->dump_samples, &dump);
+    if (!rc && a->eval.dump_samples) rc = out_open("--dump-samples", a->eval.dump_samples, &dump);
     if (!rc) rc = ruler_data_open(a, &d);
-    const int per = a->n_samples > 0 ? a->n_samples : 1, ctx = a->ctx > 0 ? a->ctx : RULER_CTX;
+    const int per = a->eval.n_samples > 0 ? a->eval.n_samples : 1, ctx = a->ctx > 0 ? a->ctx : RULER_CTX;
     if (!rc) sweep_begin(sw, n_tasks * per, a);
     for (int t = 0; !rc && !sw->stopped && t < n_tasks; t++)
         for (int k = 0; !rc && !sw->stopped && k < per; k++, index++) {
@@ -1572,7 +1572,7 @@ static int eval_ruler(const struct args *a, const struct kvf_model *m, struct sw
             if (!want && !dump) continue;
             struct sample smp;
             rc = ruler_sample(a, m, d, tasks[t], k, ctx, sw->n_gen, &smp);
-            if (!rc && dump) rc = ruler_dump(dump, a->dump_samples, &smp);
+            if (!rc && dump) rc = ruler_dump(dump, a->eval.dump_samples, &smp);
             if (!rc && want) rc = eval_sample(a, m, &smp, index, sw);
             sample_free(&smp);
         }
@@ -1586,28 +1586,28 @@ static int eval_samples(const struct args *a, const struct kvf_model *m, struct 
     struct kvf_model_info info;
     kvf_model_get_info(m, &info);
     const bool vision = info.has_vision;
-    const int per = a->n_samples > 0 ? a->n_samples : 1;
+    const int per = a->eval.n_samples > 0 ? a->eval.n_samples : 1;
     double segs[EVAL_MAX_LIST], depths[EVAL_MAX_LIST];
     int n_segs, n_depths, index = 0, rc = 0;
-    if (!parse_list(a->segments, 1, 4096, segs, &n_segs)) {
-        print_error("eval: --segments '%s': want a list of counts >= 1", a->segments);
+    if (!parse_list(a->eval.segments, 1, 4096, segs, &n_segs)) {
+        print_error("eval: --segments '%s': want a list of counts >= 1", a->eval.segments);
         return EXIT_USAGE;
     }
     int gr, gc;
     char tail;
-    if (sscanf(a->grid, "%dx%d%c", &gr, &gc, &tail) != 2 || gr <= 0 || gc <= 0 || gr > 256 || gc > 256) {
-        print_error("eval: --grid '%s': want RxC with 1 <= R, C <= 256 (for example 12x12)", a->grid);
+    if (sscanf(a->eval.grid, "%dx%d%c", &gr, &gc, &tail) != 2 || gr <= 0 || gc <= 0 || gr > 256 || gc > 256) {
+        print_error("eval: --grid '%s': want RxC with 1 <= R, C <= 256 (for example 12x12)", a->eval.grid);
         return EXIT_USAGE;
     }
-    if (!parse_list(a->depths, 0, 1, depths, &n_depths)) {
-        print_error("eval: --depths '%s': want a list of depths in [0, 1]", a->depths);
+    if (!parse_list(a->eval.depths, 0, 1, depths, &n_depths)) {
+        print_error("eval: --depths '%s': want a list of depths in [0, 1]", a->eval.depths);
         return EXIT_USAGE;
     }
-    if (a->data) return eval_data(a, m, sw);
+    if (a->eval.data) return eval_data(a, m, sw);
     if (!strcmp(sw->mode, "needle")) {
-        const bool text = strcmp(a->needle, "image") != 0, image = strcmp(a->needle, "text") != 0;
-        if (strcmp(a->needle, "text") && strcmp(a->needle, "image") && strcmp(a->needle, "both")) {
-            print_error("eval: --needle '%s': want text, image or both", a->needle);
+        const bool text = strcmp(a->eval.needle, "image") != 0, image = strcmp(a->eval.needle, "text") != 0;
+        if (strcmp(a->eval.needle, "text") && strcmp(a->eval.needle, "image") && strcmp(a->eval.needle, "both")) {
+            print_error("eval: --needle '%s': want text, image or both", a->eval.needle);
             return EXIT_USAGE;
         }
         if (image && vision) {
@@ -1653,20 +1653,20 @@ static int cmd_eval(const struct args *a) {
         print_error("eval: want a mode first: kvfold eval consistency|needle|milebench|ruler -m FILE ...");
         return EXIT_USAGE;
     }
-    if (ruler && a->data) {
+    if (ruler && a->eval.data) {
         print_error("eval ruler: makes its own samples (--words, --haystack), it reads no --data");
         return EXIT_USAGE;
     }
-    if (strcmp(a->question, "with") && strcmp(a->question, "after")) {
-        print_error("eval: --question '%s': want with or after", a->question);
+    if (strcmp(a->eval.question, "with") && strcmp(a->eval.question, "after")) {
+        print_error("eval: --question '%s': want with or after", a->eval.question);
         return EXIT_USAGE;
     }
-    if (a->questions > 1 && (strcmp(a->eval_mode, "ruler") || strcmp(a->question, "after"))) {
+    if (a->eval.questions > 1 && (strcmp(a->eval_mode, "ruler") || strcmp(a->eval.question, "after"))) {
         print_error("eval: --questions %d asks several questions of one compressed context: eval ruler with "
-                    "--question after", a->questions);
+                    "--question after", a->eval.questions);
         return EXIT_USAGE;
     }
-    if (strcmp(a->question, "after") == 0 && mb) {
+    if (strcmp(a->eval.question, "after") == 0 && mb) {
         print_error("eval: --question after: MileBench's prompts do not keep their question apart (not yet)");
         return EXIT_USAGE;
     }
@@ -1691,7 +1691,7 @@ static int cmd_eval(const struct args *a) {
         snprintf(note, sizeof note, "**Interrupted** (Ctrl-C) with %ld of %ld rows done: `--resume` runs the rest.",
                  sw.total - sw.todo + sw.done, sw.total);
     /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
-    const bool by_group = mb || ruler || (!strcmp(mode, "needle") && !strcmp(a->needle, "both"));
+    const bool by_group = mb || ruler || (!strcmp(mode, "needle") && !strcmp(a->eval.needle, "both"));
     struct summary *sum = NULL, *all = NULL;
     const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, &sum), n_all = rc ? 0 : summarise(&sw.rows, false, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
@@ -1699,8 +1699,8 @@ static int cmd_eval(const struct args *a) {
         if (sw.stopped) printf("%s\n\n", note);
         print_summary(stdout, mode, sum, n_sum, false);
     }
-    if (!rc && a->out_dir) rc = write_outputs(a, mode, sum, n_sum, sw.stopped ? note : NULL);
-    if (!rc && a->plots) rc = write_plots(a, &sw, all, n_all);
+    if (!rc && a->eval.out_dir) rc = write_outputs(a, mode, sum, n_sum, sw.stopped ? note : NULL);
+    if (!rc && a->eval.plots) rc = write_plots(a, &sw, all, n_all);
     if (!rc && sw.stopped) rc = EXIT_INTERRUPTED;
     sweep_free(&sw);
     free(sum);

@@ -81,12 +81,12 @@ static int name_cmp(const void *x, const void *y) {
 
 int mb_tasks_open(const struct args *a, struct mb_task **out, int *n_out) {
     *out = NULL, *n_out = 0;
-    if (!a->data) {
+    if (!a->eval.data) {
         print_error("eval milebench: --data DIR is needed (MileBench's folder: NAME/NAME.json and NAME/images/)");
         return EXIT_USAGE;
     }
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", a->data);
+    snprintf(dir, sizeof dir, "%s", a->eval.data);
     for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/';) dir[--l] = '\0';
     const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
     /* DIR is one task's folder, or a folder of task folders */
@@ -117,7 +117,7 @@ int mb_tasks_open(const struct args *a, struct mb_task **out, int *n_out) {
         for (int i = 0; !rc && i < n_names; i++) {
             char sub[4096 + 256];
             snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
-            if (a->tasks && !in_list(a->tasks, names[i])) continue;
+            if (a->eval.tasks && !in_list(a->eval.tasks, names[i])) continue;
             const int r = task_open(sub, names[i], &t[n]);
             if (r == 0) n++;
             else if (r > 0) cJSON_Delete(t[n].root), rc = r;
@@ -126,7 +126,7 @@ int mb_tasks_open(const struct args *a, struct mb_task **out, int *n_out) {
         free(names);
     }
     /* every task --tasks names must be there */
-    for (const char *c = a->tasks; !rc && c && *c; c = list_next(c)) {
+    for (const char *c = a->eval.tasks; !rc && c && *c; c = list_next(c)) {
         const size_t len = strcspn(c, ",");
         bool found = false;
         for (int i = 0; i < n && !found; i++) found = strlen(t[i].name) == len && !strncmp(t[i].name, c, len);
@@ -359,7 +359,7 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
         char path[4096 + 512];
         snprintf(path, sizeof path, "%s/images/%s", t->dir, cJSON_GetArrayItem(imgs, i)->valuestring);
         rc = media_image_file(a, m, path, &out->media);
-        if (!rc && a->kept_map && !out->first_image) kvf_image_load(path, 0, &out->first_image); /* under the map */
+        if (!rc && a->eval.kept_map && !out->first_image) kvf_image_load(path, 0, &out->first_image); /* under the map */
     }
     return rc;
 }

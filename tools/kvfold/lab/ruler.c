@@ -110,10 +110,10 @@ static bool plain_word(const char *w) {
 
 int ruler_data_open(const struct args *a, struct ruler_data **out) {
     struct ruler_data *d = calloc(1, sizeof *d);
-    const char *words = a->words ? a->words : "/usr/share/dict/words";
+    const char *words = a->eval.words ? a->eval.words : "/usr/share/dict/words";
     size_t len;
     int rc = d ? 0 : fail(KVF_ERR_NOMEM, "eval ruler");
-    if (!rc && !a->words && !path_is_file(words)) {
+    if (!rc && !a->eval.words && !path_is_file(words)) {
         print_error("eval ruler: %s is absent: give --words FILE (a word per line; Debian's wamerican installs it)",
                     words);
         rc = EXIT_INPUT;
@@ -124,10 +124,10 @@ int ruler_data_open(const struct args *a, struct ruler_data **out) {
         print_error("eval ruler: --words '%s': %d plain lowercase words, want at least 1000", words, d->n);
         rc = EXIT_INPUT;
     }
-    if (!rc && a->haystack) rc = read_text_file(a->haystack, &d->essay_buf, &len);
-    if (!rc && a->haystack) rc = split_words(d->essay_buf, NULL, &d->essay, &d->n_essay);
-    if (!rc && a->haystack && d->n_essay < 100) {
-        print_error("eval ruler: --haystack '%s': %d words, want at least 100", a->haystack, d->n_essay);
+    if (!rc && a->eval.haystack) rc = read_text_file(a->eval.haystack, &d->essay_buf, &len);
+    if (!rc && a->eval.haystack) rc = split_words(d->essay_buf, NULL, &d->essay, &d->n_essay);
+    if (!rc && a->eval.haystack && d->n_essay < 100) {
+        print_error("eval ruler: --haystack '%s': %d words, want at least 100", a->eval.haystack, d->n_essay);
         rc = EXIT_INPUT;
     }
     if (rc) ruler_data_free(d);
@@ -545,7 +545,7 @@ static int question_tokens(const struct args *a, const struct kvf_model *m, cons
         strcat(all, prefix);
         cut = strlen(all);
         const char *q = sample + question_at;
-        for (const char *p = strstr(all, q); p && !strcmp(a->question, "after"); p = strstr(p + 1, q)) cut = (size_t)(p - all);
+        for (const char *p = strstr(all, q); p && !strcmp(a->eval.question, "after"); p = strstr(p + 1, q)) cut = (size_t)(p - all);
     }
     int32_t *ids = NULL, n1 = 0, n2 = 0;
     if (!rc) rc = tokenize_text(m, all, cut, true, ca.chat, &ids, &n1);
@@ -597,7 +597,7 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
     struct ruler_out o = {0};
     int lo = 1, hi = 2 * unit_guess(t, ctx_size) + 16, best = 0, rc = 0, n = 0;
     while (!rc) { /* an upper bound that does not fit */
-        if (!generate(t, d, seed, hi, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+        if (!generate(t, d, seed, hi, ctx_size, n_gen, a->eval.questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
         if (!rc) rc = sample_tokens(a, m, &o, &n);
         if (rc || n + n_gen > ctx_size) break;
         lo = hi + 1, hi *= 2;
@@ -605,7 +605,7 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
     }
     while (!rc && lo <= hi) {
         const int mid = lo + (hi - lo) / 2;
-        if (!generate(t, d, seed, mid, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+        if (!generate(t, d, seed, mid, ctx_size, n_gen, a->eval.questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
         if (!rc) rc = sample_tokens(a, m, &o, &n);
         if (!rc && n + n_gen <= ctx_size) best = mid, lo = mid + 1;
         else hi = mid - 1;
@@ -615,7 +615,7 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
                     t->name, n + n_gen, ctx_size);
         rc = EXIT_USAGE;
     }
-    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, a->questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, a->eval.questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
     if (!rc && o.n_more && !(out->more = calloc((size_t)o.n_more, sizeof *out->more))) rc = fail(KVF_ERR_NOMEM, "eval ruler");
     if (!rc) {
         out->text = o.text.s, out->question_at = o.question_at, out->answer = o.answers.s, out->answer_prefix = o.prefix.s;

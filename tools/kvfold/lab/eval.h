@@ -3,7 +3,7 @@
 #ifndef KVF_EVAL_H
 #define KVF_EVAL_H
 
-#include "cli.h"
+#include "../cli.h"
 #include "metrics.h"
 
 /* One MileBench task read from disk: DIR/NAME/NAME.json, images in

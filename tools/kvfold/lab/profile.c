@@ -1,7 +1,7 @@
 /* kvfold profile: PrefixKV's offline estimation. The per-layer budgets
  * searched on each sample (prefixkv online), averaged, are written for
  * --kv prefixkv:profile=FILE. */
-#include "cli.h"
+#include "../cli.h"
 
 #include <stdlib.h>
 #include <string.h>

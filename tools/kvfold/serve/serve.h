@@ -1,14 +1,15 @@
-/* What kvfold serve's files share: serve.c speaks HTTP and JSON
+/* What kvfold serve's files share: http.c speaks HTTP and JSON
  * (libmicrohttpd's epoll event loop on a few threads, which never wait for
  * the model: a connection whose answer is not ready is suspended, "parked",
- * and resumed by the scheduler), serve_req.c turns a request body into a
- * serve_job, serve_sched.c runs the model on one scheduler thread. The HTTP
+ * and resumed by the scheduler), request.c turns a request body into a
+ * serve_job, the scheduler (sched.h: sched.c, admit.c, budget.c, idle.c,
+ * output.c) runs the model on one thread of its own. The HTTP
  * side and the scheduler meet under the server's lock, and the job is freed
  * by whichever side lets go of it last (refs). */
 #ifndef KVF_SERVE_H
 #define KVF_SERVE_H
 
-#include "cli.h"
+#include "../cli.h"
 
 #include <pthread.h>
 
@@ -114,7 +115,7 @@ struct server {
     struct serve_idle *idle;  /* [--cache-sessions], oldest first */
     int n_idle;
     bool stopping;
-    bool gated;               /* KVFOLD_SERVE_TURNS: one turn per byte of its FIFO (serve_sched.c) */
+    bool gated;               /* KVFOLD_SERVE_TURNS: one turn per byte of its FIFO (sched.c) */
     long turns;               /* turns granted and not taken */
     pthread_t gate;           /* the thread reading that FIFO, when has_gate */
     bool has_gate;
@@ -148,7 +149,7 @@ bool serve_error_set(struct serve_error *e, int status, const char *code, const 
 
 /* A request body of n bytes (chat: /v1/chat/completions, else
  * /v1/completions) read into j: prompt text, images (not yet decoded),
- * sampling, limits, stops, kv (serve_req.c). j->sampling holds the
+ * sampling, limits, stops, kv (request.c). j->sampling holds the
  * defaults beforehand. False with e filled when the request is refused;
  * what was read so far stays in j either way, for serve_job_request_free. */
 bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool chat, struct serve_job *j,
@@ -160,7 +161,7 @@ uint64_t serve_conv_hash(const char *key);
 /* Frees what serve_job_parse put in j, not j itself. */
 void serve_job_request_free(struct serve_job *j);
 
-/* The scheduler thread (serve_sched.c). */
+/* The scheduler thread (sched.c). */
 int sched_start(struct server *srv);
 /* Queues a job (taking a reference); false when the queue is full or the
  * server stops (job->status says which). Under the lock. */
@@ -184,9 +185,9 @@ bool sched_slot_erase(struct server *srv, int id, int *n, struct serve_error *e)
 /* Drops a reference; the last one frees the job. Under the lock. */
 void job_unref(struct serve_job *job);
 /* The job moved (started, has text, ended): its parked connection, if
- * any, is resumed to send what it can (serve.c; under the lock). */
+ * any, is resumed to send what it can (http.c; under the lock). */
 void job_wake(struct serve_job *job);
-/* Whether the client of a parked job hung up (serve.c; under the lock). */
+/* Whether the client of a parked job hung up (http.c; under the lock). */
 bool job_client_gone(const struct serve_job *job);
 /* Ends a job with an error (under the lock). */
 void job_fail(struct serve_job *job, int status, const char *code, const char *fmt, ...)

@@ -1,8 +1,8 @@
 /* kvfold serve: an OpenAI-compatible HTTP server (libmicrohttpd's epoll
  * event loop on --threads-http threads) in which many sessions share one KV
  * memory budget. This file speaks HTTP and JSON: it checks a request, has
- * its body turned into a serve_job (serve_req.c), queues it for the
- * scheduler (serve_sched.c) and answers from what the job becomes — one
+ * its body turned into a serve_job (request.c), queues it for the
+ * scheduler (sched.c) and answers from what the job becomes — one
  * JSON object, or server-sent events while it generates. No HTTP thread
  * waits for the model: a connection whose answer is not ready is suspended
  * (parked) and resumed by the scheduler when its job moves, so an idle or
@@ -27,52 +27,52 @@
 #include <time.h>
 
 static void serve_defaults(struct args *a) {
-    a->host = "127.0.0.1";
-    a->port = 8080;
+    a->serve.host = "127.0.0.1";
+    a->serve.port = 8080;
     a->parallel = 4;
-    a->queue = 64;
+    a->serve.queue = 64;
     a->ctx = 4096;
-    a->max_body = "64MiB";
-    a->max_images = 8;
-    a->timeout = 60;
-    a->threads_http = 4;
+    a->serve.max_body = "64MiB";
+    a->serve.max_images = 8;
+    a->serve.timeout = 60;
+    a->serve.threads_http = 4;
     a->batch = kvf_session_default_params().n_batch;
 }
 
 static int serve_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL, OPT_NO_REPACK, OPTS_VISION,
-        { "--host", NULL, OPT_STR, &a->host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)" },
-        { "--port", NULL, OPT_INT, &a->port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
+        { "--host", NULL, OPT_STR, &a->serve.host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)" },
+        { "--port", NULL, OPT_INT, &a->serve.port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "sessions generating at once (default 4)" },
-        { "--queue", NULL, OPT_INT, &a->queue, 0, 1 << 16, "N", "requests waiting at most; more get 503 (default 64)" },
-        { "--cache-sessions", NULL, OPT_INT, &a->cache_sessions, 0, 1 << 12, "N",
+        { "--queue", NULL, OPT_INT, &a->serve.queue, 0, 1 << 16, "N", "requests waiting at most; more get 503 (default 64)" },
+        { "--cache-sessions", NULL, OPT_INT, &a->serve.cache_sessions, 0, 1 << 12, "N",
           "keep up to N finished sessions for the next turn of their conversation (default 0)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
         OPTS_KV_STORAGE,
-        { "--kv-memory", NULL, OPT_STR, &a->kv_memory, 0, 0, "SIZE",
+        { "--kv-memory", NULL, OPT_STR, &a->serve.kv_memory, 0, 0, "SIZE",
           "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "llama2, vicuna, chatml or gemma" },
-        { "--alias", "-a", OPT_STR, &a->alias, 0, 0, "NAME",
+        { "--alias", "-a", OPT_STR, &a->serve.alias, 0, 0, "NAME",
           "the model's name in /v1/models and in answers (default: the file's name); requests may name any" },
-        { "--timeout", "-to", OPT_INT, &a->timeout, 1, 86400, "N",
+        { "--timeout", "-to", OPT_INT, &a->serve.timeout, 1, 86400, "N",
           "seconds a connection may stay silent, and a request's body may take to arrive (default 60)" },
-        { "--threads-http", NULL, OPT_INT, &a->threads_http, 1, 64, "N",
+        { "--threads-http", NULL, OPT_INT, &a->serve.threads_http, 1, 64, "N",
           "threads answering HTTP (default 4); the model runs on its own thread (-t)" },
-        { "--api-key", NULL, OPT_STR, &a->api_key, 0, 0, "KEY",
+        { "--api-key", NULL, OPT_STR, &a->serve.api_key, 0, 0, "KEY",
           "require 'Authorization: Bearer KEY' (not on /health)" },
-        { "--api-key-file", NULL, OPT_STR, &a->api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
-        { "--media-dir", NULL, OPT_STR, &a->media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
-        { "--slot-save-path", NULL, OPT_STR, &a->slot_save_path, 0, 0, "DIR", "POST /slots/ID?action=save|restore "
+        { "--api-key-file", NULL, OPT_STR, &a->serve.api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
+        { "--media-dir", NULL, OPT_STR, &a->serve.media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
+        { "--slot-save-path", NULL, OPT_STR, &a->serve.slot_save_path, 0, 0, "DIR", "POST /slots/ID?action=save|restore "
           "with {\"filename\": NAME} keeps cached sessions in DIR/NAME (session files), as llama-server; a "
           "conversation with a key (\"user\", or the X-Session-Id header) is also written to DIR after each turn "
           "and read back from there when this server does not hold it (replicas sharing DIR)" },
-        { "--slot-save-max", NULL, OPT_STR, &a->slot_save_max, 0, 0, "SIZE", "the most bytes conversations' files "
+        { "--slot-save-max", NULL, OPT_STR, &a->serve.slot_save_max, 0, 0, "SIZE", "the most bytes conversations' files "
           "take in --slot-save-path, the oldest removed first (default: no limit)" },
-        { "--max-body", NULL, OPT_STR, &a->max_body, 0, 0, "SIZE",
+        { "--max-body", NULL, OPT_STR, &a->serve.max_body, 0, 0, "SIZE",
           "largest request body, and the most bytes a request's images hold, files included (default 64MiB)" },
-        { "--max-images", NULL, OPT_INT, &a->max_images, 0, 1024, "N", "images per request at most (default 8)" },
+        { "--max-images", NULL, OPT_INT, &a->serve.max_images, 0, 1024, "N", "images per request at most (default 8)" },
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M",
           "reject images over M megapixels (default 64)" },
         OPT_THREADS, OPT_BATCH,
@@ -401,7 +401,7 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, struct request *r
  * already (refused: *answer). */
 /* A conversation's file in --slot-save-path. */
 static void conv_path(const struct server *srv, uint64_t conv, char *path, size_t cap) {
-    snprintf(path, cap, "%s/conv-%016llx.kvfs", srv->a->slot_save_path, (unsigned long long)conv);
+    snprintf(path, cap, "%s/conv-%016llx.kvfs", srv->a->serve.slot_save_path, (unsigned long long)conv);
 }
 
 /* A conversation this server does not hold, read back from its file (written
@@ -438,7 +438,7 @@ static void conv_restore(struct server *srv, const struct serve_job *j) {
 
 /* The conversations' files beyond --slot-save-max go, the oldest first. */
 static void conv_trim(const struct server *srv) {
-    DIR *d = srv->slot_max ? opendir(srv->a->slot_save_path) : NULL;
+    DIR *d = srv->slot_max ? opendir(srv->a->serve.slot_save_path) : NULL;
     if (!d)
         return;
     struct conv_file { char name[64]; struct timespec mtime; size_t size; } *files = NULL;
@@ -446,7 +446,7 @@ static void conv_trim(const struct server *srv) {
     for (struct dirent *de; (de = readdir(d));) {
         char path[4096];
         struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, de->d_name);
+        snprintf(path, sizeof path, "%s/%s", srv->a->serve.slot_save_path, de->d_name);
         if (strncmp(de->d_name, "conv-", 5) || strlen(de->d_name) >= sizeof files->name || lstat(path, &sb) != 0 ||
             !S_ISREG(sb.st_mode))
             continue;
@@ -468,7 +468,7 @@ static void conv_trim(const struct server *srv) {
                 (files[i].mtime.tv_sec == files[old].mtime.tv_sec && files[i].mtime.tv_nsec < files[old].mtime.tv_nsec))
                 old = i;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, files[old].name);
+        snprintf(path, sizeof path, "%s/%s", srv->a->serve.slot_save_path, files[old].name);
         remove(path);
         total -= files[old].size;
         files[old] = files[--n];
@@ -502,7 +502,7 @@ static void conv_spill(struct server *srv, struct serve_job *j) {
 static bool completion_submit(struct MHD_Connection *c, struct request *r, bool chat, enum MHD_Result *answer) {
     struct server *srv = r->srv;
     if (r->too_big) {
-        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->max_body);
+        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->serve.max_body);
         return false;
     }
     struct serve_job *j = calloc(1, sizeof *j);
@@ -533,7 +533,7 @@ static bool completion_submit(struct MHD_Connection *c, struct request *r, bool 
     }
     if (sid)
         j->has_conv = true, j->conv = serve_conv_hash(sid);
-    if (j->has_conv && srv->a->slot_save_path)
+    if (j->has_conv && srv->a->serve.slot_save_path)
         conv_restore(srv, j);
     pthread_mutex_lock(&srv->mu);
     const bool queued = sched_submit(srv, j);
@@ -679,7 +679,7 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
         cJSON_AddNumberToObject(o, "n_erased", n);
         return respond_json(c, r, 200, o);
     }
-    if (!srv->a->slot_save_path)
+    if (!srv->a->serve.slot_save_path)
         return respond_error(c, r, 501, "not_supported", "slot files are off: start the server with --slot-save-path DIR");
     cJSON *body = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
@@ -690,7 +690,7 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
     if (!named)
         return respond_error(c, r, 400, "invalid_request", "the body must be {\"filename\": NAME}, NAME 1 to 255 of "
                              "A-Z a-z 0-9 . _ - not starting with '.'");
-    snprintf(path, sizeof path, "%s/%s", srv->a->slot_save_path, name);
+    snprintf(path, sizeof path, "%s/%s", srv->a->serve.slot_save_path, name);
     const double t0 = now_ms();
     struct kvf_session *s = NULL;
     cJSON *o = cJSON_CreateObject();
@@ -833,7 +833,7 @@ static const struct route *route_check(struct MHD_Connection *c, struct request 
                                          : strcmp(r->path, routes[i].path) == 0)
             rt = &routes[i];
     }
-    const char *key = r->srv->a->api_key;
+    const char *key = r->srv->a->serve.api_key;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (key && (!rt || rt->kind != 0) && !(auth && strncmp(auth, "Bearer ", 7) == 0 && key_matches(auth + 7, key)))
@@ -843,7 +843,7 @@ static const struct route *route_check(struct MHD_Connection *c, struct request 
     else if (strcmp(r->method, rt->method) != 0)
         *answer = respond_error(c, r, 405, "method_not_allowed", "%s takes %s", rt->path, rt->method);
     else if (len && strtoull(len, NULL, 10) > r->srv->max_body)
-        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", r->srv->a->max_body);
+        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", r->srv->a->serve.max_body);
     else
         return rt;
     return NULL;
@@ -869,7 +869,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (*upload_size) {
         /* A body trickled in byte by byte would hold its connection for
          * ever: the whole body gets --timeout seconds from the headers on. */
-        if (now_ms() - r->t0 > 1e3 * srv->a->timeout) {
+        if (now_ms() - r->t0 > 1e3 * srv->a->serve.timeout) {
             r->slow = true;
             return MHD_NO;
         }
@@ -933,12 +933,12 @@ static bool host_addr(const struct args *a, struct sockaddr_storage *ss, unsigne
     struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
     memset(ss, 0, sizeof *ss);
-    if (inet_pton(AF_INET, a->host, &v4->sin_addr) == 1) {
+    if (inet_pton(AF_INET, a->serve.host, &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
-        v4->sin_port = htons((uint16_t)a->port);
-    } else if (inet_pton(AF_INET6, a->host, &v6->sin6_addr) == 1) {
+        v4->sin_port = htons((uint16_t)a->serve.port);
+    } else if (inet_pton(AF_INET6, a->serve.host, &v6->sin6_addr) == 1) {
         v6->sin6_family = AF_INET6;
-        v6->sin6_port = htons((uint16_t)a->port);
+        v6->sin6_port = htons((uint16_t)a->serve.port);
         *flags |= MHD_USE_IPv6;
     } else {
         return false;
@@ -949,66 +949,66 @@ static bool host_addr(const struct args *a, struct sockaddr_storage *ss, unsigne
 /* --api-key-file's first line. */
 static int api_key_read(struct args *a, char **owned) {
     size_t n;
-    int rc = read_file(a->api_key_file, owned, &n);
+    int rc = read_file(a->serve.api_key_file, owned, &n);
     if (rc)
         return rc;
     while (n > 0 && isspace((unsigned char)(*owned)[n - 1]))
         (*owned)[--n] = '\0';
     if (n == 0 || strchr(*owned, '\n')) {
-        print_error("serve: --api-key-file %s: want one line holding the key", a->api_key_file);
+        print_error("serve: --api-key-file %s: want one line holding the key", a->serve.api_key_file);
         return EXIT_USAGE;
     }
-    a->api_key = *owned;
+    a->serve.api_key = *owned;
     return 0;
 }
 
 /* Checks the options that are not plain numbers. */
 static int serve_check(struct args *a, struct server *srv, char **key) {
     int32_t n;
-    if (a->kv_memory && !size_parse(a->kv_memory, &srv->budget)) {
-        print_error("serve: --kv-memory '%s': want a size such as 512MiB or 2GiB", a->kv_memory);
+    if (a->serve.kv_memory && !size_parse(a->serve.kv_memory, &srv->budget)) {
+        print_error("serve: --kv-memory '%s': want a size such as 512MiB or 2GiB", a->serve.kv_memory);
         return EXIT_USAGE;
     }
-    if (!size_parse(a->max_body, &srv->max_body)) {
-        print_error("serve: --max-body '%s': want a size such as 64MiB", a->max_body);
+    if (!size_parse(a->serve.max_body, &srv->max_body)) {
+        print_error("serve: --max-body '%s': want a size such as 64MiB", a->serve.max_body);
         return EXIT_USAGE;
     }
-    if (a->api_key && !a->api_key[0]) {
+    if (a->serve.api_key && !a->serve.api_key[0]) {
         print_error("serve: --api-key is empty: give a key, or no --api-key for a server without one");
         return EXIT_USAGE;
     }
-    if (a->alias && !a->alias[0]) {
+    if (a->serve.alias && !a->serve.alias[0]) {
         print_error("serve: --alias is empty");
         return EXIT_USAGE;
     }
-    if (a->api_key && a->api_key_file) {
+    if (a->serve.api_key && a->serve.api_key_file) {
         print_error("serve: give one of --api-key and --api-key-file");
         return EXIT_USAGE;
     }
     struct sockaddr_storage ss;
     unsigned flags = 0;
     if (!host_addr(a, &ss, &flags)) {
-        print_error("serve: --host '%s' is not an IPv4 or IPv6 address", a->host);
+        print_error("serve: --host '%s' is not an IPv4 or IPv6 address", a->serve.host);
         return EXIT_USAGE;
     }
-    if (a->media_dir && !path_is_dir(a->media_dir)) {
-        print_error("serve: --media-dir %s: not a directory", a->media_dir);
+    if (a->serve.media_dir && !path_is_dir(a->serve.media_dir)) {
+        print_error("serve: --media-dir %s: not a directory", a->serve.media_dir);
         return EXIT_USAGE;
     }
-    if (a->slot_save_path && !path_is_dir(a->slot_save_path)) {
-        print_error("serve: --slot-save-path %s: not a directory", a->slot_save_path);
+    if (a->serve.slot_save_path && !path_is_dir(a->serve.slot_save_path)) {
+        print_error("serve: --slot-save-path %s: not a directory", a->serve.slot_save_path);
         return EXIT_USAGE;
     }
-    if (a->slot_save_max && (!a->slot_save_path || !size_parse(a->slot_save_max, &srv->slot_max))) {
+    if (a->serve.slot_save_max && (!a->serve.slot_save_path || !size_parse(a->serve.slot_save_max, &srv->slot_max))) {
         print_error("serve: --slot-save-max '%s': want a size such as 512MiB or 2GiB, with --slot-save-path",
-                    a->slot_save_max);
+                    a->serve.slot_save_max);
         return EXIT_USAGE;
     }
     if (a->chat_template && kvf_chat_apply(NULL, a->chat_template, NULL, 0, false, NULL, 0, &n) != KVF_ERR_BUFFER) {
         print_error("serve: %s", kvf_last_error());
         return EXIT_USAGE;
     }
-    return a->api_key_file ? api_key_read(a, key) : 0;
+    return a->serve.api_key_file ? api_key_read(a, key) : 0;
 }
 
 /* The connections the server takes at once: as many as the process may
@@ -1034,12 +1034,12 @@ static struct MHD_Daemon *daemon_start(struct server *srv) {
     host_addr(a, &ss, &flags);
     srv->max_conns = connection_limit();
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)a->port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)a->timeout,
-        MHD_OPTION_CONNECTION_LIMIT, srv->max_conns, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)a->threads_http,
+        flags, (uint16_t)a->serve.port, NULL, NULL, handle, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_NOTIFY_COMPLETED, request_done, srv, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)a->serve.timeout,
+        MHD_OPTION_CONNECTION_LIMIT, srv->max_conns, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)a->serve.threads_http,
         MHD_OPTION_END);
     if (!d)
-        print_error("serve: cannot listen on %s port %d: %s", a->host, a->port, strerror(errno));
+        print_error("serve: cannot listen on %s port %d: %s", a->serve.host, a->serve.port, strerror(errno));
     return d;
 }
 
@@ -1068,10 +1068,10 @@ static int serve_run(struct server *srv) {
         const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
         fprintf(stderr, "kvfold: serve: listening on http://%s:%u (model %s, parallel %d, queue %d, ctx %d, "
                         "kv-memory %zu bytes, %zu bytes per position, %u connections, timeout %d s)\n",
-                srv->a->host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->queue, srv->n_ctx,
-                srv->budget, srv->pos_bytes, srv->max_conns, srv->a->timeout);
+                srv->a->serve.host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->serve.queue, srv->n_ctx,
+                srv->budget, srv->pos_bytes, srv->max_conns, srv->a->serve.timeout);
         bool aware = false;
-        if (srv->a->cache_sessions > 0 && srv->a->kv && kvf_kv_policy_question_aware(srv->a->kv, &aware) == KVF_OK &&
+        if (srv->a->serve.cache_sessions > 0 && srv->a->kv && kvf_kv_policy_question_aware(srv->a->kv, &aware) == KVF_OK &&
             aware)
             fprintf(stderr, "kvfold: serve: note: --kv %s is question-aware: a cached session was compressed before "
                             "its conversation's next question existed, so a detail asked for later may be gone "
@@ -1105,7 +1105,7 @@ static int cmd_serve(const struct args *given) {
     if (!rc) {
         kvf_model_get_info(srv.m, &srv.info);
         const char *slash = strrchr(a.model, '/');
-        srv.model_id = a.alias ? a.alias : slash && slash[1] ? slash + 1 : a.model;
+        srv.model_id = a.serve.alias ? a.serve.alias : slash && slash[1] ? slash + 1 : a.model;
         srv.n_ctx = a.ctx;
         pthread_mutex_init(&srv.mu, NULL);
         pthread_cond_init(&srv.wake, NULL);

@@ -1,5 +1,5 @@
 /* kvfold serve's requests: a request body (JSON) becomes a serve_job or a
- * serve_error. Apart from serve.c's HTTP, so that the fuzz harness
+ * serve_error. Apart from http.c's HTTP, so that the fuzz harness
  * (tests/fuzz/fuzz_serve.c) runs it without libmicrohttpd or threads. */
 #include "serve.h"
 
@@ -100,7 +100,7 @@ static bool path_under(const char *dir, const char *real) {
  * hold (--max-body in all). */
 static bool image_from_file(const struct server *srv, const char *url, int nth, size_t room,
                             struct serve_image *img, struct serve_error *e) {
-    const char *dir = srv->a->media_dir, *path = url + 7;
+    const char *dir = srv->a->serve.media_dir, *path = url + 7;
     char real[PATH_MAX], seen[PATH_MAX];
     struct stat ps, fs;
     if (!dir)
@@ -217,8 +217,8 @@ static bool content_text(const struct server *srv, const cJSON *content, struct 
         if (!srv->info.has_vision)
             return serve_error_set(e, 400, "invalid_request",
                     "the model has no vision tower (start the server with --mmproj)");
-        if (j->n_images >= srv->a->max_images)
-            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->max_images);
+        if (j->n_images >= srv->a->serve.max_images)
+            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->serve.max_images);
         size_t held = 0; /* the bytes of the request's images so far */
         for (int i = 0; i < j->n_images; i++)
             held += j->images[i].n;
@@ -241,7 +241,7 @@ static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serv
                 "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
     struct kvf_chat_message cm[SERVE_MSG_MAX];
     struct strbuf texts[SERVE_MSG_MAX] = { { 0 } };
-    bool ok = (j->images = calloc((size_t)srv->a->max_images + 1, sizeof *j->images)) != NULL ||
+    bool ok = (j->images = calloc((size_t)srv->a->serve.max_images + 1, sizeof *j->images)) != NULL ||
               serve_error_set(e, 500, "server_error", "out of memory");
     for (int i = 0; ok && i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(msgs, i);
