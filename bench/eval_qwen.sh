@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind the Qwen2.5-Coder-1.5B section of docs/RESULTS.md (the
+# The runs behind the Qwen2.5-Coder-1.5B results of docs/RESULTS.md (the
 # model of `make models-large`): needles in text and in pseudo-images at five
 # depths of a ~1.5K-token haystack for every evicting preset at budgets 1.0
 # to 0.05; the head-wise budget stage on the scoring presets; consistency
