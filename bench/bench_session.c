@@ -8,7 +8,8 @@
  *
  * Not part of the build. From the repository root, after `make`:
  *   gcc -std=gnu11 -O2 -Iinclude bench/bench_session.c -Lbuild -lkvfold -Wl,-rpath,$PWD/build -o /tmp/bench_session
- *   /tmp/bench_session MODEL N_TOKENS THREADS TEXT_FILE [SPEC...]   (default specs: snapkv:budget=0.2 snapkv:budget=0.05)
+ *   /tmp/bench_session MODEL N_TOKENS THREADS TEXT_FILE [SPEC...]
+ * (default specs: snapkv:budget=0.2 snapkv:budget=0.05)
  */
 #include "kvfold.h"
 

@@ -466,7 +466,8 @@ KVF_API const struct kvf_tag *kvf_session_kv_tags(const struct kvf_session *sess
 struct kvf_kv_merge {
     int32_t from, into;
 };
-KVF_API const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *session, int layer, int head, int *n);
+KVF_API const struct kvf_kv_merge *kvf_session_kv_merges(const struct kvf_session *session, int layer, int head,
+                                                         int *n);
 /* A layer's budget as a share of the tokens seen and the Gini coefficient
  * of its priority curve (0: attention spread evenly, near 1: on a few
  * entries), where the policy searched them (prefixkv, budget=prefix);
@@ -520,8 +521,8 @@ KVF_API enum kvf_status kvf_session_save(const struct kvf_session *session, cons
 /* A new session from a saved one, on the model it was saved from (the
  * same decoder tensors: any mmproj), with n_threads threads (<= 0: the
  * model's default); the rest is the saved session's. */
-KVF_API enum kvf_status kvf_session_load_buffer(const struct kvf_model *model, const void *src, size_t size, int n_threads,
-                                                struct kvf_session **out);
+KVF_API enum kvf_status kvf_session_load_buffer(const struct kvf_model *model, const void *src, size_t size,
+                                                int n_threads, struct kvf_session **out);
 KVF_API enum kvf_status kvf_session_load(const struct kvf_model *model, const char *path, int n_threads,
                                          struct kvf_session **out);
 
@@ -529,10 +530,10 @@ KVF_API enum kvf_status kvf_session_load(const struct kvf_model *model, const ch
  * every (layer, kv head) keeps the entries its rule scores best, evicted
  * entries are freed, and every head's storage is sized to what it holds
  * (for the full cache too). The buffers the prompt's passes needed
- * (n_batch rows) are freed as well; a later prefill allocates them again. From then on each kvf_session_decode keeps the
- * cache within budget by the policy's decode stage (the budget applies to
- * the tokens seen so far). May be called again (it compresses to the
- * budget). Under kvzip the model first repeats the context through the
+ * (n_batch rows) are freed as well; a later prefill allocates them again.
+ * From then on each kvf_session_decode keeps the cache within budget by
+ * the policy's decode stage (the budget applies to the tokens seen so
+ * far). May be called again (it compresses to the budget). Under kvzip the model first repeats the context through the
  * cache (about one more prefill of it; the cache holds the context and one
  * chunk of the repetition meanwhile, counted in the peak, possibly past
  * n_ctx); the logits stay the prompt's. */

@@ -64,7 +64,8 @@ static inline void q6_codes(const uint8_t *ql, const uint8_t *qh, __m256i q[4]) 
     q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m2));
     q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m2));
     q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m2));
-    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
+    q[3] =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(h, 2), m2));
 }
 
 /* Copies a row tail of fewer than `width` elements into a zeroed buffer so
@@ -90,7 +91,8 @@ static inline __m256 dot_f32_lanes(const float *a, const float *b, int64_t n) {
     for (; i + 8 <= n; i += 8)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     if (i < n) {
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         s1 = _mm256_fmadd_ps(_mm256_maskload_ps(a + i, m), _mm256_maskload_ps(b + i, m), s1);
     }
     return _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
@@ -104,7 +106,8 @@ static void axpy_f32(float *y, float a, const float *x, int64_t n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     if (i < n) {
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, _mm256_maskload_ps(x + i, m), _mm256_maskload_ps(y + i, m)));
     }
 }
@@ -215,8 +218,12 @@ static inline __m256i fives_32(const uint8_t *qs, const uint8_t *qh) {
     return _mm256_or_si256(nibbles_32(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
 }
 
-static inline struct wcodes w_q5_0(const struct block_q5_0 *a) { return (struct wcodes){ fives_32(a->qs, a->qh), {0} }; }
-static inline struct wcodes w_q5_1(const struct block_q5_1 *a) { return (struct wcodes){ fives_32(a->qs, a->qh), {0} }; }
+static inline struct wcodes w_q5_0(const struct block_q5_0 *a) {
+    return (struct wcodes){ fives_32(a->qs, a->qh), { 0 } };
+}
+static inline struct wcodes w_q5_1(const struct block_q5_1 *a) {
+    return (struct wcodes){ fives_32(a->qs, a->qh), { 0 } };
+}
 
 static inline struct wcodes w_q8_0(const struct block_q8_0 *a) {
     const __m256i q = _mm256_loadu_si256((const __m256i *)a->qs);
@@ -355,7 +362,8 @@ static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
     if (i < n) {
         uint16_t hb[8];
         TAIL_COPY(hb, h + i, sizeof *h, n - i);
-        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        const __m256i m =
+            _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, load_f16x8(hb), _mm256_maskload_ps(y + i, m)));
     }
 }
@@ -451,7 +459,8 @@ static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
         quant_prefetch(&a[i], sizeof a[i]);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)a[i].scales);
         /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
-        const __m256i bias = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)b[i].bsums));
+        const __m256i bias =
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)b[i].bsums));
         __m256i sumi = _mm256_setzero_si256();
         #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
@@ -501,7 +510,8 @@ static void dequant_q6_K(const void *src, float *dst, int64_t n) {
 static inline __m256 reduce8(const __m256 v[8]) {
     __m256 h[4], q[2];
     for (int r = 0; r < 4; r++) /* 128-bit lanes: rows r, r + 4 */
-        h[r] = _mm256_add_ps(_mm256_permute2f128_ps(v[r], v[r + 4], 0x20), _mm256_permute2f128_ps(v[r], v[r + 4], 0x31));
+        h[r] =
+            _mm256_add_ps(_mm256_permute2f128_ps(v[r], v[r + 4], 0x20), _mm256_permute2f128_ps(v[r], v[r + 4], 0x31));
     for (int r = 0; r < 2; r++)
         q[r] = _mm256_add_ps(_mm256_shuffle_ps(h[r], h[r + 2], 0x44), _mm256_shuffle_ps(h[r], h[r + 2], 0xee));
     const __m256 t = _mm256_add_ps(_mm256_shuffle_ps(q[0], q[1], 0x88), _mm256_shuffle_ps(q[0], q[1], 0xdd));
@@ -522,7 +532,8 @@ static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, c
 static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, const uint8_t *row, int64_t c,
                                                                int64_t left, __m256i m) {
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
-    if (t == DT_Q8_0) return q8_0_codes8((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 8);
+    if (t == DT_Q8_0)
+        return q8_0_codes8((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 8);
     const uint16_t *h = (const uint16_t *)(const void *)row + c;
     if (left >= 8) return load_f16x8(h);
     uint16_t hb[8];
@@ -694,8 +705,10 @@ MIX_F32(8, 2)
  * the exponent bits (EXP_MAX keeps k <= 127). */
 static inline __m256 exp8(__m256 x) {
     const __m256 c = _mm256_max_ps(_mm256_set1_ps(EXP_MIN), _mm256_min_ps(_mm256_set1_ps(EXP_MAX), x));
-    const __m256 k = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_LO), _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_HI), c));
+    const __m256 k =
+        _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(EXP_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 r =
+        _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_LO), _mm256_fnmadd_ps(k, _mm256_set1_ps(EXP_LN2_HI), c));
     __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(EXP_POLY_5), r, _mm256_set1_ps(EXP_POLY_4));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_3));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_POLY_2));
@@ -762,7 +775,8 @@ static double exp_sum(float *x, int64_t n, float m) {
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
     for (int64_t i = 0; i < n; i += 8) {
         const int64_t left = n - i;
-        const __m256 e = exp8(_mm256_sub_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_tail(x + i, left, -INFINITY), vm));
+        const __m256 e =
+            exp8(_mm256_sub_ps(left >= 8 ? _mm256_loadu_ps(x + i) : load_tail(x + i, left, -INFINITY), vm));
         if (left >= 8) _mm256_storeu_ps(x + i, e);
         else store_tail(x + i, left, e);
         lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));

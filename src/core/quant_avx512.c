@@ -90,7 +90,8 @@ static void axpy_f32(float *y, float a, const float *x, int64_t n) {
         _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
     if (i < n) {
         const __mmask16 m = tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_fmadd_ps(va, _mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i)));
     }
 }
 
@@ -786,7 +787,8 @@ static inline __m512 exp16(__m512 x) {
     const __m512 c = _mm512_max_ps(_mm512_set1_ps(EXP_MIN), _mm512_min_ps(_mm512_set1_ps(EXP_MAX), x));
     const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(c, _mm512_set1_ps(EXP_LOG2E)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_LO), _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_HI), c));
+    const __m512 r =
+        _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_LO), _mm512_fnmadd_ps(k, _mm512_set1_ps(EXP_LN2_HI), c));
     __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(EXP_POLY_5), r, _mm512_set1_ps(EXP_POLY_4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(EXP_POLY_2));
@@ -903,7 +905,8 @@ static inline __attribute__((always_inline)) void ilv_dequant_tiles(const enum d
                 v0 = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(q));
                 v1 = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1));
             } else {
-                const __m128i x = _mm_setr_epi32((int)ld32(c), (int)ld32(c + 64), (int)ld32(c + 128), (int)ld32(c + 192));
+                const __m128i x =
+                    _mm_setr_epi32((int)ld32(c), (int)ld32(c + 64), (int)ld32(c + 128), (int)ld32(c + 192));
                 const __m128i nib = _mm_set1_epi8(0x0f);
                 const __m128i lo = _mm_and_si128(x, nib), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nib);
                 __m128i a = _mm_unpacklo_epi32(lo, hi), z = _mm_unpackhi_epi32(lo, hi);

@@ -86,7 +86,8 @@ static inline __attribute__((always_inline)) void gemm_pass(int64_t n, const uin
         gemm_pass(n, c, fs, fm, G, a, rb, R, keep, out, os);                                                     \
     }
 #define GEMM_PASSES(G) \
-    GEMM_PASS(G, 1) GEMM_PASS(G, 2) GEMM_PASS(G, 3) GEMM_PASS(G, 4) GEMM_PASS(G, 5) GEMM_PASS(G, 6) GEMM_PASS(G, 7) GEMM_PASS(G, 8)
+    GEMM_PASS(G, 1) GEMM_PASS(G, 2) GEMM_PASS(G, 3) GEMM_PASS(G, 4) \
+    GEMM_PASS(G, 5) GEMM_PASS(G, 6) GEMM_PASS(G, 7) GEMM_PASS(G, 8)
 GEMM_PASSES(16)
 GEMM_PASSES(32)
 

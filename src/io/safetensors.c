@@ -788,14 +788,17 @@ static enum kvf_status hf_rope_scaling(const struct hf_src *c, const cJSON *b, i
     sc->orig_ctx = orig >= 1 && orig <= INT32_MAX ? (int)orig : 0;
     if (sc->type == ROPE_SCALING_LLAMA3) {
         double lo = 0, hi = 0;
-        if ((st = hf_rope_num(c, b, "low_freq_factor", true, &lo)) || (st = hf_rope_num(c, b, "high_freq_factor", true, &hi)))
+        if ((st = hf_rope_num(c, b, "low_freq_factor", true, &lo)) ||
+            (st = hf_rope_num(c, b, "high_freq_factor", true, &hi)))
             return st;
         sc->low_freq_factor = (float)lo;
         sc->high_freq_factor = (float)hi;
     } else if (sc->type == ROPE_SCALING_YARN) {
         double fast = 0, slow = 0, attn = 0, ms = 0, ms_all = 0;
-        if ((st = hf_rope_num(c, b, "beta_fast", false, &fast)) || (st = hf_rope_num(c, b, "beta_slow", false, &slow)) ||
-            (st = hf_rope_num(c, b, "attention_factor", false, &attn)) || (st = hf_rope_num(c, b, "mscale", false, &ms)) ||
+        if ((st = hf_rope_num(c, b, "beta_fast", false, &fast)) ||
+            (st = hf_rope_num(c, b, "beta_slow", false, &slow)) ||
+            (st = hf_rope_num(c, b, "attention_factor", false, &attn)) ||
+            (st = hf_rope_num(c, b, "mscale", false, &ms)) ||
             (st = hf_rope_num(c, b, "mscale_all_dim", false, &ms_all)))
             return st;
         sc->beta_fast = fast ? (float)fast : 32; /* transformers: `or 32`, `or 1` */
@@ -1230,7 +1233,8 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             goto done;
         const cJSON *rp = hf_get(&v, "rope_parameters", false), *th = cJSON_IsObject(rp) ?
             cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") : NULL;
-        if (cJSON_IsNumber(th) && th->valuedouble > 0 && th->valuedouble <= FLT_MAX) cfg->rope_theta = (float)th->valuedouble;
+        if (cJSON_IsNumber(th) && th->valuedouble > 0 && th->valuedouble <= FLT_MAX)
+            cfg->rope_theta = (float)th->valuedouble;
         const cJSON *fa = hf_get(&v, "fullatt_block_indexes", false);
         static const int def_full[] = {7, 15, 23, 31};
         if (!fa) {
@@ -1276,8 +1280,8 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     const bool vit_l = vc == NULL;
     const cJSON *fl = hf_get(&top, "vision_feature_layer", false);
     if (fl && !cJSON_IsNumber(fl)) {
-        st = err_set(KVF_ERR_UNSUPPORTED, "%s: vision_feature_layer must be one integer (several layers are not supported)",
-                     file);
+        st = err_set(KVF_ERR_UNSUPPORTED,
+                     "%s: vision_feature_layer must be one integer (several layers are not supported)", file);
         goto done;
     }
     if ((st = hf_int(&v, "hidden_size", false, false, vit_l ? 1024 : 768, &cfg->hidden_size)) ||

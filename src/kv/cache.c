@@ -54,8 +54,9 @@ enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type) {
     const enum dtype t = kv_types[type].type;
     const size_t row = dtype_row_bytes(t, c->head_dim);
     if (row == 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "KV cache type %s needs a head dimension that is a multiple of %d (the model's is %d)",
-                       name, dtype_get(t)->block, c->head_dim);
+        return err_set(KVF_ERR_UNSUPPORTED,
+                       "KV cache type %s needs a head dimension that is a multiple of %d (the model's is %d)", name,
+                       dtype_get(t)->block, c->head_dim);
     if (c->bytes != 0) return err_set(KVF_ERR_INTERNAL, "kv cache: type changed while holding entries");
     c->type = t;
     c->row_bytes = row;
@@ -109,7 +110,9 @@ static void head_move(const struct kv_cache *c, struct kv_head *h, int to, int f
     memmove((uint8_t *)h->k + to * row, (uint8_t *)h->k + from * row, (size_t)len * row);
     memmove((uint8_t *)h->v + to * row, (uint8_t *)h->v + from * row, (size_t)len * row);
     memmove(h->tag + to, h->tag + from, (size_t)len * sizeof *h->tag);
-    if (h->acc) memmove(h->acc + (size_t)to * KV_ACC_N, h->acc + (size_t)from * KV_ACC_N, (size_t)len * KV_ACC_N * sizeof(float));
+    if (h->acc)
+        memmove(h->acc + (size_t)to * KV_ACC_N, h->acc + (size_t)from * KV_ACC_N,
+                (size_t)len * KV_ACC_N * sizeof(float));
 }
 
 /* A head now holding its first n entries: storage is freed when empty, and
@@ -161,7 +164,8 @@ enum kvf_status kv_cache_fit(struct kv_cache *c) {
 enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
                               const struct kvf_tag *tag, const float *acc) {
     struct kv_head *h = kv_cache_head(c, layer, head);
-    if (h->cap || n < 0 || cap < n) return err_set(KVF_ERR_INTERNAL, "kv fill: %d entries in %d, head not empty", n, cap);
+    if (h->cap || n < 0 || cap < n)
+        return err_set(KVF_ERR_INTERNAL, "kv fill: %d entries in %d, head not empty", n, cap);
     if (cap == 0) return KVF_OK;
     enum kvf_status st = head_grow(c, h, cap);
     if (st != KVF_OK) return st;

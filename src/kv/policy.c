@@ -30,8 +30,8 @@ static const struct kv_rule budget_uniform = {"budget", "uniform", "every layer 
                                               {.alloc = KV_ALLOC_UNIFORM}, 0, NULL};
 static const struct kv_rule reduce_none = {"reduce", "none", "every vision token goes through every layer", "-", "", "",
                                            {.reduce = KV_REDUCE_NONE}, 0, NULL};
-static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in batches, evicted once it is all in", "-",
-                                             "", "", {.blocks = false}, 0, NULL};
+static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in batches, evicted once it is all in",
+                                             "-", "", "", {.blocks = false}, 0, NULL};
 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
@@ -59,7 +59,8 @@ static const struct {
 } stages[STAGE_COUNT] = {
     [STAGE_REDUCE] = {"reduce", reduce_options, KV_REDUCE_COUNT, ""},
     [STAGE_SCHEDULE] = {"schedule", schedule_options, KV_SCHEDULE_COUNT, ""},
-    [STAGE_BUDGET] = {"budget", budget_options, KV_ALLOC_COUNT, "; a budget size goes in the preset: snapkv:budget=0.2"},
+    [STAGE_BUDGET] = {"budget", budget_options, KV_ALLOC_COUNT,
+                      "; a budget size goes in the preset: snapkv:budget=0.2"},
     [STAGE_POOL] = {"pool", pool_options, KV_POOL_COUNT, ""},
     [STAGE_DECODE] = {"decode", decode_options, KV_DECODE_COUNT, ""},
 };
@@ -401,7 +402,8 @@ static enum kvf_status parse_stage(char *item, const struct kv_rule *preset, str
         break;
     case STAGE_BUDGET:
         p->alloc = d->alloc, p->head_floor = d->head_floor;
-        if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online")) p->online = d->online, p->profile[0] = '\0';
+        if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online"))
+            p->online = d->online, p->profile[0] = '\0';
         break;
     case STAGE_POOL: p->pool = d->pool, p->width = d->width; break;
     case STAGE_DECODE: p->decode = d->decode; break;
@@ -496,7 +498,8 @@ enum kvf_status kv_policy_parse_budget(const char *spec, double budget, struct k
     if (!pr) {
         char names[512], items[512];
         return err_set(KVF_ERR_INVALID_ARG, "unknown kv policy '%s' (valid: %s; stages follow with +: %s)", buf,
-                       rule_names(presets, KV_METHOD_COUNT, ", ", names, sizeof names), stage_items(items, sizeof items));
+                       rule_names(presets, KV_METHOD_COUNT, ", ", names, sizeof names),
+                       stage_items(items, sizeof items));
     }
     struct kv_policy p;
     enum kvf_status st = parse_preset(pr, args, budget, &p);
@@ -510,7 +513,9 @@ enum kvf_status kv_policy_parse_budget(const char *spec, double budget, struct k
     return st;
 }
 
-enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) { return kv_policy_parse_budget(spec, 0, out); }
+enum kvf_status kv_policy_parse(const char *spec, struct kv_policy *out) {
+    return kv_policy_parse_budget(spec, 0, out);
+}
 
 enum kvf_status kvf_kv_policy_check(const char *spec) {
     struct kv_policy p;

@@ -184,8 +184,8 @@ struct kv_rule {
 #define KV_REDUCE_RULE(ID, name) extern const struct kv_rule kv_rule_reduce_##name;
 #include "kv/rules.def"
 /* Stage options defined next to their rules (the others are in policy.c). */
-extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive, kv_rule_budget_global,
-    kv_rule_schedule_blocks, kv_rule_pool_avg, kv_decode_rules[KV_DECODE_COUNT];
+extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive,
+    kv_rule_budget_global, kv_rule_schedule_blocks, kv_rule_pool_avg, kv_decode_rules[KV_DECODE_COUNT];
 
 const struct kv_rule *kv_rule_of(enum kv_method m);
 /* The reduce stage's option k ("none" for KV_REDUCE_NONE or out of range). */
@@ -308,8 +308,8 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const in
  * layers' even shares (kv_policy_keep_count). ratio[l]: the share of
  * seen[l] layer l keeps (1 when a layer sees nothing); gini as
  * kv_prefix_budgets'. */
-enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen, const int *sinks,
-                                 double *ratio, double *gini);
+enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen,
+                                 const int *sinks, double *ratio, double *gini);
 /* PrefixKV offline (profile=FILE): the layer ratios `kvfold profile`
  * wrote, {"model", "n_layer", "budget", "ratios": [n_layer shares in
  * (0, 1]], ...}, into ratio[n_layer]. The spec's budget must be the

@@ -253,7 +253,8 @@ static enum kvf_status reduce_step(const struct decoder *d, int l, int *n) {
     }
     /* The weights (ToMe's sizes) stay with their rows for the next step. */
     const int *mr = d->model->hp.mrope;
-    *n = reduce_apply(f->x, d->model->hp.n_embd, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into, *n, r->scratch);
+    *n = reduce_apply(f->x, d->model->hp.n_embd, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into,
+                      *n, r->scratch);
     return KVF_OK;
 }
 
@@ -330,8 +331,9 @@ enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n
     f->attn_scratch = mem_alloc(attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
     f->keys_cap = n_ctx;
     if (acc) f->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * n_ctx, sizeof(float)), ok &= f->acc_tmp != NULL;
-    enum kvf_status st = ok ? fwd_reserve(f, m, n_batch)
-                            : err_set(KVF_ERR_NOMEM, "out of memory for forward buffers (batch %d, ctx %d)", n_batch, n_ctx);
+    enum kvf_status st = ok
+        ? fwd_reserve(f, m, n_batch)
+        : err_set(KVF_ERR_NOMEM, "out of memory for forward buffers (batch %d, ctx %d)", n_batch, n_ctx);
     if (st != KVF_OK) fwd_free(f);
     return st;
 }

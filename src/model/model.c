@@ -50,17 +50,21 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
     if (hp->n_layer <= 0 || hp->n_layer > MAX_LAYERS || hp->n_embd <= 0 || hp->n_embd > MAX_DIM ||
         hp->n_head <= 0 || hp->n_head > MAX_DIM || hp->n_head_kv <= 0 || hp->n_ff <= 0 ||
         hp->n_ff > MAX_DIM || hp->n_vocab <= 0 || hp->n_vocab > (1 << 24))
-        return err_set(KVF_ERR_FORMAT, "hyper-parameters out of range (layers %d, embd %d, heads %d/%d, ff %d, vocab %d)",
-                       hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
+        return err_set(KVF_ERR_FORMAT,
+                       "hyper-parameters out of range (layers %d, embd %d, heads %d/%d, ff %d, vocab %d)", hp->n_layer,
+                       hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_ff, hp->n_vocab);
     if (hp->n_head % hp->n_head_kv != 0)
-        return err_set(KVF_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head, hp->n_head_kv);
+        return err_set(KVF_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d", hp->n_head,
+                       hp->n_head_kv);
     if (hp->head_dim <= 0) {
-        if (hp->n_embd % hp->n_head) return err_set(KVF_ERR_FORMAT, "embedding %d not divisible by %d heads", hp->n_embd, hp->n_head);
+        if (hp->n_embd % hp->n_head)
+            return err_set(KVF_ERR_FORMAT, "embedding %d not divisible by %d heads", hp->n_embd, hp->n_head);
         hp->head_dim = hp->n_embd / hp->n_head;
     }
     if (hp->head_dim > MAX_HEAD_DIM || hp->head_dim % 2)
         return err_set(KVF_ERR_UNSUPPORTED, "head dimension %d (must be even and <= %d)", hp->head_dim, MAX_HEAD_DIM);
-    if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "rms epsilon %g out of range", hp->norm_eps);
+    if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f))
+        return err_set(KVF_ERR_FORMAT, "rms epsilon %g out of range", hp->norm_eps);
     if (!(hp->rope_base > 1.0f && isfinite(hp->rope_base)) || !isfinite(hp->rope_base_local))
         return err_set(KVF_ERR_FORMAT, "rope base %g out of range", hp->rope_base);
     if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048;
@@ -103,8 +107,8 @@ static struct tensor_ref tensor_lookup(const struct tensor_src *src, const char 
     if (src->gguf) {
         const struct gguf_tensor *t = gguf_find_tensor(src->gguf, name);
         if (!t) return r;
-        r = (struct tensor_ref){true, t - src->gguf->tensors, t->type, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]},
-                                t->data, t->nbytes};
+        r = (struct tensor_ref){true, t - src->gguf->tensors, t->type, t->n_dims,
+                                {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, t->data, t->nbytes};
     } else {
         const struct st_tensor *t = st_find(src->st, name);
         if (!t) return r;
@@ -347,8 +351,10 @@ static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *sr
         if (gemma) {
             if ((st = weight_bind_vec(m, src, &L->q_norm, lname(b, sizeof b, lo, N_QN, l), hp->head_dim, true, nadd)) ||
                 (st = weight_bind_vec(m, src, &L->k_norm, lname(b, sizeof b, lo, N_KN, l), hp->head_dim, true, nadd)) ||
-                (st = weight_bind_vec(m, src, &L->post_attn_norm, lname(b, sizeof b, lo, N_POST_ATTN, l), E, true, nadd)) ||
-                (st = weight_bind_vec(m, src, &L->ffn_norm, lname(b, sizeof b, lo, N_GEMMA_FFN_NORM, l), E, true, nadd)) ||
+                (st = weight_bind_vec(m, src, &L->post_attn_norm, lname(b, sizeof b, lo, N_POST_ATTN, l), E, true,
+                                      nadd)) ||
+                (st = weight_bind_vec(m, src, &L->ffn_norm, lname(b, sizeof b, lo, N_GEMMA_FFN_NORM, l), E, true,
+                                      nadd)) ||
                 (st = weight_bind_vec(m, src, &L->post_ffn_norm, lname(b, sizeof b, lo, N_POST_FFN, l), E, true, nadd)))
                 return st;
             /* Five sliding-window layers, then one global (llama.cpp's swa pattern 6). */
@@ -413,7 +419,8 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
         gguf_number(f, k, &factor);
     }
     *sc = (struct rope_scaling){.type = ROPE_SCALING_NONE};
-    if (!type || !strcmp(type, "linear")) sc->type = factor != 0 && factor != 1 ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
+    if (!type || !strcmp(type, "linear"))
+        sc->type = factor != 0 && factor != 1 ? ROPE_SCALING_LINEAR : ROPE_SCALING_NONE;
     else if (!strcmp(type, "yarn")) sc->type = ROPE_SCALING_YARN;
     else if (strcmp(type, "none") != 0)
         return err_set(KVF_ERR_UNSUPPORTED, "%s.rope.scaling.type = '%.32s': not implemented (linear, yarn and "
@@ -436,7 +443,8 @@ static enum kvf_status gguf_rope_scaling(const struct gguf_file *f, const char *
     for (int i = 0; i < 3; i++) {
         snprintf(k, sizeof k, "%s.rope.scaling.%s", a, yarn_keys[i]);
         if (!gguf_find(f, k)) continue;
-        if (!gguf_number(f, k, &v) || !(v > 0 && v < 1e6)) return err_set(KVF_ERR_FORMAT, "'%s' is not a positive number", k);
+        if (!gguf_number(f, k, &v) || !(v > 0 && v < 1e6))
+            return err_set(KVF_ERR_FORMAT, "'%s' is not a positive number", k);
         *dst[i] = (float)v;
     }
     return KVF_OK;
@@ -578,7 +586,8 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
     free(bound);
     const float *ff = freq_factors.data;
     for (int i = 0; st == KVF_OK && ff && i < hp->head_dim / 2; i++)
-        if (!(ff[i] > 0 && isfinite(ff[i]))) st = err_set(KVF_ERR_FORMAT, "rope_freqs.weight[%d] is not a positive number", i);
+        if (!(ff[i] > 0 && isfinite(ff[i])))
+            st = err_set(KVF_ERR_FORMAT, "rope_freqs.weight[%d] is not a positive number", i);
     if (st == KVF_OK) rope_tables(m, ff);
     m->rope_freqs_given = ff != NULL;
     return st;
@@ -681,7 +690,8 @@ static enum kvf_status load_vocab(struct kvf_model *m, const char *path, bool di
 
 enum kvf_status model_require_weights(const struct kvf_model *m, const char *what) {
     if (m && m->vocab_only)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: the model was loaded with vocab_only (tokenizer only, no weights)", what);
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: the model was loaded with vocab_only (tokenizer only, no weights)",
+                       what);
     return KVF_OK;
 }
 
@@ -781,7 +791,8 @@ enum kvf_status kvf_tokenize(const struct kvf_model *m, const char *text, size_t
     if (!m || !n_tokens || (!text && len > 0) || n_max < 0 || (!tokens && n_max > 0))
         return err_set(KVF_ERR_INVALID_ARG, "kvf_tokenize: bad arguments");
     /* so that the id count fits in int32_t */
-    if (len >= (size_t)INT32_MAX) return err_set(KVF_ERR_INVALID_ARG, "kvf_tokenize: %zu bytes of text is too long", len);
+    if (len >= (size_t)INT32_MAX)
+        return err_set(KVF_ERR_INVALID_ARG, "kvf_tokenize: %zu bytes of text is too long", len);
     const int32_t r = tok_encode(m->tok, text, len, tokens, n_max, add_bos, parse_special);
     if (r == INT32_MIN) return KVF_ERR_NOMEM; /* the arguments are checked: out of memory (message set) */
     *n_tokens = r < 0 ? -r : r;
@@ -810,8 +821,9 @@ enum kvf_status kvf_chat_apply(const struct kvf_model *model, const char *name,
         const char *tmpl = tok_chat_template(model_tokenizer(model));
         name = chat_detect(tmpl);
         if (!name)
-            return err_set(KVF_ERR_UNSUPPORTED, "%s", tmpl ? "the model's chat template is not one of the built-in templates"
-                                                           : "the model has no chat template");
+            return err_set(KVF_ERR_UNSUPPORTED, "%s",
+                           tmpl ? "the model's chat template is not one of the built-in templates"
+                                : "the model has no chat template");
     }
     const int32_t r = chat_format(name, msgs, n_msgs, add_assistant_prefix, buf, len);
     if (r == INT32_MIN) return KVF_ERR_INVALID_ARG; /* chat_format set the message */

@@ -233,8 +233,9 @@ static enum kvf_status bind_layers(const struct vit_binder *b, struct vision_mod
              * shapes tell which: fc1 maps n_embd to n_ff. */
             int64_t ne[4];
             int nd;
-            const bool legacy = H == F || !tensor_shape(src, vname(n, sizeof n, "", "v.blk.%d.ffn_up.weight", l), ne, &nd) ||
-                                nd != 2 || ne[0] != H || ne[1] != F;
+            const bool legacy = H == F ||
+                !tensor_shape(src, vname(n, sizeof n, "", "v.blk.%d.ffn_up.weight", l), ne, &nd) || nd != 2 ||
+                ne[0] != H || ne[1] != F;
             fc1 = legacy ? "v.blk.%d.ffn_down.weight" : "v.blk.%d.ffn_up.weight";
             fc1_b = legacy ? "v.blk.%d.ffn_down.bias" : "v.blk.%d.ffn_up.bias";
             fc2 = legacy ? "v.blk.%d.ffn_up.weight" : "v.blk.%d.ffn_down.weight";
@@ -574,8 +575,8 @@ static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
             float *row = patches + (size_t)(gy * G + gx) * plen;
             for (int c = 0; c < 3; c++)
                 for (int y = 0; y < p; y++)
-                    memcpy(row + (size_t)(c * p + y) * p, pix + ((size_t)c * S + (size_t)gy * p + y) * S + (size_t)gx * p,
-                           sizeof(float) * p);
+                    memcpy(row + (size_t)(c * p + y) * p,
+                           pix + ((size_t)c * S + (size_t)gy * p + y) * S + (size_t)gx * p, sizeof(float) * p);
         }
     float *px = b->r.x + (v->has_cls ? H : 0);
     ops_matmul(&v->patch, patches, np, px, b->r.mm, nt);
@@ -632,8 +633,9 @@ enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_ima
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;
-    st = v->proj == VIT_PROJ_GEMMA3 ? image_preprocess_resize(img, v->image_size, v->image_size, IMAGE_BILINEAR, v->mean, v->std, b.pix)
-                                    : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
+    st = v->proj == VIT_PROJ_GEMMA3
+        ? image_preprocess_resize(img, v->image_size, v->image_size, IMAGE_BILINEAR, v->mean, v->std, b.pix)
+        : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
     if (st != KVF_OK) {
         vit_buf_free(&b);
         return st;

@@ -188,7 +188,8 @@ static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *
                 return st;
             for (int i = 0; i < 3; i++) {
                 q->w[i] = rows_of(&qkv, H, i);
-                q->b[i] = (struct weight){DT_F32, 1, H, sizeof(float) * (size_t)H, (const float *)qkv_b.data + i * H, false};
+                q->b[i] = (struct weight){ DT_F32, 1, H, sizeof(float) * (size_t)H, (const float *)qkv_b.data + i * H,
+                                           false };
             }
         } else if ((st = W(w[0], nm->q, H, H)) || (st = V(b[0], nm->q_b, H)) || (st = W(w[1], nm->k, H, H)) ||
                    (st = V(b[1], nm->k_b, H)) || (st = W(w[2], nm->v, H, H)) || (st = V(b[2], nm->v_b, H))) {

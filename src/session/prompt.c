@@ -177,7 +177,8 @@ enum kvf_status kvf_media_pseudo_image(const struct kvf_model *m, const char *te
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "no output");
     *out = NULL;
     if (!m || !text) return err_set(KVF_ERR_INVALID_ARG, "pseudo_image: NULL argument");
-    if (!(noise >= 0.0f && noise <= 100.0f)) return err_set(KVF_ERR_INVALID_ARG, "pseudo-image noise %g out of [0, 100]", noise);
+    if (!(noise >= 0.0f && noise <= 100.0f))
+        return err_set(KVF_ERR_INVALID_ARG, "pseudo-image noise %g out of [0, 100]", noise);
     struct kvf_media *md;
     enum kvf_status st = media_alloc(m, rows, cols, 0, KVF_MOD_IMAGE, &md);
     if (st != KVF_OK) return st;
@@ -270,7 +271,8 @@ static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_mo
     if ((st = kvf_tokenize(m, text, len, p->ids + p->n, need, add_bos, parse_special, &got)) != KVF_OK) return st;
     if (got != need) return err_set(KVF_ERR_INTERNAL, "tokenizer returned %d of %d ids", got, need);
     for (int i = 0; i < got; i++)
-        p->tags[p->n + i] = (struct kvf_tag){.pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
+        p->tags[p->n + i] =
+            (struct kvf_tag){ .pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1 };
     p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL, 0};
     p->n += got;
     return KVF_OK;
@@ -380,7 +382,8 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
             if (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))) return st;
         } else {
             if (used >= n_media)
-                return err_set(KVF_ERR_INVALID_ARG, "the prompt has more markers than the %d media items given", n_media);
+                return err_set(KVF_ERR_INVALID_ARG, "the prompt has more markers than the %d media items given",
+                               n_media);
             if (!media[used] || media[used]->modality != KVF_MOD_IMAGE)
                 return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is a video frame (use %s)",
                                n_markers, KVF_MARKER_IMAGE, used, KVF_MARKER_VIDEO);

@@ -41,7 +41,8 @@ void kvf_session_free(struct kvf_session *s) {
 enum kvf_status kvf_session_set_note(struct kvf_session *s, const char *text) {
     if (!s) return err_set(KVF_ERR_INVALID_ARG, "note: NULL session");
     const size_t n = text ? strlen(text) : 0;
-    if (n > SESSION_NOTE_MAX) return err_set(KVF_ERR_INVALID_ARG, "note: %zu bytes, over the %u allowed", n, SESSION_NOTE_MAX);
+    if (n > SESSION_NOTE_MAX)
+        return err_set(KVF_ERR_INVALID_ARG, "note: %zu bytes, over the %u allowed", n, SESSION_NOTE_MAX);
     char *copy = text ? strdup(text) : NULL;
     if (text && !copy) return err_set(KVF_ERR_NOMEM, "note: out of memory");
     free(s->note);
@@ -59,9 +60,9 @@ const char *kvf_session_kv_spec(const struct kvf_session *s) { return s ? s->spe
 static int qwin_rows(const struct kv_policy *p, const struct kvf_session_params *sp) {
     const bool window = kv_policy_needs_window(p);
     if (!window && sp->kv_gather <= 0) return 0;
-    int cap = p->window > 0 ? p->window
-              : kv_policy_scorer(p)->needs & KV_NEEDS_CROSS ? (int)floor(kv_policy_keep_count(p, sp->n_ctx) * p->recent + 0.5)
-                                                          : 0;
+    int cap = p->window > 0                           ? p->window
+        : kv_policy_scorer(p)->needs & KV_NEEDS_CROSS ? (int)floor(kv_policy_keep_count(p, sp->n_ctx) * p->recent + 0.5)
+                                                      : 0;
     if (p->blocks && p->evict == KV_SNAPKV) cap = KVF_MAX(cap, p->block_window);
     return KVF_MAX(cap, sp->kv_gather);
 }
@@ -78,7 +79,8 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->kv_type);
     if (st == KVF_OK) st = fwd_init(&s->fw, s->model, p->n_batch, p->n_ctx, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
-    if (st == KVF_OK) st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
+    if (st == KVF_OK)
+        st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
     const bool qstat = (kv_policy_scorer(pol)->needs & KV_NEEDS_QSTAT) || p->kv_gather > 0;
     if (st == KVF_OK) st = kv_qstat_init(&s->qstat, qstat ? hp->n_layer : 0, hp->n_head, hp->head_dim, pol->sinks);
     if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim, p->n_ctx);
@@ -123,7 +125,8 @@ enum kvf_status session_create(const struct kvf_model *m, const struct kvf_sessi
     const struct hparams *hp = &m->hp;
     if (p.n_ctx <= 0) p.n_ctx = KVF_MIN(hp->n_ctx_train, SESSION_MAX_CTX_DEFAULT);
     if (p.n_ctx > (1 << 24)) return err_set(KVF_ERR_INVALID_ARG, "n_ctx %d too large", p.n_ctx);
-    if (p.n_batch <= 0 || p.n_batch > 65536) return err_set(KVF_ERR_INVALID_ARG, "n_batch %d out of range [1, 65536]", p.n_batch);
+    if (p.n_batch <= 0 || p.n_batch > 65536)
+        return err_set(KVF_ERR_INVALID_ARG, "n_batch %d out of range [1, 65536]", p.n_batch);
     p.n_batch = KVF_MIN(p.n_batch, p.n_ctx);
     if (p.n_threads <= 0) p.n_threads = m->n_threads;
     if (p.n_threads > 1024) return err_set(KVF_ERR_INVALID_ARG, "n_threads %d out of range", p.n_threads);
@@ -280,7 +283,8 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     enum kvf_status st = kvf_session_init(src->model, &p, &s);
     if (st != KVF_OK) return st;
     if (!prefill_plain(s))
-        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)", kv_spec);
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)",
+                     kv_spec);
     else if (s->kv.has_acc && !src->kv.has_acc)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
     else if (kv_qstat_on(&s->qstat) && (!kv_qstat_on(&src->qstat) || src->qstat.first != s->qstat.first))
@@ -751,7 +755,8 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
 static enum kvf_status decode_maintain(struct kvf_session *s) {
     switch (s->policy.decode) {
     case KV_DECODE_GROW: return KVF_OK;
-    case KV_DECODE_RECOMPRESS: return ++s->cs.decode_steps % s->policy.every ? KVF_OK : session_evict(s, EVICT_COMPRESS);
+    case KV_DECODE_RECOMPRESS:
+        return ++s->cs.decode_steps % s->policy.every ? KVF_OK : session_evict(s, EVICT_COMPRESS);
     default: return session_evict(s, EVICT_DECODE);
     }
 }
@@ -767,7 +772,8 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
         if (!ss[i] || ss[i]->model != ss[0]->model)
             return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is NULL or of another model", i);
         for (int j = 0; j < i; j++)
-            if (ss[j] == ss[i]) return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is also session %d", i, j);
+            if (ss[j] == ss[i])
+                return err_set(KVF_ERR_INVALID_ARG, "decode_batch: session %d is also session %d", i, j);
         if (tokens[i] < 0 || tokens[i] >= ss[i]->model->hp.n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "decode_batch: token id %d out of range [0, %d)", tokens[i],
                            ss[i]->model->hp.n_vocab);

@@ -159,7 +159,8 @@ enum kvf_status kvf_session_save(const struct kvf_session *s, const char *path) 
     FILE *f = NULL;
     if (st == KVF_OK) {
         sprintf(tmp, "%s.tmp.%ld", path, (long)getpid());
-        if (!(f = fopen(tmp, "wb"))) st = err_set(KVF_ERR_IO, "session save: cannot create '%s': %s", tmp, strerror(errno));
+        if (!(f = fopen(tmp, "wb")))
+            st = err_set(KVF_ERR_IO, "session save: cannot create '%s': %s", tmp, strerror(errno));
     }
     if (f) {
         const bool ok = fwrite(buf, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
@@ -234,10 +235,13 @@ static enum kvf_status read_model(struct rd *r, const struct kvf_model *m) {
     const struct hparams *hp = &m->hp;
     const int32_t want[6] = {hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_vocab};
     if (strcmp(arch, m->arch_name) || memcmp(dims, want, sizeof dims) || digest != m->digest)
-        return err_set(KVF_ERR_UNSUPPORTED, "session file: made with another model (%s, %d layers of %d, %d heads, "
-                       "%d kv heads of %d, %d tokens, tensors %08x); this is %s (%d layers of %d, %d heads, %d kv heads "
-                       "of %d, %d tokens, tensors %08x)", arch, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
-                       digest, m->arch_name, want[0], want[1], want[2], want[3], want[4], want[5], m->digest);
+        return err_set(
+            KVF_ERR_UNSUPPORTED,
+            "session file: made with another model (%s, %d layers of %d, %d heads, "
+            "%d kv heads of %d, %d tokens, tensors %08x); this is %s (%d layers of %d, %d heads, %d kv heads "
+            "of %d, %d tokens, tensors %08x)",
+            arch, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], digest, m->arch_name, want[0], want[1], want[2],
+            want[3], want[4], want[5], m->digest);
     return KVF_OK;
 }
 
@@ -265,7 +269,8 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     if (r->short_read) return bad("truncated in its note");
     if (note_len < -1 || note_len > (int32_t)SESSION_NOTE_MAX) return bad("its note is out of range");
     const char *note = note_len >= 0 ? take(r, (size_t)note_len) : NULL;
-    if (note_len >= 0 && (!note || memchr(note, '\0', (size_t)note_len))) return bad("its note is cut short or holds a NUL");
+    if (note_len >= 0 && (!note || memchr(note, '\0', (size_t)note_len)))
+        return bad("its note is cut short or holds a NUL");
     const enum kvf_status st = session_create(m, &p, false, out);
     if (st != KVF_OK) {
         char why[512];
@@ -273,9 +278,11 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
         return err_set(st == KVF_ERR_INVALID_ARG ? KVF_ERR_FORMAT : st, "session file: its session: %s", why);
     }
     /* what session_create resolved must be what was saved */
-    if ((*out)->params.n_ctx != params[0] || (*out)->params.n_batch != params[1] || (*out)->params.kv_gather != params[3])
+    if ((*out)->params.n_ctx != params[0] || (*out)->params.n_batch != params[1] ||
+        (*out)->params.kv_gather != params[3])
         return bad("its context, batch or gathering are not those of a session");
-    if (note && !((*out)->note = strndup(note, (size_t)note_len))) return err_set(KVF_ERR_NOMEM, "session file: out of memory");
+    if (note && !((*out)->note = strndup(note, (size_t)note_len)))
+        return err_set(KVF_ERR_NOMEM, "session file: out of memory");
     return KVF_OK;
 }
 
@@ -297,7 +304,8 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
     /* tags_reserve's work: room for np positions */
     s->tags = malloc(sizeof *s->tags * (size_t)(np ? np : 1));
     s->toks = malloc(sizeof *s->toks * (size_t)(np ? np : 1));
-    if (hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0) s->rope_next = malloc(sizeof *s->rope_next * (size_t)(np ? np : 1));
+    if (hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0)
+        s->rope_next = malloc(sizeof *s->rope_next * (size_t)(np ? np : 1));
     if (!s->tags || !s->toks || (hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0 && !s->rope_next))
         return err_set(KVF_ERR_NOMEM, "session file: out of memory for %d positions", np);
     s->tags_cap = np ? np : 1;
@@ -334,8 +342,9 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
     cs->compressed = get_u8(r);
     cs->decode_steps = get_i32(r);
     cs->have_ratio = get_u8(r);
-    if (cs->n0 && (!get(r, cs->n0, sizeof *cs->n0 * (size_t)L * H) ||
-                   !get(r, cs->layer_ratio, sizeof(double) * (size_t)L) || !get(r, cs->layer_gini, sizeof(double) * (size_t)L)))
+    if (cs->n0 &&
+        (!get(r, cs->n0, sizeof *cs->n0 * (size_t)L * H) || !get(r, cs->layer_ratio, sizeof(double) * (size_t)L) ||
+         !get(r, cs->layer_gini, sizeof(double) * (size_t)L)))
         return bad("truncated in its compression state");
     if (r->short_read) return bad("truncated in its compression state");
     if (cs->decode_steps < 0) return bad("a negative count of decode steps");
@@ -400,9 +409,11 @@ enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *s
     uint32_t crc, version;
     memcpy(&crc, (const uint8_t *)src + size - sizeof crc, sizeof crc);
     memcpy(&version, (const uint8_t *)src + sizeof MAGIC, sizeof version);
-    if ((uint32_t)crc32_z(0, src, size - sizeof crc) != crc) return bad("its checksum does not match (corrupt or cut short)");
+    if ((uint32_t)crc32_z(0, src, size - sizeof crc) != crc)
+        return bad("its checksum does not match (corrupt or cut short)");
     if (version != STATE_VERSION)
-        return err_set(KVF_ERR_UNSUPPORTED, "session file: version %u; this kvfold reads version %d", version, STATE_VERSION);
+        return err_set(KVF_ERR_UNSUPPORTED, "session file: version %u; this kvfold reads version %d", version,
+                       STATE_VERSION);
     struct rd r = {src, size - sizeof crc, sizeof MAGIC + sizeof version, false};
     enum kvf_status st = read_model(&r, m);
     struct kvf_session *s = NULL;

@@ -87,7 +87,8 @@ static const char re_tiny_aya[] =
 /* \d{1,3}(?=(?:\d{3})*\b) with ASCII \d and \b; after the digits \b is
  * "no ASCII word character next". */
 static const char re_tiny_aya_digits[] = "[0-9]{1,3}(?=(?:[0-9]{3})*(?![0-9A-Za-z_]))";
-static const char re_youtu_cjk[] = "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+";
+static const char re_youtu_cjk[] =
+    "[가-힣ㄱ-ㆎ]+|[！…“”‘’—：；，、-〿︰-﹏]+|[ㄅ-ㄯ]+|[一-龥぀-ゟ゠-ヿ]+";
 /* deepseek-v3's and afmoe's \p{S} lacks '~' (see the top), so '~' may lead
  * a word and is not a symbol. */
 static const char re_deepseek3[] =
@@ -106,9 +107,11 @@ static const char re_kimi_k2[] =
  * alternative takes a tail without digits in one step instead of failing
  * from each of its positions. */
 static const char re_afmoe_digits[] = "\\P{N}*(?:\\p{N}{3}|\\p{N}{1,2})(?=(?:\\p{N}{3})*(?!\\p{N}))|\\P{N}+";
-static const char re_afmoe_cjk[] = "[一-鿿㐀-䶿\\x{F900}-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-힯ᄀ-ᇿ]+";
+static const char re_afmoe_cjk[] = "[一-鿿㐀-䶿\\x{F900}-﫿぀-ゟ゠-ヿ･-ﾟ⼀-⿟เ-๿຀-໿ក-៿က-႟ꩠ-ꩿꧠ-꧿가-"
+                                   "힯ᄀ-ᇿ]+";
 static const char re_deepseek_latin[] =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-\\x{1F7D}"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
+    "ὗὙὛὝὟ-\\x{1F7D}"
     "ᾀ-ᾴᾶ-ᾼ\\x{1FBE}ῂ-ῄῆ-ῌῐ-\\x{1FD3}ῖ-\\x{1FDB}ῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤ\\x{2126}ℨ\\x{212A}-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮ"
     "ⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲"
     "𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";

@@ -139,7 +139,8 @@ static void session_seeds(void) {
     struct kvf_model *m = NULL;
     struct kvf_media *pseudo = NULL;
     struct kvf_prompt *pr = NULL;
-    if (kvf_model_load(path, &mp, &m) != KVF_OK || kvf_media_pseudo_image(m, "a red square", 3, 4, 0.1f, 7, &pseudo) != KVF_OK ||
+    if (kvf_model_load(path, &mp, &m) != KVF_OK ||
+        kvf_media_pseudo_image(m, "a red square", 3, 4, 0.1f, 7, &pseudo) != KVF_OK ||
         kvf_prompt_init(m, "Look at <image> and say what the colour is.", (const struct kvf_media *const *)&pseudo, 1,
                         true, false, &pr) != KVF_OK) {
         fprintf(stderr, "make_seeds: session seeds: %s\n", kvf_last_error());
@@ -152,8 +153,9 @@ static void session_seeds(void) {
         uint8_t *buf = NULL;
         size_t n = 0;
         if (kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK ||
-            kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK || kvf_session_decode(s, 2) != KVF_OK ||
-            !(n = kvf_session_save_size(s)) || !(buf = malloc(n + 1)) || kvf_session_save_buffer(s, buf + 1, n) != KVF_OK) {
+            kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK ||
+            kvf_session_decode(s, 2) != KVF_OK || !(n = kvf_session_save_size(s)) || !(buf = malloc(n + 1)) ||
+            kvf_session_save_buffer(s, buf + 1, n) != KVF_OK) {
             fprintf(stderr, "make_seeds: session %s: %s\n", specs[i], kvf_last_error());
             exit(1);
         }

@@ -2,3 +2,8 @@
 # attn -> model -> session), and the CLI includes only kvfold.h.
 add_test(NAME layers COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/lint/layers.py ${CMAKE_SOURCE_DIR})
 set_tests_properties(layers PROPERTIES LABELS lint TIMEOUT 60)
+
+# Every C file follows .clang-format's layout rules (line length, indents,
+# whitespace).
+add_test(NAME style COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/lint/style.py ${CMAKE_SOURCE_DIR})
+set_tests_properties(style PROPERTIES LABELS lint TIMEOUT 60)

@@ -204,14 +204,29 @@ static int run_case(const struct kvf_model *m, const struct kvf_model_info *mi, 
 }
 
 static const char *const full_budget[] = {
-    "streaming:budget=1.0", "h2o:budget=1.0", "snapkv:budget=1.0", "pyramidkv:budget=1.0", "roco:budget=1.0",
-    "keydiff:budget=1.0", "knorm:budget=1.0", "random:budget=1.0", "imgrand:budget=1.0",
-    "snapkv:budget=1.0+decode=h2o", "knorm:budget=1.0+decode=recompress:every=2", "keydiff:budget=1.0+decode=fixed-distance",
-    "lookm:budget=1.0", "lookm:budget=1.0,merge=weighted,text_prior=0", "elastic:budget=1.0", "prefixkv:budget=1.0",
+    "streaming:budget=1.0",
+    "h2o:budget=1.0",
+    "snapkv:budget=1.0",
+    "pyramidkv:budget=1.0",
+    "roco:budget=1.0",
+    "keydiff:budget=1.0",
+    "knorm:budget=1.0",
+    "random:budget=1.0",
+    "imgrand:budget=1.0",
+    "snapkv:budget=1.0+decode=h2o",
+    "knorm:budget=1.0+decode=recompress:every=2",
+    "keydiff:budget=1.0+decode=fixed-distance",
+    "lookm:budget=1.0",
+    "lookm:budget=1.0,merge=weighted,text_prior=0",
+    "elastic:budget=1.0",
+    "prefixkv:budget=1.0",
     /* block-wise with a budget over the prompt, in blocks of the bulk batch (smaller blocks change
      * the batching, and with it the rounding of the matrix products) */
-    "csp:budget=1.0", "blockwise:budget=100000,block=512", "blockwise:budget=100000,block=image,evict=keydiff",
-    "blockwise:budget=100000,block=512,question=1", "h2o:budget=1.0+schedule=blocks:budget=100000,block=512",
+    "csp:budget=1.0",
+    "blockwise:budget=100000,block=512",
+    "blockwise:budget=100000,block=image,evict=keydiff",
+    "blockwise:budget=100000,block=512,question=1",
+    "h2o:budget=1.0+schedule=blocks:budget=100000,block=512",
 };
 
 /* Greedy decoding of n tokens under spec (NULL: full); logits [(n+1)][n_vocab]. */
@@ -238,7 +253,8 @@ static int run_logits(const struct kvf_model *m, int n_vocab, const struct kvf_p
 
 static int check_full_budget(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr) {
     const int n = 6;
-    float *want = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab), *got = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab);
+    float *want = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab),
+          *got = malloc(sizeof(float) * (size_t)(n + 1) * mi->n_vocab);
     int bad = !want || !got || run_logits(m, mi->n_vocab, pr, NULL, n, want);
     for (size_t i = 0; !bad && i < sizeof full_budget / sizeof *full_budget; i++) {
         bad = run_logits(m, mi->n_vocab, pr, full_budget[i], n, got);
@@ -293,11 +309,13 @@ int main(int argc, char **argv) {
         media[0] = img;
         if (st == KVF_OK) st = kvf_prompt_init(m, text, media, 1, true, false, &pr);
     }
-    int *n0 = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv), *n = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv);
+    int *n0 = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv),
+        *n = malloc(sizeof(int) * (size_t)mi.n_layer * mi.n_head_kv);
     int rc = !text || st != KVF_OK || !n0 || !n;
     if (rc) fprintf(stderr, "kv_bound: prompt: %s\n", kvf_last_error());
     if (!rc) rc = check_full_budget(m, &mi, short_pr);
-    for (size_t i = 0; !rc && i < sizeof cases / sizeof *cases; i++) rc |= run_case(m, &mi, pr, &cases[i], n_decode, n0, n);
+    for (size_t i = 0; !rc && i < sizeof cases / sizeof *cases; i++)
+        rc |= run_case(m, &mi, pr, &cases[i], n_decode, n0, n);
     free(n0);
     free(n);
     kvf_prompt_free(pr);

@@ -77,13 +77,15 @@ static int check_refused(const struct kvf_session *src, const char *spec, const 
     struct kvf_session *f = NULL;
     const enum kvf_status st = kvf_session_fork(src, spec, 0, &f);
     const int bad = st != KVF_ERR_UNSUPPORTED || f != NULL;
-    printf("%-48s %s  refused: %s (%s)\n", spec, bad ? "FAIL" : "ok  ", why, st == KVF_OK ? "accepted" : kvf_last_error());
+    printf("%-48s %s  refused: %s (%s)\n", spec, bad ? "FAIL" : "ok  ", why,
+           st == KVF_OK ? "accepted" : kvf_last_error());
     kvf_session_free(f);
     return bad;
 }
 
 /* A session prefilled with the prompt: spec, gathering `gather`. */
-static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec, int gather) {
+static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
+                                     int gather) {
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
@@ -109,7 +111,8 @@ static int check_copy(const struct kvf_model *m, const struct kvf_model_info *mi
         if (bad || step == N_DECODE - 1) break;
         const int32_t tok = step < 0 ? 0 : argmax(kvf_session_logits(own), mi->n_vocab);
         st = step == -2 ? kvf_session_compress(own) : kvf_session_decode(own, tok);
-        for (int c = 0; c < n && st == KVF_OK; c++) st = step == -2 ? kvf_session_compress(copy[c]) : kvf_session_decode(copy[c], tok);
+        for (int c = 0; c < n && st == KVF_OK; c++)
+            st = step == -2 ? kvf_session_compress(copy[c]) : kvf_session_decode(copy[c], tok);
         char when[48];
         snprintf(when, sizeof when, step == -2 ? "after compression" : "at decode step %d", step + 2);
         for (int c = 0; c < n && !bad; c++) bad |= st != KVF_OK || same_state(own, copy[c], mi, spec, when);
@@ -156,8 +159,9 @@ int main(int argc, char **argv) {
         rc |= check_refused(src2, "snapkv:budget=0.3,window=64", "64 queries wanted, 48 kept");
         rc |= check_refused(src2, "csp:budget=0.9", "csp's window is its recent entries");
     }
-    static const char *const staged[] = {"lightkv", "fastv:k=1", "snapkv:budget=0.3+reduce=tome",
-                                         "blockwise:budget=64,block=32", "h2o:budget=0.3+schedule=blocks:budget=64,block=32"};
+    static const char *const staged[] = { "lightkv", "fastv:k=1", "snapkv:budget=0.3+reduce=tome",
+                                          "blockwise:budget=64,block=32",
+                                          "h2o:budget=0.3+schedule=blocks:budget=64,block=32" };
     for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++) rc |= check_copy(m, &mi, pr, specs[i]);
     for (size_t i = 0; !rc && i < sizeof staged / sizeof *staged; i++) rc |= check_copy(m, &mi, pr, staged[i]);
     printf("%s\n", rc ? "FAIL" : "ok: every fork equals a prefill of its own, every copy its session");

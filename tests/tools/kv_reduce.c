@@ -136,7 +136,8 @@ static int real_model(const char *path) {
     }
     const int np = kvf_prompt_n_tokens(pr), n_text = np - 2 * 576, L = mi.n_layer;
     /* The default steps for 32 layers, scaled: round(12 L / 32), ... */
-    const int def[3] = {(int)floor(12.0 * L / 32 + 0.5), (int)floor(18.0 * L / 32 + 0.5), (int)floor(24.0 * L / 32 + 0.5)};
+    const int def[3] = { (int)floor(12.0 * L / 32 + 0.5), (int)floor(18.0 * L / 32 + 0.5),
+                         (int)floor(24.0 * L / 32 + 0.5) };
     const int halves[4] = {1152, 576, 288, 144};
     check_counts(m, &mi, pr, n_text, "lightkv", def, 3, halves);
     check_counts(m, &mi, pr, n_text, "tome", def, 3, halves);
@@ -178,8 +179,8 @@ static int real_model(const char *path) {
         differ += na != nb || memcmp(ta, tb, sizeof *ta * (size_t)na) != 0;
     }
     CHECK(differ > 0, "blockwise question=1 keeps the same entries as question=0 in every layer");
-    printf("%-44s %s  kept sets differ from question=0 in %d of %d layers\n", "blockwise:budget=256,block=64,question=1",
-           differ ? "ok  " : "FAIL", differ, L);
+    printf("%-44s %s  kept sets differ from question=0 in %d of %d layers\n",
+           "blockwise:budget=256,block=64,question=1", differ ? "ok  " : "FAIL", differ, L);
     kvf_session_free(a);
     kvf_session_free(b);
 
@@ -194,7 +195,8 @@ static int real_model(const char *path) {
     sp.kv_spec = "fastv";
     sp.n_ctx = np;
     float *all = malloc(sizeof(float) * (size_t)np * mi.n_vocab);
-    CHECK(all && kvf_session_init(m, &sp, &s) == KVF_OK && kvf_session_prefill_prompt(s, pr, all) == KVF_ERR_UNSUPPORTED,
+    CHECK(all && kvf_session_init(m, &sp, &s) == KVF_OK &&
+              kvf_session_prefill_prompt(s, pr, all) == KVF_ERR_UNSUPPORTED,
           "fastv: logits of every position after rows were removed: not refused");
     free(all);
     kvf_session_free(s);
@@ -227,7 +229,8 @@ static int llava(const char *gguf, const char *mmproj) {
     }
     const struct kvf_media *media[2] = {md[0], md[1]};
     struct kvf_prompt *pr = NULL;
-    if (st == KVF_OK) st = kvf_prompt_init(m, "USER: <image>\n<image>\nWhat changed? ASSISTANT:", media, 2, true, false, &pr);
+    if (st == KVF_OK)
+        st = kvf_prompt_init(m, "USER: <image>\n<image>\nWhat changed? ASSISTANT:", media, 2, true, false, &pr);
     if (st != KVF_OK) {
         fprintf(stderr, "kv_reduce: llava prompt: %s\n", kvf_last_error());
         return 1;
@@ -241,9 +244,11 @@ static int llava(const char *gguf, const char *mmproj) {
     for (size_t c = 0; c < sizeof same / sizeof *same; c++) {
         if (!(s = prefill(m, pr, same[c], NULL))) continue;
         double err = 0, scale = 0;
-        for (int v = 0; v < V; v++) err = fmax(err, fabs(kvf_session_logits(s)[v] - want[v])), scale = fmax(scale, fabs(want[v]));
+        for (int v = 0; v < V; v++)
+            err = fmax(err, fabs(kvf_session_logits(s)[v] - want[v])), scale = fmax(scale, fabs(want[v]));
         CHECK(err <= 1e-5 * scale, "%s: logits differ from the full cache's by %.3g (scale %.3g)", same[c], err, scale);
-        printf("%-44s %s  logits within %.2g of the full cache's\n", same[c], err <= 1e-5 * scale ? "ok  " : "FAIL", err / scale);
+        printf("%-44s %s  logits within %.2g of the full cache's\n", same[c], err <= 1e-5 * scale ? "ok  " : "FAIL",
+               err / scale);
         kvf_session_free(s);
     }
     /* One step after layer 1 of 2: 64 -> 32 per image (w=2: windows of 16). */

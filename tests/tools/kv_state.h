@@ -12,8 +12,10 @@
 /* What a session holds, for comparison: bytes, kept tags, merges, budgets. */
 static inline int same_state(const struct kvf_session *a, const struct kvf_session *b, const struct kvf_model_info *mi,
                       const char *spec, const char *when) {
-    if (kvf_session_kv_bytes(a) != kvf_session_kv_bytes(b) || kvf_session_kv_peak_bytes(a) != kvf_session_kv_peak_bytes(b) ||
-        kvf_session_kv_peak_entries(a) != kvf_session_kv_peak_entries(b) || kvf_session_n_past(a) != kvf_session_n_past(b)) {
+    if (kvf_session_kv_bytes(a) != kvf_session_kv_bytes(b) ||
+        kvf_session_kv_peak_bytes(a) != kvf_session_kv_peak_bytes(b) ||
+        kvf_session_kv_peak_entries(a) != kvf_session_kv_peak_entries(b) ||
+        kvf_session_n_past(a) != kvf_session_n_past(b)) {
         fprintf(stderr, "%s %s: bytes %zu / %zu, peak %zu / %zu, peak entries %d / %d\n", spec, when,
                 kvf_session_kv_bytes(a), kvf_session_kv_bytes(b), kvf_session_kv_peak_bytes(a),
                 kvf_session_kv_peak_bytes(b), kvf_session_kv_peak_entries(a), kvf_session_kv_peak_entries(b));
@@ -23,17 +25,19 @@ static inline int same_state(const struct kvf_session *a, const struct kvf_sessi
         double ra = 0, ga = 0, rb = 0, gb = 0;
         const bool ha = kvf_session_kv_layer_budget(a, l, &ra, &ga), hb = kvf_session_kv_layer_budget(b, l, &rb, &gb);
         if (ha != hb || ra != rb || (ga != gb && !(ga != ga && gb != gb))) {
-            fprintf(stderr, "%s %s: layer %d budget %.17g / %.17g, gini %.17g / %.17g\n", spec, when, l, ra, rb, ga, gb);
+            fprintf(stderr, "%s %s: layer %d budget %.17g / %.17g, gini %.17g / %.17g\n", spec, when, l, ra, rb, ga,
+                    gb);
             return 1;
         }
         for (int g = 0; g < mi->n_head_kv; g++) {
             int na, nb, ma, mb;
             const struct kvf_tag *ta = kvf_session_kv_tags(a, l, g, &na), *tb = kvf_session_kv_tags(b, l, g, &nb);
-            const struct kvf_kv_merge *xa = kvf_session_kv_merges(a, l, g, &ma), *xb = kvf_session_kv_merges(b, l, g, &mb);
+            const struct kvf_kv_merge *xa = kvf_session_kv_merges(a, l, g, &ma),
+                                      *xb = kvf_session_kv_merges(b, l, g, &mb);
             if (na != nb || (na && memcmp(ta, tb, sizeof *ta * (size_t)na)) || ma != mb ||
                 (ma && memcmp(xa, xb, sizeof *xa * (size_t)ma))) {
-                fprintf(stderr, "%s %s: layer %d head %d holds %d / %d entries, %d / %d merges\n", spec, when, l, g, na, nb,
-                        ma, mb);
+                fprintf(stderr, "%s %s: layer %d head %d holds %d / %d entries, %d / %d merges\n", spec, when, l, g, na,
+                        nb, ma, mb);
                 return 1;
             }
         }

@@ -66,15 +66,18 @@ static int check_heads(const struct ctx *c, const struct kvf_session *s, bool ex
             bool bad = n < lo || n > hi;
             for (int j = 0; j < n && !bad; j++) bad = t[j].pos != n_past - n + j;
             if (bad) {
-                fprintf(stderr, "%s: layer %d head %d holds %d entries (from position %d) after %d positions, not %d-%d "
-                        "latest\n", when, l, g, n, n ? t[0].pos : -1, n_past, lo, hi);
+                fprintf(stderr,
+                        "%s: layer %d head %d holds %d entries (from position %d) after %d positions, not %d-%d "
+                        "latest\n",
+                        when, l, g, n, n ? t[0].pos : -1, n_past, lo, hi);
                 return 1;
             }
         }
     return 0;
 }
 
-static int same_logits(const struct ctx *c, const struct kvf_session *a, const struct kvf_session *b, const char *when) {
+static int same_logits(const struct ctx *c, const struct kvf_session *a, const struct kvf_session *b,
+                       const char *when) {
     const float *la = kvf_session_logits(a), *lb = kvf_session_logits(b);
     if (la && lb && !memcmp(la, lb, sizeof(float) * (size_t)c->mi.n_vocab)) return 0;
     double most = 0;
@@ -92,8 +95,10 @@ static int check_full(const struct ctx *c) {
     char when[96];
     for (int i = 0; !bad && i < c->n; i += c->batch) {
         const int nb = c->n - i < c->batch ? c->n - i : c->batch;
-        bad = kvf_session_prefill(a, c->ids + i, nb, NULL) != KVF_OK || kvf_session_prefill(b, c->ids + i, nb, NULL) != KVF_OK ||
-              kvf_session_prefill(a2, c->ids + i, nb, NULL) != KVF_OK || kvf_session_prefill(a3, c->ids + i, nb, NULL) != KVF_OK;
+        bad = kvf_session_prefill(a, c->ids + i, nb, NULL) != KVF_OK ||
+            kvf_session_prefill(b, c->ids + i, nb, NULL) != KVF_OK ||
+            kvf_session_prefill(a2, c->ids + i, nb, NULL) != KVF_OK ||
+            kvf_session_prefill(a3, c->ids + i, nb, NULL) != KVF_OK;
         snprintf(when, sizeof when, "full, prompt pass at %d", i);
         bad = bad || check_heads(c, a, false, when);
     }
@@ -108,7 +113,9 @@ static int check_full(const struct ctx *c) {
                 kvf_session_kv_full_bytes(a), kvf_session_kv_bytes(b), kvf_session_kv_full_bytes(b));
         bad = 1;
     }
-    if (!bad) printf("full: %zu KV bytes after the prompt, %zu with every entry\n", kvf_session_kv_bytes(a), kvf_session_kv_bytes(b));
+    if (!bad)
+        printf("full: %zu KV bytes after the prompt, %zu with every entry\n", kvf_session_kv_bytes(a),
+               kvf_session_kv_bytes(b));
     const int n0 = kvf_session_n_past(a);
     for (int t = 0; !bad && t < N_DECODE; t++) {
         const int32_t tok = argmax(kvf_session_logits(b), c->mi.n_vocab), toks[2] = {tok, tok};
@@ -128,8 +135,8 @@ static int check_full(const struct ctx *c) {
         const enum kvf_status st = kvf_session_truncate(a, back - 1);
         if (back > n_past - 32 || back <= n0 || st != KVF_ERR_UNSUPPORTED || kvf_session_n_past(a) != n_past ||
             kvf_session_kv_bytes(a) != bytes) {
-            fprintf(stderr, "full: back to %d of %d (prompt %d); truncate to %d gave %s (n_past %d)\n", back, n_past, n0,
-                    back - 1, kvf_status_str(st), kvf_session_n_past(a));
+            fprintf(stderr, "full: back to %d of %d (prompt %d); truncate to %d gave %s (n_past %d)\n", back, n_past,
+                    n0, back - 1, kvf_status_str(st), kvf_session_n_past(a));
             bad = 1;
         }
         bad = bad || kvf_session_truncate(a, back) != KVF_OK || kvf_session_truncate(b, 3) != KVF_OK ||
@@ -184,9 +191,10 @@ static int check_policy(const struct ctx *c, const char *spec, int windowed, int
                 int n;
                 const struct kvf_tag *t0 = kvf_session_kv_tags(s, l, g, &n);
                 if ((windowed >= 0 && n > windowed) || (n > 0 && t0[0].pos <= n_past - c->mi.sliding_window)) {
-                    fprintf(stderr, "%s: decode step %d: layer %d head %d holds %d entries from position %d (budget %d, "
-                            "window from %d)\n", spec, t, l, g, n, n ? t0[0].pos : -1, windowed,
-                            n_past - c->mi.sliding_window + 1);
+                    fprintf(stderr,
+                            "%s: decode step %d: layer %d head %d holds %d entries from position %d (budget %d, "
+                            "window from %d)\n",
+                            spec, t, l, g, n, n ? t0[0].pos : -1, windowed, n_past - c->mi.sliding_window + 1);
                     bad = 1;
                 }
             }
@@ -237,8 +245,9 @@ int main(int argc, char **argv) {
     /* The passage, repeated, to N_PROMPT tokens. */
     int32_t *ids = malloc(sizeof *ids * (size_t)c.n), n_text = 0;
     int32_t *piece = malloc(sizeof *piece * (strlen(text) + 2));
-    int bad = !ids || !piece || kvf_tokenize(m, text, strlen(text), piece, (int32_t)strlen(text) + 2, false, false, &n_text) != KVF_OK ||
-              n_text < 1 || c.mi.sliding_window < 2;
+    int bad = !ids || !piece ||
+        kvf_tokenize(m, text, strlen(text), piece, (int32_t)strlen(text) + 2, false, false, &n_text) != KVF_OK ||
+        n_text < 1 || c.mi.sliding_window < 2;
     for (int i = 0; !bad && i < c.n; i++) ids[i] = i == 0 && c.mi.bos >= 0 ? c.mi.bos : piece[i % n_text];
     c.ids = ids;
     if (bad) fprintf(stderr, "kv_swa: no prompt, or a model without a sliding window (%d)\n", c.mi.sliding_window);
@@ -249,7 +258,8 @@ int main(int argc, char **argv) {
     }
     bad = bad || check_full(&c);
     bad |= !bad && check_policy(&c, "knorm:budget=0.5", keep_count(0.5, W - 1), keep_count(0.5, c.n), 0, 0, false);
-    bad |= !bad && check_policy(&c, "h2o:budget=0.3+decode=h2o", keep_count(0.3, W - 1), keep_count(0.3, c.n), 0, 8, true);
+    bad |=
+        !bad && check_policy(&c, "h2o:budget=0.3+decode=h2o", keep_count(0.3, W - 1), keep_count(0.3, c.n), 0, 8, true);
     bad |= !bad && check_policy(&c, "keydiff:budget=0.3+decode=fixed-distance", keep_count(0.3, W - 1),
                                 keep_count(0.3, c.n), 0, 8, true);
     /* merges, then a growing cache whose window moves past the entries merged into */

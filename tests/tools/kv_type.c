@@ -57,7 +57,9 @@ static enum kvf_status run(const struct kvf_model *m, int n_vocab, const int32_t
 
 /* Bytes of one cache entry: key and value rows, tag, statistics. */
 static size_t entry_bytes(enum kvf_kv_type t, int head_dim, bool stats) {
-    const size_t row = t == KVF_KV_F32 ? 4 * (size_t)head_dim : t == KVF_KV_F16 ? 2 * (size_t)head_dim : (size_t)head_dim / 32 * 34;
+    const size_t row = t == KVF_KV_F32 ? 4 * (size_t)head_dim
+        : t == KVF_KV_F16              ? 2 * (size_t)head_dim
+                                       : (size_t)head_dim / 32 * 34;
     return 2 * row + sizeof(struct kvf_tag) + (stats ? 3 * sizeof(float) : 0);
 }
 
@@ -169,8 +171,8 @@ int main(int argc, char **argv) {
                "prompt positions (%.4f, limit %.4f), %d/%d decode steps; kv %zu bytes = %.4f x f32 (%zu with "
                "statistics = %.4f x)%s\n",
                kvf_kv_type_name(type), ok ? "ok  " : "FAIL", err_prompt, tol[t], err_decode, dtol, agree, n_prompt,
-               share, top1_min[t], agree_decode, n_decode, bytes[t], (double)bytes[t] / (double)bytes[0],
-               stat_bytes[t], (double)stat_bytes[t] / (double)stat_bytes[0], bytes_ok ? "" : " (bytes not those of the rows)");
+               share, top1_min[t], agree_decode, n_decode, bytes[t], (double)bytes[t] / (double)bytes[0], stat_bytes[t],
+               (double)stat_bytes[t] / (double)stat_bytes[0], bytes_ok ? "" : " (bytes not those of the rows)");
         rc |= !ok;
     }
     free(scratch);

@@ -97,7 +97,8 @@ static int check_truncate(const struct kvf_model *m, const struct kvf_model_info
     for (int l = 0; !bad && l < mi->n_layer; l++)
         for (int g = 0; g < mi->n_head_kv; g++) {
             int na, nb;
-            const struct kvf_tag *ta = kvf_session_kv_tags(turn, l, g, &na), *tb = kvf_session_kv_tags(fresh, l, g, &nb);
+            const struct kvf_tag *ta = kvf_session_kv_tags(turn, l, g, &na),
+                                 *tb = kvf_session_kv_tags(fresh, l, g, &nb);
             bad |= na != nb || memcmp(ta, tb, sizeof *ta * (size_t)na);
         }
     /* compressed, then cut */

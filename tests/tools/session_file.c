@@ -23,10 +23,20 @@
 #define N_DECODE 5
 
 static const char *const specs[] = {
-    "full", "snapkv:budget=0.3", "snapkv:budget=0.2+decode=h2o", "lookm:budget=0.3", "elastic:budget=0.3",
-    "snapkv:budget=0.2+budget=adaptive+decode=h2o", "streaming:budget=24+decode=window", "prefixkv:budget=0.3",
-    "csp:budget=0.1", "expected:budget=0.3", "kvzip:budget=0.3,chunk=16", "keydiff:budget=0.25+decode=recompress:every=3",
-    "lightkv", "h2o:budget=0.3+schedule=blocks:budget=64,block=32",
+    "full",
+    "snapkv:budget=0.3",
+    "snapkv:budget=0.2+decode=h2o",
+    "lookm:budget=0.3",
+    "elastic:budget=0.3",
+    "snapkv:budget=0.2+budget=adaptive+decode=h2o",
+    "streaming:budget=24+decode=window",
+    "prefixkv:budget=0.3",
+    "csp:budget=0.1",
+    "expected:budget=0.3",
+    "kvzip:budget=0.3,chunk=16",
+    "keydiff:budget=0.25+decode=recompress:every=3",
+    "lightkv",
+    "h2o:budget=0.3+schedule=blocks:budget=64,block=32",
 };
 
 static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
@@ -105,7 +115,8 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
         free(buf);
         bad = !loaded[1];
     }
-    bad |= bad || same_state(own, loaded[1], mi, spec, "loaded after compression") || same_history(own, loaded[1], spec);
+    bad |=
+        bad || same_state(own, loaded[1], mi, spec, "loaded after compression") || same_history(own, loaded[1], spec);
     if (!bad) bad = decode_all(mi, own, loaded, 2, spec, N_DECODE, "loaded after compression");
     printf("%-52s %-4s %s  %zu bytes saved\n", spec, kvf_kv_type_name(type), bad ? "FAIL" : "ok  ",
            own ? kvf_session_save_size(own) : (size_t)0);

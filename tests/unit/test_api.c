@@ -154,7 +154,8 @@ static void test_from_embd_media_equals_prefill_embd(void **state) {
     assert_true(kvf_media_encode_ms(md) == 0.0);
     struct kvf_prompt *pr = NULL;
     const struct kvf_media *const list[] = { md };
-    assert_int_equal(kvf_prompt_init(model, "Colours: " KVF_MARKER_IMAGE " Name them.", list, 1, true, false, &pr), KVF_OK);
+    assert_int_equal(kvf_prompt_init(model, "Colours: " KVF_MARKER_IMAGE " Name them.", list, 1, true, false, &pr),
+                     KVF_OK);
     assert_false(kvf_prompt_is_synthetic(pr));
     const int n = kvf_prompt_n_tokens(pr);
     const struct kvf_tag *pt = kvf_prompt_tags(pr);
@@ -337,7 +338,8 @@ static void test_build_info(void **state) {
     (void)state;
     const char *b = kvf_build_info();
     assert_non_null(b);
-    assert_int_equal(strncmp(b, "kvfold " KVF_VERSION_STRING " (git ", strlen("kvfold " KVF_VERSION_STRING " (git ")), 0);
+    assert_int_equal(strncmp(b, "kvfold " KVF_VERSION_STRING " (git ", strlen("kvfold " KVF_VERSION_STRING " (git ")),
+                     0);
     assert_int_equal(b[strlen(b) - 1], ')');
     assert_ptr_equal(b, kvf_build_info()); /* static */
 }

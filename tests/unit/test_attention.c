@@ -40,7 +40,8 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
                 const bool vis = p->bidirectional || (kp <= qpos[i] && (p->window == 0 || qpos[i] - kp < p->window));
                 if (!vis) { s[j] = -INFINITY; continue; }
                 double dot = 0;
-                for (int c = 0; c < d; c++) dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * gk[(size_t)j * d + c];
+                for (int c = 0; c < d; c++)
+                    dot += (double)q[(size_t)i * p->n_head * d + h * d + c] * gk[(size_t)j * d + c];
                 s[j] = dot * p->scale;
                 mx = s[j] > mx ? s[j] : mx;
             }
@@ -186,7 +187,11 @@ static void test_nsoftmax(void **st) {
 }
 
 /* Vision encoders: every query sees every key, the first ones included. */
-static void test_bidirectional(void **st) { (void)st; check_mode(4, 4, 12, 65, 65, 0, 2, true, KVF_KV_F32); check_mode(3, 3, 8, 40, 40, 0, 1, true, KVF_KV_F32); }
+static void test_bidirectional(void **st) {
+    (void)st;
+    check_mode(4, 4, 12, 65, 65, 0, 2, true, KVF_KV_F32);
+    check_mode(3, 3, 8, 40, 40, 0, 1, true, KVF_KV_F32);
+}
 
 /* Every statistic against the full attention matrix in double: A[h][i][j]
  * (softmax and n-softmax), folded into kv heads as the mean of their query
@@ -257,7 +262,8 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
                 if (i >= n_q - W) {
                     r[ATTN_STAT_WIN * A] += w * a;
                     r[ATTN_STAT_WIN_NSM * A] += w * nsm;
-                    r[(tags[j].modality == qtag[i].modality ? ATTN_STAT_WIN_NSM_SELF : ATTN_STAT_WIN_NSM_CROSS) * A] += w * nsm;
+                    r[(tags[j].modality == qtag[i].modality ? ATTN_STAT_WIN_NSM_SELF : ATTN_STAT_WIN_NSM_CROSS) * A] +=
+                        w * nsm;
                 }
             }
         }
@@ -265,7 +271,8 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
     }
     for (size_t e = 0; e < (size_t)ATTN_STAT_N * n_head_kv * stride; e++)
         if (!(fabs(arrays[e] - ref[e]) <= 1e-4 * fmax(1.0, fabs(ref[e])))) /* NaN fails too */
-            fail_msg("statistic %zu (array %zu): %g vs naive %g", e, e / ((size_t)n_head_kv * stride), arrays[e], ref[e]);
+            fail_msg("statistic %zu (array %zu): %g vs naive %g", e, e / ((size_t)n_head_kv * stride), arrays[e],
+                     ref[e]);
     free(k); free(v); free(tags); free(pos); free(q); free(out); free(arrays); free(scratch); free(ref); free(x);
     kv_cache_free(&c);
 }
@@ -275,7 +282,11 @@ static void check_stats(int n_head, int n_head_kv, int d, int n_ctx, int n_q, in
 }
 
 static void test_stats_mha(void **st) { (void)st; check_stats(4, 4, 16, 70, 70, 0, 2); }
-static void test_stats_gqa(void **st) { (void)st; check_stats(6, 2, 8, 100, 65, 0, 2); check_stats(4, 1, 8, 45, 45, 0, 1); }
+static void test_stats_gqa(void **st) {
+    (void)st;
+    check_stats(6, 2, 8, 100, 65, 0, 2);
+    check_stats(4, 1, 8, 45, 45, 0, 1);
+}
 static void test_stats_decode(void **st) {
     (void)st;
     check_stats(4, 2, 16, 50, 1, 0, 2);
@@ -327,7 +338,8 @@ static void test_cache_bytes(void **st) {
     assert_int_equal(c.bytes, 0);
     assert_int_equal(kv_cache_reserve(&c, 1, 20), KVF_OK);
     size_t expect = 0;
-    for (int g = 0; g < 3; g++) expect += (size_t)kv_cache_head(&c, 1, g)->cap * (2 * 8 * sizeof(float) + sizeof(struct kvf_tag));
+    for (int g = 0; g < 3; g++)
+        expect += (size_t)kv_cache_head(&c, 1, g)->cap * (2 * 8 * sizeof(float) + sizeof(struct kvf_tag));
     assert_int_equal(c.bytes, expect);
     assert_true(kv_cache_head(&c, 1, 0)->cap >= 20);
     kv_cache_clear(&c);
@@ -345,7 +357,9 @@ static void test_cache_keep(void **st) {
     float k[40 * 2 * 8], v[40 * 2 * 8];
     struct kvf_tag tags[40];
     for (int i = 0; i < n * H * d; i++) { k[i] = (float)i; v[i] = -(float)i; }
-    for (int i = 0; i < n; i++) tags[i] = (struct kvf_tag){.pos = 100 + i, .modality = (int16_t)(i % 2), .media = 3, .row = (int16_t)i, .col = 1};
+    for (int i = 0; i < n; i++)
+        tags[i] =
+            (struct kvf_tag){ .pos = 100 + i, .modality = (int16_t)(i % 2), .media = 3, .row = (int16_t)i, .col = 1 };
     assert_int_equal(kv_cache_reserve(&c, 0, n), KVF_OK);
     kv_cache_append(&c, 0, k, v, tags, n);
     const int keep[] = {0, 3, 4, 17, 39};
@@ -451,11 +465,15 @@ static void test_cache_types(void **st) {
                 float kmax = 0, vmax = 0;
                 for (int e = 0; e < 32; e++) kmax = fmaxf(kmax, fabsf(ks[e])), vmax = fmaxf(vmax, fabsf(vs[e]));
                 for (int e = 0; e < 32; e++) {
-                    const double ktol = all[t] == KVF_KV_F32 ? 0 : all[t] == KVF_KV_F16 ? fabs(ks[e]) / 2048 + 1e-7 : kmax / 127 * 0.5001;
-                    const double vtol = all[t] == KVF_KV_F32 ? 0 : all[t] == KVF_KV_F16 ? fabs(vs[e]) / 2048 + 1e-7 : vmax / 127 * 0.5001;
+                    const double ktol = all[t] == KVF_KV_F32 ? 0
+                        : all[t] == KVF_KV_F16               ? fabs(ks[e]) / 2048 + 1e-7
+                                                             : kmax / 127 * 0.5001;
+                    const double vtol = all[t] == KVF_KV_F32 ? 0
+                        : all[t] == KVF_KV_F16               ? fabs(vs[e]) / 2048 + 1e-7
+                                                             : vmax / 127 * 0.5001;
                     if (fabs(kr[b + e] - ks[e]) > ktol || fabs(vr[b + e] - vs[e]) > vtol)
-                        fail_msg("%s entry %d dim %d: %g/%g stored as %g/%g", kvf_kv_type_name(all[t]), j, b + e, ks[e], vs[e],
-                                 kr[b + e], vr[b + e]);
+                        fail_msg("%s entry %d dim %d: %g/%g stored as %g/%g", kvf_kv_type_name(all[t]), j, b + e, ks[e],
+                                 vs[e], kr[b + e], vr[b + e]);
                 }
             }
         }
@@ -472,7 +490,8 @@ static void test_cache_types(void **st) {
         assert_int_equal(h->cap, 6);
         for (int i = 0; i < 6; i++) {
             assert_memory_equal((const uint8_t *)h->k + i * c.row_bytes, before + 2 * i * c.row_bytes, c.row_bytes);
-            assert_memory_equal((const uint8_t *)h->v + i * c.row_bytes, before + (2 * i + 1) * c.row_bytes, c.row_bytes);
+            assert_memory_equal((const uint8_t *)h->v + i * c.row_bytes, before + (2 * i + 1) * c.row_bytes,
+                                c.row_bytes);
             assert_int_equal(h->tag[i].pos, 10 + keep[i]);
             assert_true(h->acc[i * KV_ACC_N + KV_ACC_SUM] == (float)keep[i]);
         }
@@ -534,12 +553,24 @@ static void test_cache_type_errors(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mha), cmocka_unit_test(test_gqa), cmocka_unit_test(test_decode_row),
-        cmocka_unit_test(test_window), cmocka_unit_test(test_window_freed), cmocka_unit_test(test_nsoftmax), cmocka_unit_test(test_bidirectional), cmocka_unit_test(test_stats_mha), cmocka_unit_test(test_stats_gqa),
-        cmocka_unit_test(test_stats_decode), cmocka_unit_test(test_stats_window), cmocka_unit_test(test_stats_repeatable),
+        cmocka_unit_test(test_mha),
+        cmocka_unit_test(test_gqa),
+        cmocka_unit_test(test_decode_row),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_window_freed),
+        cmocka_unit_test(test_nsoftmax),
+        cmocka_unit_test(test_bidirectional),
+        cmocka_unit_test(test_stats_mha),
+        cmocka_unit_test(test_stats_gqa),
+        cmocka_unit_test(test_stats_decode),
+        cmocka_unit_test(test_stats_window),
+        cmocka_unit_test(test_stats_repeatable),
         cmocka_unit_test(test_cache_bytes),
-        cmocka_unit_test(test_cache_keep), cmocka_unit_test(test_typed_attention), cmocka_unit_test(test_typed_stats),
-        cmocka_unit_test(test_cache_types), cmocka_unit_test(test_cache_type_errors),
+        cmocka_unit_test(test_cache_keep),
+        cmocka_unit_test(test_typed_attention),
+        cmocka_unit_test(test_typed_stats),
+        cmocka_unit_test(test_cache_types),
+        cmocka_unit_test(test_cache_type_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,8 @@ static void expect(const char *name, const struct kvf_chat_message *m, int n, bo
     int32_t r = -1;
     const enum kvf_status st = kvf_chat_apply(NULL, name, m, n, add, buf, (int32_t)sizeof buf, &r);
     if (st != KVF_OK || strcmp(buf, want) != 0)
-        print_error("template %s, %d messages:\n got: [%s]\nwant: [%s]\n", name, n, st == KVF_OK ? buf : "(error)", want);
+        print_error("template %s, %d messages:\n got: [%s]\nwant: [%s]\n", name, n, st == KVF_OK ? buf : "(error)",
+                    want);
     assert_int_equal(st, KVF_OK);
     assert_int_equal(r, (int32_t)strlen(want));
     assert_string_equal(buf, want);
@@ -59,7 +60,8 @@ static void test_gemma(void **state) {
            "assistant<end_of_turn>\n<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n");
     /* system with no user turn after it: kept as a user turn */
     const struct kvf_chat_message only_sys[] = { { "system", "Be brief." }, { "system", " Be kind. " } };
-    expect("gemma", only_sys, 2, true, "<start_of_turn>user\nBe brief.\n\nBe kind.<end_of_turn>\n<start_of_turn>model\n");
+    expect("gemma", only_sys, 2, true,
+           "<start_of_turn>user\nBe brief.\n\nBe kind.<end_of_turn>\n<start_of_turn>model\n");
 }
 
 static void test_llama2(void **state) {

@@ -70,7 +70,8 @@ static void test_parse(void **st) {
     /* Block-wise prefill. */
     assert_int_equal(kv_policy_parse("blockwise", &p), KVF_OK);
     assert_true(p.blocks && p.budget == 1024 && p.block == 256 && p.evict == KV_SNAPKV && kv_policy_needs_window(&p));
-    assert_int_equal(kv_policy_parse("blockwise:budget=512,block=image,evict=keydiff,first=2048+decode=h2o", &p), KVF_OK);
+    assert_int_equal(kv_policy_parse("blockwise:budget=512,block=image,evict=keydiff,first=2048+decode=h2o", &p),
+                     KVF_OK);
     assert_true(p.block == 0 && p.evict == KV_KEYDIFF && p.first == 2048 && p.decode == KV_DECODE_H2O &&
                 !kv_policy_needs_window(&p));
     assert_int_equal(kv_policy_parse("blockwise:budget=512,question=1", &p), KVF_OK);
@@ -81,7 +82,8 @@ static void test_parse(void **st) {
     assert_true(p.blocks && p.budget == 0.1 && p.window == 8 && p.block_budget == 300 && p.block_window == 16 &&
                 p.block == 0 && p.evict == KV_SNAPKV && p.kernel == 5);
     assert_int_equal(kv_policy_parse("h2o+schedule=blocks:evict=keydiff", &p), KVF_OK);
-    assert_true(p.blocks && p.budget == 0.2 && p.block_budget == 1024 && p.evict == KV_KEYDIFF && p.decode == KV_DECODE_H2O);
+    assert_true(p.blocks && p.budget == 0.2 && p.block_budget == 1024 && p.evict == KV_KEYDIFF &&
+                p.decode == KV_DECODE_H2O);
     /* Reduce stage: lists after a key continue over commas. */
     assert_int_equal(kv_policy_parse("lightkv:layers=3,5,9,windows=3,2,1,ratio=0.25", &p), KVF_OK);
     assert_true(p.reduce == KV_REDUCE_LIGHTKV && p.n_stages == 3 && p.stage_layer[2] == 9 && p.n_windows == 3 &&
@@ -105,15 +107,35 @@ static void test_parse(void **st) {
     assert_int_equal(kv_policy_parse("lightkv:layers=4,40,windows=2,1", &p), KVF_OK);
     assert_int_equal(kv_reduce_stages(&p, 30, lay, win), -1);
     assert_non_null(strstr(kvf_last_error(), "40"));
-    const char *bad_r[] = {"lightkv:layers=12,18", "lightkv:windows=2,1", "lightkv:layers=5,5,9", "lightkv:layers=0,4,8",
-                           "lightkv:layers=4,x,8", "lightkv:ratio=1.5", "fastv:k=0", "fastv:r=-0.1", "tome:windows=2",
-                           "lightkv+schedule=blocks", "blockwise+reduce=fastv", "snapkv:question=1",
-                           "blockwise:evict=keydiff,question=1", "h2o+schedule=blocks:budget=0.5", "lightkv:layers=",
-                           "h2o+schedule=blocks:kernel=3", "h2o+schedule=blocks:question=1,evict=keydiff",
-                           "kvzip+decode=h2o", "kvzip+decode=recompress", "kvzip+schedule=blocks:budget=64",
-                           "kvzip+reduce=fastv", "keydiff+budget=global+decode=window", "elastic+budget=global",
-                           "csp+budget=global", "full+budget=global", "expected:future=0", "kvzip:chunk=0",
-                           "expected:chunk=8", "kvzip:future=8"};
+    const char *bad_r[] = { "lightkv:layers=12,18",
+                            "lightkv:windows=2,1",
+                            "lightkv:layers=5,5,9",
+                            "lightkv:layers=0,4,8",
+                            "lightkv:layers=4,x,8",
+                            "lightkv:ratio=1.5",
+                            "fastv:k=0",
+                            "fastv:r=-0.1",
+                            "tome:windows=2",
+                            "lightkv+schedule=blocks",
+                            "blockwise+reduce=fastv",
+                            "snapkv:question=1",
+                            "blockwise:evict=keydiff,question=1",
+                            "h2o+schedule=blocks:budget=0.5",
+                            "lightkv:layers=",
+                            "h2o+schedule=blocks:kernel=3",
+                            "h2o+schedule=blocks:question=1,evict=keydiff",
+                            "kvzip+decode=h2o",
+                            "kvzip+decode=recompress",
+                            "kvzip+schedule=blocks:budget=64",
+                            "kvzip+reduce=fastv",
+                            "keydiff+budget=global+decode=window",
+                            "elastic+budget=global",
+                            "csp+budget=global",
+                            "full+budget=global",
+                            "expected:future=0",
+                            "kvzip:chunk=0",
+                            "expected:chunk=8",
+                            "kvzip:future=8" };
     for (size_t i = 0; i < sizeof bad_r / sizeof *bad_r; i++)
         if (kv_policy_parse(bad_r[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", bad_r[i]);
     /* Stages after '+'. */
@@ -145,7 +167,8 @@ static void test_parse(void **st) {
         char spec[96];
         /* h2o decodes with its own rule, which a global budget does not keep: keydiff there */
         if (strcmp(info.stage, "preset"))
-            snprintf(spec, sizeof spec, "%s+%s=%s", strcmp(info.name, "global") ? "h2o" : "keydiff", info.stage, info.name);
+            snprintf(spec, sizeof spec, "%s+%s=%s", strcmp(info.name, "global") ? "h2o" : "keydiff", info.stage,
+                     info.name);
         else snprintf(spec, sizeof spec, "%s", info.name);
         assert_int_equal(kv_policy_parse(spec, &p), KVF_OK);
     }
@@ -368,8 +391,12 @@ static void test_registry(void **st) {
             if (strstr(kvf_last_error(), "unknown key")) fail_msg("%s: %s", spec, kvf_last_error());
         }
     }
-    const char *inexact[] = {"snapkv:budget=0.2,window kernel=0", "snapkv:windows=3", "snapkv:kern=3", "h2o:recent_=0.1",
-                             "fastv:k=2,ratio=0.5", "snapkv:budget=0.2+decode=h2o:sinks=2"};
+    const char *inexact[] = { "snapkv:budget=0.2,window kernel=0",
+                              "snapkv:windows=3",
+                              "snapkv:kern=3",
+                              "h2o:recent_=0.1",
+                              "fastv:k=2,ratio=0.5",
+                              "snapkv:budget=0.2+decode=h2o:sinks=2" };
     for (size_t i = 0; i < sizeof inexact / sizeof *inexact; i++) {
         if (kv_policy_parse(inexact[i], &p) != KVF_ERR_INVALID_ARG) fail_msg("'%s' was accepted", inexact[i]);
         assert_non_null(strstr(kvf_last_error(), "unknown key"));
@@ -578,7 +605,8 @@ static void test_decode_rules(void **st) {
         assert_int_equal(kv_select_keep(&c, 0, 0, score, n - evict, idx), KVF_OK);
         assert_int_equal(h->n, n - evict);
         for (int i = 0; i < n - evict; i++)
-            if (h->tag[i].pos != want[i]) fail_msg("evict %d: entry %d is %d, want %d", evict, i, h->tag[i].pos, want[i]);
+            if (h->tag[i].pos != want[i])
+                fail_msg("evict %d: entry %d is %d, want %d", evict, i, h->tag[i].pos, want[i]);
         kv_cache_free(&c);
     }
 }
@@ -610,7 +638,8 @@ static void test_merge(void **st) {
             for (int c2 = 0; c2 < nk; c2++) {
                 const int q = keep[c2];
                 double dot = 0, na = 0, nb = 0;
-                for (int e = 0; e < d; e++) dot += k0[j][e] * k0[q][e], na += k0[j][e] * k0[j][e], nb += k0[q][e] * k0[q][e];
+                for (int e = 0; e < d; e++)
+                    dot += k0[j][e] * k0[q][e], na += k0[j][e] * k0[j][e], nb += k0[q][e] * k0[q][e];
                 const double cs = dot / sqrt(na * nb);
                 const int dist = abs(j - q), bdist = best < 0 ? 1 << 30 : abs(j - keep[best]);
                 if (kinds[t] == KV_MERGE_POSITION ? dist < bdist : cs > bs) best = c2, bs = cs;
@@ -632,11 +661,13 @@ static void test_merge(void **st) {
         int got_into[23];
         assert_int_equal(kv_merge_head(&p, h, d, keep, nk, got_into), KVF_OK);
         for (int j = 0; j < n; j++)
-            if (!kept[j] && got_into[j] != into[j]) fail_msg("merge %d: entry %d went to %d, want %d", t, j, got_into[j], into[j]);
+            if (!kept[j] && got_into[j] != into[j])
+                fail_msg("merge %d: entry %d went to %d, want %d", t, j, got_into[j], into[j]);
         for (int c2 = 0; c2 < nk; c2++)
             for (int e = 0; e < d; e++) {
                 const int q = keep[c2];
-                const double wk = (k0[q][e] + want_k[c2][e]) / (1 + cnt[c2]), wv = (v0[q][e] + want_v[c2][e]) / (1 + cnt[c2]);
+                const double wk = (k0[q][e] + want_k[c2][e]) / (1 + cnt[c2]),
+                             wv = (v0[q][e] + want_v[c2][e]) / (1 + cnt[c2]);
                 assert_true(fabs(hk[q * d + e] - wk) < 1e-5 && fabs(hv[q * d + e] - wv) < 1e-5);
             }
         for (int j = 0; j < n; j++) /* evicted rows are left alone (compaction drops them) */
@@ -764,7 +795,8 @@ static void test_qstat(void **state) {
                 double c = 0;
                 for (int t = FIRST; t < N; t++) c += (q[t][h * D + a] - mu[a]) * (q[t][h * D + b] - mu[b]);
                 c /= N - FIRST;
-                if (!(fabs(cov[a * D + b] - c) < 1e-4 * fmax(1.0, fabs(c)))) fail_msg("cov[%d][%d] %g vs %g", a, b, cov[a * D + b], c);
+                if (!(fabs(cov[a * D + b] - c) < 1e-4 * fmax(1.0, fabs(c))))
+                    fail_msg("cov[%d][%d] %g vs %g", a, b, cov[a * D + b], c);
             }
         }
     }

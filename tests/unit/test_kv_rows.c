@@ -45,7 +45,8 @@ static void check_row(enum dtype t, int n, bool ref) {
     for (int i = 0; i < n; i++) {
         const double want = y0[i] + (double)a * wd[i];
         if (fabs(y[i] - want) > 1e-6 * (fabs(y0[i]) + fabs(a * wd[i])))
-            fail_msg("%s axpy, n=%d%s, i=%d: %.9g vs naive %.9g", dtype_get(t)->name, n, ref ? " (scalar)" : "", i, y[i], want);
+            fail_msg("%s axpy, n=%d%s, i=%d: %.9g vs naive %.9g", dtype_get(t)->name, n, ref ? " (scalar)" : "", i,
+                     y[i], want);
     }
     free(w), free(x), free(wd), free(y), free(y0), free(row);
 }

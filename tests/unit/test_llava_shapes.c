@@ -722,7 +722,10 @@ static void write_gemma3_4b(const char *path) {
         if (i < 4) snprintf(t, 24, "%s", (const char *[]){"<pad>", "<eos>", "<bos>", "<unk>"}[i]);
         else if (i < 4 + 256) snprintf(t, 24, "<0x%02X>", i - 4);
         else if (i == G4_BOI || i == G4_EOI || i == G4_SOFT)
-            snprintf(t, 24, "%s", i == G4_BOI ? "<start_of_image>" : i == G4_EOI ? "<end_of_image>" : "<image_soft_token>");
+            snprintf(t, 24, "%s",
+                     i == G4_BOI       ? "<start_of_image>"
+                         : i == G4_EOI ? "<end_of_image>"
+                                       : "<image_soft_token>");
         else snprintf(t, 24, "\xe2\x96\x81tok%d", i);
         tok[i] = t;
         scores[i] = i < 4 + 256 ? 0.0f : -(float)(i - 260);
@@ -855,7 +858,7 @@ static void test_gemma3_4b_gguf_mmproj(void **state) {
     /* 3.88 B (decoder, tied output) + 0.42 B (SigLIP so400m) + 2.9 M (projector). */
     const int64_t E = G4_E, H = S4_H;
     const int64_t dec_p = (int64_t)G4_V * E + E +
-                          G4_L * (4 * E + 2 * G4_HD + E * (G4_NH * G4_HD) * 2 + 2 * E * (G4_NKV * G4_HD) + 3 * E * G4_F);
+        G4_L * (4 * E + 2 * G4_HD + E * (G4_NH * G4_HD) * 2 + 2 * E * (G4_NKV * G4_HD) + 3 * E * G4_F);
     const int64_t vis_p = H * 3 * S4_P * S4_P + H + (int64_t)S4_G * S4_G * H +
                           S4_L * (4 * (H * H + H) + 4 * H + 2 * H * S4_F + S4_F + H) + 2 * H;
     assert_int_equal(in.n_params, dec_p + vis_p + H + H * E);
@@ -963,7 +966,8 @@ static void test_qwen25vl_7b_hf(void **state) {
         snprintf(n, sizeof n, "%s.%d.attn.proj.bias", b, l), st_push(&s, n, 1, H, 0, 0, 0);
         static const char *const mlp[] = {"gate_proj", "up_proj", "down_proj"};
         for (int k = 0; k < 3; k++) {
-            snprintf(n, sizeof n, "%s.%d.mlp.%s.weight", b, l, mlp[k]), st_push(&s, n, 2, k < 2 ? VF : H, k < 2 ? H : VF, 0, 0);
+            snprintf(n, sizeof n, "%s.%d.mlp.%s.weight", b, l, mlp[k]),
+                st_push(&s, n, 2, k < 2 ? VF : H, k < 2 ? H : VF, 0, 0);
             snprintf(n, sizeof n, "%s.%d.mlp.%s.bias", b, l, mlp[k]), st_push(&s, n, 1, k < 2 ? VF : H, 0, 0, 0);
         }
     }
@@ -994,11 +998,12 @@ static void test_qwen25vl_7b_hf(void **state) {
     assert_ok(kvf_model_load(dir, &np, &m));
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
-    print_message("    %s, %d layers x %d (heads %d/%d), vocab %d, %.3f B params, M-RoPE %d/%d/%d; vision %s, %d layers "
-                  "x %d, projector %s, up to %d tokens\n", in.arch, in.n_layer, in.n_embd, in.n_head, in.n_head_kv,
-                  in.n_vocab, (double)in.n_params / 1e9, in.rope_sections[0], in.rope_sections[1],
-                  in.rope_sections[2], in.vision_tower, in.vision_n_layer, in.vision_n_embd, in.vision_projector,
-                  in.image_tokens);
+    print_message(
+        "    %s, %d layers x %d (heads %d/%d), vocab %d, %.3f B params, M-RoPE %d/%d/%d; vision %s, %d layers "
+        "x %d, projector %s, up to %d tokens\n",
+        in.arch, in.n_layer, in.n_embd, in.n_head, in.n_head_kv, in.n_vocab, (double)in.n_params / 1e9,
+        in.rope_sections[0], in.rope_sections[1], in.rope_sections[2], in.vision_tower, in.vision_n_layer,
+        in.vision_n_embd, in.vision_projector, in.image_tokens);
     assert_string_equal(in.arch, "qwen2");
     assert_int_equal(in.n_layer, Q7_L);
     assert_int_equal(in.n_head_kv, Q7_NKV);

@@ -43,7 +43,8 @@ static void test_rouge_random(void **st) {
     unsigned x = 12345;
     for (int k = 0; k < 500; k++) {
         char a[40], b[40], wa[120], wb[120];
-        const int n = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 30, m = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 30;
+        const int n = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 30,
+                  m = 1 + (int)((x = x * 1103515245u + 12345u) >> 16) % 30;
         for (int i = 0; i < n; i++) a[i] = (char)('a' + ((x = x * 1103515245u + 12345u) >> 16) % 4);
         for (int i = 0; i < m; i++) b[i] = (char)('a' + ((x = x * 1103515245u + 12345u) >> 16) % 4);
         a[n] = b[m] = '\0';
@@ -87,7 +88,8 @@ static void test_milebench(void **st) {
     expect_normalised("3.14 is pi.", "3.14 is pi");           /* a period before a digit stays */
     expect_normalised(" 'Quoted'\n", "quoted");
     /* the package's sets: LCS "the cat the" counts {the, cat}: r = 2/5, p = 2/3 */
-    assert_true(fabs(metrics_mb_rouge_l("the cat the cat sat", "the cat sat on the mat") - 0.49999999531250006) < 1e-15);
+    assert_true(fabs(metrics_mb_rouge_l("the cat the cat sat", "the cat sat on the mat") - 0.49999999531250006) <
+                1e-15);
     const char *const opts[] = {"red", "blue"};
     char out[16];
     metrics_mb_choice("b blue", opts, 2, out, sizeof out);

@@ -81,7 +81,8 @@ static void matmul_case(enum dtype type, int n_tok, bool ilv) {
 
 static void test_matmul_all_types(void **st) {
     (void)st;
-    const enum dtype types[] = {DT_F32, DT_F16, DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    const enum dtype types[] = { DT_F32,  DT_F16,  DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1,
+                                 DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K };
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         matmul_case(types[i], 1, false);
         matmul_case(types[i], 5, false);
@@ -213,8 +214,8 @@ static void test_softmax(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rope), cmocka_unit_test(test_rope_freqs),
-        cmocka_unit_test(test_activations), cmocka_unit_test(test_softmax),
+        cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_freqs),       cmocka_unit_test(test_activations), cmocka_unit_test(test_softmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

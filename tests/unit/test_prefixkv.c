@@ -72,7 +72,8 @@ static void test_tolerance_and_bounds(void **st) {
     assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L, 0.5, keep, NULL, &p), KVF_OK);
     for (int l = 0; l < L; l++) assert_int_equal(keep[l], 1);
     assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L - 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L * N + 1, 0.5, keep, NULL, &p), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_prefix_budgets(&imp[0][0], L, N, NULL, NULL, L * N + 1, 0.5, keep, NULL, &p),
+                     KVF_ERR_INVALID_ARG);
     /* A floor: the steep layers, searched to a few entries, are raised to it and the flat one pays;
      * the total stays exact; a floor over the even share is refused, as is one below 1. */
     const int f15[L] = {15, 15, 15, 15}, f20[L] = {20, 20, 20, 20}, f21[L] = {21, 21, 21, 21}, f0[L] = {0, 1, 1, 1};

@@ -435,7 +435,8 @@ static void test_gemm(void **state) {
         for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
             const enum dtype ty = types[t];
             const int64_t n = lens[li];
-            const size_t wb = dtype_row_bytes(ty, n), ab = quant_gemm_act_bytes(ty, n), xb = quant_batch_row_bytes(ty, n);
+            const size_t wb = dtype_row_bytes(ty, n), ab = quant_gemm_act_bytes(ty, n),
+                         xb = quant_batch_row_bytes(ty, n);
             uint8_t *w = malloc(QUANT_TILE_ROWS * wb), *tile = malloc(quant_gemm_tile_bytes(ty, n));
             uint8_t *act = malloc(NX * ab), *x = malloc(NX * xb);
             float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(n * sizeof *wf), *xd = malloc(n * sizeof *xd);
@@ -503,9 +504,11 @@ static void test_ilv(void **state) {
         assert_true(quant_ilv_has(ty) == (simd_get() == SIMD_AVX512 && cpu_features().avx512vnni));
         for (size_t li = 0; li < sizeof lens / sizeof *lens && (kt ? lens_k : lens)[li]; li++) {
             const int64_t n = (kt ? lens_k : lens)[li];
-            const size_t wb = dtype_row_bytes(ty, n), ab = quant_ilv_act_bytes(ty, n), xb = quant_batch_row_bytes(ty, n);
+            const size_t wb = dtype_row_bytes(ty, n), ab = quant_ilv_act_bytes(ty, n),
+                         xb = quant_batch_row_bytes(ty, n);
             uint8_t *w = malloc(ROWS * wb), *ilv = malloc(ROWS * wb), *act = malloc(NX * ab), *x = malloc(NX * xb);
-            float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(ROWS * n * sizeof *wf), *mine = malloc(n * sizeof *mine);
+            float *xf = malloc(NX * n * sizeof *xf), *wf = malloc(ROWS * n * sizeof *wf),
+                  *mine = malloc(n * sizeof *mine);
             float out[NX * OS], ref[NX * OS];
             for (int j = 0; j < ROWS; j++)
                 rnd_row(ty, w + j * wb, n, 0);
@@ -715,7 +718,8 @@ static void test_attn_products(void **state) {
                         }
                         double e = 0, mag = 0;
                         for (int64_t t = 0; t < d; t++)
-                            e += (double)q[i * ldq + t] * k[j * d + t], mag += fabs((double)q[i * ldq + t] * k[j * d + t]);
+                            e += (double)q[i * ldq + t] * k[j * d + t],
+                                mag += fabs((double)q[i * ldq + t] * k[j * d + t]);
                         assert_true(fabs(sref[i * ld + j] - 0.125 * e) <= 0.125 * 1e-6 * mag * (double)d + 1e-30);
                     }
                 for (int i = 0; i < nq * (int)ldy; i++)
@@ -729,7 +733,8 @@ static void test_attn_products(void **state) {
                         }
                         double e = 0, mag = 0;
                         for (int j = 0; j < n; j++)
-                            e += (double)w[i * ld + j] * v[j * d + t], mag += fabs((double)w[i * ld + j] * v[j * d + t]);
+                            e += (double)w[i * ld + j] * v[j * d + t],
+                                mag += fabs((double)w[i * ld + j] * v[j * d + t]);
                         assert_true(fabs(want[i * ldy + t] - e) <= 1e-6 * mag * (n + 1) + 1e-30);
                     }
                 for (int l = 0; l < nl; l++) {
@@ -979,8 +984,9 @@ static void test_simd_levels(void **state) {
 
 /* quant_sigmoid_mul and quant_exp_sum at every level against double
  * references: within 4e-7 relative (expf's and the shared polynomial's
- * error; the sigmoid's argument, rounded in float, adds |z| ulp), 1e-30 absolute where the exact value underflows (inputs past
- * expf's range are clamped); NaN stays NaN, -inf's exp is exactly 0; and an
+ * error; the sigmoid's argument, rounded in float, adds |z| ulp), 1e-30
+ * absolute where the exact value underflows (inputs past expf's range are
+ * clamped); NaN stays NaN, -inf's exp is exactly 0; and an
  * element's value does not depend on the length of the call (vector or
  * tail). */
 static void test_exp_kernels(void **state) {
@@ -1092,15 +1098,27 @@ static void test_max_scale(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_q4_0_layout),         cmocka_unit_test(test_q4_K_layout),
-        cmocka_unit_test(test_q6_K_layout),         cmocka_unit_test(test_dequant_matches_ref),
-        cmocka_unit_test(test_dequant_f16_all_patterns), cmocka_unit_test(test_vec_dot),
-        cmocka_unit_test(test_vec_dot_rows),        cmocka_unit_test(test_quantize_levels),
-        cmocka_unit_test(test_f32_helpers),         cmocka_unit_test(test_quantize_error),
-        cmocka_unit_test(test_activation_sums),     cmocka_unit_test(test_fp16),
-        cmocka_unit_test(test_bf16),                cmocka_unit_test(test_dtype_table),
-        cmocka_unit_test(test_unknown_type_is_harmless), cmocka_unit_test(test_simd_levels), cmocka_unit_test(test_exp_kernels), cmocka_unit_test(test_max_scale),
-        cmocka_unit_test(test_gemm), cmocka_unit_test(test_attn_products), cmocka_unit_test(test_ilv),
+        cmocka_unit_test(test_q4_0_layout),
+        cmocka_unit_test(test_q4_K_layout),
+        cmocka_unit_test(test_q6_K_layout),
+        cmocka_unit_test(test_dequant_matches_ref),
+        cmocka_unit_test(test_dequant_f16_all_patterns),
+        cmocka_unit_test(test_vec_dot),
+        cmocka_unit_test(test_vec_dot_rows),
+        cmocka_unit_test(test_quantize_levels),
+        cmocka_unit_test(test_f32_helpers),
+        cmocka_unit_test(test_quantize_error),
+        cmocka_unit_test(test_activation_sums),
+        cmocka_unit_test(test_fp16),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_dtype_table),
+        cmocka_unit_test(test_unknown_type_is_harmless),
+        cmocka_unit_test(test_simd_levels),
+        cmocka_unit_test(test_exp_kernels),
+        cmocka_unit_test(test_max_scale),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_attn_products),
+        cmocka_unit_test(test_ilv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -231,7 +231,8 @@ static void test_groups(void **state) {
     add_grid(tag, &n, KVF_MOD_VIDEO, 0, 2, 2, NULL);  /* 17..20 */
     add_grid(tag, &n, KVF_MOD_VIDEO, 1, 2, 2, NULL);  /* 21..24 */
     add_text(tag, &n, 1);                              /* 25 */
-    const bool sparse[15] = {true, false, true, true, true, true, true, true, true, false, false, true, true, true, true};
+    const bool sparse[15] = { true, false, true,  true, true, true, true, true,
+                              true, false, false, true, true, true, true };
     add_grid(tag, &n, KVF_MOD_IMAGE, 2, 3, 5, sparse); /* 26..28: cells (0,1), (1,4), (2,0) */
     add_grid(tag, &n, KVF_MOD_IMAGE, 3, 2, 2, NULL);  /* 29..32 */
     add_grid(tag, &n, KVF_MOD_VIDEO, 0, 2, 2, NULL);  /* 33..36: another video's frame 0, right behind */
@@ -535,7 +536,8 @@ static void test_tome(void **state) {
         const int count = 30 + rndi(35), first = 1 + rndi(6), n = first + count + 3;
         const struct reduce_group g = {.first = first, .n = count, .rows = 1, .cols = count,
                                        .modality = round % 3 ? KVF_MOD_IMAGE : KVF_MOD_VIDEO, .media = round % 4};
-        float *metric = xmalloc(sizeof(float) * (size_t)(n * DIM)), *scratch = xmalloc(sizeof(float) * (size_t)(4 * count));
+        float *metric = xmalloc(sizeof(float) * (size_t)(n * DIM)),
+              *scratch = xmalloc(sizeof(float) * (size_t)(4 * count));
         int *rows = xmalloc(sizeof(int) * (size_t)count), *got = xmalloc(sizeof(int) * (size_t)n);
         int *want = xmalloc(sizeof(int) * (size_t)n);
         for (int i = 0; i < count; i++) rows[i] = first + i;
@@ -544,7 +546,8 @@ static void test_tome(void **state) {
             assert_true(attempt < 100);
             fill(metric, n * DIM);
             if (round % 4 == 3) /* exact ties on both sides */
-                for (int k = 0; k < 4; k++) duplicate(metric, DIM, rows, 2 * k, 2 * k + 8), duplicate(metric, DIM, rows, 1, 2 * k + 9);
+                for (int k = 0; k < 4; k++)
+                    duplicate(metric, DIM, rows, 2 * k, 2 * k + 8), duplicate(metric, DIM, rows, 1, 2 * k + 9);
             identity(want, n);
             if (ref_bipartite(metric, DIM, rows, count, ratio, want)) break;
         }

@@ -677,10 +677,12 @@ static void test_config_gemma3(void **state) {
     assert_float_equal(c.rope_local_base_freq, 1e4f, 0);
 
     /* layer_types that no period explains. */
-    assert_int_equal(load_config("{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 128,"
-                                 " \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"vocab_size\": 300,"
-                                 " \"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\"]}",
-                                 &c), KVF_ERR_UNSUPPORTED);
+    assert_int_equal(
+        load_config("{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                    " \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"vocab_size\": 300,"
+                    " \"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\"]}",
+                    &c),
+        KVF_ERR_UNSUPPORTED);
     assert_int_equal(load_config("{\"model_type\": \"gemma3_text\", \"hidden_size\": 64, \"intermediate_size\": 128,"
                                  " \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"vocab_size\": 300,"
                                  " \"layer_types\": [\"full_attention\"]}", &c), KVF_ERR_FORMAT);

@@ -202,9 +202,19 @@ static void test_chart(void **st) {
         {{.label = "tova", .n = 2, .x = xb, .y = yb}, {.label = "full", .n = 3, .x = xb, .y = yf, .reference = true}},
     };
     const struct svg_chart p3[3] = {
-        {.title = "panel one", .x_label = "budget", .y_label = "score", .series = s2[0], .n_series = 2, .unit_y = true},
-        {.title = "panel two", .x_label = "budget", .y_label = "score", .series = s2[1], .n_series = 2},
-        {.title = "panel three", .x_label = "budget", .y_label = "score", .log_y = true, .series = s2[0], .n_series = 2},
+        { .title = "panel one",
+          .x_label = "budget",
+          .y_label = "score",
+          .series = s2[0],
+          .n_series = 2,
+          .unit_y = true },
+        { .title = "panel two", .x_label = "budget", .y_label = "score", .series = s2[1], .n_series = 2 },
+        { .title = "panel three",
+          .x_label = "budget",
+          .y_label = "score",
+          .log_y = true,
+          .series = s2[0],
+          .n_series = 2 },
     };
     assert_int_equal(svg_line_charts(CHART, "three", NULL, p3, 3, err, sizeof err), 0);
     t = slurp(CHART);
@@ -212,7 +222,8 @@ static void test_chart(void **st) {
     assert_int_equal(count(t, "fill=\"none\" stroke=\"black\"/>"), 3);
     assert_int_equal(count(t, "<polyline"), 3 * 2);
     assert_int_equal(count(t, "<circle"), 3 + 3 + 2 + 3 + 3 + 3);
-    assert_int_equal(count(t, "<polyline fill=\"none\" stroke=\"#000000\" stroke-width=\"2\" stroke-dasharray=\"8 4\""), 3);
+    assert_int_equal(count(t, "<polyline fill=\"none\" stroke=\"#000000\" stroke-width=\"2\" stroke-dasharray=\"8 4\""),
+                     3);
     assert_int_equal(count(t, ">tova</text>"), 1);
     assert_int_equal(count(t, ">full</text>"), 1);
     assert_int_equal(count(t, ">score</text>"), 3);
@@ -254,9 +265,14 @@ static void test_chart(void **st) {
 
     /* one point; non-positive y on a log y axis; no series at all */
     const double yl[3] = {0, 1, 2};
-    const struct svg_series one = {.label = "one", .n = 1, .x = x, .y = y1}, logy = {.label = "ly", .n = 3, .x = x, .y = yl};
-    const struct svg_chart c1 = {.title = "one", .x_label = "x", .y_label = "y", .log_y = true, .series = &one, .n_series = 1};
-    const struct svg_chart cl = {.title = "ly", .x_label = "x", .y_label = "y", .log_y = true, .series = &logy, .n_series = 1};
+    const struct svg_series one = { .label = "one", .n = 1, .x = x, .y = y1 },
+                            logy = { .label = "ly", .n = 3, .x = x, .y = yl };
+    const struct svg_chart c1 = {
+        .title = "one", .x_label = "x", .y_label = "y", .log_y = true, .series = &one, .n_series = 1
+    };
+    const struct svg_chart cl = {
+        .title = "ly", .x_label = "x", .y_label = "y", .log_y = true, .series = &logy, .n_series = 1
+    };
     const struct svg_chart c0 = {.title = "none", .x_label = "x", .y_label = "y"};
     assert_int_equal(svg_line_charts(CHART, "one", NULL, &c1, 1, err, sizeof err), 0);
     t = slurp(CHART);

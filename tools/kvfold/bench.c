@@ -57,7 +57,8 @@ static void bench_defaults(struct args *a) {
 
 static int bench_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK,
+        OPT_MODEL,
+        OPT_NO_REPACK,
         OPT_INT_LIST(L_PROMPT),
         OPT_INT_LIST(L_GEN),
         { "--repetitions", "-r", OPT_INT, &a->reps, 1, 1000, "N", "timed runs of each test (default 3)" },
@@ -70,11 +71,14 @@ static int bench_opts(struct args *a, struct opt *out) {
         { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL,
           "print one JSON object on stdout: the model, every test (\"tests\") and the peak memory" },
         OPTS_MEDIA,
-        { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N", "add N synthetic 640x480 images (needs a vision tower)" },
-        { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "KV policy (repeatable: each runs every test; none: the "
+        { "--images", NULL, OPT_INT, &a->n_images, 0, 4096, "N",
+          "add N synthetic 640x480 images (needs a vision tower)" },
+        { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC",
+          "KV policy (repeatable: each runs every test; none: the "
           "full cache); tgN then decodes after a -p prompt compressed by it" },
         OPTS_KV_STORAGE,
-        { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "decode N sessions together (kvf_session_decode_batch); tg reports their total tokens/s (default 1)" },
+        { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N",
+          "decode N sessions together (kvf_session_decode_batch); tg reports their total tokens/s (default 1)" },
         OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);

@@ -82,8 +82,8 @@ void progress_update(struct progress *p, long done, const char *detail) {
         fmt_duration(left, sizeof left, (double)(p->total - done) / rate);
     char line[256];
     if (p->total > 0)
-        snprintf(line, sizeof line, "kvfold: %s: %ld/%ld %s (%.0f%%), %.1f %s/s, %s elapsed, %s left%s%s", p->label, done,
-                 p->total, p->unit, 100.0 * done / p->total, rate, p->unit, el, left, detail ? ": " : "",
+        snprintf(line, sizeof line, "kvfold: %s: %ld/%ld %s (%.0f%%), %.1f %s/s, %s elapsed, %s left%s%s", p->label,
+                 done, p->total, p->unit, 100.0 * done / p->total, rate, p->unit, el, left, detail ? ": " : "",
                  detail ? detail : "");
     else
         snprintf(line, sizeof line, "kvfold: %s: %ld %s, %.1f %s/s, %s elapsed%s%s", p->label, done, p->unit, rate,

@@ -121,42 +121,51 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
 /* llama.cpp's escape processing of -p, -sys and -r text (on by default). */
 #define OPTS_ESCAPE \
-    { "--escape", "-e", OPT_FLAG, &a->escape, 0, 0, NULL, "turn \\n \\r \\t \\\\ \\\" \\' \\xHH in -p, -sys and -r into what they name (default)" }, \
+    { "--escape", "-e", OPT_FLAG, &a->escape, 0, 0, NULL, \
+      "turn \\n \\r \\t \\\\ \\\" \\' \\xHH in -p, -sys and -r into what they name (default)" }, \
     { "--no-escape", NULL, OPT_FLAG, &a->no_escape, 0, 0, NULL, "take -p, -sys and -r text literally" }
 #define OPT_NO_PROGRESS { "--no-progress", NULL, OPT_FLAG, &a->no_progress, 0, 0, NULL, \
     "no updating progress line on a terminal: a line every few seconds at most, as in a pipe" }
 #define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
 /* How the KV cache stores entries: their type, and whether sliding-window layers keep all. */
-#define OPTS_KV_STORAGE { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
+#define OPTS_KV_STORAGE \
+    { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
     "how the KV cache stores keys and values: f32 (default), f16 or q8_0 (-ctk/-ctv: one type for both)" }, \
     { "--swa-full", NULL, OPT_FLAG, &a->swa_full, 0, 0, NULL, "sliding-window layers (Gemma 3) keep every entry, " \
       "not only their window (more memory; a conversation can then go back to any earlier position)" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
 #define OPT_PROMPT { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "input text" }
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }
-#define OPT_SYSTEM { "--system --system-prompt", "-sys", OPT_STR, &a->system, 0, 0, "TEXT", "system message (implies --chat)" }
+#define OPT_SYSTEM { "--system --system-prompt", "-sys", OPT_STR, &a->system, 0, 0, "TEXT", \
+    "system message (implies --chat)" }
 /* The vision tower: its file, and (llama.cpp's names) the tokens a Qwen2-VL / Qwen2.5-VL image may become. */
 #define OPTS_VISION \
-    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
+    { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", \
+      "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
     { "--image-min-tokens", NULL, OPT_INT, &a->image_min_tokens, 0, 1 << 20, "N", \
       "Qwen2-VL / Qwen2.5-VL: an image becomes at least N tokens (default: the model's)" }, \
     { "--image-max-tokens", NULL, OPT_INT, &a->image_max_tokens, 0, 1 << 20, "N", \
       "Qwen2-VL / Qwen2.5-VL: an image becomes at most N tokens (default: the model's)" }
-#define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
+#define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", \
+    "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 #define OPT_VIDEO_FPS { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \
     "frames a second the video frames were taken at (Qwen2.5-VL's time positions; default 2, " \
     "the rate Qwen's pipeline samples at)" }
 /* Multimodal input, shared by generate and bench. */
 #define OPTS_MEDIA \
     OPTS_VISION, \
-    { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", "image for the next <image> marker (repeatable)" }, \
-    { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", "video frame; consecutive frames fill one <video> marker" }, \
-    { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", "video as a directory of frame images (name order)" }, \
+    { "--image", NULL, OPT_MEDIA, a->media, MEDIA_IMAGE, 0, "FILE", \
+      "image for the next <image> marker (repeatable)" }, \
+    { "--frame", NULL, OPT_MEDIA, a->media, MEDIA_FRAME, 0, "FILE", \
+      "video frame; consecutive frames fill one <video> marker" }, \
+    { "--video", NULL, OPT_MEDIA, a->media, MEDIA_VIDEO_DIR, 0, "DIR", \
+      "video as a directory of frame images (name order)" }, \
     OPT_VIDEO_FPS, \
     { "--pseudo-image", NULL, OPT_MEDIA, a->media, MEDIA_PSEUDO, 0, "FILE:RxC", \
       "synthetic RxC image segment from the words of FILE (for text models)" }, \
     OPT_PSEUDO_NOISE, \
-    { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" }
+    { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", \
+      "reject images over M megapixels (default 64)" }
 
 /* An option's first name (lng may list aliases after it), for "%.*s". */
 #define NAME1(lng) (int)strcspn(lng, " "), lng
@@ -348,7 +357,8 @@ int prompt_make(const struct kvf_model *m, const char *text, const struct media_
     { "--seed", NULL, OPT_U64, &a->seed, 0, 0, "S", "random seed (default 42)" }, \
     { "--repeat-penalty", NULL, OPT_FLOAT, &a->repeat_penalty, 0, 100, "R", \
       "divide the logits of tokens among the last --repeat-last-n by R (default 1: off)" }, \
-    { "--repeat-last-n", NULL, OPT_INT, &a->repeat_last_n, 0, 1 << 20, "N", "tokens the repeat penalty looks back (default 64)" }, \
+    { "--repeat-last-n", NULL, OPT_INT, &a->repeat_last_n, 0, 1 << 20, "N", \
+      "tokens the repeat penalty looks back (default 64)" }, \
     { "--ignore-eos", NULL, OPT_FLAG, &a->ignore_eos, 0, 0, NULL, \
       "go on past the model's end-of-generation tokens (sampled as any other)" }, \
     { "--reverse-prompt --stop", "-r", OPT_LIST, &a->stops, 0, 0, "TEXT", \
@@ -364,8 +374,8 @@ int sampler_open(const struct args *a, struct kvf_sampler **out);
  * early when interrupted() (*stopped set; the positions in so far stay).
  * Policies that need the whole prompt in one pass run it in one call, from
  * the start. */
-int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, int first, const struct args *a, const char *what,
-                   bool *stopped);
+int prompt_prefill(struct kvf_session *s, const struct kvf_prompt *pr, int first, const struct args *a,
+                   const char *what, bool *stopped);
 /* One reply: sampled, streamed to stdout when stream, each token but the
  * last decoded into the session. */
 struct reply {

@@ -17,9 +17,11 @@ static void chat_defaults(struct args *a) { sampling_defaults(a, -1); }
 
 static int chat_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK,
+        OPT_MODEL,
+        OPT_NO_REPACK,
         { "--prompt", "-p", OPT_STR, &a->prompt, 0, 0, "TEXT", "the first message (then the conversation goes on)" },
-        OPT_SYSTEM, OPTS_ESCAPE,
+        OPT_SYSTEM,
+        OPTS_ESCAPE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME",
           "llama2, vicuna, chatml or gemma (default: the model's)" },
         OPTS_SAMPLING,
@@ -28,12 +30,15 @@ static int chat_opts(struct args *a, struct opt *out) {
           "positions the conversation may reach (default: the model's context, at most 8192)" },
         OPT_BATCH,
         OPTS_VISION,
-        { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M", "reject images over M megapixels (default 64)" },
+        { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M",
+          "reject images over M megapixels (default 64)" },
         OPT_VIDEO_FPS,
-        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy, applied after each prompt and while decoding, "
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC",
+          "KV cache policy, applied after each prompt and while decoding, "
           "e.g. snapkv:budget=0.2+decode=h2o (see kvfold policies)" },
         OPTS_KV_STORAGE,
-        { "--session", NULL, OPT_STR, &a->session_file, 0, 0, "FILE", "go on with the conversation saved in FILE "
+        { "--session", NULL, OPT_STR, &a->session_file, 0, 0, "FILE",
+          "go on with the conversation saved in FILE "
           "when it exists (its messages, cache and policy), and save the conversation there at the end" },
         OPT_NO_PROGRESS,
     };
@@ -360,7 +365,8 @@ static int chat_load(struct chat *c, const char *path) {
     bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_chat")) && cJSON_IsArray(msgs);
     const cJSON *x;
     cJSON_ArrayForEach(x, msgs) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role"), *content = cJSON_GetObjectItemCaseSensitive(x, "content");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role"),
+                    *content = cJSON_GetObjectItemCaseSensitive(x, "content");
         const char *r = cJSON_IsString(role) ? chat_role(role->valuestring) : NULL;
         ok = ok && r && cJSON_IsString(content) && chat_push(&next, r, strdup(content->valuestring));
     }

@@ -10,7 +10,11 @@ static void generate_defaults(struct args *a) { sampling_defaults(a, 128); }
 
 static int generate_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK, OPT_PROMPT, OPT_FILE, OPTS_ESCAPE,
+        OPT_MODEL,
+        OPT_NO_REPACK,
+        OPT_PROMPT,
+        OPT_FILE,
+        OPTS_ESCAPE,
         OPTS_SAMPLING,
         OPT_THREADS,
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 0, 1 << 24, "N",
@@ -25,10 +29,14 @@ static int generate_opts(struct args *a, struct opt *out) {
         { "--special", NULL, OPT_FLAG, &a->special, 0, 0, NULL, "parse special-token text in a raw prompt" },
         OPTS_MEDIA,
         { "--dump-tags", NULL, OPT_FLAG, &a->dump_tags, 0, 0, NULL, "print every prompt position's tag" },
-        { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE", "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
-        { "--session", "--prompt-cache", OPT_STR, &a->session_file, 0, 0, "FILE", "start from the session saved in FILE "
-          "as far as the prompt begins with its tokens, and save the compressed prompt there (llama.cpp's --prompt-cache)" },
-        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
+        { "--dump-kv", NULL, OPT_STR, &a->dump_kv, 0, 0, "FILE",
+          "write the positions each layer and kv head holds, after compression and at the end, as JSON" },
+        { "--session", "--prompt-cache", OPT_STR, &a->session_file, 0, 0, "FILE",
+          "start from the session saved in FILE "
+          "as far as the prompt begins with its tokens, and save the compressed prompt there (llama.cpp's "
+          "--prompt-cache)" },
+        { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC",
+          "KV cache policy after the prompt, e.g. snapkv:budget=0.2 "
           "(see kvfold policies)" },
         OPTS_KV_STORAGE,
         OPT_NO_PROGRESS,
@@ -148,8 +156,8 @@ static int gen_resume(struct gen *g) {
         kvf_session_free(s);
         k = 0;
     }
-    fprintf(stderr, "kvfold: generate: --session %s: %d of the prompt's %d positions were saved\n", g->a->session_file, k,
-            kvf_prompt_n_tokens(g->pr));
+    fprintf(stderr, "kvfold: generate: --session %s: %d of the prompt's %d positions were saved\n", g->a->session_file,
+            k, kvf_prompt_n_tokens(g->pr));
     return 0;
 }
 

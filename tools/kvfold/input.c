@@ -386,7 +386,8 @@ int samples_media(const char *cmd, const struct args *a, const struct kvf_model 
 
 int prompt_make(const struct kvf_model *m, const char *text, const struct media_set *ms, bool special,
                 struct kvf_prompt **out) {
-    enum kvf_status st = kvf_prompt_init(m, text, (const struct kvf_media *const *)ms->items, ms->n, true, special, out);
+    enum kvf_status st =
+        kvf_prompt_init(m, text, (const struct kvf_media *const *)ms->items, ms->n, true, special, out);
     if (st != KVF_OK)
         return fail(st, "prompt");
     if (kvf_prompt_n_tokens(*out) == 0) {

@@ -28,8 +28,8 @@ static void normalise(float *dst, const float *src, int d) {
 
 /* into[e], sim[e] for every evicted entry: the most similar kept key.
  * kept_rows: [n_keep][2][d] the kept keys and values as float32. */
-static enum kvf_status assign_cosine(const struct kv_head *h, int d, int n_keep, const char *kept, const float *kept_rows,
-                                     int *into, float *sim) {
+static enum kvf_status assign_cosine(const struct kv_head *h, int d, int n_keep, const char *kept,
+                                     const float *kept_rows, int *into, float *sim) {
     float *kn = malloc(sizeof(float) * (size_t)n_keep * d), *en = malloc(sizeof(float) * (size_t)MERGE_BLOCK * d);
     float *s = malloc(sizeof(float) * (size_t)MERGE_BLOCK * n_keep), *row = malloc(sizeof(float) * (size_t)d);
     int *ev = malloc(sizeof(int) * MERGE_BLOCK);
@@ -79,7 +79,8 @@ enum kvf_status kv_merge_head(const struct kv_policy *p, struct kv_head *h, int 
     /* [n_keep][2][d]: the kept keys and values, then the sums folded into them */
     float *rows = malloc(sizeof(float) * (size_t)n_keep * 2 * d), *sum = calloc((size_t)n_keep * 2 * d, sizeof(float));
     float *cnt = calloc((size_t)n_keep, sizeof(float));
-    enum kvf_status st = kept && sim && ev && rows && sum && cnt ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
+    enum kvf_status st =
+        kept && sim && ev && rows && sum && cnt ? KVF_OK : err_set(KVF_ERR_NOMEM, "merge: out of memory");
     for (int c = 0; st == KVF_OK && c < n_keep; c++) {
         kept[keep[c]] = 1, into[keep[c]] = c;
         kv_head_key_row(h, d, keep[c], rows + (size_t)c * 2 * d);

@@ -48,12 +48,13 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const in
         if (LEN(l) < 1 || LEN(l) > n)
             return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d has %d entries (of at most %d)", l, LEN(l), n);
         if (FLOOR(l) < 1 || FLOOR(l) > LEN(l))
-            return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d's floor of %d is not in [1, %d]", l, FLOOR(l), LEN(l));
+            return err_set(KVF_ERR_INVALID_ARG, "prefixkv: layer %d's floor of %d is not in [1, %d]", l, FLOOR(l),
+                           LEN(l));
         most += LEN(l), least += FLOOR(l);
     }
     if (n_layer <= 0 || total < n_layer || total > most)
-        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %ld in all", total,
-                       n_layer, most);
+        return err_set(KVF_ERR_INVALID_ARG, "prefixkv: %ld entries cannot be spread over %d layers of %ld in all",
+                       total, n_layer, most);
     if (least > total)
         return err_set(KVF_ERR_INVALID_ARG, "prefixkv: the layers' floors (%ld entries) exceed %ld", least, total);
     /* cum[l][k]: the share of layer l's importance in its k+1 most important entries. */
@@ -111,8 +112,8 @@ enum kvf_status kv_prefix_budgets(const float *imp, int n_layer, int n, const in
 #undef FLOOR
 }
 
-enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen, const int *sinks,
-                                 double *ratio, double *gini) {
+enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_policy *p, const int *seen,
+                                 const int *sinks, double *ratio, double *gini) {
     const int L = kv->n_layer, H = kv->n_head_kv;
     int n = 1;
     for (int l = 0; l < L; l++) n = KVF_MAX(n, kv->heads[(size_t)l * H].n);
@@ -125,7 +126,8 @@ enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_poli
         const int held = kv->heads[(size_t)l * H].n;
         for (int g = 1; g < H; g++)
             if (kv->heads[(size_t)l * H + g].n != held)
-                st = err_set(KVF_ERR_UNSUPPORTED, "prefixkv: heads hold different entry counts; search before any eviction");
+                st = err_set(KVF_ERR_UNSUPPORTED,
+                             "prefixkv: heads hold different entry counts; search before any eviction");
         /* A windowed layer's last entries are what it still sees. */
         lens[l] = KVF_MIN(held, seen[l]);
         empty += lens[l] == 0;
@@ -156,7 +158,8 @@ enum kvf_status kv_prefix_load_profile(const char *path, int n_layer, struct kv_
     cJSON *o = cJSON_ParseWithLength(buf, len);
     free(buf);
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
-    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"),
+                *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
     if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
         st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
     else if (nl->valuedouble != n_layer || cJSON_GetArraySize(r) != n_layer)

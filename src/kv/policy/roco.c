@@ -42,7 +42,8 @@ void kv_score_roco(const struct kv_score_in *in, float *score) {
     }
     for (int pass = 0; pass < 2; pass++)
         for (int j = 0; j < n && protected_n < protect; j++)
-            if (score[j] != INFINITY && (pass == 0 ? score[j] > cut : score[j] == cut)) score[j] = INFINITY, protected_n++;
+            if (score[j] != INFINITY && (pass == 0 ? score[j] > cut : score[j] == cut))
+                score[j] = INFINITY, protected_n++;
     for (int j = 0; j < n; j++) {
         const float *a = h->acc + (size_t)j * KV_ACC_N;
         if (score[j] != INFINITY) score[j] = a[KV_ACC_SUM] / (a[KV_ACC_COUNT] > 0 ? a[KV_ACC_COUNT] : 1.0f);

@@ -27,7 +27,8 @@ static void tome_metric(const struct reduce_view *v, struct reduce_state *r) {
 /* Merges weigh each row by the tokens it already stands for (its size). */
 static float *tome_step(const struct reduce_view *v, struct reduce_state *r, int step) {
     (void)step;
-    for (int g = 0; g < r->n_groups; g++) reduce_tome(r->metric, v->head_dim, &r->groups[g], r->ratio, r->into, r->scratch);
+    for (int g = 0; g < r->n_groups; g++)
+        reduce_tome(r->metric, v->head_dim, &r->groups[g], r->ratio, r->into, r->scratch);
     return r->size;
 }
 

@@ -46,34 +46,60 @@ static void eval_defaults(struct args *a) {
 
 static int eval_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS, OPTS_KV_STORAGE, OPTS_VISION,
-        { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC", "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
+        OPT_MODEL,
+        OPT_NO_REPACK,
+        OPT_JSON,
+        OPT_THREADS,
+        OPTS_KV_STORAGE,
+        OPTS_VISION,
+        { "--kv", NULL, OPT_LIST, &a->kvs, 0, 0, "SPEC",
+          "a KV policy to compare (repeatable; default: snapkv, h2o, streaming, lookm)" },
         { "--budgets", NULL, OPT_STR, &a->eval.budgets, 0, 0, "LIST", "budgets each --kv runs at (default 0.2,0.05)" },
-        { "--data", NULL, OPT_STR, &a->eval.data, 0, 0, "PATH", "consistency, needle: JSON lines {\"prompt\", \"media\", \"question\"} (needle: + \"answer\", \"kind\"; default: synthetic); milebench: MileBench's folder" },
+        { "--data", NULL, OPT_STR, &a->eval.data, 0, 0, "PATH",
+          "consistency, needle: JSON lines {\"prompt\", \"media\", \"question\"} (needle: + \"answer\", \"kind\"; "
+          "default: synthetic); milebench: MileBench's folder" },
         { "--question", NULL, OPT_STR, &a->eval.question, 0, 0, "WHERE",
           "with: the question ends the prompt the policy compresses (default); after: the context is compressed, "
           "then the question appended (kvpress's protocol, a chat's next message)" },
-        { "--tasks", NULL, OPT_STR, &a->eval.tasks, 0, 0, "LIST", "milebench: the tasks to run (default: every task under --data); ruler: of niah_single_1..3, niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (default all)" },
-        { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context); ruler: the length of a sample and its answer (default 4096)" },
-        { "--samples", NULL, OPT_INT, &a->eval.n_samples, 1, 100000, "N", "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
-        { "--words", NULL, OPT_STR, &a->eval.words, 0, 0, "FILE", "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
-        { "--haystack", NULL, OPT_STR, &a->eval.haystack, 0, 0, "FILE", "ruler: the essay haystack's text (default: made-up sentences)" },
-        { "--questions", NULL, OPT_INT, &a->eval.questions, 1, RULER_MAX_QUESTIONS, "N", "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the session copied per question (kvpress's questions=; default 1)" },
-        { "--dump-samples", NULL, OPT_STR, &a->eval.dump_samples, 0, 0, "FILE", "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", \"answers\"} (kvpress's fields; a line per question)" },
+        { "--tasks", NULL, OPT_STR, &a->eval.tasks, 0, 0, "LIST",
+          "milebench: the tasks to run (default: every task under --data); ruler: of niah_single_1..3, "
+          "niah_multikey_1..3, niah_multivalue, niah_multiquery, vt, cwe, fwe (default all)" },
+        { "--ctx-size --ctx", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N",
+          "milebench: prompts cut from the left to N tokens, as MileBench does (default: the model's context); ruler: "
+          "the length of a sample and its answer (default 4096)" },
+        { "--samples", NULL, OPT_INT, &a->eval.n_samples, 1, 100000, "N",
+          "samples per configuration (default 1; milebench: per task, default all; ruler: per task)" },
+        { "--words", NULL, OPT_STR, &a->eval.words, 0, 0, "FILE",
+          "ruler: words for keys and lists, one per line (default /usr/share/dict/words)" },
+        { "--haystack", NULL, OPT_STR, &a->eval.haystack, 0, 0, "FILE",
+          "ruler: the essay haystack's text (default: made-up sentences)" },
+        { "--questions", NULL, OPT_INT, &a->eval.questions, 1, RULER_MAX_QUESTIONS, "N",
+          "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the "
+          "session copied per question (kvpress's questions=; default 1)" },
+        { "--dump-samples", NULL, OPT_STR, &a->eval.dump_samples, 0, 0, "FILE",
+          "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", "
+          "\"answers\"} (kvpress's fields; a line per question)" },
         { "--n-predict", "-n", OPT_INT, &a->n_predict, 1, 4096, "N", "tokens generated per answer" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "seed of the synthetic data (default 1)" },
-        { "--segments", NULL, OPT_STR, &a->eval.segments, 0, 0, "LIST", "segments in the haystack (default 8; half text, half image)" },
+        { "--segments", NULL, OPT_STR, &a->eval.segments, 0, 0, "LIST",
+          "segments in the haystack (default 8; half text, half image)" },
         { "--depths", NULL, OPT_STR, &a->eval.depths, 0, 0, "LIST", "needle depths in [0, 1] (default 0.1,0.5,0.9)" },
-        { "--needle", NULL, OPT_STR, &a->eval.needle, 0, 0, "KIND", "text, image (inside a pseudo-image) or both (default text)" },
-        { "--segment-words", NULL, OPT_INT, &a->eval.seg_words, 1, 100000, "N", "words per text segment (default 120)" },
+        { "--needle", NULL, OPT_STR, &a->eval.needle, 0, 0, "KIND",
+          "text, image (inside a pseudo-image) or both (default text)" },
+        { "--segment-words", NULL, OPT_INT, &a->eval.seg_words, 1, 100000, "N",
+          "words per text segment (default 120)" },
         { "--grid", NULL, OPT_STR, &a->eval.grid, 0, 0, "RxC", "image segments: pseudo-image grid (default 12x12)" },
         OPT_PSEUDO_NOISE,
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "chat template (default: the model's)" },
-        { "--out", "-o", OPT_STR, &a->eval.out_dir, 0, 0, "DIR", "write results.jsonl (a row as each finishes), summary.md and summary.csv" },
-        { "--resume", NULL, OPT_FLAG, &a->eval.resume, 0, 0, NULL, "keep the rows of --out's results.jsonl and run only the missing ones" },
+        { "--out", "-o", OPT_STR, &a->eval.out_dir, 0, 0, "DIR",
+          "write results.jsonl (a row as each finishes), summary.md and summary.csv" },
+        { "--resume", NULL, OPT_FLAG, &a->eval.resume, 0, 0, NULL,
+          "keep the rows of --out's results.jsonl and run only the missing ones" },
         OPT_NO_PROGRESS,
-        { "--plots", NULL, OPT_STR, &a->eval.plots, 0, 0, "DIR", "write SVG charts (quality and KV memory against budget, decode speed)" },
-        { "--kept-map", NULL, OPT_STR, &a->eval.kept_map, 0, 0, "DIR", "write per-layer SVG maps of the first image's kept entries" },
+        { "--plots", NULL, OPT_STR, &a->eval.plots, 0, 0, "DIR",
+          "write SVG charts (quality and KV memory against budget, decode speed)" },
+        { "--kept-map", NULL, OPT_STR, &a->eval.kept_map, 0, 0, "DIR",
+          "write per-layer SVG maps of the first image's kept entries" },
     };
     OPTS_RETURN(out, t);
 }
@@ -145,7 +171,8 @@ static enum kvf_status synthetic_image(uint64_t *rng, struct kvf_image **out) {
         for (int c = 0; c < 3; c++) base[k][c] = (uint8_t)atoi(PICK(rng, level));
     for (int y = 0; y < H; y++)
         for (int x = 0; x < W; x++)
-            for (int c = 0; c < 3; c++) rgb[(y * W + x) * 3 + c] = (uint8_t)(base[(y * 2 / H) * 2 + x * 2 / W][c] + (x + y) % 16);
+            for (int c = 0; c < 3; c++)
+                rgb[(y * W + x) * 3 + c] = (uint8_t)(base[(y * 2 / H) * 2 + x * 2 / W][c] + (x + y) % 16);
     return kvf_image_from_rgb(W, H, rgb, out);
 }
 
@@ -171,7 +198,8 @@ static int segment_image(const struct args *a, const struct kvf_model *m, bool v
     enum kvf_status st;
     if (vision) {
         struct kvf_image *img = NULL;
-        if ((st = synthetic_image(rng, &img)) == KVF_OK) st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, a->threads, &md);
+        if ((st = synthetic_image(rng, &img)) == KVF_OK)
+            st = kvf_media_encode_image(m, img, KVF_MOD_IMAGE, a->threads, &md);
         if (st == KVF_OK && !out->first_image) out->first_image = img;
         else kvf_image_free(img);
     } else {
@@ -201,9 +229,10 @@ static int needle_sample(const struct args *a, const struct kvf_model *m, bool v
     for (int i = 0; !rc && i < n_seg; i++) {
         if (i % 2 == 0) {
             struct strbuf t = { 0 };
-            bool ok = haystack_text(&rng, a->eval.seg_words / 2, &t) && (i != k || strbuf_put(&t, needle, strlen(needle))) &&
-                      haystack_text(&rng, a->eval.seg_words - a->eval.seg_words / 2, &t) && strbuf_put(&b, t.s, t.n) &&
-                      strbuf_put(&b, "\n", 1);
+            bool ok = haystack_text(&rng, a->eval.seg_words / 2, &t) &&
+                (i != k || strbuf_put(&t, needle, strlen(needle))) &&
+                haystack_text(&rng, a->eval.seg_words - a->eval.seg_words / 2, &t) && strbuf_put(&b, t.s, t.n) &&
+                strbuf_put(&b, "\n", 1);
             free(t.s);
             rc = ok ? 0 : fail(KVF_ERR_NOMEM, "eval");
         } else {
@@ -231,10 +260,12 @@ static int summary_sample(const struct args *a, const struct kvf_model *m, bool 
     int rc = 0;
     for (int i = 0; !rc && i < n_seg; i++) {
         if (i % 2 == 0) {
-            rc = haystack_text(&rng, a->eval.seg_words, &b) && strbuf_put(&b, "\n", 1) ? 0 : fail(KVF_ERR_NOMEM, "eval");
+            rc =
+                haystack_text(&rng, a->eval.seg_words, &b) && strbuf_put(&b, "\n", 1) ? 0 : fail(KVF_ERR_NOMEM, "eval");
         } else {
             struct strbuf w = { 0 };
-            rc = haystack_text(&rng, 40, &w) ? segment_image(a, m, vision, w.s, &rng, out) : fail(KVF_ERR_NOMEM, "eval");
+            rc =
+                haystack_text(&rng, 40, &w) ? segment_image(a, m, vision, w.s, &rng, out) : fail(KVF_ERR_NOMEM, "eval");
             free(w.s);
             if (!rc && !strbuf_put(&b, "<image>\n", 8)) rc = fail(KVF_ERR_NOMEM, "eval");
         }
@@ -326,7 +357,8 @@ static int shared_open(const struct args *a, const struct kvf_model *m, const st
                        struct shared *sh) {
     static const struct run full = {"full", "full", NAN};
     const double t0 = now_ms();
-    const int rc = prefilled_session(a, m, pr, &full, n_extra, MIN(kvf_prompt_n_tokens(pr), EVAL_SHARED_QUERIES), &sh->src);
+    const int rc =
+        prefilled_session(a, m, pr, &full, n_extra, MIN(kvf_prompt_n_tokens(pr), EVAL_SHARED_QUERIES), &sh->src);
     sh->prefill_ms = now_ms() - t0;
     return rc;
 }
@@ -506,7 +538,8 @@ static int write_kept_maps(const struct args *a, const struct kvf_model *m, cons
             group[i] = -1;
             continue;
         }
-        if (i == 0 || group[i - 1] < 0 || tags[i].media != tags[i - 1].media || tags[i].modality != tags[i - 1].modality) {
+        if (i == 0 || group[i - 1] < 0 || tags[i].media != tags[i - 1].media ||
+            tags[i].modality != tags[i - 1].modality) {
             if (n_img) cells += (size_t)img[n_img - 1].rows * img[n_img - 1].cols;
             img[n_img].at = cells;
             n_img++;
@@ -671,7 +704,11 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
         fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
                 tasks ? " task | metric |" : kinds ? " needle |" : "", yes_no ? "correct" : score_name(mode),
                 ppl ? " PPL of the reference |" : "");
-        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n", tasks ? "---|---|" : kinds ? "---|" : "", ppl ? "---|" : "");
+        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n",
+                tasks       ? "---|---|"
+                    : kinds ? "---|"
+                            : "",
+                ppl ? "---|" : "");
     }
     for (int k = 0; k < n; k++) {
         char b[32] = "-";
@@ -902,8 +939,10 @@ static const char *str_or_null(const cJSON *o, const char *key) {
  * point into o, but for gt and output, which rows own. */
 static bool row_read(const cJSON *o, struct row *r) {
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv"), *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
-    const cJSON *smp = cJSON_GetObjectItemCaseSensitive(o, "sample"), *score = cJSON_GetObjectItemCaseSensitive(o, "score");
-    if (!cJSON_IsString(kv) || !(cJSON_IsNumber(b) || cJSON_IsNull(b)) || !cJSON_IsNumber(smp) || !cJSON_IsNumber(score))
+    const cJSON *smp = cJSON_GetObjectItemCaseSensitive(o, "sample"),
+                *score = cJSON_GetObjectItemCaseSensitive(o, "score");
+    if (!cJSON_IsString(kv) || !(cJSON_IsNumber(b) || cJSON_IsNull(b)) || !cJSON_IsNumber(smp) ||
+        !cJSON_IsNumber(score))
         return false;
     *r = (struct row){.budget = cJSON_IsNumber(b) ? b->valuedouble : NAN, .sample = smp->valueint,
                       .question = (int)num_or(o, "question", 0),
@@ -1071,7 +1110,8 @@ static int plot_decode_speed(const struct plots *pl, const struct rows *rs) {
         int np = 0;
         for (int i = 0; i < rs->n; i++) {
             const struct row *r = &rs->r[i];
-            if (strcmp(r->spec, pl->specs[j]) || isnan(r->ms_per_token) || (!isnan(r->budget) && r->budget != lo)) continue;
+            if (strcmp(r->spec, pl->specs[j]) || isnan(r->ms_per_token) || (!isnan(r->budget) && r->budget != lo))
+                continue;
             const int p = category(x, &np, r->n_prompt);
             y[p] += r->ms_per_token, c[p] += 1;
         }
@@ -1081,8 +1121,9 @@ static int plot_decode_speed(const struct plots *pl, const struct rows *rs) {
         used += np;
     }
     const struct svg_chart ch = {NULL, "prompt tokens", "decode ms/token", false, false, series, pl->n_specs, false};
-    if (!rc) rc = plot_write(pl, "decode_speed.svg", "Decode speed against prompt length (each method at its lowest budget)",
-                             &ch, 1);
+    if (!rc)
+        rc = plot_write(pl, "decode_speed.svg", "Decode speed against prompt length (each method at its lowest budget)",
+                        &ch, 1);
     free(cnt), free(xs), free(ys);
     return rc;
 }
@@ -1113,7 +1154,8 @@ static int plot_heatmap(const struct plots *pl, const struct rows *rs, const str
     for (int k = 0; k < n_key; k++) lens[k] = round(key_sum[k] / key_n[k]);
     static const char *const kinds[2] = {"text", "image"};
     const int n_cells = n_depth * n_key, n_panels = 2 * n_all;
-    double *v = calloc((size_t)n_panels * n_cells + 1, sizeof *v), *cnt = calloc((size_t)n_panels * n_cells + 1, sizeof *cnt);
+    double *v = calloc((size_t)n_panels * n_cells + 1, sizeof *v),
+           *cnt = calloc((size_t)n_panels * n_cells + 1, sizeof *cnt);
     struct svg_heat *panels = calloc((size_t)n_panels + 1, sizeof *panels);
     char (*titles)[400] = calloc((size_t)n_panels + 1, sizeof *titles);
     if (!rc && (!v || !cnt || !panels || !titles)) rc = fail(KVF_ERR_NOMEM, "eval");
@@ -1143,8 +1185,11 @@ static int plot_heatmap(const struct plots *pl, const struct rows *rs, const str
             }
             if (!any) continue;
             for (int c = 0; c < n_cells; c++) pv[c] = pc[c] ? pv[c] / pc[c] : NAN;
-            if (isnan(all[s].budget)) snprintf(titles[used], sizeof titles[used], "%s needle: %s", kinds[kind], all[s].spec);
-            else snprintf(titles[used], sizeof titles[used], "%s needle: %s at %g", kinds[kind], all[s].spec, all[s].budget);
+            if (isnan(all[s].budget))
+                snprintf(titles[used], sizeof titles[used], "%s needle: %s", kinds[kind], all[s].spec);
+            else
+                snprintf(titles[used], sizeof titles[used], "%s needle: %s at %g", kinds[kind], all[s].spec,
+                         all[s].budget);
             panels[used] = (struct svg_heat){titles[used], n_key, n_depth, xs, depths, pv};
             used++;
         }
@@ -1210,8 +1255,9 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
         int used = 0;
         for (int p = 0; p < (per_kind ? n_kinds : 1); p++) {
             snprintf(titles[p], sizeof titles[p], "%s needle", per_kind ? kind[p] : "");
-            used += per_kind ? budget_series(&pl, by_kind, n_by, kind[p], charts[c].what, xs + used, ys + used, series[p])
-                             : budget_series(&pl, all, n_all, NULL, charts[c].what, xs, ys, series[p]);
+            used += per_kind
+                ? budget_series(&pl, by_kind, n_by, kind[p], charts[c].what, xs + used, ys + used, series[p])
+                : budget_series(&pl, all, n_all, NULL, charts[c].what, xs, ys, series[p]);
             panels[p] = (struct svg_chart){per_kind ? titles[p] : NULL, "KV budget (share of the prompt)",
                                            charts[c].ylabel, true, false, series[p], pl.n_specs, charts[c].what == 0};
         }
@@ -1230,7 +1276,8 @@ static int make_runs(const struct args *a, struct run *runs, int *n_runs) {
     double b[EVAL_MAX_LIST];
     int nb;
     if (!parse_list(a->eval.budgets, 1e-6, 1e9, b, &nb)) {
-        print_error("eval: --budgets '%s': want a comma-separated list of ratios in (0, 1] or entry counts", a->eval.budgets);
+        print_error("eval: --budgets '%s': want a comma-separated list of ratios in (0, 1] or entry counts",
+                    a->eval.budgets);
         return EXIT_USAGE;
     }
     const int n_kv = a->kvs.n ? a->kvs.n : (int)(sizeof defaults / sizeof *defaults);
@@ -1301,7 +1348,8 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     char what[400] = "";
     if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
     else if (smp->ruler) snprintf(what, sizeof what, " (%s)", smp->ruler);
-    else if (smp->needle && !isnan(smp->depth)) snprintf(what, sizeof what, " (%s needle at depth %g)", smp->needle, smp->depth);
+    else if (smp->needle && !isnan(smp->depth))
+        snprintf(what, sizeof what, " (%s needle at depth %g)", smp->needle, smp->depth);
     for (int k = 0; !rc && k < sw->n_runs; k++) {
         const bool have = row_find(sw, k, index) != NULL, ref_only = have && k == 0 && consistency;
         if (have && !ref_only) continue;
@@ -1328,7 +1376,8 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         struct kvf_session *s = NULL, *base = NULL;
         struct strbuf out = { 0 };
         if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, smp->n_more ? &base : NULL, &r);
-        if (!rc && a->eval.kept_map && index == 0 && !ref_only) rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
+        if (!rc && a->eval.kept_map && index == 0 && !ref_only)
+            rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
         if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
         kvf_session_free(s);
         s = NULL;
@@ -1393,8 +1442,10 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
  * "answer" the output must contain and its "kind" ("text" or "image",
  * default text). */
 static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int line) {
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt"), *media = cJSON_GetObjectItemCaseSensitive(o, "media");
-    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt"),
+                *media = cJSON_GetObjectItemCaseSensitive(o, "media");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"),
+                *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
     if (!cJSON_IsString(pt) || (media && !cJSON_IsArray(media))) {
         print_error("eval: %s line %d: expected {\"prompt\": TEXT, \"media\": [...]%s}", a->eval.data, line,
                     needle ? ", \"answer\": TEXT, \"kind\": \"text\"|\"image\"" : "");
@@ -1411,8 +1462,8 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
     if (needle && (!cJSON_IsString(answer) || !answer->valuestring[0] ||
                    (kind && (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "text") &&
                                                        strcmp(kind->valuestring, "image")))))) {
-        print_error("eval: %s line %d: a needle needs a non-empty \"answer\" and a \"kind\" of text or image", a->eval.data,
-                    line);
+        print_error("eval: %s line %d: a needle needs a non-empty \"answer\" and a \"kind\" of text or image",
+                    a->eval.data, line);
         return false;
     }
     return true;
@@ -1422,7 +1473,8 @@ static bool data_line_ok(const struct args *a, bool needle, const cJSON *o, int 
 static int data_sample(const struct args *a, const struct kvf_model *m, bool needle, const cJSON *o, const char *dir,
                        int line, bool first, struct sample *smp) {
     const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
-    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"), *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    const cJSON *answer = cJSON_GetObjectItemCaseSensitive(o, "answer"),
+                *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
     const cJSON *question = cJSON_GetObjectItemCaseSensitive(o, "question");
     const char *prompt = cJSON_GetObjectItemCaseSensitive(o, "prompt")->valuestring;
     *smp = (struct sample){.depth = NAN};
@@ -1627,7 +1679,8 @@ static int eval_samples(const struct args *a, const struct kvf_model *m, struct 
                     for (int i = 0; !rc && !sw->stopped && i < per; i++, index++) {
                         if (!sweep_wants(sw, index)) continue;
                         struct sample smp;
-                        rc = needle_sample(a, m, vision, (int)segs[g], depths[d], kind, a->seed + (uint64_t)index, &smp);
+                        rc =
+                            needle_sample(a, m, vision, (int)segs[g], depths[d], kind, a->seed + (uint64_t)index, &smp);
                         if (!rc) rc = eval_sample(a, m, &smp, index, sw);
                         sample_free(&smp);
                     }
@@ -1683,7 +1736,8 @@ static int cmd_eval(const struct args *a) {
     if (!rc) rc = sweep_open(&sw, a);
     struct kvf_model *m = NULL;
     if (!rc) rc = load_model(a, &m);
-    if (!rc) rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : ruler ? eval_ruler(a, m, &sw) : eval_samples(a, m, &sw);
+    if (!rc)
+        rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : ruler ? eval_ruler(a, m, &sw) : eval_samples(a, m, &sw);
     progress_end(&sw.prog);
     /* Ctrl-C: the summary of the rows there are, saying so */
     char note[160] = "";

@@ -275,7 +275,8 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     const int n_img = cJSON_GetArraySize(imgs), n_opt = cJSON_GetArraySize(opts);
     if (!cJSON_IsString(ctx) || (imgs && !cJSON_IsArray(imgs)) || (opts && !cJSON_IsArray(opts)) ||
         !(out->answer = json_text(item(s, "response"))))
-        return bad_sample(t, k, "want {\"task_instance\": {\"context\", \"images_path\", [\"choice_list\"]}, \"response\"}");
+        return bad_sample(t, k,
+                          "want {\"task_instance\": {\"context\", \"images_path\", [\"choice_list\"]}, \"response\"}");
     for (int i = 0; i < n_img; i++) {
         const cJSON *p = cJSON_GetArrayItem(imgs, i);
         if (!cJSON_IsString(p)) return bad_sample(t, k, "images_path holds a non-string");
@@ -305,7 +306,8 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     }
     /* MileBench itself fails on these: a ground truth that no rule can score */
     if (metrics_mb_score(t->rule, out->answer, out->answer, out->choices, out->n_choices) < 0)
-        return bad_sample(t, k, t->rule == MB_RULE_CHOICE ? "its response is none of its choice_list" : "its response is empty");
+        return bad_sample(
+            t, k, t->rule == MB_RULE_CHOICE ? "its response is none of its choice_list" : "its response is empty");
     /* the context, the options listed, the images at their placeholders */
     struct strbuf c = {0};
     bool ok = strbuf_put(&c, ctx->valuestring, strlen(ctx->valuestring));
@@ -349,7 +351,8 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
     if (!rc && !ok) rc = fail(KVF_ERR_NOMEM, "eval milebench");
     out->text = text.s;
     int markers = 0;
-    for (const char *p = out->text; !rc && p && (p = strstr(p, KVF_MARKER_IMAGE)); p += strlen(KVF_MARKER_IMAGE)) markers++;
+    for (const char *p = out->text; !rc && p && (p = strstr(p, KVF_MARKER_IMAGE)); p += strlen(KVF_MARKER_IMAGE))
+        markers++;
     if (!rc && markers != n_img - first_image) {
         char why[160];
         snprintf(why, sizeof why, "%d image placeholders in its context for %d images", markers, n_img - first_image);
@@ -359,7 +362,8 @@ int mb_sample(const struct args *a, const struct kvf_model *m, const struct mb_t
         char path[4096 + 512];
         snprintf(path, sizeof path, "%s/images/%s", t->dir, cJSON_GetArrayItem(imgs, i)->valuestring);
         rc = media_image_file(a, m, path, &out->media);
-        if (!rc && a->eval.kept_map && !out->first_image) kvf_image_load(path, 0, &out->first_image); /* under the map */
+        if (!rc && a->eval.kept_map && !out->first_image)
+            kvf_image_load(path, 0, &out->first_image); /* under the map */
     }
     return rc;
 }

@@ -60,8 +60,9 @@ static int profile_sample(struct profile *p, const char *ln, int line) {
     sp.kv_spec = "prefixkv:online=1";
     sp.kv_budget = f32_json(a->budget); /* as the user wrote it */
     enum kvf_status st = KVF_OK;
-    if (!rc && ((st = kvf_session_init(p->m, &sp, &s)) != KVF_OK || (st = kvf_session_prefill_prompt(s, pr, NULL)) != KVF_OK ||
-                (st = kvf_session_compress(s)) != KVF_OK))
+    if (!rc &&
+        ((st = kvf_session_init(p->m, &sp, &s)) != KVF_OK || (st = kvf_session_prefill_prompt(s, pr, NULL)) != KVF_OK ||
+         (st = kvf_session_compress(s)) != KVF_OK))
         rc = fail(st, "profile: sample");
     if (!rc) {
         cJSON *rs = cJSON_CreateArray();

@@ -47,7 +47,8 @@ static const struct ruler_task TASKS[] = {
 };
 #define N_TASKS ((int)(sizeof TASKS / sizeof *TASKS))
 
-static const char NOISE_TEXT[] = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+static const char NOISE_TEXT[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
 static const char *const ITEM_NAME[] = {"words", "numbers", "uuids"};
 
 const char *ruler_task_name(const struct ruler_task *t) { return t->name; }
@@ -225,7 +226,9 @@ struct ruler_out {
 };
 
 /* The questions a NIAH task can ask of one context, n_queries keys each. */
-static int niah_questions(const struct ruler_task *t, int want) { return MIN(want, RULER_MAX_QUESTIONS / t->n_queries); }
+static int niah_questions(const struct ruler_task *t, int want) {
+    return MIN(want, RULER_MAX_QUESTIONS / t->n_queries);
+}
 
 /* A NIAH sample asking nq questions (niah_questions), each of its own
  * n_queries keys: the context holds max(n_keys, nq n_queries) keys. */
@@ -266,7 +269,8 @@ static bool niah_text(const struct ruler_task *t, const struct ruler_data *src, 
         int last = 0;
         for (int i = 0; ok && i <= n_needles; i++) {
             const int next = i < n_needles ? pos[i] : n_sent;
-            const size_t from = last < n_sent ? (size_t)sent[last] : text.n, to = next < n_sent ? (size_t)sent[next] : text.n;
+            const size_t from = last < n_sent ? (size_t)sent[last] : text.n,
+                         to = next < n_sent ? (size_t)sent[next] : text.n;
             size_t len = to - from;
             while (len > 0 && text.s[from + len - 1] == ' ') len--;
             ok = (ctx.n == 0 || put(&ctx, " ")) && strbuf_put(&ctx, text.s + from, len);
@@ -321,7 +325,11 @@ static bool niah_text(const struct ruler_task *t, const struct ruler_data *src, 
         for (int q = 0; q < t->n_queries; q++) {
             const int key = pick[j * t->n_queries + q];
             const size_t n = strlen(query);
-            snprintf(query + n, sizeof query - n, "%s%s", q == 0 ? "" : q == t->n_queries - 1 ? ", and " : ", ", keys[key]);
+            snprintf(query + n, sizeof query - n, "%s%s",
+                     q == 0                      ? ""
+                         : q == t->n_queries - 1 ? ", and "
+                                                 : ", ",
+                     keys[key]);
             for (int v = 0; ok && v < t->n_values; v++)
                 ok = put(answers, answers->n ? "\n" : "") && put(answers, values[key][v]);
         }
@@ -380,7 +388,8 @@ static bool vt_context(uint64_t *s, int size, int name_len, const char *fixed_va
 
 static bool vt_text(uint64_t seed, int size, int ctx_size, struct ruler_out *o) {
     uint64_t s = seed;
-    static const char head[] = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
+    static const char head[] =
+        "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n";
     char names[VT_HOPS + 1][8], value[8], ex_names[VT_HOPS + 1][8], ex_value[8], line[256];
     /* RULER's worked example first: a short chain (about 500 tokens of noise, 3-letter names; less
      * below 4096 tokens, where RULER is not run) with its answer, names and value drawn afresh */
@@ -512,7 +521,8 @@ static bool fwe_text(uint64_t seed, int size, int ctx_size, int n_gen, struct ru
 
 static void out_free(struct ruler_out *o) {
     free(o->text.s), free(o->prefix.s), free(o->answers.s);
-    for (int j = 0; j < RULER_MAX_QUESTIONS - 1; j++) free(o->more[j].text.s), free(o->more[j].prefix.s), free(o->more[j].answers.s);
+    for (int j = 0; j < RULER_MAX_QUESTIONS - 1; j++)
+        free(o->more[j].text.s), free(o->more[j].prefix.s), free(o->more[j].answers.s);
     *o = (struct ruler_out){0};
 }
 
@@ -545,7 +555,8 @@ static int question_tokens(const struct args *a, const struct kvf_model *m, cons
         strcat(all, prefix);
         cut = strlen(all);
         const char *q = sample + question_at;
-        for (const char *p = strstr(all, q); p && !strcmp(a->eval.question, "after"); p = strstr(p + 1, q)) cut = (size_t)(p - all);
+        for (const char *p = strstr(all, q); p && !strcmp(a->eval.question, "after"); p = strstr(p + 1, q))
+            cut = (size_t)(p - all);
     }
     int32_t *ids = NULL, n1 = 0, n2 = 0;
     if (!rc) rc = tokenize_text(m, all, cut, true, ca.chat, &ids, &n1);
@@ -615,10 +626,13 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
                     t->name, n + n_gen, ctx_size);
         rc = EXIT_USAGE;
     }
-    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, a->eval.questions, &o)) rc = fail(KVF_ERR_NOMEM, "eval ruler");
-    if (!rc && o.n_more && !(out->more = calloc((size_t)o.n_more, sizeof *out->more))) rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && !generate(t, d, seed, best, ctx_size, n_gen, a->eval.questions, &o))
+        rc = fail(KVF_ERR_NOMEM, "eval ruler");
+    if (!rc && o.n_more && !(out->more = calloc((size_t)o.n_more, sizeof *out->more)))
+        rc = fail(KVF_ERR_NOMEM, "eval ruler");
     if (!rc) {
-        out->text = o.text.s, out->question_at = o.question_at, out->answer = o.answers.s, out->answer_prefix = o.prefix.s;
+        out->text = o.text.s, out->question_at = o.question_at, out->answer = o.answers.s,
+        out->answer_prefix = o.prefix.s;
         for (int j = 0; j < o.n_more; j++)
             out->more[j] = (struct sample_question){o.more[j].text.s, o.more[j].prefix.s, o.more[j].answers.s};
         out->n_more = o.n_more;

@@ -23,7 +23,8 @@
 #define LEGEND_W 230
 
 /* Colour-blind-safe (Okabe-Ito), then dashes, then dots once they run out. */
-static const char *const COLOURS[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"};
+static const char *const COLOURS[] = { "#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                       "#E69F00", "#56B4E9", "#000000", "#F0E442" };
 #define N_COLOURS 8
 
 static int fail_with(char *err, size_t err_len, const char *fmt, ...) {
@@ -84,7 +85,8 @@ static void axis_ticks(struct axis *a) {
     const double raw = (a->hi - a->lo) / 6, mag = pow(10, floor(log10(raw))), r = raw / mag;
     const double step = (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * mag;
     a->lo = floor(a->lo / step) * step, a->hi = ceil(a->hi / step) * step;
-    for (double v = a->lo; v <= a->hi + step / 2 && a->n_ticks < 32; v += step) a->ticks[a->n_ticks++] = fabs(v) < step / 1e6 ? 0 : v;
+    for (double v = a->lo; v <= a->hi + step / 2 && a->n_ticks < 32; v += step)
+        a->ticks[a->n_ticks++] = fabs(v) < step / 1e6 ? 0 : v;
 }
 
 static void axis_fit(struct axis *a, const struct svg_chart *c, bool x) {
@@ -185,7 +187,8 @@ static int line_panel(FILE *f, const struct svg_chart *c, double ox) {
         if (is_level(sr)) {
             if (usable(sr->y[0], c->log_y)) {
                 const double y = px(&ay, sr->y[0], y0, y1);
-                fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+                fprintf(f,
+                        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
                         x0, y, x1, y, col, dash);
             }
             continue;
@@ -263,7 +266,8 @@ int svg_heatmaps(const char *path, const char *title, const char *subtitle, cons
     const int cols = n < per_row ? n : per_row, rows = (n + per_row - 1) / per_row;
     /* cells of one size in every panel, the panels as large as the widest */
     double cw = 70, ch = 40;
-    for (int p = 0; p < n; p++) cw = fmin(cw, HEAT_W / (double)panels[p].nx), ch = fmin(ch, HEAT_H / (double)panels[p].ny);
+    for (int p = 0; p < n; p++)
+        cw = fmin(cw, HEAT_W / (double)panels[p].nx), ch = fmin(ch, HEAT_H / (double)panels[p].ny);
     int nx = 0, ny = 0;
     for (int p = 0; p < n; p++) nx = panels[p].nx > nx ? panels[p].nx : nx, ny = panels[p].ny > ny ? panels[p].ny : ny;
     const double left = 50, top = 30, pw = left + fmax(nx * cw, 190) + 30, ph = top + ny * ch + 50;
@@ -280,7 +284,8 @@ int svg_heatmaps(const char *path, const char *title, const char *subtitle, cons
                 const double v = hm->v[y * hm->nx + x];
                 char col[16], b[32];
                 heat_colour(v, col, sizeof col);
-                fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\"/>\n",
+                fprintf(f,
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\" stroke=\"white\"/>\n",
                         ox + x * cw, oy + y * ch, cw, ch, col);
                 if (isfinite(v) && cw >= 26 && ch >= 14) {
                     snprintf(b, sizeof b, "%.2g", v);
@@ -363,7 +368,8 @@ int svg_kept_maps(const char *path, const char *title, const char *subtitle, con
     for (int i = 0; i < n_rows * n_cols; i++) {
         if (g[i].rows <= 0 || g[i].cols <= 0 || g[i].rows > 4096 || g[i].cols > 4096 || !g[i].state)
             return fail_with(err, err_len, "%s: no grid (%d x %d)", path, g[i].rows, g[i].cols);
-        if (g[i].rgb && (g[i].w <= 0 || g[i].h <= 0)) return fail_with(err, err_len, "%s: image of %d x %d", path, g[i].w, g[i].h);
+        if (g[i].rgb && (g[i].w <= 0 || g[i].h <= 0))
+            return fail_with(err, err_len, "%s: image of %d x %d", path, g[i].w, g[i].h);
         cell = fmin(cell, MAP_MAX / (double)(g[i].rows > g[i].cols ? g[i].rows : g[i].cols));
     }
     /* columns as wide as their widest map, rows as tall as their tallest */
@@ -440,7 +446,8 @@ int svg_kept_maps(const char *path, const char *title, const char *subtitle, con
     text(f, left - 24, top - 16, "end", "font-size=\"9\" fill=\"#666\"", "grid row \\ col");
     for (int s = 0; s < 3; s++) {
         const double y = top + 10 + 24 * s;
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", cx[n_cols] + 10, y - 11, fill[s]);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"14\" fill=\"%s\"/>\n", cx[n_cols] + 10, y - 11,
+                fill[s]);
         char label[64];
         snprintf(label, sizeof label, "%s: %ld", name[s], count[s]);
         text(f, cx[n_cols] + 30, y, "start", NULL, label);

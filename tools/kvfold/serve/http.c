@@ -41,11 +41,14 @@ static void serve_defaults(struct args *a) {
 
 static int serve_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK, OPTS_VISION,
+        OPT_MODEL,
+        OPT_NO_REPACK,
+        OPTS_VISION,
         { "--host", NULL, OPT_STR, &a->serve.host, 0, 0, "ADDR", "address to listen on (default 127.0.0.1)" },
         { "--port", NULL, OPT_INT, &a->serve.port, 0, 65535, "N", "TCP port; 0 picks a free one (default 8080)" },
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N", "sessions generating at once (default 4)" },
-        { "--queue", NULL, OPT_INT, &a->serve.queue, 0, 1 << 16, "N", "requests waiting at most; more get 503 (default 64)" },
+        { "--queue", NULL, OPT_INT, &a->serve.queue, 0, 1 << 16, "N",
+          "requests waiting at most; more get 503 (default 64)" },
         { "--cache-sessions", NULL, OPT_INT, &a->serve.cache_sessions, 0, 1 << 12, "N",
           "keep up to N finished sessions for the next turn of their conversation (default 0)" },
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
@@ -64,18 +67,21 @@ static int serve_opts(struct args *a, struct opt *out) {
           "require 'Authorization: Bearer KEY' (not on /health)" },
         { "--api-key-file", NULL, OPT_STR, &a->serve.api_key_file, 0, 0, "FILE", "--api-key read from FILE" },
         { "--media-dir", NULL, OPT_STR, &a->serve.media_dir, 0, 0, "DIR", "allow file:// image URLs under DIR" },
-        { "--slot-save-path", NULL, OPT_STR, &a->serve.slot_save_path, 0, 0, "DIR", "POST /slots/ID?action=save|restore "
+        { "--slot-save-path", NULL, OPT_STR, &a->serve.slot_save_path, 0, 0, "DIR",
+          "POST /slots/ID?action=save|restore "
           "with {\"filename\": NAME} keeps cached sessions in DIR/NAME (session files), as llama-server; a "
           "conversation with a key (\"user\", or the X-Session-Id header) is also written to DIR after each turn "
           "and read back from there when this server does not hold it (replicas sharing DIR)" },
-        { "--slot-save-max", NULL, OPT_STR, &a->serve.slot_save_max, 0, 0, "SIZE", "the most bytes conversations' files "
+        { "--slot-save-max", NULL, OPT_STR, &a->serve.slot_save_max, 0, 0, "SIZE",
+          "the most bytes conversations' files "
           "take in --slot-save-path, the oldest removed first (default: no limit)" },
         { "--max-body", NULL, OPT_STR, &a->serve.max_body, 0, 0, "SIZE",
           "largest request body, and the most bytes a request's images hold, files included (default 64MiB)" },
         { "--max-images", NULL, OPT_INT, &a->serve.max_images, 0, 1024, "N", "images per request at most (default 8)" },
         { "--max-image-mpix", NULL, OPT_FLOAT, &a->max_image_mpix, 0.000001, 1e4, "M",
           "reject images over M megapixels (default 64)" },
-        OPT_THREADS, OPT_BATCH,
+        OPT_THREADS,
+        OPT_BATCH,
     };
     OPTS_RETURN(out, t);
 }
@@ -502,7 +508,8 @@ static void conv_spill(struct server *srv, struct serve_job *j) {
 static bool completion_submit(struct MHD_Connection *c, struct request *r, bool chat, enum MHD_Result *answer) {
     struct server *srv = r->srv;
     if (r->too_big) {
-        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->serve.max_body);
+        *answer =
+            respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", srv->a->serve.max_body);
         return false;
     }
     struct serve_job *j = calloc(1, sizeof *j);
@@ -680,7 +687,8 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
         return respond_json(c, r, 200, o);
     }
     if (!srv->a->serve.slot_save_path)
-        return respond_error(c, r, 501, "not_supported", "slot files are off: start the server with --slot-save-path DIR");
+        return respond_error(c, r, 501, "not_supported",
+                             "slot files are off: start the server with --slot-save-path DIR");
     cJSON *body = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
     char path[4096], name[256];
@@ -786,13 +794,15 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_slot_saves_total", "counter", "cached sessions saved to slot files", (double)srv->slot_saves);
     metric(&b, "kvfold_slot_restores_total", "counter", "slot files restored as cached sessions",
            (double)srv->slot_restores);
-    metric(&b, "kvfold_slot_bytes_written_total", "counter", "bytes of slot files written", (double)srv->slot_bytes_written);
+    metric(&b, "kvfold_slot_bytes_written_total", "counter", "bytes of slot files written",
+           (double)srv->slot_bytes_written);
     metric(&b, "kvfold_slot_bytes_read_total", "counter", "bytes of slot files restored", (double)srv->slot_bytes_read);
     metric(&b, "kvfold_slot_restore_ms_total", "counter", "milliseconds the restores took", srv->slot_restore_ms);
     metric(&b, "kvfold_conversations_written_total", "counter", "conversations' sessions written to --slot-save-path",
            (double)srv->spills);
     metric(&b, "kvfold_conversations_restored_total", "counter",
-           "conversations read back from --slot-save-path (this server did not hold them)", (double)srv->spill_restores);
+           "conversations read back from --slot-save-path (this server did not hold them)",
+           (double)srv->spill_restores);
     metric(&b, "kvfold_prompt_tokens_reused_total", "counter",
            "prompt positions taken from cached sessions instead of prefilled", (double)srv->reused_tokens);
     metric(&b, "kvfold_kv_reservation_overruns_total", "counter",
@@ -843,7 +853,8 @@ static const struct route *route_check(struct MHD_Connection *c, struct request 
     else if (strcmp(r->method, rt->method) != 0)
         *answer = respond_error(c, r, 405, "method_not_allowed", "%s takes %s", rt->path, rt->method);
     else if (len && strtoull(len, NULL, 10) > r->srv->max_body)
-        *answer = respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", r->srv->a->serve.max_body);
+        *answer =
+            respond_error(c, r, 413, "body_too_large", "the body is over %s (--max-body)", r->srv->a->serve.max_body);
     else
         return rt;
     return NULL;
@@ -920,7 +931,9 @@ static void request_done(void *cls, struct MHD_Connection *c, void **con_cls, en
     pthread_mutex_unlock(&srv->mu);
     fprintf(stderr, "kvfold: serve: %s %s %d prompt=%d gen=%d kv=%zu %.1fms%s\n", r->method, r->path, r->status,
             n_prompt, n_gen, kv, now_ms() - r->t0,
-            r->slow ? " (cut: the body took over --timeout)" : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (cut)");
+            r->slow                                          ? " (cut: the body took over --timeout)"
+                : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
+                                                             : " (cut)");
     free(r->body.s);
     free(r);
     *con_cls = NULL;
@@ -1071,8 +1084,8 @@ static int serve_run(struct server *srv) {
                 srv->a->serve.host, di ? di->port : 0, srv->model_id, srv->a->parallel, srv->a->serve.queue, srv->n_ctx,
                 srv->budget, srv->pos_bytes, srv->max_conns, srv->a->serve.timeout);
         bool aware = false;
-        if (srv->a->serve.cache_sessions > 0 && srv->a->kv && kvf_kv_policy_question_aware(srv->a->kv, &aware) == KVF_OK &&
-            aware)
+        if (srv->a->serve.cache_sessions > 0 && srv->a->kv &&
+            kvf_kv_policy_question_aware(srv->a->kv, &aware) == KVF_OK && aware)
             fprintf(stderr, "kvfold: serve: note: --kv %s is question-aware: a cached session was compressed before "
                             "its conversation's next question existed, so a detail asked for later may be gone "
                             "(keydiff is question-agnostic: kvfold policies)\n", srv->a->kv);

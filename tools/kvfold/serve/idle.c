@@ -92,7 +92,8 @@ bool sched_slot_copy(struct server *srv, int id, struct kvf_session **out, int *
 bool sched_slot_adopt(struct server *srv, struct kvf_session *s, const struct serve_job *conv, int *id,
                       struct serve_error *e) {
     if (srv->a->serve.cache_sessions <= 0)
-        return serve_error_set(e, 400, "invalid_request", "--cache-sessions is 0: a restored session has nowhere to wait");
+        return serve_error_set(e, 400, "invalid_request",
+                               "--cache-sessions is 0: a restored session has nowhere to wait");
     if (kvf_session_n_ctx(s) != srv->n_ctx)
         return serve_error_set(e, 400, "invalid_request", "the session was saved with a context of %d positions; this "
                                "server's is %d (--ctx-size)", kvf_session_n_ctx(s), srv->n_ctx);

@@ -218,7 +218,8 @@ static bool content_text(const struct server *srv, const cJSON *content, struct 
             return serve_error_set(e, 400, "invalid_request",
                     "the model has no vision tower (start the server with --mmproj)");
         if (j->n_images >= srv->a->serve.max_images)
-            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)", srv->a->serve.max_images);
+            return serve_error_set(e, 400, "too_many_images", "more than %d images (--max-images)",
+                                   srv->a->serve.max_images);
         size_t held = 0; /* the bytes of the request's images so far */
         for (int i = 0; i < j->n_images; i++)
             held += j->images[i].n;
