@@ -14,6 +14,7 @@
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/weights.h"
 
 struct vit_layer {
     struct weight ln1_w, ln1_b, ln2_w, ln2_b;  /* [n_embd]                      */
@@ -132,5 +133,19 @@ bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows
 enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video,
                             int n_threads, float *out);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);
+
+/* Vision towers (model/vit.c): from a llama.cpp mmproj GGUF, or from the
+ * vision_tower of a Hugging Face LLaVA directory (a no-op when it has none). */
+enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path);
+enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src);
+void vision_free(struct vision_model *v);
+/* What the loaded tower asks of the decoder and the prompt: Gemma 3's
+ * bidirectional image attention and the tokens around each image. */
+enum kvf_status vision_attach(struct kvf_model *m);
+/* kvf_model_params' image_min_tokens / image_max_tokens (0: kept; each
+ * within 0..KVF_IMAGE_MAX_TOKENS) on a tower whose images keep their own
+ * size; others ignore them. */
+#define KVF_IMAGE_MAX_TOKENS (1 << 20)
+enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens);
 
 #endif
