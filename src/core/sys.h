@@ -11,6 +11,8 @@
  * differences are meaningful. */
 double sys_time_ms(void);
 
+/* A malloc'd "dir/name" (NULL when out of memory). */
+char *sys_path_join(const char *dir, const char *name);
 /* Whether path names a directory / a regular file (links followed). */
 bool sys_path_is_dir(const char *path);
 bool sys_path_is_file(const char *path);

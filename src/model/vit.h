@@ -14,6 +14,7 @@
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "model/hf_config.h"
 #include "model/weights.h"
 
 struct vit_layer {

@@ -20,6 +20,7 @@
 #include "core/quant.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
+#include "model/hf_config.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

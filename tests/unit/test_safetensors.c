@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "io/safetensors.h"
+#include "model/hf_config.h"
 
 #include <dirent.h>
 #include <stdio.h>
