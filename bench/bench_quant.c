@@ -1,7 +1,7 @@
-/* Micro-benchmark of quant_vec_dot_rows, the decode hot path: a matrix
+/* Micro-benchmark of quant_gemm_rows, the decode hot path: a matrix
  * times one activation row (one session decoding) and times 8 rows (8
  * sessions in one batch), in calls of 64 weight rows, single thread, at every
- * SIMD level the CPU has, and quant_ilv_rows on the same matrix interleaved
+ * SIMD level the CPU has, and quant_gemm_ilv on the same matrix interleaved
  * (column "ilv", where the CPU has its kernel). Reports weight bytes streamed per second for a
  * matrix that stays in L2 (~1 MiB) and one that does not (~64 MiB), and for
  * 8 rows how many times one row's time the batch takes. A second table
@@ -18,8 +18,11 @@
  *       -c src/core/quant_avx512.c -o /tmp/q5.o
  *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -mavx2 \
  *       -c src/core/quant_vnni.c -o /tmp/qv.o
- *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c src/core/quant_ilv.c \
- *       /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o \
+ *   gcc $F -mavx2 -mfma -mf16c -c src/core/vec_avx2.c -o /tmp/v2.o
+ *   gcc $F -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c -mavx2 \
+ *       -c src/core/vec_avx512.c -o /tmp/v5.o
+ *   gcc $F bench/bench_quant.c src/core/common.c src/core/quant_gemm.c src/core/quant_ilv.c src/core/vec.c \
+ *       /tmp/q.o /tmp/q2.o /tmp/q5.o /tmp/qv.o /tmp/v2.o /tmp/v5.o \
  *       -lopenblas -lm -lpthread \
  *       -o /tmp/bench_quant
  *   /tmp/bench_quant [n ...]          (row lengths, default 576 1536)
@@ -39,7 +42,7 @@ static double now_s(void) {
 }
 
 /* Seconds per pass over `rows` weight rows of n values against nx rows of x,
- * in calls of 64 rows: quant_vec_dot_rows, or with `ilv` quant_ilv_rows on
+ * in calls of 64 rows: quant_gemm_rows, or with `ilv` quant_gemm_ilv on
  * the rows interleaved (rows a multiple of 16, x in its activation form). */
 static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, const void *x, int nx, float *y,
                         bool ilv) {
@@ -52,9 +55,9 @@ static double bench_one(enum dtype t, int64_t n, int64_t rows, const void *w, co
             for (int64_t i = 0; i < rows; i += 64) {
                 const int nr = (int)(rows - i < 64 ? rows - i : 64);
                 if (ilv)
-                    quant_ilv_rows(t, n, (const char *)w + i * rb, nr / QUANT_ILV_ROWS, x, nx, y + i, (size_t)rows);
+                    quant_gemm_ilv(t, n, (const char *)w + i * rb, nr / QUANT_ILV_ROWS, x, nx, y + i, (size_t)rows);
                 else
-                    quant_vec_dot_rows(t, n, (const char *)w + i * rb, rb, nr, x, nx, y + i, (size_t)rows);
+                    quant_gemm_rows(t, n, (const char *)w + i * rb, rb, nr, x, nx, y + i, (size_t)rows);
             }
         dt = now_s() - t0;
         if (dt > 0.2)
@@ -91,7 +94,7 @@ struct prompt_case {
 
 static void prompt_rows(void *arg) {
     const struct prompt_case *c = arg;
-    quant_vec_dot_rows(c->t, c->n, c->w, dtype_row_bytes(c->t, c->n), 64, c->xb, 128, c->y, 64);
+    quant_gemm_rows(c->t, c->n, c->w, dtype_row_bytes(c->t, c->n), 64, c->xb, 128, c->y, 64);
 }
 
 static void prompt_sgemm(void *arg) {
@@ -111,7 +114,7 @@ static void prompt_gemm(void *arg) {
     quant_gemm_act(c->t, c->xf, c->n, 512, c->act);
     for (int r = 0; r < 256; r += QUANT_TILE_ROWS) {
         quant_gemm_pack(c->t, c->n, c->w + (size_t)r * rb, rb, QUANT_TILE_ROWS, c->tiles);
-        quant_gemm(c->t, c->n, c->tiles, QUANT_TILE_ROWS, c->act, 512, c->y + r, 256);
+        quant_gemm_tiles(c->t, c->n, c->tiles, QUANT_TILE_ROWS, c->act, 512, c->y + r, 256);
     }
 }
 
@@ -120,15 +123,15 @@ static void prompt_gemm_kernel(void *arg) {
     const struct prompt_case *c = arg;
     const size_t tb = quant_gemm_tile_bytes(c->t, c->n);
     for (int r = 0; r < 256; r += QUANT_TILE_ROWS)
-        quant_gemm(c->t, c->n, (const char *)c->tiles + (size_t)r / QUANT_TILE_ROWS * tb, QUANT_TILE_ROWS, c->act,
-                   512, c->y + r, 256);
+        quant_gemm_tiles(c->t, c->n, (const char *)c->tiles + (size_t)r / QUANT_TILE_ROWS * tb, QUANT_TILE_ROWS, c->act,
+                         512, c->y + r, 256);
 }
 
 static void prompt_table(const enum dtype *types, int ntypes, const int64_t *lens, int nlens) {
     openblas_set_num_threads(1);
     simd_set(simd_detect());
     printf("\n%-6s %6s %12s %12s %12s %12s   (GFLOP/s, %s, 1 thread: rows kernels on 64 x 128 rows; "
-           "dequantise + sgemm, 256 x 512 rows; quant_gemm on the same, with packing and quantising, and "
+           "dequantise + sgemm, 256 x 512 rows; quant_gemm_tiles on the same, with packing and quantising, and "
            "its kernel alone)\n", "type", "n", "int rows", "sgemm", "gemm", "gemm kernel", simd_name(simd_get()));
     for (int ti = 0; ti < ntypes; ti++)
         for (int li = 0; li < nlens; li++) {

@@ -1,6 +1,7 @@
 #include "attn/attn.h"
 
 #include "core/ops.h"
+#include "core/vec.h"
 
 #include <math.h>
 #include <omp.h>
@@ -75,7 +76,7 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
 
 /* Below this many queries in a block, scores and outputs are dot products
  * and axpys on the stored rows (any type); from it on, the two products of
- * quant_scores_f32 / quant_mix_f32 on f32 rows (decode is one query per
+ * tile_scores / tile_mix on f32 rows (decode is one query per
  * head, where a block kernel costs more than it saves). */
 #define ATTN_BLOCK_MIN_ROWS 4
 
@@ -88,25 +89,25 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
 struct head_pack {
     const struct kv_head *h; /* whose rows are held; NULL: none */
     int n;                   /* rows [0, n) are held */
-    float *kp;               /* [n_kv_max / QUANT_PANEL rounded up][head_dim][QUANT_PANEL] key panels */
+    float *kp;               /* [n_kv_max / TILE_PANEL rounded up][head_dim][TILE_PANEL] key panels */
     float *v;                /* [n_kv_max][head_dim], F16 / Q8_0 caches only */
-    float *stage;            /* [QUANT_PANEL][head_dim]: F16 / Q8_0 keys on their way into panels */
+    float *stage;            /* [TILE_PANEL][head_dim]: F16 / Q8_0 keys on their way into panels */
 };
 
 static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, int n) {
     if (r->h != h) r->h = h, r->n = 0;
     if (n <= r->n) return;
     if (h->type == DT_F32) {
-        quant_panels_pack(d, (const float *)h->k + (size_t)r->n * d, r->n, n, r->kp);
+        tile_pack(d, (const float *)h->k + (size_t)r->n * d, r->n, n, r->kp);
     } else {
         /* Rows are whole blocks of the type, so a run of rows is one row of m * d values. */
         const size_t rb = dtype_row_bytes(h->type, d);
         quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + (size_t)r->n * d,
                           (int64_t)(n - r->n) * d);
-        for (int j = r->n; j < n; j += QUANT_PANEL) {
-            const int m = KVF_MIN(QUANT_PANEL, n - j);
+        for (int j = r->n; j < n; j += TILE_PANEL) {
+            const int m = KVF_MIN(TILE_PANEL, n - j);
             quant_dequant_row(h->type, (const uint8_t *)h->k + j * rb, r->stage, (int64_t)m * d);
-            quant_panels_pack(d, r->stage, j, j + m, r->kp);
+            tile_pack(d, r->stage, j, j + m, r->kp);
         }
     }
     r->n = n;
@@ -114,7 +115,7 @@ static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, 
 
 /* Columns taken at a time by the queries of a block in the dot-product
  * path: a chunk of key (or value) rows stays in L2 while each query reads
- * it. Within a chunk the kernels (quant_rows_dot_f32, quant_rows_axpy) take
+ * it. Within a chunk the kernels (quant_kv_scores, quant_kv_mix) take
  * every query head sharing the kv head at once, reading a row from memory
  * once per kv head instead of once per query head (Gemma 3 270M at a 4096
  * depth: 4 query heads a kv head, and attention streamed 156 MB a token). */
@@ -150,7 +151,7 @@ static void blk_init(struct blk *b, const struct attn_params *p, const float *q,
     b->jend = p->bidirectional ? h->n : kv_head_count_upto(h, last);
     b->jv = p->bidirectional ? 0 : KVF_MIN(b->jend, visible_begin(h, qpos[i0], p->window));
     b->blocked = nb >= ATTN_BLOCK_MIN_ROWS && b->jend > b->jv;
-    b->j0 = b->blocked ? b->jv - b->jv % QUANT_PANEL : b->jv;
+    b->j0 = b->blocked ? b->jv - b->jv % TILE_PANEL : b->jv;
     /* Positions ascend within a call (attn_forward); nb <= ATTN_BLOCK. */
     for (int k = 0; k < nb; k++) {
         b->jb[k] = p->bidirectional ? 0
@@ -180,8 +181,8 @@ static void blk_dots(const struct blk *b, int lo, int hi) {
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK), hi);
             if (a < e)
-                quant_rows_dot_f32(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
-                                   b->h1 - b->h0, b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
+                quant_kv_scores(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
+                                b->h1 - b->h0, b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
         }
 }
 
@@ -213,7 +214,7 @@ static void blk_weights(const struct blk *b, int hh, int i, const struct stats_p
     }
     if (p->nsm_n > 0) {
         const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));
-        quant_scale_f32(r, nsm, n);
+        vec_scale(r, nsm, n);
     }
 }
 
@@ -228,16 +229,16 @@ static void blk_axpys(const struct blk *b, int c0, int c1) {
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK);
             if (a < e)
-                quant_rows_axpy(b->h->type, blk_out(b, b->h0, i) + c0, (size_t)d, blk_row(b, b->h0, i) + (a - b->j0),
-                                ldw, b->h1 - b->h0, vr + a * rb, rb, e - a, c1 - c0);
+                quant_kv_mix(b->h->type, blk_out(b, b->h0, i) + c0, (size_t)d, blk_row(b, b->h0, i) + (a - b->j0),
+                             ldw, b->h1 - b->h0, vr + a * rb, rb, e - a, c1 - c0);
         }
 }
 
 /* One block of queries against kv head h: scores = scale * Q K^T over the
  * columns some query of the block sees, softmaxed row by row (blk_weights),
  * then O = S V. Blocks of ATTN_BLOCK_MIN_ROWS queries or more take one head
- * (h1 = h0 + 1) and the two block products (quant_scores_f32,
- * quant_mix_f32); smaller ones take dot products and axpys on the stored
+ * (h1 = h0 + 1) and the two block products (tile_scores,
+ * tile_mix); smaller ones take dot products and axpys on the stored
  * rows, every head of the group in one call. s: scratch for the rows. */
 static void attn_block(const struct attn_params *p, const float *q, const int32_t *qpos, int i0, int i1, int h0,
                        int h1, const struct kv_head *h, float *out, float *s, struct head_pack *pack,
@@ -251,16 +252,16 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
         head_pack_fill(pack, h, d, b.jend);
         if (h->type != DT_F32)
             V = pack->v;
-        quant_scores_f32(d, blk_q(&b, h0, i0), qstride, nb, pack->kp + (size_t)b.j0 * d, (int)b.lds, p->scale, s,
-                         b.lds);
+        tile_scores(d, blk_q(&b, h0, i0), qstride, nb, pack->kp + (size_t)b.j0 * d, (int)b.lds, p->scale, s,
+                    b.lds);
     } else {
         blk_dots(&b, b.j0, b.jend);
     }
     for (int hh = h0; hh < h1; hh++)
         for (int i = i0; i < i1; i++) blk_weights(&b, hh, i, sp);
     if (b.blocked)
-        quant_mix_f32(d, s + (b.jv - b.j0), b.lds, nb, V + (size_t)b.jv * d, b.jend - b.jv, blk_out(&b, h0, i0),
-                      qstride);
+        tile_mix(d, s + (b.jv - b.j0), b.lds, nb, V + (size_t)b.jv * d, b.jend - b.jv, blk_out(&b, h0, i0),
+                 qstride);
     else
         blk_axpys(&b, 0, d);
 }
@@ -362,8 +363,8 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
      * products: O(threads x entries x head_dim), allocated only when a block
      * will use them; 64-byte aligned, so that every panel load is. */
     float *rows = NULL;
-    const size_t pan_len = ((size_t)n_kv_max + QUANT_PANEL - 1) / QUANT_PANEL * QUANT_PANEL * p->head_dim;
-    const size_t copy_len = kv[0].type != DT_F32 ? ((size_t)n_kv_max + QUANT_PANEL) * p->head_dim : 0;
+    const size_t pan_len = ((size_t)n_kv_max + TILE_PANEL - 1) / TILE_PANEL * TILE_PANEL * p->head_dim;
+    const size_t copy_len = kv[0].type != DT_F32 ? ((size_t)n_kv_max + TILE_PANEL) * p->head_dim : 0;
     const size_t rows_len = (pan_len + copy_len + 15) / 16 * 16;
     if (n_q >= ATTN_BLOCK_MIN_ROWS &&
         !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {

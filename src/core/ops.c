@@ -1,4 +1,5 @@
 #include "core/ops.h"
+#include "core/vec.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -7,7 +8,7 @@
 
 /* Below this many rows of x a matrix product is a stream of dot products
  * over the quantised weights; above it, packed tiles go through the integer
- * kernels (quant_gemm) where the CPU has them for the type, else
+ * kernels (quant_gemm_tiles) where the CPU has them for the type, else
  * dequantised tiles through BLAS. */
 #define MATMUL_BLAS_MIN_ROWS 32
 /* Weight rows dequantised per BLAS call. */
@@ -48,9 +49,9 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
         const int64_t r0 = c * chunk, nr = KVF_MIN(chunk, rows - r0);
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
         if (w->ilv)
-            quant_ilv_rows(w->type, w->cols, wr, (int)(nr / QUANT_ILV_ROWS), xb, n_tok, y + r0, (size_t)rows);
+            quant_gemm_ilv(w->type, w->cols, wr, (int)(nr / QUANT_ILV_ROWS), xb, n_tok, y + r0, (size_t)rows);
         else
-            quant_vec_dot_rows(w->type, w->cols, wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
+            quant_gemm_rows(w->type, w->cols, wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
     }
 }
 
@@ -84,7 +85,7 @@ static void matmul_blas(const struct weight *w, const float *x, int n_tok, float
     }
 }
 
-/* Each thread packs a tile of 16 weight rows at a time (quant_gemm) and
+/* Each thread packs a tile of 16 weight rows at a time (quant_gemm_tiles) and
  * multiplies it with every row of x, quantised once for all tiles. */
 static void matmul_int(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                        int n_threads) {
@@ -106,7 +107,7 @@ static void matmul_int(const struct weight *w, const float *x, int n_tok, float 
                 quant_gemm_pack_ilv(w->type, w->cols, wr, tile);
             else
                 quant_gemm_pack(w->type, w->cols, wr, w->row_bytes, nw, tile);
-            quant_gemm(w->type, w->cols, tile, nw, act, n_tok, y + r0, (size_t)w->rows);
+            quant_gemm_tiles(w->type, w->cols, tile, nw, act, n_tok, y + r0, (size_t)w->rows);
         }
     }
 }
@@ -255,26 +256,26 @@ void ops_gelu_erf(float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
 }
 
-void ops_gelu_quick(float *x, int64_t n) { quant_sigmoid_mul(x, NULL, n, 1.702f, 0.0f); }
+void ops_gelu_quick(float *x, int64_t n) { vec_sigmoid_mul(x, NULL, n, 1.702f, 0.0f); }
 
-void ops_silu_mul(float *g, const float *u, int64_t n) { quant_sigmoid_mul(g, u, n, 1.0f, 0.0f); }
+void ops_silu_mul(float *g, const float *u, int64_t n) { vec_sigmoid_mul(g, u, n, 1.0f, 0.0f); }
 
 void ops_gelu_tanh_mul(float *g, const float *u, int64_t n) {
     /* 0.5 x (1 + tanh(c (x + 0.044715 x^3))) = x sigmoid(2c (x + 0.044715 x^3)),
      * c = sqrt(2/pi): one exp, and no cancellation in 1 + tanh for x << 0. */
     const float c2 = 2 * 0.7978845608028654f;
-    quant_sigmoid_mul(g, u, n, c2, c2 * 0.044715f);
+    vec_sigmoid_mul(g, u, n, c2, c2 * 0.044715f);
 }
 
 float ops_softmax_sum(float *x, int n, double *sum_out) {
-    const float mx = quant_max_f32(x, n);
+    const float mx = vec_max(x, n);
     *sum_out = 0.0;
     if (mx == -INFINITY) {
         memset(x, 0, sizeof(float) * n);
         return mx;
     }
-    const double sum = quant_exp_sum(x, n, mx);
-    quant_scale_f32(x, (float)(1.0 / sum), n);
+    const double sum = vec_exp_sum(x, n, mx);
+    vec_scale(x, (float)(1.0 / sum), n);
     *sum_out = sum;
     return mx;
 }

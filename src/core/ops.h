@@ -24,7 +24,7 @@ size_t ops_matmul_scratch_bytes(int64_t cols, int n_tok, int n_threads);
  * Few rows: activations are quantised to the weight's vec-dot type and each
  * weight row is streamed once for all rows of x (the decode path). Many rows
  * (the prefill path): the K types' packed integer products where the CPU has
- * them (quant_gemm), else weight tiles dequantised and multiplied with BLAS. */
+ * them (quant_gemm_tiles), else weight tiles dequantised and multiplied with BLAS. */
 void ops_matmul(const struct weight *w, const float *x, int n_tok, float *y, void *scratch,
                 int n_threads);
 /* One row of the (possibly quantised) matrix, as floats (embedding lookup). */

@@ -438,59 +438,6 @@ static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
         y[i] += a * x[i];
 }
 
-void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                          float *out, size_t ldo) {
-    for (int i = 0; i < nq; i++)
-        for (int j = 0; j < n; j++) {
-            const float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
-            float acc = 0;
-            for (int64_t c = 0; c < d; c++)
-                acc = fmaf(q[i * ldq + c], pj[c * QUANT_PANEL], acc);
-            out[i * ldo + j] = acc * scale;
-        }
-}
-
-/* Key by key, so that the value rows are read in order; each y[c] is still
- * one chain in j. */
-void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
-    for (int i = 0; i < nq; i++) {
-        float *yi = y + i * ldy;
-        for (int64_t c = 0; c < d; c++)
-            yi[c] = 0;
-        for (int j = 0; j < n; j++)
-            for (int64_t c = 0; c < d; c++)
-                yi[c] = fmaf(w[i * ldw + j], v[(size_t)j * d + c], yi[c]);
-    }
-}
-
-static void sigmoid_mul_ref(float *g, const float *u, int64_t n, float a, float b) {
-    for (int64_t i = 0; i < n; i++) {
-        const float x = g[i], z = b != 0 ? x * (a + b * x * x) : a * x;
-        g[i] = x / (1.0f + expf(-z)) * (u ? u[i] : 1.0f);
-    }
-}
-
-static float max_f32_ref(const float *x, int64_t n) {
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    return m;
-}
-
-static void scale_f32_ref(float *x, float a, int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        x[i] *= a;
-}
-
-static double exp_sum_ref(float *x, int64_t n, float m) {
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = x[i] == -INFINITY ? 0.0f : expf(x[i] - m);
-        sum += x[i];
-    }
-    return sum;
-}
-
 /* ---- KV cache rows against f32 -------------------------------------- */
 
 /* Attention reads cached keys and values against the float32 query and
@@ -829,12 +776,6 @@ static const struct quant_kernels scalar_kernels = {
     .codes32 = codes32_ref,
     .dot_f32 = dot_f32_ref,
     .axpy_f32 = axpy_f32_ref,
-    .sigmoid_mul = sigmoid_mul_ref,
-    .exp_sum = exp_sum_ref,
-    .scores_f32 = quant_scores_f32_ref,
-    .mix_f32 = quant_mix_f32_ref,
-    .max_f32 = max_f32_ref,
-    .scale_f32 = scale_f32_ref,
     .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
     .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row},
 };
@@ -906,12 +847,16 @@ static enum simd_level env_cap(enum simd_level level) {
 static void kernels_init(void) {
     cpu_level = cpu_detect();
     level_kernels[SIMD_SCALAR] = scalar_kernels;
-    level_kernels[SIMD_AVX2] = scalar_kernels;
-    if (cpu_level >= SIMD_AVX2)
+    vec_kernels_scalar(&level_kernels[SIMD_SCALAR]);
+    level_kernels[SIMD_AVX2] = level_kernels[SIMD_SCALAR];
+    if (cpu_level >= SIMD_AVX2) {
         quant_kernels_avx2(&level_kernels[SIMD_AVX2]);
+        vec_kernels_avx2(&level_kernels[SIMD_AVX2]);
+    }
     level_kernels[SIMD_AVX512] = level_kernels[SIMD_AVX2];
     if (cpu_level >= SIMD_AVX512) {
         quant_kernels_avx512(&level_kernels[SIMD_AVX512]);
+        vec_kernels_avx512(&level_kernels[SIMD_AVX512]);
         if (cpu_features().avx512vnni)
             quant_kernels_vnni(&level_kernels[SIMD_AVX512]);
     }
@@ -1033,35 +978,35 @@ static void rows_run(const struct quant_kernels *k, enum dtype type, int64_t n, 
                 f != NULL ? f(n, (const uint8_t *)w + (size_t)i * wb, (const uint8_t *)xb + (size_t)r * rb) : 0.0f;
 }
 
-void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
-                        float *out, size_t os) {
+void quant_gemm_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
+                     float *out, size_t os) {
     rows_run(kernels(), type, n, w, w_stride, nw, xb, nx, out, os);
 }
 
-void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
-                            int nx, float *out, size_t os) {
+void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
+                         int nx, float *out, size_t os) {
     rows_run(&scalar_kernels, type, n, w, w_stride, nw, xb, nx, out, os);
 }
 
-/* Unsupported types give 0 and leave y, like quant_vec_dot_rows. */
-float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x) {
+/* Unsupported types give 0 and leave y, like quant_gemm_rows. */
+float quant_kv_dot(enum dtype type, int64_t n, const void *w, const float *x) {
     const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot_f32x[type] : NULL;
     return f != NULL ? f(n, w, x) : 0.0f;
 }
 
-float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x) {
+float quant_kv_dot_ref(enum dtype type, int64_t n, const void *w, const float *x) {
     const quant_dot_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dot_f32x[type] : NULL;
     return f != NULL ? f(n, w, x) : 0.0f;
 }
 
-void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n) {
+void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n) {
     const quant_axpy_fn f = (unsigned)type < DT_COUNT ? kernels()->axpy[type] : NULL;
     if (f != NULL)
         f(y, a, w, n);
 }
 
-void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
-                        float scale, float *out, size_t ldo) {
+void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
+                     float scale, float *out, size_t ldo) {
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->dot_f32x[type])
         return;
@@ -1075,8 +1020,8 @@ void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, con
             out[q * ldo + j] = k->dot_f32x[type](d, (const uint8_t *)rows + j * rb, x + q * ldx) * scale;
 }
 
-void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
-                     size_t ldr, int n, int64_t d) {
+void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
+                  size_t ldr, int n, int64_t d) {
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->axpy[type])
         return;
@@ -1090,37 +1035,7 @@ void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size
                 k->axpy[type](y + q * ldy, w[q * ldw + j], (const uint8_t *)rows + j * ldr, d);
 }
 
-void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels) {
-    for (int j = j0; j < j1; j++) {
-        float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
-        for (int64_t c = 0; c < d; c++)
-            pj[c * QUANT_PANEL] = k[(size_t)(j - j0) * d + c];
-    }
-    for (int j = j1; j % QUANT_PANEL != 0; j++) {
-        float *pj = panels + (size_t)(j / QUANT_PANEL) * QUANT_PANEL * d + j % QUANT_PANEL;
-        for (int64_t c = 0; c < d; c++)
-            pj[c * QUANT_PANEL] = 0;
-    }
-}
-
-void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                      float *out, size_t ldo) {
-    kernels()->scores_f32(d, q, ldq, nq, panels, n, scale, out, ldo);
-}
-
-void quant_mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy) {
-    kernels()->mix_f32(d, w, ldw, nq, v, n, y, ldy);
-}
-
-void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b) {
-    kernels()->sigmoid_mul(g, u, n, a, b);
-}
-
-double quant_exp_sum(float *x, int64_t n, float m) { return kernels()->exp_sum(x, n, m); }
-float quant_max_f32(const float *x, int64_t n) { return kernels()->max_f32(x, n); }
-void quant_scale_f32(float *x, float a, int64_t n) { kernels()->scale_f32(x, a, n); }
-
-void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
+void quant_kv_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
     const quant_axpy_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.axpy[type] : NULL;
     if (f != NULL)
         f(y, a, w, n);

@@ -1,6 +1,17 @@
 /* Weight storage types (numbered as in GGUF / ggml) and their kernels:
  * dequantisation, quantisation and dot products. A scalar reference exists
- * for every kernel; AVX2 and AVX-512 variants are chosen at run time. */
+ * for every kernel; AVX2 and AVX-512 variants are chosen at run time. The
+ * products are named for their operands and shape:
+ *   quant_gemm_rows   weight rows as stored x rows of quantised activations
+ *   quant_gemm_ilv    weight rows interleaved by 16 at load x the same
+ *   quant_gemm_tiles  weight tiles packed for integer products (VNNI) x
+ *                     Q8_K activations, for prompts
+ *   quant_kv_dot/axpy one KV cache row (f32, f16, q8_0) against f32
+ *   quant_kv_scores/mix a run of KV rows against a head's queries, as
+ *                     decoding attention needs (scores, then the weighted
+ *                     sum of value rows)
+ * Kernels on plain float vectors (activations, softmax, attention's tiles)
+ * are in core/vec.h. */
 #ifndef KVF_QUANT_H
 #define KVF_QUANT_H
 
@@ -70,8 +81,8 @@ void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, vo
  * batch (batched decoding), and neighbouring weight rows share one pass
  * over a single activation row, without changing anyone's result.
  * Unknown types give zeros. */
-void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
-                        float *out, size_t out_stride);
+void quant_gemm_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
+                     float *out, size_t out_stride);
 
 /* Prompt products in integers, for the K types where the CPU has AVX-512
  * VNNI. A tile of up to QUANT_TILE_ROWS weight rows is repacked so that one
@@ -79,7 +90,7 @@ void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stri
  * group scales as floats): a vpdpbusd against four broadcast activation
  * bytes then feeds 16 outputs, and no horizontal sums are left (the rows
  * kernels above sum within a row). The activations are Q8_K's, as in
- * quant_vec_dot_rows; each group's integer sum then takes its scale and
+ * quant_gemm_rows; each group's integer sum then takes its scale and
  * offset in float, where the dot products apply them in integers.
  * quant_gemm_has: whether the level in use has the kernel for `type`.
  * Sizes: 0 when the type has no packed form or n is not a multiple of 256.
@@ -87,8 +98,8 @@ void quant_vec_dot_rows(enum dtype type, int64_t n, const void *w, size_t w_stri
  * quant_gemm_pack_ilv: the same tile from one tile of the interleaved form
  * (quant_ilv_pack below), which holds 16 rows.
  * quant_gemm_act: nx rows of n floats, quant_gemm_act_bytes(type, n) apart.
- * quant_gemm: out[r * out_stride + i] for tile row i < nw and activation
- * row r < nx; quant_gemm_ref is its scalar reference (bit for bit). */
+ * quant_gemm_tiles: out[r * out_stride + i] for tile row i < nw and activation
+ * row r < nx; quant_gemm_tiles_ref is its scalar reference (bit for bit). */
 #define QUANT_TILE_ROWS 16
 bool quant_gemm_has(enum dtype type);
 size_t quant_gemm_tile_bytes(enum dtype type, int64_t n);
@@ -96,10 +107,10 @@ size_t quant_gemm_act_bytes(enum dtype type, int64_t n);
 void quant_gemm_pack(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, void *tile);
 void quant_gemm_pack_ilv(enum dtype type, int64_t n, const void *ilv, void *tile);
 void quant_gemm_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
-void quant_gemm(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
-                size_t out_stride);
-void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
-                    size_t out_stride);
+void quant_gemm_tiles(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                      size_t out_stride);
+void quant_gemm_tiles_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                          size_t out_stride);
 
 /* Decoding products for the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1,
  * Q8_0) and the K types (Q4_K, Q5_K, Q6_K) on weights interleaved by 16
@@ -126,11 +137,11 @@ void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const 
  * quant_quantize_batch gives; for the others Q8_0's codes and scales (those
  * quant_quantize_batch gives), each block's sum of codes and (for
  * Q4_1/Q5_1) Q8_1's fp16 sum. 0 bytes: n is not a whole number of blocks.
- * quant_ilv_rows: out[r * out_stride + 16 t + i] for row i of tile t < nt
+ * quant_gemm_ilv: out[r * out_stride + 16 t + i] for row i of tile t < nt
  * (tiles from `tiles` on) and activation row r < nx; every result is one
  * chain of fmas over the blocks b in order, whatever nx is: batched and
  * single decoding give the same bits, and so do the kernel and
- * quant_ilv_rows_ref. 32-value blocks: acc = fma(float(t_b), dw_b * dx_b,
+ * quant_gemm_ilv_ref. 32-value blocks: acc = fma(float(t_b), dw_b * dx_b,
  * acc) (t_b the block's integer sum of code x code, less the format's
  * offset times the activation codes' sum), plus fma(m_b, s_b, acc) for
  * Q4_1/Q5_1 (s_b Q8_1's fp16 sum). K types, as ggml sums a super-block:
@@ -145,73 +156,36 @@ void quant_ilv_pack(enum dtype type, int64_t n, const void *w, int64_t rows, voi
 void quant_ilv_dequant(enum dtype type, int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
 size_t quant_ilv_act_bytes(enum dtype type, int64_t n);
 void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act);
-void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+void quant_gemm_ilv(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                     size_t out_stride);
-void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+void quant_gemm_ilv_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                         size_t out_stride);
 
 /* The scalar references behind the dispatchers, for tests. */
 void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t n);
-void quant_vec_dot_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
-                            int nx, float *out, size_t out_stride);
+void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
+                         int nx, float *out, size_t out_stride);
 
 /* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0) against plain f32,
  * nothing quantised on the f32 side: sum_i w[i] * x[i], and y += a * w.
  * n: a multiple of the type's block size. Other types: 0 / y unchanged. */
-float quant_row_dot_f32(enum dtype type, int64_t n, const void *w, const float *x);
-void quant_row_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
+float quant_kv_dot(enum dtype type, int64_t n, const void *w, const float *x);
+void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
 /* Decoding attention over n consecutive KV rows of d values each (rows of
  * type's row bytes) for nx query vectors of d values (the query heads
  * sharing a kv head): x[q] = x + q * ldx gives out[q * ldo + j] = scale *
- * quant_row_dot_f32(row j, x[q]), and y[q] = y + q * ldy gets w[q * ldw + j]
+ * quant_kv_dot(row j, x[q]), and y[q] = y + q * ldy gets w[q * ldw + j]
  * row j for every such weight != 0, in j order. The axpy's rows are ldr
  * bytes apart, so that d may be a slice of wider rows (whole blocks of the
  * type: the columns [c0, c0 + d) of rows rb wide are rows + row bytes of
  * c0, ldr = rb), each column's arithmetic the same as in the whole row's.
  * Bit for bit the row-by-row calls; the SIMD forms read a run of rows once
  * for every query (and keep y in registers across it). */
-void quant_rows_dot_f32(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
-                        float scale, float *out, size_t ldo);
-void quant_rows_axpy(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
-                     size_t ldr, int n, int64_t d);
-/* Prompt attention's two products on f32 rows (attn/attention.c), a block
- * of queries against a run of keys. BLAS packs both operands on every call,
- * which for a block of 32 queries is as much copying as multiplying; here
- * the keys are packed once per head and the values are read in place.
- * Keys are kept in panels of QUANT_PANEL rows stored value-major,
- * panel p = [d][QUANT_PANEL] at p * QUANT_PANEL * d: one vector holds one
- * value of 16 keys, against a broadcast query value.
- * quant_panels_pack: rows j0 .. j1 - 1, at k (row j at k + (j - j0) d),
- * into their panels; the last panel's columns past j1 are zeroed (rows
- * before j0 kept).
- * quant_scores_f32: out[i * ldo + j] = scale * sum_c q[i * ldq + c] k_j[c]
- * for i < nq and j < n, keys from the panel at `panels` on.
- * quant_mix_f32: y[i * ldy + c] = sum_j w[i * ldw + j] v[j * d + c] for
- * i < nq, c < d, j < n (y overwritten).
- * A score is one fmaf chain in c from 0, then times the scale; an output
- * value one fmaf chain in j from 0, in key order. So every level gives the
- * same bits. (The scalar level calls fmaf: on a CPU without FMA, libm's.) */
-#define QUANT_PANEL 16
-void quant_panels_pack(int64_t d, const float *k, int j0, int j1, float *panels);
-void quant_scores_f32(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                      float *out, size_t ldo);
-void quant_mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
-void quant_scores_f32_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                          float *out, size_t ldo);
-void quant_mix_f32_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
-/* g[i] = g[i] * sigmoid(z) * u[i] with z = a g[i] + b g[i]^3 (b = 0: a g[i]);
- * u NULL: no factor. SiLU is (1, 0), quick GELU (1.702, 0), the tanh GELU
- * (2 sqrt(2/pi), 2 sqrt(2/pi) 0.044715), as 0.5 (1 + tanh(y)) = sigmoid(2y).
- * The SIMD levels compute exp with a polynomial within 2 ulp of expf. */
-void quant_sigmoid_mul(float *g, const float *u, int64_t n, float a, float b);
-/* x[i] = exp(x[i] - m) (-inf and anything under expf's range -> 0); returns
- * their sum, added in double. */
-double quant_exp_sum(float *x, int64_t n, float m);
-/* The largest of x[0..n), NaN ignored (-inf when there is none); and
- * x[i] *= a. Exact, so every level gives the same bits. */
-float quant_max_f32(const float *x, int64_t n);
-void quant_scale_f32(float *x, float a, int64_t n);
-float quant_row_dot_f32_ref(enum dtype type, int64_t n, const void *w, const float *x);
-void quant_row_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n);
+void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
+                     float scale, float *out, size_t ldo);
+void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
+                  size_t ldr, int n, int64_t d);
+float quant_kv_dot_ref(enum dtype type, int64_t n, const void *w, const float *x);
+void quant_kv_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n);
 
 #endif

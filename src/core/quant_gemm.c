@@ -1,4 +1,4 @@
-/* quant_gemm's packed forms (layouts in quant_impl.h): packing weight tiles,
+/* quant_gemm_tiles's packed forms (layouts in quant_impl.h): packing weight tiles,
  * quantising activation rows, the scalar reference kernel and the
  * dispatcher. Packing is plain C: a product packs each tile once for all of
  * its activation rows (ops_matmul uses it from 32 rows up). */
@@ -165,8 +165,8 @@ void quant_gemm_act(enum dtype type, const float *x, int64_t n, int nx, void *ac
     }
 }
 
-void quant_gemm_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
-                    size_t out_stride) {
+void quant_gemm_tiles_ref(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                          size_t out_stride) {
     const size_t rb = quant_gemm_act_bytes(type, n);
     if (rb == 0)
         return;
@@ -198,11 +198,11 @@ bool quant_gemm_has(enum dtype type) {
     return (unsigned)type < DT_COUNT && quant_kernels_active()->gemm[type] != NULL;
 }
 
-void quant_gemm(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
-                size_t out_stride) {
+void quant_gemm_tiles(enum dtype type, int64_t n, const void *tile, int nw, const void *act, int nx, float *out,
+                      size_t out_stride) {
     const quant_gemm_fn f = (unsigned)type < DT_COUNT ? quant_kernels_active()->gemm[type] : NULL;
     if (f != NULL && quant_gemm_tile_bytes(type, n) != 0)
         f(n, tile, KVF_MIN(nw, QUANT_TILE_ROWS), act, nx, out, out_stride);
     else
-        quant_gemm_ref(type, n, tile, KVF_MIN(nw, QUANT_TILE_ROWS), act, nx, out, out_stride);
+        quant_gemm_tiles_ref(type, n, tile, KVF_MIN(nw, QUANT_TILE_ROWS), act, nx, out, out_stride);
 }

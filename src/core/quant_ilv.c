@@ -284,7 +284,7 @@ void quant_ilv_act(enum dtype type, const float *x, int64_t n, int nx, void *act
 }
 
 /* Row i of block tile p against one Q8_K block: a K type's result as
- * quant_ilv_rows (quant.h) accumulates it. */
+ * quant_gemm_ilv (quant.h) accumulates it. */
 static float ref_block_k(const struct ilv_layout *L, const uint8_t *p, int i, const struct block_q8_K *y,
                          float acc) {
     int32_t sumi = 0, summ = 0;
@@ -326,7 +326,7 @@ static float ref_block_32(const struct ilv_layout *L, const uint8_t *p, int i, c
     return L->min ? fmaf(tile_half(p, L->m, i), xs[b], acc) : acc;
 }
 
-void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+void quant_gemm_ilv_ref(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                         size_t os) {
     const size_t rb = quant_ilv_act_bytes(type, n);
     if (rb == 0)
@@ -349,11 +349,11 @@ void quant_ilv_rows_ref(enum dtype type, int64_t n, const void *tiles, int nt, c
             }
 }
 
-void quant_ilv_rows(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
+void quant_gemm_ilv(enum dtype type, int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                     size_t os) {
     const quant_ilv_fn f = quant_ilv_type(type) ? quant_kernels_active()->ilv[type] : NULL;
     if (f)
         f(n, tiles, nt, act, nx, out, os);
     else
-        quant_ilv_rows_ref(type, n, tiles, nt, act, nx, out, os);
+        quant_gemm_ilv_ref(type, n, tiles, nt, act, nx, out, os);
 }

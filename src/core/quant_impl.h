@@ -233,7 +233,7 @@ typedef void (*quant_axpys_fn)(float *y, size_t ldy, const float *w, size_t ldw,
 typedef void (*quant_rows_fn)(int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx, float *out,
                               size_t out_stride);
 
-/* quant_gemm's packed forms (quant.h). A tile of QUANT_TILE_ROWS = 16
+/* quant_gemm_tiles's packed forms (quant.h). A tile of QUANT_TILE_ROWS = 16
  * weight rows of n values:
  *   codes  uint8 [n/4][16][4]  codes j..j+3 of row i at 64 (j/4) + 4 i
  *   fs     float [n/G][16]     group g of row i: value = fs q - fm,
@@ -329,7 +329,7 @@ static inline size_t quant_ilv_act_row_bytes(enum dtype type, int64_t n) {
 }
 
 /* out[r * out_stride + 16 t + i] for tile t < nt and activation row r < nx
- * (quant.h: quant_ilv_rows). */
+ * (quant.h: quant_gemm_ilv). */
 typedef void (*quant_ilv_fn)(int64_t n, const void *tiles, int nt, const void *act, int nx, float *out,
                              size_t out_stride);
 
@@ -366,7 +366,7 @@ int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]);
         }                                                                                                \
     }
 
-/* quant_mix_f32 for an ISA file's tile
+/* tile_mix for an ISA file's tile
  *   mix_tile(R, V, w, ldw, v, d, n, y, ldy, left, first)
  * (R output rows, V of up to 4 vectors of `lanes` values, the first `left`
  * of them inside the row; first: the chains start at 0, else they go on
@@ -415,12 +415,12 @@ struct quant_kernels {
     quant_dot_fn dot_f32x[DT_COUNT];
     quant_axpy_fn axpy[DT_COUNT];
     /* The same over a run of rows for several query vectors
-     * (quant_rows_dot_f32, quant_rows_axpy), each (row, query)'s arithmetic
+     * (quant_kv_scores, quant_kv_mix), each (row, query)'s arithmetic
      * that of dot_f32x / axpy; NULL: those row by row. */
     quant_dots_fn dots[DT_COUNT];
     quant_axpys_fn axpys[DT_COUNT];
-    /* Activations and softmax (ops.c), see quant_sigmoid_mul and
-     * quant_exp_sum. The SIMD levels share one expf approximation
+    /* Activations and softmax (ops.c), see vec_sigmoid_mul and
+     * vec_exp_sum (core/vec.h). The SIMD levels share one expf approximation
      * (EXP_POLY_*), so that every element, a vector's or a tail's, gets the
      * same value. */
     void (*sigmoid_mul)(float *g, const float *u, int64_t n, float a, float b);
@@ -430,14 +430,14 @@ struct quant_kernels {
     /* Activation quantisers bit for bit the reference ones (quant.c);
      * NULL: the reference. */
     quant_quantize_fn quantize[DT_COUNT];
-    /* quant_gemm's kernel for the weight type; NULL: no integer path. */
+    /* quant_gemm_tiles's kernel for the weight type; NULL: no integer path. */
     quant_gemm_fn gemm[DT_COUNT];
-    /* quant_ilv_rows's kernel for the weight type; NULL: the reference. */
+    /* quant_gemm_ilv's kernel for the weight type; NULL: the reference. */
     quant_ilv_fn ilv[DT_COUNT];
     /* quant_ilv_dequant for the type; NULL: rows unpacked to their stored
      * blocks for dequant[]. */
     void (*ilv_dequant[DT_COUNT])(int64_t n, const void *ilv, int64_t r0, int nr, float *dst);
-    /* quant_scores_f32 and quant_mix_f32 (prompt attention). */
+    /* tile_scores and tile_mix (prompt attention, core/vec.h). */
     void (*scores_f32)(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
                        float *out, size_t ldo);
     void (*mix_f32)(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
@@ -464,7 +464,18 @@ struct quant_kernels {
 void quant_kernels_avx2(struct quant_kernels *k);
 void quant_kernels_avx512(struct quant_kernels *k);
 void quant_kernels_vnni(struct quant_kernels *k);
+/* The float-vector kernels' entries (core/vec.h): the scalar references
+ * (vec.c), then each level's (vec_avx2.c, vec_avx512.c). */
+void vec_kernels_scalar(struct quant_kernels *k);
+void vec_kernels_avx2(struct quant_kernels *k);
+void vec_kernels_avx512(struct quant_kernels *k);
 /* The table of the level in use. */
 const struct quant_kernels *quant_kernels_active(void);
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* Lanes below `left` (0..16) of a 16-lane mask (the AVX-512 files). */
+static inline __mmask16 tail_mask(int64_t left) { return (__mmask16)((1u << left) - 1); }
+#endif
 
 #endif

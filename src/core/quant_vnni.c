@@ -1,9 +1,9 @@
 /* Kernels for CPUs with AVX-512 VNNI on weights repacked so that one vector
- * holds four codes of each of 16 rows (layouts in quant_impl.h): quant_gemm's
- * for prompts (K types, packed per product) and quant_ilv_rows's for decoding
+ * holds four codes of each of 16 rows (layouts in quant_impl.h): quant_gemm_tiles's
+ * for prompts (K types, packed per product) and quant_gemm_ilv's for decoding
  * (32-value block types and K types, interleaved at load).
  *
- * quant_gemm: each pass keeps GEMM_R activation rows' sums for the tile's 16
+ * quant_gemm_tiles: each pass keeps GEMM_R activation rows' sums for the tile's 16
  * weight rows in registers: per four codes, one load of the weights and, per
  * row, one vpdpbusd against the row's four codes broadcast; per group, a
  * convert and two FMAs a row; per super-block, one FMA a row. */
@@ -118,7 +118,7 @@ static void gemm_g32(int64_t n, const void *tile, int nw, const void *act, int n
     gemm(n, tile, nw, act, nx, out, os, 32);
 }
 
-/* quant_ilv_rows (layout in quant_impl.h). A pass keeps up to ILV_R
+/* quant_gemm_ilv (layout in quant_impl.h). A pass keeps up to ILV_R
  * activation rows' results for the tile's 16 weight rows in registers; per
  * block and group of four codes, one code vector (a load, or a nibble
  * unpack, plus the fifth bits through a 16-entry table) and per row one

@@ -1,4 +1,4 @@
-/* The KV cache's row kernels (quant_row_dot_f32, quant_row_axpy: F32, F16
+/* The KV cache's row kernels (quant_kv_dot, quant_kv_axpy: F32, F16
  * and Q8_0 rows against plain float32) on every SIMD level this CPU runs,
  * against a naive double computation on the rows as the scalar reference
  * decodes them; the scalar kernels too. Lengths cover the SIMD tails of
@@ -36,12 +36,12 @@ static void check_row(enum dtype t, int n, bool ref) {
     quant_dequant_row_ref(t, row, wd, n);
     double dot = 0, mag = 0;
     for (int i = 0; i < n; i++) dot += (double)wd[i] * x[i], mag += fabs((double)wd[i] * x[i]);
-    const float got = ref ? quant_row_dot_f32_ref(t, n, row, x) : quant_row_dot_f32(t, n, row, x);
+    const float got = ref ? quant_kv_dot_ref(t, n, row, x) : quant_kv_dot(t, n, row, x);
     if (fabs(got - dot) > 1e-6 * mag + 1e-30)
         fail_msg("%s dot, n=%d%s: %.9g vs naive %.9g", dtype_get(t)->name, n, ref ? " (scalar)" : "", got, dot);
     const float a = -0.37f;
-    if (ref) quant_row_axpy_ref(t, y, a, row, n);
-    else quant_row_axpy(t, y, a, row, n);
+    if (ref) quant_kv_axpy_ref(t, y, a, row, n);
+    else quant_kv_axpy(t, y, a, row, n);
     for (int i = 0; i < n; i++) {
         const double want = y0[i] + (double)a * wd[i];
         if (fabs(y[i] - want) > 1e-6 * (fabs(y0[i]) + fabs(a * wd[i])))
@@ -81,13 +81,13 @@ static void test_other_types(void **st) {
     uint8_t row[64] = {0};
     float x[32], y[32];
     for (int i = 0; i < 32; i++) x[i] = 1.0f, y[i] = 2.0f;
-    assert_true(quant_row_dot_f32(DT_Q4_0, 32, row, x) == 0.0f);
-    quant_row_axpy(DT_Q4_0, y, 1.0f, row, 32);
-    quant_row_axpy(DT_COUNT, y, 1.0f, row, 32);
+    assert_true(quant_kv_dot(DT_Q4_0, 32, row, x) == 0.0f);
+    quant_kv_axpy(DT_Q4_0, y, 1.0f, row, 32);
+    quant_kv_axpy(DT_COUNT, y, 1.0f, row, 32);
     for (int i = 0; i < 32; i++) assert_true(y[i] == 2.0f);
 }
 
-/* quant_rows_dot_f32 and quant_rows_axpy over runs of n rows and nx query
+/* quant_kv_scores and quant_kv_mix over runs of n rows and nx query
  * vectors give the row-by-row calls' bits at every level: head sizes with
  * and without SIMD tails (and past the 128 values the SIMD forms keep in
  * registers), runs from 0 rows through partial 16-row groups to past the
@@ -124,19 +124,19 @@ static void test_runs(void **st) {
                 for (int nx = 1; nx <= NX_MAX; nx++)
                     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
                         const int n = lens[li];
-                        quant_rows_dot_f32(t, d, rows, n, x, ldx, nx, 0.125f, o1, ldo);
-                        quant_rows_axpy(t, y1, ldx, w, ldo, nx, rows, rb, n, d);
+                        quant_kv_scores(t, d, rows, n, x, ldx, nx, 0.125f, o1, ldo);
+                        quant_kv_mix(t, y1, ldx, w, ldo, nx, rows, rb, n, d);
                         /* Slices of the rows, ldr = rb: 16 columns (32, a block, for Q8_0) for the
                          * first queries, 32 for the last. */
                         const int cut = t == DT_Q8_0 || nx == NX_MAX ? 32 : 16;
                         for (int c0 = 0; c0 < d; c0 += cut)
-                            quant_rows_axpy(t, y3 + c0, ldx, w, ldo, nx, rows + dtype_row_bytes(t, c0), rb, n,
-                                            d - c0 < cut ? d - c0 : cut);
+                            quant_kv_mix(t, y3 + c0, ldx, w, ldo, nx, rows + dtype_row_bytes(t, c0), rb, n,
+                                         d - c0 < cut ? d - c0 : cut);
                         for (int q = 0; q < nx; q++) {
                             for (int j = 0; j < n; j++) {
-                                o2[q * ldo + j] = quant_row_dot_f32(t, d, rows + j * rb, x + q * ldx) * 0.125f;
+                                o2[q * ldo + j] = quant_kv_dot(t, d, rows + j * rb, x + q * ldx) * 0.125f;
                                 if (w[q * ldo + j] != 0.0f)
-                                    quant_row_axpy(t, y2 + q * ldx, w[q * ldo + j], rows + j * rb, d);
+                                    quant_kv_axpy(t, y2 + q * ldx, w[q * ldo + j], rows + j * rb, d);
                             }
                             assert_memory_equal(o1 + q * ldo, o2 + q * ldo, sizeof(float) * n);
                             assert_memory_equal(y1 + q * ldx, y2 + q * ldx, sizeof(float) * ldx); /* padding kept */

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/quant.h"
+#include "core/vec.h"
 #include "core/quant_impl.h"
 #include "kvfold.h"
 
@@ -335,9 +336,9 @@ static struct dot_case dot_case_run(enum dtype t, int64_t n, int random_codes) {
         c.mag += fabs((double)wd[i] * xd[i]) + fabs((double)off[i] * xd[i]);
     }
     float got;
-    quant_vec_dot_rows(t, n, w, 0, 1, xb, 1, &got, 1);
+    quant_gemm_rows(t, n, w, 0, 1, xb, 1, &got, 1);
     c.got_simd = got;
-    quant_vec_dot_rows_ref(t, n, w, 0, 1, xb, 1, &got, 1);
+    quant_gemm_rows_ref(t, n, w, 0, 1, xb, 1, &got, 1);
     c.got_ref = got;
     free(xf), free(wd), free(xd), free(off), free(w), free(x), free(xb);
     return c;
@@ -399,11 +400,11 @@ static void test_vec_dot_rows(void **state) {
                 quant_quantize_batch(ty, xf, n, NX, x);
                 for (int nw = 1; nw <= NW; nw++)
                     for (int nx = 1; nx <= NX; nx++) {
-                        quant_vec_dot_rows(ty, n, w, wb, nw, x, nx, out, NW + 1);
+                        quant_gemm_rows(ty, n, w, wb, nw, x, nx, out, NW + 1);
                         for (int r = 0; r < nx; r++)
                             for (int j = 0; j < nw; j++) {
                                 float alone;
-                                quant_vec_dot_rows(ty, n, w + j * wb, 0, 1, x + r * rb, 1, &alone, 1);
+                                quant_gemm_rows(ty, n, w + j * wb, 0, 1, x + r * rb, 1, &alone, 1);
                                 if (memcmp(&out[(NW + 1) * r + j], &alone, sizeof alone) != 0)
                                     fail_msg("%s %s n=%lld nw=%d nx=%d (%d, %d): %.9g, alone %.9g",
                                              dtype_get(ty)->name, simd_name(lv[k]), (long long)n, nw, nx, j, r,
@@ -417,7 +418,7 @@ static void test_vec_dot_rows(void **state) {
     simd_set(SIMD_AVX512);
 }
 
-/* quant_gemm: the packed tile times Q8_K activations, at the SIMD level
+/* quant_gemm_tiles: the packed tile times Q8_K activations, at the SIMD level
  * bit for bit the scalar reference, and both the decode path's dot product
  * (the same integer sums, floats added in another order) within float
  * rounding of the sum of |terms|; outputs past nw are left alone. */
@@ -453,8 +454,8 @@ static void test_gemm(void **state) {
                 for (int nx = 1; nx <= NX; nx += 6) {
                     for (int i = 0; i < NX * OS; i++)
                         out[i] = ref[i] = -1234.5f;
-                    quant_gemm(ty, n, tile, nw, act, nx, out, OS);
-                    quant_gemm_ref(ty, n, tile, nw, act, nx, ref, OS);
+                    quant_gemm_tiles(ty, n, tile, nw, act, nx, out, OS);
+                    quant_gemm_tiles_ref(ty, n, tile, nw, act, nx, ref, OS);
                     assert_memory_equal(out, ref, sizeof out);
                     for (int r = 0; r < nx; r++) {
                         quant_dequant_row_ref(DT_Q8_K, x + r * xb, xd, n);
@@ -464,7 +465,7 @@ static void test_gemm(void **state) {
                                 continue;
                             }
                             float dot;
-                            quant_vec_dot_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
+                            quant_gemm_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
                             quant_dequant_row_ref(ty, w + i * wb, wf, n);
                             double mag = 0;
                             for (int64_t j = 0; j < n; j++)
@@ -542,12 +543,12 @@ static void test_ilv(void **state) {
             for (int nx = 1; nx <= NX; nx++) {
                 for (int i = 0; i < NX * OS; i++)
                     out[i] = ref[i] = -1234.5f;
-                quant_ilv_rows(ty, n, ilv, NT, act, nx, out, OS);
-                quant_ilv_rows_ref(ty, n, ilv, NT, act, nx, ref, OS);
+                quant_gemm_ilv(ty, n, ilv, NT, act, nx, out, OS);
+                quant_gemm_ilv_ref(ty, n, ilv, NT, act, nx, ref, OS);
                 assert_memory_equal(out, ref, sizeof out);
                 for (int r = 0; r < nx; r++) {
                     float alone[ROWS];
-                    quant_ilv_rows(ty, n, ilv, NT, act + r * ab, 1, alone, ROWS);
+                    quant_gemm_ilv(ty, n, ilv, NT, act + r * ab, 1, alone, ROWS);
                     assert_memory_equal(alone, out + r * OS, sizeof alone);
                     for (int i = ROWS; i < OS; i++)
                         assert_true(out[r * OS + i] == -1234.5f);
@@ -555,7 +556,7 @@ static void test_ilv(void **state) {
                         continue;
                     for (int i = 0; i < ROWS; i++) {
                         float dot;
-                        quant_vec_dot_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
+                        quant_gemm_rows_ref(ty, n, w + i * wb, 0, 1, x + r * xb, 1, &dot, 1);
                         double mag = 0;
                         for (int64_t j = 0; j < n; j++)
                             mag += fabs((double)wf[i * n + j] * xf[r * n + j]);
@@ -621,10 +622,10 @@ static void test_f32_helpers(void **state) {
             double naive = 0, mag = 0;
             for (int i = 0; i < n; i++)
                 naive += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]);
-            assert_true(fabs(quant_row_dot_f32(DT_F32, n, a, b) - naive) <= 1e-6 * mag + 1e-30);
+            assert_true(fabs(quant_kv_dot(DT_F32, n, a, b) - naive) <= 1e-6 * mag + 1e-30);
             float out[203];
             memcpy(out, y, sizeof y);
-            quant_row_axpy(DT_F32, out, 0.75f, a, n);
+            quant_kv_axpy(DT_F32, out, 0.75f, a, n);
             for (int i = 0; i < 203; i++) {
                 want[i] = i < n ? (float)(y[i] + 0.75 * a[i]) : y[i];
                 /* fused or not, within one rounding of the exact value */
@@ -673,7 +674,7 @@ static void fill_pattern(float *x, int n, int pattern) {
     }
 }
 
-/* quant_scores_f32 / quant_mix_f32: each level bit for bit the reference,
+/* tile_scores / tile_mix: each level bit for bit the reference,
  * the reference within rounding of a double product, nothing written past
  * the n columns (d values) asked for, tails of every width. */
 static void test_attn_products(void **state) {
@@ -685,7 +686,7 @@ static void test_attn_products(void **state) {
     static const int keys[] = {0, 1, 15, 16, 17, 47, 48, 49, 130};
     const int maxd = 256, maxq = 32, maxn = 130, ld = maxn + 5;
     float *q = malloc(sizeof(float) * maxq * (maxd + 3)), *k = malloc(sizeof(float) * maxn * maxd);
-    float *pan = malloc(sizeof(float) * (maxn + QUANT_PANEL) * maxd), *v = malloc(sizeof(float) * maxn * maxd);
+    float *pan = malloc(sizeof(float) * (maxn + TILE_PANEL) * maxd), *v = malloc(sizeof(float) * maxn * maxd);
     float *w = malloc(sizeof(float) * maxq * ld), *got = malloc(sizeof(float) * maxq * (maxd + 7));
     float *want = malloc(sizeof(float) * maxq * (maxd + 7));
     assert_true(q && k && pan && v && w && got && want);
@@ -701,15 +702,15 @@ static void test_attn_products(void **state) {
         for (size_t b = 0; b < sizeof keys / sizeof *keys; b++) {
             const int n = keys[b];
             /* two packing calls, as attention adds rows to a head's panels */
-            memset(pan, 0x7f, sizeof(float) * (maxn + QUANT_PANEL) * maxd);
-            quant_panels_pack(d, k, 0, n / 3, pan);
-            quant_panels_pack(d, k + (size_t)(n / 3) * d, n / 3, n, pan);
+            memset(pan, 0x7f, sizeof(float) * (maxn + TILE_PANEL) * maxd);
+            tile_pack(d, k, 0, n / 3, pan);
+            tile_pack(d, k + (size_t)(n / 3) * d, n / 3, n, pan);
             for (size_t c = 0; c < sizeof rows / sizeof *rows; c++) {
                 const int nq = rows[c];
                 float sref[32 * 135], sgot[32 * 135];
                 for (int i = 0; i < nq * ld; i++)
                     sref[i] = -7.0f;
-                quant_scores_f32_ref(d, q, ldq, nq, pan, n, 0.125f, sref, ld);
+                tile_scores_ref(d, q, ldq, nq, pan, n, 0.125f, sref, ld);
                 for (int i = 0; i < nq; i++)
                     for (int j = 0; j < ld; j++) {
                         if (j >= n) {
@@ -724,7 +725,7 @@ static void test_attn_products(void **state) {
                     }
                 for (int i = 0; i < nq * (int)ldy; i++)
                     want[i] = -7.0f;
-                quant_mix_f32_ref(d, w, ld, nq, v, n, want, ldy);
+                tile_mix_ref(d, w, ld, nq, v, n, want, ldy);
                 for (int i = 0; i < nq; i++)
                     for (int64_t t = 0; t < (int64_t)ldy; t++) {
                         if (t >= d) {
@@ -741,11 +742,11 @@ static void test_attn_products(void **state) {
                     simd_set(lv[l]);
                     for (int i = 0; i < nq * ld; i++)
                         sgot[i] = -7.0f;
-                    quant_scores_f32(d, q, ldq, nq, pan, n, 0.125f, sgot, ld);
+                    tile_scores(d, q, ldq, nq, pan, n, 0.125f, sgot, ld);
                     assert_memory_equal(sgot, sref, sizeof(float) * nq * ld);
                     for (int i = 0; i < nq * (int)ldy; i++)
                         got[i] = -7.0f;
-                    quant_mix_f32(d, w, ld, nq, v, n, got, ldy);
+                    tile_mix(d, w, ld, nq, v, n, got, ldy);
                     assert_memory_equal(got, want, sizeof(float) * nq * ldy);
                 }
                 simd_set(SIMD_AVX512);
@@ -956,8 +957,8 @@ static void test_unknown_type_is_harmless(void **state) {
     for (int i = 0; i < 32; i++)
         assert_true(y[i] == 0);
     float d[2] = {1, 1};
-    quant_vec_dot_rows(DT_Q3_K, 256, junk, 0, 1, junk, 1, &d[0], 1);
-    quant_vec_dot_rows((enum dtype)77, 32, junk, 0, 1, junk, 1, &d[1], 1);
+    quant_gemm_rows(DT_Q3_K, 256, junk, 0, 1, junk, 1, &d[0], 1);
+    quant_gemm_rows((enum dtype)77, 32, junk, 0, 1, junk, 1, &d[1], 1);
     assert_true(d[0] == 0 && d[1] == 0);
     assert_int_equal(quant_batch_row_bytes(DT_Q3_K, 256), 0);
     assert_int_equal(quant_batch_row_bytes(DT_Q4_1, 33), 0);
@@ -982,7 +983,7 @@ static void test_simd_levels(void **state) {
     assert_string_equal(simd_name(SIMD_AVX512), "avx512");
 }
 
-/* quant_sigmoid_mul and quant_exp_sum at every level against double
+/* vec_sigmoid_mul and vec_exp_sum at every level against double
  * references: within 4e-7 relative (expf's and the shared polynomial's
  * error; the sigmoid's argument, rounded in float, adds |z| ulp), 1e-30
  * absolute where the exact value underflows (inputs past expf's range are
@@ -1008,7 +1009,7 @@ static void test_exp_kernels(void **state) {
         for (int f = 0; f < 3; f++)
             for (int with_u = 0; with_u < 2; with_u++) {
                 memcpy(full, x, sizeof x);
-                quant_sigmoid_mul(full, with_u ? u : NULL, N, ab[f][0], ab[f][1]);
+                vec_sigmoid_mul(full, with_u ? u : NULL, N, ab[f][0], ab[f][1]);
                 for (int i = 0; i < N; i++) {
                     const double xd = x[i], z = ab[f][1] != 0 ? xd * (ab[f][0] + (double)ab[f][1] * xd * xd)
                                                              : ab[f][0] * xd;
@@ -1020,7 +1021,7 @@ static void test_exp_kernels(void **state) {
                 }
                 for (int n = 1; n <= N; n += 5) { /* every length: the same values */
                     memcpy(part, x, sizeof x);
-                    quant_sigmoid_mul(part, with_u ? u : NULL, n, ab[f][0], ab[f][1]);
+                    vec_sigmoid_mul(part, with_u ? u : NULL, n, ab[f][0], ab[f][1]);
                     assert_memory_equal(part, full, (size_t)n * sizeof *part);
                     assert_memory_equal(part + n, x + n, (size_t)(N - n) * sizeof *part); /* past n: untouched */
                 }
@@ -1033,7 +1034,7 @@ static void test_exp_kernels(void **state) {
         g[3] = -INFINITY;
         g[5] = NAN;
         const float m = 100.0f;
-        const double sum = quant_exp_sum(g, N, m);
+        const double sum = vec_exp_sum(g, N, m);
         double want = 0;
         for (int i = 0; i < N; i++) {
             if (i == 3) {
@@ -1053,18 +1054,18 @@ static void test_exp_kernels(void **state) {
         memcpy(part, e, sizeof e);
         part[3] = -INFINITY;
         part[5] = -INFINITY;
-        const double s2 = quant_exp_sum(part, N, m);
+        const double s2 = vec_exp_sum(part, N, m);
         if (fabs(s2 - want) > 1e-6 * want)
             fail_msg("%s exp sum %.9g, want %.9g", simd_name(lv[k]), s2, want);
         for (int n = 1; n <= 20; n++) { /* e^0 = 1 exactly: lanes past n add nothing */
             float z[20] = { 0 };
-            assert_true(quant_exp_sum(z, n, 0.0f) == n && z[n - 1] == 1.0f);
+            assert_true(vec_exp_sum(z, n, 0.0f) == n && z[n - 1] == 1.0f);
         }
     }
     simd_set(SIMD_AVX512);
 }
 
-/* quant_max_f32 and quant_scale_f32 are exact: every level gives the
+/* vec_max and vec_scale are exact: every level gives the
  * scalar loop's bits, NaN never the maximum, every length (tails). */
 static void test_max_scale(void **state) {
     (void)state;
@@ -1083,16 +1084,16 @@ static void test_max_scale(void **state) {
             a[i] = x[i] * 0.37f;
         for (int k = 0; k < n_lv; k++) {
             simd_set(lv[k]);
-            const float got = quant_max_f32(x, n);
+            const float got = vec_max(x, n);
             assert_memory_equal(&got, &want, sizeof got);
             memcpy(b, x, sizeof x);
-            quant_scale_f32(b, 0.37f, n);
+            vec_scale(b, 0.37f, n);
             assert_memory_equal(b, a, (size_t)n * sizeof *b); /* NaN: the same bits too */
             assert_memory_equal(b + n, x + n, (size_t)(N - n) * sizeof *b);
         }
     }
     float nan2[3] = { NAN, NAN, NAN };
-    assert_true(quant_max_f32(nan2, 3) == -INFINITY);
+    assert_true(vec_max(nan2, 3) == -INFINITY);
     simd_set(SIMD_AVX512);
 }
 

@@ -4,7 +4,7 @@
  * together weighted by the attention text paid them (computed by the
  * decoder, docs/METHODS.md §2.3) — so later layers see fewer of them. Small
  * windows first (intra-window), larger later (inter-window). */
-#include "core/quant.h"
+#include "core/vec.h"
 #include "kv/reduce.h"
 
 #include <math.h>
@@ -28,7 +28,7 @@ void reduce_lightkv(const float *x, int dim, const struct kvf_tag *tag, const st
  * causal mask, softmax over the query axis, summed over heads and text
  * columns: xi[i] = sum_h sum_{j text} softmax_i(scale q_i.k_j). Text
  * columns go REDUCE_COLS at a time, packed as attention's keys, through the
- * block scores of prompt attention (quant_scores_f32) for each head. */
+ * block scores of prompt attention (tile_scores) for each head. */
 #define REDUCE_COLS 64
 static void lightkv_weights(const struct reduce_view *v, float *xi, float *scratch) {
     const int n = v->n, hd = v->head_dim, QD = v->n_head * hd, KD = v->n_head_kv * hd, group = v->n_head / v->n_head_kv;
@@ -41,8 +41,8 @@ static void lightkv_weights(const struct reduce_view *v, float *xi, float *scrat
             if (v->tag[j0].modality == KVF_MOD_TEXT) cols[nc++] = j0;
         for (int h = 0; nc > 0 && h < v->n_head; h++) {
             for (int c_ = 0; c_ < nc; c_++)
-                quant_panels_pack(hd, v->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, c_, c_ + 1, kp);
-            quant_scores_f32(hd, v->q + (size_t)h * hd, QD, n, kp, nc, v->attn_scale, c, nc);
+                tile_pack(hd, v->k + (size_t)cols[c_] * KD + (size_t)(h / group) * hd, c_, c_ + 1, kp);
+            tile_scores(hd, v->q + (size_t)h * hd, QD, n, kp, nc, v->attn_scale, c, nc);
             for (int c_ = 0; c_ < nc; c_++) {
                 float mx = -INFINITY;
                 for (int i = 0; i < n; i++) mx = fmaxf(mx, c[(size_t)i * nc + c_]);
