@@ -366,37 +366,6 @@ int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]);
         }                                                                                                \
     }
 
-/* tile_mix for an ISA file's tile
- *   mix_tile(R, V, w, ldw, v, d, n, y, ldy, left, first)
- * (R output rows, V of up to 4 vectors of `lanes` values, the first `left`
- * of them inside the row; first: the chains start at 0, else they go on
- * from what y holds): 4 vectors of the row at a time, MIX_KEYS keys a pass
- * (16 KiB of values at d = 64, read from L1 by every row group), `rows`
- * rows a tile, then one. With n = 0 it still runs once: y = 0. */
-#define MIX_KEYS 64
-#define MIX_F32(lanes, rows)                                                                                    \
-    static void mix_f32(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y,        \
-                        size_t ldy) {                                                                           \
-        for (int64_t c0 = 0; c0 < d; c0 += 4 * (lanes)) {                                                       \
-            const int64_t left = d - c0;                                                                        \
-            const int V = left >= 4 * (lanes) ? 4 : (int)((left + (lanes) - 1) / (lanes));                    \
-            for (int j0 = 0; j0 == 0 || j0 < n; j0 += MIX_KEYS) {                                               \
-                const int nj = n - j0 < MIX_KEYS ? n - j0 : MIX_KEYS;                                           \
-                size_t i = 0;                                                                                   \
-                for (; i + (rows) <= (size_t)nq; i += (rows))                                                   \
-                    MIX_F32_TILE(rows);                                                                         \
-                for (; i < (size_t)nq; i++)                                                                     \
-                    MIX_F32_TILE(1);                                                                            \
-            }                                                                                                   \
-        }                                                                                                       \
-    }
-#define MIX_F32_ARGS w + i * ldw + j0, ldw, v + (size_t)j0 * d + c0, d, nj, y + i * ldy + c0, ldy, left, !j0
-#define MIX_F32_TILE(R)                                                                                         \
-    (V == 4   ? mix_tile(R, 4, MIX_F32_ARGS)                                                                    \
-     : V == 3 ? mix_tile(R, 3, MIX_F32_ARGS)                                                                    \
-     : V == 2 ? mix_tile(R, 2, MIX_F32_ARGS)                                                                    \
-              : mix_tile(R, 1, MIX_F32_ARGS))
-
 struct quant_kernels {
     quant_dequant_fn dequant[DT_COUNT]; /* NULL: type not readable */
     quant_dot_fn dot[DT_COUNT];
