@@ -533,10 +533,11 @@ KVF_API enum kvf_status kvf_session_load(const struct kvf_model *model, const ch
  * (n_batch rows) are freed as well; a later prefill allocates them again.
  * From then on each kvf_session_decode keeps the cache within budget by
  * the policy's decode stage (the budget applies to the tokens seen so
- * far). May be called again (it compresses to the budget). Under kvzip the model first repeats the context through the
- * cache (about one more prefill of it; the cache holds the context and one
- * chunk of the repetition meanwhile, counted in the peak, possibly past
- * n_ctx); the logits stay the prompt's. */
+ * far). May be called again (it compresses to the budget). Under kvzip
+ * the model first repeats the context through the cache (about one more
+ * prefill of it; the cache holds the context and one chunk of the
+ * repetition meanwhile, counted in the peak, possibly past n_ctx); the
+ * logits stay the prompt's. */
 KVF_API enum kvf_status kvf_session_compress(struct kvf_session *session);
 
 /* Appends one token (a prefill of length 1). After a failure other than

@@ -1,4 +1,4 @@
-/* Private to quant.c, quant_avx2.c and quant_avx512.c: the ggml block
+/* Private to core/quant*.c and core/vec*.c: the ggml block
  * layouts (byte-for-byte as GGUF stores them, see ggml-common.h) and the
  * kernel tables through which the ISA-specific files plug in. */
 #ifndef KVF_QUANT_IMPL_H

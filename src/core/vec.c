@@ -10,7 +10,7 @@
 static inline const struct quant_kernels *k(void) { return quant_kernels_active(); }
 
 void tile_scores_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                          float *out, size_t ldo) {
+                     float *out, size_t ldo) {
     for (int i = 0; i < nq; i++)
         for (int j = 0; j < n; j++) {
             const float *pj = panels + (size_t)(j / TILE_PANEL) * TILE_PANEL * d + j % TILE_PANEL;
@@ -85,7 +85,7 @@ void tile_pack(int64_t d, const float *k, int j0, int j1, float *panels) {
 }
 
 void tile_scores(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                      float *out, size_t ldo) {
+                 float *out, size_t ldo) {
     k()->scores_f32(d, q, ldq, nq, panels, n, scale, out, ldo);
 }
 

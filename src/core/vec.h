@@ -28,10 +28,10 @@
 #define TILE_PANEL 16
 void tile_pack(int64_t d, const float *k, int j0, int j1, float *panels);
 void tile_scores(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                      float *out, size_t ldo);
+                 float *out, size_t ldo);
 void tile_mix(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
 void tile_scores_ref(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
-                          float *out, size_t ldo);
+                     float *out, size_t ldo);
 void tile_mix_ref(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
 /* g[i] = g[i] * sigmoid(z) * u[i] with z = a g[i] + b g[i]^3 (b = 0: a g[i]);
  * u NULL: no factor. SiLU is (1, 0), quick GELU (1.702, 0), the tanh GELU

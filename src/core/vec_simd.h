@@ -86,7 +86,7 @@ static void scores_f32(int64_t d, const float *q, size_t ldq, int nq, const floa
 }
 
 /* R rows of the output, V vectors (up to 4 VW values) of each, over n keys
- * (MIX_F32 below): per key V loads of the value row and one broadcast
+ * (mix_f32 below): per key V loads of the value row and one broadcast
  * weight a row. */
 static inline __attribute__((always_inline)) void mix_tile(int R, int V, const float *w, size_t ldw, const float *v,
                                                            int64_t d, int n, float *y, size_t ldy, int64_t left,

@@ -1,6 +1,6 @@
 /* Hugging Face safetensors reader (single file or sharded through
- * model.safetensors.index.json) and writer, plus config.json parsing for the
- * decoder families kvfold runs. */
+ * model.safetensors.index.json) and writer. What config.json means is
+ * model/hf_config.c's. */
 #ifndef KVF_SAFETENSORS_H
 #define KVF_SAFETENSORS_H
 

@@ -6,6 +6,7 @@
  * descriptor live in one file under src/kv/policy/; docs/METHODS.md states
  * them. */
 #include "kv/policy.h"
+#include "kv/reduce.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -454,9 +455,9 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': a reduce stage runs on the whole prompt in one pass "
                        "(the text after an image weighs its tokens), so it does not compose with block-wise "
                        "prefill", spec);
-    if (p->reduce == KV_REDUCE_LIGHTKV && (p->n_stages ? p->n_stages : 3) != (p->n_windows ? p->n_windows : 3))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': lightkv needs one window size per layer "
-                       "(layers=12,18,24,windows=4,2,1)", spec);
+    const struct kv_reduce_ops *reduce = kv_reduce_ops_of(p->reduce);
+    const char *clash = reduce && reduce->check ? reduce->check(p) : NULL;
+    if (clash) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s", spec, clash);
     if (p->alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(p))
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
                        "prefixkv, elastic, h2o or lookm", spec);

@@ -117,12 +117,8 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
 
 enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
                                   int head_dim, int n_ctx) {
-    static const struct kv_reduce_ops *const ops[KV_REDUCE_COUNT] = {
-#define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_reduce_ops_##name,
-#include "kv/rules.def"
-    };
-    *r = (struct reduce_state){.rule = kv_reduce_rule(p->reduce), .ratio = p->reduce_ratio, .head_dim = head_dim};
-    if ((unsigned)p->reduce < KV_REDUCE_COUNT) r->ops = ops[p->reduce];
+    *r = (struct reduce_state){.rule = kv_reduce_rule(p->reduce), .ops = kv_reduce_ops_of(p->reduce),
+                               .ratio = p->reduce_ratio, .head_dim = head_dim};
     if ((r->n_steps = kv_reduce_stages(p, n_layer, r->layer, r->window)) < 0) {
         r->n_steps = 0;
         return KVF_ERR_INVALID_ARG;
@@ -159,6 +155,14 @@ int reduce_step_at(const struct reduce_state *r, int l) {
     for (int i = 0; i < r->n_steps; i++)
         if (r->layer[i] == l + 1) return i;
     return -1;
+}
+
+const struct kv_reduce_ops *kv_reduce_ops_of(enum kv_reduce k) {
+    static const struct kv_reduce_ops *const ops[KV_REDUCE_COUNT] = {
+#define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_reduce_ops_##name,
+#include "kv/rules.def"
+    };
+    return (unsigned)k < KV_REDUCE_COUNT ? ops[k] : NULL;
 }
 
 float *reduce_map(const struct reduce_view *v, struct reduce_state *r, int step) {

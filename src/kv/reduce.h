@@ -66,11 +66,11 @@ int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos,
 /* The pass as a rule sees it at a step's layer, borrowed from the decoder. */
 struct reduce_view {
     int n;                 /* rows of the pass */
-    float *x;              /* [n][dim] hidden states after the layer */
+    float *x;              /* [n][dim] hidden states after the layer (NULL in the metric hook) */
     int dim;
     const float *q, *k;    /* the layer's queries [n][n_head * head_dim] and keys [n][n_head_kv * head_dim]:
                               before RoPE in the metric hook, after it in the step hook */
-    const struct kvf_tag *tag; /* [n] */
+    const struct kvf_tag *tag; /* [n] (NULL in the metric hook) */
     int n_head, n_head_kv, head_dim;
     float attn_scale;
     const float *last_attn; /* KV_NEEDS_LAST_ROW: [n] the attention the last row paid each row in the layer, the
@@ -89,10 +89,15 @@ struct kv_reduce_ops {
      * again for them). Returns the weights reduce_apply merges by ([n],
      * updated by it; NULL: unit weights). */
     float *(*step)(const struct reduce_view *v, struct reduce_state *r, int step);
+    /* What the spec parser checks beyond each key's range (NULL: nothing):
+     * a message when the policy's settings do not fit together, else NULL. */
+    const char *(*check)(const struct kv_policy *p);
 };
 
 #define KV_REDUCE_RULE(ID, name) extern const struct kv_reduce_ops kv_reduce_ops_##name;
 #include "kv/rules.def"
+/* The hooks of reduce option k (NULL for KV_REDUCE_NONE or out of range). */
+const struct kv_reduce_ops *kv_reduce_ops_of(enum kv_reduce k);
 
 /* The reduce steps for a model of n_layer layers: stage_layer[] as given,
  * or the defaults for 32 layers scaled (round(l * n_layer / 32), kept in

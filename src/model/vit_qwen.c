@@ -80,7 +80,7 @@ static enum kvf_status bind_patch(struct kvf_model *m, const struct tensor_src *
     if (k1 && T != 2)
         return err_set(KVF_ERR_FORMAT, "an mmproj patch kernel of two frames for %d-frame patches", (int)T);
     struct weight w0, w1 = {0};
-    /* [H][3][T][p][p], its inner dimensions folded to four (model.c) */
+    /* [H][3][T][p][p], its inner dimensions folded to four (weights.c) */
     enum kvf_status st = weight_bind_nd(m, src, &w0, k0, H, k1 ? 3 * pp : n, 4, true);
     if (st == KVF_OK && k1) st = weight_bind_nd(m, src, &w1, k1, H, 3 * pp, 4, true);
     if (st != KVF_OK) return st;

@@ -6,7 +6,6 @@
 #include "session/session.h"
 
 #include "attn/attn.h"
-#include "core/sys.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -61,7 +61,12 @@ static float *lightkv_step(const struct reduce_view *v, struct reduce_state *r, 
     return r->w;
 }
 
-const struct kv_reduce_ops kv_reduce_ops_lightkv = {.step = lightkv_step};
+static const char *lightkv_check(const struct kv_policy *p) {
+    return (p->n_stages ? p->n_stages : 3) != (p->n_windows ? p->n_windows : 3)
+               ? "lightkv needs one window size per layer (layers=12,18,24,windows=4,2,1)" : NULL;
+}
+
+const struct kv_reduce_ops kv_reduce_ops_lightkv = {.step = lightkv_step, .check = lightkv_check};
 
 const struct kv_rule kv_rule_lightkv = {
     "preset", "lightkv", "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 windows of its "

@@ -4,8 +4,10 @@
  *   budget.c  the KV memory rule: reservations and their accounting;
  *   idle.c    cached sessions between turns, and the slot files;
  *   output.c  where stop strings cut a reply, what of it can be sent.
- * Everything here runs on the scheduler thread; "under the lock" is said
- * where the server's lock must be held. */
+ * All of it runs on the scheduler thread, but for the cached sessions'
+ * functions, which the slot requests call from the HTTP threads too; the
+ * ones that change the server's lists and reservations (job_end, the idle_*
+ * functions, budget_account) need the server's lock. */
 #ifndef KVF_SERVE_SCHED_H
 #define KVF_SERVE_SCHED_H
 
@@ -49,9 +51,9 @@ int budget_measure(struct server *srv);
 
 /* -------------------------------------------------------------- idle.c -- */
 
-/* Cached session i goes (its reservation with it). */
+/* Cached session i goes (its reservation with it). Under the lock. */
 void idle_drop(struct server *srv, int i);
-/* The job's session and keys become a cached session. */
+/* The job's session and keys become a cached session. Under the lock. */
 void idle_push(struct server *srv, struct serve_job *j);
 /* The cached session the job's prompt goes on from, or -1; *k: the
  * positions shared. */

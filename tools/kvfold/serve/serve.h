@@ -126,7 +126,7 @@ struct server {
     uint64_t turns_total;     /* the scheduler's turns: an admission, a prompt part, a decode step */
     uint64_t by_policy[64];   /* sessions started, by preset (kvf_kv_policy_get's index; "full" included) */
     uint64_t reused_tokens;   /* prompt positions taken from cached sessions (once used) */
-    uint64_t overruns;        /* sessions seen over their reservation (sched_account; never, unless a bug) */
+    uint64_t overruns;        /* sessions seen over their reservation (budget_account; never, unless a bug) */
     uint64_t slot_saves, slot_restores, slot_bytes_written, slot_bytes_read;
     uint64_t spills, spill_restores; /* conversations written to / read from --slot-save-path */
     size_t slot_max;          /* --slot-save-max in bytes (0: no limit) */
@@ -161,7 +161,8 @@ uint64_t serve_conv_hash(const char *key);
 /* Frees what serve_job_parse put in j, not j itself. */
 void serve_job_request_free(struct serve_job *j);
 
-/* The scheduler thread (sched.c). */
+/* The scheduler (sched.h): its thread (sched.c), the reservation rule
+ * (budget.c), the slot files (idle.c, called from the HTTP threads). */
 int sched_start(struct server *srv);
 /* Queues a job (taking a reference); false when the queue is full or the
  * server stops (job->status says which). Under the lock. */
