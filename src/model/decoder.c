@@ -6,7 +6,6 @@
 #include "attn/attn.h"
 #include "core/ops.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,12 +93,15 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     ops_add_bias(q, &L->bq, n, QD);
     ops_add_bias(k, &L->bk, n, KD);
     ops_add_bias(v, &L->bv, n, KD);
-    if (L->q_norm.data) { /* Gemma: RMSNorm per head before RoPE */
+    if (L->q_norm.data) { /* Gemma 3, Qwen3: RMSNorm per head before RoPE */
         norm_rows(f, q, q, &L->q_norm, n * hp->n_head, hd, hp->norm_eps);
         norm_rows(f, k, k, &L->k_norm, n * hp->n_head_kv, hd, hp->norm_eps);
     }
     if (d->rd->n_steps && d->rd->ops->metric && reduce_step_at(d->rd, l) >= 0) {
-        const struct reduce_view rv = reduce_view_of(d, q, k, n);
+        /* Before RoPE the layer is half done: its queries and keys only
+         * (q, k may be a batch's, its other rows another session's). */
+        struct reduce_view rv = reduce_view_of(d, q, k, n);
+        rv.x = NULL, rv.tag = NULL;
         d->rd->ops->metric(&rv, d->rd);
     }
     if (d->qstat && kv_qstat_on(d->qstat)) {

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 /* Hugging Face defaults of each family's configuration class
- * (LlamaConfig, Qwen2Config, Gemma3TextConfig). */
+ * (LlamaConfig, Qwen2Config, Gemma3TextConfig, Qwen3Config). */
 struct hf_family {
     const char *arch;
     int vocab, hidden, inter, layers, heads, max_pos;
@@ -30,6 +30,9 @@ static const struct hf_family hf_llama = {
 static const struct hf_family hf_qwen2 = {
     .arch = "qwen2", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
     .max_pos = 32768, .head_dim = 0, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
+static const struct hf_family hf_qwen3 = {
+    .arch = "qwen3", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
+    .max_pos = 32768, .head_dim = 128, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
 static const struct hf_family hf_gemma3 = {
     .arch = "gemma3", .vocab = 262208, .hidden = 2304, .inter = 9216, .layers = 26, .heads = 8,
     .max_pos = 131072, .head_dim = 256, .eps = 1e-6f, .theta = 1e6f, .tie = true};
@@ -314,7 +317,7 @@ static enum kvf_status hf_unimplemented(const struct hf_src *c, bool gemma) {
 static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *fam, const char *model_type,
                                struct hf_config *cfg) {
     enum kvf_status st;
-    bool gemma = fam == &hf_gemma3, qwen = fam == &hf_qwen2;
+    bool gemma = fam == &hf_gemma3, qwen = fam == &hf_qwen2 || fam == &hf_qwen3;
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->arch, sizeof cfg->arch, "%s", fam->arch);
 
@@ -384,7 +387,7 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
         bool use_sw;
         TRY(hf_bool(c, "use_sliding_window", false, false, &use_sw));
         if (use_sw)
-            return err_set(KVF_ERR_UNSUPPORTED, "%s: Qwen2 use_sliding_window is not supported", c->path);
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: Qwen's use_sliding_window is not supported", c->path);
     }
     if (cfg->sliding_window < 0)
         return err_set(KVF_ERR_FORMAT, "%s: sliding_window must not be negative", c->path);
@@ -392,8 +395,12 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
 
     TRY(hf_bool(c, "tie_word_embeddings", true, fam->tie, &cfg->tie_word_embeddings));
     /* Qwen2 always has q/k/v biases; its config has no switch for them. */
-    if (qwen) cfg->attention_bias = true;
+    if (fam == &hf_qwen2) cfg->attention_bias = true;
     else TRY(hf_bool(c, "attention_bias", false, false, &cfg->attention_bias));
+    /* Elsewhere the switch adds biases to q, k, v and the output projection,
+     * which kvfold's decoder does not have: refused rather than ignored. */
+    if (fam != &hf_qwen2 && cfg->attention_bias)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: \"attention_bias\" is set: kvfold does not implement it", c->path);
     TRY(hf_token(c, "bos_token_id", &cfg->bos_token_id));
     TRY(hf_token(c, "eos_token_id", &cfg->eos_token_id));
 #undef TRY
@@ -405,6 +412,7 @@ static const struct hf_family *hf_family_of(const char *model_type) {
     if (!strcmp(model_type, "qwen2") || !strcmp(model_type, "qwen2_vl_text") || !strcmp(model_type, "qwen2_5_vl_text"))
         return &hf_qwen2;
     if (!strcmp(model_type, "gemma3_text")) return &hf_gemma3;
+    if (!strcmp(model_type, "qwen3")) return &hf_qwen3;
     return NULL;
 }
 
@@ -449,7 +457,7 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     const struct hf_family *fam = hf_family_of(model_type);
     if (!fam) {
         st = err_set(KVF_ERR_UNSUPPORTED,
-                     "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, gemma3_text, "
+                     "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, qwen3, gemma3_text, "
                      "gemma3, llava, qwen2_vl, qwen2_5_vl)", file, model_type);
         goto done;
     }

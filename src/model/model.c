@@ -33,6 +33,7 @@ static const char *arch_str(enum arch a) {
     case ARCH_LLAMA: return "llama";
     case ARCH_QWEN2: return "qwen2";
     case ARCH_GEMMA3: return "gemma3";
+    case ARCH_QWEN3: return "qwen3";
     }
     return "?";
 }
@@ -41,6 +42,7 @@ static enum kvf_status arch_parse(const char *s, enum arch *out) {
     if (!strcmp(s, "llama")) *out = ARCH_LLAMA;
     else if (!strcmp(s, "qwen2") || !strcmp(s, "qwen2vl")) *out = ARCH_QWEN2; /* qwen2vl: Qwen2 + M-RoPE */
     else if (!strcmp(s, "gemma3")) *out = ARCH_GEMMA3;
+    else if (!strcmp(s, "qwen3")) *out = ARCH_QWEN3;
     else return err_set(KVF_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2, gemma3)", s);
     return KVF_OK;
 }
@@ -225,10 +227,13 @@ static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *sr
             (st = weight_bind(m, src, &L->w_up, lname(b, sizeof b, lo, N_UP, l), F, E, true)) ||
             (st = weight_bind(m, src, &L->w_down, lname(b, sizeof b, lo, N_DOWN, l), E, F, true)))
             return st;
+        /* Gemma 3 and Qwen3: RMSNorm of each head's query and key before RoPE. */
+        if ((gemma || hp->arch == ARCH_QWEN3) &&
+            ((st = weight_bind_vec(m, src, &L->q_norm, lname(b, sizeof b, lo, N_QN, l), hp->head_dim, true, nadd)) ||
+             (st = weight_bind_vec(m, src, &L->k_norm, lname(b, sizeof b, lo, N_KN, l), hp->head_dim, true, nadd))))
+            return st;
         if (gemma) {
-            if ((st = weight_bind_vec(m, src, &L->q_norm, lname(b, sizeof b, lo, N_QN, l), hp->head_dim, true, nadd)) ||
-                (st = weight_bind_vec(m, src, &L->k_norm, lname(b, sizeof b, lo, N_KN, l), hp->head_dim, true, nadd)) ||
-                (st = weight_bind_vec(m, src, &L->post_attn_norm, lname(b, sizeof b, lo, N_POST_ATTN, l), E, true,
+            if ((st = weight_bind_vec(m, src, &L->post_attn_norm, lname(b, sizeof b, lo, N_POST_ATTN, l), E, true,
                                       nadd)) ||
                 (st = weight_bind_vec(m, src, &L->ffn_norm, lname(b, sizeof b, lo, N_GEMMA_FFN_NORM, l), E, true,
                                       nadd)) ||

@@ -9,7 +9,7 @@
 #include "core/quant.h"
 #include "tok/tokenizer.h"
 
-enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_GEMMA3 };
+enum arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_GEMMA3, ARCH_QWEN3 };
 
 struct layer_weights {
     struct weight attn_norm, wq, wk, wv, wo;   /* wq: [n_head*head_dim, n_embd] ... */

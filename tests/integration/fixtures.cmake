@@ -47,3 +47,17 @@ set_tests_properties(logits_real_smollm2 logits_real_gemma3 PROPERTIES LABELS "i
 add_test(NAME ref_check_real COMMAND ${KVF_PYTHON} ${KVF_REF_DIR}/check_ref.py real
          ${KVF_MODELS_DIR}/smollm2-135m-instruct-q4_1.gguf ${KVF_MODELS_DIR}/gemma3-270m-q4_k_m.gguf)
 set_tests_properties(ref_check_real PROPERTIES LABELS "integration;real" TIMEOUT 300 SKIP_RETURN_CODE 77)
+
+# Qwen3 (per-head q/k RMSNorm, head_dim 32 apart from n_embd / n_head): the
+# GGUF against the numpy reference, the safetensors directory the same; the
+# policy checks of kv.cmake on it, its two pictures pseudo-images (a text
+# model): every policy forked equals its own session, decoded in a batch
+# equals decoded alone, a prompt in parts equals the prompt whole, a session
+# saved and loaded goes on as the original -- bit for bit.
+kvf_logits_test(qwen3_f32 ${KVF_FIXTURE_DIR}/qwen3-f32.gguf --threads-bits 3)
+kvf_logits_test(qwen3_st ${KVF_FIXTURE_DIR}/qwen3-st --same-as ${KVF_FIXTURE_DIR}/qwen3-f32.gguf)
+set_tests_properties(logits_qwen3_f32 logits_qwen3_st PROPERTIES FIXTURES_REQUIRED kvf_fixtures)
+foreach(tool kv_fork decode_batch prefill_parts session_file)
+  add_test(NAME ${tool}_qwen3 COMMAND ${tool} ${KVF_FIXTURE_DIR}/qwen3-f32.gguf -)
+  set_tests_properties(${tool}_qwen3 PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
+endforeach()

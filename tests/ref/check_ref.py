@@ -34,7 +34,8 @@ def mutations(m, n_tokens):
     c = m.c
     out = [("rope form", {"rope_style": "neox" if c["rope_style"] == "norm" else "norm"}),
            ("attention scale x2", {"attn_scale": 2.0 / np.sqrt(c["head_dim"])} if c["arch"] == "gemma3" else None),
-           ("GQA heads interleaved", {"gqa_interleave": True} if 1 < c["n_head_kv"] < c["n_head"] else None)]
+           ("GQA heads interleaved", {"gqa_interleave": True} if 1 < c["n_head_kv"] < c["n_head"] else None),
+           ("no q/k norm", {"no_qk_norm": True} if c["arch"] in ("gemma3", "qwen3") else None)]
     if c["arch"] == "gemma3":
         out += [("no sliding window", {"sliding_window": 1 << 30} if n_tokens > c["sliding_window"] else None),
                 ("local rope base = global", {"rope_base_local": c["rope_base"]}),
@@ -53,7 +54,7 @@ def with_config(m, overrides, fn):
 
 def fixtures(d):
     failed = 0
-    for name in ["llama-f32.gguf", "qwen2-f32.gguf", "gemma3-f32.gguf"]:
+    for name in ["llama-f32.gguf", "qwen2-f32.gguf", "gemma3-f32.gguf", "qwen3-f32.gguf"]:
         m = RefModel(os.path.join(d, name))
         base = m.logits(FIXTURE_IDS)
         scale = np.abs(base).max()
@@ -63,6 +64,7 @@ def fixtures(d):
             failed += not ok
             print("%-4s %-16s %-26s changes logits by %.2e" % ("ok" if ok else "FAIL", name, mut, diff))
     for a, b in [("llama-st", "llama-f32.gguf"), ("qwen2-st", "qwen2-f32.gguf"), ("gemma3-st", "gemma3-f32.gguf"),
+                 ("qwen3-st", "qwen3-f32.gguf"),
                  ("llama-st-sharded", "llama-st")]:
         la, lb = RefModel(os.path.join(d, a)).logits(FIXTURE_IDS), RefModel(os.path.join(d, b)).logits(FIXTURE_IDS)
         diff = np.abs(la - lb).max() / np.abs(lb).max()

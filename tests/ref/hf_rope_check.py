@@ -16,6 +16,8 @@ a RoPE scaling the way each format writes it:
     llama3, the rope_freqs.weight tensor its converter writes (each pair's
     frequency divisor). YaRN without truncation, DeepSeek's mscale pair and
     llama3 without an original context have no GGUF form: the directory alone.
+Qwen3's fixture is also compared as it is, without scaling: the family itself
+against transformers' Qwen3ForCausalLM, from the directory and the GGUF.
 An original context of 64 and 200 positions put most of them past it, where
 the scaling matters. transformers' model from the directory gives the
 reference logits; kvfold's from the directory and from the GGUF must be
@@ -64,6 +66,10 @@ CASES = [
       "mscale": 1.0, "mscale_all_dim": 0.5}, None),
     ("llama llama3 no original context", "llama", "llama",
      {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}, None),
+    # Qwen3 (per-head q/k norms, head_dim apart from hidden / heads): as it is, then with YaRN.
+    ("qwen3 without scaling", "qwen3", "qwen3", None, {}),
+    ("qwen3 yarn", "qwen3", "qwen3", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG},
+     {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": ORIG}),
 ]
 
 
@@ -138,21 +144,25 @@ def main():
             with open(os.path.join(st, "config.json")) as f:
                 cfg = json.load(f)
             plain = hf_logits(st, ids)
-            cfg["rope_scaling"] = scaling
-            with open(os.path.join(st, "config.json"), "w") as f:
-                json.dump(cfg, f)
             gguf_path = os.path.join(tmp, tag + ".gguf")
-            if keys == FREQS:
-                gguf_copy(gguf_src, gguf_path, tensors={FREQS: llama3_factors(cfg, scaling)})
-            elif keys:
-                gguf_copy(gguf_src, gguf_path, set_kv={f"{arch}.{k}": v for k, v in keys.items()})
-            want = hf_logits(st, ids)
-            moved = err(plain, want)
-            line = f"{name:36s} scaling moves transformers' logits by {moved:.2e}"
-            if moved < 1e-2:
-                bad += 1
-                line += " (too little: the positions do not reach where the scaling matters)"
-            for what, model in (("safetensors", st), ("GGUF", gguf_path))[:2 if keys else 1]:
+            if scaling is None:  # the family itself: the fixture as it is
+                want, gguf_path = plain, gguf_src
+                line = f"{name:36s} as the fixture is"
+            else:
+                cfg["rope_scaling"] = scaling
+                with open(os.path.join(st, "config.json"), "w") as f:
+                    json.dump(cfg, f)
+                if keys == FREQS:
+                    gguf_copy(gguf_src, gguf_path, tensors={FREQS: llama3_factors(cfg, scaling)})
+                elif keys:
+                    gguf_copy(gguf_src, gguf_path, set_kv={f"{arch}.{k}": v for k, v in keys.items()})
+                want = hf_logits(st, ids)
+                moved = err(plain, want)
+                line = f"{name:36s} scaling moves transformers' logits by {moved:.2e}"
+                if moved < 1e-2:
+                    bad += 1
+                    line += " (too little: the positions do not reach where the scaling matters)"
+            for what, model in (("safetensors", st), ("GGUF", gguf_path))[:2 if keys is not None else 1]:
                 got = kvfold_logits(args.dump, model, ids, tmp)
                 e = err(got, want)
                 same = float((got.argmax(1) == want.argmax(1)).mean())

@@ -20,6 +20,8 @@ Conventions implemented (see docs/ARCHITECTURE.md §5.1-5.3):
          token_embd). GGUF: interleaved RoPE (llama.cpp permutes Q/K rows at
          conversion); safetensors: NeoX (rotate_half) RoPE.
   qwen2  llama + q/k/v biases, NeoX RoPE.
+  qwen3  llama + per-head RMSNorm on q and k before RoPE (weights as they
+         are), NeoX RoPE, head_dim given apart from n_embd / n_head.
   gemma3 embeddings * sqrt(n_embd); per layer
            h = x + post_attn_norm(attn(attn_norm(x)))
            x = h + post_ffw_norm(ffn(ffn_norm(h)))
@@ -40,7 +42,7 @@ import sys
 
 import numpy as np
 
-ARCHS = ("llama", "qwen2", "gemma3")
+ARCHS = ("llama", "qwen2", "gemma3", "qwen3")
 
 # ------------------------------------------------------------------ loading --
 
@@ -225,7 +227,7 @@ class RefModel:
             cfg = dict(cfg["text_config"])
             cfg.setdefault("model_type", "llama")
         mt = cfg["model_type"]
-        arch = {"llama": "llama", "qwen2": "qwen2", "gemma3": "gemma3", "gemma3_text": "gemma3"}.get(mt)
+        arch = {"llama": "llama", "qwen2": "qwen2", "gemma3": "gemma3", "gemma3_text": "gemma3", "qwen3": "qwen3"}.get(mt)
         if arch is None:
             raise ValueError("unsupported model_type %r" % mt)
         c = dict(arch=arch, source="safetensors")
@@ -351,9 +353,10 @@ class RefModel:
         v = self.linear(x, p + "attn_v").reshape(T, nkv, hd)
         base = c["rope_base"]
         scale = 1.0 / math.sqrt(hd)
-        if c["arch"] == "gemma3":
+        if c["arch"] in ("gemma3", "qwen3") and not c.get("no_qk_norm"):
             q = self.norm(q, p + "attn_q_norm.weight")
             k = self.norm(k, p + "attn_k_norm.weight")
+        if c["arch"] == "gemma3":
             scale = c["attn_scale"]
             if self.is_local(il):
                 base = c["rope_base_local"]

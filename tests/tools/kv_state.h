@@ -81,8 +81,8 @@ static inline struct kvf_image *fixture_picture(int k) {
     return kvf_image_from_rgb(W, H, rgb, &img) == KVF_OK ? img : NULL;
 }
 
-/* The vision fixtures' prompt: two pictures through the model's vision
- * tower, text around them, and, where the model reads videos, a clip of
+/* The fixtures' prompt: two pictures through the model's vision tower (a
+ * text model's: two pseudo-images), text around them, and, where the model reads videos, a clip of
  * three more after them (LLaVA: 3 items; Qwen2-VL / Qwen2.5-VL: 2 temporal
  * patches with M-RoPE time positions). media[FIXTURE_MEDIA] receives them,
  * NULL past the last (the caller frees them after the prompt); NULL on
@@ -95,7 +95,12 @@ static inline struct kvf_prompt *fixture_prompt(const struct kvf_model *m, struc
     enum kvf_status st = KVF_OK;
     for (int k = 0; k < (video ? 5 : 2) && st == KVF_OK; k++)
         if (!(img[k] = fixture_picture(k))) st = KVF_ERR_NOMEM;
-    for (int k = 0; k < 2 && st == KVF_OK; k++) st = kvf_media_encode_image(m, img[k], KVF_MOD_IMAGE, 2, &media[k]);
+    /* A text model's pictures are pseudo-images: image-tagged rows made
+     * from words, which the policies treat as any image's. */
+    static const char *const words[2] = {"a field of bright colours", "a dark evening over the hills"};
+    for (int k = 0; k < 2 && st == KVF_OK; k++)
+        st = mi.has_vision ? kvf_media_encode_image(m, img[k], KVF_MOD_IMAGE, 2, &media[k])
+                           : kvf_media_pseudo_image(m, words[k], 3, 4, 0.1f, (uint64_t)k + 7, &media[k]);
     int n = 2, made = 0;
     if (st == KVF_OK && video)
         st = kvf_media_encode_video(m, (const struct kvf_image *const *)img + 2, 3, 0, 1.0, 2, media + 2, &made);

@@ -52,8 +52,8 @@ _Static_assert(N_SPECIAL + 256 + N_MERGES == N_VOCAB, "the merges must fill the 
 
 /* -------------------------------------------------------------- models -- */
 
-enum family { FAM_LLAMA, FAM_QWEN2, FAM_GEMMA3 };
-static const char *const family_name[] = {"llama", "qwen2", "gemma3"};
+enum family { FAM_LLAMA, FAM_QWEN2, FAM_GEMMA3, FAM_QWEN3 };
+static const char *const family_name[] = {"llama", "qwen2", "gemma3", "qwen3"};
 
 struct spec {
     enum family fam;
@@ -150,9 +150,9 @@ static void model_build(struct model *m, const struct spec *sp) {
             fill_bias(ADD("self_attn.k_proj.bias", "attn_k.bias", 1, KV, false), &rng);
             fill_bias(ADD("self_attn.v_proj.bias", "attn_v.bias", 1, KV, false), &rng);
         }
-        if (gemma) {
-            fill_norm(ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 1, sp->head_dim, false), &rng, true);
-            fill_norm(ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 1, sp->head_dim, false), &rng, true);
+        if (gemma || sp->fam == FAM_QWEN3) {
+            fill_norm(ADD("self_attn.q_norm.weight", "attn_q_norm.weight", 1, sp->head_dim, false), &rng, gemma);
+            fill_norm(ADD("self_attn.k_norm.weight", "attn_k_norm.weight", 1, sp->head_dim, false), &rng, gemma);
         }
         fill_matrix(ADD("self_attn.o_proj.weight", "attn_output.weight", E, Q, true), &rng);
         if (gemma) {
@@ -295,10 +295,11 @@ static int write_gguf(const struct model *m, const struct vocab *v, enum dtype t
     gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sp->n_head_kv);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sp->eps);
     gguf_writer_set_f32(w, KEY("rope.freq_base"), sp->rope_base);
-    if (sp->fam == FAM_GEMMA3) { /* as the real gemma3 files: no rope.dimension_count */
+    if (sp->fam == FAM_GEMMA3 || sp->fam == FAM_QWEN3) { /* as the real files: no rope.dimension_count */
         gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sp->head_dim);
         gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sp->head_dim);
-        gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sp->sliding_window);
+        if (sp->fam == FAM_GEMMA3)
+            gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sp->sliding_window);
     } else {
         gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sp->head_dim);
     }
@@ -337,8 +338,9 @@ static int write_gguf(const struct model *m, const struct vocab *v, enum dtype t
 }
 
 static cJSON *hf_config_json(const struct spec *sp) {
-    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM"};
-    static const char *const types[] = {"llama", "qwen2", "gemma3_text"};
+    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM",
+                                        "Qwen3ForCausalLM"};
+    static const char *const types[] = {"llama", "qwen2", "gemma3_text", "qwen3"};
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(archs[sp->fam]));
@@ -371,8 +373,8 @@ static cJSON *hf_config_json(const struct spec *sp) {
             cJSON_AddItemToArray(lt, cJSON_CreateString((il + 1) % 6 == 0 ? "full_attention" : "sliding_attention"));
     } else {
         cJSON_AddStringToObject(c, "hidden_act", "silu");
-        if (sp->fam == FAM_QWEN2) cJSON_AddBoolToObject(c, "use_sliding_window", false);
-        else cJSON_AddBoolToObject(c, "attention_bias", false);
+        if (sp->fam == FAM_QWEN2 || sp->fam == FAM_QWEN3) cJSON_AddBoolToObject(c, "use_sliding_window", false);
+        if (sp->fam != FAM_QWEN2) cJSON_AddBoolToObject(c, "attention_bias", false);
     }
     return c;
 }
@@ -878,6 +880,8 @@ int main(int argc, char **argv) {
     const struct spec llama = {FAM_LLAMA, 2, 64, 4, 2, 16, 128, 256, 0, 10000.0f, 1e-5f, false, 1, 0};
     const struct spec llama_k = {FAM_LLAMA, 2, 256, 4, 2, 64, 512, 256, 0, 10000.0f, 1e-5f, false, 2, 0};
     const struct spec qwen2 = {FAM_QWEN2, 2, 64, 4, 2, 16, 96, 256, 0, 1000000.0f, 1e-6f, true, 3, 0};
+    /* Qwen3: head_dim 32 != n_embd / n_head, as in the real files. */
+    const struct spec qwen3 = {FAM_QWEN3, 2, 64, 4, 2, 32, 96, 256, 0, 1000000.0f, 1e-6f, true, 9, 0};
     /* Gemma: 6 layers (5 local + 1 global), head_dim 32 != n_embd / n_head,
      * window 4 so that it bites on a 12-token prompt. */
     const struct spec gemma3 = {FAM_GEMMA3, 6, 64, 4, 2, 32, 128, 256, 4, 1000000.0f, 1e-6f, true, 4, 0};
@@ -909,6 +913,13 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/qwen2-f32.gguf", out);
     rc = rc || write_gguf(&m, v, DT_F32, path);
     snprintf(path, sizeof path, "%s/qwen2-st", out);
+    rc = rc || write_hf(&m, v, DT_F32, 1, path);
+    model_free(&m);
+
+    model_build(&m, &qwen3);
+    snprintf(path, sizeof path, "%s/qwen3-f32.gguf", out);
+    rc = rc || write_gguf(&m, v, DT_F32, path);
+    snprintf(path, sizeof path, "%s/qwen3-st", out);
     rc = rc || write_hf(&m, v, DT_F32, 1, path);
     model_free(&m);
 

@@ -757,6 +757,50 @@ static void test_config_llava(void **state) {
                      KVF_ERR_UNSUPPORTED);
 }
 
+/* Qwen3-0.6B's config.json: head_dim 128 given apart from hidden_size /
+ * heads, no q/k/v biases; attention_bias (biases on the output projection
+ * too) is refused, for Qwen3 as for Llama. */
+static void test_config_qwen3(void **state) {
+    (void)state;
+    struct hf_config c;
+    const char *qwen3 =
+        "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+        " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","
+        " \"hidden_size\": 1024, \"initializer_range\": 0.02, \"intermediate_size\": 3072,"
+        " \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+        " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8,"
+        " \"rms_norm_eps\": 1e-06, \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null,"
+        " \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\","
+        " \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+    assert_int_equal(load_config(qwen3, &c), KVF_OK);
+    assert_string_equal(c.arch, "qwen3");
+    assert_int_equal(c.hidden_size, 1024);
+    assert_int_equal(c.num_attention_heads, 16);
+    assert_int_equal(c.num_key_value_heads, 8);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.sliding_window, 0);
+    assert_false(c.attention_bias);
+    assert_true(c.tie_word_embeddings);
+    assert_float_equal(c.rope_theta, 1e6f, 0);
+    assert_float_equal(c.query_pre_attn_scalar, 128.0f, 0);
+    /* Qwen3Config's defaults: head_dim 128 whatever hidden_size / heads */
+    assert_int_equal(load_config("{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128,"
+                                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100}", &c),
+                     KVF_OK);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.max_position_embeddings, 32768);
+    static const char *const refused[] = {
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 4, \"vocab_size\": 100, \"attention_bias\": true}",
+        "{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 4, \"vocab_size\": 100, \"use_sliding_window\": true}",
+        "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        " \"num_attention_heads\": 4, \"vocab_size\": 100, \"attention_bias\": true}",
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        assert_int_equal(load_config(refused[i], &c), KVF_ERR_UNSUPPORTED);
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     struct hf_config c;
@@ -853,6 +897,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_hostile_headers, test_teardown),
         cmocka_unit_test_teardown(test_config_llama, test_teardown),
         cmocka_unit_test_teardown(test_config_qwen2, test_teardown),
+        cmocka_unit_test_teardown(test_config_qwen3, test_teardown),
         cmocka_unit_test_teardown(test_config_gemma3, test_teardown),
         cmocka_unit_test_teardown(test_config_llava, test_teardown),
         cmocka_unit_test_teardown(test_config_errors, test_teardown),
