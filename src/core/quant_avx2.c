@@ -3,7 +3,7 @@
  * vpmaddwd by the per-sub-block scale (into int32), then one float FMA by
  * the block scale. Only called when cpuid reports the ISA. */
 
-#include "quant_impl.h"
+#include "simd_avx2.h"
 
 #include "common.h"
 
@@ -529,8 +529,8 @@ static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, c
 /* Values c .. c + 7 of a KV row (the first `left` of them when fewer
  * remain, the rest 0); Q8_0 gives its codes, the scale going into the
  * axpy's factor (quant_kv_factor). */
-static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, const uint8_t *row, int64_t c,
-                                                               int64_t left, __m256i m) {
+static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, const uint8_t *row, int64_t c,
+                                                              int64_t left, __m256i m) {
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
     if (t == DT_Q8_0)
         return q8_0_codes8((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 8);
@@ -541,74 +541,8 @@ static inline __attribute__((always_inline)) __m256 kv_values8(enum dtype t, con
     return load_f16x8(hb);
 }
 
-/* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
- * the bits of dot_f32x[t] * scale (same lanes, hsum_ps's tree). */
-static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
-                                                          const float *x, size_t ldx, int nx, float scale,
-                                                          float *out, size_t ldo) {
-    if (n <= 0 || d <= 0)
-        return;
-    const size_t rb = dtype_row_bytes(t, d);
-    const int run = quant_kv_run_rows(rb, 8);
-    const __m256 vs = _mm256_set1_ps(scale);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int j0 = 0; j0 < n; j0 += run)
-        for (int q = 0; q < nx; q++)
-            for (int j = j0; j < n && j < j0 + run; j += 8) {
-                const int m = n - j < 8 ? n - j : 8;
-                const uint8_t *r0 = (const uint8_t *)rows + (size_t)j * rb;
-                __m256 v[8];
-                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                    v[r] = r < m ? kv_dot_lanes(t, r0 + r * rb, x + q * ldx, d) : _mm256_setzero_ps();
-                _mm256_maskstore_ps(out + q * ldo + j, _mm256_cmpgt_epi32(_mm256_set1_epi32(m), lane),
-                                    _mm256_mul_ps(reduce8(v), vs));
-            }
-}
-
-/* y[q * ldy ..] += w[q * ldw + j] * row j (rows ldr bytes apart) for ny
- * queries, rows with w != 0 in j order, each element the fmadd the type's
- * axpy gives it; y stays in up to 8 registers (64 values) across a run of
- * rows. */
-static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
-                                                           size_t ldw, int ny, const void *rows, size_t ldr, int n,
-                                                           int64_t d) {
-    if (n <= 0 || d <= 0)
-        return;
-    /* A slice narrower than a cache line still reads a line a row. */
-    const size_t sb = dtype_row_bytes(t, d);
-    const int run = quant_kv_run_rows(sb < 64 ? 64 : sb, 8);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    for (int j0 = 0; j0 < n; j0 += run)
-        for (int q = 0; q < ny; q++)
-            for (int64_t c = 0; c < d; c += 64) {
-                float *yq = y + q * ldy + c;
-                const float *wq = w + q * ldw;
-                __m256i m[8];
-                __m256 acc[8];
-                int nr = 0; /* registers in use: no address past the row's end is formed */
-                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
-                    const int64_t left = d - c - 8 * r;
-                    m[r] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left > 8 ? 8 : left > 0 ? left : 0)), lane);
-                    acc[r] = _mm256_setzero_ps();
-                    if (left > 0) {
-                        acc[r] = _mm256_maskload_ps(yq + 8 * r, m[r]);
-                        nr = r + 1;
-                    }
-                }
-                for (int j = j0; j < n && j < j0 + run; j++) {
-                    if (wq[j] == 0.0f)
-                        continue;
-                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * ldr;
-                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                        if (r < nr)
-                            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(quant_kv_factor(t, row, c + 8 * r, wq[j])),
-                                                     kv_values8(t, row, c + 8 * r, d - c - 8 * r, m[r]), acc[r]);
-                }
-                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                    if (r < nr)
-                        _mm256_maskstore_ps(yq + 8 * r, m[r], acc[r]);
-            }
-}
+#define V_REDUCE_ROWS(v) reduce8(v)
+#include "kv_rows_simd.h"
 
 KV_RUN_KERNELS(f32, DT_F32)
 KV_RUN_KERNELS(f16, DT_F16)

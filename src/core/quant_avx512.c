@@ -4,7 +4,7 @@
  * signs are handled with byte masks. Only called when cpuid reports the ISA;
  * entries not set here keep their AVX2 kernels. */
 
-#include "quant_impl.h"
+#include "simd_avx512.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -602,80 +602,19 @@ static inline __attribute__((always_inline)) __m512 kv_dot_lanes(enum dtype t, c
                        : dot_q8_0_lanes(d, row, x);
 }
 
-/* Values c .. c + 15 of a KV row (masked to m); Q8_0 gives its codes, the
- * scale going into the axpy's factor (quant_kv_factor). */
-static inline __attribute__((always_inline)) __m512 kv_values16(enum dtype t, const uint8_t *row, int64_t c,
-                                                                __mmask16 m) {
+/* Values c .. c + 15 of a KV row (masked to m, which says where the row
+ * ends); Q8_0 gives its codes, the scale going into the axpy's factor
+ * (quant_kv_factor). */
+static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, const uint8_t *row, int64_t c,
+                                                               int64_t left, __mmask16 m) {
+    (void)left;
     if (t == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + c);
     if (t == DT_F16) return load_f16x16((const uint16_t *)(const void *)row + c, m);
     return q8_0_codes16((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 16);
 }
 
-/* out[q * ldo + j] = scale * (row j . x[q * ldx ..]) for nx queries, each
- * the bits of dot_f32x[t] * scale (same lanes, hsum16's tree). */
-static inline __attribute__((always_inline)) void dots_kv(enum dtype t, int64_t d, const void *rows, int n,
-                                                          const float *x, size_t ldx, int nx, float scale,
-                                                          float *out, size_t ldo) {
-    if (n <= 0 || d <= 0)
-        return;
-    const size_t rb = dtype_row_bytes(t, d);
-    const int run = quant_kv_run_rows(rb, 16);
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int j0 = 0; j0 < n; j0 += run)
-        for (int q = 0; q < nx; q++)
-            for (int j = j0; j < n && j < j0 + run; j += 16) {
-                const int m = n - j < 16 ? n - j : 16;
-                const uint8_t *r0 = (const uint8_t *)rows + (size_t)j * rb;
-                __m512 v[16];
-                _Pragma("GCC unroll 16") for (int r = 0; r < 16; r++)
-                    v[r] = r < m ? kv_dot_lanes(t, r0 + r * rb, x + q * ldx, d) : _mm512_setzero_ps();
-                _mm512_mask_storeu_ps(out + q * ldo + j, tail_mask(m), _mm512_mul_ps(reduce16(v), vs));
-            }
-}
-
-/* y[q * ldy ..] += w[q * ldw + j] * row j (rows ldr bytes apart) for ny
- * queries, rows with w != 0 in j order, each element the fmadd the type's
- * axpy gives it; y stays in up to 8 registers (128 values) across a run of
- * rows. */
-static inline __attribute__((always_inline)) void axpys_kv(enum dtype t, float *y, size_t ldy, const float *w,
-                                                           size_t ldw, int ny, const void *rows, size_t ldr, int n,
-                                                           int64_t d) {
-    if (n <= 0 || d <= 0)
-        return;
-    /* A slice narrower than a cache line still reads a line a row. */
-    const size_t sb = dtype_row_bytes(t, d);
-    const int run = quant_kv_run_rows(sb < 64 ? 64 : sb, 16);
-    for (int j0 = 0; j0 < n; j0 += run)
-        for (int q = 0; q < ny; q++)
-            for (int64_t c = 0; c < d; c += 128) {
-                float *yq = y + q * ldy + c;
-                const float *wq = w + q * ldw;
-                __mmask16 m[8];
-                __m512 acc[8];
-                int nr = 0; /* registers in use: no address past the row's end is formed */
-                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
-                    const int64_t left = d - c - 16 * r;
-                    m[r] = left >= 16 ? 0xffff : left > 0 ? tail_mask(left) : 0;
-                    acc[r] = _mm512_setzero_ps();
-                    if (left > 0) {
-                        acc[r] = _mm512_maskz_loadu_ps(m[r], yq + 16 * r);
-                        nr = r + 1;
-                    }
-                }
-                for (int j = j0; j < n && j < j0 + run; j++) {
-                    if (wq[j] == 0.0f)
-                        continue;
-                    const uint8_t *row = (const uint8_t *)rows + (size_t)j * ldr;
-                    _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                        if (r < nr)
-                            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(quant_kv_factor(t, row, c + 16 * r, wq[j])),
-                                                     kv_values16(t, row, c + 16 * r, m[r]), acc[r]);
-                }
-                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
-                    if (r < nr)
-                        _mm512_mask_storeu_ps(yq + 16 * r, m[r], acc[r]);
-            }
-}
+#define V_REDUCE_ROWS(v) reduce16(v)
+#include "kv_rows_simd.h"
 
 KV_RUN_KERNELS(f32, DT_F32)
 KV_RUN_KERNELS(f16, DT_F16)

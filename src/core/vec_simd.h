@@ -1,7 +1,8 @@
 /* The float-vector kernels (core/vec.h) written once for any vector width,
- * as ggml writes its SIMD mappings: vec_avx2.c and vec_avx512.c each define
- * the mapping below for their ISA and include this body (no include guard:
- * one inclusion per file). What the levels must share, they share here: the
+ * as ggml writes its SIMD mappings: vec_avx2.c and vec_avx512.c include
+ * this body under their ISA's mapping of the names below (simd_avx2.h,
+ * simd_avx512.h) and the tile sizes (no include guard: one inclusion per
+ * file). What the levels must share, they share here: the
  * order of every product and sum, so each level gives the scalar
  * reference's bits (tile_scores, tile_mix, vec_max, vec_scale) or the same
  * exp polynomial (vec_sigmoid_mul, vec_exp_sum).
