@@ -14,11 +14,4 @@
 
 #include "vec_simd.h"
 
-void vec_kernels_avx512(struct quant_kernels *k) {
-    k->sigmoid_mul = sigmoid_mul;
-    k->exp_sum = exp_sum;
-    k->scores_f32 = scores_f32;
-    k->mix_f32 = mix_f32;
-    k->max_f32 = max_f32;
-    k->scale_f32 = scale_f32;
-}
+void vec_kernels_avx512(struct quant_kernels *k) { vec_kernels_set(k); }

@@ -217,4 +217,14 @@ static double exp_sum(float *x, int64_t n, float m) {
     return vd_sum(VD_ADD(lo, hi));
 }
 
+/* The entries of a level's kernel table this body fills. */
+static void vec_kernels_set(struct quant_kernels *k) {
+    k->sigmoid_mul = sigmoid_mul;
+    k->exp_sum = exp_sum;
+    k->scores_f32 = scores_f32;
+    k->mix_f32 = mix_f32;
+    k->max_f32 = max_f32;
+    k->scale_f32 = scale_f32;
+}
+
 #undef PANEL_VECS
