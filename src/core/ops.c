@@ -211,13 +211,12 @@ float ops_rope_freqs(double *inv_freq, int head_dim, float base, const struct ro
     return mscale;
 }
 
-void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
-                       const int sections[3], const double *inv_freq, float mscale, enum kvf_rope_style style) {
+void ops_rope_axes(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
+                   const uint8_t *axis, const double *inv_freq, float mscale, enum kvf_rope_style style) {
     const int half = head_dim / 2;
     float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS]; /* head_dim <= 1024 is checked at load */
     for (int i = 0; i < half; i++) {
-        const int32_t p = i < sections[0] ? pos[0] : i < sections[0] + sections[1] ? pos[1] : pos[2];
-        const double theta = p * inv_freq[i];
+        const double theta = pos[axis ? axis[i] : 0] * inv_freq[i];
         cs[i] = (float)cos(theta) * mscale;
         sn[i] = (float)sin(theta) * mscale;
     }
@@ -227,9 +226,17 @@ void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int hea
 
 void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, int pos, const double *inv_freq,
               float mscale, enum kvf_rope_style style) {
-    static const int all[3] = {1 << 20, 0, 0}; /* every pair takes pos[0] */
     const int32_t p[3] = {pos, pos, pos};
-    ops_rope_sections(q, n_q_heads, k, n_k_heads, head_dim, p, all, inv_freq, mscale, style);
+    ops_rope_axes(q, n_q_heads, k, n_k_heads, head_dim, p, NULL, inv_freq, mscale, style);
+}
+
+void ops_rope_axes_fill(uint8_t *axis, int pairs, const int sections[3], bool interleaved) {
+    for (int i = 0; i < pairs; i++) {
+        if (interleaved)
+            axis[i] = i % 3 == 1 && i < 3 * sections[1] ? 1 : i % 3 == 2 && i < 3 * sections[2] ? 2 : 0;
+        else
+            axis[i] = i < sections[0] ? 0 : i < sections[0] + sections[1] ? 1 : 2;
+    }
 }
 
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps) {

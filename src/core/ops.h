@@ -62,11 +62,16 @@ void ops_rope(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, in
  * i < head_dim / 2 (cs, sn: their cosines and sines): pairs (i, i + half)
  * for NEOX, (2i, 2i + 1) for NORM. */
 void ops_rope_rotate(float *x, int n_head, int head_dim, const float *cs, const float *sn, enum kvf_rope_style style);
-/* ops_rope with a position per rotary pair: pairs [0, sections[0]) take
- * pos[0], the next sections[1] pos[1], the rest pos[2] (Qwen2-VL's M-RoPE:
- * time, height, width). */
-void ops_rope_sections(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
-                       const int sections[3], const double *inv_freq, float mscale, enum kvf_rope_style style);
+/* ops_rope with a position per rotary pair: pair i turns by pos[axis[i]]
+ * (M-RoPE's time, height and width: ops_rope_axes_fill). */
+void ops_rope_axes(float *q, int n_q_heads, float *k, int n_k_heads, int head_dim, const int32_t pos[3],
+                   const uint8_t *axis, const double *inv_freq, float mscale, enum kvf_rope_style style);
+/* axis[0 .. pairs) of M-RoPE with sections[3] pairs on time, height and
+ * width: in blocks (Qwen2-VL, Qwen2.5-VL: the first sections[0] pairs on
+ * time, the next sections[1] on height, the rest on width) or interleaved
+ * (Qwen3-VL: pair i on height when i % 3 == 1 and i < 3 sections[1], on
+ * width when i % 3 == 2 and i < 3 sections[2], else on time). */
+void ops_rope_axes_fill(uint8_t *axis, int pairs, const int sections[3], bool interleaved);
 /* out = (x - mean) / sqrt(var + eps) * w + b   over n values; out may alias x. */
 void ops_layernorm(float *out, const float *x, const float *w, const float *b, int n, float eps);
 /* y[t][i] += b[i] for t < n rows of dim values (b: a vector weight; no-op when absent). */

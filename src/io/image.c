@@ -793,16 +793,19 @@ enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int
     return canvas_to_pixels(&cv, ow, oh, f, mean, std, out);
 }
 
-bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw) {
-    if (h <= 0 || w <= 0 || factor <= 0 || (double)KVF_MAX(h, w) / KVF_MIN(h, w) > 200.0) return false;
+/* smart_resize's rule for n frames of h x w (frames: n rounded to its
+ * temporal factor; 1 and 1 for an image). */
+static bool smart_resize(double n, double frames, double h, double w, int factor, int64_t min_pixels,
+                         int64_t max_pixels, int *rh, int *rw) {
+    if (h <= 0 || w <= 0 || factor <= 0 || KVF_MAX(h, w) / KVF_MIN(h, w) > 200.0) return false;
     /* Python's round() halves to even, as rint does in the default mode. */
-    double hb = rint((double)h / factor) * factor, wb = rint((double)w / factor) * factor;
-    if (hb * wb > (double)max_pixels) {
-        const double beta = sqrt((double)h * w / (double)max_pixels);
+    double hb = rint(h / factor) * factor, wb = rint(w / factor) * factor;
+    if (frames * hb * wb > (double)max_pixels) {
+        const double beta = sqrt(n * h * w / (double)max_pixels);
         hb = KVF_MAX((double)factor, floor(h / beta / factor) * factor);
         wb = KVF_MAX((double)factor, floor(w / beta / factor) * factor);
-    } else if (hb * wb < (double)min_pixels) {
-        const double beta = sqrt((double)min_pixels / ((double)h * w));
+    } else if (frames * hb * wb < (double)min_pixels) {
+        const double beta = sqrt((double)min_pixels / (n * h * w));
         hb = ceil(h * beta / factor) * factor;
         wb = ceil(w * beta / factor) * factor;
     }
@@ -810,4 +813,20 @@ bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t ma
     *rh = (int)hb;
     *rw = (int)wb;
     return true;
+}
+
+bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw) {
+    return smart_resize(1, 1, h, w, factor, min_pixels, max_pixels, rh, rw);
+}
+
+bool image_smart_resize_video(int n_frames, int t_factor, int h, int w, int factor, int64_t min_pixels,
+                              int64_t max_pixels, int *rh, int *rw) {
+    if (t_factor <= 0 || n_frames < t_factor || h <= 0 || w <= 0 || factor <= 0) return false;
+    double hh = h, ww = w;
+    if (h < factor || w < factor) { /* int(side * scale), as the processor truncates */
+        const double scale = KVF_MAX((double)factor / h, (double)factor / w);
+        hh = floor(h * scale), ww = floor(w * scale);
+    }
+    const double frames = rint((double)n_frames / t_factor) * t_factor;
+    return smart_resize(n_frames, frames, hh, ww, factor, min_pixels, max_pixels, rh, rw);
 }

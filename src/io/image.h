@@ -36,5 +36,11 @@ enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int
  * multiples of factor and whose area is within [min_pixels, max_pixels];
  * false when the aspect ratio exceeds 200 or a side would leave 1..4096. */
 bool image_smart_resize(int h, int w, int factor, int64_t min_pixels, int64_t max_pixels, int *rh, int *rw);
+/* Qwen3-VL's video smart_resize: the same for n_frames frames of h x w
+ * taken t_factor at a time, the bounds on all frames' pixels together
+ * (frames rounded to a multiple of t_factor), sides under factor first
+ * scaled up to it; false also for fewer frames than t_factor. */
+bool image_smart_resize_video(int n_frames, int t_factor, int h, int w, int factor, int64_t min_pixels,
+                              int64_t max_pixels, int *rh, int *rw);
 
 #endif

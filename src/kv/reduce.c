@@ -79,36 +79,48 @@ void reduce_bipartite(const float *feat, int dim, const int *rows, int m, double
     for (int i = 0; i < k; i++) into[rows[2 * sel[i]]] = rows[2 * match[sel[i]] + 1];
 }
 
-int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, int32_t (*rpos)[3],
-                 const int *into, int n, float *scratch) {
-    float *tot = scratch, *cnt = scratch + n; /* per target: weight sum, rows */
-    for (int i = 0; i < n; i++) tot[i] = into[i] == i ? (w ? w[i] : 1.0f) : 0.0f, cnt[i] = into[i] == i;
-    for (int a = 0; a < n; a++)
-        if (into[a] >= 0 && into[a] != a) tot[into[a]] += w ? w[a] : 1.0f, cnt[into[a]] += 1.0f;
-    /* The share of a row in its target's mean: w / total, or 1 / count
-     * when the weights sum to 0. */
-#define SHARE(i, b) (tot[b] > 0 ? (w ? w[i] : 1.0f) / tot[b] : 1.0f / cnt[b])
+/* The share of row i in its target b's mean: w / total, or 1 / count
+ * when the weights sum to 0. */
+static float share_of(const float *w, const float *tot, const float *cnt, int i, int b) {
+    return tot[b] > 0 ? (w ? w[i] : 1.0f) / tot[b] : 1.0f / cnt[b];
+}
+
+/* x [n][dim] merged as into[] says (tot, cnt: each target's weight sum
+ * and rows). */
+static void merge_rows(float *x, int dim, const float *w, const int *into, const float *tot, const float *cnt,
+                       int n) {
     for (int b = 0; b < n; b++) {
         if (into[b] != b || cnt[b] == 1.0f) continue;
-        const float s = SHARE(b, b);
+        const float s = share_of(w, tot, cnt, b, b);
         for (int e = 0; e < dim; e++) x[(size_t)b * dim + e] *= s;
     }
     for (int a = 0; a < n; a++) {
         const int b = into[a];
         if (b < 0 || b == a) continue;
-        const float s = SHARE(a, b);
+        const float s = share_of(w, tot, cnt, a, b);
         for (int e = 0; e < dim; e++) x[(size_t)b * dim + e] += s * x[(size_t)a * dim + e];
     }
-#undef SHARE
+}
+
+int reduce_apply(const struct reduce_rows *rows, float *w, const int *into, int n, float *scratch) {
+    float *tot = scratch, *cnt = scratch + n; /* per target: weight sum, rows */
+    for (int i = 0; i < n; i++) tot[i] = into[i] == i ? (w ? w[i] : 1.0f) : 0.0f, cnt[i] = into[i] == i;
+    for (int a = 0; a < n; a++)
+        if (into[a] >= 0 && into[a] != a) tot[into[a]] += w ? w[a] : 1.0f, cnt[into[a]] += 1.0f;
+    merge_rows(rows->x, rows->dim, w, into, tot, cnt, n);
+    if (rows->extra) merge_rows(rows->extra, rows->extra_dim, w, into, tot, cnt, n);
     int o = 0;
     for (int i = 0; i < n; i++) {
         if (into[i] != i) continue;
         if (w) w[o] = tot[i];
         if (o != i) {
-            memmove(x + (size_t)o * dim, x + (size_t)i * dim, sizeof(float) * (size_t)dim);
-            tag[o] = tag[i];
-            pos[o] = pos[i];
-            if (rpos) memcpy(rpos[o], rpos[i], sizeof rpos[o]);
+            memmove(rows->x + (size_t)o * rows->dim, rows->x + (size_t)i * rows->dim, sizeof(float) * rows->dim);
+            if (rows->extra)
+                memmove(rows->extra + (size_t)o * rows->extra_dim, rows->extra + (size_t)i * rows->extra_dim,
+                        sizeof(float) * (size_t)rows->extra_dim);
+            rows->tag[o] = rows->tag[i];
+            rows->pos[o] = rows->pos[i];
+            if (rows->rpos) memcpy(rows->rpos[o], rows->rpos[i], sizeof rows->rpos[o]);
         }
         o++;
     }

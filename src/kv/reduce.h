@@ -52,16 +52,24 @@ void reduce_tome(const float *metric, int dim, const struct reduce_group *g, dou
  * goes first. Other into[] entries are left alone. scratch: 2n floats. */
 void reduce_fastv(const float *score, const struct kvf_tag *tag, int n, double ratio, int *into, float *scratch);
 
+/* The rows a reduce step rearranges: x [n][dim], extra [n][extra_dim]
+ * (Qwen3-VL's DeepStack features still to be added; NULL: none), tag [n],
+ * pos [n] and rpos [n] (M-RoPE positions; NULL: none). */
+struct reduce_rows {
+    float *x, *extra;
+    int dim, extra_dim;
+    struct kvf_tag *tag;
+    int32_t *pos;
+    int32_t (*rpos)[3];
+};
 /* Carries out into[0..n): each merge target b becomes the w-weighted mean
  *   x_b' = (w_b x_b + sum_{into[a]=b} w_a x_a) / (w_b + sum w_a)
- * (the plain mean when those weights sum to 0) and w_b' = that sum (ToMe's
- * sizes); rows whose into[] is not their own index are removed, the rest
- * keep their order, from x [n][dim], w [n] (NULL: unit weights, not
- * written), tag [n], pos [n] and rpos [n] (M-RoPE positions: a merged row
- * keeps its target's; NULL: none). Returns the rows left. Targets must be
- * kept rows. scratch: 2n floats. */
-int reduce_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, int32_t (*rpos)[3],
-                 const int *into, int n, float *scratch);
+ * (the plain mean when those weights sum to 0; extra likewise) and w_b' =
+ * that sum (ToMe's sizes; w NULL: unit weights, not written); rows whose
+ * into[] is not their own index are removed, the rest keep their order. A
+ * merged row keeps its target's tag and positions. Returns the rows left.
+ * Targets must be kept rows. scratch: 2n floats. */
+int reduce_apply(const struct reduce_rows *rows, float *w, const int *into, int n, float *scratch);
 
 /* The pass as a rule sees it at a step's layer, borrowed from the decoder. */
 struct reduce_view {

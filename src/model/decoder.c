@@ -114,8 +114,8 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     #pragma omp parallel for num_threads(f->n_threads) if ((int64_t)n * (QD + KD) >= ROWS_PARALLEL_MIN)
     for (int t = 0; t < n; t++) {
         if (mrope)
-            ops_rope_sections(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->rpos[t],
-                              hp->mrope, freq, mscale, hp->rope_style);
+            ops_rope_axes(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->rpos[t],
+                          d->model->rope_axis, freq, mscale, hp->rope_style);
         else
             ops_rope(q + (size_t)t * QD, hp->n_head, k + (size_t)t * KD, hp->n_head_kv, hd, f->pos[t], freq, mscale,
                      hp->rope_style);
@@ -255,16 +255,38 @@ static enum kvf_status reduce_step(const struct decoder *d, int l, int *n) {
     }
     /* The weights (ToMe's sizes) stay with their rows for the next step. */
     const int *mr = d->model->hp.mrope;
-    *n = reduce_apply(f->x, d->model->hp.n_embd, w, f->btag, f->pos, mr[0] + mr[1] + mr[2] ? f->rpos : NULL, r->into,
-                      *n, r->scratch);
+    const struct hparams *hp = &d->model->hp;
+    /* DeepStack's features still to come go where their rows go. */
+    const int ds_left = hp->n_deepstack - (l + 1);
+    const struct reduce_rows rows = {
+        .x = f->x, .dim = hp->n_embd, .extra = ds_left > 0 ? f->ds : NULL, .extra_dim = hp->n_deepstack * hp->n_embd,
+        .tag = f->btag, .pos = f->pos, .rpos = mr[0] + mr[1] + mr[2] ? f->rpos : NULL,
+    };
+    *n = reduce_apply(&rows, w, r->into, *n, r->scratch);
     return KVF_OK;
 }
 
+/* Qwen3-VL's DeepStack: after layer l < n_deepstack every vision row gains
+ * the features the tower's l-th DeepStack merger made for it. */
+static void deepstack_add(const struct decoder *d, int l, int n) {
+    const struct hparams *hp = &d->model->hp;
+    const struct fwd_scratch *f = d->fw;
+    const int E = hp->n_embd;
+    for (int t = 0; t < n; t++)
+        if (f->btag[t].modality != KVF_MOD_TEXT)
+            ops_add(f->x + (size_t)t * E, f->ds + ((size_t)t * hp->n_deepstack + l) * E, (size_t)E);
+}
+
 void decoder_input(struct fwd_scratch *f, const struct kvf_model *m, int at, const int32_t *tokens, const float *embd,
-                   const struct kvf_tag *tags, int32_t pos0, int n) {
+                   const float *ds, const struct kvf_tag *tags, int32_t pos0, int n) {
     const struct hparams *hp = &m->hp;
     const int E = hp->n_embd;
     float *x0 = f->x + (size_t)at * E;
+    if (f->ds) {
+        const size_t w = (size_t)hp->n_deepstack * E;
+        if (ds) memcpy(f->ds + (size_t)at * w, ds, sizeof(float) * (size_t)n * w);
+        else memset(f->ds + (size_t)at * w, 0, sizeof(float) * (size_t)n * w);
+    }
     if (embd) {
         /* Media embeddings are already in the embedding layer's output space. */
         memcpy(x0, embd, sizeof(float) * (size_t)n * E);
@@ -296,6 +318,7 @@ enum kvf_status decoder_forward(const struct decoder *d, int n, float *all_logit
 
     for (int l = 0; l < hp->n_layer; l++) {
         enum kvf_status st = layer_forward(d, 1, f, l, n);
+        if (st == KVF_OK && l < hp->n_deepstack) deepstack_add(d, l, n);
         if (st == KVF_OK && r->n_steps) st = reduce_step(d, l, &n);
         if (st != KVF_OK) return st;
     }
@@ -352,6 +375,7 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
         !mem_resize(&f->pos, R, sizeof *f->pos) || !mem_resize(&f->qlast, R, sizeof *f->qlast) ||
         !mem_resize(&f->rpos, R, sizeof *f->rpos) ||
         !mem_resize(&f->btag, R, sizeof *f->btag) ||
+        (hp->n_deepstack > 0 && !mem_resize(&f->ds, R * hp->n_deepstack * hp->n_embd, sizeof *f->ds)) ||
         !mem_resize(&f->gate, (size_t)B * hp->n_ff, sizeof *f->gate) ||
         !mem_resize(&f->up, (size_t)B * hp->n_ff, sizeof *f->up) ||
         !mem_resize(&f->mm_scratch, ops_matmul_scratch_bytes(widest, B, f->n_threads), 1))
@@ -372,7 +396,8 @@ enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, int n_kv) {
 void fwd_release_rows(struct fwd_scratch *f) {
     free(f->x), free(f->xn), free(f->q), free(f->k), free(f->v), free(f->att);
     free(f->gate), free(f->up), free(f->pos), free(f->qlast), free(f->rpos), free(f->btag), free(f->mm_scratch);
-    f->x = f->xn = f->q = f->k = f->v = f->att = f->gate = f->up = NULL;
+    free(f->ds);
+    f->x = f->xn = f->q = f->k = f->v = f->att = f->gate = f->up = f->ds = NULL;
     f->pos = f->qlast = NULL;
     f->rpos = NULL;
     f->btag = NULL;

@@ -27,6 +27,8 @@ struct fwd_scratch {
     int32_t *qlast;          /* [R] the last position each row sees (model.h: image_bidirectional) */
     int32_t (*rpos)[3];      /* [R] M-RoPE positions (time, height, width) of the rows (model.h: mrope) */
     struct kvf_tag *btag;    /* [R] tags of the pass's rows */
+    float *ds;               /* [R][n_deepstack][n_embd] DeepStack features added to the rows after the first
+                                layers (model.h: n_deepstack; zero for text); NULL without */
     void *mm_scratch;        /* ops_matmul scratch for B rows */
     float *attn_scratch;     /* attn_forward scratch for keys_cap keys (n_ctx, or more: fwd_reserve_keys) */
     int keys_cap;
@@ -61,10 +63,11 @@ struct decoder {
 };
 
 /* Fills rows [at, at + n) of the pass: token ids (tokens, already checked)
- * or input embeddings (embd [n][n_embd]), with tags[0..n) (NULL: text) and
+ * or input embeddings (embd [n][n_embd]) with their DeepStack features (ds
+ * [n][n_deepstack][n_embd]; NULL: none), with tags[0..n) (NULL: text) and
  * positions pos0 + t. */
 void decoder_input(struct fwd_scratch *f, const struct kvf_model *m, int at, const int32_t *tokens, const float *embd,
-                   const struct kvf_tag *tags, int32_t pos0, int n);
+                   const float *ds, const struct kvf_tag *tags, int32_t pos0, int n);
 /* Runs the pass's n rows (n <= rows_cap) through the model, appends their
  * keys/values to the cache (fewer of them in the layers after a reduce
  * step) and writes logits: every row into all_logits ([n][n_vocab]) when

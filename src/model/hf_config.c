@@ -33,6 +33,10 @@ static const struct hf_family hf_qwen2 = {
 static const struct hf_family hf_qwen3 = {
     .arch = "qwen3", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
     .max_pos = 32768, .head_dim = 128, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
+/* Qwen3VLTextConfig: Qwen3 with M-RoPE, always interleaved. */
+static const struct hf_family hf_qwen3vl = {
+    .arch = "qwen3", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
+    .max_pos = 128000, .head_dim = 128, .eps = 1e-6f, .theta = 500000.0f, .tie = false};
 static const struct hf_family hf_gemma3 = {
     .arch = "gemma3", .vocab = 262208, .hidden = 2304, .inter = 9216, .layers = 26, .heads = 8,
     .max_pos = 131072, .head_dim = 256, .eps = 1e-6f, .theta = 1e6f, .tie = true};
@@ -317,7 +321,7 @@ static enum kvf_status hf_unimplemented(const struct hf_src *c, bool gemma) {
 static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *fam, const char *model_type,
                                struct hf_config *cfg) {
     enum kvf_status st;
-    bool gemma = fam == &hf_gemma3, qwen = fam == &hf_qwen2 || fam == &hf_qwen3;
+    bool gemma = fam == &hf_gemma3, qwen = fam == &hf_qwen2 || fam == &hf_qwen3 || fam == &hf_qwen3vl;
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->arch, sizeof cfg->arch, "%s", fam->arch);
 
@@ -365,6 +369,12 @@ static enum kvf_status hf_fill(const struct hf_src *c, const struct hf_family *f
     }
     TRY(hf_rope(c, cfg->max_position_embeddings, &cfg->rope_scaling, &cfg->rope_theta,
                 gemma ? &cfg->rope_local_base_freq : NULL, cfg->mrope_section));
+    if (fam == &hf_qwen3vl) {
+        /* transformers ignores mrope_interleaved: Qwen3-VL always interleaves. */
+        cfg->mrope_interleaved = true;
+        if (!cfg->mrope_section[0] && !cfg->mrope_section[1] && !cfg->mrope_section[2])
+            memcpy(cfg->mrope_section, (const int[3]){24, 20, 20}, sizeof cfg->mrope_section);
+    }
     TRY(hf_unimplemented(c, gemma));
     if (!(cfg->rms_norm_eps > 0) || !(cfg->rope_theta > 0) || !(cfg->rope_local_base_freq > 0) ||
         !(cfg->query_pre_attn_scalar > 0))
@@ -413,6 +423,7 @@ static const struct hf_family *hf_family_of(const char *model_type) {
         return &hf_qwen2;
     if (!strcmp(model_type, "gemma3_text")) return &hf_gemma3;
     if (!strcmp(model_type, "qwen3")) return &hf_qwen3;
+    if (!strcmp(model_type, "qwen3_vl_text")) return &hf_qwen3vl;
     return NULL;
 }
 
@@ -435,7 +446,8 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     const char *nested_default = !strcmp(model_type, "llava") ? "llama"
                                  : !strcmp(model_type, "gemma3") ? "gemma3_text"
                                  : !strcmp(model_type, "qwen2_vl") ? "qwen2_vl_text"
-                                 : !strcmp(model_type, "qwen2_5_vl") ? "qwen2_5_vl_text" : NULL;
+                                 : !strcmp(model_type, "qwen2_5_vl") ? "qwen2_5_vl_text"
+                                 : !strcmp(model_type, "qwen3_vl") ? "qwen3_vl_text" : NULL;
     /* Qwen2-VL configs as first published keep the decoder's keys at the top. */
     const bool top_level = nested_default && !strncmp(model_type, "qwen2", 5) &&
                            !cJSON_GetObjectItemCaseSensitive(root, "text_config");
@@ -458,7 +470,7 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     if (!fam) {
         st = err_set(KVF_ERR_UNSUPPORTED,
                      "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, qwen3, gemma3_text, "
-                     "gemma3, llava, qwen2_vl, qwen2_5_vl)", file, model_type);
+                     "gemma3, llava, qwen2_vl, qwen2_5_vl, qwen3_vl)", file, model_type);
         goto done;
     }
     st = hf_fill(&src, fam, model_type, cfg);
@@ -535,16 +547,47 @@ static enum kvf_status hf_qwen_vision(const struct hf_src *v, struct hf_vision_c
     return hf_int(v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size);
 }
 
+/* deepstack_visual_indexes (default 8, 16, 24): distinct layers in
+ * ascending order, each within the tower. */
+static enum kvf_status hf_deepstack(const struct hf_src *v, struct hf_vision_config *cfg) {
+    const cJSON *a = hf_get(v, "deepstack_visual_indexes", false);
+    if (!a) {
+        static const int def[] = {8, 16, 24};
+        cfg->n_deepstack = 3;
+        memcpy(cfg->deepstack, def, sizeof def);
+    } else {
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) > HF_MAX_DEEPSTACK)
+            return err_set(KVF_ERR_FORMAT, "%s: deepstack_visual_indexes must be a list of at most %d layers", v->path,
+                           HF_MAX_DEEPSTACK);
+        cfg->n_deepstack = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, a) {
+            if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 0 ||
+                e->valuedouble > 4096)
+                return err_set(KVF_ERR_FORMAT, "%s: deepstack_visual_indexes holds a non-layer", v->path);
+            cfg->deepstack[cfg->n_deepstack++] = (int)e->valuedouble;
+        }
+    }
+    for (int i = 0; i < cfg->n_deepstack; i++)
+        if (cfg->deepstack[i] >= cfg->num_hidden_layers || (i > 0 && cfg->deepstack[i] <= cfg->deepstack[i - 1]))
+            return err_set(KVF_ERR_FORMAT, "%s: deepstack_visual_indexes must rise through the tower's %d layers",
+                           v->path, cfg->num_hidden_layers);
+    return KVF_OK;
+}
+
 /* The video processor's pixel bounds, where transformers' video processor
  * loading finds them: processor_config.json's "video_processor", else
  * video_preprocessor_config.json, else preprocessor_config.json (the image
  * processor's file, whose bounds then hold for videos too); absent,
- * Qwen2VLVideoProcessor's own. */
+ * Qwen2VLVideoProcessor's own (per frame), or Qwen3VLVideoProcessor's (for
+ * all frames together). */
 static enum kvf_status hf_video_pixels(const char *dir, struct hf_vision_config *cfg) {
     static const char *const files[] = {"processor_config.json", "video_preprocessor_config.json",
                                         "preprocessor_config.json"};
-    cfg->video_min_pixels = 128 * 28 * 28;
-    cfg->video_max_pixels = 768 * 28 * 28;
+    const int64_t unit = cfg->qwen3vl ? 32 * 32 : 28 * 28;
+    cfg->video_min_pixels = 128 * unit;
+    cfg->video_max_pixels = 768 * unit;
+    cfg->video_max_tokens = 768;
     for (int i = 0; i < 3; i++) {
         char *path = sys_path_join(dir, files[i]);
         if (!path) return err_set(KVF_ERR_NOMEM, "out of memory");
@@ -556,6 +599,14 @@ static enum kvf_status hf_video_pixels(const char *dir, struct hf_vision_config 
         if (found) {
             const struct hf_src p = {path, obj, NULL, true};
             st = hf_pixels(&p, &cfg->video_min_pixels, &cfg->video_max_pixels);
+            /* Qwen3VLVideoProcessor's per-frame cap (null: off) */
+            const cJSON *cap = hf_get(&p, "cap_pixels_per_frame", false);
+            if (!st && cfg->qwen3vl && cap && !cJSON_IsNull(cap))
+                st = hf_bool(&p, "cap_pixels_per_frame", false, false, &cfg->video_cap);
+            if (!st && cfg->qwen3vl)
+                st = hf_int(&p, "max_video_tokens", false, false, cfg->video_max_tokens, &cfg->video_max_tokens);
+            if (!st && (cfg->video_max_tokens <= 0 || cfg->video_max_tokens > (1 << 20)))
+                st = err_set(KVF_ERR_FORMAT, "%s: max_video_tokens %d out of range", path, cfg->video_max_tokens);
         }
         cJSON_Delete(root);
         free(path);
@@ -580,11 +631,28 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     cfg->gemma3 = cJSON_IsString(mt) && !strcmp(mt->valuestring, "gemma3");
     cfg->qwen25vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_5_vl");
     cfg->qwen2vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_vl");
-    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || cfg->qwen25vl ||
-                   cfg->qwen2vl;
+    cfg->qwen3vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen3_vl");
+    const bool qwen = cfg->qwen2vl || cfg->qwen25vl || cfg->qwen3vl;
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || qwen;
     if (!cfg->present) goto done;
     struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
-    if ((cfg->qwen2vl || cfg->qwen25vl) && (st = hf_qwen_vision(&v, cfg))) goto done;
+    if (qwen && (st = hf_qwen_vision(&v, cfg))) goto done;
+    if (cfg->qwen3vl) {
+        /* Qwen3VLVisionConfig; its image processor is Qwen2-VL's, whose
+         * class defaults the checkpoints override in preprocessor_config.json. */
+        if ((st = hf_int(&v, "depth", false, false, 27, &cfg->num_hidden_layers)) ||
+            (st = hf_int(&v, "patch_size", false, false, 16, &cfg->patch_size)) ||
+            (st = hf_int(&v, "hidden_size", false, false, 1152, &cfg->hidden_size)) ||
+            (st = hf_int(&v, "intermediate_size", false, false, 4304, &cfg->intermediate_size)) ||
+            (st = hf_int(&v, "out_hidden_size", false, false, 3584, &cfg->out_hidden_size)) ||
+            (st = hf_int(&v, "num_position_embeddings", false, false, 2304, &cfg->num_position_embeddings)) ||
+            (st = hf_str(&v, "hidden_act", "gelu_pytorch_tanh", cfg->hidden_act, sizeof cfg->hidden_act)) ||
+            (st = hf_deepstack(&v, cfg)))
+            goto done;
+        cfg->window_size = cfg->patch_size * cfg->spatial_merge_size; /* unused: every layer full */
+        for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
+        goto preprocessor;
+    }
     if (cfg->qwen2vl) {
         /* Qwen2VLVisionConfig: embed_dim is the tower's width, hidden_size the decoder's. */
         int ratio = 4;
@@ -696,12 +764,12 @@ preprocessor:;
             struct hf_src p = {pre, proot, NULL, true};
             if (!(st = hf_float3(&p, "image_mean", def_mean, cfg->image_mean)))
                 st = hf_float3(&p, "image_std", def_std, cfg->image_std);
-            if (!st && (cfg->qwen25vl || cfg->qwen2vl)) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
+            if (!st && qwen) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
         }
         cJSON_Delete(proot);
     }
     free(pre);
-    if (!st && (cfg->qwen25vl || cfg->qwen2vl)) st = hf_video_pixels(dir, cfg);
+    if (!st && qwen) st = hf_video_pixels(dir, cfg);
 done:
     cJSON_Delete(root);
     free(file);

@@ -42,8 +42,9 @@ static enum kvf_status arch_parse(const char *s, enum arch *out) {
     if (!strcmp(s, "llama")) *out = ARCH_LLAMA;
     else if (!strcmp(s, "qwen2") || !strcmp(s, "qwen2vl")) *out = ARCH_QWEN2; /* qwen2vl: Qwen2 + M-RoPE */
     else if (!strcmp(s, "gemma3")) *out = ARCH_GEMMA3;
-    else if (!strcmp(s, "qwen3")) *out = ARCH_QWEN3;
-    else return err_set(KVF_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2, gemma3)", s);
+    else if (!strcmp(s, "qwen3") || !strcmp(s, "qwen3vl")) *out = ARCH_QWEN3; /* qwen3vl: + interleaved M-RoPE */
+    else return err_set(KVF_ERR_UNSUPPORTED, "unknown architecture '%s' (supported: llama, qwen2, qwen2vl, gemma3, "
+                        "qwen3, qwen3vl)", s);
     return KVF_OK;
 }
 
@@ -85,6 +86,9 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
                        "frequency factors %g..%g, beta %g/%g, attention factor %g)", sc->factor, sc->orig_ctx,
                        sc->low_freq_factor, sc->high_freq_factor, sc->beta_fast, sc->beta_slow, sc->attn_factor);
     const int pairs = hp->mrope[0] + hp->mrope[1] + hp->mrope[2];
+    if (hp->mrope_interleaved && !pairs) return err_set(KVF_ERR_FORMAT, "interleaved M-RoPE without its sections");
+    if (hp->n_deepstack < 0 || hp->n_deepstack > hp->n_layer)
+        return err_set(KVF_ERR_FORMAT, "%d DeepStack layers in a decoder of %d", hp->n_deepstack, hp->n_layer);
     if (pairs && pairs != hp->head_dim / 2)
         return err_set(KVF_ERR_FORMAT, "M-RoPE sections cover %d rotary pairs, the heads have %d", pairs,
                        hp->head_dim / 2);
@@ -393,6 +397,7 @@ static void rope_tables(struct kvf_model *m, const float *freq_factors) {
     const struct hparams *hp = &m->hp;
     m->rope_mscale[0] = ops_rope_freqs(m->rope_freq[0], hp->head_dim, hp->rope_base, &hp->rope_scaling, freq_factors);
     m->rope_mscale[1] = ops_rope_freqs(m->rope_freq[1], hp->head_dim, hp->rope_base_local, NULL, NULL);
+    ops_rope_axes_fill(m->rope_axis, hp->head_dim / 2, hp->mrope, hp->mrope_interleaved);
 }
 
 static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
@@ -412,8 +417,10 @@ static enum kvf_status load_gguf(struct kvf_model *m, const char *path) {
         (st = gguf_int(f, a, "attention.head_count", &hp->n_head, true)) ||
         (st = gguf_int(f, a, "context_length", &hp->n_ctx_train, false)) ||
         (st = gguf_int(f, a, "attention.key_length", &hp->head_dim, false)) ||
-        (st = gguf_int(f, a, "attention.sliding_window", &hp->sliding_window, false)))
+        (st = gguf_int(f, a, "attention.sliding_window", &hp->sliding_window, false)) ||
+        (st = gguf_int(f, a, "n_deepstack_layers", &hp->n_deepstack, false)))
         return st;
+    hp->mrope_interleaved = !strcmp(a, "qwen3vl");
     hp->n_head_kv = hp->n_head;
     if ((st = gguf_int(f, a, "attention.head_count_kv", &hp->n_head_kv, false))) return st;
     gguf_float(f, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps);
@@ -496,6 +503,7 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     hp->sliding_window = hp->arch == ARCH_GEMMA3 ? cfg.sliding_window : 0;
     hp->swa_pattern = cfg.sliding_window_pattern > 0 ? cfg.sliding_window_pattern : 6;
     memcpy(hp->mrope, cfg.mrope_section, sizeof hp->mrope);
+    hp->mrope_interleaved = cfg.mrope_interleaved;
     hp->rope_scaling = cfg.rope_scaling;
     if ((st = hparams_finish(hp))) return st;
     if (hp->arch == ARCH_GEMMA3 && cfg.query_pre_attn_scalar > 0.0f)
@@ -623,6 +631,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
             st = vision_load_mmproj(m, p.mmproj);
     }
     if (st == KVF_OK && m->vision) st = vision_attach(m);
+    if (!m->vision) m->hp.n_deepstack = 0; /* nothing makes the features without a tower */
     if (st == KVF_OK && m->vision) st = vision_limit_tokens(m->vision, p.image_min_tokens, p.image_max_tokens);
     if (st != KVF_OK) {
         kvf_model_free(m);

@@ -33,6 +33,8 @@ struct hparams {
     bool image_bidirectional;  /* an image's tokens see each other (Gemma 3's vision models) */
     int mrope[3];              /* Qwen2-VL's M-RoPE: rotary pairs taking the time, height and width
                                   positions of a row (model/decoder.h: fwd_scratch.rpos); 0 0 0: none */
+    int n_deepstack;           /* Qwen3-VL: vision rows gain DeepStack features after layers 0 .. n_deepstack - 1 */
+    bool mrope_interleaved;    /* Qwen3-VL: the sections' pairs interleaved (ops_rope_axes_fill) */
     struct rope_scaling rope_scaling; /* of the global layers (Gemma 3's local ones have none) */
 };
 
@@ -45,6 +47,7 @@ struct kvf_model {
     double rope_freq[2][ROPE_MAX_PAIRS];
     float rope_mscale[2];
     bool rope_freqs_given;     /* a GGUF's rope_freqs.weight went into rope_freq[0] */
+    uint8_t rope_axis[ROPE_MAX_PAIRS]; /* M-RoPE: the position (time, height, width) each pair turns by */
     struct weight tok_embd;    /* [n_vocab, n_embd] */
     struct weight output_norm;
     struct weight output;      /* [n_vocab, n_embd]; == tok_embd when tied */

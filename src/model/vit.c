@@ -36,6 +36,7 @@ void vision_free(struct vision_model *v) {
     free(v->layers);
     free(v->qlayers);
     free(v->full);
+    free(v->deepstack);
     free(v);
 }
 
@@ -298,12 +299,16 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     if (gguf_get_bool(f, "clip.has_vision_encoder", &flag) && !flag)
         return err_set(KVF_ERR_UNSUPPORTED, "%s: the file has no vision encoder", path);
     const char *proj = gguf_get_str(f, "clip.projector_type");
-    if (proj && (!strcmp(proj, "qwen2.5vl") || !strcmp(proj, "qwen2vl_merger")))
-        return qvit_load_mmproj(m, path, !strcmp(proj, "qwen2vl_merger"));
+    static const struct {
+        const char *name;
+        enum qvit_family family;
+    } qwen[] = {{"qwen2.5vl", QVIT_QWEN25}, {"qwen2vl_merger", QVIT_QWEN2}, {"qwen3vl_merger", QVIT_QWEN3}};
+    for (size_t i = 0; proj && i < sizeof qwen / sizeof *qwen; i++)
+        if (!strcmp(proj, qwen[i].name)) return qvit_load_mmproj(m, path, qwen[i].family);
     const bool gemma3 = proj && !strcmp(proj, "gemma3");
     if (!gemma3 && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
         return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3', "
-                       "'qwen2.5vl', 'qwen2vl_merger')", path,
+                       "'qwen2.5vl', 'qwen2vl_merger', 'qwen3vl_merger')", path,
                        proj ? proj : "(none)");
     struct vision_model t = {.eps = gemma3 ? 1e-6f : 1e-5f, .has_cls = !gemma3, .pool = 4,
                              .proj = gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP};
@@ -343,7 +348,7 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     struct hf_vision_config cfg;
     enum kvf_status st = hf_vision_config_load(dir, &cfg);
     if (st != KVF_OK) return st;
-    if (cfg.qwen25vl || cfg.qwen2vl) return qvit_load_hf(m, dir, src, &cfg);
+    if (cfg.qwen25vl || cfg.qwen2vl || cfg.qwen3vl) return qvit_load_hf(m, dir, src, &cfg);
     if (which < 0) {
         if (cfg.present) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a vision tower but no '%s' tensor "
                                         "was found", dir, vname(n, sizeof n, vprefixes[0], names_hf.patch, 0));
@@ -401,7 +406,16 @@ enum kvf_status vision_attach(struct kvf_model *m) {
     struct vision_model *v = m->vision;
     v->boi = v->eoi = -1;
     if (v->proj == VIT_PROJ_QWEN25VL) {
-        /* Qwen2.5-VL's chat template writes <|vision_start|><|image_pad|><|vision_end|>. */
+        /* The decoder adds as many DeepStack features as the tower makes
+         * (a GGUF decoder says how many it takes: n_deepstack_layers). */
+        if (m->gguf && m->hp.n_deepstack != v->n_deepstack)
+            return err_set(KVF_ERR_SHAPE, "the decoder takes %d DeepStack features, the vision tower makes %d",
+                           m->hp.n_deepstack, v->n_deepstack);
+        if (v->n_deepstack > m->hp.n_layer)
+            return err_set(KVF_ERR_SHAPE, "%d DeepStack features for a decoder of %d layers", v->n_deepstack,
+                           m->hp.n_layer);
+        m->hp.n_deepstack = v->n_deepstack;
+        /* The Qwen-VL chat templates write <|vision_start|><|image_pad|><|vision_end|>. */
         v->boi = token_find(m->tok, "<|vision_start|>");
         v->eoi = token_find(m->tok, "<|vision_end|>");
         if (v->boi < 0 || v->eoi < 0)
@@ -427,7 +441,9 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
     info->has_vision = true;
     info->vision_source = v->source;
     static const char *const towers[] = {"CLIP ViT", "SigLIP", "Qwen2.5-VL ViT"};
-    info->vision_tower = v->qwen2 ? "Qwen2-VL ViT" : towers[v->proj];
+    static const char *const qwen[] = {[QVIT_QWEN25] = "Qwen2.5-VL ViT", [QVIT_QWEN2] = "Qwen2-VL ViT",
+                                       [QVIT_QWEN3] = "Qwen3-VL ViT"};
+    info->vision_tower = v->proj == VIT_PROJ_QWEN25VL ? qwen[v->qfamily] : towers[v->proj];
     static const char *const projectors[] = {"mlp", "gemma3", "merger"};
     info->vision_projector = projectors[v->proj];
     info->vision_image_size = v->image_size;
@@ -622,14 +638,15 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
         *rows = *cols = v->tok_grid;
         return KVF_OK;
     }
-    if (!img || !qvit_grid(v, img->h, img->w, false, rows, cols))
+    if (!img || !qvit_grid(v, img->h, img->w, 0, rows, cols))
         return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Qwen2.5-VL size (aspect ratio over 200?)",
                        img ? img->w : 0, img ? img->h : 0);
     return KVF_OK;
 }
 
-enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out) {
-    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, false, nt, out);
+enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out,
+                              float *ds) {
+    if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, 0, nt, out, ds);
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;

@@ -7,7 +7,10 @@
  *   Qwen2.5-VL:  a ViT at the image's own resolution (2-D rotary positions,
  *                window attention but in a few layers, SwiGLU) and its
  *                patch merger (2 x 2 patches into one token), in
- *                model/vit_qwen.c. */
+ *                model/vit_qwen.c; Qwen2-VL's and Qwen3-VL's towers there
+ *                too (Qwen3-VL: learned positions as well, and DeepStack
+ *                mergers whose features the decoder adds after its first
+ *                layers). */
 #ifndef KVF_VIT_H
 #define KVF_VIT_H
 
@@ -26,6 +29,11 @@ struct vit_layer {
 
 enum vit_act { VIT_GELU_QUICK, VIT_GELU_ERF, VIT_GELU_TANH };  /* x*sigmoid(1.702x), erf GELU, tanh GELU */
 enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL };
+/* The Qwen towers (proj VIT_PROJ_QWEN25VL): Qwen2.5-VL's RMSNorms, SwiGLU
+ * and windows; Qwen2-VL's LayerNorms and quick-GELU MLP, no windows;
+ * Qwen3-VL's LayerNorms and tanh-GELU MLP, no windows, a patch bias,
+ * learned positions and DeepStack mergers. */
+enum qvit_family { QVIT_QWEN25, QVIT_QWEN2, QVIT_QWEN3 };
 
 /* A Qwen2.5-VL ViT layer (Qwen2-VL: LayerNorms with biases, and fc1 / fc2
  * in up / down with no gate). */
@@ -37,6 +45,14 @@ struct qvit_layer {
     struct weight proj, proj_b;                /* [n_embd][n_embd]                    */
     struct weight gate, gate_b, up, up_b;      /* [n_ff][n_embd]; Qwen2-VL: no gate  */
     struct weight down, down_b;                /* [n_embd][n_ff]                      */
+};
+
+/* A Qwen3-VL DeepStack merger: block `layer`'s output, each 2 x 2 unit's
+ * rows as one, LayerNorm, linear -> GELU -> linear into the decoder's width. */
+struct qvit_deepstack {
+    int layer;
+    struct weight norm, norm_b;                /* [4 n_embd]                          */
+    struct weight fc1, fc1_b, fc2, fc2_b;      /* [4 n_embd][4 n_embd], [n_out][4 n_embd] */
 };
 
 struct vision_model {
@@ -59,7 +75,8 @@ struct vision_model {
                                                   [n_embd][3*t_patch*patch*patch] (c, t, y, x) F32 */
     struct weight patch_b;                     /* optional [n_embd]             */
     struct weight cls;                         /* CLIP: [n_embd]                */
-    struct weight pos;                         /* [n_pos][n_embd]               */
+    struct weight pos;                         /* [n_pos][n_embd]; Qwen3-VL: a square grid of them,
+                                                  interpolated to the image's patch grid */
     struct weight pre_w, pre_b, post_w, post_b;/* pre: CLIP; post: SigLIP, some mmproj files */
     struct vit_layer *layers;                  /* [n_layer]                     */
     struct weight mm0, mm0_b, mm2, mm2_b;      /* mlp: [n_out][n_embd], [n_out][n_out] */
@@ -73,15 +90,21 @@ struct vision_model {
     /* Qwen2.5-VL (proj VIT_PROJ_QWEN25VL; image_size: unused, the image's own): */
     int merge, t_patch, window;                /* 2 x 2 merge, 2 frames a patch, windows of 112 px */
     int64_t min_pixels, max_pixels;            /* the image is resized to within these */
-    int64_t video_min_pixels, video_max_pixels;/* and a video's frames to within these */
+    int64_t video_min_pixels, video_max_pixels;/* and a video's frames to within these (Qwen3-VL: all of its
+                                                  frames together) */
+    int video_cap_tokens;                      /* Qwen3-VL: tokens a frame may take at most (the video
+                                                  processor's cap_pixels_per_frame); 0: no cap */
     float tokens_per_second;                   /* Qwen2.5-VL: M-RoPE time steps a second of video spans
-                                                  (Qwen2-VL: 0, one step per temporal patch) */
+                                                  (Qwen2-VL: 0, one step per temporal patch; Qwen3-VL: 0,
+                                                  time is in the timestamps written before each patch) */
     float rope_theta;
     bool *full;                                /* [n_layer] full attention, else windowed */
     struct qvit_layer *qlayers;                /* [n_layer] */
     struct weight merge_norm, merge_norm_b;    /* RMSNorm [n_embd]; Qwen2-VL: a LayerNorm, with its bias */
-    bool qwen2;                                /* Qwen2-VL's tower: LayerNorms, quick-GELU MLP, no windows */
+    enum qvit_family qfamily;
     struct weight merge0, merge0_b, merge2, merge2_b; /* [4 n_embd][4 n_embd], [n_out][4 n_embd] */
+    int n_deepstack;                           /* Qwen3-VL: DeepStack mergers, by layer */
+    struct qvit_deepstack *deepstack;          /* [n_deepstack] */
 };
 
 /* The token grid img becomes (rows x cols) and whether a class token
@@ -90,15 +113,18 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
                             bool *cls);
 
 /* Encodes one image: out [rows * cols (+ 1)][n_out] of vision_grid,
- * row-major in grid order (row by row; the class token first when kept). */
-enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out);
-/* Qwen2.5-VL's tower (model/vit_qwen.c), and Qwen2-VL's (qwen2): its
- * loaders from a Hugging Face directory (cfg: its config.json) and from
- * llama.cpp's mmproj (already open as m->mmproj, projector type qwen2.5vl
- * or qwen2vl_merger), its grid and its forward pass. */
+ * row-major in grid order (row by row; the class token first when kept),
+ * and ds [rows * cols][n_deepstack][n_out] in the same order (Qwen3-VL's
+ * DeepStack; NULL for other towers). */
+enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out,
+                              float *ds);
+/* The Qwen towers (model/vit_qwen.c): their loaders from a Hugging Face
+ * directory (cfg: its config.json) and from llama.cpp's mmproj (already
+ * open as m->mmproj, projector type qwen2.5vl, qwen2vl_merger or
+ * qwen3vl_merger), their grid and their forward pass. */
 enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src,
                              const struct hf_vision_config *cfg);
-enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwen2);
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, enum qvit_family family);
 
 /* mmproj metadata: a u32 key as an int (absent: *out kept, an error when
  * required), and an array of 3 f32 (absent: out kept). */
@@ -126,13 +152,16 @@ enum kvf_status vision_attend(const struct vision_model *v, struct vit_rows *r, 
                               int nt);
 enum kvf_status mmproj_u32(const struct gguf_file *f, const char *key, int *out, bool required);
 enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float out[3]);
-/* The token grid of an image, or (video) of a video's frames of h x w. */
-bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows, int *cols);
-/* Encodes an image (frames[0] alone) or, video, one temporal patch of a
- * video (t_patch frames of one size, preprocessed as the video processor
- * does) into out [rows * cols][n_out] of qvit_grid. */
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video,
-                            int n_threads, float *out);
+/* The token grid of an image (video_frames 0), or of a video of
+ * video_frames frames of h x w. */
+bool qvit_grid(const struct vision_model *v, int h, int w, int video_frames, int *rows, int *cols);
+/* Encodes an image (video_frames 0: frames[0] alone) or one temporal patch
+ * of a video of video_frames frames (t_patch frames of one size,
+ * preprocessed as the video processor does) into out [rows * cols][n_out]
+ * of qvit_grid, and (Qwen3-VL) its DeepStack features into
+ * ds [rows * cols][n_deepstack][n_out]. */
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int video_frames,
+                            int n_threads, float *out, float *ds);
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info);
 
 /* Vision towers (model/vit.c): from a llama.cpp mmproj GGUF, or from the

@@ -19,9 +19,18 @@
  * temporal patch attends within itself, as transformers' cu_seqlens make
  * it, so each is one encoding like an image's.
  *
- * Qwen2-VL's tower (vision_model.qwen2) is the same but for LayerNorms with
+ * Qwen2-VL's tower (QVIT_QWEN2) is the same but for LayerNorms with
  * biases (in the blocks and the merger), x += fc2(quick_gelu(fc1(n))) as
- * its MLP, and no windows: every layer attends over the whole image. */
+ * its MLP, and no windows: every layer attends over the whole image.
+ *
+ * Qwen3-VL's (QVIT_QWEN3, transformers' Qwen3VLVisionModel) is Qwen2-VL's
+ * with 16-pixel patches, a bias on the patch kernel, tanh GELU in the MLP,
+ * and learned positions: a square grid of them, bilinearly interpolated
+ * (corners aligned) to the image's patch grid and added to the patch
+ * embeddings. After some layers a DeepStack merger (LayerNorm over a
+ * unit's 4 rows as one, linear -> GELU -> linear) turns the rows into
+ * features of the image's tokens that the decoder adds to its hidden
+ * states after its first layers (model/decoder.c). */
 #include "model/vit.h"
 
 #include "core/ops.h"
@@ -51,7 +60,7 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
         !(t->rope_theta > 1.0f && isfinite(t->rope_theta)) || t->min_pixels < 1 || t->min_pixels > t->max_pixels ||
         t->video_min_pixels < 1 || t->video_min_pixels > t->video_max_pixels ||
         !(t->tokens_per_second >= 0.0f && t->tokens_per_second <= 1e4f))
-        return err_set(KVF_ERR_FORMAT, "%s: Qwen2.5-VL vision sizes out of range (width %d, ff %d, heads %d, layers "
+        return err_set(KVF_ERR_FORMAT, "%s: Qwen-VL vision sizes out of range (width %d, ff %d, heads %d, layers "
                        "%d, patch %d, merge %d, window %d, frames a patch %d, tokens a second %g, pixels %lld..%lld, "
                        "video pixels %lld..%lld; head width a multiple of 4)", what, H, F, t->n_head, L, t->patch_size,
                        t->merge, t->window, t->t_patch, (double)t->tokens_per_second, (long long)t->min_pixels,
@@ -59,13 +68,19 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
     for (int c = 0; c < 3; c++)
         if (!(t->std[c] > 0.0f) || !isfinite(t->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
+    const int side = (int)sqrt((double)t->n_pos);
+    if (t->qfamily == QVIT_QWEN3 && (t->n_pos <= 0 || t->n_pos > QVIT_MAX_DIM * 16 || side * side != t->n_pos))
+        return err_set(KVF_ERR_FORMAT, "%s: %d learned positions do not form a square grid", what, t->n_pos);
+    if (t->n_deepstack < 0 || t->n_deepstack > L)
+        return err_set(KVF_ERR_FORMAT, "%s: %d DeepStack layers in a tower of %d", what, t->n_deepstack, L);
     struct vision_model *v = malloc(sizeof *v);
     if (!v) return err_set(KVF_ERR_NOMEM, "out of memory");
     *v = *t;
     m->vision = v; /* freed with the model, whatever happens below */
     v->qlayers = calloc((size_t)L, sizeof *v->qlayers);
     v->full = calloc((size_t)L, sizeof *v->full);
-    if (!v->qlayers || !v->full) return err_set(KVF_ERR_NOMEM, "out of memory");
+    v->deepstack = calloc((size_t)KVF_MAX(v->n_deepstack, 1), sizeof *v->deepstack);
+    if (!v->qlayers || !v->full || !v->deepstack) return err_set(KVF_ERR_NOMEM, "out of memory");
     return KVF_OK;
 }
 
@@ -114,59 +129,114 @@ static enum kvf_status bind_patch(struct kvf_model *m, const struct tensor_src *
     return KVF_OK;
 }
 
-/* Tensor names of one container; %d: layer. qkv: HF's fused projection
- * (NULL: q, k, v apart, as llama.cpp splits it). */
+/* Tensor names of one container; %d: layer. qkv: a fused projection
+ * (NULL: q, k, v apart, as llama.cpp splits Qwen2.5-VL's). Qwen3-VL's
+ * DeepStack mergers (ds_*) are numbered by their place in the list in a
+ * directory and by the layer they read in an mmproj (ds_by_layer). */
 struct qvit_names {
-    const char *patch0, *patch1;
+    const char *patch0, *patch1, *patch_b, *pos;
     const char *norm1, *norm2, *qkv, *qkv_b, *q, *q_b, *k, *k_b, *v, *v_b, *o, *o_b;
     const char *gate, *gate_b, *up, *up_b, *down, *down_b;
     const char *merge_norm, *merge0, *merge0_b, *merge2, *merge2_b;
-    /* Qwen2-VL: the LayerNorms' biases; fc1 / fc2 are in up / down */
+    /* Qwen2-VL, Qwen3-VL: the LayerNorms' biases; fc1 / fc2 are in up / down */
     const char *norm1_b, *norm2_b, *merge_norm_b;
+    const char *ds_norm, *ds_norm_b, *ds_fc1, *ds_fc1_b, *ds_fc2, *ds_fc2_b;
+    bool ds_by_layer;
 };
 
+/* Qwen2.5-VL's and Qwen2-VL's blocks share their names but for the MLP
+ * (gate / up / down, fc1 / fc2) and the norms' biases. */
+#define HF_QWEN_BLOCKS                                                                                              \
+    .patch0 = "patch_embed.proj.weight", .norm1 = "blocks.%d.norm1.weight", .norm2 = "blocks.%d.norm2.weight",      \
+    .qkv = "blocks.%d.attn.qkv.weight", .qkv_b = "blocks.%d.attn.qkv.bias", .o = "blocks.%d.attn.proj.weight",     \
+    .o_b = "blocks.%d.attn.proj.bias", .merge_norm = "merger.ln_q.weight", .merge0 = "merger.mlp.0.weight",         \
+    .merge0_b = "merger.mlp.0.bias", .merge2 = "merger.mlp.2.weight", .merge2_b = "merger.mlp.2.bias"
+
 static const struct qvit_names names_hf = {
-    "patch_embed.proj.weight", NULL, "blocks.%d.norm1.weight", "blocks.%d.norm2.weight",
-    "blocks.%d.attn.qkv.weight", "blocks.%d.attn.qkv.bias", NULL, NULL, NULL, NULL, NULL, NULL,
-    "blocks.%d.attn.proj.weight", "blocks.%d.attn.proj.bias",
-    "blocks.%d.mlp.gate_proj.weight", "blocks.%d.mlp.gate_proj.bias", "blocks.%d.mlp.up_proj.weight",
-    "blocks.%d.mlp.up_proj.bias", "blocks.%d.mlp.down_proj.weight", "blocks.%d.mlp.down_proj.bias",
-    "merger.ln_q.weight", "merger.mlp.0.weight", "merger.mlp.0.bias", "merger.mlp.2.weight", "merger.mlp.2.bias",
-    NULL, NULL, NULL,
+    HF_QWEN_BLOCKS,
+    .gate = "blocks.%d.mlp.gate_proj.weight", .gate_b = "blocks.%d.mlp.gate_proj.bias",
+    .up = "blocks.%d.mlp.up_proj.weight", .up_b = "blocks.%d.mlp.up_proj.bias",
+    .down = "blocks.%d.mlp.down_proj.weight", .down_b = "blocks.%d.mlp.down_proj.bias",
 };
 
 static const struct qvit_names names_hf_qwen2 = {
-    "patch_embed.proj.weight", NULL, "blocks.%d.norm1.weight", "blocks.%d.norm2.weight",
-    "blocks.%d.attn.qkv.weight", "blocks.%d.attn.qkv.bias", NULL, NULL, NULL, NULL, NULL, NULL,
-    "blocks.%d.attn.proj.weight", "blocks.%d.attn.proj.bias", NULL, NULL,
-    "blocks.%d.mlp.fc1.weight", "blocks.%d.mlp.fc1.bias", "blocks.%d.mlp.fc2.weight", "blocks.%d.mlp.fc2.bias",
-    "merger.ln_q.weight", "merger.mlp.0.weight", "merger.mlp.0.bias", "merger.mlp.2.weight", "merger.mlp.2.bias",
-    "blocks.%d.norm1.bias", "blocks.%d.norm2.bias", "merger.ln_q.bias",
+    HF_QWEN_BLOCKS,
+    .up = "blocks.%d.mlp.fc1.weight", .up_b = "blocks.%d.mlp.fc1.bias",
+    .down = "blocks.%d.mlp.fc2.weight", .down_b = "blocks.%d.mlp.fc2.bias",
+    .norm1_b = "blocks.%d.norm1.bias", .norm2_b = "blocks.%d.norm2.bias", .merge_norm_b = "merger.ln_q.bias",
 };
 
-/* llama.cpp's converter: the 3-D kernel split by frame, qkv split. */
+static const struct qvit_names names_hf_qwen3 = {
+    .patch0 = "patch_embed.proj.weight", .patch_b = "patch_embed.proj.bias", .pos = "pos_embed.weight",
+    .norm1 = "blocks.%d.norm1.weight", .norm1_b = "blocks.%d.norm1.bias",
+    .norm2 = "blocks.%d.norm2.weight", .norm2_b = "blocks.%d.norm2.bias",
+    .qkv = "blocks.%d.attn.qkv.weight", .qkv_b = "blocks.%d.attn.qkv.bias",
+    .o = "blocks.%d.attn.proj.weight", .o_b = "blocks.%d.attn.proj.bias",
+    .up = "blocks.%d.mlp.linear_fc1.weight", .up_b = "blocks.%d.mlp.linear_fc1.bias",
+    .down = "blocks.%d.mlp.linear_fc2.weight", .down_b = "blocks.%d.mlp.linear_fc2.bias",
+    .merge_norm = "merger.norm.weight", .merge_norm_b = "merger.norm.bias",
+    .merge0 = "merger.linear_fc1.weight", .merge0_b = "merger.linear_fc1.bias",
+    .merge2 = "merger.linear_fc2.weight", .merge2_b = "merger.linear_fc2.bias",
+    .ds_norm = "deepstack_merger_list.%d.norm.weight", .ds_norm_b = "deepstack_merger_list.%d.norm.bias",
+    .ds_fc1 = "deepstack_merger_list.%d.linear_fc1.weight", .ds_fc1_b = "deepstack_merger_list.%d.linear_fc1.bias",
+    .ds_fc2 = "deepstack_merger_list.%d.linear_fc2.weight", .ds_fc2_b = "deepstack_merger_list.%d.linear_fc2.bias",
+};
+
+/* llama.cpp's converter: the 3-D kernel split by frame, qkv split (but
+ * Qwen3-VL's), the merger as v.post_ln / mm.0 / mm.2. */
+#define MMPROJ_QWEN_BLOCKS                                                                                          \
+    .patch0 = "v.patch_embd.weight", .patch1 = "v.patch_embd.weight.1", .norm1 = "v.blk.%d.ln1.weight",             \
+    .norm2 = "v.blk.%d.ln2.weight", .o = "v.blk.%d.attn_out.weight", .o_b = "v.blk.%d.attn_out.bias",               \
+    .up = "v.blk.%d.ffn_up.weight", .up_b = "v.blk.%d.ffn_up.bias", .down = "v.blk.%d.ffn_down.weight",            \
+    .down_b = "v.blk.%d.ffn_down.bias", .merge_norm = "v.post_ln.weight", .merge0 = "mm.0.weight",                  \
+    .merge0_b = "mm.0.bias", .merge2 = "mm.2.weight", .merge2_b = "mm.2.bias"
+#define MMPROJ_QKV_APART                                                                                            \
+    .q = "v.blk.%d.attn_q.weight", .q_b = "v.blk.%d.attn_q.bias", .k = "v.blk.%d.attn_k.weight",                    \
+    .k_b = "v.blk.%d.attn_k.bias", .v = "v.blk.%d.attn_v.weight", .v_b = "v.blk.%d.attn_v.bias"
+#define MMPROJ_LN_BIASES                                                                                            \
+    .norm1_b = "v.blk.%d.ln1.bias", .norm2_b = "v.blk.%d.ln2.bias", .merge_norm_b = "v.post_ln.bias"
+
 static const struct qvit_names names_mmproj = {
-    "v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.%d.ln1.weight", "v.blk.%d.ln2.weight", NULL, NULL,
-    "v.blk.%d.attn_q.weight", "v.blk.%d.attn_q.bias", "v.blk.%d.attn_k.weight", "v.blk.%d.attn_k.bias",
-    "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
-    "v.blk.%d.ffn_gate.weight", "v.blk.%d.ffn_gate.bias", "v.blk.%d.ffn_up.weight", "v.blk.%d.ffn_up.bias",
-    "v.blk.%d.ffn_down.weight", "v.blk.%d.ffn_down.bias",
-    "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias", NULL, NULL, NULL,
+    MMPROJ_QWEN_BLOCKS, MMPROJ_QKV_APART,
+    .gate = "v.blk.%d.ffn_gate.weight", .gate_b = "v.blk.%d.ffn_gate.bias",
 };
 
-static const struct qvit_names names_mmproj_qwen2 = {
-    "v.patch_embd.weight", "v.patch_embd.weight.1", "v.blk.%d.ln1.weight", "v.blk.%d.ln2.weight", NULL, NULL,
-    "v.blk.%d.attn_q.weight", "v.blk.%d.attn_q.bias", "v.blk.%d.attn_k.weight", "v.blk.%d.attn_k.bias",
-    "v.blk.%d.attn_v.weight", "v.blk.%d.attn_v.bias", "v.blk.%d.attn_out.weight", "v.blk.%d.attn_out.bias",
-    NULL, NULL, "v.blk.%d.ffn_up.weight", "v.blk.%d.ffn_up.bias", "v.blk.%d.ffn_down.weight",
-    "v.blk.%d.ffn_down.bias", "v.post_ln.weight", "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
-    "v.blk.%d.ln1.bias", "v.blk.%d.ln2.bias", "v.post_ln.bias",
+static const struct qvit_names names_mmproj_qwen2 = {MMPROJ_QWEN_BLOCKS, MMPROJ_QKV_APART, MMPROJ_LN_BIASES};
+
+static const struct qvit_names names_mmproj_qwen3 = {
+    MMPROJ_QWEN_BLOCKS, MMPROJ_LN_BIASES,
+    .patch_b = "v.patch_embd.bias", .pos = "v.position_embd.weight",
+    .qkv = "v.blk.%d.attn_qkv.weight", .qkv_b = "v.blk.%d.attn_qkv.bias",
+    .ds_norm = "v.deepstack.%d.norm.weight", .ds_norm_b = "v.deepstack.%d.norm.bias",
+    .ds_fc1 = "v.deepstack.%d.fc1.weight", .ds_fc1_b = "v.deepstack.%d.fc1.bias",
+    .ds_fc2 = "v.deepstack.%d.fc2.weight", .ds_fc2_b = "v.deepstack.%d.fc2.bias", .ds_by_layer = true,
 };
 
 /* Rows [i * rows, (i + 1) * rows) of w as a weight of their own. */
 static struct weight rows_of(const struct weight *w, int64_t rows, int i) {
     return (struct weight){w->type, rows, w->cols, w->row_bytes,
                            (const uint8_t *)w->data + (size_t)i * rows * w->row_bytes, w->ilv};
+}
+
+/* Qwen3-VL's DeepStack mergers, into the decoder's width E. */
+static enum kvf_status bind_deepstack(struct kvf_model *m, const struct tensor_src *src, const char *p,
+                                      const struct qvit_names *nm) {
+    struct vision_model *v = m->vision;
+    const int64_t M = (int64_t)v->n_embd * v->merge * v->merge, E = m->hp.n_embd;
+    char n[192];
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; i < v->n_deepstack && st == KVF_OK; i++) {
+        struct qvit_deepstack *d = &v->deepstack[i];
+        const int k = nm->ds_by_layer ? d->layer : i;
+        if ((st = weight_bind_vec(m, src, &d->norm, qname(n, sizeof n, p, nm->ds_norm, k), M, true, 0)) ||
+            (st = weight_bind_vec(m, src, &d->norm_b, qname(n, sizeof n, p, nm->ds_norm_b, k), M, true, 0)) ||
+            (st = weight_bind(m, src, &d->fc1, qname(n, sizeof n, p, nm->ds_fc1, k), M, M, true)) ||
+            (st = weight_bind_vec(m, src, &d->fc1_b, qname(n, sizeof n, p, nm->ds_fc1_b, k), M, true, 0)) ||
+            (st = weight_bind(m, src, &d->fc2, qname(n, sizeof n, p, nm->ds_fc2, k), E, M, true)))
+            return st;
+        st = weight_bind_vec(m, src, &d->fc2_b, qname(n, sizeof n, p, nm->ds_fc2_b, k), E, true, 0);
+    }
+    return st;
 }
 
 static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *src, const char *p,
@@ -199,14 +269,19 @@ static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *
             (st = V(proj_b, nm->o_b, H)) || (st = W(up, nm->up, F, H)) || (st = V(up_b, nm->up_b, F)) ||
             (st = W(down, nm->down, H, F)) || (st = V(down_b, nm->down_b, H)))
             return st;
-        if (v->qwen2 ? (st = V(norm1_b, nm->norm1_b, H)) || (st = V(norm2_b, nm->norm2_b, H))
-                     : (st = W(gate, nm->gate, F, H)) || (st = V(gate_b, nm->gate_b, F)))
+        if (v->qfamily != QVIT_QWEN25 ? (st = V(norm1_b, nm->norm1_b, H)) || (st = V(norm2_b, nm->norm2_b, H))
+                                      : (st = W(gate, nm->gate, F, H)) || (st = V(gate_b, nm->gate_b, F)))
             return st;
 #undef W
 #undef V
     }
-    if ((v->qwen2 && (st = weight_bind_vec(m, src, &v->merge_norm_b, qname(n, sizeof n, p, nm->merge_norm_b, 0), H,
-                                           true, 0))) ||
+    if ((st = bind_deepstack(m, src, p, nm)) != KVF_OK) return st;
+    if (nm->patch_b && (st = weight_bind_vec(m, src, &v->patch_b, qname(n, sizeof n, p, nm->patch_b, 0), H, true, 0)))
+        return st;
+    if (nm->pos && (st = weight_bind(m, src, &v->pos, qname(n, sizeof n, p, nm->pos, 0), v->n_pos, H, true)))
+        return st;
+    if ((v->qfamily != QVIT_QWEN25 &&
+         (st = weight_bind_vec(m, src, &v->merge_norm_b, qname(n, sizeof n, p, nm->merge_norm_b, 0), H, true, 0))) ||
         (st = weight_bind_vec(m, src, &v->merge_norm, qname(n, sizeof n, p, nm->merge_norm, 0), H, true, 0)) ||
         (st = weight_bind(m, src, &v->merge0, qname(n, sizeof n, p, nm->merge0, 0), M, M, true)) ||
         (st = weight_bind_vec(m, src, &v->merge0_b, qname(n, sizeof n, p, nm->merge0_b, 0), M, true, 0)))
@@ -229,19 +304,23 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
     const char *p = NULL;
     for (int i = 0; i < 2; i++)
         if (tensor_exists(src, qname(n, sizeof n, prefixes[i], names_hf.patch0, 0))) p = prefixes[i];
-    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a Qwen2-VL / Qwen2.5-VL vision tower but no "
+    if (!p) return err_set(KVF_ERR_FORMAT, "%s: config.json describes a Qwen-VL vision tower but no "
                            "'visual.patch_embed.proj.weight' tensor was found", dir);
-    const char *act = cfg->qwen2vl ? "quick_gelu" : "silu";
-    if (strcmp(cfg->hidden_act, act) != 0)
-        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (%s)", dir, cfg->hidden_act, act);
+    const enum qvit_family fam = cfg->qwen3vl ? QVIT_QWEN3 : cfg->qwen2vl ? QVIT_QWEN2 : QVIT_QWEN25;
+    static const char *const acts[] = {[QVIT_QWEN25] = "silu", [QVIT_QWEN2] = "quick_gelu",
+                                       [QVIT_QWEN3] = "gelu_pytorch_tanh"};
+    if (strcmp(cfg->hidden_act, acts[fam]) != 0)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: vision hidden_act '%s' (%s)", dir, cfg->hidden_act, acts[fam]);
     struct vision_model t = {
         .patch_size = cfg->patch_size, .n_embd = cfg->hidden_size, .n_head = cfg->num_attention_heads,
         .n_ff = cfg->intermediate_size, .n_layer = cfg->num_hidden_layers, .eps = cfg->layer_norm_eps,
         .proj = VIT_PROJ_QWEN25VL, .merge = cfg->spatial_merge_size, .t_patch = cfg->temporal_patch_size,
         .window = cfg->window_size, .min_pixels = cfg->min_pixels, .max_pixels = cfg->max_pixels,
         .video_min_pixels = cfg->video_min_pixels, .video_max_pixels = cfg->video_max_pixels,
-        .tokens_per_second = cfg->qwen2vl ? 0.0f : (float)cfg->tokens_per_second, .rope_theta = cfg->rope_theta,
-        .qwen2 = cfg->qwen2vl,
+        .tokens_per_second = fam == QVIT_QWEN25 ? (float)cfg->tokens_per_second : 0.0f,
+        .rope_theta = cfg->rope_theta, .qfamily = fam, .act = fam == QVIT_QWEN3 ? VIT_GELU_TANH : VIT_GELU_QUICK,
+        .n_pos = cfg->num_position_embeddings, .n_deepstack = cfg->n_deepstack,
+        .video_cap_tokens = cfg->video_cap ? cfg->video_max_tokens : 0,
     };
     memcpy(t.mean, cfg->image_mean, sizeof t.mean);
     memcpy(t.std, cfg->image_std, sizeof t.std);
@@ -249,22 +328,41 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
     enum kvf_status st = qvit_alloc(m, dir, &t);
     if (st != KVF_OK) return st;
     for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = cfg->full_attention[l];
-    return bind_tower(m, src, p, cfg->qwen2vl ? &names_hf_qwen2 : &names_hf);
+    for (int i = 0; i < t.n_deepstack; i++) m->vision->deepstack[i].layer = cfg->deepstack[i];
+    static const struct qvit_names *const names[] = {[QVIT_QWEN25] = &names_hf, [QVIT_QWEN2] = &names_hf_qwen2,
+                                                     [QVIT_QWEN3] = &names_hf_qwen3};
+    return bind_tower(m, src, p, names[fam]);
 }
 
-enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwen2) {
+/* Qwen3-VL's clip.vision.is_deepstack_layers: a flag per layer, those set
+ * read by a DeepStack merger, in order. */
+static enum kvf_status mmproj_deepstack(const struct gguf_file *f, const char *path, struct vision_model *t) {
+    const char *key = "clip.vision.is_deepstack_layers";
+    if (!gguf_find(f, key)) return KVF_OK;
+    const struct gguf_value *a = gguf_get_arr(f, key, GGUF_BOOL);
+    if (!a || a->arr.n != (uint64_t)t->n_layer)
+        return err_set(KVF_ERR_FORMAT, "%s: '%s' must be %d booleans, one a layer", path, key, t->n_layer);
+    for (int l = 0; l < t->n_layer; l++) t->n_deepstack += ((const int8_t *)a->arr.data)[l] != 0;
+    return KVF_OK;
+}
+
+enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, enum qvit_family family) {
     const struct gguf_file *f = m->mmproj;
+    const bool qwen25 = family == QVIT_QWEN25, qwen3 = family == QVIT_QWEN3;
     /* llama.cpp's defaults for what the file does not say: images of 8 to
-     * 4096 tokens (its set_limit_image_tokens for Qwen2-VL / 2.5-VL), 112-pixel
-     * windows, ViT rotary base 10000; for videos (llama.cpp has none),
-     * Qwen2VLVideoProcessor's bounds and the released Qwen2.5-VL models' 2
-     * tokens a second. */
+     * 4096 tokens (its set_limit_image_tokens for the Qwen-VL towers),
+     * 112-pixel windows, ViT rotary base 10000; for videos (llama.cpp has
+     * none), the video processors' bounds (Qwen3VLVideoProcessor's for all
+     * frames together) and the released Qwen2.5-VL models' 2 tokens a
+     * second. */
+    const int64_t video_unit = qwen3 ? 32 * 32 : 28 * 28;
     struct vision_model t = {.patch_size = 14, .eps = 1e-6f, .proj = VIT_PROJ_QWEN25VL, .merge = 2, .t_patch = 2,
                              .window = 112,
-                             .video_min_pixels = 128 * 28 * 28, .video_max_pixels = 768 * 28 * 28,
-                             .tokens_per_second = qwen2 ? 0.0f : 2.0f,
+                             .video_min_pixels = 128 * video_unit, .video_max_pixels = 768 * video_unit,
+                             .tokens_per_second = qwen25 ? 2.0f : 0.0f,
                              .rope_theta = 10000.0f, .mean = {0.48145466f, 0.4578275f, 0.40821073f},
-                             .std = {0.26862954f, 0.26130258f, 0.27577711f}, .qwen2 = qwen2};
+                             .std = {0.26862954f, 0.26130258f, 0.27577711f}, .qfamily = family,
+                             .act = qwen3 ? VIT_GELU_TANH : VIT_GELU_QUICK};
     int pattern = 0;
     enum kvf_status st;
     if ((st = mmproj_u32(f, "clip.vision.patch_size", &t.patch_size, true)) ||
@@ -272,7 +370,7 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
         (st = mmproj_u32(f, "clip.vision.feed_forward_length", &t.n_ff, true)) ||
         (st = mmproj_u32(f, "clip.vision.attention.head_count", &t.n_head, true)) ||
         (st = mmproj_u32(f, "clip.vision.block_count", &t.n_layer, true)) ||
-        (st = mmproj_u32(f, "clip.vision.n_wa_pattern", &pattern, !qwen2)) ||
+        (st = mmproj_u32(f, "clip.vision.n_wa_pattern", &pattern, qwen25)) ||
         (st = mmproj_u32(f, "clip.vision.spatial_merge_size", &t.merge, false)))
         return st;
     if ((st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
@@ -290,13 +388,29 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, bool qwe
     t.min_pixels = min_px > 0 ? min_px : max_px > 0 ? KVF_MIN(8 * area, (int64_t)max_px) : 8 * area;
     t.max_pixels = max_px > 0 ? max_px : KVF_MAX(4096 * area, t.min_pixels);
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
-    if (!qwen2 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
+    if (qwen25 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
+    if (!qwen25) t.window = t.patch_size * t.merge; /* unused: every layer full */
+    const struct tensor_src src = {.gguf = f};
+    if (qwen3) {
+        int64_t ne[4];
+        int nd;
+        if (!tensor_shape(&src, names_mmproj_qwen3.pos, ne, &nd) || nd != 2 || ne[1] > INT32_MAX)
+            return err_set(KVF_ERR_FORMAT, "%s: missing or malformed '%s'", path, names_mmproj_qwen3.pos);
+        t.n_pos = (int)ne[1];
+        if ((st = mmproj_deepstack(f, path, &t)) != KVF_OK) return st;
+    }
     snprintf(t.source, sizeof t.source, "mmproj");
     if ((st = qvit_alloc(m, path, &t)) != KVF_OK) return st;
-    /* Every n_wa_pattern-th layer attends over the whole image (Qwen2-VL: all). */
-    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = qwen2 || (l + 1) % pattern == 0;
-    const struct tensor_src src = {.gguf = f};
-    return bind_tower(m, &src, "", qwen2 ? &names_mmproj_qwen2 : &names_mmproj);
+    /* Every n_wa_pattern-th layer attends over the whole image (Qwen2-VL, Qwen3-VL: all). */
+    for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = !qwen25 || (l + 1) % pattern == 0;
+    if (t.n_deepstack > 0) {
+        const int8_t *flags = gguf_get_arr(f, "clip.vision.is_deepstack_layers", GGUF_BOOL)->arr.data;
+        for (int l = 0, i = 0; l < t.n_layer; l++)
+            if (flags[l]) m->vision->deepstack[i++].layer = l;
+    }
+    static const struct qvit_names *const names[] = {[QVIT_QWEN25] = &names_mmproj, [QVIT_QWEN2] = &names_mmproj_qwen2,
+                                                     [QVIT_QWEN3] = &names_mmproj_qwen3};
+    return bind_tower(m, &src, "", names[family]);
 }
 
 enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens) {
@@ -313,12 +427,24 @@ enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int 
     return KVF_OK;
 }
 
-bool qvit_grid(const struct vision_model *v, int h, int w, bool video, int *rows, int *cols) {
+bool qvit_grid(const struct vision_model *v, int h, int w, int video_frames, int *rows, int *cols) {
     const int unit = v->patch_size * v->merge;
     int rh, rw;
-    if (!image_smart_resize(h, w, unit, video ? v->video_min_pixels : v->min_pixels,
-                            video ? v->video_max_pixels : v->max_pixels, &rh, &rw))
+    if (video_frames && v->qfamily == QVIT_QWEN3) {
+        /* Qwen3-VL's video processor bounds a video's frames all together,
+         * with its cap: each frame's share at most cap tokens (but 1.05 x
+         * the lower bound), integers as Python computes them. */
+        int64_t max_px = v->video_max_pixels;
+        if (v->video_cap_tokens > 0) {
+            const int64_t share = KVF_MIN((int64_t)v->video_cap_tokens * unit * unit, max_px / video_frames);
+            max_px = KVF_MAX(share, (int64_t)((double)v->video_min_pixels * 1.05)) * video_frames;
+        }
+        if (!image_smart_resize_video(video_frames, v->t_patch, h, w, unit, v->video_min_pixels, max_px, &rh, &rw))
+            return false;
+    } else if (!image_smart_resize(h, w, unit, video_frames ? v->video_min_pixels : v->min_pixels,
+                                   video_frames ? v->video_max_pixels : v->max_pixels, &rh, &rw)) {
         return false;
+    }
     *rows = rh / unit;
     *cols = rw / unit;
     return true;
@@ -392,7 +518,7 @@ static enum kvf_status buf_init(struct qvit_buf *b, const struct vision_model *v
     b->pix = malloc(sizeof(float) * 3 * (size_t)T * rh * rw);
     b->patches = malloc(sizeof(float) * n * plen);
     b->ff = malloc(sizeof(float) * n * wide);
-    b->ff2 = malloc(sizeof(float) * n * wide);
+    b->ff2 = malloc(sizeof(float) * KVF_MAX(n * wide, (size_t)p->nu * v->n_out));
     b->cs = malloc(sizeof(float) * n * hd / 2);
     b->sn = malloc(sizeof(float) * n * hd / 2);
     if (!b->pix || !b->patches || !b->ff || !b->ff2 || !b->cs || !b->sn ||
@@ -432,13 +558,15 @@ static void patchify(const struct vision_model *v, const struct qvit_plan *p, in
     }
 }
 
-/* out = RMSNorm(x) with w for n rows (Qwen2-VL: LayerNorm with w and bias). */
+/* out = RMSNorm(x) with w for n rows of dim (Qwen2-VL, Qwen3-VL:
+ * LayerNorm with w and bias). */
 static void norm_rows(const struct vision_model *v, float *out, const float *x, const struct weight *w,
-                      const struct weight *bias, int n) {
-    const int H = v->n_embd;
+                      const struct weight *bias, int n, int dim) {
     for (int t = 0; t < n; t++) {
-        if (v->qwen2) ops_layernorm(out + (size_t)t * H, x + (size_t)t * H, w->data, bias->data, H, v->eps);
-        else ops_rmsnorm(out + (size_t)t * H, x + (size_t)t * H, w->data, H, v->eps);
+        if (v->qfamily != QVIT_QWEN25)
+            ops_layernorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, bias->data, dim, v->eps);
+        else
+            ops_rmsnorm(out + (size_t)t * dim, x + (size_t)t * dim, w->data, dim, v->eps);
     }
 }
 
@@ -447,7 +575,7 @@ static void norm_rows(const struct vision_model *v, float *out, const float *x, 
 static enum kvf_status qvit_attention(const struct vision_model *v, const struct qvit_layer *L,
                                       const struct qvit_plan *p, bool full, struct qvit_buf *b, int nt) {
     const int n = p->n, H = v->n_embd, nh = v->n_head, hd = H / nh;
-    norm_rows(v, b->r.xn, b->r.x, &L->norm1, &L->norm1_b, n);
+    norm_rows(v, b->r.xn, b->r.x, &L->norm1, &L->norm1_b, n, H);
     vision_qkv(L->w, L->b, &b->r, n, nt);
     for (int t = 0; t < n; t++) {
         const float *cs = b->cs + (size_t)t * hd / 2, *sn = b->sn + (size_t)t * hd / 2;
@@ -465,14 +593,17 @@ static enum kvf_status qvit_attention(const struct vision_model *v, const struct
 }
 
 /* x += down(silu(gate(n)) * up(n)), n = RMSNorm2(x), with biases (Qwen2-VL:
- * x += fc2(quick_gelu(fc1(n))), n = LayerNorm2(x)). */
+ * x += fc2(quick_gelu(fc1(n))), n = LayerNorm2(x); Qwen3-VL the same with
+ * tanh GELU). */
 static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, int n, struct qvit_buf *b, int nt) {
     const int H = v->n_embd, F = v->n_ff;
-    norm_rows(v, b->r.xn, b->r.x, &L->norm2, &L->norm2_b, n);
+    norm_rows(v, b->r.xn, b->r.x, &L->norm2, &L->norm2_b, n, H);
     ops_matmul(&L->up, b->r.xn, n, b->ff, b->r.mm, nt);
     ops_add_bias(b->ff, &L->up_b, n, F);
     float *h = b->ff;
-    if (v->qwen2) {
+    if (v->qfamily == QVIT_QWEN3) {
+        ops_gelu_tanh_mul(h, NULL, (int64_t)n * F);
+    } else if (v->qfamily == QVIT_QWEN2) {
         ops_gelu_quick(h, (int64_t)n * F);
     } else {
         h = b->ff2;
@@ -485,13 +616,55 @@ static void qvit_mlp(const struct vision_model *v, const struct qvit_layer *L, i
     ops_add(b->r.x, b->r.xn, (size_t)n * H);
 }
 
-enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, bool video, int nt,
-                            float *out) {
+/* Qwen3-VL's learned positions added to the rows: the S x S grid
+ * interpolated to the patch grid as torch's bilinear interpolation with
+ * aligned corners (patch row r at r (S - 1) / (gh - 1) of the grid). */
+static enum kvf_status add_positions(const struct vision_model *v, const struct qvit_plan *p, struct qvit_buf *b) {
+    const int S = (int)sqrt((double)v->n_pos), H = v->n_embd, m = v->merge;
+    float *corner = malloc(sizeof(float) * 4 * (size_t)H);
+    if (!corner) return err_set(KVF_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < p->nu; k++)
+        for (int i = 0; i < m * m; i++) {
+            const int py = p->unit_of[k] / p->uw * m + i / m, px = p->unit_of[k] % p->uw * m + i % m;
+            const float sy = (float)py * (float)(S - 1) / (float)KVF_MAX(p->gh - 1, 1);
+            const float sx = (float)px * (float)(S - 1) / (float)KVF_MAX(p->gw - 1, 1);
+            const int y0 = (int)sy, x0 = (int)sx, y1 = KVF_MIN(y0 + 1, S - 1), x1 = KVF_MIN(x0 + 1, S - 1);
+            const float dy = sy - (float)y0, dx = sx - (float)x0;
+            const float w[4] = {(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx};
+            const int at[4] = {y0 * S + x0, y0 * S + x1, y1 * S + x0, y1 * S + x1};
+            float *x = b->r.x + ((size_t)k * m * m + i) * H;
+            for (int c = 0; c < 4; c++) ops_get_row(&v->pos, at[c], corner + (size_t)c * H);
+            for (int e = 0; e < H; e++)
+                x[e] += w[0] * corner[e] + w[1] * corner[H + e] + w[2] * corner[2 * H + e] + w[3] * corner[3 * H + e];
+        }
+    free(corner);
+    return KVF_OK;
+}
+
+/* A merger's MLP over the units' rows in (nu of them, [nu][4H], normed):
+ * linear -> GELU -> linear into the decoder's width, each unit's result
+ * written to out + its raster index x stride. */
+static void merger_mlp(const struct vision_model *v, const struct qvit_plan *p, const float *in,
+                       const struct weight *fc1, const struct weight *fc1_b, const struct weight *fc2,
+                       const struct weight *fc2_b, float *out, size_t stride, struct qvit_buf *b, int nt) {
+    const int M = v->n_embd * v->merge * v->merge, E = v->n_out;
+    ops_matmul(fc1, in, p->nu, b->ff, b->r.mm, nt);
+    ops_add_bias(b->ff, fc1_b, p->nu, M);
+    ops_gelu_erf(b->ff, (int64_t)p->nu * M);
+    ops_matmul(fc2, b->ff, p->nu, b->ff2, b->r.mm, nt);
+    ops_add_bias(b->ff2, fc2_b, p->nu, E);
+    for (int k = 0; k < p->nu; k++)
+        memcpy(out + (size_t)p->unit_of[k] * stride, b->ff2 + (size_t)k * E, sizeof(float) * (size_t)E);
+}
+
+enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image *const *frames, int video_frames,
+                            int nt, float *out, float *ds) {
+    const bool video = video_frames > 0;
     const int unit = v->patch_size * v->merge, T = video ? v->t_patch : 1;
     const struct kvf_image *img = frames[0];
     int rows, cols;
-    if (!qvit_grid(v, img->h, img->w, video, &rows, &cols))
-        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d %s has no Qwen2.5-VL size (aspect ratio over 200?)", img->w,
+    if (!qvit_grid(v, img->h, img->w, video_frames, &rows, &cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d %s has no Qwen-VL size (aspect ratio over 200?)", img->w,
                        img->h, video ? "video frame" : "image");
     const int rh = rows * unit, rw = cols * unit;
     struct qvit_plan p;
@@ -505,25 +678,28 @@ enum kvf_status qvit_encode(const struct vision_model *v, const struct kvf_image
     for (int t = 0; t < T && st == KVF_OK; t++)
         st = image_preprocess_resize(frames[t], rw, rh, video ? IMAGE_TV_BICUBIC : IMAGE_BICUBIC, v->mean, v->std,
                                      b.pix + (size_t)t * 3 * rh * rw);
+    const int H = v->n_embd, M = H * v->merge * v->merge, E = v->n_out;
     if (st == KVF_OK) {
         patchify(v, &p, rw, T, &b);
         ops_matmul(video ? &v->patch_t : &v->patch, b.patches, p.n, b.r.x, b.r.mm, nt);
-        for (int l = 0; l < v->n_layer && st == KVF_OK; l++) {
-            if ((st = qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt)) == KVF_OK)
-                qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
+        ops_add_bias(b.r.x, &v->patch_b, p.n, H);
+        if (v->pos.data) st = add_positions(v, &p, &b);
+    }
+    for (int l = 0, next_ds = 0; l < v->n_layer && st == KVF_OK; l++) {
+        if ((st = qvit_attention(v, &v->qlayers[l], &p, v->full[l], &b, nt)) != KVF_OK) break;
+        qvit_mlp(v, &v->qlayers[l], p.n, &b, nt);
+        if (next_ds < v->n_deepstack && v->deepstack[next_ds].layer == l) {
+            /* A unit's rows are consecutive, so [n][H] is [nu][4H]. */
+            const struct qvit_deepstack *d = &v->deepstack[next_ds];
+            norm_rows(v, b.r.xn, b.r.x, &d->norm, &d->norm_b, p.nu, M);
+            merger_mlp(v, &p, b.r.xn, &d->fc1, &d->fc1_b, &d->fc2, &d->fc2_b, ds + (size_t)next_ds * E,
+                       (size_t)v->n_deepstack * E, &b, nt);
+            next_ds++;
         }
     }
     if (st == KVF_OK) {
-        const int H = v->n_embd, mm = v->merge * v->merge, M = H * mm, E = v->n_out;
-        /* The merger: a unit's rows are consecutive, so [n][H] is [nu][4H]. */
-        norm_rows(v, b.r.xn, b.r.x, &v->merge_norm, &v->merge_norm_b, p.n);
-        ops_matmul(&v->merge0, b.r.xn, p.nu, b.ff, b.r.mm, nt);
-        ops_add_bias(b.ff, &v->merge0_b, p.nu, M);
-        ops_gelu_erf(b.ff, (int64_t)p.nu * M);
-        ops_matmul(&v->merge2, b.ff, p.nu, b.ff2, b.r.mm, nt);
-        ops_add_bias(b.ff2, &v->merge2_b, p.nu, E);
-        for (int k = 0; k < p.nu; k++)
-            memcpy(out + (size_t)p.unit_of[k] * E, b.ff2 + (size_t)k * E, sizeof(float) * (size_t)E);
+        norm_rows(v, b.r.xn, b.r.x, &v->merge_norm, &v->merge_norm_b, p.n, H);
+        merger_mlp(v, &p, b.r.xn, &v->merge0, &v->merge0_b, &v->merge2, &v->merge2_b, out, (size_t)E, &b, nt);
     }
     buf_free(&b);
     plan_free(&p);

@@ -30,6 +30,7 @@ const char *kvf_modality_str(enum kvf_modality m) {
 void kvf_media_free(struct kvf_media *md) {
     if (!md) return;
     free(md->embd);
+    free(md->deepstack);
     free(md);
 }
 
@@ -58,6 +59,7 @@ static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols
     md->n_embd = m->hp.n_embd;
     md->modality = mod;
     md->slice = -1;
+    md->t_sec = -1.0;
     md->embd = malloc(sizeof(float) * (size_t)md->n_tokens * md->n_embd);
     if (!md->embd) {
         free(md);
@@ -67,18 +69,32 @@ static enum kvf_status media_alloc(const struct kvf_model *m, int rows, int cols
     return KVF_OK;
 }
 
-/* Item k of a Qwen2-VL / Qwen2.5-VL video: its t_patch frames. */
+/* Room for the DeepStack features a tower makes beside its tokens
+ * (Qwen3-VL's; none for other towers). */
+static enum kvf_status media_deepstack(const struct kvf_model *m, struct kvf_media *md) {
+    md->n_deepstack = m->hp.n_deepstack;
+    if (md->n_deepstack == 0) return KVF_OK;
+    md->deepstack = malloc(sizeof(float) * (size_t)md->n_tokens * md->n_deepstack * md->n_embd);
+    return md->deepstack ? KVF_OK : err_set(KVF_ERR_NOMEM, "out of memory for %d tokens' DeepStack features",
+                                            md->n_tokens);
+}
+
+/* Item k of a Qwen-VL video of n_frames frames: its t_patch frames, the
+ * video's frames first .. last (past the end the last repeats). */
 static enum kvf_status qwen_video_item(const struct kvf_model *m, const struct kvf_image *const *patch, int k,
-                                       double fps, int nt, struct kvf_media **out) {
+                                       int first, int last, int n_frames, double fps, int nt,
+                                       struct kvf_media **out) {
     const struct vision_model *v = m->vision;
     const int T = v->t_patch;
     int rows, cols;
-    if (!qvit_grid(v, patch[0]->h, patch[0]->w, true, &rows, &cols))
-        return err_set(KVF_ERR_INVALID_ARG, "a video of %dx%d frames has no Qwen2-VL size (aspect ratio over 200?)",
-                       patch[0]->w, patch[0]->h);
+    if (!qvit_grid(v, patch[0]->h, patch[0]->w, n_frames, &rows, &cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a video of %d %dx%d frames has no Qwen-VL size (aspect ratio over 200, "
+                       "or fewer frames than %d?)", n_frames, patch[0]->w, patch[0]->h, T);
     /* transformers' get_vision_position_ids, in float as there: k x
-     * tokens_per_second x T / fps, truncated (Qwen2-VL: k). */
-    const float step = v->tokens_per_second > 0.0f ? v->tokens_per_second * (float)(T / fps) : 1.0f;
+     * tokens_per_second x T / fps, truncated (Qwen2-VL: k; Qwen3-VL: 0,
+     * each item placed as an image after its timestamp). */
+    const bool stamped = v->qfamily == QVIT_QWEN3;
+    const float step = v->tokens_per_second > 0.0f ? v->tokens_per_second * (float)(T / fps) : stamped ? 0.0f : 1.0f;
     const float t_pos = (float)k * step;
     if (!(t_pos < (float)(1 << 24)))
         return err_set(KVF_ERR_INVALID_ARG, "video at %g frames a second: time position %g out of range", fps, t_pos);
@@ -86,12 +102,16 @@ static enum kvf_status qwen_video_item(const struct kvf_model *m, const struct k
     enum kvf_status st = media_alloc(m, rows, cols, 0, KVF_MOD_VIDEO, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
-    if ((st = qvit_encode(v, patch, true, nt, md->embd)) != KVF_OK) {
+    if ((st = media_deepstack(m, md)) != KVF_OK ||
+        (st = qvit_encode(v, patch, n_frames, nt, md->embd, md->deepstack))) {
         kvf_media_free(md);
         return st;
     }
     md->encode_ms = sys_time_ms() - t0;
     md->t_pos = (int)t_pos;
+    /* Qwen3VLProcessor's timestamp: the mean of the patch's first and last
+     * frames' times. */
+    md->t_sec = stamped ? ((first + 0.0) / fps + (last + 0.0) / fps) / 2 : -1.0;
     *out = md;
     return KVF_OK;
 }
@@ -118,7 +138,7 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
     if (st == KVF_OK) st = media_alloc(m, rows, cols, cls ? 1 : 0, mod, &md);
     if (st != KVF_OK) return st;
     const double t0 = sys_time_ms();
-    st = vision_encode(v, img, nt, md->embd);
+    if ((st = media_deepstack(m, md)) == KVF_OK) st = vision_encode(v, img, nt, md->embd, md->deepstack);
     if (st != KVF_OK) {
         kvf_media_free(md);
         return st;
@@ -159,7 +179,8 @@ enum kvf_status kvf_media_encode_video(const struct kvf_model *m, const struct k
             /* The last frame stands in for those past the end (the video processor's padding). */
             const struct kvf_image *patch[8]; /* t_patch <= 8 (qvit_alloc) */
             for (int t = 0; t < T; t++) patch[t] = frames[KVF_MIN(k * T + t, n_frames - 1)];
-            st = qwen_video_item(m, patch, index, fps, nt, &out[k]);
+            st = qwen_video_item(m, patch, index, first_frame + k * T, first_frame + KVF_MIN(k * T + T, n_frames) - 1,
+                                 n_frames, fps, nt, &out[k]);
         } else {
             st = kvf_media_encode_image(m, frames[k], KVF_MOD_VIDEO, nt, &out[k]);
         }
@@ -280,8 +301,9 @@ static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_mo
 
 static enum kvf_status prompt_add_media(struct kvf_prompt *p, const struct kvf_model *m, const struct kvf_media *md,
                                         int index, int *cap) {
-    if (md->n_embd != m->hp.n_embd)
-        return err_set(KVF_ERR_SHAPE, "media of width %d given to a model of width %d", md->n_embd, m->hp.n_embd);
+    if (md->n_embd != m->hp.n_embd || (md->deepstack && md->n_deepstack != m->hp.n_deepstack))
+        return err_set(KVF_ERR_SHAPE, "media of width %d (%d DeepStack layers) given to a model of width %d (%d)",
+                       md->n_embd, md->deepstack ? md->n_deepstack : 0, m->hp.n_embd, m->hp.n_deepstack);
     enum kvf_status st = prompt_grow(p, md->n_tokens, cap);
     if (st != KVF_OK) return st;
     const int lead = md->n_tokens - md->rows * md->cols; /* a class token has no grid cell */
@@ -313,25 +335,30 @@ static enum kvf_status prompt_add_token(struct kvf_prompt *p, int32_t id, int *c
     return KVF_OK;
 }
 
-/* Text between markers as Gemma3Processor leaves it: each image becomes
+/* Text between markers with what the processor writes around the media
+ * joined to it before tokenizing: Gemma3Processor makes each image
  * "\n\n<start_of_image>" + its tokens + "<end_of_image>\n\n", so the text
- * before a marker gains "\n\n" and the text after it starts with "\n\n".
- * Tokenized piece by piece, as the special tokens split it. */
-static enum kvf_status prompt_add_wrapped(struct kvf_prompt *p, const struct kvf_model *m, const char *text,
-                                          size_t len, bool after_image, bool before_image, bool add_bos,
+ * before a marker gains "\n\n" and the text after it starts with "\n\n";
+ * Qwen3VLProcessor writes a video's first timestamp right after the text
+ * before it. Tokenized piece by piece, as the special tokens split it. */
+static enum kvf_status prompt_add_wrapped(struct kvf_prompt *p, const struct kvf_model *m, const char *prefix,
+                                          const char *text, size_t len, const char *suffix, bool add_bos,
                                           bool parse_special, int *cap) {
-    const size_t n = len + (after_image ? 2 : 0) + (before_image ? 2 : 0);
-    char *buf = malloc(n + 1);
+    const size_t a = strlen(prefix), b = strlen(suffix);
+    char *buf = malloc(a + len + b + 1);
     if (!buf) return err_set(KVF_ERR_NOMEM, "out of memory");
-    size_t o = 0;
-    if (after_image) buf[o++] = '\n', buf[o++] = '\n';
-    memcpy(buf + o, text, len);
-    o += len;
-    if (before_image) buf[o++] = '\n', buf[o++] = '\n';
-    buf[o] = 0;
-    const enum kvf_status st = prompt_add_text(p, m, buf, n, add_bos, parse_special, cap);
+    memcpy(buf, prefix, a);
+    memcpy(buf + a, text, len);
+    memcpy(buf + a + len, suffix, b);
+    buf[a + len + b] = 0;
+    const enum kvf_status st = prompt_add_text(p, m, buf, a + len + b, add_bos, parse_special, cap);
     free(buf);
     return st;
+}
+
+/* Qwen3VLProcessor's timestamp of a video item (prompt.h: t_sec). */
+static void video_stamp(const struct kvf_media *md, char *buf, size_t n) {
+    snprintf(buf, n, "<%.1f seconds>", md->t_sec);
 }
 
 /* Next marker at or after s: its start, or NULL. */
@@ -355,8 +382,12 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
         bool video;
         const char *mk = marker_next(s, &video);
         const size_t len = mk ? (size_t)(mk - s) : strlen(s);
-        st = newlines ? prompt_add_wrapped(p, m, s, len, !first, mk != NULL, add_bos && first, parse_special, &cap)
-                      : prompt_add_text(p, m, s, len, add_bos && first, parse_special, &cap);
+        /* A video whose items carry timestamps (Qwen3-VL) has one before each item. */
+        const bool stamped = mk && video && used < n_media && media[used] && media[used]->t_sec >= 0;
+        char stamp[64] = "";
+        if (stamped) video_stamp(media[used], stamp, sizeof stamp);
+        st = prompt_add_wrapped(p, m, newlines && !first ? "\n\n" : "", s, len,
+                                newlines && mk ? "\n\n" : stamp, add_bos && first, parse_special, &cap);
         if (st != KVF_OK) return st;
         first = false;
         if (!mk) break;
@@ -365,21 +396,32 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
             return err_set(KVF_ERR_UNSUPPORTED, "marker %d is %s, but this vision model reads images only", n_markers,
                            KVF_MARKER_VIDEO);
         if (video) {
-            /* The video's items: consecutive frames, up to the next video's first. */
-            if (boi >= 0 && (st = prompt_add_token(p, boi, &cap))) return st;
+            /* The video's items: consecutive frames, up to the next video's
+             * first; between delimiters together, or each between its own
+             * after its timestamp (the first already written). */
+            if (!stamped && boi >= 0 && (st = prompt_add_token(p, boi, &cap))) return st;
             const int first_seg = p->n_segs;
             int frames = 0;
             while (used < n_media && media[used] && media[used]->modality == KVF_MOD_VIDEO &&
                    (frames == 0 || media[used]->slice != 0)) {
-                if ((st = prompt_add_media(p, m, media[used], frames++, &cap))) return st;
-                p->segs[p->n_segs - 1].run = 0; /* prompt_rope takes the video from its first segment */
+                if (stamped && frames > 0) {
+                    video_stamp(media[used], stamp, sizeof stamp);
+                    if ((st = prompt_add_text(p, m, stamp, strlen(stamp), false, parse_special, &cap))) return st;
+                }
+                if ((stamped && boi >= 0 && (st = prompt_add_token(p, boi, &cap))) ||
+                    (st = prompt_add_media(p, m, media[used], frames++, &cap)) ||
+                    (stamped && eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))))
+                    return st;
+                if (!stamped) p->segs[p->n_segs - 1].run = 0; /* prompt_rope takes the video from its first segment */
                 used++;
             }
             if (frames == 0)
                 return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is not a video frame", n_markers,
                                KVF_MARKER_VIDEO, used);
-            p->segs[first_seg].run = frames;
-            if (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))) return st;
+            if (!stamped) {
+                p->segs[first_seg].run = frames;
+                if (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))) return st;
+            }
         } else {
             if (used >= n_media)
                 return err_set(KVF_ERR_INVALID_ARG, "the prompt has more markers than the %d media items given",
@@ -401,7 +443,9 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
 }
 
 /* M-RoPE positions of every position (prompt.h: kvf_prompt.rope), as
- * transformers' get_rope_index for Qwen2-VL and Qwen2.5-VL lays them out. */
+ * transformers' get_rope_index for Qwen2-VL, Qwen2.5-VL and Qwen3-VL lays
+ * them out (Qwen3-VL's video items each an image of their own, after their
+ * timestamps). */
 static enum kvf_status prompt_rope(struct kvf_prompt *p) {
     p->rope = malloc(sizeof *p->rope * (size_t)KVF_MAX(p->n, 1));
     if (!p->rope) return err_set(KVF_ERR_NOMEM, "out of memory");

@@ -6,7 +6,9 @@
 
 struct kvf_media {
     float *embd;                /* [n_tokens][n_embd], owned */
-    int n_tokens, n_embd;
+    float *deepstack;           /* [n_tokens][n_deepstack][n_embd], owned: Qwen3-VL's DeepStack features
+                                   (model.h: n_deepstack); NULL: none (other towers, pseudo-images) */
+    int n_tokens, n_embd, n_deepstack;
     int rows, cols;             /* grid; n_tokens = rows*cols (+1 when a class token leads) */
     enum kvf_modality modality;
     bool synthetic;
@@ -14,6 +16,8 @@ struct kvf_media {
     int slice;                  /* kvf_media_encode_video: index in its video (0 starts one); else -1 */
     int t_pos;                  /* M-RoPE: time position within its video (Qwen2.5-VL: the temporal
                                    patch's start in seconds x tokens_per_second); else 0 */
+    double t_sec;               /* Qwen3-VL's video items: the timestamp the prompt writes before the item
+                                   ("<t seconds>"); else -1 */
 };
 
 /* A prompt is a list of segments: a run of token ids, or one media item. */

@@ -418,7 +418,7 @@ static bool same_image(const struct kvf_model *m, const struct kvf_tag *a, const
 /* Runs n inputs (ids or embedding rows, already checked) in batches of at
  * most `batch` rows (more when an image would be split); under block-wise
  * prefill a batch is a block, evicted back to the block budget after it. */
-static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd,
+static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd, const float *ds,
                                    const struct kvf_tag *tags, const struct mrope_pos *rope, int n, int batch,
                                    float *all_logits) {
     if (n > s->params.n_ctx - s->n_past)
@@ -431,7 +431,7 @@ static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens,
         while (tags && i + nb < n && same_image(s->model, &tags[i + nb - 1], &tags[i + nb])) nb++;
         if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) return st;
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
-                      tags ? tags + i : NULL, s->n_past, nb);
+                      ds ? ds + (size_t)i * s->model->hp.n_deepstack * E : NULL, tags ? tags + i : NULL, s->n_past, nb);
         for (int t = 0; t < nb; t++) s->toks[s->n_past + t] = tokens ? tokens[i + t] : -1;
         session_rope(s, 0, s->n_past, rope ? rope + i : NULL, nb);
         st = session_pass(s, nb, all_logits ? all_logits + (size_t)i * n_vocab : NULL);
@@ -448,7 +448,7 @@ enum kvf_status kvf_session_prefill(struct kvf_session *s, const int32_t *tokens
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= n_vocab)
             return err_set(KVF_ERR_INVALID_ARG, "token id %d out of range [0, %d)", tokens[i], n_vocab);
-    return session_run(s, tokens, NULL, NULL, NULL, n, s->params.n_batch, all_logits);
+    return session_run(s, tokens, NULL, NULL, NULL, NULL, n, s->params.n_batch, all_logits);
 }
 
 enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *embd, const struct kvf_tag *tags, int n,
@@ -458,7 +458,7 @@ enum kvf_status kvf_session_prefill_embd(struct kvf_session *s, const float *emb
     for (int i = 0; tags && i < n; i++)
         if (tags[i].modality < KVF_MOD_TEXT || tags[i].modality > KVF_MOD_VIDEO)
             return err_set(KVF_ERR_INVALID_ARG, "tag %d: modality %d is not text, image or video", i, tags[i].modality);
-    return session_run(s, NULL, embd, tags, NULL, n, s->params.n_batch, all_logits);
+    return session_run(s, NULL, embd, NULL, tags, NULL, n, s->params.n_batch, all_logits);
 }
 
 /* Block-wise question=1: the last block_window tokens of the prompt's last
@@ -479,8 +479,8 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     s->probing = true;
     const int n = KVF_MIN(sg->n, s->policy.block_window), start = sg->start + sg->n - n;
     s->n_past += start;
-    enum kvf_status st = session_run(s, p->ids + start, NULL, p->tags + start, p->rope ? p->rope + start : NULL, n,
-                                     s->params.n_batch, NULL);
+    enum kvf_status st = session_run(s, p->ids + start, NULL, NULL, p->tags + start,
+                                     p->rope ? p->rope + start : NULL, n, s->params.n_batch, NULL);
     s->probing = false;
     s->n_past = n_past;
     s->has_logits = false;
@@ -536,9 +536,14 @@ static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt
         if (lo >= hi) continue;
         float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
         const struct mrope_pos *rope = p->rope ? p->rope + lo : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, rope,
-                                     hi - lo, s->params.n_batch, lg)
-                       : session_run(s, p->ids + lo, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
+        const struct kvf_media *md = sg->media;
+        if (md) {
+            const size_t at = (size_t)(lo - sg->start);
+            const float *ds = md->deepstack ? md->deepstack + at * md->n_deepstack * E : NULL;
+            st = session_run(s, NULL, md->embd + at * E, ds, p->tags + lo, rope, hi - lo, s->params.n_batch, lg);
+        } else {
+            st = session_run(s, p->ids + lo, NULL, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
+        }
     }
     return st;
 }
@@ -559,7 +564,8 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         for (int g = 0; g < p->n_segs; g++) {
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
-                          sg->media ? sg->media->embd : NULL, p->tags + sg->start, s->n_past + sg->start, sg->n);
+                          sg->media ? sg->media->embd : NULL, sg->media ? sg->media->deepstack : NULL,
+                          p->tags + sg->start, s->n_past + sg->start, sg->n);
             for (int t = 0; t < sg->n; t++) s->toks[s->n_past + sg->start + t] = sg->media ? -1 : p->ids[sg->start + t];
             session_rope(s, sg->start, s->n_past + sg->start, p->rope ? p->rope + sg->start : NULL, sg->n);
         }
@@ -665,7 +671,7 @@ static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int
     for (int i = 0, nb; st == KVF_OK && i < n; i += nb) {
         nb = KVF_MIN(s->params.n_batch, n - i);
         if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) break;
-        decoder_input(&s->fw, s->model, 0, ids + i, NULL, NULL, n0 + i, nb);
+        decoder_input(&s->fw, s->model, 0, ids + i, NULL, NULL, NULL, n0 + i, nb);
         for (int t = 0; session_mrope(s) && t < nb; t++)
             s->fw.rpos[t][0] = s->fw.rpos[t][1] = s->fw.rpos[t][2] = rope0 + i + t;
         st = decoder_forward(&d, nb, NULL, logits);
@@ -795,7 +801,7 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
     if (st == KVF_OK) {
         for (int i = 0; i < n; i++) {
             struct kvf_session *s = ss[i];
-            decoder_input(&s->fw, m, 0, &tokens[i], NULL, NULL, s->n_past, 1);
+            decoder_input(&s->fw, m, 0, &tokens[i], NULL, NULL, NULL, s->n_past, 1);
             session_rope(s, 0, s->n_past, NULL, 1);
             s->tags[s->n_past] = s->fw.btag[0];
             ds[i] = session_decoder(s);

@@ -22,3 +22,16 @@ add_test(NAME hf_qwen2vl COMMAND ${KVF_HF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/
          ${CMAKE_BINARY_DIR}/fixtures/qwen2vl-hf)
 set_tests_properties(hf_qwen2vl PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
                      SKIP_RETURN_CODE 77)
+
+# Qwen3-VL against Hugging Face's Qwen3VLForConditionalGeneration
+# (tests/ref/hf_qwen3vl_check.py): a tiny random model (a Qwen3 decoder with
+# interleaved M-RoPE, a ViT with learned positions and DeepStack mergers)
+# as a directory and as llama.cpp's qwen3vl GGUF + qwen3vl_merger mmproj:
+# preprocessing, prompt ids, every position's logits, two mutations the
+# reference tells apart, and the policy checks on it.
+add_test(NAME hf_qwen3vl COMMAND ${KVF_HF_PYTHON} ${CMAKE_SOURCE_DIR}/tests/ref/hf_qwen3vl_check.py
+         --dump $<TARGET_FILE:dump_logits> --preproc $<TARGET_FILE:dump_preproc>
+         --fixtures ${CMAKE_BINARY_DIR}/fixtures --passage ${CMAKE_SOURCE_DIR}/tests/data/ppl_passage.txt
+         ${CMAKE_BINARY_DIR}/fixtures/qwen3vl-hf)
+set_tests_properties(hf_qwen3vl PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 300
+                     SKIP_RETURN_CODE 77)

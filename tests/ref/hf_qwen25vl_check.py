@@ -121,27 +121,9 @@ def finish(w):
     w.close()
 
 
-def write_gguf_pair(model, cfg, out, fixtures, family):
-    """The same weights as llama.cpp's converter writes them: the decoder as
-    arch qwen2vl (rope.dimension_sections), the tower as a qwen2.5vl mmproj
-    (the 3-D patch kernel split by frame, qkv split, the merger as
-    v.post_ln / mm.0 / mm.2); the tokenizer of the qwen2 fixture's GGUF plus
-    the specials. Returns (decoder path, mmproj path)."""
+def tokenizer_kv(w, fixtures):
+    """The qwen2 fixture GGUF's tokenizer plus the specials, into GGUF writer w."""
     import gguf
-    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    tc, vc = cfg.text_config, cfg.vision_config
-    dec = os.path.join(out, f"{family}-f32.gguf")
-    w = gguf.GGUFWriter(dec, "qwen2vl")
-    w.add_context_length(tc.max_position_embeddings)
-    w.add_embedding_length(tc.hidden_size)
-    w.add_block_count(tc.num_hidden_layers)
-    w.add_feed_forward_length(tc.intermediate_size)
-    w.add_head_count(tc.num_attention_heads)
-    w.add_head_count_kv(tc.num_key_value_heads)
-    w.add_layer_norm_rms_eps(tc.rms_norm_eps)
-    w.add_rope_freq_base(tc.rope_parameters["rope_theta"])
-    w.add_rope_dimension_count(tc.hidden_size // tc.num_attention_heads)
-    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
     r = gguf.GGUFReader(os.path.join(fixtures, "qwen2-f32.gguf"))
     field = lambda k: r.fields[k]
     tokens = [bytes(field("tokenizer.ggml.tokens").parts[i]).decode() for i in field("tokenizer.ggml.tokens").data]
@@ -155,6 +137,53 @@ def write_gguf_pair(model, cfg, out, fixtures, family):
     w.add_bos_token_id(0)
     w.add_eos_token_id(1)
     w.add_add_bos_token(True)
+
+
+def expand_images(text, grids):
+    """The processor's layout of each <image> of text with grids (t, h, w)."""
+    for t, h, w in grids:
+        text = text.replace("<image>", "<|vision_start|>" + "<|image_pad|>" * (t * h * w // 4) + "<|vision_end|>", 1)
+    return text
+
+
+def prompt_ids(args, tok, text):
+    """text's ids as the processor's tokenizer gives them (BOS as the directory says)."""
+    bos = json.load(open(os.path.join(args.out, "tokenizer_config.json"))).get("add_bos_token", False)
+    return ([0] if bos else []) + tok.encode(text, add_special_tokens=False)
+
+
+def decoder_keys(w, tc):
+    """An M-RoPE decoder's hyper-parameters from text config tc."""
+    w.add_context_length(tc.max_position_embeddings)
+    w.add_embedding_length(tc.hidden_size)
+    w.add_block_count(tc.num_hidden_layers)
+    w.add_feed_forward_length(tc.intermediate_size)
+    w.add_head_count(tc.num_attention_heads)
+    w.add_head_count_kv(tc.num_key_value_heads)
+    w.add_layer_norm_rms_eps(tc.rms_norm_eps)
+    w.add_rope_freq_base(tc.rope_parameters["rope_theta"])
+    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
+
+
+def policy_checks(args):
+    """The policy checks the LLaVA and Gemma 3 fixtures run
+    (tests/integration/kv.cmake), on the model in args.out (tools beside
+    args.dump); True when all pass."""
+    tools = os.path.dirname(os.path.abspath(args.dump))
+    ok = True
+    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]), ("session_file", ["-"]),
+                        ("kv_bound", [args.passage, "300", "40"])):
+        res = subprocess.run([os.path.join(tools, tool), args.out] + extra, capture_output=True, text=True)
+        last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
+        print(f"{tool}: {last}")
+        if res.returncode != 0:
+            print(res.stdout[-3000:] + res.stderr[-2000:])
+            ok = False
+    return ok
+
+
+def decoder_tensors(w, sd):
+    """The decoder's tensors of state dict sd under llama.cpp's names."""
     lm = "model.language_model."
     names = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
     for k, v in sd.items():
@@ -165,13 +194,31 @@ def write_gguf_pair(model, cfg, out, fixtures, family):
             if n in names:
                 w.add_tensor(names[n], v)
                 continue
-            _, l, rest = n.split(".", 2)
+            _, layer, rest = n.split(".", 2)
             rest = (rest.replace("input_layernorm", "attn_norm").replace("post_attention_layernorm", "ffn_norm")
                     .replace("self_attn.q_proj", "attn_q").replace("self_attn.k_proj", "attn_k")
                     .replace("self_attn.v_proj", "attn_v").replace("self_attn.o_proj", "attn_output")
+                    .replace("self_attn.q_norm", "attn_q_norm").replace("self_attn.k_norm", "attn_k_norm")
                     .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
                     .replace("mlp.down_proj", "ffn_down"))
-            w.add_tensor(f"blk.{l}.{rest}", v)
+            w.add_tensor(f"blk.{layer}.{rest}", v)
+
+
+def write_gguf_pair(model, cfg, out, fixtures, family):
+    """The same weights as llama.cpp's converter writes them: the decoder as
+    arch qwen2vl (rope.dimension_sections), the tower as a qwen2.5vl mmproj
+    (the 3-D patch kernel split by frame, qkv split, the merger as
+    v.post_ln / mm.0 / mm.2); the tokenizer of the qwen2 fixture's GGUF plus
+    the specials. Returns (decoder path, mmproj path)."""
+    import gguf
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    tc, vc = cfg.text_config, cfg.vision_config
+    dec = os.path.join(out, f"{family}-f32.gguf")
+    w = gguf.GGUFWriter(dec, "qwen2vl")
+    decoder_keys(w, tc)
+    w.add_rope_dimension_count(tc.hidden_size // tc.num_attention_heads)
+    tokenizer_kv(w, fixtures)
+    decoder_tensors(w, sd)
     finish(w)
 
     mm = os.path.join(out, f"{family}-mmproj-f32.gguf")
@@ -246,30 +293,33 @@ def patchify(img, patch=14, merge=2, temporal=2):
     return p.reshape(gh * gw, c * temporal * patch * patch)
 
 
-def check_preproc(args, tmp, proc):
+def check_preproc(args, tmp, proc, mode="--qwen25vl", bounds=(MIN_PIXELS, MAX_PIXELS), patch=14):
+    """12 images through proc (a Qwen2VLImageProcessorPil) and `DUMP_PREPROC
+    mode MIN MAX`: the same size and pixels."""
     worst = 0.0
     for name, img in images(np.random.default_rng(5)):
         path = os.path.join(tmp, name)
         img.save(path)
         out = os.path.join(tmp, name + ".bin")
-        res = subprocess.run([args.preproc, "--qwen25vl", str(MIN_PIXELS), str(MAX_PIXELS), path, out],
+        res = subprocess.run([args.preproc, mode, str(bounds[0]), str(bounds[1]), path, out],
                              capture_output=True, text=True)
         if res.returncode != 0:
             print(f"FAIL: dump_preproc {name}: {res.stderr}")
             return False
         h, w = (int(x) for x in res.stdout.split())
         ref = proc(images=[img], return_tensors="np")
-        th, tw = (int(x) * 14 for x in ref["image_grid_thw"][0][1:])
+        th, tw = (int(x) * patch for x in ref["image_grid_thw"][0][1:])
         if (h, w) != (th, tw):
             print(f"FAIL: {name} {img.size}: resized to {w}x{h}, the processor to {tw}x{th}")
             return False
-        ours = patchify(np.fromfile(out, dtype=np.float32).reshape(3, h, w))
+        ours = patchify(np.fromfile(out, dtype=np.float32).reshape(3, h, w), patch=patch)
         diff = float(np.max(np.abs(ours - np.asarray(ref["pixel_values"], dtype=np.float32))))
         worst = max(worst, diff)
         if diff > 1e-6:
             print(f"FAIL: {name} {img.size}: max |diff| {diff:.3e} against Qwen2VLImageProcessorPil")
             return False
-    print(f"preprocessing: 12 images, sizes and pixels equal (max |diff| {worst:.3e}) to Qwen2VLImageProcessorPil")
+    print(f"preprocessing ({mode}): 12 images, sizes and pixels equal (max |diff| {worst:.3e}) to "
+          "Qwen2VLImageProcessorPil")
     return True
 
 
@@ -458,11 +508,7 @@ def main():
     pix = proc(images=[Image.open(p).convert("RGB") for p in paths], return_tensors="pt")
     grids = pix["image_grid_thw"].tolist()
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=os.path.join(args.out, "tokenizer.json"))
-    text = PROMPT
-    for t, h, w in grids:
-        text = text.replace("<image>", "<|vision_start|>" + "<|image_pad|>" * (t * h * w // 4) + "<|vision_end|>", 1)
-    bos = json.load(open(os.path.join(args.out, "tokenizer_config.json"))).get("add_bos_token", False)
-    want = ([0] if bos else []) + tok.encode(text, add_special_tokens=False)
+    want = prompt_ids(args, tok, expand_images(PROMPT, grids))
     got = [cfg.image_token_id if t < 0 else t for t in ids]
     ok = want == got
     print(f"prompt ids {'equal' if ok else 'DIFFER from'} the processor's layout ({len(want)} vs {len(got)}); "
@@ -510,16 +556,7 @@ def main():
     print(f"gguf + mmproj, a 3-frame video ({len(dids)} positions): ids {'equal' if gvids == dids else 'DIFFER'}, "
           f"max rel err {gverr:.3e} against the directory")
     ok &= gvids == dids and gverr < 1e-5
-    # The policy checks the LLaVA and Gemma 3 fixtures run (tests/integration/kv.cmake), on this model.
-    tools = os.path.dirname(os.path.abspath(args.dump))
-    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]), ("session_file", ["-"]),
-                        ("kv_bound", [args.passage, "300", "40"])):
-        res = subprocess.run([os.path.join(tools, tool), args.out] + extra, capture_output=True, text=True)
-        last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
-        print(f"{tool}: {last}")
-        if res.returncode != 0:
-            print(res.stdout[-3000:] + res.stderr[-2000:])
-            ok = False
+    ok &= policy_checks(args)
     print("ok" if ok else "FAIL")
     return 0 if ok else 1
 

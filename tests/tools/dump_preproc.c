@@ -9,7 +9,9 @@
  *                                             prints "H W";
  *   dump_preproc --qwen25vl-video MIN MAX FRAME OUT.bin
  *                                             the same for a video frame (torchvision's
- *                                             bicubic and normalisation)
+ *                                             bicubic and normalisation);
+ *   dump_preproc --qwen3vl MIN MAX IMAGE OUT.bin
+ *                                             Qwen3-VL's image (multiples of 32, 0.5 / 0.5)
  * the last three for tests/ref/hf_*_check.py against transformers. */
 #include "io/image.h"
 
@@ -20,7 +22,7 @@
 int main(int argc, char **argv) {
     const char *mode = argc > 1 && !strncmp(argv[1], "--", 2) ? argv[1] : "";
     const bool gemma3 = !strcmp(mode, "--gemma3"), video = !strcmp(mode, "--qwen25vl-video");
-    const bool qwen = video || !strcmp(mode, "--qwen25vl");
+    const bool qwen3 = !strcmp(mode, "--qwen3vl"), qwen = video || qwen3 || !strcmp(mode, "--qwen25vl");
     const char *image = NULL, *out_path = NULL, *size_arg = "0";
     long min_px = 0, max_px = 0;
     if (!*mode && argc == 4) image = argv[1], size_arg = argv[2], out_path = argv[3];
@@ -29,7 +31,7 @@ int main(int argc, char **argv) {
         min_px = strtol(argv[2], NULL, 10), max_px = strtol(argv[3], NULL, 10), image = argv[4], out_path = argv[5];
     if (!image) {
         fprintf(stderr, "usage: dump_preproc [--gemma3] IMAGE SIZE OUT.bin\n"
-                        "       dump_preproc --qwen25vl[-video] MIN MAX IMAGE OUT.bin\n");
+                        "       dump_preproc --qwen25vl[-video] | --qwen3vl MIN MAX IMAGE OUT.bin\n");
         return 2;
     }
     char *end;
@@ -41,7 +43,7 @@ int main(int argc, char **argv) {
     static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     static const float half[3] = {0.5f, 0.5f, 0.5f};
-    const float *mean = gemma3 ? half : clip_mean, *std = gemma3 ? half : clip_std;
+    const float *mean = gemma3 || qwen3 ? half : clip_mean, *std = gemma3 || qwen3 ? half : clip_std;
     struct kvf_image *img;
     enum kvf_status st = kvf_image_load(image, 0, &img);
     if (st) {
@@ -49,7 +51,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int w = (int)size, h = (int)size;
-    if (qwen && !image_smart_resize(kvf_image_height(img), kvf_image_width(img), 28, min_px, max_px, &h, &w)) {
+    if (qwen && !image_smart_resize(kvf_image_height(img), kvf_image_width(img), qwen3 ? 32 : 28, min_px,
+                                       max_px, &h, &w)) {
         kvf_image_free(img);
         fprintf(stderr, "dump_preproc: no Qwen2.5-VL size for this image\n");
         return 1;

@@ -703,6 +703,29 @@ static void test_preprocess_args(void **state) {
     kvf_image_free(img);
 }
 
+/* Qwen3-VL's video smart_resize, against transformers'
+ * video_processing_qwen3_vl.smart_resize (factor 32, frames 2 at a time):
+ * over the bound on all frames, under it, a side under 32 scaled up first,
+ * and fewer frames than a temporal patch refused. */
+static void test_smart_resize_video(void **state) {
+    (void)state;
+    static const struct { int n, h, w; int64_t lo, hi; int rh, rw; } cases[] = {
+        {5, 190, 250, 4096, 102400, 96, 160},   {4, 190, 250, 131072, 786432, 192, 256},
+        {3, 20, 700, 4096, 786432, 32, 1120},   {2, 9, 40, 4096, 1000000, 32, 128},
+        {7, 1000, 30, 4096, 50000, 480, 32},    {2, 32, 32, 1000000, 2000000, 736, 736},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rh = 0, rw = 0;
+        assert_true(image_smart_resize_video(cases[i].n, 2, cases[i].h, cases[i].w, 32, cases[i].lo, cases[i].hi, &rh,
+                                             &rw));
+        if (rh != cases[i].rh || rw != cases[i].rw)
+            fail_msg("case %zu: %dx%d, want %dx%d", i, rw, rh, cases[i].rw, cases[i].rh);
+    }
+    int rh, rw;
+    assert_false(image_smart_resize_video(1, 2, 190, 250, 32, 4096, 102400, &rh, &rw));
+    assert_false(image_smart_resize_video(4, 2, 1, 300, 32, 4096, 102400, &rh, &rw)); /* aspect ratio 300 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lossless_formats), cmocka_unit_test(test_jpeg),
@@ -711,7 +734,7 @@ int main(void) {
         cmocka_unit_test(test_pixel_limit),
         cmocka_unit_test(test_from_rgb),         cmocka_unit_test(test_preprocess_pad),
         cmocka_unit_test(test_preprocess_resize), cmocka_unit_test(test_preprocess_tv_bicubic),
-        cmocka_unit_test(test_preprocess_args),
+        cmocka_unit_test(test_preprocess_args),   cmocka_unit_test(test_smart_resize_video),
     };
     return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

@@ -141,6 +141,36 @@ static void test_rope(void **st) {
     for (int i = 0; i < 8; i++) assert_float_equal(z[i], 2 * (i + 1), 0);
 }
 
+/* M-RoPE's pair layouts, written out for 16 pairs with sections 5/6/5
+ * (blocks) and 6/5/5 (interleaved, transformers' apply_interleaved_mrope:
+ * height takes the pairs 1, 4, .. below 15, width 2, 5, .. below 15), and
+ * each pair turned by its axis's position. */
+static void test_rope_axes(void **st) {
+    (void)st;
+    static const uint8_t blocks[16] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2};
+    static const uint8_t inter[16] = {0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0};
+    uint8_t axis[16];
+    ops_rope_axes_fill(axis, 16, (const int[3]){5, 6, 5}, false);
+    assert_memory_equal(axis, blocks, 16);
+    ops_rope_axes_fill(axis, 16, (const int[3]){6, 5, 5}, true);
+    assert_memory_equal(axis, inter, 16);
+    /* sections that cover fewer pairs leave the rest on time */
+    ops_rope_axes_fill(axis, 16, (const int[3]){10, 2, 1}, true);
+    for (int i = 0; i < 16; i++) assert_int_equal(axis[i], i == 1 || i == 4 ? 1 : i == 2 ? 2 : 0);
+    const int d = 32;
+    double freq[16];
+    ops_rope_freqs(freq, d, 10000.0f, NULL, NULL);
+    const int32_t pos[3] = {7, 3, 11};
+    float x[32];
+    for (int i = 0; i < d; i++) x[i] = (float)(i + 1) * 0.125f;
+    ops_rope_axes(x, 1, NULL, 0, d, pos, inter, freq, 1.0f, KVF_ROPE_NEOX);
+    for (int i = 0; i < d / 2; i++) {
+        const double th = pos[inter[i]] * freq[i], y0 = (i + 1) * 0.125, y1 = (i + d / 2 + 1) * 0.125;
+        assert_float_equal(x[i], y0 * cos(th) - y1 * sin(th), 1e-5);
+        assert_float_equal(x[i + d / 2], y0 * sin(th) + y1 * cos(th), 1e-5);
+    }
+}
+
 /* The scalings' frequencies, worked out by hand from transformers'
  * modeling_rope_utils for head_dim 8, base 10000 (plain: 1, 0.1, 0.01,
  * 0.001). */
@@ -215,6 +245,7 @@ static void test_softmax(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul_all_types), cmocka_unit_test(test_rmsnorm),     cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_axes),
         cmocka_unit_test(test_rope_freqs),       cmocka_unit_test(test_activations), cmocka_unit_test(test_softmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

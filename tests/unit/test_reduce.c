@@ -179,15 +179,34 @@ static bool same_tag(struct kvf_tag a, struct kvf_tag b) {
     return a.pos == b.pos && a.modality == b.modality && a.media == b.media && a.row == b.row && a.col == b.col;
 }
 
-/* Runs reduce_apply on copies and checks every output against ref_apply;
- * the results are left in x, w, tag, pos; returns the rows left. */
+/* Rows of out [want][dim] against the reference's, within 1e-5. */
+static void expect_rows(const char *what, const float *out, const double *ref, int want, int dim, bool weighted) {
+    for (int i = 0; i < want; i++)
+        for (int d = 0; d < dim; d++) {
+            const double r = ref[(size_t)i * dim + d];
+            if (!(fabs(out[(size_t)i * dim + d] - r) <= 1e-5 * fmax(fabs(r), 1.0)))
+                fail_msg("apply%s: %s[%d][%d] = %.9g, want %.9g", weighted ? "" : " (unit weights)", what, i, d,
+                         out[(size_t)i * dim + d], r);
+        }
+}
+
+/* Runs reduce_apply on copies and checks every output against ref_apply,
+ * with rows of 3 extra values (DeepStack's features) beside x that must
+ * merge and move as x does; the results are left in x, w, tag, pos;
+ * returns the rows left. */
 static int check_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t *pos, const int *into, int n) {
+    enum { XD = 3 };
     double *x_ref = xmalloc(sizeof(double) * (size_t)(n * dim)), *w_ref = xmalloc(sizeof(double) * (size_t)n);
-    struct kvf_tag *tag_ref = xmalloc(sizeof(struct kvf_tag) * (size_t)n);
-    int32_t *pos_ref = xmalloc(sizeof(int32_t) * (size_t)n);
+    double *e_ref = xmalloc(sizeof(double) * (size_t)(n * XD)), *w_unused = xmalloc(sizeof(double) * (size_t)n);
+    float *extra = xmalloc(sizeof(float) * (size_t)(n * XD));
+    for (int i = 0; i < n * XD; i++) extra[i] = (float)((i * 37 % 11) - 5) * 0.5f;
+    struct kvf_tag *tag_ref = xmalloc(sizeof(struct kvf_tag) * (size_t)n), *tag_unused = xmalloc(sizeof *tag * n);
+    int32_t *pos_ref = xmalloc(sizeof(int32_t) * (size_t)n), *pos_unused = xmalloc(sizeof(int32_t) * (size_t)n);
     const int want = ref_apply(x, dim, w, tag, pos, into, n, x_ref, w_ref, tag_ref, pos_ref);
+    ref_apply(extra, XD, w, tag, pos, into, n, e_ref, w_unused, tag_unused, pos_unused);
     float *scratch = xmalloc(sizeof(float) * (size_t)(2 * n));
-    const int got = reduce_apply(x, dim, w, tag, pos, NULL, into, n, scratch);
+    const struct reduce_rows rows = {.x = x, .dim = dim, .extra = extra, .extra_dim = XD, .tag = tag, .pos = pos};
+    const int got = reduce_apply(&rows, w, into, n, scratch);
     free(scratch);
     assert_int_equal(got, want);
     for (int i = 0; i < want; i++) {
@@ -197,14 +216,11 @@ static int check_apply(float *x, int dim, float *w, struct kvf_tag *tag, int32_t
         assert_int_equal(pos[i], pos_ref[i]);
         if (w && !(fabs(w[i] - w_ref[i]) <= 1e-5 * fmax(fabs(w_ref[i]), 1.0))) /* NaN fails too */
             fail_msg("apply: w[%d] = %.9g, want %.9g", i, w[i], w_ref[i]);
-        for (int d = 0; d < dim; d++) {
-            const double r = x_ref[(size_t)i * dim + d];
-            if (!(fabs(x[(size_t)i * dim + d] - r) <= 1e-5 * fmax(fabs(r), 1.0)))
-                fail_msg("apply%s: x[%d][%d] = %.9g, want %.9g", w ? "" : " (unit weights)", i, d,
-                         x[(size_t)i * dim + d], r);
-        }
     }
-    free(x_ref), free(w_ref), free(tag_ref), free(pos_ref);
+    expect_rows("x", x, x_ref, want, dim, w != NULL);
+    expect_rows("extra", extra, e_ref, want, XD, w != NULL);
+    free(x_ref), free(w_ref), free(e_ref), free(w_unused), free(extra);
+    free(tag_ref), free(tag_unused), free(pos_ref), free(pos_unused);
     return got;
 }
 
@@ -670,7 +686,8 @@ static void test_apply_fixed(void **state) {
     /* 1 -> 0 (weights 0 + 0: plain mean), 3 -> 2 (1 and 3), 4 kept alone at
      * weight 0, 5 dropped, 6 kept */
     const int into[N] = {0, 0, 2, 2, 4, -1, 6};
-    assert_int_equal(reduce_apply(x, DIM, w, tag, pos, NULL, into, N, scratch), 4);
+    const struct reduce_rows rows = {.x = x, .dim = DIM, .tag = tag, .pos = pos};
+    assert_int_equal(reduce_apply(&rows, w, into, N, scratch), 4);
     const float want_x[4 * DIM] = {2, 3, 6.5f, 7.5f, 9, 10, 13, 14}, want_w[4] = {0, 4, 0, 2};
     const int want_pos[4] = {40, 42, 44, 46};
     for (int i = 0; i < 4; i++) {
@@ -686,7 +703,8 @@ static void test_apply_fixed(void **state) {
     float y[N * DIM] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
     for (int i = 0; i < N; i++) tag[i] = text_tag(i), pos[i] = i;
     const int into2[N] = {-1, 2, 2, 2, 4, 4, 6};
-    assert_int_equal(reduce_apply(y, DIM, NULL, tag, pos, NULL, into2, N, scratch), 3);
+    assert_int_equal(
+        reduce_apply(&(struct reduce_rows){.x = y, .dim = DIM, .tag = tag, .pos = pos}, NULL, into2, N, scratch), 3);
     const float want_y[3 * DIM] = {5, 6, 10, 11, 13, 14};
     for (int i = 0; i < 3 * DIM; i++) assert_true(fabsf(y[i] - want_y[i]) <= 1e-5f * want_y[i]);
     assert_int_equal(pos[0], 2);

@@ -801,6 +801,67 @@ static void test_config_qwen3(void **state) {
         assert_int_equal(load_config(refused[i], &c), KVF_ERR_UNSUPPORTED);
 }
 
+/* Qwen3-VL-2B-Instruct's config.json (text part shortened to the keys
+ * that matter): Qwen3 with interleaved M-RoPE from text_config, and its
+ * tower with DeepStack layers; a config without sections gets
+ * Qwen3VLTextConfig's 24/20/20; DeepStack layers out of order or past the
+ * tower are refused. */
+static void test_config_qwen3vl(void **state) {
+    (void)state;
+    struct hf_config c;
+    struct hf_vision_config v;
+#define QWEN3VL_TEXT                                                                                                \
+    "\"text_config\": {\"model_type\": \"qwen3_vl_text\", \"hidden_size\": 2048, \"intermediate_size\": 6144,"      \
+    " \"num_hidden_layers\": 28, \"num_attention_heads\": 16, \"num_key_value_heads\": 8, \"head_dim\": 128,"       \
+    " \"vocab_size\": 151936, \"rms_norm_eps\": 1e-06, \"tie_word_embeddings\": true, \"rope_scaling\": {"         \
+    "\"mrope_interleaved\": true, \"mrope_section\": [24, 20, 20], \"rope_type\": \"default\"},"                  \
+    " \"rope_theta\": 5000000}"
+    const char *cfg = "{\"model_type\": \"qwen3_vl\", \"architectures\": [\"Qwen3VLForConditionalGeneration\"],"
+                      " \"image_token_id\": 151655, \"video_token_id\": 151656, \"tie_word_embeddings\": true, "
+                      QWEN3VL_TEXT ", \"vision_config\": {\"deepstack_visual_indexes\": [5, 11, 17], \"depth\": 24,"
+                      " \"hidden_act\": \"gelu_pytorch_tanh\", \"hidden_size\": 1024, \"in_channels\": 3,"
+                      " \"intermediate_size\": 4096, \"model_type\": \"qwen3_vl\", \"num_heads\": 16,"
+                      " \"num_position_embeddings\": 2304, \"out_hidden_size\": 2048, \"patch_size\": 16,"
+                      " \"spatial_merge_size\": 2, \"temporal_patch_size\": 2}}";
+    assert_int_equal(load_config(cfg, &c), KVF_OK);
+    assert_string_equal(c.arch, "qwen3");
+    assert_int_equal(c.hidden_size, 2048);
+    assert_int_equal(c.head_dim, 128);
+    assert_true(c.mrope_interleaved);
+    assert_int_equal(c.mrope_section[0], 24);
+    assert_int_equal(c.mrope_section[1], 20);
+    assert_int_equal(c.mrope_section[2], 20);
+    assert_float_equal(c.rope_theta, 5e6f, 0);
+    assert_true(c.tie_word_embeddings);
+    assert_int_equal(hf_vision_config_load(tmp_dir, &v), KVF_OK);
+    assert_true(v.qwen3vl);
+    assert_int_equal(v.num_hidden_layers, 24);
+    assert_int_equal(v.hidden_size, 1024);
+    assert_int_equal(v.patch_size, 16);
+    assert_int_equal(v.num_position_embeddings, 2304);
+    assert_int_equal(v.n_deepstack, 3);
+    assert_int_equal(v.deepstack[2], 17);
+    assert_string_equal(v.hidden_act, "gelu_pytorch_tanh");
+    /* Qwen3VLVideoProcessor's bounds, for all of a video's frames */
+    assert_int_equal(v.video_max_pixels, 768 * 32 * 32);
+    assert_false(v.video_cap);
+    assert_int_equal(load_config("{\"model_type\": \"qwen3_vl\", \"text_config\": {\"hidden_size\": 64,"
+                                 " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 2,"
+                                 " \"vocab_size\": 100}}", &c), KVF_OK);
+    assert_int_equal(c.mrope_section[0] + c.mrope_section[1] + c.mrope_section[2], 64);
+    assert_true(c.mrope_interleaved);
+    assert_float_equal(c.rope_theta, 5e5f, 0);
+    static const char *const refused[] = {"[11, 5]", "[5, 24]", "[-1]", "3"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "{\"model_type\": \"qwen3_vl\", " QWEN3VL_TEXT ", \"vision_config\": {\"depth\": 24,"
+                 " \"deepstack_visual_indexes\": %s}}", refused[i]);
+        write_text("config.json", buf);
+        assert_int_equal(hf_vision_config_load(tmp_dir, &v), KVF_ERR_FORMAT);
+    }
+#undef QWEN3VL_TEXT
+}
+
 static void test_config_errors(void **state) {
     (void)state;
     struct hf_config c;
@@ -898,6 +959,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_config_llama, test_teardown),
         cmocka_unit_test_teardown(test_config_qwen2, test_teardown),
         cmocka_unit_test_teardown(test_config_qwen3, test_teardown),
+        cmocka_unit_test_teardown(test_config_qwen3vl, test_teardown),
         cmocka_unit_test_teardown(test_config_gemma3, test_teardown),
         cmocka_unit_test_teardown(test_config_llava, test_teardown),
         cmocka_unit_test_teardown(test_config_errors, test_teardown),
