@@ -154,7 +154,8 @@ struct kvf_model_info {
     int sliding_window;      /* 0 when every layer is global                    */
     float rope_base, rope_base_local, norm_eps;
     enum kvf_rope_style rope_style;
-    int rope_sections[3];    /* M-RoPE (Qwen2-VL): rotary pairs on time, height, width; 0 0 0: plain */
+    int rope_sections[3];    /* M-RoPE (Qwen2-VL; Qwen3-VL interleaves them): rotary pairs on time, height,
+                                width; 0 0 0: plain */
     const char *rope_scaling; /* of the global layers: "none", "linear", "llama3", "yarn", or "rope_freqs"
                                * (a GGUF's per-pair divisors, how llama.cpp stores Llama 3.1's) */
     float rope_scaling_factor; /* linear, llama3, yarn: the context's stretch; else 1 */
@@ -169,7 +170,8 @@ struct kvf_model_info {
     /* Vision tower (zero / NULL when the model has none). */
     bool has_vision;
     const char *vision_source;  /* "mmproj" or "safetensors"                      */
-    const char *vision_tower;   /* "CLIP ViT" (LLaVA), "SigLIP" (Gemma 3), "Qwen2.5-VL ViT" */
+    const char *vision_tower;   /* "CLIP ViT" (LLaVA), "SigLIP" (Gemma 3), "Qwen2.5-VL ViT", "Qwen2-VL ViT",
+                                   "Qwen3-VL ViT" */
     const char *vision_projector; /* "mlp" (LLaVA), "gemma3" (pooling, norm, linear),
                                      "merger" (Qwen2.5-VL: 2 x 2 patches a token)   */
     int vision_image_size, vision_patch_size, vision_n_layer, vision_n_embd, vision_n_head;
@@ -181,7 +183,7 @@ struct kvf_model_info {
     bool image_bidirectional;/* an image's tokens attend to each other (Gemma 3): each image is
                                 prefilled in one pass, whatever n_batch or the block size */
     int video_frames_per_item; /* frames of a video each media item holds: 2 (Qwen2-VL,
-                                  Qwen2.5-VL: temporal patches), 1 (LLaVA: frames as images),
+                                  Qwen2.5-VL, Qwen3-VL: temporal patches), 1 (LLaVA: frames as images),
                                   0 (no videos: Gemma 3, no vision tower) */
 };
 /* The strings are owned by the model: valid until kvf_model_free. */
@@ -279,7 +281,9 @@ KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, co
  * their video processor does (the frames all of one size; the last
  * repeated when the count is odd), and give an item after a video one past
  * the largest position the video took (Qwen's rule; transformers 5 differs
- * once the time positions reach the grid's longer side); LLaVA encodes
+ * once the time positions reach the grid's longer side); Qwen3-VL too,
+ * its frames sized by its processor's bounds on all n_frames together, and
+ * each item placed in a prompt after its "<t seconds>" timestamp; LLaVA encodes
  * each frame as an image; Gemma 3 reads no videos (KVF_ERR_UNSUPPORTED):
  * kvf_model_info.video_frames_per_item says which. A long video can be
  * given a few frames at a time: first_frame is the index of frames[0] in
