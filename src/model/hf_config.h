@@ -1,7 +1,7 @@
 /* What kvfold reads of a Hugging Face model directory's configuration:
  * config.json's decoder fields per family (Llama, Qwen2, Gemma 3, their
  * defaults from transformers' configuration classes), the vision part of
- * LLaVA, Gemma 3, Qwen2-VL and Qwen2.5-VL configs, and
+ * LLaVA, Gemma 3, Qwen2-VL, Qwen2.5-VL and Idefics3 / SmolVLM configs, and
  * preprocessor_config.json (model/hf_config.c). */
 #ifndef KVF_MODEL_HF_CONFIG_H
 #define KVF_MODEL_HF_CONFIG_H
@@ -24,7 +24,7 @@ struct hf_config {
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 
-/* The vision part of a LLaVA, Gemma 3, Qwen2-VL or Qwen2.5-VL config.json
+/* The vision part of a LLaVA, Gemma 3, Qwen2-VL, Qwen2.5-VL or Idefics3 config.json
  * (vision_config and the top-level vision_feature_* / projector /
  * mm_tokens_per_image keys, with transformers' defaults) and what kvfold
  * reads of preprocessor_config.json: the normalisation (CLIP's, or 0.5 for
@@ -35,6 +35,7 @@ struct hf_vision_config {
     bool qwen25vl;             /* model_type "qwen2_5_vl": Qwen2.5-VL's windowed ViT and patch merger */
     bool qwen2vl;              /* model_type "qwen2_vl": Qwen2-VL's (LayerNorm, quick-GELU MLP, no windows);
                                   the fields below as for qwen25vl */
+    bool idefics3;             /* model_type "idefics3" or "smolvlm": SigLIP, the pixel shuffle, one linear map */
     int mm_tokens_per_image;   /* gemma3: tokens an image becomes (a square number) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int image_size, patch_size;
@@ -52,6 +53,11 @@ struct hf_vision_config {
     int64_t min_pixels, max_pixels; /* preprocessor size.shortest_edge / longest_edge (pixels) */
     int64_t video_min_pixels, video_max_pixels; /* the video processor's */
     int tokens_per_second;     /* qwen25vl: M-RoPE time steps a second of video spans */
+    /* idefics3: config.json's scale_factor; the processor's size.longest_edge, max_image_size.longest_edge,
+     * do_image_splitting and resample (PIL's number: 1 Lanczos, 2 bilinear, 3 bicubic) */
+    int scale_factor, longest_edge, tile;
+    bool split;
+    int resample;
 };
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg);
 

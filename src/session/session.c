@@ -536,8 +536,8 @@ static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt
         if (lo >= hi) continue;
         float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
         const struct mrope_pos *rope = p->rope ? p->rope + lo : NULL;
-        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(lo - sg->start) * E, p->tags + lo, rope,
-                                     hi - lo, s->params.n_batch, lg)
+        st = sg->media ? session_run(s, NULL, sg->media->embd + (size_t)(sg->first + lo - sg->start) * E, p->tags + lo,
+                                     rope, hi - lo, s->params.n_batch, lg)
                        : session_run(s, p->ids + lo, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
     }
     return st;
@@ -559,7 +559,8 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         for (int g = 0; g < p->n_segs; g++) {
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
-                          sg->media ? sg->media->embd : NULL, p->tags + sg->start, s->n_past + sg->start, sg->n);
+                          sg->media ? sg->media->embd + (size_t)sg->first * s->model->hp.n_embd : NULL,
+                          p->tags + sg->start, s->n_past + sg->start, sg->n);
             for (int t = 0; t < sg->n; t++) s->toks[s->n_past + sg->start + t] = sg->media ? -1 : p->ids[sg->start + t];
             session_rope(s, sg->start, s->n_past + sg->start, p->rope ? p->rope + sg->start : NULL, sg->n);
         }
