@@ -125,7 +125,10 @@ struct kvf_model_params {
      * mmproj's clip.vision.image_min/max_pixels, else llama.cpp's 8 and 4096
      * tokens). KVF_ERR_INVALID_ARG when out of range or when the fewest
      * exceeds the most; models without such a tower ignore them, as
-     * llama.cpp does. */
+     * llama.cpp does. Idefics3 / SmolVLM: an image whose tiles and global
+     * image would take more than image_max_tokens is read as its global
+     * image alone (transformers' do_image_splitting false; llama.cpp's
+     * single-image reading at image_max_tokens = one image's tokens). */
     int image_min_tokens, image_max_tokens;
     /* On CPUs with AVX-512 VNNI, copy the decoder's quantised matrices into
      * the form the fastest kernels read (default true; llama.cpp's weight
@@ -170,14 +173,15 @@ struct kvf_model_info {
     /* Vision tower (zero / NULL when the model has none). */
     bool has_vision;
     const char *vision_source;  /* "mmproj" or "safetensors"                      */
-    const char *vision_tower;   /* "CLIP ViT" (LLaVA), "SigLIP" (Gemma 3), "Qwen2.5-VL ViT", "Qwen2-VL ViT",
-                                   "Qwen3-VL ViT" */
+    const char *vision_tower;   /* "CLIP ViT" (LLaVA), "SigLIP" (Gemma 3, Idefics3), "Qwen2.5-VL ViT",
+                                   "Qwen2-VL ViT", "Qwen3-VL ViT" */
     const char *vision_projector; /* "mlp" (LLaVA), "gemma3" (pooling, norm, linear),
-                                     "merger" (Qwen2.5-VL: 2 x 2 patches a token)   */
+                                     "merger" (Qwen2.5-VL: 2 x 2 patches a token),
+                                     "idefics3" (pixel shuffle, linear)              */
     int vision_image_size, vision_patch_size, vision_n_layer, vision_n_embd, vision_n_head;
     int vision_n_ff;
     int image_tokens;        /* embeddings one image becomes (e.g. 576); the most, when
-                                the image's size decides (Qwen2.5-VL)             */
+                                the image's size decides (Qwen2.5-VL, Idefics3's tiles) */
     int image_grid;          /* image_tokens = image_grid^2 (CLS dropped); 0 when the
                                 image's size decides                              */
     bool image_bidirectional;/* an image's tokens attend to each other (Gemma 3): each image is

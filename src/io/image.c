@@ -490,10 +490,20 @@ enum kvf_status kvf_image_load(const char *path, int64_t max_pixels, struct kvf_
 
 #define PRECISION_BITS (32 - 8 - 2) /* Pillow's fixed point for 8-bit images */
 
-static double filter_support(enum image_filter f) { return f == IMAGE_BILINEAR ? 1.0 : 2.0; }
+static double filter_support(enum image_filter f) {
+    return f == IMAGE_BILINEAR ? 1.0 : f == IMAGE_LANCZOS ? 3.0 : 2.0;
+}
 
-/* Pillow's filters; torchvision's antialiased bicubic is Pillow's (a = -0.5). */
+static double sinc(double x) {
+    if (x == 0.0) return 1.0;
+    x *= M_PI;
+    return sin(x) / x;
+}
+
+/* Pillow's filters; torchvision's antialiased bicubic is Pillow's (a = -0.5).
+ * Lanczos is evaluated on the signed offset over [-3, 3), as Pillow's. */
 static double filter_eval(enum image_filter f, double x) {
+    if (f == IMAGE_LANCZOS) return x >= -3.0 && x < 3.0 ? sinc(x) * sinc(x / 3.0) : 0.0;
     if (x < 0.0) x = -x;
     if (f == IMAGE_BILINEAR) return x < 1.0 ? 1.0 - x : 0.0;
     const double a = -0.5;
@@ -791,6 +801,117 @@ enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int
     if (st != KVF_OK) return st;
     const struct canvas cv = {.img = img, .w = img->w, .h = img->h};
     return canvas_to_pixels(&cv, ow, oh, f, mean, std, out);
+}
+
+enum kvf_status image_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f, struct kvf_image **out) {
+    *out = NULL;
+    if (!img || !img->rgb || img->w <= 0 || img->h <= 0 || img->w > IMAGE_MAX_SIDE || img->h > IMAGE_MAX_SIDE ||
+        ow <= 0 || oh <= 0 || ow > IMAGE_MAX_SIDE || oh > IMAGE_MAX_SIDE || f == IMAGE_TV_BICUBIC)
+        return err_set(KVF_ERR_INVALID_ARG, "image resize: %dx%d to %dx%d", img ? img->w : 0, img ? img->h : 0, ow,
+                       oh);
+    struct kvf_image *r;
+    enum kvf_status st = image_alloc(ow, oh, &r);
+    if (st != KVF_OK) return st;
+    const struct canvas cv = {.img = img, .w = img->w, .h = img->h};
+    if (ow == img->w && oh == img->h) memcpy(r->rgb, img->rgb, (size_t)ow * oh * 3);
+    else st = canvas_resize(&cv, ow, oh, f, r->rgb);
+    if (st != KVF_OK) kvf_image_free(r);
+    else *out = r;
+    return st;
+}
+
+#define IDEFICS3_MAX_SIDE 4096 /* the processor's MAX_IMAGE_SIZE */
+
+/* The processor's resize of the longer side to `longest`
+ * (_resize_output_size_rescale_to_max_len: the shorter side truncated from
+ * the aspect ratio in double, then made even), then below MAX_IMAGE_SIZE
+ * (_resize_output_size_scale_below_upper_bound); each side at least 1. */
+static void idefics3_longest(int h, int w, int longest, int *rh, int *rw) {
+    double ar = (double)w / h;
+    if (w >= h) {
+        w = longest;
+        h = (int)(w / ar);
+        h += h % 2;
+    } else {
+        h = longest;
+        w = (int)(h * ar);
+        w += w % 2;
+    }
+    h = KVF_MAX(h, 1), w = KVF_MAX(w, 1);
+    ar = (double)w / h;
+    if (w >= h && w > IDEFICS3_MAX_SIDE) {
+        w = IDEFICS3_MAX_SIDE;
+        h = (int)(w / ar);
+    } else if (h > w && h > IDEFICS3_MAX_SIDE) {
+        h = IDEFICS3_MAX_SIDE;
+        w = (int)(h * ar);
+    }
+    *rh = KVF_MAX(h, 1), *rw = KVF_MAX(w, 1);
+}
+
+/* resize_for_vision_encoder: the longer side rounded up to a multiple of
+ * tile, the other truncated from the aspect ratio, then rounded up too. */
+static void idefics3_multiple(int h, int w, int tile, int *rh, int *rw) {
+    const double ar = (double)w / h;
+    if (w >= h) {
+        w = (w + tile - 1) / tile * tile;
+        h = ((int)(w / ar) + tile - 1) / tile * tile;
+    } else {
+        h = (h + tile - 1) / tile * tile;
+        w = ((int)(h * ar) + tile - 1) / tile * tile;
+    }
+    *rh = h, *rw = w;
+}
+
+bool image_idefics3_tiles(int h, int w, int longest, int tile, bool split, int *rows, int *cols) {
+    *rows = *cols = 0;
+    if (h <= 0 || w <= 0 || longest <= 0 || longest > IDEFICS3_MAX_SIDE || tile <= 0 || tile > IDEFICS3_MAX_SIDE)
+        return false;
+    if (!split) return true;
+    idefics3_longest(h, w, longest, &h, &w);
+    idefics3_multiple(h, w, tile, &h, &w);
+    if (h > tile || w > tile) *rows = h / tile, *cols = w / tile;
+    return true;
+}
+
+/* The tile x tile square of img at (x0, y0), normalised into out [3][tile][tile]. */
+static enum kvf_status idefics3_crop(const struct kvf_image *img, int x0, int y0, int tile, const float mean[3],
+                                     const float std[3], float *out) {
+    struct kvf_image *crop;
+    enum kvf_status st = image_alloc(tile, tile, &crop);
+    if (st != KVF_OK) return st;
+    for (int y = 0; y < tile; y++)
+        memcpy(crop->rgb + (size_t)y * tile * 3, img->rgb + ((size_t)(y0 + y) * img->w + x0) * 3, (size_t)tile * 3);
+    st = image_preprocess_resize(crop, tile, tile, IMAGE_BILINEAR, mean, std, out); /* the same size: a copy */
+    kvf_image_free(crop);
+    return st;
+}
+
+enum kvf_status image_preprocess_idefics3(const struct kvf_image *img, int longest, int tile, bool split,
+                                          enum image_filter f, const float mean[3], const float std[3], float *out) {
+    int rows, cols, h, w;
+    enum kvf_status st = preprocess_check(img, tile, tile, mean, std, out);
+    if (st != KVF_OK) return st;
+    if (!image_idefics3_tiles(img->h, img->w, longest, tile, split, &rows, &cols))
+        return err_set(KVF_ERR_INVALID_ARG, "Idefics3 preprocessing: longest edge %d, tiles of %d (each 1..%d)",
+                       longest, tile, IDEFICS3_MAX_SIDE);
+    struct kvf_image *a = NULL, *b = NULL;
+    idefics3_longest(img->h, img->w, longest, &h, &w);
+    st = image_resize(img, w, h, f, &a);
+    if (st == KVF_OK && split) {
+        idefics3_multiple(h, w, tile, &h, &w);
+        st = image_resize(a, w, h, f, &b);
+    }
+    const size_t plane = (size_t)3 * tile * tile;
+    for (int r = 0; st == KVF_OK && r < rows; r++)
+        for (int c = 0; st == KVF_OK && c < cols; c++)
+            st = idefics3_crop(b, c * tile, r * tile, tile, mean, std, out + (size_t)(r * cols + c) * plane);
+    /* The global image: the last resize's output squeezed to tile x tile. */
+    if (st == KVF_OK)
+        st = image_preprocess_resize(b ? b : a, tile, tile, f, mean, std, out + (size_t)rows * cols * plane);
+    kvf_image_free(a);
+    kvf_image_free(b);
+    return st;
 }
 
 /* smart_resize's rule for n frames of h x w (frames: n rounded to its

@@ -1,5 +1,5 @@
 /* Decoded images and the vision families' preprocessing (LLaVA-1.5, Gemma 3,
- * Qwen2-VL and Qwen2.5-VL images and video frames). */
+ * Qwen2-VL and Qwen2.5-VL images and video frames, Idefics3 / SmolVLM). */
 #ifndef KVF_IMAGE_H
 #define KVF_IMAGE_H
 
@@ -21,7 +21,7 @@ enum kvf_status image_preprocess_llava(const struct kvf_image *img, int size, co
  * torchvision's antialiased bicubic resize of uint8 images, which
  * transformers' video processors use: Pillow's filter with int16 weights
  * of the precision their largest allows, the horizontal pass always first. */
-enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC, IMAGE_TV_BICUBIC };
+enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC, IMAGE_TV_BICUBIC, IMAGE_LANCZOS };
 
 /* Resize to ow x oh whatever the aspect ratio with filter f (Pillow 13's
  * order of the passes), scale and normalise as above into out [3][oh][ow]:
@@ -31,6 +31,25 @@ enum image_filter { IMAGE_BILINEAR, IMAGE_BICUBIC, IMAGE_TV_BICUBIC };
  * torchvision's, canvas_to_pixels). */
 enum kvf_status image_preprocess_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f,
                                         const float mean[3], const float std[3], float *out);
+
+/* Pillow's Image.resize of img to ow x oh with filter f (not
+ * IMAGE_TV_BICUBIC), 8-bit to 8-bit: *out is a new image (the caller frees
+ * it), a copy when the size is img's. */
+enum kvf_status image_resize(const struct kvf_image *img, int ow, int oh, enum image_filter f, struct kvf_image **out);
+
+/* Idefics3ImageProcessor's (and SmolVLM's, the same) view of an h x w
+ * image: resized so that its longer side is `longest` (the shorter one even,
+ * both within 4096), then, when split, to multiples of `tile` (each side
+ * rounded up) and cut into rows x cols tiles of tile x tile, row by row,
+ * followed by the whole resized to tile x tile (the global image); when the
+ * multiples are one tile, or without splitting, the global image alone
+ * (rows = cols = 0). false when longest or tile is outside 1..4096. */
+bool image_idefics3_tiles(int h, int w, int longest, int tile, bool split, int *rows, int *cols);
+/* Those views, each resized with filter f (Pillow's, on 8-bit images, as
+ * the processor chains them), scaled to [0, 1] and normalised, into out
+ * [rows * cols + 1][3][tile][tile] (rows, cols of image_idefics3_tiles). */
+enum kvf_status image_preprocess_idefics3(const struct kvf_image *img, int longest, int tile, bool split,
+                                          enum image_filter f, const float mean[3], const float std[3], float *out);
 
 /* Qwen2-VL's smart_resize: the size nearest h x w whose sides are
  * multiples of factor and whose area is within [min_pixels, max_pixels];

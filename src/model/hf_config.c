@@ -27,6 +27,10 @@ struct hf_family {
 static const struct hf_family hf_llama = {
     .arch = "llama", .vocab = 32000, .hidden = 4096, .inter = 11008, .layers = 32, .heads = 32,
     .max_pos = 2048, .head_dim = 0, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
+/* The Llama text config Idefics3Config and SmolVLMConfig make: rms_norm_eps 1e-5. */
+static const struct hf_family hf_llama_idefics3 = {
+    .arch = "llama", .vocab = 32000, .hidden = 4096, .inter = 11008, .layers = 32, .heads = 32,
+    .max_pos = 2048, .head_dim = 0, .eps = 1e-5f, .theta = 10000.0f, .tie = false};
 static const struct hf_family hf_qwen2 = {
     .arch = "qwen2", .vocab = 151936, .hidden = 4096, .inter = 22016, .layers = 32, .heads = 32,
     .max_pos = 32768, .head_dim = 0, .eps = 1e-6f, .theta = 10000.0f, .tie = false};
@@ -443,7 +447,8 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     const char *model_type = mt->valuestring;
     /* Multimodal configs nest the decoder's config in text_config; transformers
      * fills it with the text class defaults, so missing fields are fine there. */
-    const char *nested_default = !strcmp(model_type, "llava") ? "llama"
+    const bool idefics3 = !strcmp(model_type, "idefics3") || !strcmp(model_type, "smolvlm");
+    const char *nested_default = !strcmp(model_type, "llava") || idefics3 ? "llama"
                                  : !strcmp(model_type, "gemma3") ? "gemma3_text"
                                  : !strcmp(model_type, "qwen2_vl") ? "qwen2_vl_text"
                                  : !strcmp(model_type, "qwen2_5_vl") ? "qwen2_5_vl_text"
@@ -470,9 +475,10 @@ enum kvf_status hf_config_load(const char *path, struct hf_config *cfg) {
     if (!fam) {
         st = err_set(KVF_ERR_UNSUPPORTED,
                      "%s: model_type '%.64s' is not supported (llama, mistral, qwen2, qwen3, gemma3_text, "
-                     "gemma3, llava, qwen2_vl, qwen2_5_vl, qwen3_vl)", file, model_type);
+                     "gemma3, llava, qwen2_vl, qwen2_5_vl, qwen3_vl, idefics3, smolvlm)", file, model_type);
         goto done;
     }
+    if (idefics3 && fam == &hf_llama) fam = &hf_llama_idefics3;
     st = hf_fill(&src, fam, model_type, cfg);
 done:
     cJSON_Delete(root);
@@ -522,6 +528,40 @@ static enum kvf_status hf_pixels(const struct hf_src *p, int64_t *min, int64_t *
     }
     if (*min > *max) return err_set(KVF_ERR_FORMAT, "%s: min_pixels %lld over max_pixels %lld", p->path,
                                     (long long)*min, (long long)*max);
+    return KVF_OK;
+}
+
+/* The longest_edge of one of the processor's size dicts (size, max_image_size). */
+static enum kvf_status hf_longest_edge(const struct hf_src *p, const char *key, int def, int *out) {
+    const cJSON *d = hf_get(p, key, false);
+    if (d && !cJSON_IsObject(d)) return err_set(KVF_ERR_FORMAT, "%s: \"%s\" must be an object", p->path, key);
+    const struct hf_src sz = {p->path, d, NULL, true};
+    enum kvf_status st = d ? hf_int(&sz, "longest_edge", false, false, def, out) : KVF_OK;
+    if (!d) *out = def;
+    if (st == KVF_OK && (*out <= 0 || *out > 4096))
+        st = err_set(KVF_ERR_UNSUPPORTED, "%s: %s.longest_edge %d (1..4096)", p->path, key, *out);
+    return st;
+}
+
+/* Idefics3ImageProcessor's (SmolVLMImageProcessor's) settings, with their
+ * class defaults; the steps kvfold always runs must not be switched off. */
+static enum kvf_status hf_idefics3_processor(const struct hf_src *p, struct hf_vision_config *cfg) {
+    static const char *const steps[] = {"do_resize", "do_rescale", "do_normalize", "do_convert_rgb"};
+    enum kvf_status st = KVF_OK;
+    for (size_t i = 0; i < sizeof steps / sizeof *steps && st == KVF_OK; i++) {
+        bool on;
+        if ((st = hf_bool(p, steps[i], false, true, &on)) == KVF_OK && !on)
+            st = err_set(KVF_ERR_UNSUPPORTED, "%s: \"%s\" is false: kvfold always runs that step", p->path, steps[i]);
+    }
+    float rescale;
+    if (st || (st = hf_float(p, "rescale_factor", 1.0f / 255.0f, &rescale)) ||
+        (st = hf_bool(p, "do_image_splitting", false, true, &cfg->split)) ||
+        (st = hf_int(p, "resample", false, false, 1, &cfg->resample)) ||
+        (st = hf_longest_edge(p, "size", 4 * 364, &cfg->longest_edge)) ||
+        (st = hf_longest_edge(p, "max_image_size", 364, &cfg->tile)))
+        return st;
+    if (fabsf(rescale - 1.0f / 255.0f) > 1e-9f)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s: rescale_factor %g (kvfold scales by 1/255)", p->path, rescale);
     return KVF_OK;
 }
 
@@ -632,8 +672,10 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
     cfg->qwen25vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_5_vl");
     cfg->qwen2vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen2_vl");
     cfg->qwen3vl = cJSON_IsString(mt) && !strcmp(mt->valuestring, "qwen3_vl");
+    cfg->idefics3 = cJSON_IsString(mt) && (!strcmp(mt->valuestring, "idefics3") || !strcmp(mt->valuestring, "smolvlm"));
     const bool qwen = cfg->qwen2vl || cfg->qwen25vl || cfg->qwen3vl;
-    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || qwen;
+    cfg->present = vc || (cJSON_IsString(mt) && !strcmp(mt->valuestring, "llava")) || cfg->gemma3 || qwen ||
+                   cfg->idefics3;
     if (!cfg->present) goto done;
     struct hf_src v = {file, vc ? vc : root, NULL, true}, top = {file, root, NULL, true};
     if (qwen && (st = hf_qwen_vision(&v, cfg))) goto done;
@@ -703,22 +745,26 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
         cfg->feature_layer = -1;
         goto preprocessor;
     }
-    if (cfg->gemma3) {
-        /* Gemma3Config's vision tower: SigLIP so400m at 896 px unless told. */
+    if (cfg->gemma3 || cfg->idefics3) {
+        /* SigLIP: Gemma3Config's so400m at 896 px, Idefics3VisionConfig's
+         * (SmolVLMVisionConfig's, the same) at 224 px, unless told; the
+         * processors' 0.5 normalisation. The whole tower runs
+         * (last_hidden_state). */
         static const float half[3] = {0.5f, 0.5f, 0.5f};
+        const bool g = cfg->gemma3;
         memcpy(cfg->image_mean, half, sizeof half);
         memcpy(cfg->image_std, half, sizeof half);
         if ((st = hf_int(&v, "hidden_size", false, false, 1152, &cfg->hidden_size)) ||
-            (st = hf_int(&v, "intermediate_size", false, false, 4304, &cfg->intermediate_size)) ||
-            (st = hf_int(&v, "num_hidden_layers", false, false, 27, &cfg->num_hidden_layers)) ||
+            (st = hf_int(&v, "intermediate_size", false, false, g ? 4304 : 3072, &cfg->intermediate_size)) ||
+            (st = hf_int(&v, "num_hidden_layers", false, false, g ? 27 : 12, &cfg->num_hidden_layers)) ||
             (st = hf_int(&v, "num_attention_heads", false, false, 16, &cfg->num_attention_heads)) ||
-            (st = hf_int(&v, "image_size", false, false, 896, &cfg->image_size)) ||
-            (st = hf_int(&v, "patch_size", false, false, 14, &cfg->patch_size)) ||
+            (st = hf_int(&v, "image_size", false, false, g ? 896 : 224, &cfg->image_size)) ||
+            (st = hf_int(&v, "patch_size", false, false, g ? 14 : 32, &cfg->patch_size)) ||
             (st = hf_float(&v, "layer_norm_eps", 1e-6f, &cfg->layer_norm_eps)) ||
             (st = hf_str(&v, "hidden_act", "gelu_pytorch_tanh", cfg->hidden_act, sizeof cfg->hidden_act)) ||
-            (st = hf_int(&top, "mm_tokens_per_image", false, false, 256, &cfg->mm_tokens_per_image)))
+            (st = g ? hf_int(&top, "mm_tokens_per_image", false, false, 256, &cfg->mm_tokens_per_image)
+                    : hf_int(&top, "scale_factor", false, false, 2, &cfg->scale_factor)))
             goto done;
-        /* The whole tower runs (last_hidden_state). */
         cfg->feature_layer = -1;
         goto preprocessor;
     }
@@ -765,8 +811,11 @@ preprocessor:;
             if (!(st = hf_float3(&p, "image_mean", def_mean, cfg->image_mean)))
                 st = hf_float3(&p, "image_std", def_std, cfg->image_std);
             if (!st && qwen) st = hf_pixels(&p, &cfg->min_pixels, &cfg->max_pixels);
+            if (!st && cfg->idefics3) st = hf_idefics3_processor(&p, cfg);
         }
         cJSON_Delete(proot);
+    } else if (cfg->idefics3) {
+        st = hf_idefics3_processor(&(struct hf_src){pre, NULL, NULL, true}, cfg);
     }
     free(pre);
     if (!st && qwen) st = hf_video_pixels(dir, cfg);

@@ -1,7 +1,7 @@
 /* What kvfold reads of a Hugging Face model directory's configuration:
  * config.json's decoder fields per family (Llama, Qwen2, Gemma 3, their
  * defaults from transformers' configuration classes), the vision part of
- * LLaVA, Gemma 3, Qwen2-VL and Qwen2.5-VL configs, and
+ * LLaVA, Gemma 3, Qwen2-VL, Qwen2.5-VL and Idefics3 / SmolVLM configs, and
  * preprocessor_config.json (model/hf_config.c). */
 #ifndef KVF_MODEL_HF_CONFIG_H
 #define KVF_MODEL_HF_CONFIG_H
@@ -25,7 +25,7 @@ struct hf_config {
 };
 enum kvf_status hf_config_load(const char *path, struct hf_config *cfg);
 
-/* The vision part of a LLaVA, Gemma 3, Qwen2-VL or Qwen2.5-VL config.json
+/* The vision part of a LLaVA, Gemma 3, Qwen2-VL, Qwen2.5-VL or Idefics3 config.json
  * (vision_config and the top-level vision_feature_* / projector /
  * mm_tokens_per_image keys, with transformers' defaults) and what kvfold
  * reads of preprocessor_config.json: the normalisation (CLIP's, or 0.5 for
@@ -39,6 +39,7 @@ struct hf_vision_config {
                                   the fields below as for qwen25vl */
     bool qwen3vl;              /* model_type "qwen3_vl": Qwen3-VL's (LayerNorm, GELU MLP, no windows, learned
                                   positions, DeepStack); the fields below as for qwen25vl */
+    bool idefics3;             /* model_type "idefics3" or "smolvlm": SigLIP, the pixel shuffle, one linear map */
     int mm_tokens_per_image;   /* gemma3: tokens an image becomes (a square number) */
     int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads;
     int image_size, patch_size;
@@ -61,6 +62,11 @@ struct hf_vision_config {
     int num_position_embeddings; /* qwen3vl: learned positions, a square grid of them */
     int n_deepstack;           /* qwen3vl: deepstack_visual_indexes, the layers DeepStack mergers read */
     int deepstack[HF_MAX_DEEPSTACK];
+    /* idefics3: config.json's scale_factor; the processor's size.longest_edge, max_image_size.longest_edge,
+     * do_image_splitting and resample (PIL's number: 1 Lanczos, 2 bilinear, 3 bicubic) */
+    int scale_factor, longest_edge, tile;
+    bool split;
+    int resample;
 };
 enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *cfg);
 

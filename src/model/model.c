@@ -513,12 +513,14 @@ static enum kvf_status load_hf(struct kvf_model *m, const char *dir) {
     snprintf(m->name, sizeof m->name, "%s", base && base[1] ? base + 1 : dir);
     snprintf(m->source, sizeof m->source, "safetensors");
     /* LLaVA directories nest the decoder: language_model.model.* (transformers
-     * < 4.52) or model.language_model.* (later). */
+     * < 4.52) or model.language_model.* (later); Idefics3 and SmolVLM in
+     * model.text_model.*. */
     const struct tensor_src src = {.st = m->st};
     static const struct layout layouts[] = {
         {&names_hf, "model.", "lm_head.weight"},
         {&names_hf, "language_model.model.", "language_model.lm_head.weight"},
         {&names_hf, "model.language_model.", "lm_head.weight"},
+        {&names_hf, "model.text_model.", "lm_head.weight"},
     };
     const struct layout *lo = &layouts[0];
     for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++) {

@@ -11,6 +11,11 @@
  * pool x pool cells -> RMSNorm with (1 + w) -> x P with P [n_embd][n_out]
  * (transformers' Gemma3MultiModalProjector).
  *
+ * Idefics3 / SmolVLM: SigLIP again, on each sub-image the processor makes
+ * of an image (tiles, then the whole), with transformers' NaViT position
+ * rows -> post-LN -> pixel shuffle (each pool x pool block of patches one
+ * row) -> one linear map without bias (Idefics3Connector).
+ *
  * LLaVA reads the second-to-last layer's output: llama.cpp's converter stores
  * only the layers up to it (clip.vision.block_count = 23 of 24), while a
  * Hugging Face directory stores all of them and config.json names the
@@ -33,6 +38,7 @@
 
 void vision_free(struct vision_model *v) {
     if (!v) return;
+    free(v->navit);
     free(v->layers);
     free(v->qlayers);
     free(v->full);
@@ -53,13 +59,37 @@ static enum kvf_status vision_check(const struct vision_model *v, const char *wh
     if (v->n_layer <= 0 || v->n_layer > VIT_MAX_LAYERS)
         return err_set(KVF_ERR_FORMAT, "%s: %d vision layers to run (1..%d)", what, v->n_layer, VIT_MAX_LAYERS);
     if (!(v->eps > 0.0f && v->eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "%s: layer-norm epsilon %g", what, v->eps);
-    if (v->proj == VIT_PROJ_GEMMA3 && (v->pool <= 0 || (v->image_size / v->patch_size) % v->pool != 0))
-        return err_set(KVF_ERR_FORMAT, "%s: pooling kernel %d does not divide the %d-patch grid", what, v->pool,
-                       v->image_size / v->patch_size);
+    if ((v->proj == VIT_PROJ_GEMMA3 || v->proj == VIT_PROJ_IDEFICS3) &&
+        (v->pool <= 0 || (v->image_size / v->patch_size) % v->pool != 0))
+        return err_set(KVF_ERR_FORMAT, "%s: pooling kernel / pixel-shuffle factor %d does not divide the %d-patch grid",
+                       what, v->pool, v->image_size / v->patch_size);
+    if (v->proj == VIT_PROJ_IDEFICS3 && (v->longest <= 0 || v->longest > VIT_MAX_IMAGE))
+        return err_set(KVF_ERR_FORMAT, "%s: the processor's longest edge %d is outside 1..%d", what, v->longest,
+                       VIT_MAX_IMAGE);
     for (int c = 0; c < 3; c++)
         if (!(v->std[c] > 0.0f) || !isfinite(v->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
     return KVF_OK;
+}
+
+/* Idefics3VisionEmbeddings' position of patch i of a side of n (a whole
+ * tile): transformers buckets i * (1 / n), in float, between the
+ * boundaries torch.arange(1 / n, 1, 1 / n), which are not k / n: x86
+ * PyTorch computes them 8 at a time, each from a float base plus a
+ * multiple of the step in double, for as many as 16 a turn cover, then one
+ * by one in double. For some n (25, 29, ...) a row of the table is read
+ * twice and the next never. (The clamp to 1 - 1e-6 never binds for n <= 4096.) */
+static int navit_position(int i, int n) {
+    const double step = 1.0 / n;
+    const int count = (int)ceil((1.0 - step) / step), vec = count / 16 * 16;
+    const float x = (float)i * (1.0f / (float)n);
+    int pos = 0;
+    for (int j = 0; j < count; j++) {
+        const float base = (float)(step + step * (j / 8 * 8));
+        const float b = j < vec ? (float)((double)base + (j % 8) * step) : (float)(step + step * j);
+        pos += b <= x;
+    }
+    return pos;
 }
 
 static enum kvf_status vision_alloc(const struct vision_model *tmpl, struct vision_model **out) {
@@ -68,12 +98,15 @@ static enum kvf_status vision_alloc(const struct vision_model *tmpl, struct visi
     *v = *tmpl;
     v->grid = v->image_size / v->patch_size;
     v->n_pos = v->grid * v->grid + (v->has_cls ? 1 : 0);
-    v->tok_grid = v->proj == VIT_PROJ_GEMMA3 ? v->grid / v->pool : v->grid;
+    const bool pooled = v->proj == VIT_PROJ_GEMMA3 || v->proj == VIT_PROJ_IDEFICS3;
+    v->tok_grid = pooled ? v->grid / v->pool : v->grid;
     v->layers = calloc((size_t)v->n_layer, sizeof *v->layers);
-    if (!v->layers) {
-        free(v);
+    v->navit = v->proj == VIT_PROJ_IDEFICS3 ? malloc(sizeof *v->navit * (size_t)v->grid) : NULL;
+    if (!v->layers || (v->proj == VIT_PROJ_IDEFICS3 && !v->navit)) {
+        vision_free(v);
         return err_set(KVF_ERR_NOMEM, "out of memory");
     }
+    for (int i = 0; v->navit && i < v->grid; i++) v->navit[i] = navit_position(i, v->grid);
     *out = v;
     return KVF_OK;
 }
@@ -85,6 +118,7 @@ struct vit_names {
     const char *fc1, *fc1_b, *fc2, *fc2_b;
     const char *mm0, *mm0_b, *mm2, *mm2_b;
     const char *mm_norm, *mm_proj; /* Gemma 3's projector */
+    const char *mm_fc;             /* Idefics3's */
 };
 
 static const struct vit_names names_mmproj = {
@@ -96,7 +130,7 @@ static const struct vit_names names_mmproj = {
     /* fc1 / fc2: chosen per file in bind_layers (llama.cpp's legacy quirk) */
     NULL, NULL, NULL, NULL,
     "mm.0.weight", "mm.0.bias", "mm.2.weight", "mm.2.bias",
-    "mm.soft_emb_norm.weight", "mm.input_projection.weight",
+    "mm.soft_emb_norm.weight", "mm.input_projection.weight", "mm.model.fc.weight",
 };
 
 /* Hugging Face names below the vision tower / projector prefixes. */
@@ -113,7 +147,7 @@ static const struct vit_names names_hf = {
     "encoder.layers.%d.mlp.fc1.weight", "encoder.layers.%d.mlp.fc1.bias",
     "encoder.layers.%d.mlp.fc2.weight", "encoder.layers.%d.mlp.fc2.bias",
     "linear_1.weight", "linear_1.bias", "linear_2.weight", "linear_2.bias",
-    "mm_soft_emb_norm.weight", "mm_input_projection_weight",
+    "mm_soft_emb_norm.weight", "mm_input_projection_weight", "modality_projection.proj.weight",
 };
 
 /* name = prefix + fmt (with the layer number when fmt has %d). */
@@ -184,12 +218,18 @@ static enum kvf_status bind_projector(const struct vit_binder *b, struct vision_
         v->n_out = (int)E;
         return KVF_OK;
     }
-    /* The projector must land in the decoder's embedding space. */
-    if ((st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false)) ||
-        (!v->mm0.data && (st = err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n))) ||
-        (st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E, b->proj_bias, 0)) ||
-        (st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)) ||
-        (st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, b->proj_bias, 0))) {
+    /* The projector must land in the decoder's embedding space: Idefics3's
+     * one map from the pixel-shuffled rows, LLaVA's two layers. */
+    if (v->proj == VIT_PROJ_IDEFICS3)
+        st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm_fc, 0), E, H * v->pool * v->pool,
+                         true);
+    else if (!(st = weight_bind(m, src, &v->mm0, vname(n, sizeof n, b->pprefix, nm->mm0, 0), E, H, false)) &&
+             !(st = v->mm0.data ? KVF_OK : err_set(KVF_ERR_FORMAT, "missing projector tensor '%s'", n)) &&
+             !(st = weight_bind_vec(m, src, &v->mm0_b, vname(n, sizeof n, b->pprefix, nm->mm0_b, 0), E,
+                                    b->proj_bias, 0)) &&
+             !(st = weight_bind(m, src, &v->mm2, vname(n, sizeof n, b->pprefix, nm->mm2, 0), E, E, true)))
+        st = weight_bind_vec(m, src, &v->mm2_b, vname(n, sizeof n, b->pprefix, nm->mm2_b, 0), E, b->proj_bias, 0);
+    if (st != KVF_OK) {
         if (st != KVF_ERR_SHAPE) return st;
         /* Say what the shapes mean, keeping the binder's message (copied:
          * err_set writes into the buffer kvf_last_error returns). */
@@ -286,6 +326,7 @@ enum kvf_status mmproj_float3(const struct gguf_file *f, const char *key, float 
 
 static const float clip_mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
 static const float clip_std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+static const float half[3] = {0.5f, 0.5f, 0.5f}; /* transformers' IMAGENET_STANDARD mean and std */
 
 enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     enum kvf_status st = gguf_open(path, &m->mmproj);
@@ -305,15 +346,20 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     } qwen[] = {{"qwen2.5vl", QVIT_QWEN25}, {"qwen2vl_merger", QVIT_QWEN2}, {"qwen3vl_merger", QVIT_QWEN3}};
     for (size_t i = 0; proj && i < sizeof qwen / sizeof *qwen; i++)
         if (!strcmp(proj, qwen[i].name)) return qvit_load_mmproj(m, path, qwen[i].family);
-    const bool gemma3 = proj && !strcmp(proj, "gemma3");
-    if (!gemma3 && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
+    const bool gemma3 = proj && !strcmp(proj, "gemma3"), idefics3 = proj && !strcmp(proj, "idefics3");
+    const bool siglip = gemma3 || idefics3;
+    if (!siglip && (proj ? strcmp(proj, "mlp") != 0 : !(gguf_get_bool(f, "clip.has_llava_projector", &flag) && flag)))
         return err_set(KVF_ERR_UNSUPPORTED, "%s: projector type '%s' is not supported (LLaVA's 'mlp', 'gemma3', "
-                       "'qwen2.5vl', 'qwen2vl_merger', 'qwen3vl_merger')", path,
+                       "'idefics3', 'qwen2.5vl', 'qwen2vl_merger', 'qwen3vl_merger')", path,
                        proj ? proj : "(none)");
-    struct vision_model t = {.eps = gemma3 ? 1e-6f : 1e-5f, .has_cls = !gemma3, .pool = 4,
-                             .proj = gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP};
-    memcpy(t.mean, clip_mean, sizeof t.mean);
-    memcpy(t.std, clip_std, sizeof t.std);
+    /* Idefics3: the processor's defaults (tiles, Lanczos) where the file
+     * has no key, and its longest side at 4 tiles (every SmolVLM and
+     * Idefics3 processor's) unless it names clip.vision.preproc_image_size. */
+    struct vision_model t = {.eps = siglip ? 1e-6f : 1e-5f, .has_cls = !siglip, .pool = idefics3 ? 2 : 4,
+                             .proj = gemma3 ? VIT_PROJ_GEMMA3 : idefics3 ? VIT_PROJ_IDEFICS3 : VIT_PROJ_MLP,
+                             .split = true, .resample = IMAGE_LANCZOS};
+    memcpy(t.mean, idefics3 ? half : clip_mean, sizeof t.mean);
+    memcpy(t.std, idefics3 ? half : clip_std, sizeof t.std);
     if ((st = mmproj_u32(f, "clip.vision.image_size", &t.image_size, true)) ||
         (st = mmproj_u32(f, "clip.vision.patch_size", &t.patch_size, true)) ||
         (st = mmproj_u32(f, "clip.vision.embedding_length", &t.n_embd, true)) ||
@@ -325,25 +371,32 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
         (st = mmproj_float3(f, "clip.vision.image_mean", t.mean)) ||
         (st = mmproj_float3(f, "clip.vision.image_std", t.std)))
         return st;
+    if (idefics3) {
+        t.longest = t.image_size <= VIT_MAX_IMAGE ? 4 * t.image_size : 0; /* too large: refused by vision_check */
+        if ((st = mmproj_u32(f, "clip.vision.preproc_image_size", &t.longest, false))) return st;
+    }
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
     bool gelu = false;
     gguf_get_bool(f, "clip.use_gelu", &gelu);
     /* SigLIP's GELU is the tanh form (gelu_pytorch_tanh), CLIP's use_gelu the erf one. */
-    t.act = gemma3 ? VIT_GELU_TANH : gelu ? VIT_GELU_ERF : VIT_GELU_QUICK;
+    t.act = siglip ? VIT_GELU_TANH : gelu ? VIT_GELU_ERF : VIT_GELU_QUICK;
     snprintf(t.source, sizeof t.source, "mmproj");
     if ((st = vision_check(&t, path)) || (st = vision_alloc(&t, &m->vision))) return st;
     const struct tensor_src src = {.gguf = f};
     /* The converter stores Gemma 3's projector norm as w + 1. */
-    const struct vit_binder b = {m, &src, "", "", &names_mmproj, gemma3 ? POST_REQUIRED : POST_OPTIONAL, true, 0.0f};
+    const struct vit_binder b = {m, &src, "", "", &names_mmproj, siglip ? POST_REQUIRED : POST_OPTIONAL, true, 0.0f};
     return bind_layers(&b, m->vision);
 }
 
 enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struct tensor_src *src) {
-    static const char *const vprefixes[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model."};
-    static const char *const pprefixes[] = {"multi_modal_projector.", "model.multi_modal_projector."};
+    /* LLaVA and Gemma 3 (transformers < 4.52 and later), Idefics3 / SmolVLM. */
+    static const char *const vprefixes[] = {"vision_tower.vision_model.", "model.vision_tower.vision_model.",
+                                            "model.vision_model."};
+    static const char *const pprefixes[] = {"multi_modal_projector.", "model.multi_modal_projector.",
+                                            "model.connector."};
     int which = -1;
     char n[192];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         if (tensor_exists(src, vname(n, sizeof n, vprefixes[i], names_hf.patch, 0))) which = i;
     struct hf_vision_config cfg;
     enum kvf_status st = hf_vision_config_load(dir, &cfg);
@@ -357,7 +410,8 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     struct vision_model t = {
         .image_size = cfg.image_size, .patch_size = cfg.patch_size, .n_embd = cfg.hidden_size,
         .n_head = cfg.num_attention_heads, .n_ff = cfg.intermediate_size, .eps = cfg.layer_norm_eps,
-        .has_cls = !cfg.gemma3, .proj = cfg.gemma3 ? VIT_PROJ_GEMMA3 : VIT_PROJ_MLP,
+        .has_cls = !cfg.gemma3 && !cfg.idefics3,
+        .proj = cfg.gemma3 ? VIT_PROJ_GEMMA3 : cfg.idefics3 ? VIT_PROJ_IDEFICS3 : VIT_PROJ_MLP,
     };
     memcpy(t.mean, cfg.image_mean, sizeof t.mean);
     memcpy(t.std, cfg.image_std, sizeof t.std);
@@ -376,6 +430,20 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
                            "grid", dir, cfg.mm_tokens_per_image, grid);
         t.pool = grid / side;
         t.n_layer = L;
+    } else if (cfg.idefics3) {
+        /* The tiles are what the tower was made for: its positions cover one. */
+        if (cfg.tile != cfg.image_size)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: the processor's tiles (max_image_size %d) are not the vision "
+                           "tower's image_size %d", dir, cfg.tile, cfg.image_size);
+        static const enum image_filter filters[4] = {[1] = IMAGE_LANCZOS, [2] = IMAGE_BILINEAR, [3] = IMAGE_BICUBIC};
+        if (cfg.resample < 1 || cfg.resample > 3)
+            return err_set(KVF_ERR_UNSUPPORTED, "%s: resample %d (Lanczos 1, bilinear 2 or bicubic 3)", dir,
+                           cfg.resample);
+        t.resample = filters[cfg.resample];
+        t.pool = cfg.scale_factor;
+        t.longest = cfg.longest_edge;
+        t.split = cfg.split;
+        t.n_layer = L;
     } else {
         if (strcmp(cfg.projector_act, "gelu") != 0)
             return err_set(KVF_ERR_UNSUPPORTED, "%s: projector_hidden_act '%s' (gelu)", dir, cfg.projector_act);
@@ -390,7 +458,7 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     snprintf(t.source, sizeof t.source, "safetensors");
     if ((st = vision_check(&t, dir)) || (st = vision_alloc(&t, &m->vision))) return st;
     const struct vit_binder b = {m, src, vprefixes[which], pprefixes[which], &names_hf,
-                                 cfg.gemma3 ? POST_REQUIRED : POST_NONE, cfg.projector_bias, 1.0f};
+                                 cfg.gemma3 || cfg.idefics3 ? POST_REQUIRED : POST_NONE, cfg.projector_bias, 1.0f};
     return bind_layers(&b, m->vision);
 }
 
@@ -423,6 +491,14 @@ enum kvf_status vision_attach(struct kvf_model *m) {
                            "the vocabulary");
         return KVF_OK;
     }
+    if (v->proj == VIT_PROJ_IDEFICS3) {
+        /* The processor writes each sub-image after these (session/prompt.c:
+         * prompt_add_idefics3), as llama.cpp's mtmd looks them up. */
+        if (token_find(m->tok, "<fake_token_around_image>") < 0 || token_find(m->tok, "<global-img>") < 0)
+            return err_set(KVF_ERR_FORMAT, "an Idefics3 / SmolVLM vision tower needs <fake_token_around_image> and "
+                           "<global-img> in the vocabulary");
+        return KVF_OK;
+    }
     if (v->proj != VIT_PROJ_GEMMA3) return KVF_OK;
     /* Gemma3Processor writes each image as "\n\n<start_of_image>" + its
      * tokens + "<end_of_image>\n\n", and the decoder lets the tokens of an
@@ -440,11 +516,11 @@ enum kvf_status vision_attach(struct kvf_model *m) {
 void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info) {
     info->has_vision = true;
     info->vision_source = v->source;
-    static const char *const towers[] = {"CLIP ViT", "SigLIP", "Qwen2.5-VL ViT"};
+    static const char *const towers[] = {"CLIP ViT", "SigLIP", "Qwen2.5-VL ViT", "SigLIP"};
     static const char *const qwen[] = {[QVIT_QWEN25] = "Qwen2.5-VL ViT", [QVIT_QWEN2] = "Qwen2-VL ViT",
                                        [QVIT_QWEN3] = "Qwen3-VL ViT"};
     info->vision_tower = v->proj == VIT_PROJ_QWEN25VL ? qwen[v->qfamily] : towers[v->proj];
-    static const char *const projectors[] = {"mlp", "gemma3", "merger"};
+    static const char *const projectors[] = {"mlp", "gemma3", "merger", "idefics3"};
     info->vision_projector = projectors[v->proj];
     info->vision_image_size = v->image_size;
     info->vision_patch_size = v->patch_size;
@@ -452,12 +528,18 @@ void vision_fill_info(const struct vision_model *v, struct kvf_model_info *info)
     info->vision_n_embd = v->n_embd;
     info->vision_n_head = v->n_head;
     info->vision_n_ff = v->n_ff;
-    /* Qwen2.5-VL: the most an image can become (its size decides). */
-    const int unit = v->patch_size * v->merge;
+    /* Qwen2.5-VL: the most an image can become (its size decides);
+     * Idefics3 split: as many tiles a side as the longest side holds, and
+     * the global image, unless max_tokens leaves it alone. */
+    const int unit = v->patch_size * v->merge, grid = v->tok_grid * v->tok_grid;
+    const int side = v->split ? (v->longest + v->image_size - 1) / v->image_size : 0;
+    int most = (side > 1 ? side * side + 1 : 1) * grid;
+    if (v->max_tokens > 0) most = KVF_MIN(most, KVF_MAX(v->max_tokens, grid));
     info->image_tokens = v->proj == VIT_PROJ_QWEN25VL ? (int)(v->max_pixels / ((int64_t)unit * unit))
-                                                      : v->tok_grid * v->tok_grid + (v->keep_cls ? 1 : 0);
-    info->image_grid = v->proj == VIT_PROJ_QWEN25VL ? 0 : v->tok_grid;
-    info->video_frames_per_item = v->proj == VIT_PROJ_QWEN25VL ? v->t_patch : v->proj == VIT_PROJ_GEMMA3 ? 0 : 1;
+                                                      : most + (v->keep_cls ? 1 : 0);
+    info->image_grid = v->proj == VIT_PROJ_QWEN25VL || most > grid ? 0 : v->tok_grid;
+    info->video_frames_per_item = v->proj == VIT_PROJ_QWEN25VL ? v->t_patch
+                                  : v->proj == VIT_PROJ_GEMMA3 || v->proj == VIT_PROJ_IDEFICS3 ? 0 : 1;
 }
 
 /* ------------------------------------------------------------- forward -- */
@@ -496,7 +578,9 @@ static void vit_buf_free(struct vit_buf *b) {
 static enum kvf_status vit_buf_init(struct vit_buf *b, const struct vision_model *v, int nt) {
     const size_t n = (size_t)v->n_pos, S = (size_t)v->image_size;
     const size_t patch = 3 * (size_t)v->patch_size * v->patch_size;
-    const size_t widest = KVF_MAX(KVF_MAX((size_t)v->n_embd, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out));
+    const size_t shuffled = v->proj == VIT_PROJ_IDEFICS3 ? (size_t)v->n_embd * v->pool * v->pool : 0;
+    const size_t widest =
+        KVF_MAX(KVF_MAX(KVF_MAX((size_t)v->n_embd, (size_t)v->n_ff), KVF_MAX(patch, (size_t)v->n_out)), shuffled);
     memset(b, 0, sizeof *b);
     b->pix = malloc(sizeof(float) * (3 * S * S + (size_t)v->grid * v->grid * patch));
     b->ff = malloc(sizeof(float) * n * KVF_MAX((size_t)v->n_ff, (size_t)v->n_out));
@@ -599,7 +683,9 @@ static void vit_embed(const struct vision_model *v, struct vit_buf *b, int nt) {
     ops_add_bias(px, &v->patch_b, np, H);
     if (v->has_cls) memcpy(b->r.x, v->cls.data, sizeof(float) * H);
     for (int t = 0; t < v->n_pos; t++) {
-        ops_get_row(&v->pos, t, b->r.xn);
+        /* Idefics3: the table's row of transformers' bucketed coordinates. */
+        const int row = v->navit ? v->navit[t / G] * G + v->navit[t % G] : t;
+        ops_get_row(&v->pos, row, b->r.xn);
         ops_add(b->r.x + (size_t)t * H, b->r.xn, H);
     }
 }
@@ -619,6 +705,20 @@ static void project_gemma3(const struct vision_model *v, struct vit_buf *b, int 
             ops_rmsnorm(cell, cell, v->mm_norm.data, H, v->eps);
         }
     ops_matmul(&v->mm_proj, b->r.xn, T * T, out, b->r.mm, nt);
+}
+
+/* Idefics3's connector: transformers' pixel_shuffle makes token (ty, tx)
+ * of the pool x pool block of patches at (ty, tx), its rows one after the
+ * other, each row's patches in order; then mm0. out [tok_grid^2][n_out]. */
+static void project_idefics3(const struct vision_model *v, struct vit_buf *b, int nt, float *out) {
+    const int H = v->n_embd, G = v->grid, s = v->pool, T = v->tok_grid;
+    float *cat = b->r.xn; /* [T^2][s^2 H]: the same G^2 H floats as x */
+    for (int ty = 0; ty < T; ty++)
+        for (int tx = 0; tx < T; tx++)
+            for (int dy = 0; dy < s; dy++)
+                memcpy(cat + ((size_t)(ty * T + tx) * s + dy) * s * H,
+                       b->r.x + ((size_t)(ty * s + dy) * G + tx * s) * H, sizeof(float) * (size_t)s * H);
+    ops_matmul(&v->mm0, cat, T * T, out, b->r.mm, nt);
 }
 
 /* LLaVA's projector on the kept rows: linear_1 -> GELU -> linear_2. */
@@ -644,30 +744,69 @@ enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image
     return KVF_OK;
 }
 
+enum kvf_status vision_tiles(const struct vision_model *v, const struct kvf_image *img, int *rows, int *cols) {
+    *rows = *cols = 0;
+    if (v->proj != VIT_PROJ_IDEFICS3) return KVF_OK;
+    if (!img || !image_idefics3_tiles(img->h, img->w, v->longest, v->image_size, v->split, rows, cols))
+        return err_set(KVF_ERR_INVALID_ARG, "a %dx%d image has no Idefics3 tiling", img ? img->w : 0,
+                       img ? img->h : 0);
+    const int64_t n = ((int64_t)*rows * *cols + 1) * v->tok_grid * v->tok_grid;
+    if (v->max_tokens > 0 && n > v->max_tokens) *rows = *cols = 0;
+    return KVF_OK;
+}
+
+/* The tower on the pixels in b->pix: embeddings, layers, post-layernorm,
+ * then the projector into out [tok_grid^2 (+ 1)][n_out]. */
+static enum kvf_status vit_forward(const struct vision_model *v, struct vit_buf *b, int nt, float *out) {
+    const int H = v->n_embd, n = v->n_pos;
+    enum kvf_status st = KVF_OK;
+    vit_embed(v, b, nt);
+    if (v->has_cls) layernorm_rows(b->r.x, b->r.x, &v->pre_w, &v->pre_b, n, H, v->eps);
+    for (int l = 0; l < v->n_layer && st == KVF_OK; l++) {
+        if ((st = vit_attention(v, &v->layers[l], b, nt)) == KVF_OK)
+            vit_mlp(v, &v->layers[l], b, nt);
+    }
+    if (st != KVF_OK) return st;
+    if (v->post_w.data) layernorm_rows(b->r.x, b->r.x, &v->post_w, &v->post_b, n, H, v->eps);
+    if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, b, nt, out);
+    else if (v->proj == VIT_PROJ_IDEFICS3) project_idefics3(v, b, nt, out);
+    else project_mlp(v, b, nt, out);
+    return KVF_OK;
+}
+
+/* Idefics3: every sub-image of img (vision_tiles) through the tower. */
+static enum kvf_status idefics3_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out,
+                                       struct vit_buf *b) {
+    int rows, cols;
+    enum kvf_status st = vision_tiles(v, img, &rows, &cols);
+    if (st != KVF_OK) return st;
+    const int n_sub = rows * cols + 1;
+    const size_t plane = (size_t)3 * v->image_size * v->image_size;
+    const size_t per = (size_t)v->tok_grid * v->tok_grid * v->n_out;
+    float *pix = malloc(sizeof(float) * plane * (size_t)n_sub);
+    if (!pix) return err_set(KVF_ERR_NOMEM, "out of memory for %d sub-images", n_sub);
+    st = image_preprocess_idefics3(img, v->longest, v->image_size, rows > 0, v->resample, v->mean, v->std, pix);
+    for (int k = 0; k < n_sub && st == KVF_OK; k++) {
+        memcpy(b->pix, pix + (size_t)k * plane, sizeof(float) * plane);
+        st = vit_forward(v, b, nt, out + (size_t)k * per);
+    }
+    free(pix);
+    return st;
+}
+
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int nt, float *out,
                               float *ds) {
     if (v->proj == VIT_PROJ_QWEN25VL) return qvit_encode(v, &img, 0, nt, out, ds);
     struct vit_buf b;
     enum kvf_status st = vit_buf_init(&b, v, nt);
     if (st != KVF_OK) return st;
-    st = v->proj == VIT_PROJ_GEMMA3
-        ? image_preprocess_resize(img, v->image_size, v->image_size, IMAGE_BILINEAR, v->mean, v->std, b.pix)
-        : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
-    if (st != KVF_OK) {
-        vit_buf_free(&b);
-        return st;
-    }
-    const int H = v->n_embd, n = v->n_pos;
-    vit_embed(v, &b, nt);
-    if (v->has_cls) layernorm_rows(b.r.x, b.r.x, &v->pre_w, &v->pre_b, n, H, v->eps);
-    for (int l = 0; l < v->n_layer && st == KVF_OK; l++) {
-        if ((st = vit_attention(v, &v->layers[l], &b, nt)) == KVF_OK)
-            vit_mlp(v, &v->layers[l], &b, nt);
-    }
-    if (st == KVF_OK) {
-        if (v->post_w.data) layernorm_rows(b.r.x, b.r.x, &v->post_w, &v->post_b, n, H, v->eps);
-        if (v->proj == VIT_PROJ_GEMMA3) project_gemma3(v, &b, nt, out);
-        else project_mlp(v, &b, nt, out);
+    if (v->proj == VIT_PROJ_IDEFICS3) {
+        st = idefics3_encode(v, img, nt, out, &b);
+    } else {
+        st = v->proj == VIT_PROJ_GEMMA3
+            ? image_preprocess_resize(img, v->image_size, v->image_size, IMAGE_BILINEAR, v->mean, v->std, b.pix)
+            : image_preprocess_llava(img, v->image_size, v->mean, v->std, b.pix);
+        if (st == KVF_OK) st = vit_forward(v, &b, nt, out);
     }
     vit_buf_free(&b);
     return st;

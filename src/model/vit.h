@@ -4,6 +4,9 @@
  *   Gemma 3:     SigLIP (no class token, no pre-layernorm, post-layernorm)
  *                and Gemma 3's projector (average pooling of the patch grid,
  *                RMSNorm, one linear map);
+ *   Idefics3 / SmolVLM: SigLIP on tiles of the image and on the whole of it
+ *                (each a sub-image), the pixel shuffle (s x s patches into
+ *                one token) and one linear map;
  *   Qwen2.5-VL:  a ViT at the image's own resolution (2-D rotary positions,
  *                window attention but in a few layers, SwiGLU) and its
  *                patch merger (2 x 2 patches into one token), in
@@ -28,7 +31,7 @@ struct vit_layer {
 };
 
 enum vit_act { VIT_GELU_QUICK, VIT_GELU_ERF, VIT_GELU_TANH };  /* x*sigmoid(1.702x), erf GELU, tanh GELU */
-enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL };
+enum vit_proj { VIT_PROJ_MLP, VIT_PROJ_GEMMA3, VIT_PROJ_QWEN25VL, VIT_PROJ_IDEFICS3 };
 /* The Qwen towers (proj VIT_PROJ_QWEN25VL): Qwen2.5-VL's RMSNorms, SwiGLU
  * and windows; Qwen2-VL's LayerNorms and quick-GELU MLP, no windows;
  * Qwen3-VL's LayerNorms and tanh-GELU MLP, no windows, a patch bias,
@@ -60,7 +63,8 @@ struct vision_model {
     int n_embd, n_head, n_ff, n_layer;         /* n_layer: layers run (the feature layer) */
     int n_pos;                                 /* grid^2 (+ 1 with a class token) */
     int n_out;                                 /* projector output = decoder n_embd */
-    int pool;                                  /* gemma3: average-pooling kernel and stride over the grid */
+    int pool;                                  /* gemma3: average-pooling kernel and stride over the grid;
+                                                  idefics3: the pixel shuffle's factor */
     int tok_grid;                              /* side of the output token grid: grid, or grid / pool */
     float eps;
     enum vit_act act;
@@ -79,7 +83,8 @@ struct vision_model {
                                                   interpolated to the image's patch grid */
     struct weight pre_w, pre_b, post_w, post_b;/* pre: CLIP; post: SigLIP, some mmproj files */
     struct vit_layer *layers;                  /* [n_layer]                     */
-    struct weight mm0, mm0_b, mm2, mm2_b;      /* mlp: [n_out][n_embd], [n_out][n_out] */
+    struct weight mm0, mm0_b, mm2, mm2_b;      /* mlp: [n_out][n_embd], [n_out][n_out];
+                                                  idefics3: mm0 [n_out][n_embd * pool^2], no bias */
     struct weight mm_norm;                     /* gemma3: RMSNorm scale, (1 + w) applied, [n_embd] */
     struct weight mm_proj;                     /* gemma3: [n_out][n_embd] F32, transposed from the file's
                                                   [n_embd][n_out] */
@@ -87,6 +92,16 @@ struct vision_model {
                                                   <end_of_image>; qwen's <|vision_start|>, <|vision_end|>;
                                                   else -1 */
     bool boi_newlines;                         /* gemma3: "\n\n" before boi and after eoi */
+    /* Idefics3 (proj VIT_PROJ_IDEFICS3; image_size: a tile's side, the
+     * processor's max_image_size): */
+    int longest;                               /* the image's longer side is resized to this first */
+    bool split;                                /* tiles of image_size, then the whole (else the whole alone) */
+    enum image_filter resample;                /* the processor's filter (Lanczos) */
+    int max_tokens;                            /* --image-max-tokens (0: none): an image whose tiles and
+                                                  global image would take more is read as the global
+                                                  image alone (transformers' do_image_splitting false) */
+    int *navit;                                /* [grid] the position-embedding row of each patch row or column
+                                                  (model/vit.c: navit_position), owned */
     /* Qwen2.5-VL (proj VIT_PROJ_QWEN25VL; image_size: unused, the image's own): */
     int merge, t_patch, window;                /* 2 x 2 merge, 2 frames a patch, windows of 112 px */
     int64_t min_pixels, max_pixels;            /* the image is resized to within these */
@@ -112,9 +127,16 @@ struct vision_model {
 enum kvf_status vision_grid(const struct vision_model *v, const struct kvf_image *img, int *rows, int *cols,
                             bool *cls);
 
+/* Idefics3: the tiles img is cut into, rows x cols before its global image
+ * (0 x 0: the global image alone; kvf_media.tile_rows / tile_cols); every
+ * other tower: 0 x 0. */
+enum kvf_status vision_tiles(const struct vision_model *v, const struct kvf_image *img, int *rows, int *cols);
+
 /* Encodes one image: out [rows * cols (+ 1)][n_out] of vision_grid,
- * row-major in grid order (row by row; the class token first when kept),
- * and ds [rows * cols][n_deepstack][n_out] in the same order (Qwen3-VL's
+ * row-major in grid order (row by row; the class token first when kept);
+ * Idefics3: one such grid per sub-image, the tiles row by row and then the
+ * global image, [(tile rows * tile cols + 1) * rows * cols][n_out]; and ds
+ * [rows * cols][n_deepstack][n_out] in the same order (Qwen3-VL's
  * DeepStack; NULL for other towers). */
 enum kvf_status vision_encode(const struct vision_model *v, const struct kvf_image *img, int n_threads, float *out,
                               float *ds);
@@ -174,7 +196,8 @@ void vision_free(struct vision_model *v);
 enum kvf_status vision_attach(struct kvf_model *m);
 /* kvf_model_params' image_min_tokens / image_max_tokens (0: kept; each
  * within 0..KVF_IMAGE_MAX_TOKENS) on a tower whose images keep their own
- * size; others ignore them. */
+ * size, and Idefics3's image_max_tokens (vision_model.max_tokens); others
+ * ignore them. */
 #define KVF_IMAGE_MAX_TOKENS (1 << 20)
 enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens);
 

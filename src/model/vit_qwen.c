@@ -414,6 +414,7 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, enum qvi
 }
 
 enum kvf_status vision_limit_tokens(struct vision_model *v, int min_tokens, int max_tokens) {
+    if (v->proj == VIT_PROJ_IDEFICS3) v->max_tokens = max_tokens;
     if (v->proj != VIT_PROJ_QWEN25VL) return KVF_OK;
     const int64_t area = (int64_t)v->patch_size * v->merge * v->patch_size * v->merge;
     const int64_t lo = min_tokens ? min_tokens * area : v->min_pixels;

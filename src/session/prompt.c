@@ -132,11 +132,16 @@ enum kvf_status kvf_media_encode_image(const struct kvf_model *m, const struct k
                        "video's frames to kvf_media_encode_video");
     const int nt = n_threads > 0 ? n_threads : m->n_threads;
     struct kvf_media *md;
-    int rows, cols;
+    int rows, cols, tile_rows, tile_cols;
     bool cls;
     enum kvf_status st = vision_grid(v, img, &rows, &cols, &cls);
-    if (st == KVF_OK) st = media_alloc(m, rows, cols, cls ? 1 : 0, mod, &md);
+    if (st == KVF_OK) st = vision_tiles(v, img, &tile_rows, &tile_cols);
+    /* Past the first grid: Idefics3's further sub-images, or a class token. */
+    const int64_t extra = (int64_t)tile_rows * tile_cols * rows * cols + (cls ? 1 : 0);
+    if (st == KVF_OK) st = media_alloc(m, rows, cols, (int)KVF_MIN(extra, MEDIA_MAX_TOKENS), mod, &md);
     if (st != KVF_OK) return st;
+    md->tile_rows = tile_rows;
+    md->tile_cols = tile_cols;
     const double t0 = sys_time_ms();
     if ((st = media_deepstack(m, md)) == KVF_OK) st = vision_encode(v, img, nt, md->embd, md->deepstack);
     if (st != KVF_OK) {
@@ -160,7 +165,9 @@ enum kvf_status kvf_media_encode_video(const struct kvf_model *m, const struct k
     if (model_require_weights(m, "encode_video") != KVF_OK) return KVF_ERR_UNSUPPORTED;
     const struct vision_model *v = m->vision;
     if (!v) return err_set(KVF_ERR_UNSUPPORTED, "the model has no vision tower (give an mmproj file)");
-    if (v->proj == VIT_PROJ_GEMMA3) return err_set(KVF_ERR_UNSUPPORTED, "Gemma 3 reads images only, not videos");
+    if (v->proj == VIT_PROJ_GEMMA3 || v->proj == VIT_PROJ_IDEFICS3)
+        return err_set(KVF_ERR_UNSUPPORTED, "%s reads images only, not videos",
+                       v->proj == VIT_PROJ_GEMMA3 ? "Gemma 3" : "Idefics3 / SmolVLM");
     const int nt = n_threads > 0 ? n_threads : m->n_threads;
     const bool qwen = vision_is_qwen(v);
     const int T = qwen ? v->t_patch : 1, n_items = n_frames / T + (n_frames % T != 0);
@@ -294,31 +301,59 @@ static enum kvf_status prompt_add_text(struct kvf_prompt *p, const struct kvf_mo
     for (int i = 0; i < got; i++)
         p->tags[p->n + i] =
             (struct kvf_tag){ .pos = p->n + i, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1 };
-    p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL, 0};
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, got, NULL, 0, 0};
     p->n += got;
     return KVF_OK;
 }
 
+/* Rows [first, first + n) of md, media item `index` of the prompt; each
+ * row tagged with its cell of its grid (Idefics3: of its sub-image's). */
 static enum kvf_status prompt_add_media(struct kvf_prompt *p, const struct kvf_model *m, const struct kvf_media *md,
-                                        int index, int *cap) {
+                                        int index, int first, int n, int *cap) {
     if (md->n_embd != m->hp.n_embd || (md->deepstack && md->n_deepstack != m->hp.n_deepstack))
         return err_set(KVF_ERR_SHAPE, "media of width %d (%d DeepStack layers) given to a model of width %d (%d)",
                        md->n_embd, md->deepstack ? md->n_deepstack : 0, m->hp.n_embd, m->hp.n_deepstack);
-    enum kvf_status st = prompt_grow(p, md->n_tokens, cap);
+    enum kvf_status st = prompt_grow(p, n, cap);
     if (st != KVF_OK) return st;
-    const int lead = md->n_tokens - md->rows * md->cols; /* a class token has no grid cell */
-    for (int t = 0; t < md->n_tokens; t++) {
-        const int g = t - lead;
+    const int cells = md->rows * md->cols;
+    const int lead = md->tile_rows ? 0 : md->n_tokens - cells; /* a class token has no grid cell */
+    for (int t = 0; t < n; t++) {
+        const int g = (first + t - lead) % cells;
         p->ids[p->n + t] = -1;
         p->tags[p->n + t] = (struct kvf_tag){.pos = p->n + t, .modality = (int16_t)md->modality,
                                              .media = (int16_t)KVF_MIN(index, INT16_MAX),
                                              .row = (int16_t)(g < 0 ? -1 : g / md->cols),
                                              .col = (int16_t)(g < 0 ? -1 : g % md->cols)};
     }
-    p->segs[p->n_segs++] = (struct prompt_seg){p->n, md->n_tokens, md, 1};
-    p->n += md->n_tokens;
+    p->segs[p->n_segs++] = (struct prompt_seg){p->n, n, md, 1, first};
+    p->n += n;
     p->synthetic |= md->synthetic;
     return KVF_OK;
+}
+
+/* An image as Idefics3's processor writes it (get_image_prompt_string):
+ * each tile as "<fake_token_around_image><row_R_col_C>" + its tokens, a
+ * "\n" after each row of tiles, then "\n<fake_token_around_image><global-img>"
+ * + the global image's tokens + "<fake_token_around_image>"; without tiles
+ * the global image alone. The text between the tokens is the processor's
+ * own, tokenized as special tokens split it. */
+static enum kvf_status prompt_add_idefics3(struct kvf_prompt *p, const struct kvf_model *m, const struct kvf_media *md,
+                                           int index, int *cap) {
+    const int per = md->rows * md->cols, n_tiles = md->tile_rows * md->tile_cols;
+    enum kvf_status st = KVF_OK;
+    char text[96];
+    for (int k = 0; k <= n_tiles && st == KVF_OK; k++) {
+        const int r = k / KVF_MAX(md->tile_cols, 1), c = k % KVF_MAX(md->tile_cols, 1);
+        if (k == n_tiles)
+            snprintf(text, sizeof text, "%s<fake_token_around_image><global-img>", n_tiles ? "\n\n" : "");
+        else
+            snprintf(text, sizeof text, "%s<fake_token_around_image><row_%d_col_%d>", r > 0 && c == 0 ? "\n" : "",
+                     r + 1, c + 1);
+        if ((st = prompt_add_text(p, m, text, strlen(text), false, true, cap)) == KVF_OK)
+            st = prompt_add_media(p, m, md, index, k * per, per, cap);
+    }
+    static const char end[] = "<fake_token_around_image>";
+    return st == KVF_OK ? prompt_add_text(p, m, end, strlen(end), false, true, cap) : st;
 }
 
 /* A special token (Gemma 3's image delimiters) at the end of the prompt,
@@ -330,7 +365,7 @@ static enum kvf_status prompt_add_token(struct kvf_prompt *p, int32_t id, int *c
     p->tags[p->n] = (struct kvf_tag){.pos = p->n, .modality = KVF_MOD_TEXT, .media = -1, .row = -1, .col = -1};
     struct prompt_seg *last = p->n_segs > 0 ? &p->segs[p->n_segs - 1] : NULL;
     if (last && !last->media && last->start + last->n == p->n) last->n++;
-    else p->segs[p->n_segs++] = (struct prompt_seg){p->n, 1, NULL, 0};
+    else p->segs[p->n_segs++] = (struct prompt_seg){p->n, 1, NULL, 0, 0};
     p->n++;
     return KVF_OK;
 }
@@ -378,6 +413,7 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
     /* Gemma 3 and Qwen2.5-VL delimit each image with tokens of their own. */
     const int32_t boi = m->vision ? m->vision->boi : -1, eoi = m->vision ? m->vision->eoi : -1;
     const bool newlines = m->vision && m->vision->boi_newlines;
+    const bool idefics3 = m->vision && m->vision->proj == VIT_PROJ_IDEFICS3;
     for (;;) {
         bool video;
         const char *mk = marker_next(s, &video);
@@ -392,7 +428,7 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
         first = false;
         if (!mk) break;
         n_markers++;
-        if (video && m->vision && !vision_is_qwen(m->vision) && boi >= 0)
+        if (video && m->vision && !vision_is_qwen(m->vision) && (boi >= 0 || idefics3))
             return err_set(KVF_ERR_UNSUPPORTED, "marker %d is %s, but this vision model reads images only", n_markers,
                            KVF_MARKER_VIDEO);
         if (video) {
@@ -409,7 +445,7 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
                     if ((st = prompt_add_text(p, m, stamp, strlen(stamp), false, parse_special, &cap))) return st;
                 }
                 if ((stamped && boi >= 0 && (st = prompt_add_token(p, boi, &cap))) ||
-                    (st = prompt_add_media(p, m, media[used], frames++, &cap)) ||
+                    (st = prompt_add_media(p, m, media[used], frames++, 0, media[used]->n_tokens, &cap)) ||
                     (stamped && eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))))
                     return st;
                 if (!stamped) p->segs[p->n_segs - 1].run = 0; /* prompt_rope takes the video from its first segment */
@@ -429,10 +465,12 @@ static enum kvf_status prompt_build(struct kvf_prompt *p, const struct kvf_model
             if (!media[used] || media[used]->modality != KVF_MOD_IMAGE)
                 return err_set(KVF_ERR_INVALID_ARG, "marker %d is %s but media item %d is a video frame (use %s)",
                                n_markers, KVF_MARKER_IMAGE, used, KVF_MARKER_VIDEO);
-            if ((boi >= 0 && (st = prompt_add_token(p, boi, &cap))) ||
-                (st = prompt_add_media(p, m, media[used++], n_images++, &cap)) ||
-                (eoi >= 0 && (st = prompt_add_token(p, eoi, &cap))))
-                return st;
+            const struct kvf_media *md = media[used++];
+            if (idefics3) st = prompt_add_idefics3(p, m, md, n_images++, &cap);
+            else if ((boi < 0 || (st = prompt_add_token(p, boi, &cap)) == KVF_OK) &&
+                     (st = prompt_add_media(p, m, md, n_images++, 0, md->n_tokens, &cap)) == KVF_OK && eoi >= 0)
+                st = prompt_add_token(p, eoi, &cap);
+            if (st != KVF_OK) return st;
         }
         s = mk + (video ? strlen(KVF_MARKER_VIDEO) : strlen(KVF_MARKER_IMAGE));
     }

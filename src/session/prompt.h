@@ -18,6 +18,9 @@ struct kvf_media {
                                    patch's start in seconds x tokens_per_second); else 0 */
     double t_sec;               /* Qwen3-VL's video items: the timestamp the prompt writes before the item
                                    ("<t seconds>"); else -1 */
+    int tile_rows, tile_cols;   /* Idefics3: the image's tiles (model/vit.h: vision_tiles), each a rows x cols
+                                   grid of embd, row by row, before its global image's; n_tokens =
+                                   (tile_rows * tile_cols + 1) * rows * cols. Else 0 0 */
 };
 
 /* A prompt is a list of segments: a run of token ids, or one media item. */
@@ -26,6 +29,7 @@ struct prompt_seg {
     const struct kvf_media *media; /* NULL: ids[start .. start + n) */
     int run;                    /* media: segments of its image (1) or video from here on,
                                    0 past a video's first */
+    int first;                  /* media: its rows [first, first + n) of media->embd (Idefics3: a sub-image) */
 };
 
 /* A position's M-RoPE positions (time, height, width) and the rope position

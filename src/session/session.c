@@ -525,10 +525,19 @@ static int prompt_text_batch(const struct kvf_session *s, const struct kvf_promp
     return text_batch;
 }
 
+/* A media item's embedding rows from row `first` on, and their DeepStack
+ * features (NULL: none). */
+static const float *media_embd(const struct kvf_media *md, int first) {
+    return md->embd + (size_t)first * md->n_embd;
+}
+static const float *media_deepstack(const struct kvf_media *md, int first) {
+    return md->deepstack ? md->deepstack + (size_t)first * md->n_deepstack * md->n_embd : NULL;
+}
+
 /* The prompt's positions [first, first + n), segment by segment. */
 static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt *p, int first, int n, int text_batch,
                                   float *all_logits) {
-    const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
+    const int n_vocab = s->model->hp.n_vocab;
     enum kvf_status st = KVF_OK;
     for (int g = 0; st == KVF_OK && g < p->n_segs; g++) {
         const struct prompt_seg *sg = &p->segs[g];
@@ -537,13 +546,10 @@ static enum kvf_status prompt_run(struct kvf_session *s, const struct kvf_prompt
         float *lg = all_logits ? all_logits + (size_t)(lo - first) * n_vocab : NULL;
         const struct mrope_pos *rope = p->rope ? p->rope + lo : NULL;
         const struct kvf_media *md = sg->media;
-        if (md) {
-            const size_t at = (size_t)(lo - sg->start);
-            const float *ds = md->deepstack ? md->deepstack + at * md->n_deepstack * E : NULL;
-            st = session_run(s, NULL, md->embd + at * E, ds, p->tags + lo, rope, hi - lo, s->params.n_batch, lg);
-        } else {
-            st = session_run(s, p->ids + lo, NULL, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
-        }
+        const int at = sg->first + lo - sg->start;
+        st = md ? session_run(s, NULL, media_embd(md, at), media_deepstack(md, at), p->tags + lo, rope, hi - lo,
+                              s->params.n_batch, lg)
+                : session_run(s, p->ids + lo, NULL, NULL, p->tags + lo, rope, hi - lo, text_batch, lg);
     }
     return st;
 }
@@ -564,8 +570,9 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
         for (int g = 0; g < p->n_segs; g++) {
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
-                          sg->media ? sg->media->embd : NULL, sg->media ? sg->media->deepstack : NULL,
-                          p->tags + sg->start, s->n_past + sg->start, sg->n);
+                          sg->media ? media_embd(sg->media, sg->first) : NULL,
+                          sg->media ? media_deepstack(sg->media, sg->first) : NULL, p->tags + sg->start,
+                          s->n_past + sg->start, sg->n);
             for (int t = 0; t < sg->n; t++) s->toks[s->n_past + sg->start + t] = sg->media ? -1 : p->ids[sg->start + t];
             session_rope(s, sg->start, s->n_past + sg->start, p->rope ? p->rope + sg->start : NULL, sg->n);
         }

@@ -6,7 +6,7 @@ the files the commands write (kv.json, prefix.json, out/, rows.jsonl) land
 there. A command exits 0 or the test fails, except those that need files this
 machine cannot have, which are skipped with the reason printed:
 LLaVA-1.5-7B (GGUF + mmproj, or the Hugging Face directory), Gemma-3-4B,
-Qwen2.5-VL-7B, the MileBench
+Qwen2.5-VL-7B, SmolVLM2-2.2B, the MileBench
 data, and `make models-large`'s models when they were not fetched.
 `kvfold serve` runs until it answers /health, on a free port (--port 0
 appended: the README's port may be taken), then stops on SIGTERM.
@@ -33,6 +33,7 @@ UNAVAILABLE = [
      "which this machine cannot download"),
     (re.compile(r"gemma-3-4b", re.I), "needs Gemma-3-4B-it (GGUF + mmproj), which this machine cannot download"),
     (re.compile(r"qwen2\.5-vl-7b", re.I), "needs Qwen2.5-VL-7B-Instruct, which this machine cannot download"),
+    (re.compile(r"smolvlm2", re.I), "needs SmolVLM2-2.2B-Instruct (GGUF + mmproj), which this machine cannot download"),
     (re.compile(r"milebench", re.I), "needs the MileBench data"),
     (re.compile(r"^models/qwen2\.5-coder-"), "needs `make models-large`, not fetched here"),
 ]

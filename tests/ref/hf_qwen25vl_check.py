@@ -121,24 +121,6 @@ def finish(w):
     w.close()
 
 
-def tokenizer_kv(w, fixtures):
-    """The qwen2 fixture GGUF's tokenizer plus the specials, into GGUF writer w."""
-    import gguf
-    r = gguf.GGUFReader(os.path.join(fixtures, "qwen2-f32.gguf"))
-    field = lambda k: r.fields[k]
-    tokens = [bytes(field("tokenizer.ggml.tokens").parts[i]).decode() for i in field("tokenizer.ggml.tokens").data]
-    types = [int(field("tokenizer.ggml.token_type").parts[i][0]) for i in field("tokenizer.ggml.token_type").data]
-    merges = [bytes(field("tokenizer.ggml.merges").parts[i]).decode() for i in field("tokenizer.ggml.merges").data]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(bytes(field("tokenizer.ggml.pre").parts[-1]).decode())
-    w.add_token_list(tokens + SPECIALS)
-    w.add_token_types(types + [3] * len(SPECIALS))
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
-    w.add_add_bos_token(True)
-
-
 def expand_images(text, grids):
     """The processor's layout of each <image> of text with grids (t, h, w)."""
     for t, h, w in grids:
@@ -152,8 +134,15 @@ def prompt_ids(args, tok, text):
     return ([0] if bos else []) + tok.encode(text, add_special_tokens=False)
 
 
-def decoder_keys(w, tc):
-    """An M-RoPE decoder's hyper-parameters from text config tc."""
+def write_decoder(path, arch, sd, tc, theta, fixture_gguf, specials, prefix, add_bos, qk=lambda rest, v: v):
+    """A decoder as llama.cpp's converter writes it, left open for the
+    caller's own keys (then finish(w)): text config tc's hyper-parameters,
+    the byte-level BPE tokenizer of fixture_gguf plus specials (control
+    tokens), the tensors of state dict sd under prefix (and lm_head) by
+    llama.cpp's names, qk(rest, v) giving each layer tensor's rows as the
+    converter orders them."""
+    import gguf
+    w = gguf.GGUFWriter(path, arch)
     w.add_context_length(tc.max_position_embeddings)
     w.add_embedding_length(tc.hidden_size)
     w.add_block_count(tc.num_hidden_layers)
@@ -161,47 +150,41 @@ def decoder_keys(w, tc):
     w.add_head_count(tc.num_attention_heads)
     w.add_head_count_kv(tc.num_key_value_heads)
     w.add_layer_norm_rms_eps(tc.rms_norm_eps)
-    w.add_rope_freq_base(tc.rope_parameters["rope_theta"])
-    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
-
-
-def policy_checks(args):
-    """The policy checks the LLaVA and Gemma 3 fixtures run
-    (tests/integration/kv.cmake), on the model in args.out (tools beside
-    args.dump); True when all pass."""
-    tools = os.path.dirname(os.path.abspath(args.dump))
-    ok = True
-    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]), ("session_file", ["-"]),
-                        ("kv_bound", [args.passage, "300", "40"])):
-        res = subprocess.run([os.path.join(tools, tool), args.out] + extra, capture_output=True, text=True)
-        last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
-        print(f"{tool}: {last}")
-        if res.returncode != 0:
-            print(res.stdout[-3000:] + res.stderr[-2000:])
-            ok = False
-    return ok
-
-
-def decoder_tensors(w, sd):
-    """The decoder's tensors of state dict sd under llama.cpp's names."""
-    lm = "model.language_model."
+    w.add_rope_freq_base(theta)
+    head_dim = getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads
+    w.add_rope_dimension_count(head_dim)
+    r = gguf.GGUFReader(fixture_gguf)
+    field = lambda k: r.fields[k]
+    tokens = [bytes(field("tokenizer.ggml.tokens").parts[i]).decode() for i in field("tokenizer.ggml.tokens").data]
+    types = [int(field("tokenizer.ggml.token_type").parts[i][0]) for i in field("tokenizer.ggml.token_type").data]
+    merges = [bytes(field("tokenizer.ggml.merges").parts[i]).decode() for i in field("tokenizer.ggml.merges").data]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(bytes(field("tokenizer.ggml.pre").parts[-1]).decode())
+    w.add_token_list(tokens + specials)
+    w.add_token_types(types + [3] * len(specials))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_add_bos_token(add_bos)
     names = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight"}
     for k, v in sd.items():
         if k == "lm_head.weight":
             w.add_tensor("output.weight", v)
-        elif k.startswith(lm):
-            n = k[len(lm):]
+        elif k.startswith(prefix):
+            n = k[len(prefix):]
             if n in names:
                 w.add_tensor(names[n], v)
                 continue
-            _, layer, rest = n.split(".", 2)
+            _, l, rest = n.split(".", 2)
+            v = np.ascontiguousarray(qk(rest, v))
             rest = (rest.replace("input_layernorm", "attn_norm").replace("post_attention_layernorm", "ffn_norm")
                     .replace("self_attn.q_proj", "attn_q").replace("self_attn.k_proj", "attn_k")
                     .replace("self_attn.v_proj", "attn_v").replace("self_attn.o_proj", "attn_output")
                     .replace("self_attn.q_norm", "attn_q_norm").replace("self_attn.k_norm", "attn_k_norm")
                     .replace("mlp.gate_proj", "ffn_gate").replace("mlp.up_proj", "ffn_up")
                     .replace("mlp.down_proj", "ffn_down"))
-            w.add_tensor(f"blk.{layer}.{rest}", v)
+            w.add_tensor(f"blk.{l}.{rest}", v)
+    return w
 
 
 def write_gguf_pair(model, cfg, out, fixtures, family):
@@ -214,11 +197,9 @@ def write_gguf_pair(model, cfg, out, fixtures, family):
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tc, vc = cfg.text_config, cfg.vision_config
     dec = os.path.join(out, f"{family}-f32.gguf")
-    w = gguf.GGUFWriter(dec, "qwen2vl")
-    decoder_keys(w, tc)
-    w.add_rope_dimension_count(tc.hidden_size // tc.num_attention_heads)
-    tokenizer_kv(w, fixtures)
-    decoder_tensors(w, sd)
+    w = write_decoder(dec, "qwen2vl", sd, tc, tc.rope_parameters["rope_theta"],
+                      os.path.join(fixtures, "qwen2-f32.gguf"), SPECIALS, "model.language_model.", True)
+    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
     finish(w)
 
     mm = os.path.join(out, f"{family}-mmproj-f32.gguf")
@@ -269,10 +250,10 @@ def write_gguf_pair(model, cfg, out, fixtures, family):
     return dec, mm
 
 
-def images(rng):
+def images(rng, shapes=((90, 50), (33, 61), (140, 29), (28, 28), (57, 57), (200, 80), (15, 70), (64, 100),
+                         (29, 200), (43, 31), (120, 120), (9, 40))):
+    """(name, RGB picture) of each (width, height): noise and gradients in turn."""
     from PIL import Image
-    shapes = [(90, 50), (33, 61), (140, 29), (28, 28), (57, 57), (200, 80), (15, 70), (64, 100), (29, 200),
-              (43, 31), (120, 120), (9, 40)]
     out = []
     for i, (w, h) in enumerate(shapes):
         if i % 2 == 0:
@@ -441,17 +422,49 @@ def video_run(args, model, cfg, tok, tmp, frames, fps, with_images, original_rop
     return err, agree, same, f"{len(ids)} positions, video grid {[t, h, w]}, time step {float(step):g}"
 
 
-def main():
+def reference_args(families, fixture):
+    """The command line of the tiny-model reference scripts (this one's, in its docstring); None (after
+    saying so) when FIXTURE_DIR lacks `fixture`, whose tokenizer the model takes."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--dump", required=True)
     ap.add_argument("--preproc", required=True)
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--passage", required=True, help="text for kv_bound's long prompt")
-    ap.add_argument("--family", choices=("qwen25vl", "qwen2vl"), default="qwen25vl")
+    ap.add_argument("--family", choices=families, default=families[0])
     ap.add_argument("out")
     args = ap.parse_args()
-    if not os.path.isfile(os.path.join(args.fixtures, "qwen2-st", "tokenizer.json")):
-        print(f"SKIP: {args.fixtures}/qwen2-st is absent")
+    if not os.path.isfile(os.path.join(args.fixtures, fixture, "tokenizer.json")):
+        print(f"SKIP: {args.fixtures}/{fixture} is absent")
+        return None
+    return args
+
+
+def fresh_out(out):
+    """OUT_DIR emptied, and its work/ folder for the images and dumps."""
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "work"))
+    return os.path.join(out, "work")
+
+
+def policy_checks(args):
+    """The policy checks the LLaVA and Gemma 3 fixtures run (tests/integration/kv.cmake), on the model in
+    args.out (tools beside args.dump): True when each passes."""
+    tools = os.path.dirname(os.path.abspath(args.dump))
+    ok = True
+    for tool, extra in (("kv_fork", ["-"]), ("decode_batch", ["-"]), ("prefill_parts", ["-"]), ("session_file", ["-"]),
+                        ("kv_bound", [args.passage, "300", "40"])):
+        res = subprocess.run([os.path.join(tools, tool), args.out] + extra, capture_output=True, text=True)
+        last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
+        print(f"{tool}: {last}")
+        if res.returncode != 0:
+            print(res.stdout[-3000:] + res.stderr[-2000:])
+            ok = False
+    return ok
+
+
+def main():
+    args = reference_args(("qwen25vl", "qwen2vl"), "qwen2-st")
+    if not args:
         return SKIP
     try:
         import gguf  # noqa: F401
@@ -463,12 +476,9 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e} (scripts/setup-hf.sh installs torch and transformers into .venv-hf)")
         return SKIP
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
+    tmp = fresh_out(args.out)
     model, cfg = build(args.out, args.fixtures, args.family)
     proc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
-    tmp = os.path.join(args.out, "work")
-    os.makedirs(tmp)
     if not check_preproc(args, tmp, proc) or \
             not check_video_preproc(args, tmp, video_processor(min_pixels=VIDEO_MIN_PIXELS,
                                                                max_pixels=VIDEO_MAX_PIXELS)):

@@ -33,7 +33,6 @@ then checks:
    equal prefills of their own, batched decoding equals decoding alone, a
    prompt in parts equals it whole, session files, and kv_bound.
 """
-import argparse
 import json
 import os
 import shutil
@@ -44,8 +43,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_gemma3_check import run_kvfold  # noqa: E402
-from hf_qwen25vl_check import (N_BASE, SPECIALS, check_preproc, decoder_keys, decoder_tensors,  # noqa: E402
-                               expand_images, finish, policy_checks, prompt_ids, tokenizer_kv)
+from hf_qwen25vl_check import (N_BASE, SPECIALS, check_preproc, expand_images, finish, fresh_out,  # noqa: E402
+                               policy_checks, prompt_ids, reference_args, write_decoder)
 
 SKIP = 77
 PATCH = 16
@@ -113,13 +112,12 @@ def write_gguf_pair(model, cfg, out, fixtures):
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
     tc, vc = cfg.text_config, cfg.vision_config
     dec = os.path.join(out, "qwen3vl-f32.gguf")
-    w = gguf.GGUFWriter(dec, "qwen3vl")
-    decoder_keys(w, tc)
+    w = write_decoder(dec, "qwen3vl", sd, tc, tc.rope_parameters["rope_theta"],
+                      os.path.join(fixtures, "qwen2-f32.gguf"), SPECIALS, "model.language_model.", True)
+    w.add_rope_dimension_sections(list(tc.rope_parameters["mrope_section"]) + [0])
     w.add_key_length(tc.head_dim)
     w.add_value_length(tc.head_dim)
     w.add_uint32("qwen3vl.n_deepstack_layers", len(vc.deepstack_visual_indexes))
-    tokenizer_kv(w, fixtures)
-    decoder_tensors(w, sd)
     finish(w)
 
     mm = os.path.join(out, "qwen3vl-mmproj-f32.gguf")
@@ -264,15 +262,8 @@ def mutations(model, cfg, ids, pix, ours):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dump", required=True)
-    ap.add_argument("--preproc", required=True)
-    ap.add_argument("--fixtures", required=True)
-    ap.add_argument("--passage", required=True, help="text for kv_bound's long prompt")
-    ap.add_argument("out")
-    args = ap.parse_args()
-    if not os.path.isfile(os.path.join(args.fixtures, "qwen2-st", "tokenizer.json")):
-        print(f"SKIP: {args.fixtures}/qwen2-st is absent")
+    args = reference_args(("qwen3vl",), "qwen2-st")
+    if not args:
         return SKIP
     try:
         import gguf  # noqa: F401
@@ -285,12 +276,9 @@ def main():
     except ImportError as e:
         print(f"SKIP: {e} (scripts/setup-hf.sh installs torch and transformers into .venv-hf)")
         return SKIP
-    shutil.rmtree(args.out, ignore_errors=True)
-    os.makedirs(args.out)
+    tmp = fresh_out(args.out)
     model, cfg = build(args.out, args.fixtures)
     proc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
-    tmp = os.path.join(args.out, "work")
-    os.makedirs(tmp)
     if not check_preproc(args, tmp, proc, "--qwen3vl", (MIN_PIXELS, MAX_PIXELS), PATCH):
         return 1
     rng = np.random.default_rng(9)

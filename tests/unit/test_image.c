@@ -613,9 +613,22 @@ static void test_preprocess_resize(void **state) {
     kvf_image_free(img);
 }
 
-/* Pillow's bicubic (a = -0.5) weights of n_out samples from n_in, in
- * double and normalised, written out for the reference below. */
-static double *naive_weights(int n_in, int n_out) {
+static double bicubic(double x) {
+    x = fabs(x);
+    return x < 1.0 ? (1.5 * x - 2.5) * x * x + 1.0 : x < 2.0 ? ((-0.5 * x + 2.5) * x - 4.0) * x + 2.0 : 0.0;
+}
+
+static double lanczos3(double x) {
+    if (fabs(x) >= 3.0) return 0.0;
+    if (x == 0.0) return 1.0;
+    const double a = M_PI * x, b = a / 3.0;
+    return sin(a) / a * (sin(b) / b);
+}
+
+/* A filter's weights (Pillow's bicubic, a = -0.5, or Lanczos 3) of n_out
+ * samples from n_in, in double and normalised, written out for the
+ * references below. */
+static double *naive_weights(int n_in, int n_out, double (*kernel)(double)) {
     double *w = calloc((size_t)n_in * n_out, sizeof *w);
     assert_non_null(w);
     const double scale = (double)n_in / n_out, fs = scale < 1.0 ? 1.0 : scale;
@@ -623,15 +636,32 @@ static double *naive_weights(int n_in, int n_out) {
         const double c = (o + 0.5) * scale;
         double sum = 0.0;
         for (int i = 0; i < n_in; i++) {
-            const double x = fabs((i + 0.5 - c) / fs);
-            const double v = x < 1.0 ? (1.5 * x - 2.5) * x * x + 1.0
-                           : x < 2.0 ? ((-0.5 * x + 2.5) * x - 4.0) * x + 2.0 : 0.0;
+            const double v = kernel((i + 0.5 - c) / fs);
             w[(size_t)o * n_in + i] = v;
             sum += v;
         }
         for (int i = 0; i < n_in; i++) w[(size_t)o * n_in + i] /= sum;
     }
     return w;
+}
+
+/* rgb [h][w][3] resized to ow x oh in double with a separable kernel, at (x, y, c). */
+static double naive_resize(const uint8_t *rgb, int w, int h, const double *wx, const double *wy, int x, int y, int c) {
+    double v = 0.0;
+    for (int iy = 0; iy < h; iy++)
+        for (int ix = 0; ix < w; ix++)
+            v += wy[(size_t)y * h + iy] * wx[(size_t)x * w + ix] * rgb[(iy * w + ix) * 3 + c];
+    return v;
+}
+
+/* A smooth 37 x 23 picture and the same size in one colour. */
+static void smooth_and_flat(uint8_t *smooth, uint8_t *flat, const uint8_t col[3]) {
+    for (int y = 0; y < 23; y++)
+        for (int x = 0; x < 37; x++)
+            for (int c = 0; c < 3; c++) {
+                smooth[(y * 37 + x) * 3 + c] = (uint8_t)(30 + 3 * x + 2 * y + 20 * sin((x + 2 * c) * 0.3));
+                flat[(y * 37 + x) * 3 + c] = col[c];
+            }
 }
 
 /* torchvision's resize (IMAGE_TV_BICUBIC; pixel-exact against torchvision
@@ -643,15 +673,10 @@ static void test_preprocess_tv_bicubic(void **state) {
     (void)state;
     const int outs[][2] = {{56, 28}, {84, 140}, {5, 7}, {37, 23}, {300, 11}};
     const uint8_t col[3] = {255, 0, 93};
-    uint8_t *rgb = malloc(37 * 23 * 3);
-    assert_non_null(rgb);
-    for (int i = 0; i < 37 * 23; i++) memcpy(rgb + 3 * i, col, 3);
+    uint8_t rgb[37 * 23 * 3], one[37 * 23 * 3];
+    smooth_and_flat(rgb, one, col);
     struct kvf_image *flat, *smooth;
-    assert_int_equal(kvf_image_from_rgb(37, 23, rgb, &flat), KVF_OK);
-    for (int y = 0; y < 23; y++)
-        for (int x = 0; x < 37; x++)
-            for (int c = 0; c < 3; c++)
-                rgb[(y * 37 + x) * 3 + c] = (uint8_t)(30 + 3 * x + 2 * y + 20 * sin((x + 2 * c) * 0.3));
+    assert_int_equal(kvf_image_from_rgb(37, 23, one, &flat), KVF_OK);
     assert_int_equal(kvf_image_from_rgb(37, 23, rgb, &smooth), KVF_OK);
     for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
         const int ow = outs[k][0], oh = outs[k][1];
@@ -666,14 +691,11 @@ static void test_preprocess_tv_bicubic(void **state) {
                     fail_msg("flat -> %dx%d: channel %d pixel %zu: %g, want %g", ow, oh, c, i, out[c * n + i], want);
         }
         assert_int_equal(image_preprocess_resize(smooth, ow, oh, IMAGE_TV_BICUBIC, MEAN, STD, out), KVF_OK);
-        double *wx = naive_weights(37, ow), *wy = naive_weights(23, oh);
+        double *wx = naive_weights(37, ow, bicubic), *wy = naive_weights(23, oh, bicubic);
         for (int y = 0; y < oh; y++)
             for (int x = 0; x < ow; x++)
                 for (int c = 0; c < 3; c++) {
-                    double v = 0.0;
-                    for (int iy = 0; iy < 23; iy++)
-                        for (int ix = 0; ix < 37; ix++)
-                            v += wy[(size_t)y * 23 + iy] * wx[(size_t)x * 37 + ix] * rgb[(iy * 37 + ix) * 3 + c];
+                    const double v = naive_resize(rgb, 37, 23, wx, wy, x, y, c);
                     const double got = out[c * n + (size_t)y * ow + x] * STD[c] * 255.0 + MEAN[c] * 255.0;
                     if (fabs(got - v) > 1.01)
                         fail_msg("smooth -> %dx%d at (%d, %d, %d): %g, in double %g", ow, oh, x, y, c, got, v);
@@ -684,7 +706,75 @@ static void test_preprocess_tv_bicubic(void **state) {
     }
     kvf_image_free(flat);
     kvf_image_free(smooth);
-    free(rgb);
+}
+
+/* Pillow's Lanczos (image_resize, pixel-exact against Pillow through the
+ * Idefics3 processor in tests/ref/hf_smolvlm_check.py): a constant image
+ * stays constant, up and down; a smooth one is within a level of the
+ * resize done in double, whose negative lobes the 8-bit pass between the
+ * directions and the clamp leave alone on a picture this smooth. */
+static void test_resize_lanczos(void **state) {
+    (void)state;
+    const int outs[][2] = {{56, 28}, {84, 140}, {5, 7}, {37, 23}, {300, 11}, {12, 60}};
+    const uint8_t col[3] = {255, 0, 93};
+    uint8_t rgb[37 * 23 * 3], one[37 * 23 * 3];
+    smooth_and_flat(rgb, one, col);
+    struct kvf_image *flat, *smooth, *out;
+    assert_int_equal(kvf_image_from_rgb(37, 23, one, &flat), KVF_OK);
+    assert_int_equal(kvf_image_from_rgb(37, 23, rgb, &smooth), KVF_OK);
+    for (size_t k = 0; k < sizeof outs / sizeof *outs; k++) {
+        const int ow = outs[k][0], oh = outs[k][1];
+        assert_int_equal(image_resize(flat, ow, oh, IMAGE_LANCZOS, &out), KVF_OK);
+        assert_int_equal(kvf_image_width(out), ow);
+        assert_int_equal(kvf_image_height(out), oh);
+        for (int i = 0; i < ow * oh * 3; i++)
+            if (kvf_image_rgb(out)[i] != col[i % 3])
+                fail_msg("flat -> %dx%d: byte %d: %d", ow, oh, i, kvf_image_rgb(out)[i]);
+        kvf_image_free(out);
+        assert_int_equal(image_resize(smooth, ow, oh, IMAGE_LANCZOS, &out), KVF_OK);
+        double *wx = naive_weights(37, ow, lanczos3), *wy = naive_weights(23, oh, lanczos3);
+        for (int y = 0; y < oh; y++)
+            for (int x = 0; x < ow; x++)
+                for (int c = 0; c < 3; c++) {
+                    const double v = naive_resize(rgb, 37, 23, wx, wy, x, y, c);
+                    const int got = kvf_image_rgb(out)[((size_t)y * ow + x) * 3 + c];
+                    if (fabs(got - v) > 1.1)
+                        fail_msg("smooth -> %dx%d at (%d, %d, %d): %d, in double %g", ow, oh, x, y, c, got, v);
+                }
+        free(wx);
+        free(wy);
+        kvf_image_free(out);
+    }
+    /* The same size is a copy; torchvision's filter is not Pillow's. */
+    assert_int_equal(image_resize(smooth, 37, 23, IMAGE_LANCZOS, &out), KVF_OK);
+    assert_memory_equal(kvf_image_rgb(out), rgb, sizeof rgb);
+    kvf_image_free(out);
+    assert_int_equal(image_resize(smooth, 0, 23, IMAGE_LANCZOS, &out), KVF_ERR_INVALID_ARG);
+    assert_int_equal(image_resize(smooth, 5, 5, IMAGE_TV_BICUBIC, &out), KVF_ERR_INVALID_ARG);
+    assert_null(out);
+    kvf_image_free(flat);
+    kvf_image_free(smooth);
+}
+
+/* Idefics3's tiling (sizes checked against the processor in
+ * tests/ref/hf_smolvlm_check.py): the longer side to `longest`, then to
+ * multiples of the tile. */
+static void test_idefics3_tiles(void **state) {
+    (void)state;
+    int r, c;
+    assert_true(image_idefics3_tiles(30, 40, 1456, 364, true, &r, &c)); /* 1456 x 1092 -> 1456 x 1092 */
+    assert_int_equal(r, 3);
+    assert_int_equal(c, 4);
+    assert_true(image_idefics3_tiles(333, 77, 1456, 364, true, &r, &c)); /* tall: 336 x 1456 */
+    assert_int_equal(r, 4);
+    assert_int_equal(c, 1);
+    assert_true(image_idefics3_tiles(30, 40, 364, 364, true, &r, &c)); /* one tile: the global image alone */
+    assert_int_equal(r, 0);
+    assert_int_equal(c, 0);
+    assert_true(image_idefics3_tiles(30, 40, 1456, 364, false, &r, &c));
+    assert_int_equal(r + c, 0);
+    assert_false(image_idefics3_tiles(30, 40, 5000, 364, true, &r, &c));
+    assert_false(image_idefics3_tiles(30, 40, 1456, 0, true, &r, &c));
 }
 
 static void test_preprocess_args(void **state) {
@@ -734,6 +824,7 @@ int main(void) {
         cmocka_unit_test(test_pixel_limit),
         cmocka_unit_test(test_from_rgb),         cmocka_unit_test(test_preprocess_pad),
         cmocka_unit_test(test_preprocess_resize), cmocka_unit_test(test_preprocess_tv_bicubic),
+        cmocka_unit_test(test_resize_lanczos),    cmocka_unit_test(test_idefics3_tiles),
         cmocka_unit_test(test_preprocess_args),   cmocka_unit_test(test_smart_resize_video),
     };
     return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);

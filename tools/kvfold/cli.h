@@ -138,14 +138,16 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPT_FILE { "--file", "-f", OPT_STR, &a->file, 0, 0, "FILE", "read the input text from FILE (- for stdin)" }
 #define OPT_SYSTEM { "--system --system-prompt", "-sys", OPT_STR, &a->system, 0, 0, "TEXT", \
     "system message (implies --chat)" }
-/* The vision tower: its file, and (llama.cpp's names) the tokens a Qwen2-VL / Qwen2.5-VL image may become. */
+/* The vision tower: its file, and (llama.cpp's names) the tokens a Qwen2-VL / Qwen2.5-VL or Idefics3 image may
+ * become. */
 #define OPTS_VISION \
     { "--mmproj", NULL, OPT_STR, &a->mmproj, 0, 0, "FILE", \
       "vision projector GGUF (llama.cpp mmproj) for a GGUF decoder" }, \
     { "--image-min-tokens", NULL, OPT_INT, &a->image_min_tokens, 0, 1 << 20, "N", \
       "Qwen2-VL / Qwen2.5-VL: an image becomes at least N tokens (default: the model's)" }, \
     { "--image-max-tokens", NULL, OPT_INT, &a->image_max_tokens, 0, 1 << 20, "N", \
-      "Qwen2-VL / Qwen2.5-VL: an image becomes at most N tokens (default: the model's)" }
+      "Qwen2-VL / Qwen2.5-VL: an image becomes at most N tokens (default: the model's); Idefics3 / SmolVLM: " \
+      "an image whose tiles would take more is read whole, as its global image alone" }
 #define OPT_PSEUDO_NOISE { "--pseudo-noise", NULL, OPT_FLOAT, &a->pseudo_noise, 0, 100, "S", \
     "Gaussian noise on pseudo-images, x embedding RMS (default 0)" }
 #define OPT_VIDEO_FPS { "--video-fps", NULL, OPT_FLOAT, &a->video_fps, 0.001, 1000, "F", \

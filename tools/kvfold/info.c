@@ -96,6 +96,11 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
                "projector %s -> %d tokens (%dx%d grid)\n", in->vision_source, in->vision_tower, in->vision_n_layer,
                in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size,
                in->vision_projector, in->image_tokens, in->image_grid, in->image_grid);
+    else if (in->has_vision && !strcmp(in->vision_projector, "idefics3"))
+        printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), tiles of %d and the whole image, "
+               "patch %d, projector %s -> up to %d tokens\n", in->vision_source, in->vision_tower, in->vision_n_layer,
+               in->vision_n_embd, in->vision_n_head, in->vision_n_ff, in->vision_image_size, in->vision_patch_size,
+               in->vision_projector, in->image_tokens);
     else if (in->has_vision)
         printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), the image's own size, patch %d, "
                "projector %s -> up to %d tokens\n", in->vision_source, in->vision_tower, in->vision_n_layer,
