@@ -5,7 +5,7 @@ BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 PREFIX ?= /usr/local
 
-.PHONY: all setup setup-hf models models-large build build-asan build-clang fuzz install test test-unit demo bench clean
+.PHONY: all setup setup-hf models models-large build build-asan build-clang fuzz install python test test-unit demo bench clean
 
 all: build
 
@@ -57,6 +57,11 @@ fuzz: setup
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
+# The Python package (pyproject.toml) built by pip with the project's CMake
+# and installed into the test venv, with its `kvfold` command.
+python: setup
+	@.venv/bin/pip install -q --disable-pip-version-check .
+
 # Unit tests under ASan+UBSan first, then the whole suite (fixtures, real
 # models, CLI) on the optimised build; ctest's summary is the last line.
 # The clang build (build-clang) is compiled, not tested. The suite runs with
@@ -65,7 +70,7 @@ install: build
 # since the test tools link the library directly: OPENBLAS_CORETYPE as the
 # CLI's OpenBLAS reports it, or OpenBLAS's own choice where it reports none.
 BLAS_ENV = $$(OPENBLAS_VERBOSE=2 $(BUILD)/kvfold --version 2>&1 | sed -n 's/^Core: \([A-Za-z0-9]*\)$$/OPENBLAS_CORETYPE=\1/p' | tail -n 1)
-test: build build-asan build-clang models
+test: build build-asan build-clang models python
 	@blas=$(BLAS_ENV); cd $(BUILD)-asan && env $$blas ctest --output-on-failure -j $(JOBS)
 	@blas=$(BLAS_ENV); cd $(BUILD) && env $$blas ctest --output-on-failure -j $(JOBS)
 
@@ -80,4 +85,4 @@ demo: models
 	@bash scripts/demo.sh $(BUILD)/kvfold $(DEMO_MODEL)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-clang $(BUILD)-fuzz build-python

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kvfold needs to build and test, idempotently and quickly when
 # everything is already there: Debian packages and a Python venv (numpy, gguf,
-# Pillow, rouge, regex and the openai client, used only by the tests).
+# Pillow, rouge, regex, the openai client and pytest, used only by the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +20,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import numpy, gguf, PIL, rouge, regex, openai' 2>/dev/null; then
-    echo "setup: creating .venv (numpy, gguf, pillow, rouge, regex, openai)"
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import numpy, gguf, PIL, rouge, regex, openai, pytest' 2>/dev/null; then
+    echo "setup: creating .venv (numpy, gguf, pillow, rouge, regex, openai, pytest)"
     python3 -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check numpy==2.* gguf==0.17.1 "pillow>=10,<14" rouge==1.0.1 regex==2024.* "openai>=1.50,<3"
+    .venv/bin/pip install -q --disable-pip-version-check numpy==2.* gguf==0.17.1 "pillow>=10,<14" rouge==1.0.1 regex==2024.* "openai>=1.50,<3" "pytest>=8,<9"
 fi

@@ -3,6 +3,7 @@
  * top-p and min-p cut-offs act on the distribution that is actually sampled.
  * The same seed and logits always give the same tokens. */
 #include "core/common.h"
+#include "core/vec.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -129,16 +130,15 @@ static const float *penalise(struct kvf_sampler *s, const float *logits, int n_v
 
 /* First index of the largest logit; NaN never wins, and an all -inf/NaN row
  * gives 0 so the caller always gets a valid id. */
+/* The first index of the largest logit (NaN ignored; 0 when none is above
+ * -inf): the SIMD maximum, then the first place it occurs, so that greedy
+ * decoding pays a few microseconds a token, not a branch per logit. */
 static int32_t argmax(const float *logits, int n) {
-    int32_t best = 0;
-    float bv = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (logits[i] > bv) {
-            bv = logits[i];
-            best = i;
-        }
-    }
-    return best;
+    const float mx = vec_max(logits, n);
+    if (mx == -INFINITY) return 0;
+    int32_t i = 0;
+    while (logits[i] != mx) i++;
+    return i;
 }
 
 static int cand_cmp_desc(const void *a, const void *b) {

@@ -77,6 +77,40 @@ static void test_greedy_is_argmax(void **state) {
     kvf_sampler_free(s);
 }
 
+/* The first largest logit (NaN skipped, 0 when none is above -inf), by a
+ * plain scan, on lengths around the SIMD widths and a vocabulary's, with
+ * ties, NaNs and infinities. */
+static int32_t naive_argmax(const float *l, int n) {
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (l[i] > bv) bv = l[i], best = i;
+    return best;
+}
+
+static void test_greedy_against_a_scan(void **state) {
+    (void)state;
+    static const int lens[] = {1, 2, 7, 8, 15, 16, 17, 31, 33, 64, 100, 1000, 49153};
+    float *l = malloc(sizeof(float) * 49153);
+    assert_non_null(l);
+    struct kvf_sampler *s = make(0.0f, 0, 1.0f, 0.0f, 1);
+    uint32_t r = 12345;
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++)
+        for (int trial = 0; trial < 8; trial++) {
+            const int n = lens[k];
+            for (int i = 0; i < n; i++) {
+                r = r * 1664525u + 1013904223u;
+                l[i] = (float)(r >> 20) / 256.0f; /* coarse: ties are common */
+                if (trial % 4 == 1 && r % 5 == 0) l[i] = NAN;
+                if (trial % 4 == 2) l[i] = r % 3 ? -INFINITY : NAN; /* nothing above -inf */
+                if (trial % 4 == 3 && i == n / 2) l[i] = INFINITY;
+            }
+            assert_int_equal(draw(s, l, n), naive_argmax(l, n));
+        }
+    kvf_sampler_free(s);
+    free(l);
+}
+
 static void test_top_k1_and_tiny_top_p_are_argmax(void **state) {
     (void)state;
     float l[5] = { 1.0f, 1.2f, 0.9f, 1.1f, 1.19f };
@@ -276,6 +310,7 @@ static void test_repeat_penalty(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_is_argmax),
+        cmocka_unit_test(test_greedy_against_a_scan),
         cmocka_unit_test(test_top_k1_and_tiny_top_p_are_argmax),
         cmocka_unit_test(test_distribution_matches_softmax),
         cmocka_unit_test(test_truncation_stages),

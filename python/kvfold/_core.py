@@ -1,0 +1,566 @@
+"""Models, sessions and generation over the C library (kvfold._lib)."""
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+
+STATUS_NAMES = ("ok", "invalid_arg", "io", "format", "unsupported", "shape", "context", "nomem", "internal",
+                "buffer")
+
+# kvf_tag as numpy sees it: views of the library's tag arrays.
+TAG_DTYPE = np.dtype([("pos", "<i4"), ("modality", "<i2"), ("media", "<i2"), ("row", "<i2"), ("col", "<i2")])
+
+# The media of a prompt: image files, bytes, or (h, w, 3) uint8 arrays.
+ImageLike = Union[str, os.PathLike, bytes, np.ndarray]
+Message = dict  # {"role": ..., "content": ...}
+
+
+class KVFoldError(RuntimeError):
+    """A kvfold call failed. `status` is the library's enum kvf_status
+    (`status_name` its name: "format", "invalid_arg", ...), the message the
+    library's own (kvf_last_error)."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        self.status_name = STATUS_NAMES[status] if 0 <= status < len(STATUS_NAMES) else str(status)
+        super().__init__(f"{message} ({self.status_name})" if message else self.status_name)
+
+
+def check(st: int, what: str = "") -> None:
+    """Raises KVFoldError for a status other than KVF_OK."""
+    if st != _lib.KVF_OK:
+        msg = lib.kvf_last_error().decode(errors="replace")
+        raise KVFoldError(st, f"{what}: {msg}" if what else msg)
+
+
+def _b(s: Optional[Union[str, os.PathLike]]) -> Optional[bytes]:
+    return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else s.encode()
+
+
+def _s(b: Optional[bytes]) -> Optional[str]:
+    return None if b is None else b.decode(errors="replace")
+
+
+def _view(ptr, n: int, dtype) -> np.ndarray:
+    """A read-only numpy view of n items at ptr (empty for NULL)."""
+    if not ptr or n <= 0:
+        return np.empty(0, dtype=dtype)
+    raw = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8 * (n * np.dtype(dtype).itemsize))).contents
+    a = np.frombuffer(raw, dtype=dtype, count=n)
+    a.flags.writeable = False
+    return a
+
+
+class _Handle:
+    """An owned library object, freed once: by close(), a with block's end,
+    or garbage collection."""
+
+    _free = None  # the library's *_free
+
+    def __init__(self, ptr: int):
+        self._ptr = ctypes.c_void_p(ptr)
+
+    @property
+    def ptr(self) -> ctypes.c_void_p:
+        if not self._ptr:
+            raise ValueError(f"{type(self).__name__} is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", None), ctypes.c_void_p()
+        if ptr:
+            type(self)._free(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+class Image(_Handle):
+    """A decoded image (PNG, JPEG, GIF, WebP, PPM), 8-bit RGB."""
+
+    _free = lib.kvf_image_free
+
+    def __init__(self, source: ImageLike, max_pixels: int = 0):
+        out = ctypes.c_void_p()
+        if isinstance(source, np.ndarray):
+            a = np.ascontiguousarray(source, dtype=np.uint8)
+            if a.ndim != 3 or a.shape[2] != 3:
+                raise ValueError(f"an image array must be (h, w, 3) uint8, not {a.shape}")
+            check(lib.kvf_image_from_rgb(a.shape[1], a.shape[0], a.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)),
+                                         ctypes.byref(out)), "image")
+        elif isinstance(source, (bytes, bytearray)):
+            buf = bytes(source)
+            check(lib.kvf_image_load_memory(buf, len(buf), max_pixels, ctypes.byref(out)), "image")
+        else:
+            check(lib.kvf_image_load(_b(source), max_pixels, ctypes.byref(out)), f"image {source}")
+        super().__init__(out.value)
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """The pixels [h][w][3] (a view, valid while the image is open)."""
+        h, w = lib.kvf_image_height(self.ptr), lib.kvf_image_width(self.ptr)
+        return _view(lib.kvf_image_rgb(self.ptr), h * w * 3, np.uint8).reshape(h, w, 3)
+
+
+class Media(_Handle):
+    """An encoded image, video item or pseudo-image: embeddings that replace
+    one `<image>` (or, a video's items together, one `<video>`) of a prompt."""
+
+    _free = lib.kvf_media_free
+
+    @property
+    def n_tokens(self) -> int:
+        return lib.kvf_media_n_tokens(self.ptr)
+
+
+class Sampler(_Handle):
+    """Temperature, top-k, top-p, min-p and the repeat penalty, as llama.cpp's
+    sampler chain; temperature <= 0 is greedy."""
+
+    _free = lib.kvf_sampler_free
+
+    def __init__(self, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                 seed: int = 42, repeat_penalty: float = 1.0, repeat_last_n: int = 64):
+        sp = lib.kvf_sampler_default_params()
+        sp.temp, sp.top_k, sp.top_p, sp.min_p, sp.seed = temperature, top_k, top_p, min_p, seed
+        sp.penalty_repeat, sp.penalty_last_n = repeat_penalty, repeat_last_n
+        out = ctypes.c_void_p()
+        check(lib.kvf_sampler_init(ctypes.byref(sp), ctypes.byref(out)), "sampler")
+        super().__init__(out.value)
+
+    def sample(self, logits: np.ndarray) -> int:
+        a = np.ascontiguousarray(logits, dtype=np.float32)
+        tok = ctypes.c_int32()
+        check(lib.kvf_sampler_sample(self.ptr, a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), a.size,
+                                     ctypes.byref(tok)), "sample")
+        return tok.value
+
+    def accept(self, token: int) -> None:
+        lib.kvf_sampler_accept(self.ptr, token)
+
+
+class Model(_Handle):
+    """Model weights (a GGUF file, or a Hugging Face directory), shared by
+    every session made from it.
+
+        with kvfold.Model("smollm2-135m-instruct-q4_1.gguf") as model:
+            print(model.generate("The capital of France is", max_tokens=8))
+    """
+
+    _free = lib.kvf_model_free
+
+    def __init__(self, path: Union[str, os.PathLike], mmproj: Optional[Union[str, os.PathLike]] = None,
+                 threads: Optional[int] = None, vocab_only: bool = False, image_min_tokens: int = 0,
+                 image_max_tokens: int = 0, repack: bool = True):
+        mp = lib.kvf_model_default_params()
+        mp.n_threads = threads or 0
+        self._mmproj = _b(mmproj)  # kept alive for the call
+        mp.mmproj, mp.vocab_only, mp.repack = self._mmproj, vocab_only, repack
+        mp.image_min_tokens, mp.image_max_tokens = image_min_tokens, image_max_tokens
+        out = ctypes.c_void_p()
+        check(lib.kvf_model_load(_b(path), ctypes.byref(mp), ctypes.byref(out)), f"model {path}")
+        super().__init__(out.value)
+        self._pieces = {}  # token_bytes' answers: generation asks for each token once a step
+        info = _lib.ModelInfo()
+        lib.kvf_model_get_info(self.ptr, ctypes.byref(info))
+        self.info = {name: (_s(v) if isinstance(v, bytes) else list(v) if name == "rope_sections" else v)
+                     for name, v in ((f, getattr(info, f)) for f, _ in info._fields_)}
+
+    @property
+    def n_vocab(self) -> int:
+        return self.info["n_vocab"]
+
+    # ---------------------------------------------------------- tokenizer --
+
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """The token ids of text (BOS first when the tokenizer adds one and
+        add_bos; special: control tokens' text becomes their ids)."""
+        data = text.encode()
+        n = ctypes.c_int32()
+        st = lib.kvf_tokenize(self.ptr, data, len(data), None, 0, add_bos, special, ctypes.byref(n))
+        if st == _lib.KVF_OK:
+            return []
+        if st != _lib.KVF_ERR_BUFFER:
+            check(st, "tokenize")
+        ids = (ctypes.c_int32 * n.value)()
+        check(lib.kvf_tokenize(self.ptr, data, len(data), ids, n.value, add_bos, special, ctypes.byref(n)),
+              "tokenize")
+        return list(ids[:n.value])
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token prints as (special tokens: none unless special)."""
+        key = (token, special)
+        piece = self._pieces.get(key)
+        if piece is None:
+            piece = self._pieces[key] = self._token_bytes(token, special)
+        return piece
+
+    def _token_bytes(self, token: int, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = ctypes.c_int32()
+        st = lib.kvf_token_to_piece(self.ptr, token, buf, len(buf), special, ctypes.byref(n))
+        if st == _lib.KVF_ERR_BUFFER:
+            buf = ctypes.create_string_buffer(n.value)
+            st = lib.kvf_token_to_piece(self.ptr, token, buf, len(buf), special, ctypes.byref(n))
+        check(st, "token_to_piece")
+        return buf.raw[:n.value]
+
+    def detokenize(self, tokens: Sequence[int], special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special) for t in tokens).decode(errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return lib.kvf_token_is_eog(self.ptr, token)
+
+    def apply_chat_template(self, messages: Sequence[Message], template: Optional[str] = None,
+                            add_generation_prompt: bool = True) -> str:
+        """messages ({"role", "content"}) in the model's chat template (or the
+        one named: llama2, vicuna, chatml, gemma)."""
+        keep = [(_b(m["role"]), _b(m["content"])) for m in messages]
+        arr = (_lib.ChatMessage * max(len(keep), 1))(*(_lib.ChatMessage(r, c) for r, c in keep))
+        n = ctypes.c_int32()
+        tpl = _b(template)
+        size = 256 + sum(len(c) + 64 for _, c in keep)
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            st = lib.kvf_chat_apply(self.ptr, tpl, arr, len(keep), add_generation_prompt, buf, size, ctypes.byref(n))
+            if st != _lib.KVF_ERR_BUFFER:
+                break
+            size = n.value
+        check(st, "chat template")
+        return buf.raw[:n.value].decode(errors="replace")
+
+    # -------------------------------------------------------------- media --
+
+    def encode_image(self, image: ImageLike, threads: Optional[int] = None) -> Media:
+        """The vision tower's embeddings of one image (for a prompt's `<image>`)."""
+        with Image(image) as img:
+            out = ctypes.c_void_p()
+            check(lib.kvf_media_encode_image(self.ptr, img.ptr, _lib.KVF_MOD_IMAGE, threads or 0, ctypes.byref(out)),
+                  "encode image")
+        m = Media(out.value)
+        m._model = self  # the model outlives its media
+        return m
+
+    def encode_video(self, frames: Sequence[ImageLike], fps: float = 2.0, threads: Optional[int] = None) -> list[Media]:
+        """A video's items (for a prompt's `<video>`), from its frames in order."""
+        imgs = [Image(f) for f in frames]
+        try:
+            arr = (ctypes.c_void_p * len(imgs))(*(i.ptr for i in imgs))
+            out = (ctypes.c_void_p * len(imgs))()
+            n = ctypes.c_int()
+            check(lib.kvf_media_encode_video(self.ptr, arr, len(imgs), 0, fps, threads or 0, out, ctypes.byref(n)),
+                  "encode video")
+        finally:
+            for i in imgs:
+                i.close()
+        items = [Media(out[i]) for i in range(n.value)]
+        for m in items:
+            m._model = self
+        return items
+
+    # ----------------------------------------------------------- sessions --
+
+    def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,
+                threads: Optional[int] = None, kv_type: str = "f32", kv_budget: float = 0.0, kv_gather: int = 0,
+                kv_swa_full: bool = False) -> "Session":
+        """A session (KV cache, logits) on this model. kv: a KV policy, a press
+        (kvfold.presses) or a spec string ("snapkv:budget=0.2"); None: the
+        full cache."""
+        return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full)
+
+    def load_session(self, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Session":
+        """A session saved by Session.save (on this model)."""
+        out = ctypes.c_void_p()
+        check(lib.kvf_session_load(self.ptr, _b(path), threads or 0, ctypes.byref(out)), f"session {path}")
+        return Session._wrap(self, out.value)
+
+    def generate(self, prompt: Union[str, Sequence[Message]], images: Sequence[ImageLike] = (),
+                 max_tokens: int = 128, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, seed: int = 42, stop: Union[str, Sequence[str], None] = None,
+                 kv: Union[str, "object", None] = None, n_ctx: int = 0, stream: bool = False,
+                 template: Optional[str] = None) -> Union[str, Iterator[str]]:
+        """Text generated after prompt: a string (raw, BOS first), or chat
+        messages (the model's chat template applied). images fill the
+        prompt's `<image>` markers in order. The prompt's cache is compressed
+        by kv (a press or spec) before the first token. stream: an iterator
+        of pieces as they come. Greedy by default, as `kvfold generate`."""
+        chat = not isinstance(prompt, str)
+        text = self.apply_chat_template(prompt, template) if chat else prompt
+        sess = self.session(kv=kv, n_ctx=n_ctx)
+        media = [self.encode_image(i) for i in images]
+
+        def run() -> Iterator[str]:
+            try:
+                sess.prefill_text(text, media=media, add_bos=True, special=chat)
+                sess.compress()
+                yield from sess.generate(max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                                         seed=seed, stop=stop)
+            finally:
+                sess.close()
+                for m in media:
+                    m.close()
+        return run() if stream else "".join(run())
+
+
+class Session(_Handle):
+    """A conversation's state: KV cache (compressed by its policy), logits
+    and scratch. One thread at a time; sessions of one model may run on
+    different threads."""
+
+    _free = lib.kvf_session_free
+
+    def __init__(self, model: Model, kv=None, n_ctx: int = 0, n_batch: int = 512, threads: Optional[int] = None,
+                 kv_type: str = "f32", kv_budget: float = 0.0, kv_gather: int = 0, kv_swa_full: bool = False):
+        sp = lib.kvf_session_default_params()
+        sp.n_ctx, sp.n_batch, sp.n_threads = n_ctx, n_batch, threads or 0
+        self._spec = _b(str(kv)) if kv is not None else None
+        sp.kv_spec = self._spec
+        t = ctypes.c_int()
+        check(lib.kvf_kv_type_parse(_b(kv_type), ctypes.byref(t)), "kv_type")
+        sp.kv_type, sp.kv_budget, sp.kv_gather, sp.kv_swa_full = t.value, kv_budget, kv_gather, kv_swa_full
+        out = ctypes.c_void_p()
+        check(lib.kvf_session_init(model.ptr, ctypes.byref(sp), ctypes.byref(out)), "session")
+        super().__init__(out.value)
+        self.model = model
+        self._prompt = None
+
+    @classmethod
+    def _wrap(cls, model: Model, ptr: int) -> "Session":
+        s = cls.__new__(cls)
+        _Handle.__init__(s, ptr)
+        s.model, s._prompt = model, None
+        return s
+
+    def close(self) -> None:
+        super().close()
+        self.close_prompt()
+
+    # ------------------------------------------------------------- input --
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Appends token ids (in batches of n_batch)."""
+        ids = np.ascontiguousarray(tokens, dtype=np.int32)
+        check(lib.kvf_session_prefill(self.ptr, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ids.size, None),
+              "prefill")
+
+    def prefill_text(self, text: str, media: Sequence[Media] = (), add_bos: bool = True,
+                     special: bool = False) -> None:
+        """Appends a prompt whose `<image>` / `<video>` markers take media in
+        order. Runs a forward pass at a time where the policy allows it, so
+        that Ctrl-C (KeyboardInterrupt) stops it between passes."""
+        arr = (ctypes.c_void_p * max(len(media), 1))(*(m.ptr for m in media))
+        prompt = ctypes.c_void_p()
+        check(lib.kvf_prompt_init(self.model.ptr, _b(text), arr, len(media), add_bos, special, ctypes.byref(prompt)),
+              "prompt")
+        self.close_prompt()
+        self._prompt, self._media = prompt, list(media)  # the prompt borrows the media
+        n, base = lib.kvf_prompt_n_tokens(prompt), self.n_past
+        while self.n_past - base < n:
+            # One forward pass a call: a part runs on to the end of the pass it starts.
+            st = lib.kvf_session_prefill_prompt_part(self.ptr, prompt, self.n_past - base, 1)
+            if st == _lib.KVF_ERR_UNSUPPORTED and self.n_past == base:  # a policy that needs the prompt whole
+                check(lib.kvf_session_prefill_prompt(self.ptr, prompt, None), "prefill")
+                return
+            check(st, "prefill")
+
+    def close_prompt(self) -> None:
+        """Frees the last prompt prefill_text made (the session keeps it for a
+        prompt prefilled in parts, and a copy goes on with it)."""
+        prompt, self._prompt = getattr(self, "_prompt", None), None
+        if prompt:
+            lib.kvf_prompt_free(prompt)
+
+    def compress(self) -> None:
+        """Applies the KV policy to the cache now (after the prompt)."""
+        check(lib.kvf_session_compress(self.ptr), "compress")
+
+    def decode(self, token: int) -> None:
+        """Appends one token (the cache kept within budget by the policy)."""
+        check(lib.kvf_session_decode(self.ptr, token), "decode")
+
+    def generate(self, max_tokens: int = 128, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, seed: int = 42, stop: Union[str, Sequence[str], None] = None) -> Iterator[str]:
+        """Pieces of text sampled from the logits on, each token decoded
+        before the next is drawn, until an end-of-generation token, a stop
+        string (cut, with what follows it) or max_tokens. Ctrl-C
+        (KeyboardInterrupt) stops it at the next token."""
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+        hold = max((len(s) - 1 for s in stops), default=0)  # characters a stop string may still complete
+        raw, text = b"", ""  # bytes inside an unfinished character; characters not yet yielded
+        model, n_vocab = self.model, self.model.n_vocab
+        tok = ctypes.c_int32()
+        with Sampler(temperature, top_k, top_p, min_p, seed) as sampler:
+            for _ in range(max_tokens):
+                # From the session's logits in place: no array made per token.
+                check(lib.kvf_sampler_sample(sampler.ptr, lib.kvf_session_logits(self.ptr), n_vocab,
+                                             ctypes.byref(tok)), "sample")
+                if model.is_eog(tok.value):
+                    break
+                sampler.accept(tok.value)
+                raw += model.token_bytes(tok.value)
+                whole = _complete_utf8(raw)
+                raw, text = raw[len(whole):], text + whole.decode(errors="replace")
+                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    if cut:
+                        yield text[:cut]
+                    return
+                if len(text) > hold:
+                    yield text[:len(text) - hold]
+                    text = text[len(text) - hold:]
+                self.decode(tok.value)
+        if text or raw:
+            yield text + raw.decode(errors="replace")
+
+    # ----------------------------------------------------------- inspect --
+
+    @property
+    def logits(self) -> np.ndarray:
+        """The logits after the last position [n_vocab] (a read-only view,
+        valid until the session next changes)."""
+        return _view(lib.kvf_session_logits(self.ptr), self.model.n_vocab, np.float32)
+
+    @property
+    def n_past(self) -> int:
+        return lib.kvf_session_n_past(self.ptr)
+
+    @property
+    def n_ctx(self) -> int:
+        return lib.kvf_session_n_ctx(self.ptr)
+
+    @property
+    def kv_spec(self) -> str:
+        return _s(lib.kvf_session_kv_spec(self.ptr))
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """The token id at every position so far (-1: media), a view valid until the session changes."""
+        return _view(lib.kvf_session_tokens(self.ptr), self.n_past, np.int32)
+
+    @property
+    def tags(self) -> np.ndarray:
+        """Every position's tag (pos, modality, media, row, col), a view valid until the session changes."""
+        return _view(lib.kvf_session_tags(self.ptr), self.n_past, TAG_DTYPE)
+
+    def kv_tags(self, layer: int, head: int) -> np.ndarray:
+        """The tags of the entries (layer, kv head) keeps, in cache order (a
+        view valid until the session changes)."""
+        n = ctypes.c_int()
+        ptr = lib.kvf_session_kv_tags(self.ptr, layer, head, ctypes.byref(n))
+        if not ptr:
+            raise IndexError(f"layer {layer}, kv head {head} out of range")
+        return _view(ptr, n.value, TAG_DTYPE)
+
+    def kept_positions(self) -> list[list[np.ndarray]]:
+        """Per layer, per kv head: the true positions its cache keeps (copies)."""
+        info = self.model.info
+        return [[self.kv_tags(l, h)["pos"].copy() for h in range(info["n_head_kv"])] for l in range(info["n_layer"])]
+
+    def kv_merges(self, layer: int, head: int) -> np.ndarray:
+        """[n][2]: (from, into) true positions a merging policy folded at (layer, kv head), in order (a copy)."""
+        n = ctypes.c_int()
+        ptr = lib.kvf_session_kv_merges(self.ptr, layer, head, ctypes.byref(n))
+        return _view(ptr, 2 * n.value, np.int32).reshape(-1, 2).copy()
+
+    def kv_layer_budget(self, layer: int) -> Optional[tuple[float, float]]:
+        """(share of the tokens seen, Gini coefficient) where the policy
+        searched per-layer budgets (prefixkv); None otherwise."""
+        r, g = ctypes.c_double(), ctypes.c_double()
+        return (r.value, g.value) if lib.kvf_session_kv_layer_budget(self.ptr, layer, ctypes.byref(r),
+                                                                     ctypes.byref(g)) else None
+
+    @property
+    def kv_bytes(self) -> dict:
+        """KV memory really allocated: now (kept), the peak, and what the full cache would hold."""
+        return {"kept": lib.kvf_session_kv_bytes(self.ptr), "peak": lib.kvf_session_kv_peak_bytes(self.ptr),
+                "full": lib.kvf_session_kv_full_bytes(self.ptr)}
+
+    # ------------------------------------------------------------- state --
+
+    def reset(self) -> None:
+        lib.kvf_session_reset(self.ptr)
+
+    def truncate(self, n: int) -> None:
+        check(lib.kvf_session_truncate(self.ptr, n), "truncate")
+
+    def copy(self) -> "Session":
+        """A session in this one's state (compressed or not) that goes on alike."""
+        out = ctypes.c_void_p()
+        check(lib.kvf_session_copy(self.ptr, ctypes.byref(out)), "copy")
+        return Session._wrap(self.model, out.value)
+
+    def fork(self, kv=None, kv_budget: float = 0.0) -> "Session":
+        """This prefill under another policy (not yet compressed)."""
+        out = ctypes.c_void_p()
+        check(lib.kvf_session_fork(self.ptr, _b(str(kv)) if kv is not None else None, kv_budget, ctypes.byref(out)),
+              "fork")
+        return Session._wrap(self.model, out.value)
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        check(lib.kvf_session_save(self.ptr, _b(path)), "save")
+
+    def to_bytes(self) -> bytes:
+        size = lib.kvf_session_save_size(self.ptr)
+        buf = ctypes.create_string_buffer(size)
+        check(lib.kvf_session_save_buffer(self.ptr, buf, size), "save")
+        return buf.raw
+
+    @classmethod
+    def from_bytes(cls, model: Model, data: bytes, threads: Optional[int] = None) -> "Session":
+        out = ctypes.c_void_p()
+        check(lib.kvf_session_load_buffer(model.ptr, data, len(data), threads or 0, ctypes.byref(out)), "load")
+        return cls._wrap(model, out.value)
+
+
+def _complete_utf8(b: bytes) -> bytes:
+    """The longest prefix of b that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(b)) + 1):
+        c = b[-back]
+        if c & 0xC0 != 0x80:  # a lead byte (or ASCII): is its character whole?
+            need = 1 if c < 0x80 else 2 if c >> 5 == 6 else 3 if c >> 4 == 14 else 4 if c >> 3 == 30 else 1
+            return b if back >= need else b[:-back]
+    return b
+
+
+def policies() -> list[dict]:
+    """Every KV policy preset and stage option (`kvfold policies`)."""
+    out = []
+    info = _lib.KvPolicyInfo()
+    for i in range(lib.kvf_kv_policy_count()):
+        check(lib.kvf_kv_policy_get(i, ctypes.byref(info)), "policy")
+        out.append({f: _s(getattr(info, f)) if isinstance(getattr(info, f), bytes) else getattr(info, f)
+                    for f, _ in info._fields_})
+    return out
+
+
+def check_spec(spec: str, budget: float = 0.0) -> None:
+    """Raises KVFoldError (whose message lists what is valid) for a bad KV spec."""
+    check(lib.kvf_kv_policy_check_budget(_b(spec), budget), "kv spec")
+
+
+def question_aware(spec: str) -> bool:
+    """Whether spec's policy scores entries with the prompt's last queries."""
+    aware = ctypes.c_bool()
+    check(lib.kvf_kv_policy_question_aware(_b(spec), ctypes.byref(aware)), "kv spec")
+    return aware.value
+
+
+def build_info() -> str:
+    return _s(lib.kvf_build_info())
+
+
+def simd_level() -> str:
+    return _s(lib.kvf_simd_level())
+

@@ -1,0 +1,80 @@
+"""The ctypes declarations against include/kvfold.h: every KVF_API function
+bound, every public struct's fields in the header's order with the C
+compiler's size and offsets, and the enums' values."""
+import ctypes
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from kvfold import _lib
+
+HEADER = os.path.join(ROOT, "include", "kvfold.h")
+
+
+def header():
+    text = open(HEADER).read()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def test_every_function_bound():
+    api = set(re.findall(r"KVF_API[^;{]*?\b(kvf_\w+)\s*\(", header()))
+    assert len(api) > 80
+    assert api - set(_lib.FUNCTIONS) == set(), "functions of kvfold.h not bound"
+    assert set(_lib.FUNCTIONS) - api == set(), "bound functions kvfold.h does not declare"
+    for name in api:
+        assert getattr(_lib.lib, name).argtypes is not None or not _lib.FUNCTIONS[name][1]
+
+
+def c_fields(name):
+    """The field names of struct `name` as the header declares them, in order."""
+    body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\};", header(), re.S)
+    assert body, f"struct {name} not in kvfold.h"
+    names = []
+    for decl in body.group(1).split(";"):
+        decl = decl.strip()
+        if not decl:
+            continue
+        first, *rest = decl.split(",")
+        names.append(re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*$", first)[0])
+        names += [re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*$", r)[0] for r in rest]
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(_lib.STRUCTS))
+def test_struct_fields_in_order(name):
+    py = [_lib.FIELD_NAMES.get((name, f), f) for f, _ in _lib.STRUCTS[name]._fields_]
+    assert py == c_fields(name)
+
+
+def test_layouts_match_the_compiler(tmp_path):
+    cc = os.environ.get("CC", "cc")
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "kvfold.h"', "int main(void) {"]
+    for name, cls in sorted(_lib.STRUCTS.items()):
+        lines.append(f'printf("{name} %zu\\n", sizeof(struct {name}));')
+        for f, _ in cls._fields_:
+            c = _lib.FIELD_NAMES.get((name, f), f)
+            lines.append(f'printf("{name}.{f} %zu\\n", offsetof(struct {name}, {c}));')
+    enums = ["KVF_OK", "KVF_ERR_INVALID_ARG", "KVF_ERR_IO", "KVF_ERR_FORMAT", "KVF_ERR_UNSUPPORTED", "KVF_ERR_SHAPE",
+             "KVF_ERR_CONTEXT", "KVF_ERR_NOMEM", "KVF_ERR_INTERNAL", "KVF_ERR_BUFFER", "KVF_MOD_TEXT", "KVF_MOD_IMAGE",
+             "KVF_MOD_VIDEO", "KVF_KV_F32", "KVF_KV_F16", "KVF_KV_Q8_0", "KVF_ROPE_NORM", "KVF_ROPE_NEOX"]
+    lines += [f'printf("{e} %d\\n", (int){e});' for e in enums]
+    lines.append("return 0; }")
+    src, exe = tmp_path / "layout.c", tmp_path / "layout"
+    src.write_text("\n".join(lines))
+    res = subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"), str(src), "-o", str(exe)],
+                         capture_output=True, text=True)
+    if res.returncode != 0 and "not found" in res.stderr:
+        pytest.skip(f"no C compiler ({cc})")
+    assert res.returncode == 0, res.stderr
+    got = dict(line.rsplit(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                               check=True).stdout.splitlines())
+    for name, cls in _lib.STRUCTS.items():
+        assert ctypes.sizeof(cls) == int(got[name]), f"sizeof(struct {name})"
+        for f, _ in cls._fields_:
+            assert getattr(cls, f).offset == int(got[f"{name}.{f}"]), f"offsetof(struct {name}, {f})"
+    for e in enums:
+        assert getattr(_lib, e) == int(got[e]), e
