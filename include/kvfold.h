@@ -286,8 +286,9 @@ KVF_API enum kvf_status kvf_media_encode_image(const struct kvf_model *model, co
  * repeated when the count is odd), and give an item after a video one past
  * the largest position the video took (Qwen's rule; transformers 5 differs
  * once the time positions reach the grid's longer side); Qwen3-VL too,
- * its frames sized by its processor's bounds on all n_frames together, and
- * each item placed in a prompt after its "<t seconds>" timestamp; LLaVA encodes
+ * its frames sized by its processor's bounds on all n_frames together (so
+ * a video comes in one call, first_frame 0), and each item placed in a
+ * prompt after its "<t seconds>" timestamp; LLaVA encodes
  * each frame as an image; Gemma 3 reads no videos (KVF_ERR_UNSUPPORTED):
  * kvf_model_info.video_frames_per_item says which. A long video can be
  * given a few frames at a time: first_frame is the index of frames[0] in

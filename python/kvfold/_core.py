@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
@@ -47,14 +48,21 @@ def _s(b: Optional[bytes]) -> Optional[str]:
     return None if b is None else b.decode(errors="replace")
 
 
-def _view(ptr, n: int, dtype) -> np.ndarray:
-    """A read-only numpy view of n items at ptr (empty for NULL)."""
+def _view(ptr, n: int, dtype, owner) -> np.ndarray:
+    """A read-only numpy view of n items at ptr (empty for NULL) that keeps
+    owner, the object whose memory it is, alive."""
     if not ptr or n <= 0:
         return np.empty(0, dtype=dtype)
-    raw = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_uint8 * (n * np.dtype(dtype).itemsize))).contents
+    raw = (ctypes.c_uint8 * (n * np.dtype(dtype).itemsize)).from_address(ctypes.cast(ptr, ctypes.c_void_p).value)
+    raw._owner = owner  # the array's base is raw
     a = np.frombuffer(raw, dtype=dtype, count=n)
     a.flags.writeable = False
     return a
+
+
+def _copy(ptr, n: int, dtype) -> np.ndarray:
+    """A copy of n items at ptr: for arrays the library moves as the object changes."""
+    return _view(ptr, n, dtype, None).copy()
 
 
 class _Handle:
@@ -109,9 +117,9 @@ class Image(_Handle):
 
     @property
     def pixels(self) -> np.ndarray:
-        """The pixels [h][w][3] (a view, valid while the image is open)."""
+        """The pixels [h][w][3] (a read-only view; the image stays alive with it)."""
         h, w = lib.kvf_image_height(self.ptr), lib.kvf_image_width(self.ptr)
-        return _view(lib.kvf_image_rgb(self.ptr), h * w * 3, np.uint8).reshape(h, w, 3)
+        return _view(lib.kvf_image_rgb(self.ptr), h * w * 3, np.uint8, self).reshape(h, w, 3)
 
 
 class Media(_Handle):
@@ -172,11 +180,18 @@ class Model(_Handle):
         out = ctypes.c_void_p()
         check(lib.kvf_model_load(_b(path), ctypes.byref(mp), ctypes.byref(out)), f"model {path}")
         super().__init__(out.value)
+        self._sessions = weakref.WeakSet()  # closed with the model: they cannot run without it
         self._pieces = {}  # token_bytes' answers: generation asks for each token once a step
         info = _lib.ModelInfo()
         lib.kvf_model_get_info(self.ptr, ctypes.byref(info))
         self.info = {name: (_s(v) if isinstance(v, bytes) else list(v) if name == "rope_sections" else v)
                      for name, v in ((f, getattr(info, f)) for f, _ in info._fields_)}
+
+    def close(self) -> None:
+        """Frees the weights, closing the sessions still open on them first."""
+        for session in list(getattr(self, "_sessions", ())):
+            session.close()
+        super().close()
 
     @property
     def n_vocab(self) -> int:
@@ -249,9 +264,7 @@ class Model(_Handle):
             out = ctypes.c_void_p()
             check(lib.kvf_media_encode_image(self.ptr, img.ptr, _lib.KVF_MOD_IMAGE, threads or 0, ctypes.byref(out)),
                   "encode image")
-        m = Media(out.value)
-        m._model = self  # the model outlives its media
-        return m
+        return Media(out.value)
 
     def encode_video(self, frames: Sequence[ImageLike], fps: float = 2.0, threads: Optional[int] = None) -> list[Media]:
         """A video's items (for a prompt's `<video>`), from its frames in order."""
@@ -265,10 +278,7 @@ class Model(_Handle):
         finally:
             for i in imgs:
                 i.close()
-        items = [Media(out[i]) for i in range(n.value)]
-        for m in items:
-            m._model = self
-        return items
+        return [Media(out[i]) for i in range(n.value)]
 
     # ----------------------------------------------------------- sessions --
 
@@ -333,15 +343,28 @@ class Session(_Handle):
         out = ctypes.c_void_p()
         check(lib.kvf_session_init(model.ptr, ctypes.byref(sp), ctypes.byref(out)), "session")
         super().__init__(out.value)
-        self.model = model
+        self._attach(model)
+
+    def _attach(self, model: Model) -> None:
+        self.model = model  # the model lives as long as its sessions, and closes them when closed
+        model._sessions.add(self)
         self._prompt = None
+        # A token generate() gave but did not decode (the last one): decoded
+        # by the next call that goes on from it, so that the cache holds
+        # every token given out without paying a pass nobody may need.
+        self._pending = None
 
     @classmethod
     def _wrap(cls, model: Model, ptr: int) -> "Session":
         s = cls.__new__(cls)
         _Handle.__init__(s, ptr)
-        s.model, s._prompt = model, None
+        s._attach(model)
         return s
+
+    def _flush(self) -> None:
+        tok, self._pending = self._pending, None
+        if tok is not None:
+            check(lib.kvf_session_decode(self.ptr, tok), "decode")
 
     def close(self) -> None:
         super().close()
@@ -351,6 +374,7 @@ class Session(_Handle):
 
     def prefill(self, tokens: Sequence[int]) -> None:
         """Appends token ids (in batches of n_batch)."""
+        self._flush()
         ids = np.ascontiguousarray(tokens, dtype=np.int32)
         check(lib.kvf_session_prefill(self.ptr, ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), ids.size, None),
               "prefill")
@@ -360,6 +384,7 @@ class Session(_Handle):
         """Appends a prompt whose `<image>` / `<video>` markers take media in
         order. Runs a forward pass at a time where the policy allows it, so
         that Ctrl-C (KeyboardInterrupt) stops it between passes."""
+        self._flush()
         arr = (ctypes.c_void_p * max(len(media), 1))(*(m.ptr for m in media))
         prompt = ctypes.c_void_p()
         check(lib.kvf_prompt_init(self.model.ptr, _b(text), arr, len(media), add_bos, special, ctypes.byref(prompt)),
@@ -384,25 +409,30 @@ class Session(_Handle):
 
     def compress(self) -> None:
         """Applies the KV policy to the cache now (after the prompt)."""
+        self._flush()
         check(lib.kvf_session_compress(self.ptr), "compress")
 
     def decode(self, token: int) -> None:
         """Appends one token (the cache kept within budget by the policy)."""
+        self._flush()
         check(lib.kvf_session_decode(self.ptr, token), "decode")
 
     def generate(self, max_tokens: int = 128, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, seed: int = 42, stop: Union[str, Sequence[str], None] = None) -> Iterator[str]:
-        """Pieces of text sampled from the logits on, each token decoded
-        before the next is drawn, until an end-of-generation token, a stop
-        string (cut, with what follows it) or max_tokens. Ctrl-C
+        """Pieces of text sampled from the logits on, until an end-of-generation
+        token, a stop string (cut, with what follows it), max_tokens or a
+        full context. Each token is in the cache before its piece is given
+        (the last one by the next call that goes on from it), so a caller
+        may stop at any piece and continue the conversation. Ctrl-C
         (KeyboardInterrupt) stops it at the next token."""
-        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+        self._flush()
+        stops = [s for s in ([stop] if isinstance(stop, str) else stop or []) if s]
         hold = max((len(s) - 1 for s in stops), default=0)  # characters a stop string may still complete
-        raw, text = b"", ""  # bytes inside an unfinished character; characters not yet yielded
-        model, n_vocab = self.model, self.model.n_vocab
+        raw, text = b"", ""  # bytes inside an unfinished character; characters not yet given
+        model, n_vocab, n_ctx = self.model, self.model.n_vocab, self.n_ctx
         tok = ctypes.c_int32()
         with Sampler(temperature, top_k, top_p, min_p, seed) as sampler:
-            for _ in range(max_tokens):
+            for i in range(max_tokens):
                 # From the session's logits in place: no array made per token.
                 check(lib.kvf_sampler_sample(sampler.ptr, lib.kvf_session_logits(self.ptr), n_vocab,
                                              ctypes.byref(tok)), "sample")
@@ -412,15 +442,21 @@ class Session(_Handle):
                 raw += model.token_bytes(tok.value)
                 whole = _complete_utf8(raw)
                 raw, text = raw[len(whole):], text + whole.decode(errors="replace")
-                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                cut = min((j for j in (text.find(s) for s in stops) if j >= 0), default=-1)
+                last = cut >= 0 or i == max_tokens - 1 or lib.kvf_session_n_past(self.ptr) >= n_ctx - 1
+                if last:
+                    self._pending = tok.value
+                else:
+                    check(lib.kvf_session_decode(self.ptr, tok.value), "decode")
                 if cut >= 0:
                     if cut:
                         yield text[:cut]
                     return
+                if last:
+                    break
                 if len(text) > hold:
                     yield text[:len(text) - hold]
                     text = text[len(text) - hold:]
-                self.decode(tok.value)
         if text or raw:
             yield text + raw.decode(errors="replace")
 
@@ -428,9 +464,11 @@ class Session(_Handle):
 
     @property
     def logits(self) -> np.ndarray:
-        """The logits after the last position [n_vocab] (a read-only view,
-        valid until the session next changes)."""
-        return _view(lib.kvf_session_logits(self.ptr), self.model.n_vocab, np.float32)
+        """The logits after the last position [n_vocab]: a read-only view of
+        the session's buffer, which keeps the session alive and holds the
+        latest logits (copy it to keep these)."""
+        self._flush()
+        return _view(lib.kvf_session_logits(self.ptr), self.model.n_vocab, np.float32, self)
 
     @property
     def n_past(self) -> int:
@@ -444,35 +482,36 @@ class Session(_Handle):
     def kv_spec(self) -> str:
         return _s(lib.kvf_session_kv_spec(self.ptr))
 
+    # The library moves the arrays below as the session changes: copies.
+
     @property
     def tokens(self) -> np.ndarray:
-        """The token id at every position so far (-1: media), a view valid until the session changes."""
-        return _view(lib.kvf_session_tokens(self.ptr), self.n_past, np.int32)
+        """The token id at every position so far (-1: media)."""
+        return _copy(lib.kvf_session_tokens(self.ptr), self.n_past, np.int32)
 
     @property
     def tags(self) -> np.ndarray:
-        """Every position's tag (pos, modality, media, row, col), a view valid until the session changes."""
-        return _view(lib.kvf_session_tags(self.ptr), self.n_past, TAG_DTYPE)
+        """Every position's tag (pos, modality, media, row, col)."""
+        return _copy(lib.kvf_session_tags(self.ptr), self.n_past, TAG_DTYPE)
 
     def kv_tags(self, layer: int, head: int) -> np.ndarray:
-        """The tags of the entries (layer, kv head) keeps, in cache order (a
-        view valid until the session changes)."""
+        """The tags of the entries (layer, kv head) keeps, in cache order."""
         n = ctypes.c_int()
         ptr = lib.kvf_session_kv_tags(self.ptr, layer, head, ctypes.byref(n))
         if not ptr:
             raise IndexError(f"layer {layer}, kv head {head} out of range")
-        return _view(ptr, n.value, TAG_DTYPE)
+        return _copy(ptr, n.value, TAG_DTYPE)
 
     def kept_positions(self) -> list[list[np.ndarray]]:
-        """Per layer, per kv head: the true positions its cache keeps (copies)."""
+        """Per layer, per kv head: the true positions its cache keeps."""
         info = self.model.info
-        return [[self.kv_tags(l, h)["pos"].copy() for h in range(info["n_head_kv"])] for l in range(info["n_layer"])]
+        return [[self.kv_tags(l, h)["pos"] for h in range(info["n_head_kv"])] for l in range(info["n_layer"])]
 
     def kv_merges(self, layer: int, head: int) -> np.ndarray:
         """[n][2]: (from, into) true positions a merging policy folded at (layer, kv head), in order (a copy)."""
         n = ctypes.c_int()
         ptr = lib.kvf_session_kv_merges(self.ptr, layer, head, ctypes.byref(n))
-        return _view(ptr, 2 * n.value, np.int32).reshape(-1, 2).copy()
+        return _copy(ptr, 2 * n.value, np.int32).reshape(-1, 2)
 
     def kv_layer_budget(self, layer: int) -> Optional[tuple[float, float]]:
         """(share of the tokens seen, Gini coefficient) where the policy
@@ -490,28 +529,35 @@ class Session(_Handle):
     # ------------------------------------------------------------- state --
 
     def reset(self) -> None:
+        self._pending = None
         lib.kvf_session_reset(self.ptr)
 
     def truncate(self, n: int) -> None:
+        """Forgets the positions from n on (a token generate() left undecoded too)."""
+        self._pending = None
         check(lib.kvf_session_truncate(self.ptr, n), "truncate")
 
     def copy(self) -> "Session":
         """A session in this one's state (compressed or not) that goes on alike."""
+        self._flush()
         out = ctypes.c_void_p()
         check(lib.kvf_session_copy(self.ptr, ctypes.byref(out)), "copy")
         return Session._wrap(self.model, out.value)
 
     def fork(self, kv=None, kv_budget: float = 0.0) -> "Session":
         """This prefill under another policy (not yet compressed)."""
+        self._flush()
         out = ctypes.c_void_p()
         check(lib.kvf_session_fork(self.ptr, _b(str(kv)) if kv is not None else None, kv_budget, ctypes.byref(out)),
               "fork")
         return Session._wrap(self.model, out.value)
 
     def save(self, path: Union[str, os.PathLike]) -> None:
+        self._flush()
         check(lib.kvf_session_save(self.ptr, _b(path)), "save")
 
     def to_bytes(self) -> bytes:
+        self._flush()
         size = lib.kvf_session_save_size(self.ptr)
         buf = ctypes.create_string_buffer(size)
         check(lib.kvf_session_save_buffer(self.ptr, buf, size), "save")

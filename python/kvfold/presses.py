@@ -218,6 +218,8 @@ class BlockwisePress(Press):
 
 
 class _ReducePress(Press):
+    """A reduce-stage method (image tokens merged or dropped inside the prefill)."""
+
     preset = ""
 
     def __init__(self, **keys):
@@ -264,9 +266,13 @@ class AdaKVPress(Press):
 class DecodingPress(Press):
     """Compression while decoding too: base_press's rule run again every
     compression_interval tokens, back to target_size entries (None: the
-    base press's share of the tokens seen)."""
+    base press's share of the tokens seen). Unlike kvpress's, which leaves
+    the prompt whole, kvfold's compress() (which generate and the pipeline
+    call after the prompt) already cuts the prompt to that budget."""
 
     def __init__(self, base_press: ScorerPress, compression_interval: int = 512, target_size: Optional[int] = None):
+        if target_size is not None and target_size < 2:  # a budget of 1 would read as the share 1.0
+            raise ValueError(f"target_size {target_size}: at least 2 entries")
         self.base_press, self.compression_interval, self.target_size = base_press, compression_interval, target_size
 
     def spec(self) -> str:
@@ -275,4 +281,4 @@ class DecodingPress(Press):
         return f"{_spec(base.preset, **keys)}+decode=recompress:every={self.compression_interval}"
 
 
-__all__ = [n for n, v in dict(globals()).items() if isinstance(v, type) and issubclass(v, Press)]
+__all__ = [n for n, v in dict(globals()).items() if isinstance(v, type) and issubclass(v, Press) and n[0] != "_"]

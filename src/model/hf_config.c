@@ -587,6 +587,13 @@ static enum kvf_status hf_qwen_vision(const struct hf_src *v, struct hf_vision_c
     return hf_int(v, "temporal_patch_size", false, false, 2, &cfg->temporal_patch_size);
 }
 
+/* Qwen2-VL's and Qwen3-VL's towers: every layer attends over the whole
+ * image (the window, a merge unit, is never used). */
+static void hf_qwen_no_windows(struct hf_vision_config *cfg) {
+    cfg->window_size = cfg->patch_size * cfg->spatial_merge_size;
+    for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
+}
+
 /* deepstack_visual_indexes (default 8, 16, 24): distinct layers in
  * ascending order, each within the tower. */
 static enum kvf_status hf_deepstack(const struct hf_src *v, struct hf_vision_config *cfg) {
@@ -691,8 +698,7 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             (st = hf_str(&v, "hidden_act", "gelu_pytorch_tanh", cfg->hidden_act, sizeof cfg->hidden_act)) ||
             (st = hf_deepstack(&v, cfg)))
             goto done;
-        cfg->window_size = cfg->patch_size * cfg->spatial_merge_size; /* unused: every layer full */
-        for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
+        hf_qwen_no_windows(cfg);
         goto preprocessor;
     }
     if (cfg->qwen2vl) {
@@ -708,8 +714,7 @@ enum kvf_status hf_vision_config_load(const char *dir, struct hf_vision_config *
             goto done;
         }
         cfg->intermediate_size = cfg->hidden_size * ratio;
-        cfg->window_size = cfg->patch_size * cfg->spatial_merge_size; /* unused: every layer full */
-        for (int l = 0; l < 256; l++) cfg->full_attention[l] = true;
+        hf_qwen_no_windows(cfg);
         goto preprocessor;
     }
     if (cfg->qwen25vl) {

@@ -68,8 +68,8 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
     for (int c = 0; c < 3; c++)
         if (!(t->std[c] > 0.0f) || !isfinite(t->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
-    const int side = (int)sqrt((double)t->n_pos);
-    if (t->qfamily == QVIT_QWEN3 && (t->n_pos <= 0 || t->n_pos > QVIT_MAX_DIM * 16 || side * side != t->n_pos))
+    if (t->qfamily == QVIT_QWEN3 && (t->n_pos <= 0 || t->n_pos > QVIT_MAX_DIM * 16 ||
+                                     (int)sqrt((double)t->n_pos) * (int)sqrt((double)t->n_pos) != t->n_pos))
         return err_set(KVF_ERR_FORMAT, "%s: %d learned positions do not form a square grid", what, t->n_pos);
     if (t->n_deepstack < 0 || t->n_deepstack > L)
         return err_set(KVF_ERR_FORMAT, "%s: %d DeepStack layers in a tower of %d", what, t->n_deepstack, L);
@@ -334,15 +334,18 @@ enum kvf_status qvit_load_hf(struct kvf_model *m, const char *dir, const struct 
     return bind_tower(m, src, p, names[fam]);
 }
 
-/* Qwen3-VL's clip.vision.is_deepstack_layers: a flag per layer, those set
- * read by a DeepStack merger, in order. */
-static enum kvf_status mmproj_deepstack(const struct gguf_file *f, const char *path, struct vision_model *t) {
+/* Qwen3-VL's clip.vision.is_deepstack_layers: a flag per layer; the layers
+ * set (read by DeepStack mergers, in order) into layers[], their count
+ * into t->n_deepstack. */
+static enum kvf_status mmproj_deepstack(const struct gguf_file *f, const char *path, struct vision_model *t,
+                                        int layers[QVIT_MAX_LAYERS]) {
     const char *key = "clip.vision.is_deepstack_layers";
     if (!gguf_find(f, key)) return KVF_OK;
     const struct gguf_value *a = gguf_get_arr(f, key, GGUF_BOOL);
-    if (!a || a->arr.n != (uint64_t)t->n_layer)
+    if (!a || t->n_layer <= 0 || t->n_layer > QVIT_MAX_LAYERS || a->arr.n != (uint64_t)t->n_layer)
         return err_set(KVF_ERR_FORMAT, "%s: '%s' must be %d booleans, one a layer", path, key, t->n_layer);
-    for (int l = 0; l < t->n_layer; l++) t->n_deepstack += ((const int8_t *)a->arr.data)[l] != 0;
+    for (int l = 0; l < t->n_layer; l++)
+        if (((const int8_t *)a->arr.data)[l]) layers[t->n_deepstack++] = l;
     return KVF_OK;
 }
 
@@ -391,23 +394,20 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, enum qvi
     if (qwen25 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
     if (!qwen25) t.window = t.patch_size * t.merge; /* unused: every layer full */
     const struct tensor_src src = {.gguf = f};
+    int ds_layers[QVIT_MAX_LAYERS];
     if (qwen3) {
         int64_t ne[4];
         int nd;
         if (!tensor_shape(&src, names_mmproj_qwen3.pos, ne, &nd) || nd != 2 || ne[1] > INT32_MAX)
             return err_set(KVF_ERR_FORMAT, "%s: missing or malformed '%s'", path, names_mmproj_qwen3.pos);
         t.n_pos = (int)ne[1];
-        if ((st = mmproj_deepstack(f, path, &t)) != KVF_OK) return st;
+        if ((st = mmproj_deepstack(f, path, &t, ds_layers)) != KVF_OK) return st;
     }
     snprintf(t.source, sizeof t.source, "mmproj");
     if ((st = qvit_alloc(m, path, &t)) != KVF_OK) return st;
     /* Every n_wa_pattern-th layer attends over the whole image (Qwen2-VL, Qwen3-VL: all). */
     for (int l = 0; l < t.n_layer; l++) m->vision->full[l] = !qwen25 || (l + 1) % pattern == 0;
-    if (t.n_deepstack > 0) {
-        const int8_t *flags = gguf_get_arr(f, "clip.vision.is_deepstack_layers", GGUF_BOOL)->arr.data;
-        for (int l = 0, i = 0; l < t.n_layer; l++)
-            if (flags[l]) m->vision->deepstack[i++].layer = l;
-    }
+    for (int i = 0; i < t.n_deepstack; i++) m->vision->deepstack[i].layer = ds_layers[i];
     static const struct qvit_names *const names[] = {[QVIT_QWEN25] = &names_mmproj, [QVIT_QWEN2] = &names_mmproj_qwen2,
                                                      [QVIT_QWEN3] = &names_mmproj_qwen3};
     return bind_tower(m, &src, "", names[family]);

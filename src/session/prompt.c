@@ -174,6 +174,10 @@ enum kvf_status kvf_media_encode_video(const struct kvf_model *m, const struct k
     if (first_frame < 0 || first_frame % T != 0 || first_frame > VIDEO_MAX_FRAMES)
         return err_set(KVF_ERR_INVALID_ARG, "video: first frame %d is not a multiple of %d in 0..%d", first_frame, T,
                        VIDEO_MAX_FRAMES);
+    /* Its processor sizes a video's frames by all of them together. */
+    if (qwen && v->qfamily == QVIT_QWEN3 && first_frame > 0)
+        return err_set(KVF_ERR_INVALID_ARG, "video: Qwen3-VL sizes a video's frames by all of them: give the whole "
+                       "video in one call (first frame %d)", first_frame);
     for (int i = 1; qwen && i < n_frames; i++)
         if (frames[i]->w != frames[0]->w || frames[i]->h != frames[0]->h)
             return err_set(KVF_ERR_INVALID_ARG,
