@@ -29,6 +29,35 @@ def test_every_function_bound():
         assert getattr(_lib.lib, name).argtypes is not None or not _lib.FUNCTIONS[name][1]
 
 
+def c_params(decl):
+    """The parameters of a declaration's parameter list: whether each is a pointer."""
+    inner = decl[decl.index("(") + 1:decl.rindex(")")].strip()
+    if inner in ("", "void"):
+        return []
+    return ["*" in p for p in inner.split(",")]
+
+
+def test_arguments_match_the_header():
+    """Every function's parameter count, and pointers where the header has
+    pointers, scalars where it has scalars; results likewise."""
+    pointerish = (ctypes.c_char_p, ctypes.c_void_p, ctypes._Pointer)
+    checked = 0
+    for m in re.finditer(r"KVF_API\s+([^;{]*?)\b(kvf_\w+)\s*(\([^;]*?\))\s*;", header(), re.S):
+        ret, name, params = m.group(1), m.group(2), m.group(3)
+        res, args = _lib.FUNCTIONS[name]
+        want = c_params(params)
+        assert len(args) == len(want), f"{name}: {len(args)} arguments bound, the header has {len(want)}"
+        for i, (arg, ptr) in enumerate(zip(args, want)):
+            is_ptr = isinstance(arg, type) and issubclass(arg, pointerish)
+            assert is_ptr == ptr, f"{name}: argument {i} is {'not ' if ptr else ''}a pointer in the binding"
+        if "*" in ret:
+            assert isinstance(res, type) and issubclass(res, pointerish), f"{name}: its result is a pointer"
+        elif ret.split()[-1] == "void":
+            assert res is None, f"{name} returns nothing"
+        checked += 1
+    assert checked == len(_lib.FUNCTIONS)
+
+
 def c_fields(name):
     """The field names of struct `name` as the header declares them, in order."""
     body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\};", header(), re.S)
