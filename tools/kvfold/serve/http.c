@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -25,6 +26,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static void serve_defaults(struct args *a) {
     a->serve.host = "127.0.0.1";
@@ -1064,15 +1066,45 @@ static int serve_answering(struct server *srv) {
     return n;
 }
 
+/* SIGINT and SIGTERM are process-directed: the kernel may hand them to any
+ * thread that does not block them, including the OpenBLAS and OpenMP
+ * workers the libraries started before serve_run could block anything. A
+ * handler (not sigwait's default action, which kills the process wherever
+ * it lands) writes the signal to a pipe the main thread reads. */
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig) {
+    const int saved = errno;
+    const unsigned char c = (unsigned char)sig;
+    const ssize_t n = write(stop_pipe[1], &c, 1); /* a signal handler can do nothing about a failure */
+    (void)n;
+    errno = saved;
+}
+
+/* The signal that stops the server (SIGINT or SIGTERM), once one came. */
+static int stop_signal_wait(void) {
+    unsigned char c = 0;
+    while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR) {}
+    return c;
+}
+
 static int serve_run(struct server *srv) {
-    /* Only the main thread takes SIGINT and SIGTERM (the mask is inherited
-     * by the threads started below); it then stops everything in order. */
+    /* The server's own threads (started below, inheriting the mask) never
+     * take SIGINT, SIGTERM or SIGPIPE; the main thread takes the first two
+     * once they run, through on_stop_signal. */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
+        print_error("serve: pipe: %s", strerror(errno));
+        return EXIT_RUNTIME;
+    }
+    const struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     int rc = sched_start(srv);
     if (rc)
         return rc;
@@ -1090,8 +1122,8 @@ static int serve_run(struct server *srv) {
                             "its conversation's next question existed, so a detail asked for later may be gone "
                             "(keydiff is question-agnostic: kvfold policies)\n", srv->a->kv);
         sigdelset(&sigs, SIGPIPE);
-        int sig = 0;
-        sigwait(&sigs, &sig);
+        pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+        const int sig = stop_signal_wait();
         fprintf(stderr, "kvfold: serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     }
     sched_stop(srv); /* every waiting request is answered, then the connections close */
