@@ -92,15 +92,25 @@ def check_preproc(args, tmp, size, proc):
     return True
 
 
-def prompt_images(tmp, size):
-    """Two seeded noise images of odd sizes (wide and wider), as PNG paths."""
+def noise_pngs(tmp, sizes, seed, stem="prompt"):
+    """Seeded RGB noise images of sizes (w, h), written as tmp/<stem>N.png; their paths."""
     from PIL import Image
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     paths = []
-    for i, (w, h) in enumerate(((size + 9, size - 5), (size * 2 + 3, size + 1))):
-        paths.append(os.path.join(tmp, f"prompt{i}.png"))
+    for i, (w, h) in enumerate(sizes):
+        paths.append(os.path.join(tmp, f"{stem}{i}.png"))
         Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(paths[-1])
     return paths
+
+
+def rel_err(a, ref):
+    """max |a - ref| over max |ref|."""
+    return float(np.max(np.abs(a - ref)) / np.max(np.abs(ref)))
+
+
+def prompt_images(tmp, size):
+    """Two seeded noise images of odd sizes (wide and wider), as PNG paths."""
+    return noise_pngs(tmp, ((size + 9, size - 5), (size * 2 + 3, size + 1)), 7)
 
 
 def run_kvfold(args, model, extra, paths, tmp, tag, prompt=PROMPT):
@@ -132,7 +142,7 @@ def check_formats(args):
         gg, gids = run_kvfold(args, args.gguf, ["--mmproj", args.mmproj], paths, tmp, "gguf")
     runs = [(ids[i - 1], n, ids[i + n] if i + n < len(ids) else None) for i, n in image_runs(ids)]
     layout = runs == [(cfg["boi_token_index"], n_img, cfg["eoi_token_index"])] * 2
-    err = float(np.max(np.abs(st - gg)) / np.max(np.abs(st)))
+    err = rel_err(gg, st)
     print(f"images: {runs} (boi, tokens, eoi); gguf+mmproj vs safetensors: ids "
           f"{'equal' if ids == gids else 'DIFFER'}, max rel err {err:.3e}")
     ok = layout and ids == gids and err < 1e-5
@@ -199,7 +209,7 @@ def main():
             ok = False
             continue
         hfv = hf[:, :ours.shape[1]]
-        err = float(np.max(np.abs(ours - hfv)) / np.max(np.abs(hfv)))
+        err = rel_err(ours, hfv)
         agree = float(np.mean(ours.argmax(-1) == hfv.argmax(-1)))
         print(f"{name}: transformers {transformers.__version__}, torch {torch.__version__} on {dev}: "
               f"{len(ids)} positions ({sum(t < 0 for t in ids)} image), max rel err {err:.3e}, "

@@ -55,7 +55,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_gemma3_check import run_kvfold  # noqa: E402
+from hf_gemma3_check import noise_pngs, rel_err, run_kvfold  # noqa: E402
 
 SKIP = 77
 N_BASE = 300          # the fixture tokenizer's vocabulary
@@ -376,11 +376,7 @@ def video_run(args, model, cfg, tok, tmp, frames, fps, with_images, original_rop
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     iproc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
     vproc = video_processor(min_pixels=VIDEO_MIN_PIXELS, max_pixels=VIDEO_MAX_PIXELS)
-    rng = np.random.default_rng(11)
-    images = []
-    for i, (w, h) in enumerate(((170, 60), (61, 44)) if with_images else ()):
-        images.append(os.path.join(tmp, f"vprompt{i}.png"))
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(images[-1])
+    images = noise_pngs(tmp, ((170, 60), (61, 44)) if with_images else (), 11, "vprompt")
     paths = []
     for i, f in enumerate(frames):
         paths.append(os.path.join(tmp, f"vframe{i}.png"))
@@ -417,7 +413,7 @@ def video_run(args, model, cfg, tok, tmp, frames, fps, with_images, original_rop
                                                             pads))[:, None, :]
     with torch.no_grad():
         hf = model(**kw).logits[0].float().numpy()[:, :ours.shape[1]]
-    err = float(np.max(np.abs(ours - hf)) / np.max(np.abs(hf)))
+    err = rel_err(ours, hf)
     agree = float(np.mean(ours.argmax(-1) == hf.argmax(-1)))
     return err, agree, same, f"{len(ids)} positions, video grid {[t, h, w]}, time step {float(step):g}"
 
@@ -483,12 +479,8 @@ def main():
             not check_video_preproc(args, tmp, video_processor(min_pixels=VIDEO_MIN_PIXELS,
                                                                max_pixels=VIDEO_MAX_PIXELS)):
         return 1
-    rng = np.random.default_rng(9)
-    paths = []
     # 168 x 56 px: 2 x 6 merge units, windows of 4 x 4 units cut short at the right.
-    for i, (w, h) in enumerate(((170, 60), (61, 44))):
-        paths.append(os.path.join(tmp, f"prompt{i}.png"))
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(paths[-1])
+    paths = noise_pngs(tmp, ((170, 60), (61, 44)), 9)
     try:
         ours, ids = run_kvfold(args, args.out, [], paths, tmp, "st", PROMPT)
     except RuntimeError as e:
@@ -504,7 +496,7 @@ def main():
     except RuntimeError as e:
         print(f"FAIL: {e}")
         return 1
-    gerr = float(np.max(np.abs(gg - ours)) / np.max(np.abs(ours)))
+    gerr = rel_err(gg, ours)
     # kvfold's own flags: the directory's bounds narrowed, the mmproj's llama.cpp defaults.
     kvfold = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.dump))), "kvfold")
     for path, extra, want in ((args.out, ["--image-max-tokens", "4"], "up to 4 tokens"),
@@ -528,7 +520,7 @@ def main():
         hf = model(input_ids=input_ids, pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"],
                    mm_token_type_ids=(input_ids == cfg.image_token_id).int()).logits[0].float().numpy()
     hf = hf[:, :n_vocab]
-    err = float(np.max(np.abs(ours - hf)) / np.max(np.abs(hf)))
+    err = rel_err(ours, hf)
     agree = float(np.mean(ours.argmax(-1) == hf.argmax(-1)))
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: {n_tok} positions "
           f"({sum(t < 0 for t in ids)} image), max rel err {err:.3e}, argmax agreement {agree:.3f}")
@@ -562,7 +554,7 @@ def main():
     except RuntimeError as e:
         print(f"FAIL: {e}")
         return 1
-    gverr = float(np.max(np.abs(gv - dv)) / np.max(np.abs(dv)))
+    gverr = rel_err(gv, dv)
     print(f"gguf + mmproj, a 3-frame video ({len(dids)} positions): ids {'equal' if gvids == dids else 'DIFFER'}, "
           f"max rel err {gverr:.3e} against the directory")
     ok &= gvids == dids and gverr < 1e-5

@@ -42,7 +42,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_gemma3_check import run_kvfold  # noqa: E402
+from hf_gemma3_check import noise_pngs, rel_err, run_kvfold  # noqa: E402
 from hf_qwen25vl_check import (N_BASE, SPECIALS, check_preproc, expand_images, finish, fresh_out,  # noqa: E402
                                policy_checks, prompt_ids, reference_args, write_decoder)
 
@@ -182,11 +182,7 @@ def video_run(args, model, cfg, tok, tmp, frames, fps, cap=False):
     from PIL import Image
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     iproc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
-    rng = np.random.default_rng(11)
-    images = []
-    for i, (w, h) in enumerate(((170, 60), (61, 44))):
-        images.append(os.path.join(tmp, f"vprompt{i}.png"))
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(images[-1])
+    images = noise_pngs(tmp, ((170, 60), (61, 44)), 11, "vprompt")
     paths = []
     for i, f in enumerate(frames):
         paths.append(os.path.join(tmp, f"vframe{i}.png"))
@@ -226,10 +222,6 @@ def hf_logits(model, cfg, ids, pix):
     with torch.no_grad():
         return model(input_ids=input_ids, pixel_values=pix["pixel_values"], image_grid_thw=pix["image_grid_thw"],
                      mm_token_type_ids=(input_ids == cfg.image_token_id).int()).logits[0].float().numpy()
-
-
-def rel_err(a, b):
-    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
 
 
 def mutations(model, cfg, ids, pix, ours):
@@ -281,13 +273,9 @@ def main():
     proc = Qwen2VLImageProcessorPil.from_pretrained(args.out)
     if not check_preproc(args, tmp, proc, "--qwen3vl", (MIN_PIXELS, MAX_PIXELS), PATCH):
         return 1
-    rng = np.random.default_rng(9)
-    paths = []
     # Within 12 tokens, 192 x 32 px: a 2 x 12 patch grid (the learned one is
     # 8 x 8: squeezed along one side, stretched along the other); 64 x 64: 4 x 4.
-    for i, (w, h) in enumerate(((330, 100), (61, 57))):
-        paths.append(os.path.join(tmp, f"prompt{i}.png"))
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(paths[-1])
+    paths = noise_pngs(tmp, ((330, 100), (61, 57)), 9)
     try:
         ours, ids = run_kvfold(args, args.out, [], paths, tmp, "st", PROMPT)
         dec, mm = write_gguf_pair(model, cfg, args.out, args.fixtures)

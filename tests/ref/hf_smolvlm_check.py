@@ -55,7 +55,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_gemma3_check import run_kvfold  # noqa: E402
+from hf_gemma3_check import noise_pngs, rel_err, run_kvfold  # noqa: E402
 from hf_qwen25vl_check import finish, fresh_out, images, policy_checks, reference_args, write_decoder  # noqa: E402
 
 SKIP = 77
@@ -238,7 +238,7 @@ def hf_logits(model, ids, pixels):
 
 def compare(name, ours, ref):
     ref = ref[:, :ours.shape[1]]
-    err = float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+    err = rel_err(ours, ref)
     agree = float(np.mean(ours.argmax(-1) == ref.argmax(-1)))
     print(f"{name}: max rel err {err:.3e}, argmax agreement {agree:.3f}")
     return err, agree
@@ -264,12 +264,8 @@ def main():
         return 1
     vc = cfg.vision_config
     seq = (vc.image_size // vc.patch_size) ** 2 // cfg.scale_factor ** 2
-    rng = np.random.default_rng(9)
-    paths = []
     # Wide (3 x 2 tiles from the smolvlm processor) and small and tall (2 x 1).
-    for i, (w, h) in enumerate(((170, 100), (41, 67))):
-        paths.append(os.path.join(tmp, f"prompt{i}.png"))
-        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB").save(paths[-1])
+    paths = noise_pngs(tmp, ((170, 100), (41, 67)), 9)
     pics = [Image.open(p).convert("RGB") for p in paths]
     try:
         ours, ids = run_kvfold(args, args.out, [], paths, tmp, "st", PROMPT)
@@ -292,7 +288,7 @@ def main():
     hf = hf_logits(model, want, enc)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, {args.family}:")
     err, agree = compare("  directory", ours, hf)
-    gerr = float(np.max(np.abs(gg - ours)) / np.max(np.abs(ours)))
+    gerr = rel_err(gg, ours)
     print(f"  gguf + mmproj{' ' + ' '.join(alone) if args.family != 'smolvlm' else ''}: ids "
           f"{'equal' if gids == ids else 'DIFFER'}, max rel err {gerr:.3e} against the directory")
     ok &= err < 1e-4 and agree == 1.0 and gids == ids and gerr < 1e-5
