@@ -282,7 +282,10 @@ void decoder_input(struct fwd_scratch *f, const struct kvf_model *m, int at, con
     const struct hparams *hp = &m->hp;
     const int E = hp->n_embd;
     float *x0 = f->x + (size_t)at * E;
-    if (f->ds) {
+    /* DeepStack rows are read for vision rows only (deepstack_add): tagged
+     * rows without features (pseudo-images, caller-made media) read zeros,
+     * untagged ones (text: every decoding step) need nothing. */
+    if (f->ds && (ds || tags)) {
         const size_t w = (size_t)hp->n_deepstack * E;
         if (ds) memcpy(f->ds + (size_t)at * w, ds, sizeof(float) * (size_t)n * w);
         else memset(f->ds + (size_t)at * w, 0, sizeof(float) * (size_t)n * w);
