@@ -7,9 +7,9 @@
  *    one-line message for the calling thread is available from kvf_last_error().
  *  - A kvf_model holds shared, read-only weights (memory-mapped; on CPUs
  *    with AVX-512 VNNI the decoder's Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K
- *    matrices are copied into an interleaved form at load unless
- *    kvf_model_params.repack is false, so two models loaded from one file
- *    do not share those pages). Any number of kvf_session objects may
+ *    matrices may be copied into an interleaved form at load, where that
+ *    measured faster, unless kvf_model_params.repack is false, so two models
+ *    loaded from one file need not share those pages). Any number of kvf_session objects may
  *    use one model; a session owns its KV cache, logits and scratch and must
  *    be used from one thread at a time.
  *  - Objects returned through an `out` pointer are owned by the caller and
@@ -130,12 +130,20 @@ struct kvf_model_params {
      * image alone (transformers' do_image_splitting false; llama.cpp's
      * single-image reading at image_max_tokens = one image's tokens). */
     int image_min_tokens, image_max_tokens;
-    /* On CPUs with AVX-512 VNNI, copy the decoder's quantised matrices into
-     * the form the fastest kernels read (default true; llama.cpp's weight
-     * repacking, --no-repack): decoding 1.1-1.6x faster for one session and
-     * about twice as fast for eight, at the cost of a copy at load (about a second per GB)
-     * and of pages two processes could otherwise share. false: every weight
-     * stays in the file's memory map. */
+    /* Decoding kernels are chosen at load for the CPU at hand: for each
+     * weight type, its candidates (on CPUs with AVX-512 VNNI, the matrices
+     * copied into an interleaved form; the rows kernels of each SIMD level
+     * on the file's layout) are timed on the model's own matrices at
+     * n_threads and the fastest kept (kvf_model_info.kernels says which and
+     * why). The choice is cached in kernels.tsv under $KVFOLD_CACHE_DIR,
+     * else $XDG_CACHE_HOME/kvfold, else ~/.cache/kvfold, so later loads on
+     * the CPU cost nothing and agree (the candidates' results differ in the
+     * last bits); KVFOLD_KERNELS=measure times again, KVFOLD_KERNELS=fixed
+     * skips it (interleaved wherever the CPU can). The interleaved copy
+     * (llama.cpp's weight repacking) costs about a second per GB at load and
+     * the pages two processes could otherwise share. repack false (default
+     * true; --no-repack): no interleaved candidate, every weight stays in
+     * the file's memory map. */
     bool repack;
 };
 KVF_API struct kvf_model_params kvf_model_default_params(void);
@@ -189,6 +197,13 @@ struct kvf_model_info {
     int video_frames_per_item; /* frames of a video each media item holds: 2 (Qwen2-VL,
                                   Qwen2.5-VL, Qwen3-VL: temporal patches), 1 (LLaVA: frames as images),
                                   0 (no videos: Gemma 3, no vision tower) */
+    /* Decoding (vocab_only: 0 and ""). */
+    int64_t decode_bytes;    /* weight bytes one decoding step streams: every matrix but an
+                                embedding of its own (read a row a token); decoding's share of
+                                the memory bandwidth is decode_bytes x tokens/s over it */
+    const char *kernels;     /* each weight type's decoding kernel and why, chosen at load for
+                                this CPU, e.g. "q4_K: rows-avx2 (measured at load on 64 MiB, 2
+                                threads: ilv-avx512 21.0 GB/s, rows-avx512 24.1 GB/s, ...)" */
 };
 /* The strings are owned by the model: valid until kvf_model_free. */
 KVF_API void kvf_model_get_info(const struct kvf_model *model, struct kvf_model_info *info);

@@ -55,7 +55,8 @@ class ModelInfo(Structure):
                 ("vision_projector", c_char_p), ("vision_image_size", c_int), ("vision_patch_size", c_int),
                 ("vision_n_layer", c_int), ("vision_n_embd", c_int), ("vision_n_head", c_int),
                 ("vision_n_ff", c_int), ("image_tokens", c_int), ("image_grid", c_int),
-                ("image_bidirectional", c_bool), ("video_frames_per_item", c_int)]
+                ("image_bidirectional", c_bool), ("video_frames_per_item", c_int), ("decode_bytes", c_int64),
+                ("kernels", c_char_p)]
 
 
 class ChatMessage(Structure):

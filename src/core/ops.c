@@ -51,7 +51,8 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
         if (w->ilv)
             quant_gemm_ilv(w->type, w->cols, wr, (int)(nr / QUANT_ILV_ROWS), xb, n_tok, y + r0, (size_t)rows);
         else
-            quant_gemm_rows(w->type, w->cols, wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
+            quant_gemm_rows_at(w->rows_level ? (enum simd_level)(w->rows_level - 1) : simd_get(), w->type, w->cols,
+                               wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
     }
 }
 

@@ -16,6 +16,10 @@ struct weight {
     size_t row_bytes;
     const void *data;
     bool ilv;
+    /* The decoding kernel, where not interleaved: 0 the rows kernel of the
+     * SIMD level in use, else 1 + the level whose rows kernel measured
+     * fastest for this type on this CPU (model/kernels.c). */
+    uint8_t rows_level;
 };
 
 /* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */

@@ -12,6 +12,7 @@
 #endif
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -821,6 +822,35 @@ struct cpu_features cpu_features(void) {
     return f;
 }
 
+void cpu_identity(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned r[12] = {0}, a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+    char vendor[13];
+    memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+    vendor[12] = '\0';
+    __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
+    const unsigned model = base == 0x6 || base == 0xf ? ((a >> 4) & 0xf) | ((a >> 12) & 0xf0) : (a >> 4) & 0xf;
+    char brand[49] = "";
+    if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
+        for (unsigned i = 0; i < 3; i++)
+            __get_cpuid(0x80000002 + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+        memcpy(brand, r, 48);
+        brand[48] = '\0';
+    }
+    /* The brand string pads with spaces; only printable ASCII is kept. */
+    char *o = brand;
+    for (const char *p = brand; *p; p++)
+        if (*p > ' ' && *p < 127) *o++ = *p;
+        else if (*p == ' ' && o > brand && o[-1] != ' ') *o++ = ' ';
+    if (o > brand && o[-1] == ' ') o--;
+    *o = '\0';
+    snprintf(buf, n, "%s %u/%u/%u %s", vendor, family, model, a & 0xf, brand);
+#endif
+}
+
 static enum simd_level cpu_detect(void) {
     const struct cpu_features f = cpu_features();
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma && f.f16c)
@@ -981,6 +1011,21 @@ static void rows_run(const struct quant_kernels *k, enum dtype type, int64_t n, 
 void quant_gemm_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
                      float *out, size_t os) {
     rows_run(kernels(), type, n, w, w_stride, nw, xb, nx, out, os);
+}
+
+void quant_gemm_rows_at(enum simd_level level, enum dtype type, int64_t n, const void *w, size_t w_stride, int nw,
+                        const void *xb, int nx, float *out, size_t os) {
+    const enum simd_level cur = simd_get();
+    rows_run(&level_kernels[level < cur && level >= SIMD_SCALAR ? level : cur], type, n, w, w_stride, nw, xb, nx, out,
+             os);
+}
+
+bool quant_rows_level_has(enum dtype type, enum simd_level level) {
+    pthread_once(&init_once, kernels_init);
+    if ((unsigned)type >= DT_COUNT || level <= SIMD_SCALAR || level > cpu_level) return false;
+    const struct quant_kernels *a = &level_kernels[level], *b = &level_kernels[level - 1];
+    return (a->dot_rows[type] && a->dot_rows[type] != b->dot_rows[type]) ||
+           (!a->dot_rows[type] && a->dot[type] && a->dot[type] != b->dot[type]);
 }
 
 void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,

@@ -51,6 +51,10 @@ struct cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
 };
 struct cpu_features cpu_features(void);
+/* "AuthenticAMD 25/1/1 AMD EPYC ...": vendor, family/model/stepping and
+ * brand string as cpuid gives them ("unknown" off x86), for keying what
+ * was measured on this CPU. */
+void cpu_identity(char *buf, size_t n);
 /* Best level this CPU supports (cpuid), capped by KVFOLD_SIMD=scalar|avx2. */
 enum simd_level simd_detect(void);
 /* Level used by the dispatching kernels below; tests force each level. */
@@ -83,6 +87,14 @@ void quant_quantize_batch(enum dtype type, const float *x, int64_t n, int nx, vo
  * Unknown types give zeros. */
 void quant_gemm_rows(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb, int nx,
                      float *out, size_t out_stride);
+/* quant_gemm_rows with the rows kernel of SIMD level `level` (capped by the
+ * level in use, so that KVFOLD_SIMD and simd_set still hold), for a
+ * weight whose kernel was chosen by measurement (model/kernels.c).
+ * quant_rows_level_has: `level` has a SIMD rows kernel of its own for
+ * `type` on this CPU (not the one of the level below it). */
+void quant_gemm_rows_at(enum simd_level level, enum dtype type, int64_t n, const void *w, size_t w_stride, int nw,
+                        const void *xb, int nx, float *out, size_t out_stride);
+bool quant_rows_level_has(enum dtype type, enum simd_level level);
 
 /* Prompt products in integers, for the K types where the CPU has AVX-512
  * VNNI. A tile of up to QUANT_TILE_ROWS weight rows is repacked so that one

@@ -250,73 +250,93 @@ static inline __m256 x_q8_0(struct wcodes w, __m256i y) {
     return _mm256_cvtepi32_ps(dot_u8_i8(w.u, _mm256_sign_epi8(y, w.sgn)));
 }
 
-static inline __m256 lane_ps(__m128 v, int k) {
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k));
-}
-
 static inline float hsum128_ps(__m128 s) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
+/* The fp16 scale d of blocks p, p + k1, p + k2, p + k3 (stride bytes
+ * apart) and the two bytes after it (Q4_1/Q5_1's offset m) as floats,
+ * block k's in lanes 2k and 2k + 1: a 32-bit load a block and one
+ * conversion, where inserting 16-bit fields one by one was a fifth of a
+ * decoding step's instructions on Zen 3. */
+static inline __m256 dm_of4(const void *p, size_t stride, int k1, int k2, int k3) {
+    const uint8_t *b = p;
+    uint32_t v[4];
+    memcpy(&v[0], b, 4), memcpy(&v[1], b + (size_t)k1 * stride, 4);
+    memcpy(&v[2], b + (size_t)k2 * stride, 4), memcpy(&v[3], b + (size_t)k3 * stride, 4);
+    const __m128i lo = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)v[0]), _mm_cvtsi32_si128((int)v[1]));
+    const __m128i hi = _mm_unpacklo_epi32(_mm_cvtsi32_si128((int)v[2]), _mm_cvtsi32_si128((int)v[3]));
+    return _mm256_cvtph_ps(_mm_unpacklo_epi64(lo, hi));
+}
+
+static inline __m256 lane8_ps(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
+
 /* Four blocks per step: the weight side (codes, and scales d and offsets m
  * of blocks 0, k1, k2, k3 converted together, each scale spread over 8
  * lanes) is made once for all rows; per row, its codes and its repeated
- * scales are loaded as they lie. In the last, partial group the missing
- * blocks (weights and activations) repeat block 0 under a zero weight
- * scale, and the activation sums are loaded under a mask. `min`: the format
- * has an offset m, whose terms m * s are summed on the side. Each row's
- * arithmetic is the same whatever nr is. */
-#define ROWS_DOT_32(name, wt, w_block, x_block, min, w_min)                                                  \
+ * scales are loaded as they lie. Whole groups run with every index and
+ * mask constant; in the last, partial group the missing blocks (weights
+ * and activations) repeat block 0 under a zero weight scale, and the
+ * activation sums are loaded under a mask. `min`: the format has an offset
+ * m, whose terms m * s are summed on the side. Each row's arithmetic is
+ * the same whatever nr is. */
+#define ROWS_DOT_32(name, wt, w_block, x_block, min)                                                         \
+    static inline __attribute__((always_inline)) void name##_group(                                          \
+        const wt *p, const int cnt, const uint8_t *xb, size_t rb, int64_t n, int64_t i, const int nr,        \
+        __m256 *acc, __m128 *off) {                                                                          \
+        const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                                  \
+        const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(cnt), _mm_setr_epi32(0, 1, 2, 3));               \
+        quant_prefetch(p, 4 * sizeof(wt));                                                                   \
+        __m256 dm = dm_of4(p, sizeof(wt), k1, k2, k3);                                                       \
+        if (cnt < 4)                                                                                         \
+            dm = _mm256_and_ps(dm, _mm256_castsi256_ps(_mm256_cmpgt_epi32(                                   \
+                                       _mm256_set1_epi32(2 * cnt), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)))); \
+        const __m256 wd0 = lane8_ps(dm, 0), wd1 = lane8_ps(dm, 2), wd2 = lane8_ps(dm, 4), wd3 = lane8_ps(dm, 6); \
+        const __m128 wm =                                                                                    \
+            min ? _mm256_castps256_ps128(_mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7))) \
+                : _mm_setzero_ps();                                                                          \
+        const struct wcodes w0 = w_block(p), w1 = w_block(p + k1), w2 = w_block(p + k2), w3 = w_block(p + k3); \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            const int8_t *y = (const int8_t *)(xb + (size_t)r * rb) + 32 * i;                                \
+            const float *xd = (const float *)(const void *)(xb + (size_t)r * rb + n) + QUANT_D_REPEAT * i;   \
+            __m256 t = _mm256_mul_ps(_mm256_mul_ps(wd0, _mm256_loadu_ps(xd)),                                \
+                                     x_block(w0, _mm256_loadu_si256((const __m256i *)y)));                   \
+            t = _mm256_fmadd_ps(_mm256_mul_ps(wd1, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k1)),               \
+                                x_block(w1, _mm256_loadu_si256((const __m256i *)(y + 32 * k1))), t);         \
+            t = _mm256_fmadd_ps(_mm256_mul_ps(wd2, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k2)),               \
+                                x_block(w2, _mm256_loadu_si256((const __m256i *)(y + 32 * k2))), t);         \
+            t = _mm256_fmadd_ps(_mm256_mul_ps(wd3, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k3)),               \
+                                x_block(w3, _mm256_loadu_si256((const __m256i *)(y + 32 * k3))), t);         \
+            acc[r] = _mm256_add_ps(acc[r], t);                                                               \
+            if (min) {                                                                                       \
+                const float *xs = (const float *)(const void *)(xb + (size_t)r * rb + n) +                   \
+                                  QUANT_D_REPEAT * (n / 32) + i;                                             \
+                off[r] = _mm_add_ps(off[r], _mm_mul_ps(wm, cnt < 4 ? _mm_maskload_ps(xs, keep) : _mm_loadu_ps(xs))); \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
     static inline __attribute__((always_inline)) void name##_n(int64_t n, const wt *a, const uint8_t *xb,    \
                                                                size_t rb, const int nr, float *out, size_t os) { \
-        const int64_t nb = n / 32;                                                                           \
+        const int64_t nb = n / 32, full = nb / 4 * 4;                                                        \
         __m256 acc[4];                                                                                       \
         __m128 off[4];                                                                                       \
         _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
             acc[r] = _mm256_setzero_ps();                                                                    \
             off[r] = _mm_setzero_ps();                                                                       \
         }                                                                                                    \
-        for (int64_t i = 0; i < nb; i += 4) {                                                                \
-            const int cnt = nb - i >= 4 ? 4 : (int)(nb - i);                                                 \
-            const int k1 = cnt > 1, k2 = cnt > 2 ? 2 : 0, k3 = cnt > 3 ? 3 : 0;                              \
-            const __m128i keep = _mm_cmpgt_epi32(_mm_set1_epi32(cnt), _mm_setr_epi32(0, 1, 2, 3));           \
-            const wt *p = a + i;                                                                             \
-            quant_prefetch(p, 4 * sizeof(wt));                                                               \
-            const __m128 wd = _mm_and_ps(_mm_castsi128_ps(keep), fp16x4(p[0].d, p[k1].d, p[k2].d, p[k3].d)); \
-            const __m256 wd0 = lane_ps(wd, 0), wd1 = lane_ps(wd, 1), wd2 = lane_ps(wd, 2), wd3 = lane_ps(wd, 3); \
-            const __m128 wm = _mm_and_ps(_mm_castsi128_ps(keep), w_min(p, k1, k2, k3));                      \
-            const struct wcodes w0 = w_block(p), w1 = w_block(p + k1), w2 = w_block(p + k2),                 \
-                                w3 = w_block(p + k3);                                                        \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                           \
-                const int8_t *y = (const int8_t *)(xb + (size_t)r * rb) + 32 * i;                            \
-                const float *xd = (const float *)(const void *)(xb + (size_t)r * rb + n) + QUANT_D_REPEAT * i; \
-                __m256 t = _mm256_mul_ps(_mm256_mul_ps(wd0, _mm256_loadu_ps(xd)),                            \
-                                         x_block(w0, _mm256_loadu_si256((const __m256i *)y)));               \
-                t = _mm256_fmadd_ps(_mm256_mul_ps(wd1, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k1)),           \
-                                    x_block(w1, _mm256_loadu_si256((const __m256i *)(y + 32 * k1))), t);     \
-                t = _mm256_fmadd_ps(_mm256_mul_ps(wd2, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k2)),           \
-                                    x_block(w2, _mm256_loadu_si256((const __m256i *)(y + 32 * k2))), t);     \
-                t = _mm256_fmadd_ps(_mm256_mul_ps(wd3, _mm256_loadu_ps(xd + QUANT_D_REPEAT * k3)),           \
-                                    x_block(w3, _mm256_loadu_si256((const __m256i *)(y + 32 * k3))), t);     \
-                acc[r] = _mm256_add_ps(acc[r], t);                                                           \
-                if (min) {                                                                                   \
-                    const float *xs = (const float *)(const void *)(xb + (size_t)r * rb + n) +               \
-                                      QUANT_D_REPEAT * nb + i;                                               \
-                    off[r] = _mm_add_ps(off[r], _mm_mul_ps(wm, _mm_maskload_ps(xs, keep)));                  \
-                }                                                                                            \
-            }                                                                                                \
-        }                                                                                                    \
+        for (int64_t i = 0; i < full; i += 4) name##_group(a + i, 4, xb, rb, n, i, nr, acc, off);            \
+        if (full < nb) name##_group(a + full, (int)(nb - full), xb, rb, n, full, nr, acc, off);              \
         _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                                 \
             out[(size_t)r * os] = hsum_ps(acc[r]) + hsum128_ps(off[r]);                                      \
     }                                                                                                        \
     ROWS_BY_4(name, quant_planar_row_bytes(n, min), NULL, name##_n)
 
-ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0, no_min)
-ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1, m_q4_1)
-ROWS_DOT_32(rows_q5_0_q8_0, struct block_q5_0, w_q5_0, x_q5_0, 0, no_min)
-ROWS_DOT_32(rows_q5_1_q8_1, struct block_q5_1, w_q5_1, x_q4_1, 1, m_q5_1)
-ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0, no_min)
+ROWS_DOT_32(rows_q4_0_q8_0, struct block_q4_0, w_q4_0, x_q4_0, 0)
+ROWS_DOT_32(rows_q4_1_q8_1, struct block_q4_1, w_q4_1, x_q4_1, 1)
+ROWS_DOT_32(rows_q5_0_q8_0, struct block_q5_0, w_q5_0, x_q5_0, 0)
+ROWS_DOT_32(rows_q5_1_q8_1, struct block_q5_1, w_q5_1, x_q4_1, 1)
+ROWS_DOT_32(rows_q8_0_q8_0, struct block_q8_0, w_q8_0, x_q8_0, 0)
 
 static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     const struct block_q8_0 *b = src;
@@ -379,8 +399,16 @@ static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
 
 /* ---- K quants ------------------------------------------------------- */
 
-/* Shared by Q4_K and Q5_K: the min term dmin * sum_j mn_j * (sum of the
- * 32 activations of sub-block j), from the Q8_K bsums. */
+/* The K types against up to four Q8_K rows of a batch form (rows rb bytes
+ * apart), one super-block at a time: a weight block's codes and scales are
+ * unpacked once for all rows (k*_block), and each row adds its integer
+ * sums into its own accumulators, so each row's arithmetic is the same
+ * whatever nr is. (Two weight rows against one activation row in one loop,
+ * as the AVX-512 kernels of the 32-value types do, streamed from memory
+ * at two thirds of one row's rate on AMD Zen 3: not done.) */
+
+/* The min term of Q4_K/Q5_K: sum_j mn_j * (sum of the 32 activations of
+ * sub-block j), from the Q8_K bsums. */
 static inline float k4_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
     const __m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
     const __m128i pair = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
@@ -391,47 +419,118 @@ static inline float k4_min_term(const uint8_t mn[8], const int16_t bsums[16]) {
 }
 
 /* Q4_K (q5 = 0) and Q5_K (q5 = 1) differ only in the 5th bit OR-ed into the
- * codes; the branch on the constant argument folds away after inlining. */
-static inline float dot_k4(int64_t n, const void *w, const void *x, const int q5) {
-    const struct block_q8_K *b = x;
-    const size_t stride = q5 ? sizeof(struct block_q5_K) : sizeof(struct block_q4_K);
+ * codes; the branch on the constant argument folds away after inlining.
+ * The min terms, dmin d_x k4_min_term, are summed on the side (mins). */
+static inline __attribute__((always_inline)) void k4_block(const void *blk, const uint8_t *xb, size_t rb, int64_t i,
+                                                           const int q5, const int nr, __m256 *acc, float *mins) {
+    const struct block_q5_K *a5 = blk;
+    const struct block_q4_K *a4 = blk;
+    const uint8_t *qs = q5 ? a5->qs : a4->qs;
+    quant_prefetch(blk, q5 ? sizeof *a5 : sizeof *a4);
     const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps();
-    float mins = 0;
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const struct block_q5_K *a5 = (const void *)((const uint8_t *)w + i * stride);
-        const struct block_q4_K *a4 = (const void *)a5;
-        const uint8_t *qs = q5 ? a5->qs : a4->qs;
-        quant_prefetch(a5, stride);
-        uint8_t sc[8], mn[8];
-        quant_k4_scales(a4->scales, sc, mn);
-        const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
-        const __m256i scales = _mm256_set_m128i(sc16, sc16);
-        __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)a5->qh) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (q5) {
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
-            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j)));
-            const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(b[i].qs + 64 * j + 32)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pl, word_lane(scales, 2 * j)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(ph, word_lane(scales, 2 * j + 1)));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a4->d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
-        mins += QUANT_H2F(a4->dmin) * b[i].d * k4_min_term(mn, b[i].bsums);
+    uint8_t sc[8], mn[8];
+    quant_k4_scales(a4->scales, sc, mn);
+    const __m128i sc16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sc));
+    const __m256i scales = _mm256_set_m128i(sc16, sc16);
+    __m256i hb = q5 ? _mm256_loadu_si256((const __m256i *)a5->qh) : _mm256_setzero_si256();
+    const struct block_q8_K *b[4];
+    __m256i sumi[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+        b[r] = (const struct block_q8_K *)(const void *)(xb + (size_t)r * rb) + i;
+        sumi[r] = _mm256_setzero_si256();
     }
-    return hsum_ps(acc) - mins;
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        __m256i lo = _mm256_and_si256(raw, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if (q5) {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), bit4));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), bit4));
+            hb = _mm256_srli_epi16(hb, 2);
+        }
+        const __m256i sl = word_lane(scales, 2 * j), sh = word_lane(scales, 2 * j + 1);
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(b[r]->qs + 64 * j)));
+            const __m256i ph =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(b[r]->qs + 64 * j + 32)));
+            sumi[r] = _mm256_add_epi32(sumi[r], _mm256_add_epi32(_mm256_madd_epi16(pl, sl), _mm256_madd_epi16(ph, sh)));
+        }
+    }
+    const float d = QUANT_H2F(a4->d), dmin = QUANT_H2F(a4->dmin);
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * b[r]->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        mins[r] += dmin * b[r]->d * k4_min_term(mn, b[r]->bsums);
+    }
 }
 
-static float dot_q4_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 0); }
-static float dot_q5_K_q8_K(int64_t n, const void *w, const void *x) { return dot_k4(n, w, x, 1); }
+/* Q6_K: codes stored +32, so each row subtracts 32 * sum_g sc_g * bsums_g
+ * once a block. */
+static inline __attribute__((always_inline)) void q6_block(const struct block_q6_K *a, const uint8_t *xb, size_t rb,
+                                                           int64_t i, const int nr, __m256 *acc, float *mins) {
+    (void)mins;
+    quant_prefetch(a, sizeof *a);
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)a->scales);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+    const struct block_q8_K *b[4];
+    __m256i sumi[4];
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+        b[r] = (const struct block_q8_K *)(const void *)(xb + (size_t)r * rb) + i;
+        const __m256i bias = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)b[r]->bsums));
+        sumi[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(bias, 5));
+    }
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        __m256i q[4];
+        q6_codes(a->ql + 64 * h, a->qh + 32 * h, q);
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+            const __m256i s = _mm256_cvtepi8_epi16(
+                _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)q6_scale_pair[4 * h + k])));
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+                const __m256i y = _mm256_loadu_si256((const __m256i *)(b[r]->qs + 128 * h + 32 * k));
+                sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), s));
+            }
+        }
+    }
+    const float d = QUANT_H2F(a->d);
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * b[r]->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+}
+
+static inline __attribute__((always_inline)) void q4k_block(const void *w, int64_t i, const uint8_t *xb, size_t rb,
+                                                            const int nr, __m256 *acc, float *mins) {
+    k4_block((const struct block_q4_K *)w + i, xb, rb, i, 0, nr, acc, mins);
+}
+
+static inline __attribute__((always_inline)) void q5k_block(const void *w, int64_t i, const uint8_t *xb, size_t rb,
+                                                            const int nr, __m256 *acc, float *mins) {
+    k4_block((const struct block_q5_K *)w + i, xb, rb, i, 1, nr, acc, mins);
+}
+
+static inline __attribute__((always_inline)) void q6k_block(const void *w, int64_t i, const uint8_t *xb, size_t rb,
+                                                            const int nr, __m256 *acc, float *mins) {
+    q6_block((const struct block_q6_K *)w + i, xb, rb, i, nr, acc, mins);
+}
+
+/* A K type's rows kernel (ROWS_BY_4) from its block body: name##_n, one
+ * weight row against up to four activation rows. */
+#define ROWS_K(name, block)                                                                                  \
+    static inline __attribute__((always_inline)) void name##_n(int64_t n, const void *w, const uint8_t *xb,  \
+                                                               size_t rb, const int nr, float *out, size_t os) { \
+        __m256 acc[4];                                                                                       \
+        float mins[4];                                                                                       \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                               \
+            acc[r] = _mm256_setzero_ps();                                                                    \
+            mins[r] = 0;                                                                                     \
+        }                                                                                                    \
+        for (int64_t i = 0; i < n / QK_K; i++)                                                               \
+            block(w, i, xb, rb, nr, acc, mins);                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                                 \
+            out[(size_t)r * os] = hsum_ps(acc[r]) - mins[r];                                                 \
+    }                                                                                                        \
+    ROWS_BY_4(name, dtype_row_bytes(DT_Q8_K, n), NULL, name##_n)
+
+ROWS_K(rows_q4_K_q8_K, q4k_block)
+ROWS_K(rows_q5_K_q8_K, q5k_block)
+ROWS_K(rows_q6_K_q8_K, q6k_block)
 
 static void dequant_q4_K(const void *src, float *dst, int64_t n) {
     const struct block_q4_K *b = src;
@@ -449,35 +548,6 @@ static void dequant_q4_K(const void *src, float *dst, int64_t n) {
             }
         }
     }
-}
-
-static float dot_q6_K_q8_K(int64_t n, const void *w, const void *x) {
-    const struct block_q6_K *a = w;
-    const struct block_q8_K *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        quant_prefetch(&a[i], sizeof a[i]);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)a[i].scales);
-        /* Codes are stored +32: subtract 32 * sum_g sc_g * bsums_g once. */
-        const __m256i bias =
-            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_loadu_si256((const __m256i *)b[i].bsums));
-        __m256i sumi = _mm256_setzero_si256();
-        #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i q[4];
-            q6_codes(a[i].ql + 64 * h, a[i].qh + 32 * h, q);
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++) {
-                const __m256i y = _mm256_loadu_si256((const __m256i *)(b[i].qs + 128 * h + 32 * k));
-                const __m256i s = _mm256_cvtepi8_epi16(
-                    _mm_shuffle_epi8(sc8, _mm_loadu_si128((const __m128i *)q6_scale_pair[4 * h + k])));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q[k], y), s));
-            }
-        }
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(bias, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a[i].d) * b[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum_ps(acc);
 }
 
 static void dequant_q6_K(const void *src, float *dst, int64_t n) {
@@ -570,9 +640,9 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->dot_rows[DT_Q5_0] = rows_q5_0_q8_0;
     k->dot_rows[DT_Q5_1] = rows_q5_1_q8_1;
     k->dot_rows[DT_Q8_0] = rows_q8_0_q8_0;
-    k->dot[DT_Q4_K] = dot_q4_K_q8_K;
-    k->dot[DT_Q5_K] = dot_q5_K_q8_K;
-    k->dot[DT_Q6_K] = dot_q6_K_q8_K;
+    k->dot_rows[DT_Q4_K] = rows_q4_K_q8_K;
+    k->dot_rows[DT_Q5_K] = rows_q5_K_q8_K;
+    k->dot_rows[DT_Q6_K] = rows_q6_K_q8_K;
     k->dot_f32 = dot_f32;
     k->axpy_f32 = axpy_f32;
     k->dot_f32x[DT_F32] = dot_f32_row;

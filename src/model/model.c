@@ -137,66 +137,6 @@ static const char *lname(char *buf, size_t n, const struct layout *lo, int which
     return buf;
 }
 
-/* Decoding's products (and the K types' prompt tiles, split from the same
- * form) run on matrices interleaved by 16 rows where the
- * CPU has the kernel (quant_ilv_has): each is repacked into memory the model
- * owns, and the pages it was read from are handed back to the OS as it
- * goes, so that a large matrix (Gemma 3's 178 MB embedding) is not held
- * twice at its end. That needs w->data in a read-only file mapping, which
- * is where both loaders' tensors lie (gguf_open, st_open): dropped pages
- * would be read again from the file, never lost. Without the memory for a
- * copy, the matrix stays as it is (the rows kernels read it). */
-#define INTERLEAVE_ROWS 4096
-static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) {
-    if (!w->data || w->ilv || w->rows % QUANT_ILV_ROWS != 0 || !quant_ilv_has(w->type) ||
-        quant_ilv_act_bytes(w->type, w->cols) == 0)
-        return KVF_OK;
-    const size_t bytes = (size_t)w->rows * w->row_bytes;
-    uint8_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p)
-        return KVF_OK;
-    for (int64_t r = 0; r < w->rows; r += INTERLEAVE_ROWS) {
-        const int64_t nr = KVF_MIN(INTERLEAVE_ROWS, w->rows - r);
-        const size_t off = (size_t)r * w->row_bytes, len = (size_t)nr * w->row_bytes;
-        /* The kernel zeroes the fresh pages: on every thread, as packing
-         * runs (one thread took as long as the packing). */
-        #pragma omp parallel
-        {
-            const size_t part = (len / (size_t)omp_get_num_threads() + 4095) / 4096 * 4096;
-            const size_t a = KVF_MIN(len, (size_t)omp_get_thread_num() * part);
-            sys_prefault(p + off + a, KVF_MIN(part, len - a));
-        }
-        quant_ilv_pack(w->type, w->cols, (const uint8_t *)w->data + off, nr, p + off);
-        sys_release_pages((const uint8_t *)w->data + off, len);
-    }
-    sys_release_pages(w->data, bytes);
-    const enum kvf_status st = model_keep(m, p);
-    if (st == KVF_OK) {
-        w->data = p;
-        w->ilv = true;
-    }
-    return st;
-}
-
-/* An embedding matrix of its own stays mapped: only the rows of the
- * tokens seen are read (ops_get_row), and only those become resident. */
-static enum kvf_status interleave_all(struct kvf_model *m) {
-    enum kvf_status st;
-    if (m->output.data == m->tok_embd.data) {
-        st = weight_interleave(m, &m->tok_embd);
-        m->output = m->tok_embd;
-    } else {
-        st = weight_interleave(m, &m->output);
-    }
-    for (int l = 0; l < m->hp.n_layer && st == KVF_OK; l++) {
-        struct layer_weights *L = &m->layers[l];
-        struct weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof ws / sizeof *ws && st == KVF_OK; i++)
-            st = weight_interleave(m, ws[i]);
-    }
-    return st;
-}
-
 static enum kvf_status bind_all(struct kvf_model *m, const struct tensor_src *src, const struct layout *lo, bool hf) {
     const struct hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
@@ -625,7 +565,8 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         return st;
     }
     enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
-    if (st == KVF_OK && p.repack) st = interleave_all(m);
+    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
+    if (st == KVF_OK) st = model_kernels_choose(m, p.repack, m->n_threads);
     if (st == KVF_OK && p.mmproj) {
         if (m->vision)
             st = err_set(KVF_ERR_INVALID_ARG, "'%s' carries its own vision tower; no mmproj file is needed", path);
@@ -641,7 +582,6 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_str(m->hp.arch));
     describe_types(m);
-    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     *out = m;
     return KVF_OK;
 }
@@ -670,6 +610,7 @@ void kvf_model_get_info(const struct kvf_model *m, struct kvf_model_info *info) 
         .norm_eps = hp->norm_eps, .rope_style = hp->rope_style, .n_params = m->n_params,
         .weight_bytes = m->weight_bytes, .weight_types = m->weight_types, .tokenizer = tok_kind(m->tok),
         .chat_template_name = chat ? chat : "none", .bos = tok_bos(m->tok), .eos = tok_eos(m->tok),
+        .decode_bytes = m->decode_bytes, .kernels = m->kernels,
     };
     if (m->vision) vision_fill_info(m->vision, info);
     info->image_bidirectional = m->hp.image_bidirectional;

@@ -59,6 +59,10 @@ struct kvf_model {
     struct gguf_file *gguf, *mmproj;
     struct st_set *st;
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
+    /* The decoding kernel chosen for each weight type and why, e.g.
+     * "q4_K: rows-avx512 (measured at load ...: ilv-avx512 21.3 GB/s, ...)". */
+    char kernels[512];
+    int64_t decode_bytes;      /* kvf_model_info.decode_bytes */
     int64_t n_params, weight_bytes;
     /* CRC-32 of the decoder's tensors as bound (name, type, shape, in order):
      * the identity a session file names (the vision tower's are not in it). */
@@ -67,6 +71,11 @@ struct kvf_model {
     void **owned;              /* float copies of vectors (norms, biases), interleaved matrices */
     int n_owned, cap_owned;
 };
+
+/* Chooses each decoding weight type's kernel for this CPU (model/kernels.c):
+ * its matrices interleaved, or tagged with the rows kernel that measured
+ * fastest at n_threads. repack false: the file's layout only. */
+enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack, int n_threads);
 
 /* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */
 enum kvf_status model_require_weights(const struct kvf_model *m, const char *what);

@@ -190,7 +190,7 @@ static enum kvf_status bind_transposed(const struct vit_binder *b, struct weight
     }
     free(row);
     if ((st = model_keep(b->m, t)) != KVF_OK) return st;
-    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t, false};
+    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t, false, 0};
     return KVF_OK;
 }
 

@@ -217,12 +217,78 @@ def case_bench_blas(ctx):
             check(core.lower() not in fallbacks, f"an AVX2 CPU ran OpenBLAS's {core!r} kernels")
 
 
+def case_bench_kernels(ctx):
+    """The decoding kernels chosen for this CPU (model/kernels.c) and the
+    memory bandwidth: KVFOLD_KERNELS=measure,scalar times every candidate
+    (the scalar one too, so that there is a choice on any CPU) and writes
+    kernels.tsv under KVFOLD_CACHE_DIR; a later load reads the choice back;
+    a hostile cache file is a miss, never an error; --bandwidth states each
+    decode test as a share of the measured read bandwidth."""
+    smol = ctx.model(SMOL)
+    cache = os.path.join(ctx.tmp, "cache")
+    tsv = os.path.join(cache, "kernels.tsv")
+    if os.path.exists(tsv):
+        os.remove(tsv)
+    args = [ctx.bin, "bench", "-m", smol, "-p", "0", "-n", "2", "-r", "1", "--no-warmup", "-t", "1"]
+
+    def bench(mode, *extra):
+        env = {k: v for k, v in os.environ.items() if k != "KVFOLD_KERNELS"}
+        env["KVFOLD_CACHE_DIR"] = cache
+        if mode:
+            env["KVFOLD_KERNELS"] = mode
+        p = subprocess.run(args + list(extra), capture_output=True, timeout=240, env=env)
+        check(p.returncode == 0, f"bench with KVFOLD_KERNELS={mode}: exit {p.returncode}: {p.stderr.decode()[-300:]}")
+        return p.stdout.decode()
+
+    def kernels(out):
+        k = json.loads(out)["kernels"]
+        parts = dict(part.split(": ", 1) for part in k.split("; "))
+        check(set(parts) == {"q4_1", "q8_0"}, f"SmolLM2's decoding types: {k!r}")
+        return parts
+
+    measured = kernels(bench("measure,scalar", "--json"))
+    for t, why in measured.items():
+        check("measured at load" in why and "rows-scalar" in why and not why.startswith("rows-scalar"),
+              f"{t}: every candidate timed, a SIMD one chosen where there is one: {why!r}")
+    with open(tsv) as f:
+        lines = f.read().splitlines()
+    check(len(lines) == 2 and all(len(ln.split("\t")) >= 7 for ln in lines), f"kernels.tsv: {lines}")
+    again = kernels(bench("scalar", "--json"))
+    for t, why in again.items():
+        check(why.split(" ")[0] == measured[t].split(" ")[0] and "chosen before on this CPU" in why,
+              f"{t}: read back: {why!r} after {measured[t]!r}")
+    fixed = kernels(bench("fixed", "--json"))
+    check(all("KVFOLD_KERNELS=fixed" in w or "the only one" in w for w in fixed.values()), f"fixed: {fixed}")
+
+    # Hostile cache lines: the right key with an unknown kernel, garbage,
+    # an over-long line holding a key, bytes that are not text.
+    key = lines[0].split("\t")
+    with open(tsv, "wb") as f:
+        f.write(("\t".join(key[:5]) + "\trows-bogus\n").encode())
+        f.write(b"x" * 5000 + ("\t".join(key[:5]) + "\trows-avx2\n").encode())
+        f.write(b"\xff\x00\tq4_1\n\n\t\t\t\n")
+    hostile = kernels(bench("scalar", "--json"))
+    check(all("measured at load" in w for w in hostile.values()), f"a hostile line read as a choice: {hostile}")
+
+    out = bench(None, "--bandwidth", "--explain", "-t", "1,2", "--json")
+    o = json.loads(out)
+    check(set(o["read_gbps"]) == {"1", "2"} and all(v > 0 for v in o["read_gbps"].values()), f"read_gbps {o}")
+    check(o["decode_bytes"] > 0 and o["decode_bytes"] < o["weight_bytes"] + 1, f"decode_bytes {o['decode_bytes']}")
+    tg = [t for t in o["tests"] if t["n_gen"]]
+    check(len(tg) == 2 and all(t["bandwidth_share"] > 0 and t["decode_bytes_per_s"] > 0 for t in tg), f"tests {tg}")
+    md = bench(None, "--bandwidth", "--explain")
+    check(re.search(r"^memory read bandwidth, 1 thread: \d+\.\d GB/s$", md, re.M) and
+          re.search(r"^tg2 \(threads 1\): weights streamed at [\d.]+ GB/s \(\d+ MB a token\), \d+% of the read "
+                    r"bandwidth$", md, re.M) and re.search(r"^kernels: q4_1: ", md, re.M), f"markdown notes: {md!r}")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
         return 2
     cases = {"bench_lists": case_bench_lists, "bench_errors": case_bench_errors,
-             "bench_interrupt": case_bench_interrupt, "bench_spin": case_bench_spin, "bench_blas": case_bench_blas}
+             "bench_interrupt": case_bench_interrupt, "bench_spin": case_bench_spin, "bench_blas": case_bench_blas,
+             "bench_kernels": case_bench_kernels}
     return run_case(cases, sys.argv[1], Ctx(*sys.argv[2:6]))
 
 

@@ -9,6 +9,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* Model loads take the fixed kernel rule (model/kernels.c), before main
+ * (libFuzzer's or replay.c's): a kernel chosen by timing would let the same
+ * input take another path, and measuring would write the user's cache. */
+__attribute__((constructor)) static void fuzz_fixed_kernels(void) { setenv("KVFOLD_KERNELS", "fixed", 0); }
+
 void fuzz_fixture_path(const char *name, char *path) {
     const char *dir = getenv("KVF_FUZZ_FIXTURES");
     snprintf(path, FUZZ_PATH_MAX, "%s/%s", dir && *dir ? dir : KVF_FUZZ_FIXTURES, name);

@@ -23,7 +23,7 @@ endforeach()
 # kvfold bench's llama-bench lists and formats, progress and Ctrl-C in bench
 # and perplexity, the OpenMP spin and OpenBLAS kernel defaults
 # (tests/cli/bench_test.py).
-foreach(case bench_lists bench_errors bench_interrupt bench_spin bench_blas)
+foreach(case bench_lists bench_errors bench_interrupt bench_spin bench_blas bench_kernels)
   add_test(NAME cli_${case}
     COMMAND ${KVF_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/bench_test.py ${case} $<TARGET_FILE:kvfold_cli>
             ${KVF_MODELS_DIR} ${KVF_SHARED_DIR} ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp/${case})

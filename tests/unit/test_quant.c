@@ -418,6 +418,48 @@ static void test_vec_dot_rows(void **state) {
     simd_set(SIMD_AVX512);
 }
 
+/* quant_gemm_rows_at (a weight's measured kernel choice, model/kernels.c):
+ * level L's rows kernel is bit for bit quant_gemm_rows at level L, and a
+ * level above the one in use is capped by it (KVFOLD_SIMD, simd_set).
+ * quant_rows_level_has: the levels with a SIMD kernel of their own. */
+static void test_rows_at(void **state) {
+    (void)state;
+    enum { NW = 3, NX = 2 };
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    assert_false(quant_rows_level_has(DT_Q4_K, SIMD_SCALAR));
+    assert_false(quant_rows_level_has((enum dtype)77, SIMD_AVX2));
+    static const enum dtype stored[] = {DT_F32, DT_F16, DT_BF16, DT_Q4_0, DT_Q4_1, DT_Q5_0,
+                                        DT_Q5_1, DT_Q8_0, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    for (int k = 0; k < nl; k++)
+        if (lv[k] == SIMD_AVX2) /* every type weights come in has an AVX2 rows kernel */
+            for (size_t t = 0; t < sizeof stored / sizeof *stored; t++)
+                assert_true(quant_rows_level_has(stored[t], SIMD_AVX2));
+    for (size_t t = 0; t < N_TYPES; t++) {
+        const enum dtype ty = all_types[t];
+        const int64_t n = dtype_get(ty)->block == 1 ? 100 : 4 * 256 / dtype_get(ty)->block * dtype_get(ty)->block;
+        const size_t rb = quant_batch_row_bytes(ty, n), wb = dtype_row_bytes(ty, n);
+        uint8_t *w = malloc(NW * wb), *x = malloc(NX * rb);
+        float *xf = malloc(NX * n * sizeof *xf), want[NX * NW], got[NX * NW];
+        for (int j = 0; j < NW; j++) rnd_row(ty, w + j * wb, n, 0);
+        for (int64_t j = 0; j < NX * n; j++) xf[j] = rnd_act();
+        quant_quantize_batch(ty, xf, n, NX, x);
+        for (int k = 0; k < nl; k++)
+            for (int c = 0; c <= k; c++) { /* in use lv[k], asked for lv[c], then for a level above */
+                simd_set(lv[c]);
+                quant_gemm_rows(ty, n, w, wb, NW, x, NX, want, NW);
+                simd_set(lv[k]);
+                quant_gemm_rows_at(lv[c], ty, n, w, wb, NW, x, NX, got, NW);
+                assert_floats_equal(got, want, NX * NW);
+                simd_set(lv[c]);
+                quant_gemm_rows_at(SIMD_AVX512, ty, n, w, wb, NW, x, NX, got, NW);
+                assert_floats_equal(got, want, NX * NW);
+            }
+        free(w), free(x), free(xf);
+    }
+    simd_set(SIMD_AVX512);
+}
+
 /* quant_gemm_tiles: the packed tile times Q8_K activations, at the SIMD level
  * bit for bit the scalar reference, and both the decode path's dot product
  * (the same integer sums, floats added in another order) within float
@@ -1106,6 +1148,7 @@ int main(void) {
         cmocka_unit_test(test_dequant_f16_all_patterns),
         cmocka_unit_test(test_vec_dot),
         cmocka_unit_test(test_vec_dot_rows),
+        cmocka_unit_test(test_rows_at),
         cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_quantize_error),

@@ -79,6 +79,11 @@ static int bench_opts(struct args *a, struct opt *out) {
         OPTS_KV_STORAGE,
         { "--parallel", "-np", OPT_INT, &a->parallel, 1, 256, "N",
           "decode N sessions together (kvf_session_decode_batch); tg reports their total tokens/s (default 1)" },
+        { "--bandwidth", NULL, OPT_FLAG, &a->bandwidth, 0, 0, NULL,
+          "measure the memory read bandwidth at each thread count first, and state each decode test's "
+          "weight stream as a share of it" },
+        { "--explain", NULL, OPT_FLAG, &a->explain, 0, 0, NULL,
+          "say which kernels were chosen for this CPU and why (also in --json and -o json as \"kernels\")" },
         OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
@@ -177,6 +182,11 @@ struct bench_row {
     } mm;
 };
 
+static int threads_used(int threads) {
+    cpu_set_t set;
+    return threads > 0 ? threads : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 struct bench {
     const struct args *a;
     struct kvf_model *m;
@@ -188,7 +198,16 @@ struct bench {
     int n_rows, n_done;          /* tests; those done, the first n_done in order */
     struct progress pg;
     char detail[160];            /* the test running, for the progress line */
+    double read_gbps[LIST_MAX];  /* --bandwidth: per thread count of -t, in its order */
+    int n_threads_list, threads_list[LIST_MAX];
 };
+
+/* The measured read bandwidth at a thread count, 0 when not measured. */
+static double bench_gbps(const struct bench *b, int threads) {
+    for (int i = 0; i < b->n_threads_list; i++)
+        if (threads_used(b->threads_list[i]) == threads_used(threads)) return b->read_gbps[i];
+    return 0;
+}
 
 /* The tests in llama-bench's order: for each --kv and each thread count, the
  * multimodal prompt, each pp, then each tg after each context depth.
@@ -473,10 +492,6 @@ static int bench_all(struct bench *b) {
 
 /* The thread count a test ran with: 0 is every core this process may run
  * on, as the library's OpenMP counts them. */
-static int threads_used(int threads) {
-    cpu_set_t set;
-    return threads > 0 ? threads : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-}
 
 /* What every test shares: the model, the build and the fixed options. */
 static void bench_model_json(const struct bench *b, cJSON *o) {
@@ -497,6 +512,16 @@ static void bench_model_json(const struct bench *b, cJSON *o) {
     cJSON_AddStringToObject(o, "openblas_core", openblas_get_corename());
     cJSON_AddNumberToObject(o, "repetitions", a->reps);
     cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
+    cJSON_AddNumberToObject(o, "decode_bytes", (double)b->info.decode_bytes);
+    cJSON_AddStringToObject(o, "kernels", b->info.kernels);
+    if (a->bandwidth) {
+        cJSON *bw = cJSON_AddObjectToObject(o, "read_gbps"); /* by thread count */
+        for (int i = 0; i < b->n_threads_list; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "%d", threads_used(b->threads_list[i]));
+            cJSON_AddNumberToObject(bw, k, b->read_gbps[i]);
+        }
+    }
 }
 
 /* One test's setup and numbers, added to t; takes r->per_layer. */
@@ -521,6 +546,10 @@ static void bench_row_json(const struct bench *b, struct bench_row *r, cJSON *t)
         /* one step decodes a token in each session */
         cJSON_AddNumberToObject(t, "decode_ms_per_token", r->mean > 0 ? 1e3 * r->n_par / r->mean : 0);
         cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)b->info.weight_bytes * r->mean / r->n_par);
+        /* what a step really streams: the matrices, not an embedding read a row a token */
+        const double stream = (double)b->info.decode_bytes * r->mean / r->n_par, bw = bench_gbps(b, r->threads);
+        cJSON_AddNumberToObject(t, "decode_bytes_per_s", stream);
+        if (bw > 0) cJSON_AddNumberToObject(t, "bandwidth_share", stream / (bw * 1e9));
     }
     if (r->kind == TEST_MM) {
         cJSON_AddNumberToObject(t, "n_media", r->mm.n_media);
@@ -682,6 +711,21 @@ static int bench_report_md(const struct bench *b, size_t rss) {
                    r->mm.synthetic ? ", synthetic" : "", r->mm.encode_ms_per_image, r->prefill_ms, r->compress_ms,
                    r->mm.ttft_ms, r->kv_peak / MIB);
     }
+    for (int i = 0; i < b->n_threads_list && b->a->bandwidth; i++)
+        printf("memory read bandwidth, %d thread%s: %.1f GB/s\n", threads_used(b->threads_list[i]),
+               threads_used(b->threads_list[i]) == 1 ? "" : "s", b->read_gbps[i]);
+    for (int i = 0; i < b->n_done && b->a->bandwidth; i++) {
+        const struct bench_row *r = &b->rows[i];
+        const double stream = (double)b->info.decode_bytes * r->mean / r->n_par / 1e9, bw = bench_gbps(b, r->threads);
+        if (r->kind == TEST_TG && bw > 0)
+            printf("%s (threads %d): weights streamed at %.1f GB/s (%.0f MB a token), %.0f%% of the read "
+                   "bandwidth\n", r->name, threads_used(r->threads), stream, b->info.decode_bytes / 1e6,
+                   100 * stream / bw);
+    }
+    if (b->a->explain)
+        printf("kernels: %s\nprompt products: %s\n", b->info.kernels,
+               "integer tiles (VNNI) for the K and 32-value types where the CPU has them, else dequantised "
+               "tiles through OpenBLAS's sgemm");
     printf("build: %s, %s, batch %d, kv %s storage, %d repetitions, peak rss %.1f MiB\n", kvf_build_info(),
            kvf_simd_level(), b->a->batch, kvf_kv_type_name(b->a->kv_type_id), b->a->reps, rss / MIB);
     return 0;
@@ -694,6 +738,13 @@ static int cmd_bench(const struct args *a) {
     int rc = bench_check(a, lists, &fmt);
     if (!rc)
         rc = bench_plan(&b, lists);
+    for (int i = 0; !rc && i < lists[L_THREADS].n; i++) {
+        b.threads_list[b.n_threads_list] = lists[L_THREADS].v[i];
+        /* before the model is loaded, so that its pages do not share the memory */
+        if (a->bandwidth && (b.read_gbps[b.n_threads_list] = mem_read_gbps(threads_used(lists[L_THREADS].v[i]))) <= 0)
+            rc = fail(KVF_ERR_NOMEM, "bench: --bandwidth");
+        b.n_threads_list++;
+    }
     if (!rc)
         rc = load_model(a, &b.m);
     if (!rc) {

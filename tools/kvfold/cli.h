@@ -82,6 +82,7 @@ struct args {
     bool no_repack;               /* --no-repack */
     bool ignore_eos;              /* --ignore-eos */
     bool json, bos, special, chat, dump_tags, no_warmup, no_progress, no_escape, escape, conversation;
+    bool bandwidth, explain;      /* bench --bandwidth, --explain */
     int n_predict, top_k, threads, ctx, batch, n_prompt_bench, reps, chunks, n_images, depth, parallel;
     float temp, top_p, min_p, pseudo_noise, max_image_mpix, budget, repeat_penalty;
     float video_fps;              /* --video-fps; 0: 2 */
@@ -116,8 +117,8 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_NO_REPACK { "--no-repack", "-nr", OPT_FLAG, &a->no_repack, 0, 0, NULL, \
-    "keep every weight in the file's memory map (no copy at load into the interleaved form the AVX-512 VNNI " \
-    "kernels read: faster loading, slower decoding)" }
+    "keep every weight in the file's memory map (the interleaved form the AVX-512 VNNI kernels read is not " \
+    "a candidate when kernels are chosen at load; bench --explain tells the choice)" }
 #define OPT_JSON { "--json", NULL, OPT_FLAG, &a->json, 0, 0, NULL, "print one JSON object on stdout" }
 /* llama.cpp's escape processing of -p, -sys and -r text (on by default). */
 #define OPTS_ESCAPE \
@@ -401,5 +402,9 @@ int chat_run(const struct args *a);
 
 /* -log softmax(row)[target] (perplexity.c). */
 double token_nll(const float *row, int n_vocab, int32_t target);
+
+/* Memory read bandwidth with `threads` threads, GB/s (0: could not
+ * measure); bandwidth.c. */
+double mem_read_gbps(int threads);
 
 #endif

@@ -36,6 +36,8 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddNumberToObject(o, "n_params", (double)in->n_params);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddStringToObject(o, "weight_types", in->weight_types);
+    cJSON_AddNumberToObject(o, "decode_bytes", (double)in->decode_bytes);
+    cJSON_AddStringToObject(o, "kernels", in->kernels ? in->kernels : "");
     cJSON_AddStringToObject(o, "tokenizer", in->tokenizer);
     cJSON_AddStringToObject(o, "chat_template", in->chat_template_name);
     cJSON_AddNumberToObject(o, "bos", in->bos);
@@ -90,6 +92,10 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
     printf("tokenizer       %s (bos %d, eos %d)\n", in->tokenizer, in->bos, in->eos);
     printf("chat template   %s\n", in->chat_template_name);
     printf("simd            %s\n", kvf_simd_level());
+    if (in->decode_bytes > 0) {
+        printf("decoding        %.1f MiB of weights streamed a token\n", (double)in->decode_bytes / MIB);
+        printf("kernels         %s\n", in->kernels);
+    }
     printf("build           %s\n", kvf_build_info());
     if (in->has_vision && in->image_grid > 0)
         printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), image %d, patch %d, "
