@@ -947,6 +947,36 @@ def case_eval(ctx):
     expect_error(ctx, 1, ["eval", "needle", *plain, "--depths", "1.5"], "bad depth")
 
 
+def case_kv_short(ctx):
+    """Every preset on prompts of 1, 2 and n_layer tokens, at its own budget
+    and at one that rounds to no entry at all: it keeps what its budget
+    rounds to (none, for most rules; prefixkv its floor of an entry a layer,
+    which its search needs) and says so in kv.ratio, never an error (issue
+    56: prefixkv refused a one-token prompt)."""
+    smol = ctx.model(SMOL)
+    rc, out, _ = ctx.run("policies", "--json")
+    presets = [p for p in json.loads(out) if p["stage"] == "preset"]
+    rc, out, err = ctx.run("info", "-m", smol, "--json")
+    check(rc == 0, f"info: {err}")
+    n_layer = json.loads(out)["n_layer"]
+    prompts = {1: "Hi", 2: "Hi there", n_layer: " ".join(["one"] * n_layer)}
+    for p in presets:
+        for want, text in prompts.items():
+            # the smallest budget: a ratio that rounds to nothing, or 2 entries where it is a count (1 reads as 100%)
+            count = re.search(r"budget=(\d+)(,|$| )", p["defaults"])
+            specs = [p["name"]] + ([p["name"] + (":budget=2" if count else ":budget=0.001")]
+                                   if "budget" in p["keys"] else [])
+            for spec in specs:
+                rc, out, err = ctx.run("generate", "-m", smol, "-p", text, "-n", "2", "--kv", spec, "--json")
+                check(rc == 0, f"--kv {spec} on a {want}-token prompt: exit {rc}: {err[-300:]}")
+                o = json.loads(out)
+                kv = o["kv"]
+                check(abs(o["n_prompt"] - want) <= 1, f"{text!r}: {o['n_prompt']} tokens")
+                check(0 <= kv["ratio"] <= 1 and len(kv["per_layer"]) == n_layer and
+                      (p["name"] != "prefixkv" or min(kv["per_layer"]) >= 1),
+                      f"--kv {spec} on {o['n_prompt']} tokens: ratio {kv['ratio']}, per layer {kv['per_layer']}")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__, file=sys.stderr)
@@ -956,6 +986,7 @@ def main():
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real, "hostile": case_hostile,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
+        "kv_short": case_kv_short,
         "kv_mm": case_kv_mm, "blockwise": case_blockwise, "reduce": case_reduce,
         "eval": case_eval,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),
