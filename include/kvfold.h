@@ -133,13 +133,14 @@ struct kvf_model_params {
     /* Decoding kernels are chosen at load for the CPU at hand: for each
      * weight type, its candidates (on CPUs with AVX-512 VNNI, the matrices
      * copied into an interleaved form; the rows kernels of each SIMD level
-     * on the file's layout) are timed on the model's own matrices at
-     * n_threads and the fastest kept (kvf_model_info.kernels says which and
-     * why). The choice is cached in kernels.tsv under $KVFOLD_CACHE_DIR,
-     * else $XDG_CACHE_HOME/kvfold, else ~/.cache/kvfold, so later loads on
-     * the CPU cost nothing and agree (the candidates' results differ in the
-     * last bits); KVFOLD_KERNELS=measure times again, KVFOLD_KERNELS=fixed
-     * skips it (interleaved wherever the CPU can). The interleaved copy
+     * on the file's layout) are timed on the model's own matrices on all
+     * the cores and the fastest kept, the same for every thread count
+     * (kvf_model_info.kernels says which and why). The choice is cached in
+     * kernels.tsv under $KVFOLD_CACHE_DIR, else $XDG_CACHE_HOME/kvfold,
+     * else ~/.cache/kvfold, so later loads on the CPU cost nothing and agree
+     * (the candidates' results differ in the last bits; without a usable
+     * cache file nothing is timed); KVFOLD_KERNELS=measure times again,
+     * KVFOLD_KERNELS=fixed skips it (interleaved wherever the CPU can). The interleaved copy
      * (llama.cpp's weight repacking) costs about a second per GB at load and
      * the pages two processes could otherwise share. repack false (default
      * true; --no-repack): no interleaved candidate, every weight stays in

@@ -258,8 +258,9 @@ static inline float hsum128_ps(__m128 s) {
 /* The fp16 scale d of blocks p, p + k1, p + k2, p + k3 (stride bytes
  * apart) and the two bytes after it (Q4_1/Q5_1's offset m) as floats,
  * block k's in lanes 2k and 2k + 1: a 32-bit load a block and one
- * conversion, where inserting 16-bit fields one by one was a fifth of a
- * decoding step's instructions on Zen 3. */
+ * conversion, where inserting 16-bit fields one by one cost more. For the
+ * formats without m, lanes 2k + 1 convert two code bytes as if they were
+ * fp16 (unused; a NaN there only sets the invalid flag, which is masked). */
 static inline __m256 dm_of4(const void *p, size_t stride, int k1, int k2, int k3) {
     const uint8_t *b = p;
     uint32_t v[4];

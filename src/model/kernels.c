@@ -6,16 +6,19 @@
  * kernels on interleaved weights decoded the 1.5B at 26 tok/s where the
  * AVX-512 rows kernels on the file's layout gave 30 and the AVX2 ones 29,
  * the reverse of the Intel Xeon's order. So each type's candidates are
- * timed at load on the model's own matrices, at the model's thread count,
- * and the fastest is kept.
+ * timed at load on the model's own matrices, on all the cores, and the
+ * fastest is kept, whatever thread count sessions use (results must not
+ * depend on it).
  *
  * The choice is written to kernels.tsv in the user's cache directory
  * ($KVFOLD_CACHE_DIR, else $XDG_CACHE_HOME/kvfold, else ~/.cache/kvfold),
- * keyed by CPU, build, type, row length and threads, and read back by later
- * loads: they cost nothing, and every process on the machine makes the same
- * choice (the candidates' results differ in the last bits, so two processes
- * that chose differently would not give the same logits). Writers hold an
- * flock on the file, so that processes started together measure once.
+ * keyed by CPU, build, type, row length and the candidates, and read back
+ * by later loads: they cost nothing, and every process on the machine makes
+ * the same choice (the candidates' results differ in the last bits, so two
+ * processes that chose differently would not give the same logits). The
+ * file is read and appended under an flock, so that processes started
+ * together measure once; where there is no usable file the fixed rule below
+ * holds rather than a measurement of this process alone.
  * KVFOLD_KERNELS, a comma list: `measure` measures again (and appends the
  * new choice: the last line for a key wins); `scalar` makes the scalar rows
  * kernel a candidate too, so that the measuring and the cache can be
@@ -131,7 +134,10 @@ static int cand_list(enum dtype type, bool tiles, bool repack, bool scalar, stru
     for (int lv = simd_get(); lv > SIMD_SCALAR; lv--)
         if (quant_rows_level_has(type, (enum simd_level)lv))
             out[n++] = (struct cand){.ilv = false, .level = (enum simd_level)lv};
-    if (n == 0 || scalar) out[n++] = (struct cand){.ilv = false, .level = n == 0 ? simd_get() : SIMD_SCALAR};
+    if (n == 0 || scalar) {
+        const enum simd_level level = n == 0 ? simd_get() : SIMD_SCALAR;
+        out[n++] = (struct cand){.ilv = false, .level = level};
+    }
     return n;
 }
 
@@ -173,6 +179,10 @@ static enum kvf_status time_candidates(struct weight *const *sample, int ns, str
 
 /* ---- the cache file ---------------------------------------------------- */
 
+/* At most this much of kernels.tsv is read: a line is under 300 bytes, so
+ * it holds thousands of choices; a larger file is not this program's. */
+#define CACHE_MAX (1 << 20)
+
 static char *cache_path(void) {
     const char *dir = getenv("KVFOLD_CACHE_DIR");
     char buf[4096];
@@ -191,45 +201,94 @@ static char *cache_path(void) {
     return sys_path_join(buf, "kernels.tsv");
 }
 
-/* One line a choice: cpu, build, type, row length, threads, then the
- * chosen candidate's name and every candidate's "name=GB/s". */
-static void cache_key(char *key, size_t n, enum dtype type, int64_t cols, int n_threads) {
-    char cpu[160];
-    cpu_identity(cpu, sizeof cpu);
-    snprintf(key, n, "%s\t%s\t%s\t%lld\t%d\t", cpu, kvf_build_info(), dtype_get(type)->name, (long long)cols,
-             n_threads);
+/* The cache, opened for reading and appending under an exclusive lock, or
+ * -1: it must be a regular file of this user (not a link, a FIFO or a
+ * device, which could hang or redirect the writes) within CACHE_MAX. */
+static int cache_open(void) {
+    char *path = cache_path();
+    if (!path) return -1;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    free(path);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid())) {
+        close(fd);
+        return -1;
+    }
+    int rc = -1;
+    while (fd >= 0 && (rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {}
+    if (fd >= 0 && rc != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
-/* The candidate named in the cached line for key, or -1. Lines are read
- * as untrusted text: an unknown name or a malformed line is a miss. */
-static int cache_find(FILE *f, const char *key, const struct cand *c, int nc) {
-    char line[1024];
+/* The file's bytes (at most CACHE_MAX, NUL-terminated; *n without it), or
+ * NULL. */
+static char *cache_read(int fd, size_t *n) {
+    char *buf = malloc(CACHE_MAX + 1);
+    *n = 0;
+    if (!buf || lseek(fd, 0, SEEK_SET) != 0) {
+        free(buf);
+        return NULL;
+    }
+    for (ssize_t got; *n < CACHE_MAX && (got = read(fd, buf + *n, CACHE_MAX - *n)) > 0;) *n += (size_t)got;
+    buf[*n] = '\0';
+    return buf;
+}
+
+/* One line a choice: cpu, build, type, row length, the candidates (the
+ * choice is only among them: a --no-repack run's must not stand for a
+ * default one's), then the chosen candidate's name and every candidate's
+ * "name=GB/s". */
+static void cache_key(char *key, size_t n, enum dtype type, int64_t cols, const struct cand *c, int nc) {
+    char cpu[160], nm[32];
+    cpu_identity(cpu, sizeof cpu);
+    size_t off = (size_t)snprintf(key, n, "%s\t%s\t%s\t%lld\t", cpu, kvf_build_info(), dtype_get(type)->name,
+                                  (long long)cols);
+    for (int k = 0; k < nc && off < n; k++)
+        off += (size_t)snprintf(key + off, n - off, "%s%s", k ? "," : "", cand_name(&c[k], nm, sizeof nm));
+    if (off < n) snprintf(key + off, n - off, "\t");
+}
+
+/* The candidate named by the last line for key in the file's bytes, or
+ * -1. The bytes are untrusted: lines are split on '\n' by length (a NUL
+ * inside one ends nothing), an unknown name or a line cut short is a miss. */
+static int cache_find(const char *buf, size_t len, const char *key, const struct cand *c, int nc) {
     const size_t kl = strlen(key);
     int found = -1;
-    rewind(f);
-    while (fgets(line, sizeof line, f)) {
-        if (!strchr(line, '\n') && !feof(f)) { /* longer than any line written here: skip it whole */
-            int ch;
-            while ((ch = fgetc(f)) != EOF && ch != '\n') {}
-            continue;
+    for (const char *line = buf, *end = buf + len; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        if (!nl) break; /* a last line without its end was cut short */
+        if ((size_t)(nl - line) > kl && memcmp(line, key, kl) == 0) {
+            const char *name = line + kl;
+            size_t n = 0;
+            while (name + n < nl && name[n] != '\t') n++;
+            char nm[32];
+            for (int k = 0; k < nc; k++)
+                if (strlen(cand_name(&c[k], nm, sizeof nm)) == n && memcmp(name, nm, n) == 0) found = k;
         }
-        if (strncmp(line, key, kl) != 0) continue;
-        const char *name = line + kl;
-        const size_t len = strcspn(name, "\t\n");
-        char nm[32];
-        for (int k = 0; k < nc; k++)
-            if (strlen(cand_name(&c[k], nm, sizeof nm)) == len && strncmp(name, nm, len) == 0) found = k;
+        line = nl + 1;
     }
     return found;
 }
 
-static void cache_add(FILE *f, const char *key, const struct cand *c, int nc, int chosen) {
-    char nm[32];
-    fseek(f, 0, SEEK_END);
-    fprintf(f, "%s%s", key, cand_name(&c[chosen], nm, sizeof nm));
-    for (int k = 0; k < nc; k++) fprintf(f, "\t%s=%.2f", cand_name(&c[k], nm, sizeof nm), c[k].gbps);
-    fputc('\n', f);
-    fflush(f);
+static void cache_add(int fd, const char *buf, size_t len, const char *key, const struct cand *c, int nc,
+                      int chosen) {
+    char line[1024], nm[32];
+    /* a line after one cut short starts on its own */
+    size_t off = (size_t)snprintf(line, sizeof line, "%s%s%s", len && buf[len - 1] != '\n' ? "\n" : "", key,
+                                  cand_name(&c[chosen], nm, sizeof nm));
+    for (int k = 0; k < nc && off < sizeof line; k++)
+        off += (size_t)snprintf(line + off, sizeof line - off, "\t%s=%.2f", cand_name(&c[k], nm, sizeof nm),
+                                c[k].gbps);
+    if (off + 1 >= sizeof line || lseek(fd, 0, SEEK_END) < 0) return;
+    line[off++] = '\n';
+    for (size_t done = 0; done < off;) {
+        const ssize_t w = write(fd, line + done, off - done);
+        if (w <= 0) return;
+        done += (size_t)w;
+    }
 }
 
 /* ---- the choice -------------------------------------------------------- */
@@ -257,60 +316,72 @@ static void describe(struct kvf_model *m, enum dtype type, const struct cand *c,
 }
 
 /* The candidate to use for `type`: the cached one, else measured (and
- * cached), else (nothing to choose, or KVFOLD_KERNELS=fixed) the first. */
-static enum kvf_status choose(struct kvf_model *m, struct weight **ws, int nw, enum dtype type, struct cand *c,
-                              int nc, int n_threads, const char *mode, int *chosen) {
+ * cached), else the first: where there is nothing to choose, with
+ * KVFOLD_KERNELS=fixed, without a cache file (each process would measure
+ * alone, and could choose otherwise than the last), or without the memory
+ * to measure. Measured on the type's matrices that every candidate can run
+ * (whole 16-row tiles where interleaving is one), each cut to what the
+ * sample still wants, at all the cores: the choice is the machine's, the
+ * same for every thread count, so that results do not depend on -t. */
+static void choose(struct kvf_model *m, struct weight **ws, int nw, enum dtype type, struct cand *c, int nc,
+                   const char *mode, int *chosen) {
     const bool fixed = mode_has(mode, "fixed"), remeasure = mode_has(mode, "measure");
     *chosen = 0;
     if (nc == 1 || fixed) {
         describe(m, type, c, nc, 0, nc == 1 ? "the only one" : "KVFOLD_KERNELS=fixed");
-        return KVF_OK;
+        return;
     }
+    bool ilv = false;
+    for (int k = 0; k < nc; k++) ilv = ilv || c[k].ilv;
     int64_t cols = 0;
     for (int i = 0; i < nw; i++)
         if (ws[i]->type == type) cols = KVF_MAX(cols, ws[i]->cols);
     char key[512];
-    cache_key(key, sizeof key, type, cols, n_threads);
-    char *path = cache_path();
-    FILE *f = NULL;
-    if (path) {
-        const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd >= 0 && !(f = fdopen(fd, "r+"))) close(fd);
-        if (f) flock(fileno(f), LOCK_EX);
+    cache_key(key, sizeof key, type, cols, c, nc);
+    const int fd = cache_open();
+    size_t len = 0;
+    char *buf = fd >= 0 ? cache_read(fd, &len) : NULL;
+    const int hit = buf && !remeasure ? cache_find(buf, len, key, c, nc) : -1;
+    if (hit >= 0 || !buf) {
+        *chosen = KVF_MAX(hit, 0);
+        describe(m, type, c, nc, *chosen, hit >= 0 ? "chosen before on this CPU" : "no cache file to keep a choice in");
+        free(buf);
+        if (fd >= 0) close(fd);
+        return;
     }
-    free(path);
-    const int hit = f && !remeasure ? cache_find(f, key, c, nc) : -1;
-    if (hit >= 0) {
-        *chosen = hit;
-        describe(m, type, c, nc, hit, "chosen before on this CPU");
-        fclose(f);
-        return KVF_OK;
-    }
-    long cache_l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    const long cache_l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     const size_t want = KVF_MIN((size_t)SAMPLE_MAX, KVF_MAX((size_t)SAMPLE_MIN, 2 * (size_t)KVF_MAX(cache_l3, 0L)));
-    struct weight *sample[512];
+    struct weight sample[512];
+    struct weight *views[512];
     int ns = 0;
     size_t bytes = 0;
-    for (int i = 0; i < nw && ns < (int)(sizeof sample / sizeof *sample) && bytes < want; i++)
-        if (ws[i]->type == type && !ws[i]->ilv) {
-            sample[ns++] = ws[i];
-            bytes += (size_t)ws[i]->rows * ws[i]->row_bytes;
-        }
-    enum kvf_status st = time_candidates(sample, ns, c, nc, n_threads, bytes);
-    for (int k = 1; k < nc && st == KVF_OK; k++)
-        if (c[k].gbps > c[*chosen].gbps) *chosen = k;
-    if (st == KVF_OK) {
+    for (int i = 0; i < nw && ns < 512 && bytes < want; i++) {
+        const struct weight *w = ws[i];
+        if (w->type != type || w->ilv || (ilv && w->rows % QUANT_ILV_ROWS != 0)) continue;
+        sample[ns] = *w;
+        const int64_t rows = (int64_t)((want - bytes) / w->row_bytes) / QUANT_ILV_ROWS * QUANT_ILV_ROWS;
+        sample[ns].rows = KVF_MAX(QUANT_ILV_ROWS, KVF_MIN(w->rows, rows));
+        bytes += (size_t)sample[ns].rows * w->row_bytes;
+        views[ns] = &sample[ns];
+        ns++;
+    }
+    const int n_threads = omp_get_num_procs();
+    if (ns == 0 || time_candidates(views, ns, c, nc, n_threads, bytes) != KVF_OK) {
+        describe(m, type, c, nc, 0, ns == 0 ? "nothing to time" : "no memory to time them");
+    } else {
+        for (int k = 1; k < nc; k++)
+            if (c[k].gbps > c[*chosen].gbps) *chosen = k;
         char how[64];
         snprintf(how, sizeof how, "measured at load on %.0f MiB, %d thread%s", (double)bytes / (1 << 20), n_threads,
                  n_threads == 1 ? "" : "s");
         describe(m, type, c, nc, *chosen, how);
-        if (f) cache_add(f, key, c, nc, *chosen);
+        cache_add(fd, buf, len, key, c, nc, *chosen);
     }
-    if (f) fclose(f);
-    return st;
+    free(buf);
+    close(fd);
 }
 
-enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack, int n_threads) {
+enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack) {
     m->kernels[0] = '\0';
     const int cap = 7 * m->hp.n_layer + 1;
     struct weight **ws = malloc((size_t)cap * sizeof *ws);
@@ -327,15 +398,16 @@ enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack, int n_thr
         if (done[type]) continue;
         done[type] = true;
         struct cand c[4];
-        bool tiles = true;
-        for (int j = 0; j < nw; j++) tiles = tiles && (ws[j]->type != type || ws[j]->rows % QUANT_ILV_ROWS == 0);
+        /* interleaved where any matrix of the type is in whole tiles; the others stay as they are */
+        bool tiles = false;
+        for (int j = 0; j < nw; j++) tiles = tiles || (ws[j]->type == type && ws[j]->rows % QUANT_ILV_ROWS == 0);
         const int nc = cand_list(type, tiles, repack, mode_has(mode, "scalar"), c);
         int k = 0;
-        st = choose(m, ws, nw, type, c, nc, n_threads, mode, &k);
+        choose(m, ws, nw, type, c, nc, mode, &k);
         for (int j = 0; j < nw && st == KVF_OK; j++) {
             if (ws[j]->type != type) continue;
             if (c[k].ilv) st = weight_interleave(m, ws[j]);
-            else ws[j]->rows_level = (uint8_t)(c[k].level + 1);
+            if (!ws[j]->ilv) ws[j]->rows_level = (uint8_t)((c[k].ilv ? simd_get() : c[k].level) + 1);
         }
     }
     if (tied) m->output = m->tok_embd;

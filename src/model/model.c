@@ -565,8 +565,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         return st;
     }
     enum kvf_status st = S_ISDIR(sb.st_mode) ? load_hf(m, path) : load_gguf(m, path);
-    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
-    if (st == KVF_OK) st = model_kernels_choose(m, p.repack, m->n_threads);
+    if (st == KVF_OK) st = model_kernels_choose(m, p.repack);
     if (st == KVF_OK && p.mmproj) {
         if (m->vision)
             st = err_set(KVF_ERR_INVALID_ARG, "'%s' carries its own vision tower; no mmproj file is needed", path);
@@ -582,6 +581,7 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_str(m->hp.arch));
     describe_types(m);
+    m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     *out = m;
     return KVF_OK;
 }

@@ -74,8 +74,8 @@ struct kvf_model {
 
 /* Chooses each decoding weight type's kernel for this CPU (model/kernels.c):
  * its matrices interleaved, or tagged with the rows kernel that measured
- * fastest at n_threads. repack false: the file's layout only. */
-enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack, int n_threads);
+ * fastest. repack false: the file's layout only. */
+enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack);
 
 /* KVF_ERR_UNSUPPORTED (message naming `what`) for a vocab_only model. */
 enum kvf_status model_require_weights(const struct kvf_model *m, const char *what);
