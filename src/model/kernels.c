@@ -125,7 +125,7 @@ static const char *cand_name(const struct cand *c, char *buf, size_t n) {
     return buf;
 }
 
-/* tiles: every matrix of the type is in whole 16-row tiles, as
+/* tiles: some matrix of the type is in whole 16-row tiles, as
  * interleaving needs. */
 static int cand_list(enum dtype type, bool tiles, bool repack, bool scalar, struct cand *out) {
     int n = 0;
@@ -141,9 +141,10 @@ static int cand_list(enum dtype type, bool tiles, bool repack, bool scalar, stru
     return n;
 }
 
-/* Seconds of the fastest of ROUNDS passes of every candidate over the
- * sample (candidates in turn, so that a slow moment of the machine falls
- * on all of them), after one untimed pass each (page faults, caches). */
+/* Each candidate's GB/s over the sample (`bytes` of weights): its fastest
+ * of ROUNDS passes, the candidates in turn so that a slow moment of the
+ * machine falls on all of them, after one untimed pass each (page faults,
+ * caches). */
 static enum kvf_status time_candidates(struct weight *const *sample, int ns, struct cand *c, int nc, int n_threads,
                                        size_t bytes) {
     struct weight *copies = calloc((size_t)ns * (size_t)nc, sizeof *copies);
@@ -360,7 +361,7 @@ static void choose(struct kvf_model *m, struct weight **ws, int nw, enum dtype t
         if (w->type != type || w->ilv || (ilv && w->rows % QUANT_ILV_ROWS != 0)) continue;
         sample[ns] = *w;
         const int64_t rows = (int64_t)((want - bytes) / w->row_bytes) / QUANT_ILV_ROWS * QUANT_ILV_ROWS;
-        sample[ns].rows = KVF_MAX(QUANT_ILV_ROWS, KVF_MIN(w->rows, rows));
+        sample[ns].rows = KVF_MIN(w->rows, KVF_MAX(QUANT_ILV_ROWS, rows));
         bytes += (size_t)sample[ns].rows * w->row_bytes;
         views[ns] = &sample[ns];
         ns++;
