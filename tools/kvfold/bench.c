@@ -182,6 +182,8 @@ struct bench_row {
     } mm;
 };
 
+/* The thread count a test ran with: 0 is every core this process may run
+ * on, as the library's OpenMP counts them. */
 static int threads_used(int threads) {
     cpu_set_t set;
     return threads > 0 ? threads : sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
@@ -198,15 +200,21 @@ struct bench {
     int n_rows, n_done;          /* tests; those done, the first n_done in order */
     struct progress pg;
     char detail[160];            /* the test running, for the progress line */
+    struct int_list threads;     /* -t */
     double read_gbps[LIST_MAX];  /* --bandwidth: per thread count of -t, in its order */
-    int n_threads_list, threads_list[LIST_MAX];
 };
 
 /* The measured read bandwidth at a thread count, 0 when not measured. */
 static double bench_gbps(const struct bench *b, int threads) {
-    for (int i = 0; i < b->n_threads_list; i++)
-        if (threads_used(b->threads_list[i]) == threads_used(threads)) return b->read_gbps[i];
+    for (int i = 0; b->a->bandwidth && i < b->threads.n; i++)
+        if (threads_used(b->threads.v[i]) == threads_used(threads)) return b->read_gbps[i];
     return 0;
+}
+
+/* Weight bytes a second a decode test streamed (a step decodes a token in
+ * each of its sessions). */
+static double bench_stream(const struct bench *b, const struct bench_row *r) {
+    return (double)b->info.decode_bytes * r->mean / r->n_par;
 }
 
 /* The tests in llama-bench's order: for each --kv and each thread count, the
@@ -490,9 +498,6 @@ static int bench_all(struct bench *b) {
 
 /* ------------------------------------------------------------ reports -- */
 
-/* The thread count a test ran with: 0 is every core this process may run
- * on, as the library's OpenMP counts them. */
-
 /* What every test shares: the model, the build and the fixed options. */
 static void bench_model_json(const struct bench *b, cJSON *o) {
     const struct args *a = b->a;
@@ -516,9 +521,9 @@ static void bench_model_json(const struct bench *b, cJSON *o) {
     cJSON_AddStringToObject(o, "kernels", b->info.kernels);
     if (a->bandwidth) {
         cJSON *bw = cJSON_AddObjectToObject(o, "read_gbps"); /* by thread count */
-        for (int i = 0; i < b->n_threads_list; i++) {
+        for (int i = 0; i < b->threads.n; i++) {
             char k[16];
-            snprintf(k, sizeof k, "%d", threads_used(b->threads_list[i]));
+            snprintf(k, sizeof k, "%d", threads_used(b->threads.v[i]));
             cJSON_AddNumberToObject(bw, k, b->read_gbps[i]);
         }
     }
@@ -547,7 +552,7 @@ static void bench_row_json(const struct bench *b, struct bench_row *r, cJSON *t)
         cJSON_AddNumberToObject(t, "decode_ms_per_token", r->mean > 0 ? 1e3 * r->n_par / r->mean : 0);
         cJSON_AddNumberToObject(t, "weight_bytes_per_s", (double)b->info.weight_bytes * r->mean / r->n_par);
         /* what a step really streams: the matrices, not an embedding read a row a token */
-        const double stream = (double)b->info.decode_bytes * r->mean / r->n_par, bw = bench_gbps(b, r->threads);
+        const double stream = bench_stream(b, r), bw = bench_gbps(b, r->threads);
         cJSON_AddNumberToObject(t, "decode_bytes_per_s", stream);
         if (bw > 0) cJSON_AddNumberToObject(t, "bandwidth_share", stream / (bw * 1e9));
     }
@@ -711,12 +716,12 @@ static int bench_report_md(const struct bench *b, size_t rss) {
                    r->mm.synthetic ? ", synthetic" : "", r->mm.encode_ms_per_image, r->prefill_ms, r->compress_ms,
                    r->mm.ttft_ms, r->kv_peak / MIB);
     }
-    for (int i = 0; i < b->n_threads_list && b->a->bandwidth; i++)
-        printf("memory read bandwidth, %d thread%s: %.1f GB/s\n", threads_used(b->threads_list[i]),
-               threads_used(b->threads_list[i]) == 1 ? "" : "s", b->read_gbps[i]);
+    for (int i = 0; i < b->threads.n && b->a->bandwidth; i++)
+        printf("memory read bandwidth, %d thread%s: %.1f GB/s\n", threads_used(b->threads.v[i]),
+               threads_used(b->threads.v[i]) == 1 ? "" : "s", b->read_gbps[i]);
     for (int i = 0; i < b->n_done && b->a->bandwidth; i++) {
         const struct bench_row *r = &b->rows[i];
-        const double stream = (double)b->info.decode_bytes * r->mean / r->n_par / 1e9, bw = bench_gbps(b, r->threads);
+        const double stream = bench_stream(b, r) / 1e9, bw = bench_gbps(b, r->threads);
         if (r->kind == TEST_TG && bw > 0)
             printf("%s (threads %d): weights streamed at %.1f GB/s (%.0f MB a token), %.0f%% of the read "
                    "bandwidth\n", r->name, threads_used(r->threads), stream, b->info.decode_bytes / 1e6,
@@ -738,13 +743,11 @@ static int cmd_bench(const struct args *a) {
     int rc = bench_check(a, lists, &fmt);
     if (!rc)
         rc = bench_plan(&b, lists);
-    for (int i = 0; !rc && i < lists[L_THREADS].n; i++) {
-        b.threads_list[b.n_threads_list] = lists[L_THREADS].v[i];
-        /* before the model is loaded, so that its pages do not share the memory */
-        if (a->bandwidth && (b.read_gbps[b.n_threads_list] = mem_read_gbps(threads_used(lists[L_THREADS].v[i]))) <= 0)
+    b.threads = lists[L_THREADS];
+    /* before the model is loaded, so that its pages do not share the memory */
+    for (int i = 0; !rc && a->bandwidth && i < b.threads.n; i++)
+        if ((b.read_gbps[i] = mem_read_gbps(threads_used(b.threads.v[i]))) <= 0)
             rc = fail(KVF_ERR_NOMEM, "bench: --bandwidth");
-        b.n_threads_list++;
-    }
     if (!rc)
         rc = load_model(a, &b.m);
     if (!rc) {

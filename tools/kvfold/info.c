@@ -37,7 +37,7 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddStringToObject(o, "weight_types", in->weight_types);
     cJSON_AddNumberToObject(o, "decode_bytes", (double)in->decode_bytes);
-    cJSON_AddStringToObject(o, "kernels", in->kernels ? in->kernels : "");
+    cJSON_AddStringToObject(o, "kernels", in->kernels);
     cJSON_AddStringToObject(o, "tokenizer", in->tokenizer);
     cJSON_AddStringToObject(o, "chat_template", in->chat_template_name);
     cJSON_AddNumberToObject(o, "bos", in->bos);

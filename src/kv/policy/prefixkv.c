@@ -142,8 +142,8 @@ enum kvf_status kv_prefix_search(const struct kv_cache *kv, const struct kv_poli
         floors[l] = kv_policy_per_layer(p) ? KVF_MAX(1, KVF_MIN(even, sinks[l] + p->protect)) : 1;
     }
     /* A budget that rounds to fewer entries than the layers' floors (a prompt
-     * of a few tokens) keeps the floors: what every other rule keeps of such
-     * a prompt, and kv.ratio says so. */
+     * of a few tokens) keeps the floors, the least the search can spread,
+     * and kv.ratio says so. */
     long least = 0;
     for (int l = 0; st == KVF_OK && !empty && l < L; l++) least += floors[l];
     total = KVF_MAX(total, least);
