@@ -545,11 +545,15 @@ KVF_API enum kvf_status kvf_session_save_buffer(const struct kvf_session *sessio
 KVF_API enum kvf_status kvf_session_save(const struct kvf_session *session, const char *path);
 /* A new session from a saved one, on the model it was saved from (the
  * same decoder tensors: any mmproj), with n_threads threads (<= 0: the
- * model's default); the rest is the saved session's. */
+ * model's default); the rest is the saved session's. A file whose context
+ * is over both the model's trained context and n_ctx_max (<= 0: none) is
+ * refused with KVF_ERR_CONTEXT before anything is allocated — the caller's
+ * n_ctx_max is what its own sessions may take, as a -c beyond the trained
+ * context. Memory follows what the file holds, not the context it names. */
 KVF_API enum kvf_status kvf_session_load_buffer(const struct kvf_model *model, const void *src, size_t size,
-                                                int n_threads, struct kvf_session **out);
+                                                int n_threads, int n_ctx_max, struct kvf_session **out);
 KVF_API enum kvf_status kvf_session_load(const struct kvf_model *model, const char *path, int n_threads,
-                                         struct kvf_session **out);
+                                         int n_ctx_max, struct kvf_session **out);
 
 /* Applies the session's KV policy to the cache now (after the prompt):
  * every (layer, kv head) keeps the entries its rule scores best, evicted

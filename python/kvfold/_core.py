@@ -290,10 +290,13 @@ class Model(_Handle):
         full cache."""
         return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full)
 
-    def load_session(self, path: Union[str, os.PathLike], threads: Optional[int] = None) -> "Session":
-        """A session saved by Session.save (on this model)."""
+    def load_session(self, path: Union[str, os.PathLike], threads: Optional[int] = None,
+                     n_ctx_max: int = 0) -> "Session":
+        """A session saved by Session.save (on this model). A file naming a
+        context over the model's trained one loads only up to n_ctx_max."""
         out = ctypes.c_void_p()
-        check(lib.kvf_session_load(self.ptr, _b(path), threads or 0, ctypes.byref(out)), f"session {path}")
+        check(lib.kvf_session_load(self.ptr, _b(path), threads or 0, n_ctx_max, ctypes.byref(out)),
+              f"session {path}")
         return Session._wrap(self, out.value)
 
     def generate(self, prompt: Union[str, Sequence[Message]], images: Sequence[ImageLike] = (),
@@ -564,9 +567,10 @@ class Session(_Handle):
         return buf.raw
 
     @classmethod
-    def from_bytes(cls, model: Model, data: bytes, threads: Optional[int] = None) -> "Session":
+    def from_bytes(cls, model: Model, data: bytes, threads: Optional[int] = None, n_ctx_max: int = 0) -> "Session":
         out = ctypes.c_void_p()
-        check(lib.kvf_session_load_buffer(model.ptr, data, len(data), threads or 0, ctypes.byref(out)), "load")
+        check(lib.kvf_session_load_buffer(model.ptr, data, len(data), threads or 0, n_ctx_max, ctypes.byref(out)),
+              "load")
         return cls._wrap(model, out.value)
 
 

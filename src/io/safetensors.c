@@ -129,7 +129,7 @@ static enum kvf_status entry_parse(const char *label, const char *name, const cJ
     if (nd > ST_MAX_DIMS)
         return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': %d dimensions (at most %d)", label, name,
                        nd, ST_MAX_DIMS);
-    size_t nbytes = st_dtypes[di].size;
+    size_t nbytes = st_dtypes[di].size, nonzero = 1;
     int k = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, shape) {
@@ -137,7 +137,10 @@ static enum kvf_status entry_parse(const char *label, const char *name, const cJ
             return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': shape[%d] is not a non-negative integer",
                            label, name, k);
         t->shape[k] = (int64_t)d->valuedouble;
-        if (!size_mul(nbytes, (size_t)t->shape[k], &nbytes))
+        /* a zero dimension makes the bytes 0 whatever the others are: they must still multiply (the
+         * loader folds and multiplies dimensions in int64) */
+        if (!size_mul(nbytes, (size_t)t->shape[k], &nbytes) ||
+            (t->shape[k] > 0 && (!size_mul(nonzero, (size_t)t->shape[k], &nonzero) || nonzero > (size_t)1 << 53)))
             return err_set(KVF_ERR_FORMAT, "%s: tensor '%.128s': shape overflows", label, name);
         k++;
     }

@@ -150,6 +150,12 @@ enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int
     return head_shrink(c, h, h->n - n);
 }
 
+enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n) {
+    struct kv_head *h = kv_cache_head(c, layer, head);
+    if (n < 0 || n > h->n) return err_set(KVF_ERR_INTERNAL, "kv truncate: %d of %d entries", n, h->n);
+    return head_shrink(c, h, n);
+}
+
 enum kvf_status kv_cache_fit(struct kv_cache *c) {
     enum kvf_status st = KVF_OK;
     for (int l = 0; st == KVF_OK && l < c->n_layer; l++)

@@ -73,6 +73,9 @@ enum kvf_status kv_cache_keep(struct kv_cache *c, int layer, int head, const int
 /* Drops the first n entries of one head (the oldest positions): the rest
  * move to the front, and storage shrinks as kv_cache_keep's does. */
 enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int n);
+/* Keeps the first n entries of one head (a pass's entries removed after
+ * it); storage shrinks as kv_cache_keep's does. */
+enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * float32 (the layout of the projection output), converted to the cache's
  * type; tags: [n]; statistics start at 0. Space must be reserved. */

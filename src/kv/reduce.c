@@ -128,15 +128,21 @@ int reduce_apply(const struct reduce_rows *rows, float *w, const int *into, int 
 }
 
 enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
-                                  int head_dim, int n_ctx) {
+                                  int head_dim) {
     *r = (struct reduce_state){.rule = kv_reduce_rule(p->reduce), .ops = kv_reduce_ops_of(p->reduce),
-                               .ratio = p->reduce_ratio, .head_dim = head_dim};
+                               .ratio = p->reduce_ratio, .head_dim = head_dim, .n_head_kv = n_head_kv};
     if ((r->n_steps = kv_reduce_stages(p, n_layer, r->layer, r->window)) < 0) {
         r->n_steps = 0;
         return KVF_ERR_INVALID_ARG;
     }
-    if ((r->rule->needs & KV_NEEDS_LAST_ROW) && !(r->stat = malloc(sizeof(float) * (size_t)n_head_kv * n_ctx)))
+    return KVF_OK;
+}
+
+enum kvf_status reduce_state_reserve_keys(struct reduce_state *r, int n_keys) {
+    if (!(r->rule->needs & KV_NEEDS_LAST_ROW) || n_keys <= r->stat_cap) return KVF_OK;
+    if (!mem_resize(&r->stat, (size_t)r->n_head_kv * n_keys, sizeof *r->stat))
         return err_set(KVF_ERR_NOMEM, "out of memory for the reduce stage's attention sums");
+    r->stat_cap = n_keys;
     return KVF_OK;
 }
 

@@ -119,13 +119,13 @@ int kv_reduce_stages(const struct kv_policy *p, int n_layer, int *layer, int *wi
  * row's attention under KV_NEEDS_LAST_ROW) [R], tome's sizes [R] and metric
  * [R][head_dim], the merge map [R], the pass's images [R], scratch (max(4 R,
  * 64 (head_dim + R)) floats), and, under KV_NEEDS_LAST_ROW, the layer's
- * attention sums [n_head_kv][n_ctx]. */
+ * attention sums [n_head_kv][stat_cap] for up to stat_cap entries a head. */
 struct reduce_state {
     const struct kv_rule *rule; /* the policy's reduce option (its needs) */
     const struct kv_reduce_ops *ops; /* its hooks (NULL: no steps) */
     double ratio;           /* the policy's reduce_ratio */
     int n_steps, layer[KV_REDUCE_MAX], window[KV_REDUCE_MAX];
-    int rows_cap, head_dim;
+    int rows_cap, head_dim, n_head_kv, stat_cap;
     float *w, *size, *metric, *scratch, *stat;
     int *into;
     struct reduce_group *groups;
@@ -133,11 +133,14 @@ struct reduce_state {
 };
 
 /* The policy's steps for the model's depth (kv_reduce_stages: an error for
- * a step past the last layer) and fastv's attention plane. */
+ * a step past the last layer). */
 enum kvf_status reduce_state_init(struct reduce_state *r, const struct kv_policy *p, int n_layer, int n_head_kv,
-                                  int head_dim, int n_ctx);
+                                  int head_dim);
 /* Grows the per-row buffers to `rows` rows (a no-op without steps). */
 enum kvf_status reduce_state_reserve(struct reduce_state *r, int rows);
+/* Grows fastv's attention sums to heads of n_keys entries (a no-op
+ * without KV_NEEDS_LAST_ROW). */
+enum kvf_status reduce_state_reserve_keys(struct reduce_state *r, int n_keys);
 void reduce_state_free(struct reduce_state *r);
 /* The step that follows layer l (l + 1 layers done), or -1. */
 int reduce_step_at(const struct reduce_state *r, int l);

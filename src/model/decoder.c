@@ -133,8 +133,8 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
         .qlast = rows_last_visible(d, n),
     };
     /* Entries that carry running statistics get this call's added. */
-    const size_t plane = (size_t)hp->n_head_kv * f->n_ctx;
-    struct attn_stats stats = {.stride = f->n_ctx};
+    const size_t plane = (size_t)hp->n_head_kv * f->keys_cap;
+    struct attn_stats stats = {.stride = f->keys_cap};
     const bool acc = d->kv->has_acc && d->gather;
     if (acc) {
         stats.a[ATTN_STAT_SUM] = f->acc_tmp + KV_ACC_SUM * plane;
@@ -150,7 +150,7 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     for (int g = 0; acc && g < hp->n_head_kv; g++) {
         struct kv_head *h = kv_cache_head(d->kv, l, g);
         for (int a = 0; a < KV_ACC_N; a++) {
-            float *t = f->acc_tmp + a * plane + (size_t)g * f->n_ctx;
+            float *t = f->acc_tmp + a * plane + (size_t)g * f->keys_cap;
             for (int j = 0; j < h->n; j++) h->acc[(size_t)j * KV_ACC_N + a] += t[j];
             memset(t, 0, sizeof(float) * (size_t)h->n);
         }
@@ -209,7 +209,7 @@ static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct
 static enum kvf_status last_row_attention(const struct decoder *d, int l, int n, float *score) {
     const struct hparams *hp = &d->model->hp;
     const struct fwd_scratch *f = d->fw;
-    const int stride = f->n_ctx, QD = hp->n_head * hp->head_dim;
+    const int stride = d->rd->stat_cap, QD = hp->n_head * hp->head_dim;
     float *stat = d->rd->stat;
     memset(stat, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     const struct attn_stats st = {.stride = stride, .a[ATTN_STAT_SUM] = stat};
@@ -351,19 +351,8 @@ enum kvf_status decoder_forward_rows(const struct decoder *ds, int n, struct fwd
     return KVF_OK;
 }
 
-enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n_batch, int n_ctx, int n_threads,
-                         bool acc) {
-    const struct hparams *hp = &m->hp;
-    *f = (struct fwd_scratch){.n_batch = n_batch, .n_ctx = n_ctx, .n_threads = n_threads};
-    bool ok = true;
-    f->attn_scratch = mem_alloc(attn_scratch_bytes(n_ctx, n_threads), 1, &ok);
-    f->keys_cap = n_ctx;
-    if (acc) f->acc_tmp = calloc((size_t)KV_ACC_N * hp->n_head_kv * n_ctx, sizeof(float)), ok &= f->acc_tmp != NULL;
-    enum kvf_status st = ok
-        ? fwd_reserve(f, m, n_batch)
-        : err_set(KVF_ERR_NOMEM, "out of memory for forward buffers (batch %d, ctx %d)", n_batch, n_ctx);
-    if (st != KVF_OK) fwd_free(f);
-    return st;
+void fwd_init(struct fwd_scratch *f, int n_batch, int n_threads, bool acc) {
+    *f = (struct fwd_scratch){.n_batch = n_batch, .n_threads = n_threads, .acc = acc};
 }
 
 enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, int rows) {
@@ -387,10 +376,17 @@ enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, in
     return KVF_OK;
 }
 
-enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, int n_kv) {
+enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, const struct kvf_model *m, int n_kv) {
     if (n_kv <= f->keys_cap) return KVF_OK;
     if (!mem_resize(&f->attn_scratch, attn_scratch_bytes(n_kv, f->n_threads), 1))
         return err_set(KVF_ERR_NOMEM, "out of memory for attention over %d keys", n_kv);
+    if (f->acc) { /* zeros between layers: nothing to keep */
+        free(f->acc_tmp);
+        if (!(f->acc_tmp = calloc((size_t)KV_ACC_N * m->hp.n_head_kv * n_kv, sizeof(float)))) {
+            f->keys_cap = 0; /* attn_scratch is larger than needed for that; it is freed with f */
+            return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics over %d keys", n_kv);
+        }
+    }
     f->keys_cap = n_kv;
     return KVF_OK;
 }

@@ -17,9 +17,10 @@
  * decoder feeds them a batch at a time. The row buffers are grown by
  * fwd_reserve and may be given back between passes (fwd_release_rows: a
  * decoding session needs one row, not its prompt's batch); attn_scratch
- * and acc_tmp stay. */
+ * and acc_tmp, for the keys a layer holds, grow with them (fwd_reserve_keys)
+ * and stay. */
 struct fwd_scratch {
-    int rows_cap, n_batch, n_ctx, n_threads;
+    int rows_cap, n_batch, n_threads;
     float *x, *xn;           /* [R][n_embd] residual stream, normed copy */
     float *q, *k, *v, *att;  /* [R][n_head*head_dim], [R][n_head_kv*head_dim] x2, [R][n_head*head_dim] */
     float *gate, *up;        /* [B][n_ff] */
@@ -30,19 +31,21 @@ struct fwd_scratch {
     float *ds;               /* [R][n_deepstack][n_embd] DeepStack features added to the rows after the first
                                 layers (model.h: n_deepstack; zero for text); NULL without */
     void *mm_scratch;        /* ops_matmul scratch for B rows */
-    float *attn_scratch;     /* attn_forward scratch for keys_cap keys (n_ctx, or more: fwd_reserve_keys) */
+    float *attn_scratch;     /* attn_forward scratch for keys_cap keys */
     int keys_cap;
-    float *acc_tmp;          /* [KV_ACC_N][n_head_kv][n_ctx] one layer's statistics before they are added
-                                to the entries' running sums; NULL when the cache keeps none */
+    bool acc;                /* whether acc_tmp is kept */
+    float *acc_tmp;          /* [KV_ACC_N][n_head_kv][keys_cap] zeros: one layer's statistics before they are
+                                added to the entries' running sums; NULL when the cache keeps none */
 };
 
-enum kvf_status fwd_init(struct fwd_scratch *f, const struct kvf_model *m, int n_batch, int n_ctx, int n_threads,
-                         bool acc);
+/* Empty buffers (fwd_reserve, fwd_reserve_keys allocate) for passes fed
+ * n_batch rows at a time; acc: acc_tmp is kept. */
+void fwd_init(struct fwd_scratch *f, int n_batch, int n_threads, bool acc);
 /* Grows the row buffers to `rows` rows. */
 enum kvf_status fwd_reserve(struct fwd_scratch *f, const struct kvf_model *m, int rows);
-/* Grows the attention scratch to n_kv keys (a pass past n_ctx: KVzip's
- * reconstruction). */
-enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, int n_kv);
+/* Grows attn_scratch and acc_tmp to n_kv keys: as a session's positions
+ * grow, or past its context (KVzip's reconstruction). */
+enum kvf_status fwd_reserve_keys(struct fwd_scratch *f, const struct kvf_model *m, int n_kv);
 void fwd_release_rows(struct fwd_scratch *f);
 void fwd_free(struct fwd_scratch *f);
 

@@ -15,39 +15,51 @@
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s) {
     const struct hparams *hp = &s->model->hp;
     const struct kv_policy *p = &s->policy;
-    const int n_ctx = s->params.n_ctx, cap = s->qwin.cap;
     *c = (struct compress_state){0};
     bool ok = true;
-    if (cap > 0) {
-        c->out = mem_alloc((size_t)cap * hp->n_head * hp->head_dim, sizeof(float), &ok);
-        c->qtag = mem_alloc((size_t)cap, sizeof(struct kvf_tag), &ok);
-    }
-    if (kv_policy_needs_window(p)) {
-        c->win = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
-        if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS)
-            c->win2 = mem_alloc((size_t)hp->n_head_kv * n_ctx, sizeof(float), &ok);
-    }
-    if (kv_policy_scorer(p)->needs & KV_NEEDS_QSTAT)
-        c->rows = mem_alloc((size_t)(2 * n_ctx + 2 * hp->head_dim) * hp->head_dim, sizeof(float), &ok);
     if (p->method != KV_FULL || p->blocks) {
         const size_t heads = (size_t)hp->n_layer * hp->n_head_kv;
-        const size_t ranked = (size_t)n_ctx * (p->alloc == KV_ALLOC_GLOBAL     ? heads
-                                               : p->alloc == KV_ALLOC_ADAPTIVE ? (size_t)hp->n_head_kv
-                                                                               : 1);
-        c->n0 = mem_alloc((size_t)hp->n_layer * hp->n_head_kv, sizeof(int), &ok);
-        c->score = mem_alloc(ranked, sizeof(float), &ok);
-        c->tmp = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
-        c->idx = mem_alloc(ranked, sizeof(int), &ok);
+        c->n0 = mem_alloc(heads, sizeof(int), &ok);
         c->head_n = mem_alloc(heads, sizeof(int), &ok);
         c->head_keep = mem_alloc(heads, sizeof(int), &ok);
-        c->layer = mem_alloc((size_t)n_ctx, sizeof(float), &ok);
-        c->into = mem_alloc((size_t)n_ctx, sizeof(int), &ok);
         c->layer_ratio = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
         c->layer_gini = mem_alloc((size_t)hp->n_layer, sizeof(double), &ok);
     }
     if (ok) return KVF_OK;
     compress_free(c);
-    return err_set(KVF_ERR_NOMEM, "out of memory for compression buffers (ctx %d)", n_ctx);
+    return err_set(KVF_ERR_NOMEM, "out of memory for compression buffers");
+}
+
+enum kvf_status compress_reserve(struct compress_state *c, const struct kvf_session *s, int n) {
+    const struct hparams *hp = &s->model->hp;
+    const struct kv_policy *p = &s->policy;
+    const int rows = KVF_MAX(kv_qwin_room(&s->qwin), kv_qwin_room(&s->qprox)); /* window_attention reads either */
+    bool ok = true;
+    if (rows > c->win_rows) {
+        ok &= mem_resize(&c->out, (size_t)rows * hp->n_head * hp->head_dim, sizeof *c->out);
+        ok &= mem_resize(&c->qtag, (size_t)rows, sizeof *c->qtag);
+        if (ok) c->win_rows = rows;
+    }
+    if (n > c->cap) {
+        const size_t N = (size_t)n, heads = (size_t)hp->n_layer * hp->n_head_kv;
+        if (kv_policy_needs_window(p)) {
+            ok &= mem_resize(&c->win, hp->n_head_kv * N, sizeof *c->win);
+            if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS)
+                ok &= mem_resize(&c->win2, hp->n_head_kv * N, sizeof *c->win2);
+        }
+        if (kv_policy_scorer(p)->needs & KV_NEEDS_QSTAT)
+            ok &= mem_resize(&c->rows, (2 * N + 2 * hp->head_dim) * hp->head_dim, sizeof *c->rows);
+        if (p->method != KV_FULL || p->blocks) {
+            const size_t ranked = N * (p->alloc == KV_ALLOC_GLOBAL     ? heads
+                                       : p->alloc == KV_ALLOC_ADAPTIVE ? (size_t)hp->n_head_kv
+                                                                       : 1);
+            ok &= mem_resize(&c->score, ranked, sizeof *c->score) && mem_resize(&c->idx, ranked, sizeof *c->idx);
+            ok &= mem_resize(&c->tmp, N, sizeof *c->tmp) && mem_resize(&c->layer, N, sizeof *c->layer) &&
+                  mem_resize(&c->into, N, sizeof *c->into);
+        }
+        if (ok) c->cap = n;
+    }
+    return ok ? KVF_OK : err_set(KVF_ERR_NOMEM, "out of memory for compression buffers (%d entries a head)", n);
 }
 
 void compress_free(struct compress_state *c) {
@@ -99,7 +111,7 @@ enum kvf_status compress_load_profile(struct kvf_session *s, const char *path) {
 static enum kvf_status window_attention(struct kvf_session *s, int l, int obs, bool cross, bool proxies) {
     const struct hparams *hp = &s->model->hp;
     struct compress_state *c = &s->cs;
-    const int stride = s->params.n_ctx;
+    const int stride = c->cap;
     memset(c->win, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     if (cross) memset(c->win2, 0, sizeof(float) * (size_t)hp->n_head_kv * stride);
     const struct kv_qwin *w = proxies && kv_qwin_on(&s->qprox) && s->qprox.n[l] > 0 ? &s->qprox : &s->qwin;
@@ -126,9 +138,9 @@ static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_
     const int group = hp->n_head / hp->n_head_kv, local = s->model->layers[l].is_local;
     return (struct kv_score_in){
         .p = p, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
-        .win_attn = c->win ? c->win + (size_t)g * s->params.n_ctx : NULL,
-        .win_cross = c->win2 ? c->win2 + (size_t)g * s->params.n_ctx : NULL, .layer_score = c->layer,
-        .win_layer = c->win, .n_head_kv = s->kv.n_head_kv, .win_stride = s->params.n_ctx,
+        .win_attn = c->win ? c->win + (size_t)g * c->cap : NULL,
+        .win_cross = c->win2 ? c->win2 + (size_t)g * c->cap : NULL, .layer_score = c->layer,
+        .win_layer = c->win, .n_head_kv = s->kv.n_head_kv, .win_stride = c->cap,
         .recon = c->recon ? c->recon + hi * c->recon_stride : NULL,
         .qstat = &s->qstat, .layer = l, .q_head = g * group, .group = group,
         .rope_freq = s->model->rope_freq[local], .rope_mscale = s->model->rope_mscale[local],
@@ -233,8 +245,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             int d;
             st = session_swa_drop(s, l, g, 0, &d);
             /* The entries' statistics move with them. */
-            float *w[3] = {window_sums ? c->win + (size_t)g * s->params.n_ctx : NULL,
-                           window_sums && c->win2 ? c->win2 + (size_t)g * s->params.n_ctx : NULL,
+            float *w[3] = {window_sums ? c->win + (size_t)g * c->cap : NULL,
+                           window_sums && c->win2 ? c->win2 + (size_t)g * c->cap : NULL,
                            c->recon ? c->recon + ((size_t)l * H + g) * c->recon_stride : NULL};
             for (int k = 0; k < 3 && d > 0; k++)
                 if (w[k]) memmove(w[k], w[k] + d, sizeof(float) * (size_t)s->kv.heads[(size_t)l * H + g].n);
@@ -255,8 +267,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
              * the window sums; the others' scores are pooled once written. */
             const bool pool = mode != EVICT_DECODE && bp.pool == KV_POOL_AVG, inside = rule->needs & KV_NEEDS_CROSS;
             if (pool && inside) {
-                kv_pool_scores(c->win + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
-                kv_pool_scores(c->win2 + (size_t)g * s->params.n_ctx, h->n, bp.width, c->tmp);
+                kv_pool_scores(c->win + (size_t)g * c->cap, h->n, bp.width, c->tmp);
+                kv_pool_scores(c->win2 + (size_t)g * c->cap, h->n, bp.width, c->tmp);
             }
             if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], score);
             else rule->score(&in, score);

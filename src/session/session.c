@@ -77,14 +77,13 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim,
                                        kv_policy_needs_acc(pol) || p->kv_gather > 0);
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->kv_type);
-    if (st == KVF_OK) st = fwd_init(&s->fw, s->model, p->n_batch, p->n_ctx, p->n_threads, s->kv.has_acc);
+    fwd_init(&s->fw, p->n_batch, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
     if (st == KVF_OK)
         st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
     const bool qstat = (kv_policy_scorer(pol)->needs & KV_NEEDS_QSTAT) || p->kv_gather > 0;
     if (st == KVF_OK) st = kv_qstat_init(&s->qstat, qstat ? hp->n_layer : 0, hp->n_head, hp->head_dim, pol->sinks);
-    if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim, p->n_ctx);
-    if (st == KVF_OK) st = reduce_state_reserve(&s->rd, p->n_batch);
+    if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim);
     if (st == KVF_OK) st = compress_init(&s->cs, s);
     if (st == KVF_OK) st = kv_merge_log_init(&s->merges, hp->n_layer, hp->n_head_kv, evicts);
     if (st == KVF_OK && !(s->logits = malloc(sizeof(float) * (size_t)hp->n_vocab)))
@@ -170,7 +169,9 @@ enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
         return err_set(KVF_ERR_UNSUPPORTED, "truncate to %d positions: the sliding-window layers freed position %d, "
                        "which position %d would see (the least is %d; kv_swa_full keeps them)", n, s->swa_lost, n,
                        s->swa_lost + s->model->hp.sliding_window);
-    int *keep = malloc(sizeof *keep * (size_t)s->params.n_ctx); /* a head holds at most n_ctx entries */
+    int held = 1;
+    for (int i = 0; i < s->kv.n_layer * s->kv.n_head_kv; i++) held = KVF_MAX(held, s->kv.heads[i].n);
+    int *keep = malloc(sizeof *keep * (size_t)held);
     if (!keep) return err_set(KVF_ERR_NOMEM, "truncate: out of memory");
     enum kvf_status st = KVF_OK;
     for (int l = 0; l < s->kv.n_layer && st == KVF_OK; l++)
@@ -204,22 +205,44 @@ static bool session_mrope(const struct kvf_session *s) {
     return m[0] + m[1] + m[2] > 0;
 }
 
-static enum kvf_status tags_reserve(struct kvf_session *s, int n) {
-    if (s->n_past + n <= s->tags_cap) return KVF_OK;
-    const int cap = KVF_MIN(s->params.n_ctx, KVF_MAX(s->n_past + n, s->tags_cap * 2));
-    struct kvf_tag *t = realloc(s->tags, (size_t)cap * sizeof *t);
-    if (!t) return err_set(KVF_ERR_NOMEM, "out of memory recording %d tags", cap);
-    s->tags = t;
-    int32_t *ids = realloc(s->toks, (size_t)cap * sizeof *ids);
-    if (!ids) return err_set(KVF_ERR_NOMEM, "out of memory recording %d token ids", cap);
-    s->toks = ids;
-    if (session_mrope(s)) {
-        int32_t *r = realloc(s->rope_next, (size_t)cap * sizeof *r);
-        if (!r) return err_set(KVF_ERR_NOMEM, "out of memory recording %d rope positions", cap);
-        s->rope_next = r;
+static enum kvf_status context_check(const struct kvf_session *s, int n) {
+    return n > s->params.n_ctx - s->n_past
+        ? err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx)
+        : KVF_OK;
+}
+
+/* Doubling up to n_ctx: a session decoding one token at a time grows its
+ * buffers log(n) times. */
+static int room_next(const struct kvf_session *s, int have, int need) {
+    return KVF_MIN(s->params.n_ctx, KVF_MAX(need, 2 * have));
+}
+
+enum kvf_status session_room(struct kvf_session *s, int n_pos, int n_keys) {
+    if (n_pos > s->room) {
+        const int room = room_next(s, s->room, n_pos);
+        if (!mem_resize(&s->tags, (size_t)room, sizeof *s->tags) ||
+            !mem_resize(&s->toks, (size_t)room, sizeof *s->toks) ||
+            (session_mrope(s) && !mem_resize(&s->rope_next, (size_t)room, sizeof *s->rope_next)))
+            return err_set(KVF_ERR_NOMEM, "out of memory recording %d positions", room);
+        s->room = room;
     }
-    s->tags_cap = cap;
-    return KVF_OK;
+    const int keys = n_keys > s->keys ? room_next(s, s->keys, n_keys) : s->keys;
+    enum kvf_status st = fwd_reserve_keys(&s->fw, s->model, keys);
+    if (st == KVF_OK) st = reduce_state_reserve_keys(&s->rd, keys);
+    if (st == KVF_OK) st = compress_reserve(&s->cs, s, keys); /* and the query window's rows */
+    if (st == KVF_OK) s->keys = keys;
+    return st;
+}
+
+enum kvf_status session_reserve(struct kvf_session *s, int n) {
+    if (context_check(s, n) != KVF_OK) return KVF_ERR_CONTEXT;
+    int most = 0;
+    for (int i = 0; i < s->kv.n_layer * s->kv.n_head_kv; i++) most = KVF_MAX(most, s->kv.heads[i].n);
+    enum kvf_status st = kv_qwin_reserve(&s->qwin, kv_qwin_most(&s->qwin) + n);
+    if (st == KVF_OK) st = kv_qwin_reserve(&s->qprox, kv_qwin_most(&s->qprox) + n);
+    if (st == KVF_OK) st = session_room(s, s->n_past + n, most + n);
+    if (st == KVF_OK) st = fwd_reserve(&s->fw, s->model, n);
+    return st == KVF_OK ? reduce_state_reserve(&s->rd, n) : st;
 }
 
 /* The rope position a text token at position pos takes (M-RoPE): one past
@@ -254,8 +277,8 @@ static bool prefill_plain(const struct kvf_session *s) {
  * capacities too), tags, token ids, rope positions, query statistics and
  * logits. */
 static enum kvf_status session_take(struct kvf_session *s, const struct kvf_session *src) {
-    enum kvf_status st = tags_reserve(s, src->n_past);
-    if (st == KVF_OK) st = kv_cache_copy(&s->kv, &src->kv);
+    enum kvf_status st = kv_cache_copy(&s->kv, &src->kv);
+    if (st == KVF_OK) st = session_room(s, src->n_past, src->keys);
     if (st != KVF_OK) return st;
     memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
     memcpy(s->toks, src->toks, sizeof *s->toks * (size_t)src->n_past);
@@ -291,7 +314,7 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs query statistics from position %d on, which the session "
                      "did not gather", kv_spec, s->qstat.first);
     /* a prefill of its own would hold the last min(cap, n_past) queries of each layer */
-    else if (!kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past))
+    else if ((st = kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past)) == KVF_ERR_UNSUPPORTED)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
                      KVF_MIN(s->qwin.cap, src->n_past), src->qwin.n ? src->qwin.n[0] : 0);
     if (st == KVF_OK) st = session_take(s, src);
@@ -310,13 +333,13 @@ enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_sessi
     struct kvf_session *s;
     enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, &s);
     if (st != KVF_OK) return st;
-    st = session_take(s, src);
+    st = kv_qwin_copy(&s->qwin, &src->qwin); /* first: session_take sizes the compression scratch to it */
+    if (st == KVF_OK) st = session_take(s, src);
     if (st == KVF_OK) st = kv_merge_log_copy(&s->merges, &src->merges);
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
     }
-    kv_qwin_copy(&s->qwin, &src->qwin);
     compress_copy(&s->cs, &src->cs, s->kv.n_layer, s->kv.n_head_kv);
     if (src->note && kvf_session_set_note(s, src->note) != KVF_OK) {
         kvf_session_free(s);
@@ -421,15 +444,14 @@ static bool same_image(const struct kvf_model *m, const struct kvf_tag *a, const
 static enum kvf_status session_run(struct kvf_session *s, const int32_t *tokens, const float *embd, const float *ds,
                                    const struct kvf_tag *tags, const struct mrope_pos *rope, int n, int batch,
                                    float *all_logits) {
-    if (n > s->params.n_ctx - s->n_past)
-        return err_set(KVF_ERR_CONTEXT, "%d positions do not fit: %d of %d used", n, s->n_past, s->params.n_ctx);
-    enum kvf_status st = tags_reserve(s, n);
+    enum kvf_status st = context_check(s, n);
     if (st != KVF_OK) return st;
     const int n_vocab = s->model->hp.n_vocab, E = s->model->hp.n_embd;
     for (int i = 0, nb; i < n; i += nb) {
         nb = KVF_MIN(batch, n - i);
         while (tags && i + nb < n && same_image(s->model, &tags[i + nb - 1], &tags[i + nb])) nb++;
-        if ((st = fwd_reserve(&s->fw, s->model, nb)) != KVF_OK) return st;
+        /* batch by batch: under block-wise prefill the heads stay near the block budget, and so does the scratch */
+        if ((st = session_reserve(s, nb)) != KVF_OK) return st;
         decoder_input(&s->fw, s->model, 0, tokens ? tokens + i : NULL, embd ? embd + (size_t)i * E : NULL,
                       ds ? ds + (size_t)i * s->model->hp.n_deepstack * E : NULL, tags ? tags + i : NULL, s->n_past, nb);
         for (int t = 0; t < nb; t++) s->toks[s->n_past + t] = tokens ? tokens[i + t] : -1;
@@ -489,8 +511,7 @@ static enum kvf_status question_probe(struct kvf_session *s, const struct kvf_pr
     s->qwin = s->qprox;
     s->qprox = proxies;
     kv_qwin_clear(&s->qwin);
-    for (int j = 0; j < s->params.n_ctx; j++) s->cs.idx[j] = j;
-    for (int i = 0; st == KVF_OK && i < L * H; i++) st = kv_cache_keep(&s->kv, i / H, i % H, s->cs.idx, had[i]);
+    for (int i = 0; st == KVF_OK && i < L * H; i++) st = kv_cache_truncate(&s->kv, i / H, i % H, had[i]);
     free(had);
     return st;
 }
@@ -564,9 +585,7 @@ enum kvf_status kvf_session_prefill_prompt(struct kvf_session *s, const struct k
     if (st == KVF_OK && s->rd.n_steps > 0) {
         /* A reduce step weighs an image's tokens by the text after it: the
          * whole prompt is one pass. */
-        if ((st = tags_reserve(s, p->n)) != KVF_OK || (st = fwd_reserve(&s->fw, s->model, p->n)) != KVF_OK ||
-            (st = reduce_state_reserve(&s->rd, p->n)) != KVF_OK)
-            return st;
+        if ((st = session_reserve(s, p->n)) != KVF_OK) return st;
         for (int g = 0; g < p->n_segs; g++) {
             const struct prompt_seg *sg = &p->segs[g];
             decoder_input(&s->fw, s->model, sg->start, sg->media ? NULL : p->ids + sg->start,
@@ -684,9 +703,8 @@ static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int
         st = decoder_forward(&d, nb, NULL, logits);
     }
     /* The pass's entries go even when it failed, so the cache is the context's again. */
-    for (int j = 0; j < s->params.n_ctx; j++) s->cs.idx[j] = j;
     for (int i = 0; i < L * H; i++) {
-        const enum kvf_status e = kv_cache_keep(&s->kv, i / H, i % H, s->cs.idx, had[i]);
+        const enum kvf_status e = kv_cache_truncate(&s->kv, i / H, i % H, had[i]);
         if (st == KVF_OK) st = e;
     }
     return st;
@@ -711,7 +729,7 @@ static enum kvf_status session_reconstruct(struct kvf_session *s) {
     s->cs.recon_stride = stride;
     if (st == KVF_OK && (!text || !ids || !had || !logits || !s->cs.recon))
         st = err_set(KVF_ERR_NOMEM, "kvzip: out of memory for the reconstruction of %d tokens", n_text);
-    if (st == KVF_OK) st = fwd_reserve_keys(&s->fw, (int)stride);
+    if (st == KVF_OK) st = fwd_reserve_keys(&s->fw, s->model, (int)stride);
     for (int i = 0, k = 0; st == KVF_OK && i < s->n_past; i++)
         if (s->toks[i] >= 0 && s->toks[i] != bos) text[k++] = s->toks[i];
     for (int i = 0; st == KVF_OK && i < L * H; i++) had[i] = s->kv.heads[i].n;
@@ -795,16 +813,14 @@ enum kvf_status kvf_session_decode_batch(struct kvf_session *const *ss, const in
     }
     if (n == 1) return kvf_session_decode(ss[0], tokens[0]);
     enum kvf_status st = KVF_OK;
-    for (int i = 0; i < n && st == KVF_OK; i++) {
-        st = tags_reserve(ss[i], 1);
-        if (st == KVF_OK) st = fwd_reserve(&ss[i]->fw, ss[i]->model, 1);
-    }
+    for (int i = 0; i < n && st == KVF_OK; i++) st = session_reserve(ss[i], 1);
     const struct kvf_model *m = ss[0]->model;
     struct decoder *ds = malloc(sizeof *ds * (size_t)n);
     float *logits = malloc(sizeof *logits * (size_t)n * m->hp.n_vocab);
     struct fwd_scratch b = {0};
     if (st == KVF_OK && (!ds || !logits)) st = err_set(KVF_ERR_NOMEM, "decode_batch: out of memory");
-    if (st == KVF_OK) st = fwd_init(&b, m, n, 1, ss[0]->fw.n_threads, false);
+    fwd_init(&b, n, ss[0]->fw.n_threads, false);
+    if (st == KVF_OK) st = fwd_reserve(&b, m, n);
     if (st == KVF_OK) {
         for (int i = 0; i < n; i++) {
             struct kvf_session *s = ss[i];

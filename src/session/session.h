@@ -12,13 +12,16 @@
 #include "model/decoder.h"
 #include "model/model.h"
 
-/* Compression scratch and state (session/compress.c), sized for n_ctx
- * entries: scores, indices, work space, the window queries' attention
- * [n_head_kv][n_ctx] (csp: same-modality in win, cross-modality in win2),
- * their output [qwin cap][n_head*head_dim] and tags [qwin cap]. */
+/* Compression scratch and state (session/compress.c); the scratch for cap
+ * entries a head (compress_reserve grows it with the session's positions):
+ * scores, indices, work space, the window queries' attention
+ * [n_head_kv][cap] (csp: same-modality in win, cross-modality in win2),
+ * their output [win_rows][n_head*head_dim] and tags [win_rows], win_rows
+ * being the query windows' rows. */
 struct compress_state {
-    /* score, idx: [n_ctx], or [n_head_kv][n_ctx] under budget=adaptive,
-     * whose heads are ranked together, or [n_layer][n_head_kv][n_ctx] under
+    int cap, win_rows;
+    /* score, idx: [cap], or [n_head_kv][cap] under budget=adaptive,
+     * whose heads are ranked together, or [n_layer][n_head_kv][cap] under
      * budget=global, where every head of every layer is; head_n, head_keep:
      * [n_layer][n_head_kv] (adaptive uses the first n_head_kv) the heads'
      * sizes and kept counts. */
@@ -29,7 +32,7 @@ struct compress_state {
      * session_reconstruct until the compression that reads it. */
     float *recon;
     size_t recon_stride;
-    /* Expected Attention's work space [2 n_ctx + 2 head_dim][head_dim]. */
+    /* Expected Attention's work space [2 cap + 2 head_dim][head_dim]. */
     float *rows;
     struct kvf_tag *qtag;
     /* [n_layer][n_head_kv] head sizes right after kvf_session_compress (the
@@ -52,11 +55,17 @@ struct kvf_session {
     int n_past;                       /* positions processed so far */
     float *logits;                    /* [n_vocab] after the last token */
     bool has_logits;
-    struct kvf_tag *tags;             /* [tags_cap] tag of every position so far ([n_past] used) */
-    int32_t *toks;                    /* [tags_cap] the token id at each position (-1: an embedding row),
+    /* What the buffers are sized for, grown as the session grows (up to
+     * n_ctx), so that a context it never fills takes no memory: room
+     * positions (tags and token ids below), keys entries a head (the
+     * attention scratch and statistics, the reduce stage's sums, the
+     * compression scratch: a compressed cache needs them for what it holds,
+     * not for the positions seen); the query windows hold their own. */
+    int room, keys;
+    struct kvf_tag *tags;             /* [room] tag of every position so far ([n_past] used) */
+    int32_t *toks;                    /* [room] the token id at each position (-1: an embedding row),
                                          which KVzip's reconstruction repeats */
-    int tags_cap;
-    /* M-RoPE models (model.h: mrope): [tags_cap] the rope position a text
+    /* M-RoPE models (model.h: mrope): [room] the rope position a text
      * token after each position takes, and the rope position of the prompt
      * being prefilled at its relative 0 (kvf_prompt.rope); NULL otherwise. */
     int32_t *rope_next;
@@ -107,6 +116,13 @@ enum kvf_status session_swa_drop(struct kvf_session *s, int l, int g, int slack,
 /* The longest note a session keeps (kvf_session_set_note). */
 #define SESSION_NOTE_MAX (16u << 20)
 
+/* Room for a pass of n rows after n_past: its row buffers, the tags, n
+ * more entries in every head, n more rows in the query windows;
+ * KVF_ERR_CONTEXT when they do not fit in n_ctx. */
+enum kvf_status session_reserve(struct kvf_session *s, int n);
+/* Room for n_pos positions and heads of n_keys entries (compress_reserve
+ * sized to the query windows' rows too). */
+enum kvf_status session_room(struct kvf_session *s, int n_pos, int n_keys);
 /* A session of resolved params p under policy (parsed from spec), empty. */
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
                             const struct kv_policy *policy, const char *spec, struct kvf_session **out);
@@ -117,6 +133,8 @@ enum kvf_status session_create(const struct kvf_model *m, const struct kvf_sessi
 
 /* session/compress.c */
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);
+/* The scratch grown to heads of n entries and to the query window's rows. */
+enum kvf_status compress_reserve(struct compress_state *c, const struct kvf_session *s, int n);
 void compress_free(struct compress_state *c);
 void compress_reset(struct compress_state *c, const struct kv_policy *p);
 /* dst (compress_init'ed for the same session shape and policy) gets the

@@ -205,7 +205,7 @@ static const void *take_n(struct rd *r, size_t size, int64_t count) {
 }
 static bool get(struct rd *r, void *x, size_t n) {
     const void *p = take(r, n);
-    if (p) memcpy(x, p, n);
+    if (p && n) memcpy(x, p, n); /* n 0: x may be NULL (nothing allocated for nothing) */
     return p != NULL;
 }
 static int32_t get_i32(struct rd *r) {
@@ -246,7 +246,8 @@ static enum kvf_status read_model(struct rd *r, const struct kvf_model *m) {
 }
 
 /* The session the file describes, empty: its parameters and policy. */
-static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int n_threads, struct kvf_session **out) {
+static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int n_threads, int n_ctx_max,
+                                    struct kvf_session **out) {
     int32_t params[4] = {0};
     get(r, params, sizeof params);
     const bool swa_full = get_u8(r);
@@ -261,6 +262,10 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     if (memchr(spec, '\0', (size_t)spec_len)) return bad("the policy's spec holds a NUL");
     /* the session's own checks: n_ctx, n_batch, kv_type, kv_gather, the spec and budget */
     if (params[0] <= 0) return bad("its context is not positive");
+    if (params[0] > KVF_MAX(m->hp.n_ctx_train, n_ctx_max))
+        return err_set(KVF_ERR_CONTEXT, "session file: a context of %d positions, over the model's %d%s", params[0],
+                       KVF_MAX(m->hp.n_ctx_train, n_ctx_max),
+                       n_ctx_max > m->hp.n_ctx_train ? " allowed" : " trained (a larger context allows it)");
     struct kvf_session_params p = kvf_session_default_params();
     p.n_ctx = params[0], p.n_batch = params[1], p.kv_type = (enum kvf_kv_type)params[2], p.kv_gather = params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
@@ -301,14 +306,11 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
     if (np < 0 || np > n_ctx) return bad("more positions than its context");
     if (at[1] < -1 || at[1] >= np || at[3] < 0 || at[3] > 1) return bad("its window or logits flags are out of range");
     enum kvf_status st = KVF_OK;
-    /* tags_reserve's work: room for np positions */
-    s->tags = malloc(sizeof *s->tags * (size_t)(np ? np : 1));
-    s->toks = malloc(sizeof *s->toks * (size_t)(np ? np : 1));
-    if (hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0)
-        s->rope_next = malloc(sizeof *s->rope_next * (size_t)(np ? np : 1));
-    if (!s->tags || !s->toks || (hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0 && !s->rope_next))
-        return err_set(KVF_ERR_NOMEM, "session file: out of memory for %d positions", np);
-    s->tags_cap = np ? np : 1;
+    /* memory for the positions only once the file holds them */
+    const bool mrope = hp->mrope[0] + hp->mrope[1] + hp->mrope[2] > 0;
+    const size_t per_pos = sizeof *s->tags + sizeof *s->toks + (mrope ? sizeof *s->rope_next : 0);
+    if ((size_t)np > (r->n - r->at) / per_pos) return bad("truncated in its positions");
+    if ((st = session_room(s, np, 0)) != KVF_OK) return st;
     if (!get(r, s->tags, sizeof *s->tags * (size_t)np) || !get(r, s->toks, sizeof *s->toks * (size_t)np) ||
         (s->rope_next && !get(r, s->rope_next, sizeof *s->rope_next * (size_t)np)) ||
         !get(r, s->logits, sizeof(float) * (size_t)hp->n_vocab))
@@ -331,9 +333,11 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
         /* fields are not aligned in the file: read where they land, then checked */
         const void *q = take_n(r, sizeof(float) * (size_t)s->qwin.qd, n), *pos = take_n(r, sizeof(int32_t), n);
         if (!q || !pos) return bad("truncated in its query windows");
+        if (n == 0) continue;
+        if ((st = kv_qwin_reserve_layer(&s->qwin, l, n)) != KVF_OK) return st;
         s->qwin.n[l] = n;
-        memcpy((float *)kv_qwin_q(&s->qwin, l), q, sizeof(float) * (size_t)n * s->qwin.qd);
-        memcpy((int32_t *)kv_qwin_pos(&s->qwin, l), pos, sizeof(int32_t) * (size_t)n);
+        memcpy(s->qwin.q[l], q, sizeof(float) * (size_t)n * s->qwin.qd);
+        memcpy(s->qwin.pos[l], pos, sizeof(int32_t) * (size_t)n);
         for (int i = 0; i < n; i++)
             if (kv_qwin_pos(&s->qwin, l)[i] < 0 || kv_qwin_pos(&s->qwin, l)[i] >= np)
                 return bad("a query window's position is out of range");
@@ -385,6 +389,7 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
                     return bad("a cached entry's position is out of range or order");
             most = KVF_MAX(most, n);
         }
+    if ((st = session_room(s, np, most)) != KVF_OK) return st;
     uint64_t peak = 0;
     get(r, &peak, sizeof peak);
     const int32_t peak_entries = get_i32(r);
@@ -399,7 +404,7 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
 }
 
 enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *src, size_t size, int n_threads,
-                                        struct kvf_session **out) {
+                                        int n_ctx_max, struct kvf_session **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "session load: no output");
     *out = NULL;
     if (!m || (!src && size)) return err_set(KVF_ERR_INVALID_ARG, "session load: no model or no data");
@@ -417,7 +422,7 @@ enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *s
     struct rd r = {src, size - sizeof crc, sizeof MAGIC + sizeof version, false};
     enum kvf_status st = read_model(&r, m);
     struct kvf_session *s = NULL;
-    if (st == KVF_OK) st = read_session(&r, m, n_threads, &s);
+    if (st == KVF_OK) st = read_session(&r, m, n_threads, n_ctx_max, &s);
     if (st == KVF_OK) st = read_state(&r, s);
     if (st != KVF_OK) {
         kvf_session_free(s);
@@ -427,14 +432,15 @@ enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *s
     return KVF_OK;
 }
 
-enum kvf_status kvf_session_load(const struct kvf_model *m, const char *path, int n_threads, struct kvf_session **out) {
+enum kvf_status kvf_session_load(const struct kvf_model *m, const char *path, int n_threads, int n_ctx_max,
+                                 struct kvf_session **out) {
     if (!out) return err_set(KVF_ERR_INVALID_ARG, "session load: no output");
     *out = NULL;
     if (!path) return err_set(KVF_ERR_INVALID_ARG, "session load: no path");
     char *buf = NULL;
     size_t len = 0;
     enum kvf_status st = sys_read_file(path, SIZE_MAX, "a session file", &buf, &len);
-    if (st == KVF_OK) st = kvf_session_load_buffer(m, buf, len, n_threads, out);
+    if (st == KVF_OK) st = kvf_session_load_buffer(m, buf, len, n_threads, n_ctx_max, out);
     free(buf);
     return st;
 }

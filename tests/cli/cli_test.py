@@ -948,33 +948,46 @@ def case_eval(ctx):
 
 
 def case_kv_short(ctx):
-    """Every preset on prompts of 1, 2 and n_layer tokens, at its own budget
-    and at one that rounds to no entry at all: it keeps what its budget
-    rounds to (none, for most rules; prefixkv its floor of an entry a layer,
-    which its search needs) and says so in kv.ratio, never an error (issue
-    56: prefixkv refused a one-token prompt)."""
+    """Every preset, and every stage after snapkv, on prompts of 1, 2 and
+    n_layer tokens, at its own budget and at one that rounds to no entry at
+    all: it keeps what its budget rounds to (none, for most rules; prefixkv
+    its floor of an entry a layer, which its search needs) and says so in
+    kv.ratio, never an error (issue 56: prefixkv refused a one-token
+    prompt)."""
     smol = ctx.model(SMOL)
     rc, out, _ = ctx.run("policies", "--json")
-    presets = [p for p in json.loads(out) if p["stage"] == "preset"]
+    policies = json.loads(out)
     rc, out, err = ctx.run("info", "-m", smol, "--json")
     check(rc == 0, f"info: {err}")
     n_layer = json.loads(out)["n_layer"]
     prompts = {1: "Hi", 2: "Hi there", n_layer: " ".join(["one"] * n_layer)}
-    for p in presets:
-        for want, text in prompts.items():
+    specs = []
+    for p in policies:
+        if p["stage"] == "preset":
             # the smallest budget: a ratio that rounds to nothing, or 2 entries where it is a count (1 reads as 100%)
             count = re.search(r"budget=(\d+)(,|$| )", p["defaults"])
-            specs = [p["name"]] + ([p["name"] + (":budget=2" if count else ":budget=0.001")]
-                                   if "budget" in p["keys"] else [])
-            for spec in specs:
-                rc, out, err = ctx.run("generate", "-m", smol, "-p", text, "-n", "2", "--kv", spec, "--json")
-                check(rc == 0, f"--kv {spec} on a {want}-token prompt: exit {rc}: {err[-300:]}")
-                o = json.loads(out)
-                kv = o["kv"]
-                check(abs(o["n_prompt"] - want) <= 1, f"{text!r}: {o['n_prompt']} tokens")
-                check(0 <= kv["ratio"] <= 1 and len(kv["per_layer"]) == n_layer and
-                      (p["name"] != "prefixkv" or min(kv["per_layer"]) >= 1),
-                      f"--kv {spec} on {o['n_prompt']} tokens: ratio {kv['ratio']}, per layer {kv['per_layer']}")
+            specs += [(p["name"], p["name"])]
+            if "budget" in p["keys"]:
+                specs += [(p["name"], p["name"] + (":budget=2" if count else ":budget=0.001"))]
+        else:
+            # after snapkv, or the first preset the stage names when it refuses snapkv
+            stage, base = f"{p['stage']}={p['name']}", "snapkv"
+            rc, _, err = ctx.run("generate", "-m", smol, "-p", "Hi", "-n", "1", "--kv", f"{base}+{stage}")
+            used = re.search(r"use it with (\w+)", err)
+            if rc != 0 and used:
+                base = used.group(1)
+            specs += [(None, f"{base}+{stage}"), (None, f"{base}:budget=0.001+{stage}")]
+    specs += [(None, "snapkv+schedule=blocks:budget=2,block=1,question=1")]
+    for want, text in prompts.items():
+        for name, spec in specs:
+            rc, out, err = ctx.run("generate", "-m", smol, "-p", text, "-n", "2", "--kv", spec, "--json")
+            check(rc == 0, f"--kv {spec} on a {want}-token prompt: exit {rc}: {err[-300:]}")
+            o = json.loads(out)
+            kv = o["kv"]
+            check(abs(o["n_prompt"] - want) <= 1, f"{text!r}: {o['n_prompt']} tokens")
+            check(0 <= kv["ratio"] <= 1 and len(kv["per_layer"]) == n_layer and
+                  (name != "prefixkv" or min(kv["per_layer"]) >= 1),
+                  f"--kv {spec} on {o['n_prompt']} tokens: ratio {kv['ratio']}, per layer {kv['per_layer']}")
 
 
 def main():

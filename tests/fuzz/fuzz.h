@@ -15,6 +15,13 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The memory an input may take: `make fuzz` runs libFuzzer with
+ * -rss_limit_mb at this (which also fails any single allocation above it);
+ * the replay fails an input past it in resident memory, and the sanitizer
+ * build's replay any allocation above it (ASAN_OPTIONS, tests/fuzz/CMakeLists.txt).
+ * run.sh and the CMake file read the number from this line. */
+#define FUZZ_RSS_LIMIT_MB 2048
+
 /* A fixture of tests/tools/make_fixture (KVF_FUZZ_FIXTURES in the
  * environment, else the folder the build wrote them to) loaded with one
  * thread, for the harness to keep; mmproj NULL: none. Aborts when it cannot

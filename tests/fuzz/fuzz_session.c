@@ -37,7 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         memcpy(file + n - 4, &crc, 4);
     }
     struct kvf_session *s = NULL;
-    if (kvf_session_load_buffer(m, file, n, 1, &s) == KVF_OK) exercise(s, &info);
+    if (kvf_session_load_buffer(m, file, n, 1, 0, &s) == KVF_OK) exercise(s, &info);
     kvf_session_free(s);
     free(file);
     return 0;

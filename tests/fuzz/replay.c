@@ -2,13 +2,16 @@
  * of every folder named (in name order, dot files skipped), is passed once
  * to LLVMFuzzerTestOneInput. The ctest fuzz_<kind> runs it over the seed
  * corpus and the regression inputs, so that the sanitizer builds replay
- * them. Exits 77 (skipped) when there was no input at all. */
+ * them. An input after which the process has held more than
+ * FUZZ_RSS_LIMIT_MB is a failure, as it is to libFuzzer. Exits 77
+ * (skipped) when there was no input at all. */
 #include "fuzz.h"
 
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 static int run_file(const char *path) {
@@ -22,6 +25,12 @@ static int run_file(const char *path) {
     if (ok) LLVMFuzzerTestOneInput(data, (size_t)n);
     else fprintf(stderr, "replay: cannot read '%s'\n", path);
     free(data);
+    struct rusage ru;
+    if (ok && !getrusage(RUSAGE_SELF, &ru) && ru.ru_maxrss > (long)FUZZ_RSS_LIMIT_MB << 10) { /* kB */
+        fprintf(stderr, "replay: '%s' took the process to %ld MB, over the %d MB libFuzzer allows\n", path,
+                ru.ru_maxrss >> 10, FUZZ_RSS_LIMIT_MB);
+        return -1;
+    }
     return ok ? 1 : -1;
 }
 

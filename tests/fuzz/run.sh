@@ -12,6 +12,7 @@ shift 2
 src=$(cd "$(dirname "$0")" && pwd)
 out=$build/tests/fuzz
 status=0
+rss=$(sed -n 's/^#define FUZZ_RSS_LIMIT_MB \([0-9]*\).*/\1/p' "$src/fuzz.h")
 for kind in "$@"; do
     mkdir -p "$out/corpus/$kind" "$out/findings/$kind" "$out/logs"
     inputs=("$out/seeds/$kind")
@@ -22,7 +23,7 @@ for kind in "$@"; do
     # niced harness can wait seconds for a core); -close_fd_mask=3: the
     # library's error messages would flood the log (libFuzzer and the
     # sanitizers still report on their own descriptor).
-    OMP_NUM_THREADS=1 nice -n 19 "$out/fuzz_$kind" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 \
+    OMP_NUM_THREADS=1 nice -n 19 "$out/fuzz_$kind" -max_total_time="$seconds" -timeout="${FUZZ_TIMEOUT:-10}" -rss_limit_mb="$rss" \
         -close_fd_mask=3 -print_final_stats=1 -artifact_prefix="$out/findings/$kind/" \
         "$out/corpus/$kind" "${inputs[@]}" >"$log" 2>&1
     rc=$?

@@ -14,9 +14,13 @@
  * every 97th), bits flipped (a checksum error), words overwritten with the
  * checksum made right again (the reader's own checks: any status but a crash
  * or a hang, and a session that loads must decode), another model's
- * (UNSUPPORTED, OTHER_MODEL), and a session mid-prompt is not saved. */
+ * (UNSUPPORTED, OTHER_MODEL), and a session mid-prompt is not saved.
+ * Sizes: a session of the largest context takes memory for what it holds
+ * under every policy, and a file naming a context over the model's trained
+ * one loads only where the caller allows it. */
 #include "kv_state.h"
 
+#include <malloc.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -55,7 +59,7 @@ static struct kvf_session *round_trip(const struct kvf_model *m, const struct kv
     *buf = malloc(*size ? *size : 1);
     struct kvf_session *s = NULL;
     if (!*buf || !*size || kvf_session_save_buffer(src, *buf, *size) != KVF_OK ||
-        kvf_session_load_buffer(m, *buf, *size, 2, &s) != KVF_OK)
+        kvf_session_load_buffer(m, *buf, *size, 2, 0, &s) != KVF_OK)
         fprintf(stderr, "round trip: %s\n", kvf_last_error());
     return s;
 }
@@ -107,7 +111,7 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
     }
     if (!bad) bad = decode_all(mi, own, loaded, 1, spec, 2, "loaded after the prompt");
     if (!bad && path) { /* through a file */
-        bad = kvf_session_save(own, path) != KVF_OK || kvf_session_load(m, path, 2, &loaded[1]) != KVF_OK;
+        bad = kvf_session_save(own, path) != KVF_OK || kvf_session_load(m, path, 2, 0, &loaded[1]) != KVF_OK;
         if (bad) fprintf(stderr, "%s: %s: %s\n", spec, path, kvf_last_error());
         *file_size = kvf_session_save_size(own);
     } else if (!bad) {
@@ -133,7 +137,7 @@ static uint32_t lcg(uint32_t *x) { return *x = *x * 1664525u + 1013904223u; }
 static int load_damaged(const struct kvf_model *m, const struct kvf_model_info *mi, const uint8_t *data, size_t n,
                         int want, const char *what) {
     struct kvf_session *s = NULL;
-    const enum kvf_status st = kvf_session_load_buffer(m, data, n, 1, &s);
+    const enum kvf_status st = kvf_session_load_buffer(m, data, n, 1, 0, &s);
     int bad = want >= 0 && (int)st != want;
     if (st == KVF_OK) {
         bad |= !s || (kvf_session_n_past(s) < kvf_session_n_ctx(s) &&
@@ -185,6 +189,51 @@ static int check_damage(const struct kvf_model *m, const struct kvf_model_info *
     return bad;
 }
 
+/* Bytes malloc has handed out and not taken back (every arena, and the
+ * blocks it mapped on their own: where a buffer for a whole context would
+ * land, touched or not). */
+static size_t heap_bytes(void) {
+    const struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* Every policy in a session of 2^24 positions holding a prompt of a few
+ * hundred: its buffers follow the positions and entries it has (a buffer
+ * for the whole context would be gigabytes); and a saved session whose
+ * context is over the model's trained one. */
+static int check_context(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr) {
+    int bad = 0;
+    for (size_t i = 0; !bad && i < sizeof specs / sizeof *specs; i++) {
+        struct kvf_session_params sp = kvf_session_default_params();
+        sp.n_ctx = 1 << 24, sp.kv_spec = specs[i], sp.kv_type = KVF_KV_F32;
+        const size_t before = heap_bytes();
+        struct kvf_session *s = fixture_prefilled("session_file", m, pr, &sp);
+        bad |= !s || kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK;
+        const size_t held = heap_bytes() - before;
+        if (held > (64u << 20)) {
+            fprintf(stderr, "%s: a session of %d positions holding %d takes %zu MB\n", specs[i], sp.n_ctx,
+                    kvf_session_n_past(s), held >> 20);
+            bad = 1;
+        }
+        kvf_session_free(s);
+    }
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.n_ctx = 4 * mi->n_ctx_train;
+    struct kvf_session *s = fixture_prefilled("session_file", m, pr, &sp), *l = NULL;
+    const size_t n = s ? kvf_session_save_size(s) : 0;
+    uint8_t *buf = n ? malloc(n) : NULL;
+    bad |= !buf || kvf_session_save_buffer(s, buf, n) != KVF_OK;
+    bad |= !bad && (kvf_session_load_buffer(m, buf, n, 1, 0, &l) != KVF_ERR_CONTEXT || l);
+    bad |= !bad && (kvf_session_load_buffer(m, buf, n, 1, 2 * mi->n_ctx_train, &l) != KVF_ERR_CONTEXT || l);
+    bad |= !bad && (kvf_session_load_buffer(m, buf, n, 1, sp.n_ctx, &l) != KVF_OK || kvf_session_n_ctx(l) != sp.n_ctx);
+    printf("sizes: every policy in a context of 2^24 takes what it holds, a file over the trained context loads "
+           "where allowed: %s\n", bad ? "FAIL" : "ok");
+    kvf_session_free(l);
+    kvf_session_free(s);
+    free(buf);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     struct kvf_model *m = NULL;
     struct kvf_model_info mi;
@@ -210,6 +259,7 @@ int main(int argc, char **argv) {
         rc = 1;
     }
     if (!rc) rc = check_damage(m, &mi, pr);
+    if (!rc) rc = check_context(m, &mi, pr);
     struct kvf_session *s = prefilled(m, pr, "full", KVF_KV_F32), *l = NULL;
     rc |= !s;
     /* another model's file (the third argument's) */
@@ -220,15 +270,15 @@ int main(int argc, char **argv) {
         const size_t n = kvf_session_save_size(s);
         uint8_t *buf = malloc(n);
         rc |= !buf || kvf_session_save_buffer(s, buf, n) != KVF_OK || kvf_model_load(argv[3], &mp, &other) != KVF_OK;
-        rc |= !rc && (kvf_session_load_buffer(other, buf, n, 1, &l) != KVF_ERR_UNSUPPORTED || l);
+        rc |= !rc && (kvf_session_load_buffer(other, buf, n, 1, 0, &l) != KVF_ERR_UNSUPPORTED || l);
         printf("another model's session: %s (%s)\n", rc ? "FAIL" : "ok", kvf_last_error());
         free(buf);
         kvf_model_free(other);
     }
     if (!rc) {
         static const uint8_t junk[64] = "GGUF not a session";
-        rc |= kvf_session_load_buffer(m, junk, sizeof junk, 1, &l) != KVF_ERR_FORMAT || l;
-        rc |= kvf_session_load(m, "/nonexistent/session.kvfs", 1, &l) != KVF_ERR_IO || l;
+        rc |= kvf_session_load_buffer(m, junk, sizeof junk, 1, 0, &l) != KVF_ERR_FORMAT || l;
+        rc |= kvf_session_load(m, "/nonexistent/session.kvfs", 1, 0, &l) != KVF_ERR_IO || l;
         rc |= kvf_session_save(s, "/nonexistent/dir/session.kvfs") != KVF_ERR_IO;
         rc |= kvf_session_save_size(NULL) != 0;
         /* mid-prompt: not saved */

@@ -357,7 +357,7 @@ static const char *chat_role(const char *role) {
  * printed and leave this one as it was. */
 static int chat_load(struct chat *c, const char *path) {
     struct kvf_session *s = NULL;
-    enum kvf_status st = kvf_session_load(c->m, path, c->a->threads, &s);
+    enum kvf_status st = kvf_session_load(c->m, path, c->a->threads, c->a->ctx, &s);
     if (st != KVF_OK) return fail(st, "chat: load");
     cJSON *o = cJSON_Parse(kvf_session_note(s));
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");

@@ -138,7 +138,7 @@ static cJSON *tags_json(const struct kvf_prompt *pr) {
  * policy is the file's. */
 static int gen_resume(struct gen *g) {
     struct kvf_session *s = NULL;
-    enum kvf_status st = kvf_session_load(g->m, g->a->session_file, g->a->threads, &s);
+    enum kvf_status st = kvf_session_load(g->m, g->a->session_file, g->a->threads, g->a->ctx, &s);
     if (st != KVF_OK) return fail(st, "generate: --session");
     const int n = MIN(kvf_session_n_past(s), kvf_prompt_n_tokens(g->pr));
     const int32_t *ids = kvf_session_tokens(s);

@@ -429,7 +429,7 @@ static void conv_restore(struct server *srv, const struct serve_job *j) {
     struct kvf_session *s = NULL;
     struct serve_error e = { 0 };
     int id = 0;
-    bool ok = kvf_session_load(srv->m, path, srv->a->threads, &s) == KVF_OK;
+    bool ok = kvf_session_load(srv->m, path, srv->a->threads, srv->a->ctx, &s) == KVF_OK;
     if (!ok)
         snprintf(e.msg, sizeof e.msg, "%s", kvf_last_error());
     pthread_mutex_lock(&srv->mu);
@@ -731,7 +731,7 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
         cJSON_Delete(o);
         return respond_error(c, r, 404, "not_found", "no slot file '%s' in --slot-save-path", name);
     }
-    enum kvf_status st = kvf_session_load(srv->m, path, srv->a->threads, &s);
+    enum kvf_status st = kvf_session_load(srv->m, path, srv->a->threads, srv->a->ctx, &s);
     if (st != KVF_OK) {
         cJSON_Delete(o);
         return respond_error(c, r, st == KVF_ERR_NOMEM ? 500 : 400, "invalid_request", "slot file '%s': %s", name,
