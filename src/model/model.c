@@ -22,6 +22,13 @@
 #define MAX_DIM (1 << 20)
 #define MAX_LAYERS 1024
 #define MAX_HEAD_DIM 1024
+/* The widest a layer may be against n_embd (n_ff, n_head x head_dim). A
+ * batch holds such a width a token, backed only by width x n_embd weights:
+ * without this, a file of a few megabytes (n_embd 1, n_ff 2^20) asks for
+ * gigabytes of buffers. Real decoders stay within 8 x (Gemma 7B's and Gemma
+ * 2 27B's n_ff; Qwen3-0.6B's queries are 2 x, Gemma 3 270M's n_ff 3.2 x and
+ * queries 1.6 x); 64 leaves tiny test models room too. */
+#define MAX_WIDTH_RATIO 64
 
 struct kvf_model_params kvf_model_default_params(void) {
     struct kvf_model_params p = {.n_threads = 0, .mmproj = NULL, .vocab_only = false, .repack = true};
@@ -66,6 +73,14 @@ static enum kvf_status hparams_finish(struct hparams *hp) {
     }
     if (hp->head_dim > MAX_HEAD_DIM || hp->head_dim % 2)
         return err_set(KVF_ERR_UNSUPPORTED, "head dimension %d (must be even and <= %d)", hp->head_dim, MAX_HEAD_DIM);
+    /* The keys' and values' width, n_head_kv x head_dim, is no more than
+     * the queries': n_head_kv divides n_head. */
+    if ((int64_t)hp->n_ff > (int64_t)MAX_WIDTH_RATIO * hp->n_embd)
+        return err_set(KVF_ERR_FORMAT, "feed-forward width %d (feed_forward_length / intermediate_size) is more than "
+                       "%d x the embedding width %d", hp->n_ff, MAX_WIDTH_RATIO, hp->n_embd);
+    if ((int64_t)hp->n_head * hp->head_dim > (int64_t)MAX_WIDTH_RATIO * hp->n_embd)
+        return err_set(KVF_ERR_FORMAT, "query width %d heads x %d (head_count x key_length / head_dim) is more than "
+                       "%d x the embedding width %d", hp->n_head, hp->head_dim, MAX_WIDTH_RATIO, hp->n_embd);
     if (!(hp->norm_eps > 0.0f && hp->norm_eps < 1.0f))
         return err_set(KVF_ERR_FORMAT, "rms epsilon %g out of range", hp->norm_eps);
     if (!(hp->rope_base > 1.0f && isfinite(hp->rope_base)) || !isfinite(hp->rope_base_local))

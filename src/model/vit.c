@@ -35,6 +35,17 @@
 #define VIT_MAX_DIM (1 << 16)
 #define VIT_MAX_LAYERS 256
 #define VIT_MAX_IMAGE 4096
+/* Each of an image's n_pos rows holds, in the encoder's scratch
+ * (vit_buf_init), n_ff, the patch's 3 p^2 values, the decoder's width and
+ * Idefics3's pool^2 x n_embd shuffled row, while the file need only hold
+ * the n_pos x n_embd position embedding: so each is held to this many
+ * times n_embd, as the decoder's widths are (model.c), and the grid to
+ * 4 x Gemma 3's 64 (896 / 14; LLaVA-1.5's is 24, SmolVLM's 32). Real
+ * towers are far inside: n_ff 4 x (CLIP ViT-L 4096 / 1024, SigLIP 4304 /
+ * 1152), decoders up to 7 x (LLaVA's Yi-34B, 7168 over 1024), 3 p^2 under
+ * 1 x, pool^2 16; the unit tests' tiny towers 3 p^2 18 x (588 / 32). */
+#define VIT_MAX_RATIO 64
+#define VIT_MAX_GRID 256
 
 void vision_free(struct vision_model *v) {
     if (!v) return;
@@ -46,16 +57,32 @@ void vision_free(struct vision_model *v) {
     free(v);
 }
 
-/* Ranges that keep every size computation of the encoder far from overflow. */
-static enum kvf_status vision_check(const struct vision_model *v, const char *what) {
+/* Ranges that keep every size computation of the encoder far from overflow
+ * and its scratch in proportion to the file's weights; n_out: the decoder's
+ * width, the projector's output. */
+static enum kvf_status vision_check(const struct vision_model *v, int n_out, const char *what) {
     if (v->image_size <= 0 || v->image_size > VIT_MAX_IMAGE || v->patch_size <= 0 ||
         v->image_size % v->patch_size != 0)
         return err_set(KVF_ERR_FORMAT, "%s: image size %d is not a positive multiple of patch size %d (max %d)", what,
                        v->image_size, v->patch_size, VIT_MAX_IMAGE);
+    if (v->image_size / v->patch_size > VIT_MAX_GRID)
+        return err_set(KVF_ERR_FORMAT, "%s: image size %d over patch size %d is a grid of %d patches a side (max %d)",
+                       what, v->image_size, v->patch_size, v->image_size / v->patch_size, VIT_MAX_GRID);
     if (v->n_embd <= 0 || v->n_embd > VIT_MAX_DIM || v->n_ff <= 0 || v->n_ff > VIT_MAX_DIM || v->n_head <= 0 ||
         v->n_embd % v->n_head != 0)
         return err_set(KVF_ERR_FORMAT, "%s: vision widths out of range (embd %d, ff %d, heads %d)", what, v->n_embd,
                        v->n_ff, v->n_head);
+    const int64_t most = (int64_t)VIT_MAX_RATIO * v->n_embd;
+    if (v->n_ff > most)
+        return err_set(KVF_ERR_FORMAT, "%s: vision feed-forward width %d (feed_forward_length / intermediate_size) is "
+                       "more than %d x the vision width %d", what, v->n_ff, VIT_MAX_RATIO, v->n_embd);
+    if (3 * (int64_t)v->patch_size * v->patch_size > most)
+        return err_set(KVF_ERR_FORMAT, "%s: a patch of %d x %d pixels (%lld values) is more than %d x the vision "
+                       "width %d", what, v->patch_size, v->patch_size, 3 * (long long)v->patch_size * v->patch_size,
+                       VIT_MAX_RATIO, v->n_embd);
+    if (n_out > most)
+        return err_set(KVF_ERR_FORMAT, "%s: the decoder's embedding width %d, the projector's output, is more than %d "
+                       "x the vision width %d", what, n_out, VIT_MAX_RATIO, v->n_embd);
     if (v->n_layer <= 0 || v->n_layer > VIT_MAX_LAYERS)
         return err_set(KVF_ERR_FORMAT, "%s: %d vision layers to run (1..%d)", what, v->n_layer, VIT_MAX_LAYERS);
     if (!(v->eps > 0.0f && v->eps < 1.0f)) return err_set(KVF_ERR_FORMAT, "%s: layer-norm epsilon %g", what, v->eps);
@@ -63,6 +90,9 @@ static enum kvf_status vision_check(const struct vision_model *v, const char *wh
         (v->pool <= 0 || (v->image_size / v->patch_size) % v->pool != 0))
         return err_set(KVF_ERR_FORMAT, "%s: pooling kernel / pixel-shuffle factor %d does not divide the %d-patch grid",
                        what, v->pool, v->image_size / v->patch_size);
+    if (v->proj == VIT_PROJ_IDEFICS3 && v->pool * v->pool > VIT_MAX_RATIO)
+        return err_set(KVF_ERR_FORMAT, "%s: pixel-shuffle factor %d makes rows of %d x the vision width (max %d)", what,
+                       v->pool, v->pool * v->pool, VIT_MAX_RATIO);
     if (v->proj == VIT_PROJ_IDEFICS3 && (v->longest <= 0 || v->longest > VIT_MAX_IMAGE))
         return err_set(KVF_ERR_FORMAT, "%s: the processor's longest edge %d is outside 1..%d", what, v->longest,
                        VIT_MAX_IMAGE);
@@ -381,7 +411,7 @@ enum kvf_status vision_load_mmproj(struct kvf_model *m, const char *path) {
     /* SigLIP's GELU is the tanh form (gelu_pytorch_tanh), CLIP's use_gelu the erf one. */
     t.act = siglip ? VIT_GELU_TANH : gelu ? VIT_GELU_ERF : VIT_GELU_QUICK;
     snprintf(t.source, sizeof t.source, "mmproj");
-    if ((st = vision_check(&t, path)) || (st = vision_alloc(&t, &m->vision))) return st;
+    if ((st = vision_check(&t, m->hp.n_embd, path)) || (st = vision_alloc(&t, &m->vision))) return st;
     const struct tensor_src src = {.gguf = f};
     /* The converter stores Gemma 3's projector norm as w + 1. */
     const struct vit_binder b = {m, &src, "", "", &names_mmproj, siglip ? POST_REQUIRED : POST_OPTIONAL, true, 0.0f};
@@ -456,7 +486,7 @@ enum kvf_status vision_load_hf(struct kvf_model *m, const char *dir, const struc
     if (L <= 0 || t.n_layer <= 0 || t.n_layer > L)
         return err_set(KVF_ERR_FORMAT, "%s: vision_feature_layer %d outside 1..%d layers", dir, cfg.feature_layer, L);
     snprintf(t.source, sizeof t.source, "safetensors");
-    if ((st = vision_check(&t, dir)) || (st = vision_alloc(&t, &m->vision))) return st;
+    if ((st = vision_check(&t, m->hp.n_embd, dir)) || (st = vision_alloc(&t, &m->vision))) return st;
     const struct vit_binder b = {m, src, vprefixes[which], pprefixes[which], &names_hf,
                                  cfg.gemma3 || cfg.idefics3 ? POST_REQUIRED : POST_NONE, cfg.projector_bias, 1.0f};
     return bind_layers(&b, m->vision);

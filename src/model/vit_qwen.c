@@ -43,6 +43,23 @@
 
 #define QVIT_MAX_DIM (1 << 16)
 #define QVIT_MAX_LAYERS 256
+/* An encoding holds n_ff values a patch and the decoder's width a merge
+ * unit, which only weights of that width x n_embd back: each is held to
+ * this many times n_embd, as the decoder's widths are (model.c). Real
+ * towers: n_ff 2.7 x to 4 x (Qwen2.5-VL 3420 / 1280, Qwen3-VL 4304 /
+ * 1152), decoders up to 6.4 x (Qwen2.5-VL-72B, 8192). */
+#define QVIT_MAX_RATIO 64
+/* The most pixels an image or a video is scaled to: an encoding takes 36
+ * bytes a pixel or more whatever the weights (the pixels, the patches, the
+ * patch embedding's input), and min_pixels scales every image up to it.
+ * The released processors' bounds are 12845056 (Qwen2-VL, Qwen2.5-VL),
+ * 16777216 (Qwen3-VL images) and 25165824 (Qwen3-VL videos, all frames);
+ * this is the library's default limit on a decoded image. And as many
+ * patches as that makes of 14 x 14 (Qwen2.5-VL's), the smallest real
+ * patch: every row of the encoding costs 40 n_embd bytes or more, whatever
+ * the patch size. */
+#define QVIT_MAX_PIXELS ((int64_t)KVF_IMAGE_MAX_PIXELS_DEFAULT)
+#define QVIT_MAX_PATCHES (QVIT_MAX_PIXELS / (14 * 14))
 
 static const char *qname(char *buf, size_t n, const char *prefix, const char *fmt, int layer) {
     const int k = snprintf(buf, n, "%s", prefix);
@@ -65,6 +82,19 @@ static enum kvf_status qvit_alloc(struct kvf_model *m, const char *what, const s
                        "video pixels %lld..%lld; head width a multiple of 4)", what, H, F, t->n_head, L, t->patch_size,
                        t->merge, t->window, t->t_patch, (double)t->tokens_per_second, (long long)t->min_pixels,
                        (long long)t->max_pixels, (long long)t->video_min_pixels, (long long)t->video_max_pixels);
+    if (F > (int64_t)QVIT_MAX_RATIO * H)
+        return err_set(KVF_ERR_FORMAT, "%s: vision feed-forward width %d (feed_forward_length / intermediate_size) is "
+                       "more than %d x the vision width %d", what, F, QVIT_MAX_RATIO, H);
+    if (m->hp.n_embd > (int64_t)QVIT_MAX_RATIO * H)
+        return err_set(KVF_ERR_FORMAT, "%s: the decoder's embedding width %d, the merger's output, is more than %d x "
+                       "the vision width %d", what, m->hp.n_embd, QVIT_MAX_RATIO, H);
+    const int64_t most = KVF_MAX(t->max_pixels, t->video_max_pixels), pp = (int64_t)t->patch_size * t->patch_size;
+    if (most > QVIT_MAX_PIXELS || most / pp > QVIT_MAX_PATCHES)
+        return err_set(KVF_ERR_FORMAT, "%s: images of up to %lld pixels, videos of %lld (min_pixels / max_pixels, "
+                       "size.shortest_edge / longest_edge, clip.vision.image_min_pixels / image_max_pixels): more "
+                       "than %lld pixels, or %lld patches of %d x %d", what, (long long)t->max_pixels,
+                       (long long)t->video_max_pixels, (long long)QVIT_MAX_PIXELS, (long long)QVIT_MAX_PATCHES,
+                       t->patch_size, t->patch_size);
     for (int c = 0; c < 3; c++)
         if (!(t->std[c] > 0.0f) || !isfinite(t->mean[c]))
             return err_set(KVF_ERR_FORMAT, "%s: image mean/std out of range", what);
@@ -389,7 +419,10 @@ enum kvf_status qvit_load_mmproj(struct kvf_model *m, const char *path, enum qvi
         return err_set(KVF_ERR_FORMAT, "%s: patch size %d, merge %d", path, t.patch_size, t.merge);
     const int64_t area = (int64_t)t.patch_size * t.merge * t.patch_size * t.merge;
     t.min_pixels = min_px > 0 ? min_px : max_px > 0 ? KVF_MIN(8 * area, (int64_t)max_px) : 8 * area;
-    t.max_pixels = max_px > 0 ? max_px : KVF_MAX(4096 * area, t.min_pixels);
+    /* llama.cpp's 4096 tokens, within the ceiling (4096 units of 8 x 8
+     * patches of 64 x 64 would be 2^30 pixels); a min_pixels past it is
+     * refused. */
+    t.max_pixels = max_px > 0 ? max_px : KVF_MAX(KVF_MIN(4096 * area, QVIT_MAX_PIXELS), t.min_pixels);
     gguf_get_f32(f, "clip.vision.attention.layer_norm_epsilon", &t.eps);
     if (qwen25 && pattern <= 0) return err_set(KVF_ERR_FORMAT, "%s: clip.vision.n_wa_pattern %d", path, pattern);
     if (!qwen25) t.window = t.patch_size * t.merge; /* unused: every layer full */

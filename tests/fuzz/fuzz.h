@@ -48,7 +48,7 @@ bool fuzz_write_file(const char *dir, const char *name, const void *data, size_t
  * budget of s, so that ASan sees one a policy (or a loaded file) left
  * dangling or short. */
 void fuzz_read_cache(const struct kvf_session *s, const struct kvf_model_info *info);
-/* The greedy choice among logits[0..n). */
+/* The greedy choice among logits[0..n); 0 without logits (NULL). */
 int32_t fuzz_argmax(const float *logits, int n);
 
 /* What a loaded model offers, each tried once: its chat template and

@@ -115,6 +115,7 @@ void fuzz_read_cache(const struct kvf_session *s, const struct kvf_model_info *i
 
 int32_t fuzz_argmax(const float *logits, int n) {
     int32_t best = 0;
+    if (!logits) return best; /* a session without logits (a loaded one may have none) decodes token 0 */
     for (int32_t t = 1; t < n; t++)
         if (logits[t] > logits[best]) best = t;
     return best;

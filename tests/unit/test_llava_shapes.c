@@ -184,13 +184,15 @@ struct dec_spec {
     bool holes;
     bool qwen2vl;              /* llama.cpp's qwen2vl: Qwen2 (q/k/v biases) with M-RoPE sections 16/24/24,
                                   <|vision_start|> / <|vision_end|> at Qwen's ids; else llama */
+    int head_dim;              /* attention.key_length; 0: n_embd / n_head, the key left out */
 };
 
 /* llava-v1.5-7b.Q4_K_M.gguf (Vicuna-7B v1.5 = Llama-2-7B shapes). */
-static const struct dec_spec dec_7b = {32, 4096, 11008, 32, 32, 32000, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, false};
-static const struct dec_spec dec_tiny = {2, 64, 128, 4, 2, 300, DT_F32, DT_F32, DT_F32, false, false};
+static const struct dec_spec dec_7b = {32, 4096, 11008, 32, 32, 32000, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, false, 0};
+static const struct dec_spec dec_tiny = {2, 64, 128, 4, 2, 300, DT_F32, DT_F32, DT_F32, false, false, 0};
 /* ggml-org's Qwen2.5-VL-7B-Instruct-Q4_K_M.gguf (Qwen2.5-7B shapes, arch qwen2vl). */
-static const struct dec_spec dec_qwen7b = {28, 3584, 18944, 28, 4, 152064, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, true};
+static const struct dec_spec dec_qwen7b = {28, 3584, 18944, 28, 4, 152064, DT_Q4_K, DT_Q6_K, DT_Q6_K, true, true,
+                                           0};
 
 static void write_decoder(const char *path, const struct dec_spec *d) {
     struct gguf_writer *w = gguf_writer_init();
@@ -204,7 +206,12 @@ static void write_decoder(const char *path, const struct dec_spec *d) {
     gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)d->n_embd);
     gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)d->n_layer);
     gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)d->n_ff);
-    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(d->n_embd / d->n_head));
+    const int hd = d->head_dim ? d->head_dim : d->n_embd / d->n_head;
+    gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
+    if (d->head_dim) {
+        gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+        gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    }
     gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)d->n_head);
     gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)d->n_head_kv);
     gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -244,21 +251,21 @@ static void write_decoder(const char *path, const struct dec_spec *d) {
     free(scores);
     free(types);
 
-    const int64_t E = d->n_embd, F = d->n_ff, KD = (int64_t)d->n_head_kv * (E / d->n_head);
+    const int64_t E = d->n_embd, F = d->n_ff, QD = (int64_t)d->n_head * hd, KD = (int64_t)d->n_head_kv * hd;
     gguf_add2(w, "token_embd.weight", d->mat, E, V, d->holes);
     gguf_add2(w, "output_norm.weight", DT_F32, E, 1, d->holes);
     gguf_add2(w, "output.weight", d->out, E, V, d->holes);
     for (int l = 0; l < d->n_layer; l++) {
         blk_add(w, l, "attn_norm.weight", DT_F32, E, 1, d->holes);
-        blk_add(w, l, "attn_q.weight", d->mat, E, E, d->holes);
+        blk_add(w, l, "attn_q.weight", d->mat, E, QD, d->holes);
         blk_add(w, l, "attn_k.weight", d->mat, E, KD, d->holes);
         blk_add(w, l, "attn_v.weight", d->mat, E, KD, d->holes);
         if (d->qwen2vl) {
-            blk_add(w, l, "attn_q.bias", DT_F32, E, 1, d->holes);
+            blk_add(w, l, "attn_q.bias", DT_F32, QD, 1, d->holes);
             blk_add(w, l, "attn_k.bias", DT_F32, KD, 1, d->holes);
             blk_add(w, l, "attn_v.bias", DT_F32, KD, 1, d->holes);
         }
-        blk_add(w, l, "attn_output.weight", d->mat, E, E, d->holes);
+        blk_add(w, l, "attn_output.weight", d->mat, QD, E, d->holes);
         blk_add(w, l, "ffn_norm.weight", DT_F32, E, 1, d->holes);
         blk_add(w, l, "ffn_gate.weight", d->mat, E, F, d->holes);
         blk_add(w, l, "ffn_up.weight", d->mat, E, F, d->holes);
@@ -284,15 +291,16 @@ struct mm_spec {
     const char *omit;   /* a tensor left out */
     enum dtype mat;
     bool holes;
+    int pool;           /* clip.vision.projector.scale_factor; 0: left out */
 };
 
 /* mmproj-model-f16.gguf of llava-v1.5-7b: CLIP ViT-L/14-336 up to layer 23
  * of 24 (the feature layer), F16 matrices, F32 vectors. */
 static const struct mm_spec mm_7b = {"clip", "mlp", true, 336, 14, 1024, 4096, 16, 23, 23, 1024, 4096, 4096, 0, 3,
-                                     false, NULL, DT_F16, true};
+                                     false, NULL, DT_F16, true, 0};
 /* 28 / 14: a 2 x 2 grid. */
 static const struct mm_spec mm_tiny = {"clip", "mlp", true, 28, 14, 32, 48, 2, 2, 2, 32, 64, 64, 0, 3,
-                                       false, NULL, DT_F32, false};
+                                       false, NULL, DT_F32, false, 0};
 
 static void mm_add(struct gguf_writer *w, const struct mm_spec *s, const char *name, const char *key,
                    enum dtype type, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3) {
@@ -319,6 +327,7 @@ static void write_mmproj(const char *path, const struct mm_spec *s) {
     gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)s->n_head);
     gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-5f);
     gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)s->n_layer);
+    if (s->pool) gguf_writer_set_u32(w, "clip.vision.projector.scale_factor", (uint32_t)s->pool);
     static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
     static const float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     gguf_writer_set_arr(w, "clip.vision.image_mean", GGUF_F32, mean, (uint64_t)s->mean_len);
@@ -1038,6 +1047,17 @@ static void test_qwen25vl_7b_hf(void **state) {
     kvf_prompt_free(pr);
     kvf_media_free(md);
     kvf_model_free(m);
+
+    /* A processor that would scale every image to 10^8 pixels (min_pixels)
+     * is refused at load: past 64 Mi pixels, an encoding's scratch alone
+     * is gigabytes whatever the weights. */
+    snprintf(p, sizeof p, "%s/preprocessor_config.json", dir);
+    write_text(p, "{\"min_pixels\":100000000,\"max_pixels\":100000000,\"patch_size\":14,\"merge_size\":2}");
+    m = (struct kvf_model *)1;
+    assert_int_equal(kvf_model_load(dir, &np, &m), KVF_ERR_FORMAT);
+    assert_null(m);
+    print_message("    max_pixels 1e8 -> %s\n", kvf_last_error());
+    assert_non_null(strstr(kvf_last_error(), "100000000 pixels"));
 }
 
 /* Its mmproj as llama.cpp's converter writes it: the patch kernel split by
@@ -1132,8 +1152,10 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
     assert_int_equal(kvf_model_load(dec, &mp, &m), KVF_ERR_INVALID_ARG);
     /* The file's own bounds (newer converters), one side of them alone. */
     const char *keyed = tmp_path("qwen7b-mmproj-keyed.gguf");
-    const int64_t px[][3] = {{100 * 784, 2000 * 784, 2000}, {0, 4 * 784, 4}, {5000 * 784, 0, 5000}};
-    for (int k = 0; k < 3; k++) {
+    /* 64 Mi pixels, the most accepted: 85598 merge units. */
+    const int64_t px[][3] = {{100 * 784, 2000 * 784, 2000}, {0, 4 * 784, 4}, {5000 * 784, 0, 5000},
+                             {0, 1 << 26, (1 << 26) / 784}};
+    for (int k = 0; k < 4; k++) {
         write_qwen7b_mmproj(keyed, (uint32_t)px[k][0], (uint32_t)px[k][1]);
         struct kvf_model_params kp = shape_params();
         kp.mmproj = keyed;
@@ -1141,6 +1163,19 @@ static void test_qwen25vl_7b_gguf_mmproj(void **state) {
         kvf_model_get_info(m, &in);
         assert_int_equal(in.image_tokens, (int)px[k][2]);
         kvf_model_free(m);
+    }
+    /* Past it, as the largest bound or as the smallest (which every image is
+     * scaled up to). */
+    const uint32_t over[][2] = {{0, (1u << 26) + 784}, {(1u << 26) + 784, 0}, {0, INT32_MAX}};
+    for (int k = 0; k < 3; k++) {
+        write_qwen7b_mmproj(keyed, over[k][0], over[k][1]);
+        struct kvf_model_params kp = shape_params();
+        kp.mmproj = keyed;
+        m = (struct kvf_model *)1;
+        assert_int_equal(kvf_model_load(dec, &kp, &m), KVF_ERR_FORMAT);
+        assert_null(m);
+        print_message("    pixels %u..%u -> %s\n", over[k][0], over[k][1], kvf_last_error());
+        assert_non_null(strstr(kvf_last_error(), "more than 67108864 pixels"));
     }
 }
 
@@ -1315,20 +1350,26 @@ static void test_tiny_video(void **state) {
     kvf_image_free(img);
 }
 
-/* Loads the tiny decoder with an mmproj written from spec: expects status
- * want and a message holding `needle` (if given). */
+/* Loads dec (with mmproj, if given): expects status want and a message
+ * holding `needle` (if given). */
+static void expect_load_error(const char *dec, const char *mmproj, enum kvf_status want, const char *needle) {
+    struct kvf_model_params mp = shape_params();
+    mp.mmproj = mmproj;
+    struct kvf_model *m = (struct kvf_model *)1;
+    const enum kvf_status st = kvf_model_load(dec, &mp, &m);
+    const char *file = strrchr(mmproj ? mmproj : dec, '/');
+    print_message("    %-22s -> %s: %s\n", file ? file + 1 : dec, kvf_status_str(st), kvf_last_error());
+    assert_int_equal(st, want);
+    assert_null(m);
+    if (needle && !strstr(kvf_last_error(), needle)) fail_msg("message '%s' lacks '%s'", kvf_last_error(), needle);
+}
+
+/* Loads the tiny decoder with an mmproj written from spec, as expect_load_error. */
 static void expect_mmproj_error(const char *dec, const struct mm_spec *spec, const char *file, enum kvf_status want,
                                 const char *needle) {
     const char *path = tmp_path(file);
     write_mmproj(path, spec);
-    struct kvf_model_params mp = shape_params();
-    mp.mmproj = path;
-    struct kvf_model *m = (struct kvf_model *)1;
-    const enum kvf_status st = kvf_model_load(dec, &mp, &m);
-    print_message("    %-22s -> %s: %s\n", file, kvf_status_str(st), kvf_last_error());
-    assert_int_equal(st, want);
-    assert_null(m);
-    if (needle && !strstr(kvf_last_error(), needle)) fail_msg("message '%s' lacks '%s'", kvf_last_error(), needle);
+    expect_load_error(dec, path, want, needle);
 }
 
 static void test_bad_mmproj(void **state) {
@@ -1391,6 +1432,98 @@ static void test_bad_mmproj(void **state) {
     mp.mmproj = tmp_dir; /* a directory */
     assert_int_not_equal(kvf_model_load(dec, &mp, &m), KVF_OK);
     assert_null(m);
+}
+
+/* A Qwen2-VL mmproj of keys alone (one layer, one head): its sizes are
+ * refused before any tensor is looked up. min_px / max_px: 0, absent. */
+static void write_qwen_keys(const char *path, int H, int F, int patch, int merge, uint32_t min_px, uint32_t max_px) {
+    struct gguf_writer *w = gguf_writer_init();
+    assert_non_null(w);
+    gguf_writer_set_str(w, "general.architecture", "clip");
+    gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
+    gguf_writer_set_str(w, "clip.projector_type", "qwen2vl_merger");
+    gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)patch);
+    gguf_writer_set_u32(w, "clip.vision.spatial_merge_size", (uint32_t)merge);
+    gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)H);
+    gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)F);
+    gguf_writer_set_u32(w, "clip.vision.attention.head_count", 1);
+    gguf_writer_set_u32(w, "clip.vision.block_count", 1);
+    if (min_px) gguf_writer_set_u32(w, "clip.vision.image_min_pixels", min_px);
+    if (max_px) gguf_writer_set_u32(w, "clip.vision.image_max_pixels", max_px);
+    assert_ok(gguf_writer_write(w, path));
+    gguf_writer_free(w);
+}
+
+/* Widths that size buffers but that no weight of the file backs: a few
+ * megabytes of tensors must not make a load or an image cost gigabytes.
+ * Each is held to 64 x the embedding width it goes with (and the pixels of
+ * a Qwen-VL image to 64 Mi); the limit itself loads. */
+static void test_hostile_widths(void **state) {
+    (void)state;
+    char dec[1024], wide[1024], path[1024]; /* outlive tmp_path's rotation */
+    snprintf(dec, sizeof dec, "%s", tmp_path("tiny.gguf"));
+    write_decoder(dec, &dec_tiny);
+    snprintf(wide, sizeof wide, "%s", tmp_path("wide.gguf"));
+    const struct dec_spec dec_wide = {1, 512, 1024, 4, 2, 300, DT_F32, DT_F32, DT_F32, true, false, 0};
+    write_decoder(wide, &dec_wide);
+
+    /* Decoders: n_ff and 4 heads of 1024 at 64 x n_embd 64 load. */
+    struct dec_spec d = dec_tiny;
+    d.n_layer = 1, d.n_ff = 64 * 64, d.head_dim = 1024, d.holes = true;
+    snprintf(path, sizeof path, "%s", tmp_path("dec-edge.gguf"));
+    write_decoder(path, &d);
+    struct kvf_model *m = NULL;
+    assert_ok(kvf_model_load(path, &np, &m));
+    kvf_model_free(m);
+    d.n_ff = 64 * 64 + 2;
+    write_decoder(path, &d);
+    expect_load_error(path, NULL, KVF_ERR_FORMAT, "feed-forward width 4098");
+    d.n_ff = 128, d.n_head = 8, d.head_dim = 520; /* 4160 */
+    write_decoder(path, &d);
+    expect_load_error(path, NULL, KVF_ERR_FORMAT, "query width 8 heads x 520");
+    /* The audit's: n_embd 1, n_ff 2^20 (12 MB of weights, 4 GiB of buffers a batch). */
+    d = (struct dec_spec){1, 1, 1 << 20, 1, 1, 300, DT_F32, DT_F32, DT_F32, true, false, 2};
+    write_decoder(path, &d);
+    expect_load_error(path, NULL, KVF_ERR_FORMAT, "feed-forward width 1048576");
+
+    /* CLIP: a vision width of 2 with n_ff 64 x 2 loads (3 x 6 x 6 = 108
+     * values a patch, under a decoder 32 x as wide). */
+    struct mm_spec s = mm_tiny;
+    s.image_size = 12, s.patch_size = 6, s.n_embd = 2, s.n_head = 1, s.n_ff = 128, s.proj_in = 2;
+    snprintf(path, sizeof path, "%s", tmp_path("vit-edge.gguf"));
+    write_mmproj(path, &s);
+    struct kvf_model_params mp = shape_params();
+    mp.mmproj = path;
+    assert_ok(kvf_model_load(dec, &mp, &m));
+    kvf_model_free(m);
+    expect_load_error(wide, path, KVF_ERR_FORMAT, "decoder's embedding width 512");
+    /* The audit's 2 MB mmproj: 4096-pixel images in 64 x 64 patches of
+     * width 1, n_ff 65536 (2.5 GB an image). */
+    s = mm_tiny, s.image_size = 4096, s.patch_size = 64, s.n_embd = 1, s.n_head = 1, s.n_ff = 65536, s.proj_in = 1;
+    s.holes = true;
+    expect_mmproj_error(dec, &s, "vit-ff.gguf", KVF_ERR_FORMAT, "feed-forward width 65536");
+    s = mm_tiny, s.image_size = 112, s.patch_size = 56; /* 9408 values a patch for 32 wide */
+    expect_mmproj_error(dec, &s, "vit-patch.gguf", KVF_ERR_FORMAT, "patch of 56 x 56");
+    s = mm_tiny, s.image_size = 4096, s.patch_size = 8, s.pos_rows = 5;
+    expect_mmproj_error(dec, &s, "vit-grid.gguf", KVF_ERR_FORMAT, "grid of 512");
+    s = mm_tiny, s.proj_type = "idefics3", s.image_size = 126, s.pool = 9; /* rows of 81 x 32 */
+    expect_mmproj_error(dec, &s, "vit-shuffle.gguf", KVF_ERR_FORMAT, "pixel-shuffle factor 9");
+
+    /* Qwen-VL towers. */
+    snprintf(path, sizeof path, "%s", tmp_path("qvit.gguf"));
+    write_qwen_keys(path, 16, 16 * 64 + 4, 14, 2, 0, 0);
+    expect_load_error(dec, path, KVF_ERR_FORMAT, "feed-forward width 1028");
+    write_qwen_keys(path, 4, 8, 14, 2, 0, 0);
+    expect_load_error(wide, path, KVF_ERR_FORMAT, "decoder's embedding width 512");
+    /* The audit's: 64-pixel patches merged 8 x 8 scaled to 2^31 - 1 pixels,
+     * or to 2^27 by min_pixels alone. */
+    write_qwen_keys(path, 64, 128, 64, 8, 0, INT32_MAX);
+    expect_load_error(dec, path, KVF_ERR_FORMAT, "2147483647 pixels");
+    write_qwen_keys(path, 64, 128, 14, 2, 1u << 27, 0);
+    expect_load_error(dec, path, KVF_ERR_FORMAT, "134217728 pixels");
+    /* 4 Mi pixels in 2 x 2 patches: a million rows to encode. */
+    write_qwen_keys(path, 64, 128, 2, 1, 0, 1u << 22);
+    expect_load_error(dec, path, KVF_ERR_FORMAT, "patches of 2 x 2");
 }
 
 /* Every prefix of a good mmproj file is rejected, none read out of bounds. */
@@ -1502,6 +1635,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_tiny_encode, test_teardown),
         cmocka_unit_test_teardown(test_tiny_video, test_teardown),
         cmocka_unit_test_teardown(test_bad_mmproj, test_teardown),
+        cmocka_unit_test_teardown(test_hostile_widths, test_teardown),
         cmocka_unit_test_teardown(test_truncated_mmproj, test_teardown),
         cmocka_unit_test_teardown(test_text_only, test_teardown),
         cmocka_unit_test_teardown(test_tiny_hf, test_teardown),
