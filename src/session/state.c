@@ -352,6 +352,8 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
         return bad("truncated in its compression state");
     if (r->short_read) return bad("truncated in its compression state");
     if (cs->decode_steps < 0) return bad("a negative count of decode steps");
+    if (cs->have_ratio && (!cs->layer_ratio || s->policy.alloc != KV_ALLOC_PREFIX))
+        return bad("layer budgets for a policy that has none");
     for (size_t i = 0; cs->n0 && i < (size_t)L * H; i++)
         if (cs->n0[i] < 0 || cs->n0[i] > n_ctx) return bad("a head's size after compression is out of range");
     for (int l = 0; cs->n0 && l < L; l++)
