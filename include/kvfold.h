@@ -393,7 +393,7 @@ struct kvf_session_params {
     int n_threads;   /* <= 0: the model's default                                */
     const char *kv_spec; /* KV cache policy, e.g. "snapkv:budget=0.2"; NULL or "" = full
                             (applied by kvf_session_compress; see kvf_kv_policy_get) */
-    enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F32) */
+    enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F16, as llama.cpp's) */
     int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
                         (the attention each entry receives, the last kv_gather queries of every
                         layer, the queries' mean and covariance per head: head_dim^2 doubles per

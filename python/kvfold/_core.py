@@ -283,7 +283,7 @@ class Model(_Handle):
     # ----------------------------------------------------------- sessions --
 
     def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,
-                threads: Optional[int] = None, kv_type: str = "f32", kv_budget: float = 0.0, kv_gather: int = 0,
+                threads: Optional[int] = None, kv_type: str = "f16", kv_budget: float = 0.0, kv_gather: int = 0,
                 kv_swa_full: bool = False) -> "Session":
         """A session (KV cache, logits) on this model. kv: a KV policy, a press
         (kvfold.presses) or a spec string ("snapkv:budget=0.2"); None: the
@@ -335,7 +335,7 @@ class Session(_Handle):
     _free = lib.kvf_session_free
 
     def __init__(self, model: Model, kv=None, n_ctx: int = 0, n_batch: int = 512, threads: Optional[int] = None,
-                 kv_type: str = "f32", kv_budget: float = 0.0, kv_gather: int = 0, kv_swa_full: bool = False):
+                 kv_type: str = "f16", kv_budget: float = 0.0, kv_gather: int = 0, kv_swa_full: bool = False):
         sp = lib.kvf_session_default_params()
         sp.n_ctx, sp.n_batch, sp.n_threads = n_ctx, n_batch, threads or 0
         self._spec = _b(str(kv)) if kv is not None else None

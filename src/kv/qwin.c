@@ -16,7 +16,7 @@ enum kvf_status kv_qwin_init(struct kv_qwin *w, int n_layer, int cap, int qd) {
 }
 
 enum kvf_status kv_qwin_reserve_layer(struct kv_qwin *w, int l, int rows) {
-    if (KVF_MIN(rows, w->cap) <= w->rows[l]) return KVF_OK;
+    if (w->cap <= 0 || KVF_MIN(rows, w->cap) <= w->rows[l]) return KVF_OK;
     rows = KVF_MIN(w->cap, KVF_MAX(rows, 2 * w->rows[l])); /* doubling: decoding pushes a row at a time */
     if (!mem_resize(&w->q[l], (size_t)rows * w->qd, sizeof **w->q) ||
         !mem_resize(&w->pos[l], (size_t)rows, sizeof **w->pos))
@@ -27,7 +27,7 @@ enum kvf_status kv_qwin_reserve_layer(struct kv_qwin *w, int l, int rows) {
 
 enum kvf_status kv_qwin_reserve(struct kv_qwin *w, int rows) {
     enum kvf_status st = KVF_OK;
-    for (int l = 0; st == KVF_OK && w->cap > 0 && l < w->n_layer; l++) st = kv_qwin_reserve_layer(w, l, rows);
+    for (int l = 0; st == KVF_OK && l < w->n_layer; l++) st = kv_qwin_reserve_layer(w, l, rows);
     return st;
 }
 

@@ -15,7 +15,7 @@
 #define SESSION_MAX_CTX_DEFAULT 8192
 
 struct kvf_session_params kvf_session_default_params(void) {
-    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = KVF_KV_F32};
+    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = KVF_KV_F16};
     return p;
 }
 

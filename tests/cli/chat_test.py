@@ -195,7 +195,7 @@ def case_chat_pty(ctx):
     t.expect(rb"reply interrupted")
     t.expect(rb"> ")
     t.send("/kv\n")
-    t.expect(rb"kv: full, f32; \d+ positions seen")
+    t.expect(rb"kv: full, f16; \d+ positions seen")
     t.send("/exit\n")
     t.expect(rb"kvfold: chat: 1 turns")
     status = t.wait()

@@ -46,7 +46,8 @@ def run(cmd):
 
 def kvfold_kept(kvfold, model, spec, tmp):
     path = os.path.join(tmp, "kv.json")
-    run([kvfold, "generate", "-m", model, "-p", PROMPT, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1"])
+    run([kvfold, "generate", "-m", model, "-p", PROMPT, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
+         "--kv-type", "f32"])
     with open(path) as fh:
         return [[sorted(h) for h in layer] for layer in json.load(fh)["compressed"]]
 

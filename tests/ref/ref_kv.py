@@ -976,7 +976,7 @@ def generate(kvfold, model, text, spec, tmp, extra=()):
     # so the rules choose among every entry as here (tests/tools/kv_swa.c
     # checks the freeing of those entries).
     out = run([kvfold, "generate", "-m", model, "-p", text, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
-               "--json", "--swa-full"] + list(extra), fatal=False)
+               "--kv-type", "f32", "--json", "--swa-full"] + list(extra), fatal=False)
     with open(path) as fh:
         return json.load(fh), json.loads(out)
 

@@ -188,7 +188,7 @@ def compare(a, spec, gen_args, ref, rep, needle):
     st = ref.st
     path = os.path.join(a.tmp, "kv.json")
     js = json.loads(run([a.kvfold, "generate", "-m", a.model, "-n", "1", "--kv", spec, "--dump-kv", path, "-t", "1",
-                         "-b", "4096", "--json"] + gen_args))
+                         "--kv-type", "f32", "-b", "4096", "--json"] + gen_args))
     with open(path) as fh:
         dump = json.load(fh)
     if dump["n_prompt"] != st.n:

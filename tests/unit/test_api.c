@@ -318,7 +318,8 @@ static void test_kv_budget(void **state) {
         /* a full cache of n + 1 positions in every layer and head, against what is kept */
         const struct kvf_model_info in = info();
         const size_t heads = (size_t)(n + 1) * in.n_layer * in.n_head_kv, full = kvf_session_kv_full_bytes(a);
-        const size_t entry = 2 * (size_t)in.head_dim * sizeof(float) + sizeof(struct kvf_tag); /* f32 key, value, tag */
+        /* f16 (the default type) key and value, and the tag */
+        const size_t entry = 2 * (size_t)in.head_dim * sizeof(uint16_t) + sizeof(struct kvf_tag);
         assert_int_equal(full % heads, 0);
         assert_true(full / heads == entry || full / heads == entry + 3 * sizeof(float)); /* + attention sums */
         int na, nb;

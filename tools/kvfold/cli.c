@@ -313,7 +313,7 @@ static void escapes_process(char *s) {
 }
 
 int command_main(const struct command *c, int argc, char **argv) {
-    struct args a = { 0 };
+    struct args a = { .kv_type_id = kvf_session_default_params().kv_type };
     if (c->defaults)
         c->defaults(&a);
     const bool mode = c->takes_mode && argc > 0 && argv[0][0] != '-';

@@ -131,7 +131,7 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 /* How the KV cache stores entries: their type, and whether sliding-window layers keep all. */
 #define OPTS_KV_STORAGE \
     { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
-    "how the KV cache stores keys and values: f32 (default), f16 or q8_0 (-ctk/-ctv: one type for both)" }, \
+    "how the KV cache stores keys and values: f16 (default), f32 or q8_0 (-ctk/-ctv: one type for both)" }, \
     { "--swa-full", NULL, OPT_FLAG, &a->swa_full, 0, 0, NULL, "sliding-window layers (Gemma 3) keep every entry, " \
       "not only their window (more memory; a conversation can then go back to any earlier position)" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
