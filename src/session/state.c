@@ -263,9 +263,11 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     /* the session's own checks: n_ctx, n_batch, kv_type, kv_gather, the spec and budget */
     if (params[0] <= 0) return bad("its context is not positive");
     if (params[0] > KVF_MAX(m->hp.n_ctx_train, n_ctx_max))
-        return err_set(KVF_ERR_CONTEXT, "session file: a context of %d positions, over the model's %d%s", params[0],
-                       KVF_MAX(m->hp.n_ctx_train, n_ctx_max),
-                       n_ctx_max > m->hp.n_ctx_train ? " allowed" : " trained (a larger context allows it)");
+        return n_ctx_max > m->hp.n_ctx_train
+            ? err_set(KVF_ERR_CONTEXT, "session file: a context of %d positions, over the %d allowed", params[0],
+                      n_ctx_max)
+            : err_set(KVF_ERR_CONTEXT, "session file: a context of %d positions, over the model's trained %d (a "
+                      "larger context, -c, allows it)", params[0], m->hp.n_ctx_train);
     struct kvf_session_params p = kvf_session_default_params();
     p.n_ctx = params[0], p.n_batch = params[1], p.kv_type = (enum kvf_kv_type)params[2], p.kv_gather = params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
