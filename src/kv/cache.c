@@ -156,6 +156,12 @@ enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n
     return head_shrink(c, h, n);
 }
 
+int kv_cache_most(const struct kv_cache *c) {
+    int most = 0;
+    for (int i = 0; i < c->n_layer * c->n_head_kv; i++) most = KVF_MAX(most, c->heads[i].n);
+    return most;
+}
+
 enum kvf_status kv_cache_fit(struct kv_cache *c) {
     enum kvf_status st = KVF_OK;
     for (int l = 0; st == KVF_OK && l < c->n_layer; l++)

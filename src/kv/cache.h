@@ -62,6 +62,8 @@ enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, in
 /* Sizes every head's storage to exactly the entries it holds (the slack
  * appends left is returned). */
 enum kvf_status kv_cache_fit(struct kv_cache *c);
+/* The most entries any head holds. */
+int kv_cache_most(const struct kv_cache *c);
 /* Bytes n entries take in every head of one layer (sized exactly). */
 size_t kv_cache_layer_bytes_for(const struct kv_cache *c, int n);
 /* Makes room for `extra` more entries in every head of a layer. */

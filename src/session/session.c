@@ -169,9 +169,7 @@ enum kvf_status kvf_session_truncate(struct kvf_session *s, int n) {
         return err_set(KVF_ERR_UNSUPPORTED, "truncate to %d positions: the sliding-window layers freed position %d, "
                        "which position %d would see (the least is %d; kv_swa_full keeps them)", n, s->swa_lost, n,
                        s->swa_lost + s->model->hp.sliding_window);
-    int held = 1;
-    for (int i = 0; i < s->kv.n_layer * s->kv.n_head_kv; i++) held = KVF_MAX(held, s->kv.heads[i].n);
-    int *keep = malloc(sizeof *keep * (size_t)held);
+    int *keep = malloc(sizeof *keep * (size_t)KVF_MAX(1, kv_cache_most(&s->kv)));
     if (!keep) return err_set(KVF_ERR_NOMEM, "truncate: out of memory");
     enum kvf_status st = KVF_OK;
     for (int l = 0; l < s->kv.n_layer && st == KVF_OK; l++)
@@ -236,11 +234,9 @@ enum kvf_status session_room(struct kvf_session *s, int n_pos, int n_keys) {
 
 enum kvf_status session_reserve(struct kvf_session *s, int n) {
     if (context_check(s, n) != KVF_OK) return KVF_ERR_CONTEXT;
-    int most = 0;
-    for (int i = 0; i < s->kv.n_layer * s->kv.n_head_kv; i++) most = KVF_MAX(most, s->kv.heads[i].n);
     enum kvf_status st = kv_qwin_reserve(&s->qwin, kv_qwin_most(&s->qwin) + n);
     if (st == KVF_OK) st = kv_qwin_reserve(&s->qprox, kv_qwin_most(&s->qprox) + n);
-    if (st == KVF_OK) st = session_room(s, s->n_past + n, most + n);
+    if (st == KVF_OK) st = session_room(s, s->n_past + n, kv_cache_most(&s->kv) + n);
     if (st == KVF_OK) st = fwd_reserve(&s->fw, s->model, n);
     return st == KVF_OK ? reduce_state_reserve(&s->rd, n) : st;
 }
@@ -713,9 +709,9 @@ static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int
 static enum kvf_status session_reconstruct(struct kvf_session *s) {
     const int L = s->kv.n_layer, H = s->kv.n_head_kv, chunk = s->policy.chunk;
     const int32_t bos = tok_bos(s->model->tok);
-    int n_text = 0, held = 0;
+    const int held = kv_cache_most(&s->kv);
+    int n_text = 0;
     for (int i = 0; i < s->n_past; i++) n_text += s->toks[i] >= 0 && s->toks[i] != bos;
-    for (int i = 0; i < L * H; i++) held = KVF_MAX(held, s->kv.heads[i].n);
     char turn[512];
     enum kvf_status st = recon_turn(s, turn, sizeof turn);
     /* The longest pass: instruction, overlap, turn and a chunk (the texts take fewer tokens than bytes). */
