@@ -12,7 +12,7 @@
  * Not part of the build. From the repository root, after `make build`:
  *   gcc -std=gnu11 -O2 -fopenmp -Iinclude -Isrc bench/bench_attn.c build/libkvfold_internal.a \
  *       -lopenblas -lm -o /tmp/bench_attn
- *   /tmp/bench_attn [T [type [stats]]]   (T: threads, default 2; type: f32 f16 q8_0, default f32)
+ *   /tmp/bench_attn [T [type [stats]]]   (T: threads, default 2; type: f32 f16 q8_0 q4_0, default f32)
  */
 #include "attn/attn.h"
 #include "kv/cache.h"
@@ -70,9 +70,9 @@ int main(int argc, char **argv) {
     const int T = argc > 1 ? atoi(argv[1]) : 2;
     const char *tn = argc > 2 ? argv[2] : "f32";
     const bool with_stats = argc > 3 && !strcmp(argv[3], "stats");
-    const enum kvf_kv_type type = !strcmp(tn, "f16") ? KVF_KV_F16 : !strcmp(tn, "q8_0") ? KVF_KV_Q8_0 : KVF_KV_F32;
-    if (type == KVF_KV_F32 && strcmp(tn, "f32") != 0) {
-        fprintf(stderr, "bench_attn: unknown type '%s' (f32, f16, q8_0)\n", tn);
+    enum kvf_kv_type type;
+    if (kvf_kv_type_parse(tn, &type) != KVF_OK) {
+        fprintf(stderr, "bench_attn: %s\n", kvf_last_error());
         return 1;
     }
     static const int lens[] = {256, 512, 1024, 4096, 8192}; /* multiples of 256 */
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < QD; i++) q[i] = 2.0f * frand(&seed);
         struct kv_cache c;
         if (kv_cache_init(&c, s->n_layer, s->n_head_kv, s->head_dim, false) != KVF_OK ||
-            kv_cache_set_type(&c, type) != KVF_OK)
+            kv_cache_set_type(&c, type, type) != KVF_OK)
             return 1;
         int n = 0;
         for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
@@ -111,9 +111,7 @@ int main(int argc, char **argv) {
                         return 1;
                     kv_cache_append(&c, l, k, v, tags, 256);
                 }
-            const double bytes = 2.0 * n * s->n_head_kv * (double)(type == KVF_KV_F32 ? 4 * s->head_dim
-                                                                   : type == KVF_KV_F16 ? 2 * s->head_dim
-                                                                                        : s->head_dim / 32 * 34);
+            const double bytes = (double)n * s->n_head_kv * (double)(c.k_row + c.v_row);
             for (int t = 1; t <= T; t++) {
                 const double sec = time_layers(s, &c, n, q, out, scratch, t, with_stats ? &st : NULL);
                 printf("| %s | %s | %d | %d | %.1f | %.1f |\n", s->name, tn, n, t, 1e6 * sec, bytes / sec / 1e9);

@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     const enum kvf_kv_type types[] = {KVF_KV_F32, KVF_KV_F16};
     for (int t = 0; t < 2; t++) {
         struct kvf_session_params sp = kvf_session_default_params();
-        sp.n_ctx = n + 16, sp.n_threads = threads, sp.kv_type = types[t], sp.kv_gather = 64;
+        sp.n_ctx = n + 16, sp.n_threads = threads, sp.type_k = sp.type_v = types[t], sp.kv_gather = 64;
         struct kvf_session *src = NULL;
         if (kvf_session_init(m, &sp, &src) != KVF_OK) die("session");
         const double t0 = now_ms();

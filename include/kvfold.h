@@ -377,11 +377,14 @@ KVF_API bool kvf_prompt_is_synthetic(const struct kvf_prompt *prompt);
 
 struct kvf_session; /* opaque: KV cache, logits, scratch */
 
-/* How the KV cache stores keys and values. Q8_0 (as in GGML: blocks of 32
- * values sharing one fp16 scale, 8-bit codes) needs a head dimension that
- * is a multiple of 32. */
-enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0 };
-/* "f32", "f16", "q8_0" (static); NULL for a value outside the enum. */
+/* How the KV cache stores keys or values. Q8_0 and Q4_0 (as in GGML: blocks
+ * of 32 values sharing one fp16 scale, 8-bit or 4-bit codes: 8.5 and 4.5
+ * bits a value) need a head dimension that is a multiple of 32. Q4_0H is
+ * Q4_0 of blocks rotated by the 32-point Hadamard transform (kvfold's own):
+ * a value many times the rest of its block (keys have such channels) no
+ * longer takes the block's 16 levels for itself. */
+enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H };
+/* "f32", "f16", "q8_0", "q4_0", "q4_0h" (static); NULL for a value outside the enum. */
 KVF_API const char *kvf_kv_type_name(enum kvf_kv_type type);
 /* The type of that name; otherwise KVF_ERR_INVALID_ARG with a message
  * listing the valid names. */
@@ -393,7 +396,8 @@ struct kvf_session_params {
     int n_threads;   /* <= 0: the model's default                                */
     const char *kv_spec; /* KV cache policy, e.g. "snapkv:budget=0.2"; NULL or "" = full
                             (applied by kvf_session_compress; see kvf_kv_policy_get) */
-    enum kvf_kv_type kv_type; /* storage of cached keys and values (default KVF_KV_F16, as llama.cpp's) */
+    enum kvf_kv_type type_k; /* storage of cached keys (default KVF_KV_F16, as llama.cpp's) */
+    enum kvf_kv_type type_v; /* storage of cached values (default KVF_KV_F16) */
     int kv_gather;   /* > 0: whatever kv_spec needs, also gather what every policy scores with
                         (the attention each entry receives, the last kv_gather queries of every
                         layer, the queries' mean and covariance per head: head_dim^2 doubles per

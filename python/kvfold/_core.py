@@ -284,11 +284,14 @@ class Model(_Handle):
 
     def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,
                 threads: Optional[int] = None, kv_type: str = "f16", kv_budget: float = 0.0, kv_gather: int = 0,
-                kv_swa_full: bool = False) -> "Session":
+                kv_swa_full: bool = False, type_k: Optional[str] = None,
+                type_v: Optional[str] = None) -> "Session":
         """A session (KV cache, logits) on this model. kv: a KV policy, a press
         (kvfold.presses) or a spec string ("snapkv:budget=0.2"); None: the
-        full cache."""
-        return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full)
+        full cache. kv_type: how keys and values are stored ("f16", "f32",
+        "q8_0", "q4_0"); type_k, type_v: the keys' or the values' alone."""
+        return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full, type_k,
+                       type_v)
 
     def load_session(self, path: Union[str, os.PathLike], threads: Optional[int] = None,
                      n_ctx_max: int = 0) -> "Session":
@@ -335,14 +338,17 @@ class Session(_Handle):
     _free = lib.kvf_session_free
 
     def __init__(self, model: Model, kv=None, n_ctx: int = 0, n_batch: int = 512, threads: Optional[int] = None,
-                 kv_type: str = "f16", kv_budget: float = 0.0, kv_gather: int = 0, kv_swa_full: bool = False):
+                 kv_type: str = "f16", kv_budget: float = 0.0, kv_gather: int = 0, kv_swa_full: bool = False,
+                 type_k: Optional[str] = None, type_v: Optional[str] = None):
         sp = lib.kvf_session_default_params()
         sp.n_ctx, sp.n_batch, sp.n_threads = n_ctx, n_batch, threads or 0
         self._spec = _b(str(kv)) if kv is not None else None
         sp.kv_spec = self._spec
-        t = ctypes.c_int()
-        check(lib.kvf_kv_type_parse(_b(kv_type), ctypes.byref(t)), "kv_type")
-        sp.kv_type, sp.kv_budget, sp.kv_gather, sp.kv_swa_full = t.value, kv_budget, kv_gather, kv_swa_full
+        k, v = ctypes.c_int(), ctypes.c_int()
+        check(lib.kvf_kv_type_parse(_b(type_k or kv_type), ctypes.byref(k)), "type_k" if type_k else "kv_type")
+        check(lib.kvf_kv_type_parse(_b(type_v or kv_type), ctypes.byref(v)), "type_v" if type_v else "kv_type")
+        sp.type_k, sp.type_v = k.value, v.value
+        sp.kv_budget, sp.kv_gather, sp.kv_swa_full = kv_budget, kv_gather, kv_swa_full
         out = ctypes.c_void_p()
         check(lib.kvf_session_init(model.ptr, ctypes.byref(sp), ctypes.byref(out)), "session")
         super().__init__(out.value)

@@ -34,7 +34,7 @@ KVF_OK, KVF_ERR_INVALID_ARG, KVF_ERR_IO, KVF_ERR_FORMAT, KVF_ERR_UNSUPPORTED, KV
     KVF_ERR_NOMEM, KVF_ERR_INTERNAL, KVF_ERR_BUFFER = range(10)
 # enum kvf_modality, kvf_kv_type, kvf_rope_style
 KVF_MOD_TEXT, KVF_MOD_IMAGE, KVF_MOD_VIDEO = range(3)
-KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0 = range(3)
+KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H = range(5)
 KVF_ROPE_NORM, KVF_ROPE_NEOX = range(2)
 
 
@@ -69,7 +69,7 @@ class Tag(Structure):
 
 class SessionParams(Structure):
     _fields_ = [("n_ctx", c_int), ("n_batch", c_int), ("n_threads", c_int), ("kv_spec", c_char_p),
-                ("kv_type", c_int), ("kv_gather", c_int), ("kv_budget", c_double), ("kv_swa_full", c_bool)]
+                ("type_k", c_int), ("type_v", c_int), ("kv_gather", c_int), ("kv_budget", c_double), ("kv_swa_full", c_bool)]
 
 
 class KvMerge(Structure):

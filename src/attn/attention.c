@@ -80,7 +80,7 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
  * head, where a block kernel costs more than it saves). */
 #define ATTN_BLOCK_MIN_ROWS 4
 
-/* A thread's packed keys (and float32 values of F16 / Q8_0 caches) of the
+/* A thread's packed keys (and float32 values stored in another type) of the
  * leading rows of one kv head, for the block products. A head's blocks come
  * in order of growing visible length and query heads sharing a kv head are
  * adjacent, so each row is packed about once per thread and kv head, not
@@ -90,23 +90,24 @@ struct head_pack {
     const struct kv_head *h; /* whose rows are held; NULL: none */
     int n;                   /* rows [0, n) are held */
     float *kp;               /* [n_kv_max / TILE_PANEL rounded up][head_dim][TILE_PANEL] key panels */
-    float *v;                /* [n_kv_max][head_dim], F16 / Q8_0 caches only */
-    float *stage;            /* [TILE_PANEL][head_dim]: F16 / Q8_0 keys on their way into panels */
+    float *v;                /* [n_kv_max][head_dim], values not stored as F32 only */
+    float *stage;            /* [TILE_PANEL][head_dim]: keys not stored as F32 on their way into panels */
 };
 
 static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, int n) {
     if (r->h != h) r->h = h, r->n = 0;
     if (n <= r->n) return;
-    if (h->type == DT_F32) {
+    /* Rows are whole blocks of their type, so a run of rows is one row of m * d values. */
+    if (h->type_v != DT_F32)
+        quant_dequant_row(h->type_v, (const uint8_t *)h->v + r->n * dtype_row_bytes(h->type_v, d),
+                          r->v + (size_t)r->n * d, (int64_t)(n - r->n) * d);
+    if (h->type_k == DT_F32) {
         tile_pack(d, (const float *)h->k + (size_t)r->n * d, r->n, n, r->kp);
     } else {
-        /* Rows are whole blocks of the type, so a run of rows is one row of m * d values. */
-        const size_t rb = dtype_row_bytes(h->type, d);
-        quant_dequant_row(h->type, (const uint8_t *)h->v + r->n * rb, r->v + (size_t)r->n * d,
-                          (int64_t)(n - r->n) * d);
+        const size_t rb = dtype_row_bytes(h->type_k, d);
         for (int j = r->n; j < n; j += TILE_PANEL) {
             const int m = KVF_MIN(TILE_PANEL, n - j);
-            quant_dequant_row(h->type, (const uint8_t *)h->k + j * rb, r->stage, (int64_t)m * d);
+            quant_dequant_row(h->type_k, (const uint8_t *)h->k + j * rb, r->stage, (int64_t)m * d);
             tile_pack(d, r->stage, j, j + m, r->kp);
         }
     }
@@ -176,12 +177,12 @@ static float *blk_out(const struct blk *b, int hh, int i) {
 /* The dot-product path's scores of entries [lo, hi), ATTN_CHUNK at a time. */
 static void blk_dots(const struct blk *b, int lo, int hi) {
     const int d = b->p->head_dim;
-    const size_t rb = dtype_row_bytes(b->h->type, d), ldo = (size_t)(b->i1 - b->i0) * b->lds;
+    const size_t rb = dtype_row_bytes(b->h->type_k, d), ldo = (size_t)(b->i1 - b->i0) * b->lds;
     for (int c = lo; c < hi; c += ATTN_CHUNK)
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK), hi);
             if (a < e)
-                quant_kv_scores(b->h->type, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
+                quant_kv_scores(b->h->type_k, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
                                 b->h1 - b->h0, b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
         }
 }
@@ -223,13 +224,13 @@ static void blk_weights(const struct blk *b, int hh, int i, const struct stats_p
  * column's sum in entry order whatever the columns taken. */
 static void blk_axpys(const struct blk *b, int c0, int c1) {
     const int d = b->p->head_dim;
-    const size_t rb = dtype_row_bytes(b->h->type, d), ldw = (size_t)(b->i1 - b->i0) * b->lds;
-    const uint8_t *vr = (const uint8_t *)b->h->v + dtype_row_bytes(b->h->type, c0);
+    const size_t rb = dtype_row_bytes(b->h->type_v, d), ldw = (size_t)(b->i1 - b->i0) * b->lds;
+    const uint8_t *vr = (const uint8_t *)b->h->v + dtype_row_bytes(b->h->type_v, c0);
     for (int c = b->j0; c < b->jend; c += ATTN_CHUNK)
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK);
             if (a < e)
-                quant_kv_mix(b->h->type, blk_out(b, b->h0, i) + c0, (size_t)d, blk_row(b, b->h0, i) + (a - b->j0),
+                quant_kv_mix(b->h->type_v, blk_out(b, b->h0, i) + c0, (size_t)d, blk_row(b, b->h0, i) + (a - b->j0),
                              ldw, b->h1 - b->h0, vr + a * rb, rb, e - a, c1 - c0);
         }
 }
@@ -250,7 +251,7 @@ static void attn_block(const struct attn_params *p, const float *q, const int32_
     const float *V = h->v;
     if (b.blocked) {
         head_pack_fill(pack, h, d, b.jend);
-        if (h->type != DT_F32)
+        if (h->type_v != DT_F32)
             V = pack->v;
         tile_scores(d, blk_q(&b, h0, i0), qstride, nb, pack->kp + (size_t)b.j0 * d, (int)b.lds, p->scale, s,
                     b.lds);
@@ -303,7 +304,7 @@ static bool blk_share(const struct blk *blk, int n_head_kv, bool columns, int un
 static void attn_split(const struct blk *blk, int th, int n_threads, const struct stats_part *sp) {
     const struct attn_params *p = blk[0].p;
     const int n_head_kv = p->n_head_kv, nb = blk[0].i1 - blk[0].i0, group = p->n_head / p->n_head_kv;
-    const int cols = KVF_MAX(SPLIT_COLUMNS, dtype_get(blk[0].h->type)->block);
+    const int cols = KVF_MAX(SPLIT_COLUMNS, dtype_get(blk[0].h->type_v)->block);
     int lo, hi;
     for (int g = 0; g < n_head_kv; g++)
         if (blk_share(blk, n_head_kv, false, SPLIT_ENTRIES, g, th, n_threads, &lo, &hi))
@@ -359,12 +360,13 @@ enum kvf_status attn_forward(const struct attn_params *p, const float *q, const 
         free(split);
         return err_set(KVF_ERR_NOMEM, "out of memory for attention statistics");
     }
-    /* Packed keys (and float32 values of F16 / Q8_0 caches) for the block
+    /* Packed keys (and float32 values stored in another type) for the block
      * products: O(threads x entries x head_dim), allocated only when a block
      * will use them; 64-byte aligned, so that every panel load is. */
     float *rows = NULL;
     const size_t pan_len = ((size_t)n_kv_max + TILE_PANEL - 1) / TILE_PANEL * TILE_PANEL * p->head_dim;
-    const size_t copy_len = kv[0].type != DT_F32 ? ((size_t)n_kv_max + TILE_PANEL) * p->head_dim : 0;
+    const size_t copy_len = kv[0].type_k != DT_F32 || kv[0].type_v != DT_F32
+                              ? ((size_t)n_kv_max + TILE_PANEL) * p->head_dim : 0;
     const size_t rows_len = (pan_len + copy_len + 15) / 16 * 16;
     if (n_q >= ATTN_BLOCK_MIN_ROWS &&
         !(rows = aligned_alloc(64, (size_t)n_threads * rows_len * sizeof(float)))) {

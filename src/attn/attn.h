@@ -51,9 +51,10 @@ size_t attn_scratch_bytes(int n_kv, int n_threads);
  * out: [n_q][n_head*head_dim]. Query head h reads kv head h / (n_head/n_head_kv).
  * Causal: key j is visible to query i when tag[j].pos <= qpos[i] (qlast[i] when
  * given) and inside the window. */
-/* Rows may be stored as any cache type (kv->type). Small blocks (decode)
- * read them in place; larger ones use the keys packed for the block
- * products (and float32 copies of F16 / Q8_0 values), allocated here
+/* Rows may be stored as any cache type (kv->type_k, kv->type_v). Small
+ * blocks (decode) read them in place; larger ones use the keys packed for
+ * the block products (and float32 copies of values not stored as F32),
+ * allocated here
  * (O(threads x entries x head_dim)).
  * stats (optional): accumulated as described above; its per-thread partial
  * sums are allocated here too (O(threads x heads x entries)).

@@ -89,6 +89,7 @@ static const struct dtype_traits type_table[DT_COUNT] = {
     [DT_Q4_K] = {"q4_K", QK_K, sizeof(struct block_q4_K), DT_Q8_K},
     [DT_Q5_K] = {"q5_K", QK_K, sizeof(struct block_q5_K), DT_Q8_K},
     [DT_Q6_K] = {"q6_K", QK_K, sizeof(struct block_q6_K), DT_Q8_K},
+    [DT_Q4_0H] = {"q4_0h", QK4_0, sizeof(struct block_q4_0), DT_F32},
 };
 
 const struct dtype_traits *dtype_get(uint32_t type) {
@@ -96,6 +97,8 @@ const struct dtype_traits *dtype_get(uint32_t type) {
         return NULL;
     return &type_table[type];
 }
+
+const struct dtype_traits *dtype_get_file(uint32_t type) { return type < DT_FILE_END ? dtype_get(type) : NULL; }
 
 size_t dtype_row_bytes(uint32_t type, int64_t n) {
     const struct dtype_traits *t = dtype_get(type);
@@ -444,17 +447,19 @@ static void axpy_f32_ref(float *y, float a, const float *x, int64_t n) {
 /* Attention reads cached keys and values against the float32 query and
  * softmax weights as they are: quantising those as well would add a second
  * error on top of the cache's own. */
-static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
-    const struct block_q8_0 *a = w;
-    const float *y = x;
+static float dot_blocks_f32(enum dtype t, int64_t n, const uint8_t *w, const float *y) {
+    const struct dtype_traits *tt = dtype_get(t);
     double s = 0;
-    for (int64_t i = 0; i < n / QK8_0; i++) {
+    for (int64_t i = 0; i < n / tt->block; i++) {
         float v[QK8_0];
-        dequant_q8_0(&a[i], v, QK8_0);
-        s += dot_f32_ref(v, y + i * QK8_0, QK8_0);
+        quant_dequant_row_ref(t, w + i * tt->block_bytes, v, tt->block);
+        s += dot_f32_ref(v, y + i * tt->block, tt->block);
     }
     return (float)s;
 }
+
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) { return dot_blocks_f32(DT_Q8_0, n, w, x); }
+static float dot_q4_0_f32(int64_t n, const void *w, const void *x) { return dot_blocks_f32(DT_Q4_0, n, w, x); }
 
 static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32_ref(y, a, x, n); }
 
@@ -470,6 +475,18 @@ static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
         const float ad = a * fp16_to_f32(b[i].d);
         for (int j = 0; j < QK8_0; j++)
             y[j] += ad * b[i].qs[j];
+    }
+}
+
+/* Values j and j + 16 of a block share byte j: its low and high nibble. */
+static void axpy_q4_0_row(float *y, float a, const void *x, int64_t n) {
+    const struct block_q4_0 *b = x;
+    for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
+        const float ad = a * fp16_to_f32(b[i].d);
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            y[j] += ad * ((b[i].qs[j] & 0xf) - 8);
+            y[j + QK4_0 / 2] += ad * ((b[i].qs[j] >> 4) - 8);
+        }
     }
 }
 
@@ -583,6 +600,47 @@ static void quant_q4_0(const float *x, void *dst, int64_t n) {
         quant_sym32(x, 4, &b[i].d, q);
         pack_nibbles(q, b[i].qs);
     }
+}
+
+/* ---- Q4_0H: Q4_0 of rotated blocks (KV cache only) ------------------- */
+
+/* x[0..32) becomes H x / sqrt(32), H the Sylvester-Hadamard matrix of
+ * order 32: orthogonal and symmetric, so the same transform takes a block
+ * into the stored form and back, and a dot product of two rotated vectors
+ * is that of the vectors. A channel many times the others (keys have them)
+ * is spread over its block, instead of leaving the block's 4-bit scale too
+ * coarse for the rest (QuaRot, arXiv 2404.00456, rotates for the same
+ * reason). */
+static void hadamard32(float *x) {
+    for (int len = 1; len < 32; len *= 2)
+        for (int i = 0; i < 32; i += 2 * len)
+            for (int j = i; j < i + len; j++) {
+                const float a = x[j], b = x[j + len];
+                x[j] = a + b;
+                x[j + len] = a - b;
+            }
+    for (int j = 0; j < 32; j++)
+        x[j] *= 0.17677669529663688f; /* 1 / sqrt(32) */
+}
+
+static void rotate_blocks(float *x, int64_t n) {
+    for (int64_t i = 0; i + 32 <= n; i += 32)
+        hadamard32(x + i);
+}
+
+static void quant_q4_0h(const float *x, void *dst, int64_t n) {
+    struct block_q4_0 *b = dst;
+    for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
+        float r[QK4_0];
+        memcpy(r, x, sizeof r);
+        hadamard32(r);
+        quant_q4_0(r, &b[i], QK4_0);
+    }
+}
+
+static void dequant_q4_0h(const void *src, float *dst, int64_t n) {
+    dequant_q4_0(src, dst, n);
+    rotate_blocks(dst, n);
 }
 
 static void quant_q5_0(const float *x, void *dst, int64_t n) {
@@ -750,7 +808,7 @@ static const quant_quantize_fn quantize_table[DT_COUNT] = {
     [DT_F32] = quant_f32,   [DT_F16] = quant_f16,   [DT_BF16] = quant_bf16, [DT_Q4_0] = quant_q4_0,
     [DT_Q4_1] = quant_q4_1, [DT_Q5_0] = quant_q5_0, [DT_Q5_1] = quant_q5_1, [DT_Q8_0] = quant_q8_0,
     [DT_Q8_1] = quant_q8_1, [DT_Q8_K] = quant_q8_K, [DT_Q4_K] = quant_q4_K, [DT_Q5_K] = quant_q5_K,
-    [DT_Q6_K] = quant_q6_K,
+    [DT_Q6_K] = quant_q6_K, [DT_Q4_0H] = quant_q4_0h,
 };
 
 static const struct quant_kernels scalar_kernels = {
@@ -759,7 +817,7 @@ static const struct quant_kernels scalar_kernels = {
             [DT_F32] = dequant_f32,   [DT_F16] = dequant_f16,   [DT_BF16] = dequant_bf16, [DT_Q4_0] = dequant_q4_0,
             [DT_Q4_1] = dequant_q4_1, [DT_Q5_0] = dequant_q5_0, [DT_Q5_1] = dequant_q5_1, [DT_Q8_0] = dequant_q8_0,
             [DT_Q8_1] = dequant_q8_1, [DT_Q8_K] = dequant_q8_K, [DT_Q4_K] = dequant_q4_K, [DT_Q5_K] = dequant_q5_K,
-            [DT_Q6_K] = dequant_q6_K,
+            [DT_Q6_K] = dequant_q6_K, [DT_Q4_0H] = dequant_q4_0h,
         },
     .dot =
         {
@@ -777,8 +835,10 @@ static const struct quant_kernels scalar_kernels = {
     .codes32 = codes32_ref,
     .dot_f32 = dot_f32_ref,
     .axpy_f32 = axpy_f32_ref,
-    .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32},
-    .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row},
+    .dot_f32x = {[DT_F32] = dot_f32_row, [DT_F16] = dot_f16_row, [DT_Q8_0] = dot_q8_0_f32,
+                 [DT_Q4_0] = dot_q4_0_f32},
+    .axpy = {[DT_F32] = axpy_f32_row, [DT_F16] = axpy_f16_row, [DT_Q8_0] = axpy_q8_0_row,
+             [DT_Q4_0] = axpy_q4_0_row},
 };
 
 /* One table per level, each starting as a copy of the level below. */
@@ -1033,25 +1093,76 @@ void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_str
     rows_run(&scalar_kernels, type, n, w, w_stride, nw, xb, nx, out, os);
 }
 
-/* Unsupported types give 0 and leave y, like quant_gemm_rows. */
-float quant_kv_dot(enum dtype type, int64_t n, const void *w, const float *x) {
-    const quant_dot_fn f = (unsigned)type < DT_COUNT ? kernels()->dot_f32x[type] : NULL;
+/* Q4_0H's rows are Q4_0 rows of rotated blocks: their dots are Q4_0's
+ * against the rotated x, and an axpy adds the rotation of Q4_0's sum. */
+static float kv_dot(const struct quant_kernels *k, enum dtype type, int64_t n, const void *w, const float *x) {
+    if (type == DT_Q4_0H) {
+        float xr[QUANT_ROT_MAX];
+        if (n > QUANT_ROT_MAX)
+            return 0.0f;
+        memcpy(xr, x, sizeof(float) * (size_t)n);
+        rotate_blocks(xr, n);
+        return k->dot_f32x[DT_Q4_0](n, w, xr);
+    }
+    const quant_dot_fn f = (unsigned)type < DT_COUNT ? k->dot_f32x[type] : NULL;
     return f != NULL ? f(n, w, x) : 0.0f;
 }
 
-float quant_kv_dot_ref(enum dtype type, int64_t n, const void *w, const float *x) {
-    const quant_dot_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.dot_f32x[type] : NULL;
-    return f != NULL ? f(n, w, x) : 0.0f;
+/* y += rotated (the Q4_0 sum t, rotated in place). */
+static void add_rotated(float *y, float *t, int64_t n) {
+    rotate_blocks(t, n);
+    for (int64_t i = 0; i < n; i++)
+        y[i] += t[i];
 }
 
-void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n) {
-    const quant_axpy_fn f = (unsigned)type < DT_COUNT ? kernels()->axpy[type] : NULL;
+static void kv_axpy(const struct quant_kernels *k, enum dtype type, float *y, float a, const void *w, int64_t n) {
+    if (type == DT_Q4_0H) {
+        float t[QUANT_ROT_MAX];
+        if (n > QUANT_ROT_MAX)
+            return;
+        memset(t, 0, sizeof(float) * (size_t)n);
+        k->axpy[DT_Q4_0](t, a, w, n);
+        add_rotated(y, t, n);
+        return;
+    }
+    const quant_axpy_fn f = (unsigned)type < DT_COUNT ? k->axpy[type] : NULL;
     if (f != NULL)
         f(y, a, w, n);
 }
 
+/* Unsupported types give 0 and leave y, like quant_gemm_rows. */
+float quant_kv_dot(enum dtype type, int64_t n, const void *w, const float *x) {
+    return kv_dot(kernels(), type, n, w, x);
+}
+
+float quant_kv_dot_ref(enum dtype type, int64_t n, const void *w, const float *x) {
+    return kv_dot(&scalar_kernels, type, n, w, x);
+}
+
+void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n) {
+    kv_axpy(kernels(), type, y, a, w, n);
+}
+
+void quant_kv_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
+    kv_axpy(&scalar_kernels, type, y, a, w, n);
+}
+
 void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
                      float scale, float *out, size_t ldo) {
+    if (type == DT_Q4_0H) {
+        /* the queries rotated, as many at a time as fit */
+        float xr[QUANT_ROT_MAX];
+        const int g = d > 0 && d <= QUANT_ROT_MAX ? (int)(QUANT_ROT_MAX / d) : 0;
+        for (int q0 = 0; g > 0 && q0 < nx; q0 += g) {
+            const int m = nx - q0 < g ? nx - q0 : g;
+            for (int q = 0; q < m; q++) {
+                memcpy(xr + q * d, x + (q0 + q) * ldx, sizeof(float) * (size_t)d);
+                rotate_blocks(xr + q * d, d);
+            }
+            quant_kv_scores(DT_Q4_0, d, rows, n, xr, (size_t)d, m, scale, out + q0 * ldo, ldo);
+        }
+        return;
+    }
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->dot_f32x[type])
         return;
@@ -1067,6 +1178,19 @@ void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const 
 
 void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t ldw, int ny, const void *rows,
                   size_t ldr, int n, int64_t d) {
+    if (type == DT_Q4_0H) {
+        /* Q4_0's sums, rotated once and added, as many queries at a time as fit */
+        float t[QUANT_ROT_MAX];
+        const int g = d > 0 && d <= QUANT_ROT_MAX ? (int)(QUANT_ROT_MAX / d) : 0;
+        for (int q0 = 0; g > 0 && q0 < ny; q0 += g) {
+            const int m = ny - q0 < g ? ny - q0 : g;
+            memset(t, 0, sizeof(float) * (size_t)(m * d));
+            quant_kv_mix(DT_Q4_0, t, (size_t)d, w + q0 * ldw, ldw, m, rows, ldr, n, d);
+            for (int q = 0; q < m; q++)
+                add_rotated(y + (q0 + q) * ldy, t + q * d, d);
+        }
+        return;
+    }
     const struct quant_kernels *k = kernels();
     if ((unsigned)type >= DT_COUNT || !k->axpy[type])
         return;
@@ -1078,11 +1202,5 @@ void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t 
         for (int j = 0; j < n; j++)
             if (w[q * ldw + j] != 0.0f)
                 k->axpy[type](y + q * ldy, w[q * ldw + j], (const uint8_t *)rows + j * ldr, d);
-}
-
-void quant_kv_axpy_ref(enum dtype type, float *y, float a, const void *w, int64_t n) {
-    const quant_axpy_fn f = (unsigned)type < DT_COUNT ? scalar_kernels.axpy[type] : NULL;
-    if (f != NULL)
-        f(y, a, w, n);
 }
 

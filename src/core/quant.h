@@ -6,7 +6,7 @@
  *   quant_gemm_ilv    weight rows interleaved by 16 at load x the same
  *   quant_gemm_tiles  weight tiles packed for integer products (VNNI) x
  *                     Q8_K activations, for prompts
- *   quant_kv_dot/axpy one KV cache row (f32, f16, q8_0) against f32
+ *   quant_kv_dot/axpy one KV cache row (f32, f16, q8_0, q4_0, q4_0h) against f32
  *   quant_kv_scores/mix a run of KV rows against a head's queries, as
  *                     decoding attention needs (scores, then the weighted
  *                     sum of value rows)
@@ -23,7 +23,10 @@ enum dtype {
     DT_F32 = 0, DT_F16 = 1, DT_Q4_0 = 2, DT_Q4_1 = 3, DT_Q5_0 = 6, DT_Q5_1 = 7,
     DT_Q8_0 = 8, DT_Q8_1 = 9, DT_Q2_K = 10, DT_Q3_K = 11, DT_Q4_K = 12, DT_Q5_K = 13,
     DT_Q6_K = 14, DT_Q8_K = 15, DT_BF16 = 30,
-    DT_COUNT = 40 /* upper bound of GGUF type numbers we look up */
+    DT_FILE_END = 40, /* the GGUF type numbers we look up are below it */
+    DT_Q4_0H = 40,    /* kvfold's own, for the KV cache only (never a file's): Q4_0 of blocks rotated by
+                         the 32-point Hadamard transform */
+    DT_COUNT = 41
 };
 
 struct dtype_traits {
@@ -35,6 +38,8 @@ struct dtype_traits {
 
 /* NULL for a type number kvfold cannot read (including types >= DT_COUNT). */
 const struct dtype_traits *dtype_get(uint32_t type);
+/* dtype_get for a type a model file names: NULL for kvfold's own. */
+const struct dtype_traits *dtype_get_file(uint32_t type);
 /* Bytes of a row of n values; 0 when n is not a multiple of the block size
  * or the type is unknown. */
 size_t dtype_row_bytes(uint32_t type, int64_t n);
@@ -178,9 +183,11 @@ void quant_dequant_row_ref(enum dtype type, const void *src, float *dst, int64_t
 void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
                          int nx, float *out, size_t out_stride);
 
-/* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0) against plain f32,
- * nothing quantised on the f32 side: sum_i w[i] * x[i], and y += a * w.
- * n: a multiple of the type's block size. Other types: 0 / y unchanged. */
+/* Rows of a KV cache type (DT_F32, DT_F16, DT_Q8_0, DT_Q4_0, DT_Q4_0H)
+ * against plain f32, nothing quantised on the f32 side: sum_i w[i] * x[i],
+ * and y += a * w. n: a multiple of the type's block size (at most
+ * QUANT_ROT_MAX for DT_Q4_0H). Other types: 0 / y unchanged. */
+#define QUANT_ROT_MAX 4096
 float quant_kv_dot(enum dtype type, int64_t n, const void *w, const float *x);
 void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n);
 /* Decoding attention over n consecutive KV rows of d values each (rows of
@@ -191,7 +198,8 @@ void quant_kv_axpy(enum dtype type, float *y, float a, const void *w, int64_t n)
  * bytes apart, so that d may be a slice of wider rows (whole blocks of the
  * type: the columns [c0, c0 + d) of rows rb wide are rows + row bytes of
  * c0, ldr = rb), each column's arithmetic the same as in the whole row's.
- * Bit for bit the row-by-row calls; the SIMD forms read a run of rows once
+ * Bit for bit the row-by-row calls (but DT_Q4_0H's axpys, which rotate
+ * their sum once, not each row); the SIMD forms read a run of rows once
  * for every query (and keep y in registers across it). */
 void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const float *x, size_t ldx, int nx,
                      float scale, float *out, size_t ldo);

@@ -357,20 +357,52 @@ static inline __m256 q8_0_codes8(const struct block_q8_0 *b, int k) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * k))));
 }
 
-static inline __m256 dot_q8_0_lanes(int64_t n, const void *w, const float *y) {
-    const struct block_q8_0 *a = w;
+/* Values 8k .. 8k+7 of a Q4_0 block as floats (code - 8, not yet scaled):
+ * value j is byte j's low nibble, value j + 16 its high one. */
+static inline __m256 q4_0_codes8(const struct block_q4_0 *b, int k) {
+    __m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + 8 * (k & 1)));
+    if (k >= 2) q = _mm_srli_epi16(q, 4);
+    q = _mm_and_si128(q, _mm_set1_epi8(0xf));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8)));
+}
+
+static inline __attribute__((always_inline)) __m256 q32_codes8(enum dtype t, const uint8_t *b, int k) {
+    return t == DT_Q8_0 ? q8_0_codes8((const void *)b, k) : q4_0_codes8((const void *)b, k);
+}
+
+/* A Q4_0 cache's rows as float32 for the prompt's block products. */
+static void dequant_q4_0(const void *src, float *dst, int64_t n) {
+    const struct block_q4_0 *b = src;
+    for (int64_t i = 0; i < n / QK4_0; i++, dst += QK4_0) {
+        const __m256 d = _mm256_set1_ps(QUANT_H2F(b[i].d));
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(q4_0_codes8(&b[i], k), d));
+    }
+}
+
+/* A Q8_0 or Q4_0 row (t a constant) against y, in lanes: each block's
+ * codes . y, times the block's scale. */
+static inline __attribute__((always_inline)) __m256 dot_q32_lanes(enum dtype t, int64_t n, const void *w,
+                                                                  const float *y) {
+    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
-        __m256 s = _mm256_mul_ps(q8_0_codes8(&a[i], 0), _mm256_loadu_ps(y));
-        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 1), _mm256_loadu_ps(y + 8), s);
-        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 2), _mm256_loadu_ps(y + 16), s);
-        s = _mm256_fmadd_ps(q8_0_codes8(&a[i], 3), _mm256_loadu_ps(y + 24), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(a[i].d)), s, acc);
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const uint8_t *b = (const uint8_t *)w + i * bb;
+        __m256 s = _mm256_mul_ps(q32_codes8(t, b, 0), _mm256_loadu_ps(y));
+        s = _mm256_fmadd_ps(q32_codes8(t, b, 1), _mm256_loadu_ps(y + 8), s);
+        s = _mm256_fmadd_ps(q32_codes8(t, b, 2), _mm256_loadu_ps(y + 16), s);
+        s = _mm256_fmadd_ps(q32_codes8(t, b, 3), _mm256_loadu_ps(y + 24), s);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(*(const uint16_t *)(const void *)b)), s, acc);
     }
     return acc;
 }
 
-static float dot_q8_0_f32(int64_t n, const void *w, const void *x) { return hsum_ps(dot_q8_0_lanes(n, w, x)); }
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+    return hsum_ps(dot_q32_lanes(DT_Q8_0, n, w, x));
+}
+static float dot_q4_0_f32(int64_t n, const void *w, const void *x) {
+    return hsum_ps(dot_q32_lanes(DT_Q4_0, n, w, x));
+}
 
 static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
 
@@ -389,14 +421,19 @@ static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
     }
 }
 
-static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
-    const struct block_q8_0 *b = x;
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
-        const __m256 ad = _mm256_set1_ps(a * QUANT_H2F(b[i].d));
+static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, float *y, float a, const void *x,
+                                                              int64_t n) {
+    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const uint8_t *b = (const uint8_t *)x + i * bb;
+        const __m256 ad = _mm256_set1_ps(a * QUANT_H2F(*(const uint16_t *)(const void *)b));
         for (int k = 0; k < 4; k++)
-            _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, q8_0_codes8(&b[i], k), _mm256_loadu_ps(y + 8 * k)));
+            _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, q32_codes8(t, b, k), _mm256_loadu_ps(y + 8 * k)));
     }
 }
+
+static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) { axpy_q32_row(DT_Q8_0, y, a, x, n); }
+static void axpy_q4_0_row(float *y, float a, const void *x, int64_t n) { axpy_q32_row(DT_Q4_0, y, a, x, n); }
 
 /* ---- K quants ------------------------------------------------------- */
 
@@ -594,17 +631,19 @@ static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, c
                                                                  int64_t d) {
     return t == DT_F32 ? dot_f32_lanes((const float *)(const void *)row, x, d)
          : t == DT_F16 ? dot_f16_lanes(d, row, x)
-                       : dot_q8_0_lanes(d, row, x);
+                       : dot_q32_lanes(t, d, row, x);
 }
 
 /* Values c .. c + 7 of a KV row (the first `left` of them when fewer
- * remain, the rest 0); Q8_0 gives its codes, the scale going into the
+ * remain, the rest 0); Q8_0 and Q4_0 give their codes, the scale going into the
  * axpy's factor (quant_kv_factor). */
 static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, const uint8_t *row, int64_t c,
                                                               int64_t left, __m256i m) {
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
-    if (t == DT_Q8_0)
-        return q8_0_codes8((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 8);
+    if (t == DT_Q8_0 || t == DT_Q4_0) {
+        const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+        return q32_codes8(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 8);
+    }
     const uint16_t *h = (const uint16_t *)(const void *)row + c;
     if (left >= 8) return load_f16x8(h);
     uint16_t hb[8];
@@ -618,17 +657,21 @@ static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, cons
 KV_RUN_KERNELS(f32, DT_F32)
 KV_RUN_KERNELS(f16, DT_F16)
 KV_RUN_KERNELS(q8_0, DT_Q8_0)
+KV_RUN_KERNELS(q4_0, DT_Q4_0)
 
 void quant_kernels_avx2(struct quant_kernels *k) {
     k->dots[DT_F32] = dots_f32;
     k->dots[DT_F16] = dots_f16;
     k->dots[DT_Q8_0] = dots_q8_0;
+    k->dots[DT_Q4_0] = dots_q4_0;
     k->axpys[DT_F32] = axpys_f32;
     k->axpys[DT_F16] = axpys_f16;
     k->axpys[DT_Q8_0] = axpys_q8_0;
+    k->axpys[DT_Q4_0] = axpys_q4_0;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q8_0] = dequant_q8_0;
+    k->dequant[DT_Q4_0] = dequant_q4_0;
     k->dequant[DT_Q4_K] = dequant_q4_K;
     k->dequant[DT_Q6_K] = dequant_q6_K;
     k->dot[DT_F32] = dot_f32_row;
@@ -649,7 +692,9 @@ void quant_kernels_avx2(struct quant_kernels *k) {
     k->dot_f32x[DT_F32] = dot_f32_row;
     k->dot_f32x[DT_F16] = dot_f16_row;
     k->dot_f32x[DT_Q8_0] = dot_q8_0_f32;
+    k->dot_f32x[DT_Q4_0] = dot_q4_0_f32;
     k->axpy[DT_F32] = axpy_f32_row;
     k->axpy[DT_F16] = axpy_f16_row;
     k->axpy[DT_Q8_0] = axpy_q8_0_row;
+    k->axpy[DT_Q4_0] = axpy_q4_0_row;
 }

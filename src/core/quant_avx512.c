@@ -355,18 +355,40 @@ static inline __m512 q8_0_codes16(const struct block_q8_0 *b, int k) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k))));
 }
 
-static inline __m512 dot_q8_0_lanes(int64_t n, const void *w, const float *y) {
-    const struct block_q8_0 *a = w;
+/* Values 16k .. 16k+15 of a Q4_0 block as floats (code - 8, not yet
+ * scaled): the low nibbles of its 16 bytes, then the high ones. */
+static inline __m512 q4_0_codes16(const struct block_q4_0 *b, int k) {
+    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    if (k) q = _mm_srli_epi16(q, 4);
+    q = _mm_and_si128(q, _mm_set1_epi8(0xf));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(8)));
+}
+
+static inline __attribute__((always_inline)) __m512 q32_codes16(enum dtype t, const uint8_t *b, int k) {
+    return t == DT_Q8_0 ? q8_0_codes16((const void *)b, k) : q4_0_codes16((const void *)b, k);
+}
+
+/* A Q8_0 or Q4_0 row (t a constant) against y, in lanes: each block's
+ * codes . y, times the block's scale. */
+static inline __attribute__((always_inline)) __m512 dot_q32_lanes(enum dtype t, int64_t n, const void *w,
+                                                                  const float *y) {
+    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
     __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
-        __m512 s = _mm512_mul_ps(q8_0_codes16(&a[i], 0), _mm512_loadu_ps(y));
-        s = _mm512_fmadd_ps(q8_0_codes16(&a[i], 1), _mm512_loadu_ps(y + 16), s);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(a[i].d)), s, acc);
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const uint8_t *b = (const uint8_t *)w + i * bb;
+        __m512 s = _mm512_mul_ps(q32_codes16(t, b, 0), _mm512_loadu_ps(y));
+        s = _mm512_fmadd_ps(q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16), s);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(*(const uint16_t *)(const void *)b)), s, acc);
     }
     return acc;
 }
 
-static float dot_q8_0_f32(int64_t n, const void *w, const void *x) { return hsum16(dot_q8_0_lanes(n, w, x)); }
+static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
+    return hsum16(dot_q32_lanes(DT_Q8_0, n, w, x));
+}
+static float dot_q4_0_f32(int64_t n, const void *w, const void *x) {
+    return hsum16(dot_q32_lanes(DT_Q4_0, n, w, x));
+}
 
 static void axpy_f32_row(float *y, float a, const void *x, int64_t n) { axpy_f32(y, a, x, n); }
 
@@ -379,14 +401,19 @@ static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
     }
 }
 
-static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) {
-    const struct block_q8_0 *b = x;
-    for (int64_t i = 0; i < n / QK8_0; i++, y += QK8_0) {
-        const __m512 ad = _mm512_set1_ps(a * QUANT_H2F(b[i].d));
-        _mm512_storeu_ps(y, _mm512_fmadd_ps(ad, q8_0_codes16(&b[i], 0), _mm512_loadu_ps(y)));
-        _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(ad, q8_0_codes16(&b[i], 1), _mm512_loadu_ps(y + 16)));
+static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, float *y, float a, const void *x,
+                                                              int64_t n) {
+    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+        const uint8_t *b = (const uint8_t *)x + i * bb;
+        const __m512 ad = _mm512_set1_ps(a * QUANT_H2F(*(const uint16_t *)(const void *)b));
+        _mm512_storeu_ps(y, _mm512_fmadd_ps(ad, q32_codes16(t, b, 0), _mm512_loadu_ps(y)));
+        _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(ad, q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16)));
     }
 }
+
+static void axpy_q8_0_row(float *y, float a, const void *x, int64_t n) { axpy_q32_row(DT_Q8_0, y, a, x, n); }
+static void axpy_q4_0_row(float *y, float a, const void *x, int64_t n) { axpy_q32_row(DT_Q4_0, y, a, x, n); }
 
 /* ---- K quants ------------------------------------------------------- */
 
@@ -599,18 +626,19 @@ static inline __attribute__((always_inline)) __m512 kv_dot_lanes(enum dtype t, c
                                                                  int64_t d) {
     return t == DT_F32 ? dot_f32_lanes((const float *)(const void *)row, x, d)
          : t == DT_F16 ? dot_f16_lanes(d, row, x)
-                       : dot_q8_0_lanes(d, row, x);
+                       : dot_q32_lanes(t, d, row, x);
 }
 
 /* Values c .. c + 15 of a KV row (masked to m, which says where the row
- * ends); Q8_0 gives its codes, the scale going into the axpy's factor
+ * ends); Q8_0 and Q4_0 give their codes, the scale going into the axpy's factor
  * (quant_kv_factor). */
 static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, const uint8_t *row, int64_t c,
                                                                int64_t left, __mmask16 m) {
     (void)left;
     if (t == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + c);
     if (t == DT_F16) return load_f16x16((const uint16_t *)(const void *)row + c, m);
-    return q8_0_codes16((const struct block_q8_0 *)(const void *)row + c / QK8_0, (int)(c % QK8_0) / 16);
+    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
+    return q32_codes16(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 16);
 }
 
 #define V_REDUCE_ROWS(v) reduce16(v)
@@ -619,6 +647,7 @@ static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, cons
 KV_RUN_KERNELS(f32, DT_F32)
 KV_RUN_KERNELS(f16, DT_F16)
 KV_RUN_KERNELS(q8_0, DT_Q8_0)
+KV_RUN_KERNELS(q4_0, DT_Q4_0)
 
 /* Q8_K, bit for bit the reference quant_q8_K: the value of the largest
  * magnitude (its first occurrence, NaN ignored) maps to -128; codes
@@ -724,9 +753,11 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dots[DT_F32] = dots_f32;
     k->dots[DT_F16] = dots_f16;
     k->dots[DT_Q8_0] = dots_q8_0;
+    k->dots[DT_Q4_0] = dots_q4_0;
     k->axpys[DT_F32] = axpys_f32;
     k->axpys[DT_F16] = axpys_f16;
     k->axpys[DT_Q8_0] = axpys_q8_0;
+    k->axpys[DT_Q4_0] = axpys_q4_0;
     k->dequant[DT_F16] = dequant_f16;
     k->dequant[DT_BF16] = dequant_bf16;
     k->dequant[DT_Q4_0] = dequant_q4_0;
@@ -759,7 +790,9 @@ void quant_kernels_avx512(struct quant_kernels *k) {
     k->dot_f32x[DT_F32] = dot_f32_row;
     k->dot_f32x[DT_F16] = dot_f16_row;
     k->dot_f32x[DT_Q8_0] = dot_q8_0_f32;
+    k->dot_f32x[DT_Q4_0] = dot_q4_0_f32;
     k->axpy[DT_F32] = axpy_f32_row;
     k->axpy[DT_F16] = axpy_f16_row;
     k->axpy[DT_Q8_0] = axpy_q8_0_row;
+    k->axpy[DT_Q4_0] = axpy_q4_0_row;
 }

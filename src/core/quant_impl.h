@@ -202,11 +202,13 @@ static inline int quant_kv_run_rows(size_t rb, int g) {
 }
 
 /* The factor an axpy of weight a multiplies a KV row's values c.. by: a
- * times the block's scale for Q8_0 (whose values are its codes), as
- * axpy_q8_0_row does; a for F32 / F16. */
+ * times the block's scale for Q8_0 and Q4_0 (whose values are their codes),
+ * as axpy_q8_0_row and axpy_q4_0_row do; a for F32 / F16. */
 static inline __attribute__((always_inline)) float quant_kv_factor(enum dtype t, const uint8_t *row, int64_t c,
                                                                    float a) {
-    return t == DT_Q8_0 ? a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d) : a;
+    if (t == DT_Q8_0) return a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d);
+    if (t == DT_Q4_0) return a * QUANT_H2F(((const struct block_q4_0 *)(const void *)row)[c / QK4_0].d);
+    return a;
 }
 
 /* A SIMD level's quant_dots_fn / quant_axpys_fn for KV row type t, from

@@ -363,7 +363,7 @@ static enum kvf_status parse_tensor_info(struct parser *p, struct gguf_tensor *t
         return parse_fail(p, KVF_ERR_FORMAT, "element count overflows");
 
     TRY(parse_u32(p, &t->type, "tensor type"));
-    const struct dtype_traits *dt = dtype_get(t->type);
+    const struct dtype_traits *dt = dtype_get_file(t->type);
     if (!dt) return parse_fail(p, KVF_ERR_UNSUPPORTED, "unsupported tensor type %u", t->type);
     if (t->ne[0] % dt->block != 0)
         return parse_fail(p, KVF_ERR_FORMAT,

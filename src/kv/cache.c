@@ -7,7 +7,7 @@
 static const struct {
     const char *name;
     enum dtype type;
-} kv_types[] = {{"f32", DT_F32}, {"f16", DT_F16}, {"q8_0", DT_Q8_0}};
+} kv_types[] = {{"f32", DT_F32}, {"f16", DT_F16}, {"q8_0", DT_Q8_0}, {"q4_0", DT_Q4_0}, {"q4_0h", DT_Q4_0H}};
 #define KV_TYPE_COUNT ((int)(sizeof kv_types / sizeof kv_types[0]))
 
 const char *kvf_kv_type_name(enum kvf_kv_type type) {
@@ -20,12 +20,13 @@ enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out) {
             *out = (enum kvf_kv_type)t;
             return KVF_OK;
         }
-    return err_set(KVF_ERR_INVALID_ARG, "unknown KV cache type '%s' (valid: f32, f16, q8_0)", name ? name : "(null)");
+    return err_set(KVF_ERR_INVALID_ARG, "unknown KV cache type '%s' (valid: f32, f16, q8_0, q4_0, q4_0h)",
+                   name ? name : "(null)");
 }
 
 static size_t head_bytes(const struct kv_cache *c, int cap) {
     const size_t acc = c->has_acc ? KV_ACC_N * sizeof(float) : 0;
-    return (size_t)cap * (2 * c->row_bytes + sizeof(struct kvf_tag) + acc);
+    return (size_t)cap * (c->k_row + c->v_row + sizeof(struct kvf_tag) + acc);
 }
 
 size_t kv_cache_layer_bytes_for(const struct kv_cache *c, int n) { return head_bytes(c, n) * (size_t)c->n_head_kv; }
@@ -42,25 +43,38 @@ enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, in
     c->n_layer = n_layer;
     c->n_head_kv = n_head_kv;
     c->head_dim = head_dim;
-    c->type = DT_F32;
-    c->row_bytes = dtype_row_bytes(DT_F32, head_dim);
+    c->type_k = c->type_v = DT_F32;
+    c->k_row = c->v_row = dtype_row_bytes(DT_F32, head_dim);
     c->has_acc = has_acc;
     return KVF_OK;
 }
 
-enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type) {
+/* The storage type and row bytes of one kvf_kv_type on c's heads. */
+static enum kvf_status type_row(const struct kv_cache *c, enum kvf_kv_type type, enum dtype *t, size_t *row) {
     const char *name = kvf_kv_type_name(type);
-    if (!name) return err_set(KVF_ERR_INVALID_ARG, "KV cache type %d (valid: f32, f16, q8_0)", (int)type);
-    const enum dtype t = kv_types[type].type;
-    const size_t row = dtype_row_bytes(t, c->head_dim);
-    if (row == 0)
+    if (!name) return err_set(KVF_ERR_INVALID_ARG, "KV cache type %d (valid: f32, f16, q8_0, q4_0, q4_0h)", (int)type);
+    *t = kv_types[type].type;
+    *row = dtype_row_bytes(*t, c->head_dim);
+    if (*row == 0)
         return err_set(KVF_ERR_UNSUPPORTED,
                        "KV cache type %s needs a head dimension that is a multiple of %d (the model's is %d)", name,
-                       dtype_get(t)->block, c->head_dim);
+                       dtype_get(*t)->block, c->head_dim);
+    if (*t == DT_Q4_0H && c->head_dim > QUANT_ROT_MAX)
+        return err_set(KVF_ERR_UNSUPPORTED, "KV cache type %s takes heads of up to %d dimensions (the model's are %d)",
+                       name, QUANT_ROT_MAX, c->head_dim);
+    return KVF_OK;
+}
+
+enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type_k, enum kvf_kv_type type_v) {
+    enum dtype tk, tv;
+    size_t k_row, v_row;
+    enum kvf_status st = type_row(c, type_k, &tk, &k_row);
+    if (st == KVF_OK) st = type_row(c, type_v, &tv, &v_row);
+    if (st != KVF_OK) return st;
     if (c->bytes != 0) return err_set(KVF_ERR_INTERNAL, "kv cache: type changed while holding entries");
-    c->type = t;
-    c->row_bytes = row;
-    for (size_t i = 0; i < (size_t)c->n_layer * c->n_head_kv; i++) c->heads[i].type = t;
+    c->type_k = tk, c->type_v = tv;
+    c->k_row = k_row, c->v_row = v_row;
+    for (size_t i = 0; i < (size_t)c->n_layer * c->n_head_kv; i++) c->heads[i].type_k = tk, c->heads[i].type_v = tv;
     return KVF_OK;
 }
 
@@ -71,7 +85,7 @@ static void head_release(struct kv_cache *c, struct kv_head *h) {
     free(h->tag);
     free(h->acc);
     bytes_add(c, 0, head_bytes(c, h->cap));
-    *h = (struct kv_head){.type = c->type};
+    *h = (struct kv_head){.type_k = c->type_k, .type_v = c->type_v};
 }
 
 void kv_cache_clear(struct kv_cache *c) {
@@ -89,10 +103,9 @@ void kv_cache_free(struct kv_cache *c) {
 }
 
 static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap) {
-    const size_t row = c->row_bytes;
-    void *k = realloc(h->k, (size_t)cap * row);
+    void *k = realloc(h->k, (size_t)cap * c->k_row);
     if (k) h->k = k;
-    void *v = k ? realloc(h->v, (size_t)cap * row) : NULL;
+    void *v = k ? realloc(h->v, (size_t)cap * c->v_row) : NULL;
     if (v) h->v = v;
     struct kvf_tag *t = v ? realloc(h->tag, (size_t)cap * sizeof *t) : NULL;
     if (t) h->tag = t;
@@ -106,9 +119,9 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
 
 /* Entries [from, from + len) of a head move to [to, to + len). */
 static void head_move(const struct kv_cache *c, struct kv_head *h, int to, int from, int len) {
-    const size_t row = c->row_bytes;
-    memmove((uint8_t *)h->k + to * row, (uint8_t *)h->k + from * row, (size_t)len * row);
-    memmove((uint8_t *)h->v + to * row, (uint8_t *)h->v + from * row, (size_t)len * row);
+    const size_t kr = c->k_row, vr = c->v_row;
+    memmove((uint8_t *)h->k + to * kr, (uint8_t *)h->k + from * kr, (size_t)len * kr);
+    memmove((uint8_t *)h->v + to * vr, (uint8_t *)h->v + from * vr, (size_t)len * vr);
     memmove(h->tag + to, h->tag + from, (size_t)len * sizeof *h->tag);
     if (h->acc)
         memmove(h->acc + (size_t)to * KV_ACC_N, h->acc + (size_t)from * KV_ACC_N,
@@ -181,8 +194,8 @@ enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, in
     if (cap == 0) return KVF_OK;
     enum kvf_status st = head_grow(c, h, cap);
     if (st != KVF_OK) return st;
-    memcpy(h->k, k, (size_t)n * c->row_bytes);
-    memcpy(h->v, v, (size_t)n * c->row_bytes);
+    memcpy(h->k, k, (size_t)n * c->k_row);
+    memcpy(h->v, v, (size_t)n * c->v_row);
     memcpy(h->tag, tag, (size_t)n * sizeof *h->tag);
     if (h->acc && acc) memcpy(h->acc, acc, (size_t)n * KV_ACC_N * sizeof(float));
     else if (h->acc) memset(h->acc, 0, (size_t)n * KV_ACC_N * sizeof(float));
@@ -192,8 +205,8 @@ enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, in
 }
 
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src) {
-    if (dst->bytes || dst->n_layer != src->n_layer || dst->n_head_kv != src->n_head_kv || dst->type != src->type ||
-        dst->head_dim != src->head_dim)
+    if (dst->bytes || dst->n_layer != src->n_layer || dst->n_head_kv != src->n_head_kv || dst->type_k != src->type_k ||
+        dst->type_v != src->type_v || dst->head_dim != src->head_dim)
         return err_set(KVF_ERR_INTERNAL, "kv copy: caches of different shapes");
     enum kvf_status st = KVF_OK;
     for (int l = 0; l < src->n_layer && st == KVF_OK; l++)
@@ -233,20 +246,20 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
     }
 }
 
-static size_t row_offset(const struct kv_head *h, int head_dim, int j) {
-    return (size_t)j * dtype_row_bytes(h->type, head_dim);
+/* Row j of rows stored as t, head_dim values each. */
+static uint8_t *row_at(void *rows, enum dtype t, int head_dim, int j) {
+    return (uint8_t *)rows + (size_t)j * dtype_row_bytes(t, head_dim);
 }
 
 void kv_head_key_row(const struct kv_head *h, int head_dim, int j, float *out) {
-    quant_dequant_row(h->type, (const uint8_t *)h->k + row_offset(h, head_dim, j), out, head_dim);
+    quant_dequant_row(h->type_k, row_at(h->k, h->type_k, head_dim, j), out, head_dim);
 }
 
 void kv_head_value_row(const struct kv_head *h, int head_dim, int j, float *out) {
-    quant_dequant_row(h->type, (const uint8_t *)h->v + row_offset(h, head_dim, j), out, head_dim);
+    quant_dequant_row(h->type_v, row_at(h->v, h->type_v, head_dim, j), out, head_dim);
 }
 
 void kv_head_set_row(struct kv_head *h, int head_dim, int j, const float *k, const float *v) {
-    const size_t off = row_offset(h, head_dim, j);
-    quant_quantize_row(h->type, k, (uint8_t *)h->k + off, head_dim);
-    quant_quantize_row(h->type, v, (uint8_t *)h->v + off, head_dim);
+    quant_quantize_row(h->type_k, k, row_at(h->k, h->type_k, head_dim, j), head_dim);
+    quant_quantize_row(h->type_v, v, row_at(h->v, h->type_v, head_dim, j), head_dim);
 }

@@ -3,9 +3,10 @@
  * head. Keys are stored after RoPE, next to the tag of each entry (true
  * position, modality, image / frame index, grid cell): compression methods
  * read the tags, and they travel with the entries through eviction.
- * Keys and values are stored as float32, fp16 or Q8_0 rows (chosen per
- * session); code that needs float32 reads them with kv_head_key_row /
- * kv_head_value_row and writes with kv_head_set_row.
+ * Keys and values are stored as float32, fp16, Q8_0, Q4_0 or Q4_0H rows, each in
+ * its own type (chosen per session, as llama.cpp's -ctk / -ctv); code that
+ * needs float32 reads them with kv_head_key_row / kv_head_value_row and
+ * writes with kv_head_set_row.
  * Invariant: within a head, entries are in increasing position order. The
  * bytes reported are the bytes allocated. */
 #ifndef KVF_KV_CACHE_H
@@ -15,14 +16,15 @@
 #include "core/quant.h"
 
 struct kv_head {
-    void *k;             /* [cap] key rows: head_dim values each, stored as `type` */
-    void *v;             /* [cap] value rows, likewise */
+    void *k;             /* [cap] key rows: head_dim values each, stored as type_k */
+    void *v;             /* [cap] value rows, stored as type_v */
     struct kvf_tag *tag; /* [cap] tag (true position first) of each entry */
     float *acc;          /* [cap][KV_ACC_N] attention each entry received so far
                             (online scores: H2O, RoCo); NULL unless the cache keeps them */
     int n, cap;
-    enum dtype type;     /* the cache's DT_F32, DT_F16 or DT_Q8_0: each head carries it, as readers
-                            (attention, policies) are handed heads; a zeroed view is F32 */
+    enum dtype type_k, type_v; /* the cache's DT_F32, DT_F16, DT_Q8_0, DT_Q4_0 or DT_Q4_0H: each head carries
+                                  them, as readers (attention, policies) are handed heads; a zeroed
+                                  view is F32 */
 };
 
 /* The running statistics of an entry, over every query that saw it. */
@@ -30,8 +32,8 @@ enum { KV_ACC_SUM, KV_ACC_SQ, KV_ACC_COUNT, KV_ACC_N };
 
 struct kv_cache {
     int n_layer, n_head_kv, head_dim;
-    enum dtype type;       /* storage of keys and values, as in every head */
-    size_t row_bytes;      /* bytes of one key (or value) row */
+    enum dtype type_k, type_v; /* storage of keys and of values, as in every head */
+    size_t k_row, v_row;   /* bytes of one key row, of one value row */
     bool has_acc;          /* entries carry KV_ACC_N running statistics */
     struct kv_head *heads; /* [n_layer][n_head_kv] */
     size_t bytes;          /* allocated bytes of k, v, tags and statistics over all heads */
@@ -43,19 +45,20 @@ struct kv_cache {
 enum kvf_status kv_cache_init(struct kv_cache *c, int n_layer, int n_head_kv, int head_dim, bool has_acc);
 /* Chooses how an empty cache (just initialised or cleared) stores keys and
  * values: KVF_ERR_INVALID_ARG for a value outside enum kvf_kv_type,
- * KVF_ERR_UNSUPPORTED for Q8_0 when head_dim is not a multiple of 32. */
-enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type);
+ * KVF_ERR_UNSUPPORTED for a block type (Q8_0, Q4_0, Q4_0H) when head_dim is
+ * not a multiple of 32, or for Q4_0H over QUANT_ROT_MAX. */
+enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type_k, enum kvf_kv_type type_v);
 void kv_cache_free(struct kv_cache *c);
-void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the storage; the type stays */
+void kv_cache_clear(struct kv_cache *c); /* drops every entry and frees the storage; the types stay */
 static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int head) {
     return &c->heads[(size_t)layer * c->n_head_kv + head];
 }
-/* Makes dst, an empty cache of the same shape and type, hold src's
+/* Makes dst, an empty cache of the same shape and types, hold src's
  * entries with src's capacities (so its bytes are what the same appends
  * would have allocated); their statistics when both carry them. */
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
 /* An empty head of c gets n entries in storage for cap (>= n): key and
- * value rows in the cache's type (n x row_bytes each), tags, and
+ * value rows in the cache's types (n x k_row and n x v_row bytes), tags, and
  * statistics [n][KV_ACC_N] when the cache carries them (acc NULL: zeros). */
 enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
                               const struct kvf_tag *tag, const float *acc);
@@ -80,7 +83,7 @@ enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int
 enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * float32 (the layout of the projection output), converted to the cache's
- * type; tags: [n]; statistics start at 0. Space must be reserved. */
+ * types; tags: [n]; statistics start at 0. Space must be reserved. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);
 
@@ -100,7 +103,7 @@ static inline int kv_head_count_upto(const struct kv_head *h, int32_t p) {
 void kv_head_key_row(const struct kv_head *h, int head_dim, int j, float *out);
 void kv_head_value_row(const struct kv_head *h, int head_dim, int j, float *out);
 /* Overwrites entry j's key and value with float32 rows, stored in the
- * head's type (for methods that merge entries). */
+ * head's types (for methods that merge entries). */
 void kv_head_set_row(struct kv_head *h, int head_dim, int j, const float *k, const float *v);
 
 #endif

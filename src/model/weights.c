@@ -70,7 +70,7 @@ enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src
         if (required) return err_set(KVF_ERR_FORMAT, "missing tensor '%s'", name);
         return KVF_OK;
     }
-    const struct dtype_traits *tr = dtype_get(r.type);
+    const struct dtype_traits *tr = dtype_get_file(r.type);
     if (!tr) return err_set(KVF_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %u", name, r.type);
     /* n_dims > 2 (a convolution kernel): every dimension but the last forms a row. */
     int64_t row_len = 1;

@@ -15,7 +15,8 @@
 #define SESSION_MAX_CTX_DEFAULT 8192
 
 struct kvf_session_params kvf_session_default_params(void) {
-    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .kv_type = KVF_KV_F16};
+    struct kvf_session_params p = {.n_ctx = 0, .n_batch = 512, .n_threads = 0, .type_k = KVF_KV_F16,
+                                   .type_v = KVF_KV_F16};
     return p;
 }
 
@@ -76,7 +77,7 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     const bool evicts = pol->method != KV_FULL || pol->blocks;
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim,
                                        kv_policy_needs_acc(pol) || p->kv_gather > 0);
-    if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->kv_type);
+    if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->type_k, p->type_v);
     fwd_init(&s->fw, p->n_batch, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
     if (st == KVF_OK)

@@ -23,7 +23,9 @@
 _Static_assert(sizeof(long) == 8, "query statistics' counts are written as 64-bit integers");
 
 static const char MAGIC[8] = {'K', 'V', 'F', 'S', 'E', 'S', 'S', 0};
-#define STATE_VERSION 1
+/* Version 2 stores the types of keys and values apart; version 1, one type
+ * for both, still loads. */
+#define STATE_VERSION 2
 #define SPEC_MAX 4096
 
 /* ------------------------------------------------------------- writing -- */
@@ -59,7 +61,8 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
     put(w, dims, sizeof dims);
     put(w, &m->digest, sizeof m->digest);
     /* the parameters and the policy */
-    const int32_t params[4] = {s->params.n_ctx, s->params.n_batch, (int32_t)s->params.kv_type, s->params.kv_gather};
+    const int32_t params[5] = {s->params.n_ctx, s->params.n_batch, (int32_t)s->params.type_k,
+                               (int32_t)s->params.type_v, s->params.kv_gather};
     put(w, params, sizeof params);
     put_u8(w, s->params.kv_swa_full);
     put(w, &s->params.kv_budget, sizeof(double));
@@ -108,8 +111,8 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
         const struct kv_head *h = &s->kv.heads[i];
         put_i32(w, h->n);
         put_i32(w, h->cap);
-        put(w, h->k, s->kv.row_bytes * (size_t)h->n);
-        put(w, h->v, s->kv.row_bytes * (size_t)h->n);
+        put(w, h->k, s->kv.k_row * (size_t)h->n);
+        put(w, h->v, s->kv.v_row * (size_t)h->n);
         put(w, h->tag, sizeof *h->tag * (size_t)h->n);
         if (s->kv.has_acc) put(w, h->acc, sizeof(float) * KV_ACC_N * (size_t)h->n);
     }
@@ -246,10 +249,17 @@ static enum kvf_status read_model(struct rd *r, const struct kvf_model *m) {
 }
 
 /* The session the file describes, empty: its parameters and policy. */
-static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int n_threads, int n_ctx_max,
-                                    struct kvf_session **out) {
-    int32_t params[4] = {0};
-    get(r, params, sizeof params);
+static enum kvf_status read_session(struct rd *r, uint32_t version, const struct kvf_model *m, int n_threads,
+                                    int n_ctx_max, struct kvf_session **out) {
+    /* n_ctx, n_batch, type_k, type_v, kv_gather; version 1 has no type_v */
+    int32_t params[5] = {0};
+    if (version == 1) {
+        get(r, params, 3 * sizeof *params);
+        params[3] = params[2];
+        params[4] = get_i32(r);
+    } else {
+        get(r, params, sizeof params);
+    }
     const bool swa_full = get_u8(r);
     double budget = 0;
     get(r, &budget, sizeof budget);
@@ -260,7 +270,7 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     if (!get(r, spec, (size_t)spec_len)) return bad("truncated in its policy");
     spec[spec_len] = '\0';
     if (memchr(spec, '\0', (size_t)spec_len)) return bad("the policy's spec holds a NUL");
-    /* the session's own checks: n_ctx, n_batch, kv_type, kv_gather, the spec and budget */
+    /* the session's own checks: n_ctx, n_batch, the types, kv_gather, the spec and budget */
     if (params[0] <= 0) return bad("its context is not positive");
     if (params[0] > KVF_MAX(m->hp.n_ctx_train, n_ctx_max))
         return n_ctx_max > m->hp.n_ctx_train
@@ -269,9 +279,10 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
             : err_set(KVF_ERR_CONTEXT, "session file: a context of %d positions, over the model's trained %d (a "
                       "larger context, -c, allows it)", params[0], m->hp.n_ctx_train);
     struct kvf_session_params p = kvf_session_default_params();
-    p.n_ctx = params[0], p.n_batch = params[1], p.kv_type = (enum kvf_kv_type)params[2], p.kv_gather = params[3];
+    p.n_ctx = params[0], p.n_batch = params[1], p.kv_gather = params[4];
+    p.type_k = (enum kvf_kv_type)params[2], p.type_v = (enum kvf_kv_type)params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
-    if (p.kv_type < KVF_KV_F32 || p.kv_type > KVF_KV_Q8_0) return bad("its cache type is unknown");
+    if (!kvf_kv_type_name(p.type_k) || !kvf_kv_type_name(p.type_v)) return bad("its cache type is unknown");
     const int32_t note_len = get_i32(r);
     if (r->short_read) return bad("truncated in its note");
     if (note_len < -1 || note_len > (int32_t)SESSION_NOTE_MAX) return bad("its note is out of range");
@@ -286,7 +297,7 @@ static enum kvf_status read_session(struct rd *r, const struct kvf_model *m, int
     }
     /* what session_create resolved must be what was saved */
     if ((*out)->params.n_ctx != params[0] || (*out)->params.n_batch != params[1] ||
-        (*out)->params.kv_gather != params[3])
+        (*out)->params.kv_gather != params[4])
         return bad("its context, batch or gathering are not those of a session");
     if (note && !((*out)->note = strndup(note, (size_t)note_len)))
         return err_set(KVF_ERR_NOMEM, "session file: out of memory");
@@ -382,7 +393,7 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
              * eighth, shrinking past a quarter and 16: kv/cache.c), so what is allocated is what is read */
             if (r->short_read) return bad("truncated in its cache");
             if (n < 0 || n > np || cap < n || cap > n + n / 4 + 16) return bad("a head's size is out of range");
-            const void *k = take_n(r, s->kv.row_bytes, n), *v = take_n(r, s->kv.row_bytes, n);
+            const void *k = take_n(r, s->kv.k_row, n), *v = take_n(r, s->kv.v_row, n);
             const void *tag = take_n(r, sizeof(struct kvf_tag), n);
             const void *acc = s->kv.has_acc ? take_n(r, sizeof(float) * KV_ACC_N, n) : NULL;
             if (!k || !v || !tag || (s->kv.has_acc && !acc)) return bad("truncated in its cache");
@@ -420,13 +431,13 @@ enum kvf_status kvf_session_load_buffer(const struct kvf_model *m, const void *s
     memcpy(&version, (const uint8_t *)src + sizeof MAGIC, sizeof version);
     if ((uint32_t)crc32_z(0, src, size - sizeof crc) != crc)
         return bad("its checksum does not match (corrupt or cut short)");
-    if (version != STATE_VERSION)
-        return err_set(KVF_ERR_UNSUPPORTED, "session file: version %u; this kvfold reads version %d", version,
+    if (version < 1 || version > STATE_VERSION)
+        return err_set(KVF_ERR_UNSUPPORTED, "session file: version %u; this kvfold reads versions 1 to %d", version,
                        STATE_VERSION);
     struct rd r = {src, size - sizeof crc, sizeof MAGIC + sizeof version, false};
     enum kvf_status st = read_model(&r, m);
     struct kvf_session *s = NULL;
-    if (st == KVF_OK) st = read_session(&r, m, n_threads, n_ctx_max, &s);
+    if (st == KVF_OK) st = read_session(&r, version, m, n_threads, n_ctx_max, &s);
     if (st == KVF_OK) st = read_state(&r, s);
     if (st != KVF_OK) {
         kvf_session_free(s);

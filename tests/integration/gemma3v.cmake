@@ -35,6 +35,18 @@ foreach(tool kv_fork decode_batch prefill_parts session_file)
   add_test(NAME ${tool}_gemma3v COMMAND ${tool} ${KVF_GEMMA3V_GGUF} ${KVF_GEMMA3V_MMPROJ})
   set_tests_properties(${tool}_gemma3v PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration TIMEOUT 120)
 endforeach()
+# The same on 4-bit caches (head_dim 32 takes the block types), keys and
+# values alike and not: every rule forks, decodes in a batch and prefills in
+# parts on Q4_0 and Q4_0H rows as it does on F16 ones (session_file runs
+# its own Q8_0 / Q4_0 / Q4_0H sessions).
+foreach(tool kv_fork decode_batch prefill_parts)
+  foreach(types q4_0 q4_0h/q4_0 q8_0/q4_0h)
+    string(REPLACE "/" "_" suffix ${types})
+    add_test(NAME ${tool}_gemma3v_${suffix} COMMAND ${tool} ${KVF_GEMMA3V_GGUF} ${KVF_GEMMA3V_MMPROJ})
+    set_tests_properties(${tool}_gemma3v_${suffix} PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration
+                         TIMEOUT 120 ENVIRONMENT KVF_TEST_CACHE_TYPES=${types})
+  endforeach()
+endforeach()
 
 # kv_bound with the vision tower loaded (tests/tools/kv_bound.c): every
 # preset at budget 1.0 gives the full cache's logits bit for bit, and every

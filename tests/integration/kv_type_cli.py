@@ -1,11 +1,12 @@
-"""kvfold --kv-type on generate, bench and perplexity (fixtures only).
+"""kvfold --kv-type, -ctk and -ctv on generate, bench and perplexity (fixtures only).
 
 usage: kv_type_cli.py KVFOLD_BINARY FIXTURES_DIR TEXTFILE
 
-A bad name is a usage error (exit 1) that lists the valid ones; q8_0 on a
-model whose head dimension is not a multiple of 32 is refused at session
-creation (exit 2); the JSON reports name the type, and bench's KV bytes scale
-exactly as the entry size (rows + 12-byte tag) does. Exit 0 = pass, 1 = fail.
+A bad name is a usage error (exit 1) that lists the valid ones, for either
+option; q8_0 or q4_0 (keys or values) on a model whose head dimension is not a
+multiple of 32 is refused at session creation (exit 2); the JSON reports name
+the types, and bench's KV bytes scale exactly as the entry size (key row +
+value row + 12-byte tag) does. Exit 0 = pass, 1 = fail.
 """
 import json
 import os
@@ -29,28 +30,40 @@ def main():
     gemma = os.path.join(sys.argv[2], "gemma3-f32.gguf")   # head_dim 32
     text = sys.argv[3]
     for cmd in (["generate", "-m", gemma, "-p", "hi"], ["bench", "-m", gemma], ["perplexity", "-m", gemma, "-f", text]):
-        rc, _, err = run(*cmd, "--kv-type", "q8")
-        check(rc == 1 and "--kv-type" in err and "f32, f16, q8_0" in err, f"{cmd[0]} --kv-type q8: {rc} {err!r}")
-    rc, _, err = run("bench", "-m", llama, "-p", "16", "-n", "0", "-r", "1", "--kv-type", "q8_0")
-    check(rc == 2 and "multiple of 32" in err, f"q8_0 with head_dim 16: {rc} {err!r}")
+        for opt in ("--kv-type", "-ctk", "-ctv"):
+            rc, _, err = run(*cmd, opt, "q8")
+            check(rc == 1 and "f32, f16, q8_0, q4_0, q4_0h" in err, f"{cmd[0]} {opt} q8: {rc} {err!r}")
+    for opts in (["--kv-type", "q8_0"], ["-ctv", "q4_0"], ["-ctk", "q4_0h", "-ctv", "f16"]):
+        rc, _, err = run("bench", "-m", llama, "-p", "16", "-n", "0", "-r", "1", *opts)
+        check(rc == 2 and "multiple of 32" in err, f"{opts} with head_dim 16: {rc} {err!r}")
 
+    # (keys, values) -> options; -ctk and -ctv go over --kv-type
+    cases = {("f32", "f32"): ["--kv-type", "f32"], ("f16", "f16"): [], ("q8_0", "q8_0"): ["--kv-type", "q8_0"],
+             ("q4_0", "q4_0"): ["-ctk", "q4_0", "-ctv", "q4_0"], ("q8_0", "q4_0"): ["-ctk", "q8_0", "-ctv", "q4_0"],
+             ("f16", "q4_0"): ["--kv-type", "q8_0", "-ctk", "f16", "--cache-type-v", "q4_0"],
+             ("q4_0h", "q4_0h"): ["--kv-type", "q4_0h"]}
     kv = {}
-    for t in ("f32", "f16", "q8_0"):
-        rc, out, err = run("bench", "-m", gemma, "-p", "16", "-n", "0", "-r", "1", "--json", "--kv-type", t)
-        check(rc == 0, f"bench --kv-type {t}: {rc} {err!r}")
+    for (k, v), opts in cases.items():
+        name = k if k == v else f"{k}/{v}"
+        rc, out, err = run("bench", "-m", gemma, "-p", "16", "-n", "0", "-r", "1", "--json", *opts)
+        check(rc == 0, f"bench {opts}: {rc} {err!r}")
         o = json.loads(out)
-        check(o["kv_type"] == t, f"bench JSON kv_type {o['kv_type']!r}, want {t}")
-        kv[t] = o["tests"][0]["kv_bytes"]
-        rc, out, err = run("generate", "-m", gemma, "-p", "hello there", "-n", "3", "--json", "--kv-type", t)
-        check(rc == 0 and json.loads(out)["kv"]["type"] == t, f"generate --kv-type {t}: {rc} {err!r}")
-        rc, out, err = run("perplexity", "-m", gemma, "-f", text, "--ctx", "32", "--chunks", "1", "--json", "--kv-type", t)
-        check(rc == 0 and json.loads(out)["kv_type"] == t, f"perplexity --kv-type {t}: {rc} {err!r}")
-    rc, out, _ = run("bench", "-m", gemma, "-p", "16", "-n", "0", "-r", "1", "--kv-type", "f16")
-    check(rc == 0 and "kv f16" in out, f"bench text report names the type: {out!r}")
-    # head_dim 32: rows of 128 (f32), 64 (f16), 34 (q8_0) bytes, two per entry, plus the tag.
-    entry = {"f32": 2 * 128 + 12, "f16": 2 * 64 + 12, "q8_0": 2 * 34 + 12}
-    for t in ("f16", "q8_0"):
-        check(kv[t] * entry["f32"] == kv["f32"] * entry[t], f"kv bytes {kv}: {t} is not {entry[t]}/{entry['f32']} of f32")
+        check((o["kv_type"], o["type_k"], o["type_v"]) == (name, k, v), f"bench JSON {opts}: {o['kv_type']!r}")
+        kv[(k, v)] = o["tests"][0]["kv_bytes"]
+        rc, out, err = run("generate", "-m", gemma, "-p", "hello there", "-n", "3", "--json", *opts)
+        g = json.loads(out)["kv"] if rc == 0 else {}
+        check(rc == 0 and (g["type"], g["type_k"], g["type_v"]) == (name, k, v), f"generate {opts}: {rc} {err!r}")
+        rc, out, err = run("perplexity", "-m", gemma, "-f", text, "--ctx", "32", "--chunks", "1", "--json", *opts)
+        check(rc == 0 and json.loads(out)["kv_type"] == name, f"perplexity {opts}: {rc} {err!r}")
+    rc, out, _ = run("bench", "-m", gemma, "-p", "16", "-n", "0", "-r", "1", "-ctk", "q8_0", "-ctv", "q4_0")
+    check(rc == 0 and "kv q8_0/q4_0" in out, f"bench text report names the types: {out!r}")
+    # head_dim 32: rows of 128 (f32), 64 (f16), 34 (q8_0), 18 (q4_0, q4_0h) bytes, a key's and a value's, plus
+    # the tag.
+    row = {"f32": 128, "f16": 64, "q8_0": 34, "q4_0": 18, "q4_0h": 18}
+    f32 = 2 * row["f32"] + 12
+    for (k, v), n in kv.items():
+        e = row[k] + row[v] + 12
+        check(n * f32 == kv[("f32", "f32")] * e, f"kv bytes {kv}: {k}/{v} is not {e}/{f32} of f32")
     print(f"ok: kv bytes {kv}")
 
 

@@ -71,6 +71,23 @@ def test_kept_sets_equal_dump_kv(model, tmp_path):
         assert s.logits.shape == (model.n_vocab,) and s.logits.dtype == np.float32 and not s.logits.flags.writeable
 
 
+def test_cache_types(model):
+    """kv_type sets keys and values; type_k / type_v each alone, over it:
+    the bytes are those of the rows (SmolLM2's 64 values: f16 128 bytes,
+    q8_0 68, q4_0 36; 12 bytes of tag an entry); a bad name is refused."""
+    got = {}
+    for opts in ({}, {"kv_type": "q8_0"}, {"type_k": "q8_0", "type_v": "q4_0"}, {"kv_type": "q4_0", "type_k": "f16"}):
+        with model.session(**opts) as s:
+            s.prefill_text(CONTEXT)
+            got[tuple(sorted(opts.items()))] = s.kv_bytes["kept"]
+    entry = [2 * 128 + 12, 2 * 68 + 12, 68 + 36 + 12, 128 + 36 + 12]
+    b = list(got.values())
+    assert all(b[i] * entry[0] == b[0] * entry[i] for i in range(4)), got
+    with pytest.raises(kvfold.KVFoldError) as e:
+        model.session(type_v="q5")
+    assert e.value.status_name == "invalid_arg" and "q4_0h" in str(e.value)
+
+
 def test_presses_map_to_specs():
     P = presses
     table = [

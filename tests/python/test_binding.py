@@ -89,7 +89,7 @@ def test_layouts_match_the_compiler(tmp_path):
             lines.append(f'printf("{name}.{f} %zu\\n", offsetof(struct {name}, {c}));')
     enums = ["KVF_OK", "KVF_ERR_INVALID_ARG", "KVF_ERR_IO", "KVF_ERR_FORMAT", "KVF_ERR_UNSUPPORTED", "KVF_ERR_SHAPE",
              "KVF_ERR_CONTEXT", "KVF_ERR_NOMEM", "KVF_ERR_INTERNAL", "KVF_ERR_BUFFER", "KVF_MOD_TEXT", "KVF_MOD_IMAGE",
-             "KVF_MOD_VIDEO", "KVF_KV_F32", "KVF_KV_F16", "KVF_KV_Q8_0", "KVF_ROPE_NORM", "KVF_ROPE_NEOX"]
+             "KVF_MOD_VIDEO", "KVF_KV_F32", "KVF_KV_F16", "KVF_KV_Q8_0", "KVF_KV_Q4_0", "KVF_KV_Q4_0H", "KVF_ROPE_NORM", "KVF_ROPE_NEOX"]
     lines += [f'printf("{e} %d\\n", (int){e});' for e in enums]
     lines.append("return 0; }")
     src, exe = tmp_path / "layout.c", tmp_path / "layout"

@@ -31,7 +31,7 @@ static const char *const specs[] = {
 #define N_SPECS ((int)(sizeof specs / sizeof *specs))
 
 static struct kvf_session *compressed(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec) {
-    struct kvf_session_params sp = kvf_session_default_params();
+    struct kvf_session_params sp = fixture_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
     struct kvf_session *s = NULL;
@@ -61,7 +61,7 @@ static int check_refusals(struct kvf_session *a, struct kvf_session *b, const st
 
 /* A session at the end of its context: KVF_ERR_CONTEXT, nothing run. */
 static int check_full(const struct kvf_model *m, const struct kvf_prompt *pr, struct kvf_session *other) {
-    struct kvf_session_params sp = kvf_session_default_params();
+    struct kvf_session_params sp = fixture_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr);
     struct kvf_session *s = NULL;
     int bad = kvf_session_init(m, &sp, &s) != KVF_OK || kvf_session_prefill_prompt(s, pr, NULL) != KVF_OK;

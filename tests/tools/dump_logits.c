@@ -150,7 +150,8 @@ static int run_prompt(struct kvf_model *model, const char *out, const char *text
     kvf_model_get_info(model, &info);
     const int n = kvf_prompt_n_tokens(p);
     struct kvf_session_params sp = kvf_session_default_params();
-    sp.kv_type = KVF_KV_F32; /* the references attend in F32; each cache type is compared with F32 in kv_type */
+    /* the references attend in F32; each cache type is compared with F32 in kv_type */
+    sp.type_k = sp.type_v = KVF_KV_F32;
     sp.n_ctx = n;
     sp.kv_spec = kv;
     if (n_batch > 0) sp.n_batch = n_batch;
@@ -260,7 +261,7 @@ int main(int argc, char **argv) {
     struct kvf_model_info info;
     kvf_model_get_info(model, &info);
     struct kvf_session_params sp = kvf_session_default_params();
-    sp.kv_type = KVF_KV_F32; /* as above */
+    sp.type_k = sp.type_v = KVF_KV_F32; /* as above */
     sp.n_ctx = n;
     if (n_batch > 0) sp.n_batch = n_batch;
     if (n_threads > 0) sp.n_threads = n_threads;

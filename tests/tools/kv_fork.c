@@ -38,7 +38,7 @@ static const char *const specs[] = {
  * identical. */
 static int check_fork(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
                       const struct kvf_session *src, const char *spec, const char *fork_spec, double budget) {
-    struct kvf_session_params sp = kvf_session_default_params();
+    struct kvf_session_params sp = fixture_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
     sp.kv_swa_full = true; /* as the source: its peak is the prompt's, not that of freeing as it goes */
@@ -86,7 +86,7 @@ static int check_refused(const struct kvf_session *src, const char *spec, const 
 /* A session prefilled with the prompt: spec, gathering `gather`. */
 static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
                                      int gather) {
-    struct kvf_session_params sp = kvf_session_default_params();
+    struct kvf_session_params sp = fixture_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 1;
     sp.kv_spec = spec;
     sp.kv_gather = gather;

@@ -50,6 +50,23 @@ static inline int same_state(const struct kvf_session *a, const struct kvf_sessi
     return 0;
 }
 
+/* The session parameters of a check: the defaults, the cache stored as
+ * the environment's KVF_TEST_CACHE_TYPES says when set ("q4_0", or
+ * "q8_0/q4_0" for keys/values), so that ctest runs each check on other
+ * types too. A bad value stops the check (exit 2). */
+static inline struct kvf_session_params fixture_params(void) {
+    struct kvf_session_params sp = kvf_session_default_params();
+    const char *t = getenv("KVF_TEST_CACHE_TYPES");
+    if (!t || !*t) return sp;
+    char k[16] = "", v[16] = "";
+    if (sscanf(t, "%15[^/]/%15s", k, v) < 1 || kvf_kv_type_parse(k, &sp.type_k) != KVF_OK ||
+        kvf_kv_type_parse(v[0] ? v : k, &sp.type_v) != KVF_OK) {
+        fprintf(stderr, "KVF_TEST_CACHE_TYPES=%s: %s\n", t, kvf_last_error());
+        exit(2);
+    }
+    return sp;
+}
+
 /* A session of parameters sp with the fixture's prompt in (NULL after a
  * message naming tool and the spec). */
 static inline struct kvf_session *fixture_prefilled(const char *tool, const struct kvf_model *m,

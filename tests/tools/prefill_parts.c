@@ -23,7 +23,7 @@ static const char *const specs[] = {
 };
 
 static struct kvf_session *session_new(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec) {
-    struct kvf_session_params sp = kvf_session_default_params();
+    struct kvf_session_params sp = fixture_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + 4;
     sp.n_batch = 8;
     sp.kv_spec = spec;

@@ -44,11 +44,12 @@ static const char *const specs[] = {
 };
 
 static struct kvf_session *prefilled(const struct kvf_model *m, const struct kvf_prompt *pr, const char *spec,
-                                     enum kvf_kv_type type) {
+                                     enum kvf_kv_type type_k, enum kvf_kv_type type_v) {
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = kvf_prompt_n_tokens(pr) + N_DECODE + 4;
     sp.kv_spec = spec;
-    sp.kv_type = type;
+    sp.type_k = type_k;
+    sp.type_v = type_v;
     return fixture_prefilled("session_file", m, pr, &sp);
 }
 
@@ -95,8 +96,9 @@ static int decode_all(const struct kvf_model_info *mi, struct kvf_session *own, 
  * after compression and two steps (to path when given); each loaded one
  * decodes with the original. */
 static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr,
-                      const char *spec, enum kvf_kv_type type, const char *path, size_t *file_size) {
-    struct kvf_session *own = prefilled(m, pr, spec, type), *loaded[2] = {0};
+                      const char *spec, enum kvf_kv_type type_k, enum kvf_kv_type type_v, const char *path,
+                      size_t *file_size) {
+    struct kvf_session *own = prefilled(m, pr, spec, type_k, type_v), *loaded[2] = {0};
     uint8_t *buf = NULL;
     size_t size = 0;
     int bad = !own || kvf_session_set_note(own, spec) != KVF_OK;
@@ -122,7 +124,8 @@ static int check_spec(const struct kvf_model *m, const struct kvf_model_info *mi
     bad |=
         bad || same_state(own, loaded[1], mi, spec, "loaded after compression") || same_history(own, loaded[1], spec);
     if (!bad) bad = decode_all(mi, own, loaded, 2, spec, N_DECODE, "loaded after compression");
-    printf("%-52s %-4s %s  %zu bytes saved\n", spec, kvf_kv_type_name(type), bad ? "FAIL" : "ok  ",
+    printf("%-52s %-4s %-4s %s  %zu bytes saved\n", spec, kvf_kv_type_name(type_k), kvf_kv_type_name(type_v),
+           bad ? "FAIL" : "ok  ",
            own ? kvf_session_save_size(own) : (size_t)0);
     kvf_session_free(own);
     kvf_session_free(loaded[0]);
@@ -156,7 +159,7 @@ static void fix_crc(uint8_t *d, size_t n) {
 }
 
 static int check_damage(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr) {
-    struct kvf_session *s = prefilled(m, pr, "lookm:budget=0.3+decode=h2o", KVF_KV_F32);
+    struct kvf_session *s = prefilled(m, pr, "lookm:budget=0.3+decode=h2o", KVF_KV_F32, KVF_KV_F32);
     if (!s || kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK) return 1;
     const size_t n = kvf_session_save_size(s);
     uint8_t *good = malloc(n), *d = malloc(n);
@@ -189,6 +192,40 @@ static int check_damage(const struct kvf_model *m, const struct kvf_model_info *
     return bad;
 }
 
+/* A version 1 file (one type for keys and values: no type_v after type_k)
+ * loads as the session it describes, values in the keys' type; and a
+ * version beyond 2 is refused. Made from a version 2 file of an F16
+ * session. */
+static int check_version1(const struct kvf_model *m, const struct kvf_model_info *mi, const struct kvf_prompt *pr) {
+    struct kvf_session *s = prefilled(m, pr, "snapkv:budget=0.5", KVF_KV_F16, KVF_KV_F16), *l = NULL;
+    if (!s || kvf_session_compress(s) != KVF_OK) return 1;
+    const size_t n = kvf_session_save_size(s);
+    uint8_t *v2 = malloc(n), *v1 = malloc(n);
+    int bad = !v2 || !v1 || kvf_session_save_buffer(s, v2, n) != KVF_OK;
+    if (!bad) {
+        int32_t arch_len;
+        memcpy(&arch_len, v2 + 12, 4);
+        /* magic, version, architecture, 6 dimensions, digest, then n_ctx, n_batch, type_k, type_v */
+        const size_t type_v = 16 + (size_t)arch_len + 24 + 4 + 12;
+        memcpy(v1, v2, type_v);
+        memcpy(v1 + type_v, v2 + type_v + 4, n - type_v - 4);
+        v1[8] = 1;
+        fix_crc(v1, n - 4);
+        bad = kvf_session_load_buffer(m, v1, n - 4, 1, 0, &l) != KVF_OK ||
+              kvf_session_kv_bytes(l) != kvf_session_kv_bytes(s) || same_state(s, l, mi, "v1", "a version 1 file");
+        kvf_session_free(l);
+        l = NULL;
+        v2[8] = 3;
+        fix_crc(v2, n);
+        bad |= kvf_session_load_buffer(m, v2, n, 1, 0, &l) != KVF_ERR_UNSUPPORTED || l;
+    }
+    printf("a version 1 file loads, version 3 is refused: %s\n", bad ? "FAIL" : "ok");
+    free(v1);
+    free(v2);
+    kvf_session_free(s);
+    return bad;
+}
+
 /* Bytes malloc has handed out and not taken back (every arena, and the
  * blocks it mapped on their own: where a buffer for a whole context would
  * land, touched or not). */
@@ -207,7 +244,7 @@ static int check_context(const struct kvf_model *m, const struct kvf_model_info 
     const char *most_spec = "";
     for (size_t i = 0; !bad && i < sizeof specs / sizeof *specs; i++) {
         struct kvf_session_params sp = kvf_session_default_params();
-        sp.n_ctx = 1 << 24, sp.kv_spec = specs[i], sp.kv_type = KVF_KV_F32;
+        sp.n_ctx = 1 << 24, sp.kv_spec = specs[i], sp.type_k = sp.type_v = KVF_KV_F32;
         const size_t before = heap_bytes();
         struct kvf_session *s = fixture_prefilled("session_file", m, pr, &sp);
         bad |= !s || kvf_session_compress(s) != KVF_OK || kvf_session_decode(s, 1) != KVF_OK;
@@ -248,9 +285,14 @@ int main(int argc, char **argv) {
     size_t file_size = 0;
     int rc = 0;
     for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++)
-        rc |= check_spec(m, &mi, pr, specs[i], KVF_KV_F32, i == 0 ? path : NULL, &file_size);
-    rc |= !rc && check_spec(m, &mi, pr, "snapkv:budget=0.3+decode=h2o", KVF_KV_F16, NULL, NULL);
-    if (!rc && mi.head_dim % 32 == 0) rc |= check_spec(m, &mi, pr, "lookm:budget=0.3", KVF_KV_Q8_0, NULL, NULL);
+        rc |= check_spec(m, &mi, pr, specs[i], KVF_KV_F32, KVF_KV_F32, i == 0 ? path : NULL, &file_size);
+    rc |= !rc && check_spec(m, &mi, pr, "snapkv:budget=0.3+decode=h2o", KVF_KV_F16, KVF_KV_F16, NULL, NULL);
+    if (!rc && mi.head_dim % 32 == 0) {
+        rc |= check_spec(m, &mi, pr, "lookm:budget=0.3", KVF_KV_Q8_0, KVF_KV_Q8_0, NULL, NULL);
+        rc |= !rc && check_spec(m, &mi, pr, "keydiff:budget=0.3+decode=h2o", KVF_KV_Q8_0, KVF_KV_Q4_0, NULL, NULL);
+        rc |= !rc && check_spec(m, &mi, pr, "kvzip:budget=0.3", KVF_KV_Q4_0, KVF_KV_Q4_0, NULL, NULL);
+        rc |= !rc && check_spec(m, &mi, pr, "lookm:budget=0.3+decode=h2o", KVF_KV_Q4_0H, KVF_KV_Q4_0H, NULL, NULL);
+    }
     /* the file is the buffer, written whole */
     FILE *f = fopen(path, "rb");
     long len = -1;
@@ -263,7 +305,8 @@ int main(int argc, char **argv) {
     }
     if (!rc) rc = check_damage(m, &mi, pr);
     if (!rc) rc = check_context(m, &mi, pr);
-    struct kvf_session *s = prefilled(m, pr, "full", KVF_KV_F32), *l = NULL;
+    if (!rc) rc = check_version1(m, &mi, pr);
+    struct kvf_session *s = prefilled(m, pr, "full", KVF_KV_F32, KVF_KV_F32), *l = NULL;
     rc |= !s;
     /* another model's file (the third argument's) */
     struct kvf_model *other = NULL;

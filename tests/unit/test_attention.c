@@ -18,10 +18,10 @@ static float frand(unsigned *s) {
 
 /* The rows a head stores (keys or values), decoded by the scalar reference
  * kernels: [n][d] floats, to be freed. */
-static float *decoded(const struct kv_head *h, const void *rows, int d) {
+static float *decoded(const struct kv_head *h, const void *rows, enum dtype type, int d) {
     float *f = malloc(sizeof(float) * ((size_t)h->n * d + 1));
     if (h->n > 0) /* an empty head has no rows (NULL) */
-        quant_dequant_row_ref(h->type, rows, f, (int64_t)h->n * d);
+        quant_dequant_row_ref(type, rows, f, (int64_t)h->n * d);
     return f;
 }
 
@@ -33,7 +33,7 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
     for (int i = 0; i < n_q; i++)
         for (int h = 0; h < p->n_head; h++) {
             const struct kv_head *g = &kv[h / group];
-            float *gk = decoded(g, g->k, d), *gv = decoded(g, g->v, d);
+            float *gk = decoded(g, g->k, g->type_k, d), *gv = decoded(g, g->v, g->type_v, d);
             double *s = calloc((size_t)g->n + 1, sizeof *s), mx = -INFINITY, sum = 0;
             for (int j = 0; j < g->n; j++) {
                 const int32_t kp = g->tag[j].pos;
@@ -58,13 +58,14 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
 
 static float g_nsm_n; /* the attn_params.nsm_n check_mode runs with */
 static bool g_thin;   /* check_mode keeps every third entry of kv head 0 and none of the last (compressed heads) */
+static int g_type_v = -1; /* >= 0: check_mode's and check_stats_typed's values take this type, keys theirs */
 
 static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
                        bool bidirectional, enum kvf_kv_type type) {
     unsigned seed = 1234u + n_head * 7 + n_q;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
-    assert_int_equal(kv_cache_set_type(&c, type), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, type, g_type_v >= 0 ? (enum kvf_kv_type)g_type_v : type), KVF_OK);
     const int KD = n_head_kv * d;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     int32_t *pos = malloc(sizeof(int32_t) * n_ctx);
@@ -201,7 +202,7 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
     unsigned seed = 99u + n_head * 3 + n_q;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, n_head_kv, d, false), KVF_OK);
-    assert_int_equal(kv_cache_set_type(&c, type), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, type, g_type_v >= 0 ? (enum kvf_kv_type)g_type_v : type), KVF_OK);
     const int KD = n_head_kv * d, QD = n_head * d, group = n_head / n_head_kv, W = 5;
     float *k = malloc(sizeof(float) * n_ctx * KD), *v = malloc(sizeof(float) * n_ctx * KD);
     struct kvf_tag *tags = calloc(n_ctx, sizeof *tags);
@@ -238,7 +239,7 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
     for (int h = 0; h < n_head; h++) {
         const int g = h / group;
         const struct kv_head *kh = kv_cache_head(&c, 0, g);
-        float *kf = decoded(kh, kh->k, d);
+        float *kf = decoded(kh, kh->k, kh->type_k, d);
         for (int i = 0; i < n_q; i++) {
             double mx = -INFINITY, sum = 0;
             for (int j = 0; j < n_ctx; j++) {
@@ -384,27 +385,34 @@ static void test_cache_keep(void **st) {
     kv_cache_free(&c);
 }
 
-/* F16 and Q8_0 caches: the same kernel against the naive computation on
- * the keys and values as stored, on every SIMD level (the decode path reads
- * rows in place with the typed kernels; blocks of >= 4 queries use the
- * block products on float32 copies; 65 queries make blocks of 32, 32 and
- * 1, so one call takes both paths). */
-static const enum kvf_kv_type typed[] = {KVF_KV_F16, KVF_KV_Q8_0};
+/* F16, Q8_0, Q4_0 and Q4_0H caches, keys and values alike and not: the same
+ * kernel against the naive computation on the keys and values as stored,
+ * on every SIMD level (the decode path reads rows in place with the typed
+ * kernels; blocks of >= 4 queries use the block products on float32
+ * copies; 65 queries make blocks of 32, 32 and 1, so one call takes both
+ * paths). */
+static const struct { enum kvf_kv_type k; int v; } typed[] = {
+    {KVF_KV_F16, -1}, {KVF_KV_Q8_0, -1}, {KVF_KV_Q4_0, -1}, {KVF_KV_Q4_0H, -1}, {KVF_KV_Q8_0, KVF_KV_Q4_0},
+    {KVF_KV_F32, KVF_KV_Q4_0}, {KVF_KV_Q4_0H, KVF_KV_Q8_0},
+};
+#define N_TYPED ((int)(sizeof typed / sizeof *typed))
 
 static void test_typed_attention(void **st) {
     (void)st;
     const enum simd_level top = simd_get();
     for (int lv = SIMD_SCALAR; lv <= (int)top; lv++) {
         simd_set((enum simd_level)lv);
-        for (int t = 0; t < 2; t++) {
-            check_mode(4, 4, 32, 70, 70, 0, 1, false, typed[t]);   /* MHA, blocked */
-            check_mode(6, 2, 64, 100, 65, 0, 2, false, typed[t]);  /* GQA, blocked + decode row */
-            check_mode(4, 1, 32, 50, 1, 0, 2, false, typed[t]);    /* decode */
-            check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t]);    /* a block below the block products' size */
-            check_mode(4, 2, 32, 90, 90, 7, 2, false, typed[t]);   /* sliding window */
-            check_mode(2, 1, 32, 40, 1, 5, 1, false, typed[t]);
-            check_mode(6, 3, 64, 300, 2, 0, 2, false, typed[t]);   /* decode, heads shared among threads */
+        for (int t = 0; t < N_TYPED; t++) {
+            g_type_v = typed[t].v;
+            check_mode(4, 4, 32, 70, 70, 0, 1, false, typed[t].k);   /* MHA, blocked */
+            check_mode(6, 2, 64, 100, 65, 0, 2, false, typed[t].k);  /* GQA, blocked + decode row */
+            check_mode(4, 1, 32, 50, 1, 0, 2, false, typed[t].k);    /* decode */
+            check_mode(4, 2, 32, 60, 3, 0, 1, false, typed[t].k);    /* a block below the block products' size */
+            check_mode(4, 2, 32, 90, 90, 7, 2, false, typed[t].k);   /* sliding window */
+            check_mode(2, 1, 32, 40, 1, 5, 1, false, typed[t].k);
+            check_mode(6, 3, 64, 300, 2, 0, 2, false, typed[t].k);   /* decode, heads shared among threads */
         }
+        g_type_v = -1;
         /* fp16 rows of a width with a SIMD tail */
         check_mode(4, 2, 12, 45, 45, 0, 2, false, KVF_KV_F16);
         check_mode(4, 2, 20, 45, 1, 0, 1, false, KVF_KV_F16);
@@ -415,26 +423,53 @@ static void test_typed_attention(void **st) {
 
 static void test_typed_stats(void **st) {
     (void)st;
-    for (int t = 0; t < 2; t++) {
-        check_stats_typed(4, 4, 32, 70, 70, 0, 2, typed[t]);
-        check_stats_typed(6, 2, 32, 100, 65, 0, 2, typed[t]);
-        check_stats_typed(4, 2, 64, 50, 1, 0, 2, typed[t]);
-        check_stats_typed(4, 2, 32, 60, 3, 0, 1, typed[t]);
-        check_stats_typed(4, 2, 32, 90, 40, 7, 2, typed[t]);
-        check_stats_typed(6, 3, 64, 300, 1, 0, 2, typed[t]);
+    for (int t = 0; t < N_TYPED; t++) {
+        g_type_v = typed[t].v;
+        check_stats_typed(4, 4, 32, 70, 70, 0, 2, typed[t].k);
+        check_stats_typed(6, 2, 32, 100, 65, 0, 2, typed[t].k);
+        check_stats_typed(4, 2, 64, 50, 1, 0, 2, typed[t].k);
+        check_stats_typed(4, 2, 32, 60, 3, 0, 1, typed[t].k);
+        check_stats_typed(4, 2, 32, 90, 40, 7, 2, typed[t].k);
+        check_stats_typed(6, 3, 64, 300, 1, 0, 2, typed[t].k);
     }
+    g_type_v = -1;
+}
+
+/* A cache's types of keys and values. */
+struct kv_pair {
+    enum kvf_kv_type k, v;
+};
+
+static enum dtype dtype_of(enum kvf_kv_type t) {
+    return t == KVF_KV_F32 ? DT_F32 : t == KVF_KV_F16 ? DT_F16 : t == KVF_KV_Q8_0 ? DT_Q8_0
+         : t == KVF_KV_Q4_0 ? DT_Q4_0 : DT_Q4_0H;
 }
 
 /* Bytes per entry of a cache: key and value rows, tag, statistics. */
-static size_t entry_bytes(enum kvf_kv_type type, int d, bool acc) {
-    const size_t row = type == KVF_KV_F32 ? 4 * (size_t)d : type == KVF_KV_F16 ? 2 * (size_t)d : (size_t)d / 32 * 34;
-    return 2 * row + sizeof(struct kvf_tag) + (acc ? KV_ACC_N * sizeof(float) : 0);
+static size_t entry_bytes(struct kv_pair t, int d, bool acc) {
+    return dtype_row_bytes(dtype_of(t.k), d) + dtype_row_bytes(dtype_of(t.v), d) + sizeof(struct kvf_tag) +
+           (acc ? KV_ACC_N * sizeof(float) : 0);
 }
 
-/* Every storage type: rows are stored converted (fp16 rounding, Q8_0 within
- * half a step of its block scale), eviction moves the stored bytes
- * unchanged, and the bytes counted are those allocated at the type's row
- * size (tags and statistics included). */
+/* How far a stored value may be from x, m the largest magnitude of its
+ * block of 32: fp16 rounding; half a step of the block's scale for Q8_0
+ * (m / 127); a whole one for Q4_0 (m / 8: the largest magnitude becomes
+ * code -8, so a value of the other sign near it clamps at 7). Q4_0H's
+ * error is Q4_0's on the rotated block, whose values are at most its norm
+ * (<= sqrt(32) m), rotated back: at most sqrt(32) such steps in norm, so 4m
+ * (test_kv_rows checks it against an independent rotation). */
+static double stored_tol(enum kvf_kv_type t, double x, double m) {
+    return t == KVF_KV_F32    ? 0
+         : t == KVF_KV_F16    ? fabs(x) / 2048 + 1e-7
+         : t == KVF_KV_Q8_0   ? m / 127 * 0.5001
+         : t == KVF_KV_Q4_0   ? m / 8 * 1.0001
+                              : 4.0001 * m;
+}
+
+/* Every storage type, alike for keys and values and not: rows are stored
+ * converted, eviction moves the stored bytes unchanged, and the bytes
+ * counted are those allocated at the types' row sizes (tags and statistics
+ * included). */
 static void test_cache_types(void **st) {
     (void)st;
     const int d = 64, n = 40, H = 2;
@@ -443,111 +478,117 @@ static void test_cache_types(void **st) {
     unsigned seed = 7;
     for (int i = 0; i < n * H * d; i++) { k[i] = 3.0f * frand(&seed); v[i] = frand(&seed) * 0.01f; }
     for (int i = 0; i < n; i++) tags[i] = (struct kvf_tag){.pos = 10 + i, .row = (int16_t)i};
-    const enum kvf_kv_type all[] = {KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0};
-    size_t bytes[3];
-    for (int t = 0; t < 3; t++) {
+    const struct kv_pair all[] = {{KVF_KV_F32, KVF_KV_F32}, {KVF_KV_F16, KVF_KV_F16}, {KVF_KV_Q8_0, KVF_KV_Q8_0},
+                                  {KVF_KV_Q4_0, KVF_KV_Q4_0}, {KVF_KV_Q8_0, KVF_KV_Q4_0}, {KVF_KV_F16, KVF_KV_Q8_0},
+                                  {KVF_KV_Q4_0H, KVF_KV_Q4_0H}};
+    enum { N_PAIRS = sizeof all / sizeof *all };
+    size_t bytes[N_PAIRS];
+    for (int t = 0; t < N_PAIRS; t++) {
+        const enum dtype dk = dtype_of(all[t].k), dv = dtype_of(all[t].v);
+        const size_t kr = dtype_row_bytes(dk, d), vr = dtype_row_bytes(dv, d);
         struct kv_cache c;
         assert_int_equal(kv_cache_init(&c, 1, H, d, true), KVF_OK);
-        assert_int_equal(kv_cache_set_type(&c, all[t]), KVF_OK);
+        assert_int_equal(kv_cache_set_type(&c, all[t].k, all[t].v), KVF_OK);
+        assert_int_equal(c.k_row, kr);
+        assert_int_equal(c.v_row, vr);
         assert_int_equal(kv_cache_reserve(&c, 0, n), KVF_OK);
         kv_cache_append(&c, 0, k, v, tags, n);
         const struct kv_head *h = kv_cache_head(&c, 0, 1);
-        assert_int_equal(h->type, c.type);
+        assert_int_equal(h->type_k, dk);
+        assert_int_equal(h->type_v, dv);
         assert_int_equal(c.bytes, (size_t)(kv_cache_head(&c, 0, 0)->cap + h->cap) * entry_bytes(all[t], d, true));
         bytes[t] = c.bytes;
         /* What is stored is the input, converted. */
         for (int j = 0; j < n; j++) {
-            float kr[64], vr[64];
-            kv_head_key_row(h, d, j, kr);
-            kv_head_value_row(h, d, j, vr);
+            float kr_[64], vr_[64];
+            kv_head_key_row(h, d, j, kr_);
+            kv_head_value_row(h, d, j, vr_);
             for (int b = 0; b < d; b += 32) {
                 const float *ks = k + (size_t)j * H * d + d + b, *vs = v + (size_t)j * H * d + d + b;
                 float kmax = 0, vmax = 0;
                 for (int e = 0; e < 32; e++) kmax = fmaxf(kmax, fabsf(ks[e])), vmax = fmaxf(vmax, fabsf(vs[e]));
-                for (int e = 0; e < 32; e++) {
-                    const double ktol = all[t] == KVF_KV_F32 ? 0
-                        : all[t] == KVF_KV_F16               ? fabs(ks[e]) / 2048 + 1e-7
-                                                             : kmax / 127 * 0.5001;
-                    const double vtol = all[t] == KVF_KV_F32 ? 0
-                        : all[t] == KVF_KV_F16               ? fabs(vs[e]) / 2048 + 1e-7
-                                                             : vmax / 127 * 0.5001;
-                    if (fabs(kr[b + e] - ks[e]) > ktol || fabs(vr[b + e] - vs[e]) > vtol)
-                        fail_msg("%s entry %d dim %d: %g/%g stored as %g/%g", kvf_kv_type_name(all[t]), j, b + e, ks[e],
-                                 vs[e], kr[b + e], vr[b + e]);
-                }
+                for (int e = 0; e < 32; e++)
+                    if (fabs(kr_[b + e] - ks[e]) > stored_tol(all[t].k, ks[e], kmax) ||
+                        fabs(vr_[b + e] - vs[e]) > stored_tol(all[t].v, vs[e], vmax))
+                        fail_msg("%s/%s entry %d dim %d: %g/%g stored as %g/%g", kvf_kv_type_name(all[t].k),
+                                 kvf_kv_type_name(all[t].v), j, b + e, ks[e], vs[e], kr_[b + e], vr_[b + e]);
             }
         }
         /* Eviction moves the stored rows as they are. */
         const int keep[] = {0, 3, 4, 17, 38, 39};
-        uint8_t *before = malloc(2 * c.row_bytes * 6);
+        uint8_t *before = malloc((kr + vr) * 6);
         for (int i = 0; i < 6; i++) {
-            memcpy(before + 2 * i * c.row_bytes, (const uint8_t *)h->k + keep[i] * c.row_bytes, c.row_bytes);
-            memcpy(before + (2 * i + 1) * c.row_bytes, (const uint8_t *)h->v + keep[i] * c.row_bytes, c.row_bytes);
+            memcpy(before + i * (kr + vr), (const uint8_t *)h->k + keep[i] * kr, kr);
+            memcpy(before + i * (kr + vr) + kr, (const uint8_t *)h->v + keep[i] * vr, vr);
             kv_cache_head(&c, 0, 1)->acc[keep[i] * KV_ACC_N + KV_ACC_SUM] = (float)keep[i];
         }
         assert_int_equal(kv_cache_keep(&c, 0, 1, keep, 6), KVF_OK);
         assert_int_equal(h->n, 6);
         assert_int_equal(h->cap, 6);
         for (int i = 0; i < 6; i++) {
-            assert_memory_equal((const uint8_t *)h->k + i * c.row_bytes, before + 2 * i * c.row_bytes, c.row_bytes);
-            assert_memory_equal((const uint8_t *)h->v + i * c.row_bytes, before + (2 * i + 1) * c.row_bytes,
-                                c.row_bytes);
+            assert_memory_equal((const uint8_t *)h->k + i * kr, before + i * (kr + vr), kr);
+            assert_memory_equal((const uint8_t *)h->v + i * vr, before + i * (kr + vr) + kr, vr);
             assert_int_equal(h->tag[i].pos, 10 + keep[i]);
             assert_true(h->acc[i * KV_ACC_N + KV_ACC_SUM] == (float)keep[i]);
         }
         free(before);
         assert_int_equal(c.bytes, (size_t)(kv_cache_head(&c, 0, 0)->cap + 6) * entry_bytes(all[t], d, true));
-        /* A merge's write: stored in the type, read back as that conversion. */
+        /* A merge's write: stored in the types, read back as that conversion. */
         float nk[64], nv[64], rk[64], rv[64], qk[64], qv[64];
         for (int e = 0; e < d; e++) nk[e] = 0.5f - e * 0.01f, nv[e] = e * 0.25f;
         kv_head_set_row(kv_cache_head(&c, 0, 1), d, 2, nk, nv);
         kv_head_key_row(h, d, 2, rk);
         kv_head_value_row(h, d, 2, rv);
-        const enum dtype dt = all[t] == KVF_KV_F32 ? DT_F32 : all[t] == KVF_KV_F16 ? DT_F16 : DT_Q8_0;
         uint8_t enc[256];
-        quant_quantize_row(dt, nk, enc, d);
-        quant_dequant_row_ref(dt, enc, qk, d);
-        quant_quantize_row(dt, nv, enc, d);
-        quant_dequant_row_ref(dt, enc, qv, d);
+        quant_quantize_row(dk, nk, enc, d);
+        quant_dequant_row_ref(dk, enc, qk, d);
+        quant_quantize_row(dv, nv, enc, d);
+        quant_dequant_row_ref(dv, enc, qv, d);
         assert_memory_equal(rk, qk, sizeof rk);
         assert_memory_equal(rv, qv, sizeof rv);
         assert_int_equal(h->tag[2].pos, 10 + keep[2]);
         assert_int_equal(kv_cache_keep(&c, 0, 1, NULL, 0), KVF_OK);
         assert_int_equal(c.bytes, (size_t)kv_cache_head(&c, 0, 0)->cap * entry_bytes(all[t], d, true));
-        /* Clearing keeps the type for the next prompt. */
+        /* Clearing keeps the types for the next prompt. */
         kv_cache_clear(&c);
         assert_int_equal(c.bytes, 0);
-        assert_int_equal(kv_cache_head(&c, 0, 1)->type, dt);
+        assert_int_equal(kv_cache_head(&c, 0, 1)->type_k, dk);
+        assert_int_equal(kv_cache_head(&c, 0, 1)->type_v, dv);
         kv_cache_free(&c);
     }
-    /* Same capacities, so the ratios are those of the entry sizes: 16 + 256 + 12 vs 16 + 512 + 12 for f16. */
-    assert_int_equal(bytes[1] * entry_bytes(KVF_KV_F32, d, true), bytes[0] * entry_bytes(KVF_KV_F16, d, true));
-    assert_int_equal(bytes[2] * entry_bytes(KVF_KV_F32, d, true), bytes[0] * entry_bytes(KVF_KV_Q8_0, d, true));
+    /* Same capacities, so the ratios are those of the entry sizes (f16: 16 + 256 + 12 against 16 + 512 + 12). */
+    for (int t = 1; t < N_PAIRS; t++)
+        assert_int_equal(bytes[t] * entry_bytes(all[0], d, true), bytes[0] * entry_bytes(all[t], d, true));
 }
 
 static void test_cache_type_errors(void **st) {
     (void)st;
     struct kv_cache c;
     assert_int_equal(kv_cache_init(&c, 1, 1, 48, false), KVF_OK);
-    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q8_0), KVF_ERR_UNSUPPORTED); /* 48 is not a multiple of 32 */
+    /* 48 is not a multiple of 32: refused for keys or values alone, and nothing changes */
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q8_0, KVF_KV_F16), KVF_ERR_UNSUPPORTED);
     assert_non_null(strstr(kvf_last_error(), "multiple of 32"));
-    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)3), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)-1), KVF_ERR_INVALID_ARG);
-    assert_int_equal(c.type, DT_F32);
-    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16), KVF_OK);
-    assert_int_equal(c.row_bytes, 96);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16, KVF_KV_Q4_0), KVF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kvf_last_error(), "q4_0"));
+    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)5, KVF_KV_F16), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16, (enum kvf_kv_type)-1), KVF_ERR_INVALID_ARG);
+    assert_int_equal(c.type_k, DT_F32);
+    assert_int_equal(c.type_v, DT_F32);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16, KVF_KV_F32), KVF_OK);
+    assert_int_equal(c.k_row, 96);
+    assert_int_equal(c.v_row, 192);
     assert_int_equal(kv_cache_reserve(&c, 0, 1), KVF_OK);
-    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F32), KVF_ERR_INTERNAL); /* storage already allocated */
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_F32, KVF_KV_F32), KVF_ERR_INTERNAL); /* storage allocated */
     kv_cache_free(&c);
 
     enum kvf_kv_type t;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(kvf_kv_type_parse(kvf_kv_type_name((enum kvf_kv_type)i), &t), KVF_OK);
         assert_int_equal(t, i);
     }
-    assert_null(kvf_kv_type_name((enum kvf_kv_type)3));
+    assert_null(kvf_kv_type_name((enum kvf_kv_type)5));
     assert_int_equal(kvf_kv_type_parse("q8", &t), KVF_ERR_INVALID_ARG);
-    assert_non_null(strstr(kvf_last_error(), "f32, f16, q8_0"));
+    assert_non_null(strstr(kvf_last_error(), "f32, f16, q8_0, q4_0, q4_0h"));
     assert_int_equal(kvf_kv_type_parse(NULL, &t), KVF_ERR_INVALID_ARG);
 }
 

@@ -516,7 +516,7 @@ static void bench_model_json(const struct bench *b, cJSON *o) {
     /* The kernels OpenBLAS runs the sgemm prompt products with (main.c may have named them) */
     cJSON_AddStringToObject(o, "openblas_core", openblas_get_corename());
     cJSON_AddNumberToObject(o, "repetitions", a->reps);
-    cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
+    kv_types_json(o, "kv_type", a);
     cJSON_AddNumberToObject(o, "decode_bytes", (double)b->info.decode_bytes);
     cJSON_AddStringToObject(o, "kernels", b->info.kernels);
     if (a->bandwidth) {
@@ -611,7 +611,8 @@ static int bench_report_array(struct bench *b) {
  * does not have left empty. */
 static int bench_report_csv(struct bench *b) {
     static const char *const cols[] = {
-        "model", "arch", "n_params", "weight_bytes", "simd", "n_batch", "kv_type", "repetitions", "name",
+        "model", "arch", "n_params", "weight_bytes", "simd", "n_batch", "kv_type", "type_k", "type_v", "repetitions",
+        "name",
         "n_threads", "policy", "parallel", "n_prompt", "n_gen", "n_depth", "tok_per_s", "tok_per_s_std",
         "kv_bytes", "kv_peak_bytes", "prefill_ms", "compress_ms", "ttft_ms",
     };
@@ -732,7 +733,7 @@ static int bench_report_md(const struct bench *b, size_t rss) {
                "integer tiles (VNNI) for the K and 32-value types where the CPU has them, else dequantised "
                "tiles through OpenBLAS's sgemm");
     printf("build: %s, %s, batch %d, kv %s storage, %d repetitions, peak rss %.1f MiB\n", kvf_build_info(),
-           kvf_simd_level(), b->a->batch, kvf_kv_type_name(b->a->kv_type_id), b->a->reps, rss / MIB);
+           kvf_simd_level(), b->a->batch, b->a->kv_types, b->a->reps, rss / MIB);
     return 0;
 }
 

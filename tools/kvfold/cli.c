@@ -204,12 +204,6 @@ static const struct opt *find_opt(const struct opt *opts, int n, const char *arg
 
 /* Stores the value v of option o; returns -1 to go on, else the exit code. */
 static int store_value(const struct command *c, struct args *a, const struct opt *o, const char *v) {
-    if (o->dst == &a->kv_type && a->kv_type && strcmp(a->kv_type, v) != 0) {
-        /* -ctk and -ctv are llama.cpp's two options; kvfold has one type for both */
-        print_error("%s: keys and values are stored in one type: '%s' and '%s' given (-ctk/-ctv/--kv-type)", c->name,
-                    a->kv_type, v);
-        return EXIT_USAGE;
-    }
     if (o->kind == OPT_STR) {
         *(const char **)o->dst = v;
     } else if (o->kind == OPT_LIST) {
@@ -313,7 +307,8 @@ static void escapes_process(char *s) {
 }
 
 int command_main(const struct command *c, int argc, char **argv) {
-    struct args a = { .kv_type_id = kvf_session_default_params().kv_type };
+    const struct kvf_session_params dp = kvf_session_default_params();
+    struct args a = {.type_k_id = dp.type_k, .type_v_id = dp.type_v};
     if (c->defaults)
         c->defaults(&a);
     const bool mode = c->takes_mode && argc > 0 && argv[0][0] != '-';
@@ -324,10 +319,25 @@ int command_main(const struct command *c, int argc, char **argv) {
         print_error("%s: --kv: %s (see kvfold policies)", c->name, kvf_last_error());
         rc = EXIT_USAGE;
     }
-    if (rc < 0 && a.kv_type && kvf_kv_type_parse(a.kv_type, &a.kv_type_id) != KVF_OK) {
-        print_error("%s: --kv-type: %s", c->name, kvf_last_error());
-        rc = EXIT_USAGE;
+    /* --kv-type sets both; -ctk and -ctv (llama.cpp's) each one, over it */
+    const struct { const char *opt, *v; enum kvf_kv_type *k, *v2; } types[] = {
+        {"--kv-type", a.kv_type, &a.type_k_id, &a.type_v_id},
+        {"--cache-type-k", a.type_k, &a.type_k_id, NULL},
+        {"--cache-type-v", a.type_v, &a.type_v_id, NULL},
+    };
+    for (int i = 0; rc < 0 && i < 3; i++) {
+        if (!types[i].v) continue;
+        if (kvf_kv_type_parse(types[i].v, types[i].k) != KVF_OK) {
+            print_error("%s: %s: %s", c->name, types[i].opt, kvf_last_error());
+            rc = EXIT_USAGE;
+        } else if (types[i].v2) {
+            *types[i].v2 = *types[i].k;
+        }
     }
+    if (a.type_k_id == a.type_v_id)
+        snprintf(a.kv_types, sizeof a.kv_types, "%s", kvf_kv_type_name(a.type_k_id));
+    else
+        snprintf(a.kv_types, sizeof a.kv_types, "%s/%s", kvf_kv_type_name(a.type_k_id), kvf_kv_type_name(a.type_v_id));
     if (rc >= 0)
         return rc;
     if (!a.no_escape) {
@@ -551,7 +561,8 @@ struct kvf_session_params session_params(const struct args *a, int n_ctx) {
     sp.n_batch = a->batch > 0 ? a->batch : sp.n_batch;
     sp.n_threads = a->threads;
     sp.kv_spec = a->kv;
-    sp.kv_type = a->kv_type_id;
+    sp.type_k = a->type_k_id;
+    sp.type_v = a->type_v_id;
     sp.kv_swa_full = a->swa_full;
     return sp;
 }
@@ -563,6 +574,12 @@ int open_session(const struct kvf_model *m, const struct kvf_session_params *sp,
 }
 
 /* ------------------------------------------------------ KV cache JSON -- */
+
+void kv_types_json(cJSON *o, const char *key, const struct args *a) {
+    cJSON_AddStringToObject(o, key, a->kv_types);
+    cJSON_AddStringToObject(o, "type_k", kvf_kv_type_name(a->type_k_id));
+    cJSON_AddStringToObject(o, "type_v", kvf_kv_type_name(a->type_v_id));
+}
 
 /* Per layer, per kv head: the true positions the cache holds. */
 cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info) {

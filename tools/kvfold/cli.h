@@ -76,8 +76,9 @@ struct eval_options {
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
-    const char *kv_type;          /* --kv-type as given */
-    enum kvf_kv_type kv_type_id;  /* ... and parsed (command_main checks it) */
+    const char *kv_type, *type_k, *type_v;   /* --kv-type, -ctk, -ctv as given */
+    enum kvf_kv_type type_k_id, type_v_id;   /* ... and parsed (command_main checks them) */
+    char kv_types[16];                       /* how tools print them: "f16", or "q8_0/q4_0" (keys/values) */
     bool swa_full;                /* --swa-full */
     bool no_repack;               /* --no-repack */
     bool ignore_eos;              /* --ignore-eos */
@@ -130,8 +131,11 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPT_THREADS { "--threads", "-t", OPT_INT, &a->threads, 0, 1024, "N", "threads (default 0: all cores)" }
 /* How the KV cache stores entries: their type, and whether sliding-window layers keep all. */
 #define OPTS_KV_STORAGE \
-    { "--kv-type --cache-type-k --cache-type-v -ctk -ctv", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
-    "how the KV cache stores keys and values: f16 (default), f32 or q8_0 (-ctk/-ctv: one type for both)" }, \
+    { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
+    "how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0 or q4_0h (q4_0 of " \
+    "Hadamard-rotated blocks)" }, \
+    { "--cache-type-k -ctk", NULL, OPT_STR, &a->type_k, 0, 0, "TYPE", "the keys' type alone (over --kv-type)" }, \
+    { "--cache-type-v -ctv", NULL, OPT_STR, &a->type_v, 0, 0, "TYPE", "the values' type alone (over --kv-type)" }, \
     { "--swa-full", NULL, OPT_FLAG, &a->swa_full, 0, 0, NULL, "sliding-window layers (Gemma 3) keep every entry, " \
       "not only their window (more memory; a conversation can then go back to any earlier position)" }
 #define OPT_BATCH { "--batch", "-b", OPT_INT, &a->batch, 1, 1 << 20, "N", "prompt tokens per forward pass" }
@@ -282,6 +286,8 @@ cJSON *kv_per_layer_json(const struct kvf_session *s, const struct kvf_model_inf
  * their ratio to a kv object. */
 void kv_kept_json(cJSON *kv, size_t full, size_t kept);
 cJSON *kv_positions_json(const struct kvf_session *s, const struct kvf_model_info *info);
+/* The cache's types: key (a->kv_types: "f16", or "q8_0/q4_0" for keys/values), "type_k", "type_v". */
+void kv_types_json(cJSON *o, const char *key, const struct args *a);
 cJSON *kv_merges_json(const struct kvf_session *s, const struct kvf_model_info *info);
 cJSON *kv_layer_budgets_json(const struct kvf_session *s, const struct kvf_model_info *info);
 

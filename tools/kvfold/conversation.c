@@ -308,7 +308,7 @@ static void print_kv(const struct chat *c) {
     printf("kv: %s, %s; %d positions seen of %d; %.2f MiB of %.2f MiB a full cache would hold (%.1f%%); "
            "peak %.2f MiB\nentries per kv head, layer 0..%d:",
            kvf_session_kv_spec(c->s)[0] ? kvf_session_kv_spec(c->s) : "full",
-           kvf_kv_type_name(c->a->kv_type_id), kvf_session_n_past(c->s), kvf_session_n_ctx(c->s), bytes / MIB,
+           c->a->kv_types, kvf_session_n_past(c->s), kvf_session_n_ctx(c->s), bytes / MIB,
            full / MIB, full ? 100.0 * (double)bytes / (double)full : 100.0, kvf_session_kv_peak_bytes(c->s) / MIB,
            c->info.n_layer - 1);
     for (int l = 0; l < c->info.n_layer; l++) {

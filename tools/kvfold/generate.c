@@ -233,7 +233,7 @@ static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {
     const struct args *a = g->a;
     cJSON *kv = cJSON_CreateObject();
     cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
-    cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(a->kv_type_id));
+    kv_types_json(kv, "type", a);
     cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
     kv_kept_json(kv, g->kv_full, g->kv_kept);
     cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(g->s));

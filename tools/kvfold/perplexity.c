@@ -211,7 +211,7 @@ static int ppl_report(const struct ppl *p) {
     cJSON_AddBoolToObject(o, "interrupted", stopped);
     cJSON_AddNumberToObject(o, "ctx", p->ctx);
     cJSON_AddStringToObject(o, "kv", a->kv ? a->kv : "full");
-    cJSON_AddStringToObject(o, "kv_type", kvf_kv_type_name(a->kv_type_id));
+    kv_types_json(o, "kv_type", a);
     if (a->kv) { /* means per chunk */
         cJSON *m = cJSON_AddObjectToObject(o, "kv_memory");
         kv_kept_json(m, (size_t)(p->kv_full / p->n_done), (size_t)(p->kv_kept / p->n_done));

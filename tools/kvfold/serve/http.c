@@ -230,7 +230,7 @@ static cJSON *kv_json(const struct server *srv, const struct serve_job *j) {
     cJSON *kv = cJSON_CreateObject();
     const char *policy = j->kv ? j->kv : srv->a->kv;
     cJSON_AddStringToObject(kv, "policy", policy ? policy : "full");
-    cJSON_AddStringToObject(kv, "type", kvf_kv_type_name(srv->a->kv_type_id));
+    kv_types_json(kv, "type", srv->a);
     cJSON_AddNumberToObject(kv, "bytes", (double)j->kv_bytes);
     kv_kept_json(kv, j->kv_full, j->kv_kept);
     cJSON_AddNumberToObject(kv, "peak_bytes", (double)j->kv_peak);
