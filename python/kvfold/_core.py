@@ -289,7 +289,7 @@ class Model(_Handle):
         """A session (KV cache, logits) on this model. kv: a KV policy, a press
         (kvfold.presses) or a spec string ("snapkv:budget=0.2"); None: the
         full cache. kv_type: how keys and values are stored ("f16", "f32",
-        "q8_0", "q4_0"); type_k, type_v: the keys' or the values' alone."""
+        "q8_0", "q4_0", "q4_0h"); type_k, type_v: the keys' or the values' alone."""
         return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full, type_k,
                        type_v)
 

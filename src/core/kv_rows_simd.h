@@ -6,9 +6,9 @@
  *   kv_dot_lanes(t, row, x, d)        one row of type t against x, in lanes,
  *                                     as the one-row dot_f32x[t] sums them
  *   kv_values(t, row, c, left, m)     values c .. c + VW - 1 of a row (the
- *                                     first `left`, under mask m); Q8_0 its
- *                                     codes, the scale going into the axpy's
- *                                     factor (quant_kv_factor)
+ *                                     first `left`, under mask m); Q8_0 and
+ *                                     Q4_0 their codes, the scale going into
+ *                                     the axpy's factor (quant_kv_factor)
  *   V_REDUCE_ROWS(v)                  the sums of VW vectors' lanes, lane r
  *                                     that of v[r], each by the one-row
  *                                     form's tree

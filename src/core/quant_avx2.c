@@ -392,7 +392,7 @@ static inline __attribute__((always_inline)) __m256 dot_q32_lanes(enum dtype t, 
         s = _mm256_fmadd_ps(q32_codes8(t, b, 1), _mm256_loadu_ps(y + 8), s);
         s = _mm256_fmadd_ps(q32_codes8(t, b, 2), _mm256_loadu_ps(y + 16), s);
         s = _mm256_fmadd_ps(q32_codes8(t, b, 3), _mm256_loadu_ps(y + 24), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(QUANT_H2F(*(const uint16_t *)(const void *)b)), s, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(quant_q32_scale(t, b)), s, acc);
     }
     return acc;
 }
@@ -426,7 +426,7 @@ static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, flo
     const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
         const uint8_t *b = (const uint8_t *)x + i * bb;
-        const __m256 ad = _mm256_set1_ps(a * QUANT_H2F(*(const uint16_t *)(const void *)b));
+        const __m256 ad = _mm256_set1_ps(a * quant_q32_scale(t, b));
         for (int k = 0; k < 4; k++)
             _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, q32_codes8(t, b, k), _mm256_loadu_ps(y + 8 * k)));
     }

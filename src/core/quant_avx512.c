@@ -378,7 +378,7 @@ static inline __attribute__((always_inline)) __m512 dot_q32_lanes(enum dtype t, 
         const uint8_t *b = (const uint8_t *)w + i * bb;
         __m512 s = _mm512_mul_ps(q32_codes16(t, b, 0), _mm512_loadu_ps(y));
         s = _mm512_fmadd_ps(q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16), s);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(QUANT_H2F(*(const uint16_t *)(const void *)b)), s, acc);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(quant_q32_scale(t, b)), s, acc);
     }
     return acc;
 }
@@ -406,7 +406,7 @@ static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, flo
     const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
     for (int64_t i = 0; i < n / 32; i++, y += 32) {
         const uint8_t *b = (const uint8_t *)x + i * bb;
-        const __m512 ad = _mm512_set1_ps(a * QUANT_H2F(*(const uint16_t *)(const void *)b));
+        const __m512 ad = _mm512_set1_ps(a * quant_q32_scale(t, b));
         _mm512_storeu_ps(y, _mm512_fmadd_ps(ad, q32_codes16(t, b, 0), _mm512_loadu_ps(y)));
         _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(ad, q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16)));
     }

@@ -211,6 +211,12 @@ static inline __attribute__((always_inline)) float quant_kv_factor(enum dtype t,
     return a;
 }
 
+/* The scale of the Q8_0 or Q4_0 block at b (t a constant). */
+static inline __attribute__((always_inline)) float quant_q32_scale(enum dtype t, const uint8_t *b) {
+    return QUANT_H2F(t == DT_Q8_0 ? ((const struct block_q8_0 *)(const void *)b)->d
+                                  : ((const struct block_q4_0 *)(const void *)b)->d);
+}
+
 /* A SIMD level's quant_dots_fn / quant_axpys_fn for KV row type t, from
  * its inline dots_kv / axpys_kv (t a constant, so each type gets its own
  * code). */
@@ -381,7 +387,7 @@ struct quant_kernels {
     int (*codes32)(const float *x, float id, int8_t qs[32]);
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n);
-    /* KV cache rows (F32, F16, Q8_0) against plain f32 vectors:
+    /* KV cache rows (F32, F16, Q8_0, Q4_0) against plain f32 vectors:
      * dot_f32x[t](n, row, x) and axpy[t](y, a, row, n). */
     quant_dot_fn dot_f32x[DT_COUNT];
     quant_axpy_fn axpy[DT_COUNT];

@@ -871,7 +871,7 @@ void gguf_writer_add_tensor(struct gguf_writer *w, const char *name, uint32_t ty
             return;
         }
     }
-    size_t row = dtype_row_bytes(type, t.ne[0]);
+    size_t row = dtype_get_file(type) ? dtype_row_bytes(type, t.ne[0]) : 0;
     if (row == 0 || !size_mul(row, rows, &t.nbytes)) {
         writer_fail(w, KVF_ERR_INVALID_ARG, "gguf writer: tensor '%s': type %u cannot hold "
                     "rows of %lld values", name, type, (long long)t.ne[0]);

@@ -282,7 +282,10 @@ static enum kvf_status read_session(struct rd *r, uint32_t version, const struct
     p.n_ctx = params[0], p.n_batch = params[1], p.kv_gather = params[4];
     p.type_k = (enum kvf_kv_type)params[2], p.type_v = (enum kvf_kv_type)params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
-    if (!kvf_kv_type_name(p.type_k) || !kvf_kv_type_name(p.type_v)) return bad("its cache type is unknown");
+    /* version 1 knew f32, f16 and q8_0 */
+    const enum kvf_kv_type last = version == 1 ? KVF_KV_Q8_0 : KVF_KV_Q4_0H;
+    if (p.type_k < KVF_KV_F32 || p.type_k > last || p.type_v < KVF_KV_F32 || p.type_v > last)
+        return bad("its cache type is unknown");
     const int32_t note_len = get_i32(r);
     if (r->short_read) return bad("truncated in its note");
     if (note_len < -1 || note_len > (int32_t)SESSION_NOTE_MAX) return bad("its note is out of range");

@@ -349,7 +349,20 @@ def case_serve_cache(ctx):
                       [("idle", ids[1], "snapkv:budget=0.5"), ("idle", int(o3["id"].split("-")[1]), "full")] and
                       sum(x["kv_reserved_bytes"] for x in idle) == m["kvfold_kv_bytes_reserved"], f"/slots: {idle}")
             check(s.metrics()["kvfold_kv_reservation_overruns_total"] == 0, "no session outgrew its reservation")
+            pos_f16 = s.metrics()["kvfold_kv_bytes_per_position"]
             s.stop()
+    # Keys and values in other types: a position costs their rows (SmolLM2's 64 values: f16 128 bytes a row,
+    # q8_0 68, q4_0h 36; 12 bytes of tag and 12 of statistics an entry), and the budget holds in those bytes.
+    with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "2", "-ctk", "q8_0", "-ctv", "q4_0h",
+                 "--kv-memory", "8MiB") as s:
+        for text in (first, chat(QUESTION, max_tokens=4), chat(PASSAGE + " Who baked?", max_tokens=4)):
+            status, o, _ = s.post("/v1/chat/completions", text)
+            check(status == 200 and o["kv"]["type_k"] == "q8_0" and o["kv"]["type_v"] == "q4_0h", f"typed: {o}")
+        m = s.metrics()
+        check(m["kvfold_kv_bytes_per_position"] * (128 + 128 + 24) == pos_f16 * (68 + 36 + 24) and
+              0 < m["kvfold_kv_bytes_reserved"] <= m["kvfold_kv_bytes_budget"] == 8 << 20,
+              f"q8_0 keys, q4_0h values: {m} (f16: {pos_f16} bytes a position)")
+        s.stop()
     slots_fill_and_queue(ctx, model)
     plain, cached = answers[None]
     check(plain == cached, f"full cache: turn 2 without the cache {plain!r}, with it {cached!r}")

@@ -875,8 +875,12 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
     add_name(o, "--mmproj", a->mmproj);
     cJSON_AddNumberToObject(o, "--n-predict", n_gen);
     add_str(o, "--chat-template", a->chat_template);
-    add_str(o, "-ctk", kvf_kv_type_name(a->type_k_id));
-    add_str(o, "-ctv", kvf_kv_type_name(a->type_v_id));
+    if (a->type_k_id == a->type_v_id) { /* as results written before -ctk / -ctv, so that --resume takes them */
+        add_str(o, "--kv-type", kvf_kv_type_name(a->type_k_id));
+    } else {
+        add_str(o, "-ctk", kvf_kv_type_name(a->type_k_id));
+        add_str(o, "-ctv", kvf_kv_type_name(a->type_v_id));
+    }
     cJSON_AddNumberToObject(o, "--batch", a->batch);
     cJSON_AddNumberToObject(o, "--pseudo-noise", f32_json(a->pseudo_noise));
     add_name(o, "--data", a->eval.data);
