@@ -366,7 +366,7 @@ static inline __m256 q4_0_codes8(const struct block_q4_0 *b, int k) {
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8)));
 }
 
-static inline __attribute__((always_inline)) __m256 q32_codes8(enum dtype t, const uint8_t *b, int k) {
+static inline __attribute__((always_inline)) __m256 q32_codes(enum dtype t, const uint8_t *b, int k) {
     return t == DT_Q8_0 ? q8_0_codes8((const void *)b, k) : q4_0_codes8((const void *)b, k);
 }
 
@@ -380,22 +380,7 @@ static void dequant_q4_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* A Q8_0 or Q4_0 row (t a constant) against y, in lanes: each block's
- * codes . y, times the block's scale. */
-static inline __attribute__((always_inline)) __m256 dot_q32_lanes(enum dtype t, int64_t n, const void *w,
-                                                                  const float *y) {
-    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        const uint8_t *b = (const uint8_t *)w + i * bb;
-        __m256 s = _mm256_mul_ps(q32_codes8(t, b, 0), _mm256_loadu_ps(y));
-        s = _mm256_fmadd_ps(q32_codes8(t, b, 1), _mm256_loadu_ps(y + 8), s);
-        s = _mm256_fmadd_ps(q32_codes8(t, b, 2), _mm256_loadu_ps(y + 16), s);
-        s = _mm256_fmadd_ps(q32_codes8(t, b, 3), _mm256_loadu_ps(y + 24), s);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(quant_q32_scale(t, b)), s, acc);
-    }
-    return acc;
-}
+#include "q32_rows_simd.h"
 
 static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
     return hsum_ps(dot_q32_lanes(DT_Q8_0, n, w, x));
@@ -418,17 +403,6 @@ static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
         const __m256i m =
             _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - i)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_maskstore_ps(y + i, m, _mm256_fmadd_ps(va, load_f16x8(hb), _mm256_maskload_ps(y + i, m)));
-    }
-}
-
-static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, float *y, float a, const void *x,
-                                                              int64_t n) {
-    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        const uint8_t *b = (const uint8_t *)x + i * bb;
-        const __m256 ad = _mm256_set1_ps(a * quant_q32_scale(t, b));
-        for (int k = 0; k < 4; k++)
-            _mm256_storeu_ps(y + 8 * k, _mm256_fmadd_ps(ad, q32_codes8(t, b, k), _mm256_loadu_ps(y + 8 * k)));
     }
 }
 
@@ -642,7 +616,7 @@ static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, cons
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
     if (t == DT_Q8_0 || t == DT_Q4_0) {
         const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-        return q32_codes8(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 8);
+        return q32_codes(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 8);
     }
     const uint16_t *h = (const uint16_t *)(const void *)row + c;
     if (left >= 8) return load_f16x8(h);

@@ -364,24 +364,11 @@ static inline __m512 q4_0_codes16(const struct block_q4_0 *b, int k) {
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(8)));
 }
 
-static inline __attribute__((always_inline)) __m512 q32_codes16(enum dtype t, const uint8_t *b, int k) {
+static inline __attribute__((always_inline)) __m512 q32_codes(enum dtype t, const uint8_t *b, int k) {
     return t == DT_Q8_0 ? q8_0_codes16((const void *)b, k) : q4_0_codes16((const void *)b, k);
 }
 
-/* A Q8_0 or Q4_0 row (t a constant) against y, in lanes: each block's
- * codes . y, times the block's scale. */
-static inline __attribute__((always_inline)) __m512 dot_q32_lanes(enum dtype t, int64_t n, const void *w,
-                                                                  const float *y) {
-    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        const uint8_t *b = (const uint8_t *)w + i * bb;
-        __m512 s = _mm512_mul_ps(q32_codes16(t, b, 0), _mm512_loadu_ps(y));
-        s = _mm512_fmadd_ps(q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16), s);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(quant_q32_scale(t, b)), s, acc);
-    }
-    return acc;
-}
+#include "q32_rows_simd.h"
 
 static float dot_q8_0_f32(int64_t n, const void *w, const void *x) {
     return hsum16(dot_q32_lanes(DT_Q8_0, n, w, x));
@@ -398,17 +385,6 @@ static void axpy_f16_row(float *y, float a, const void *x, int64_t n) {
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = n - i >= 16 ? 0xffff : tail_mask(n - i);
         _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, load_f16x16(h + i, m), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
-static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, float *y, float a, const void *x,
-                                                              int64_t n) {
-    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
-        const uint8_t *b = (const uint8_t *)x + i * bb;
-        const __m512 ad = _mm512_set1_ps(a * quant_q32_scale(t, b));
-        _mm512_storeu_ps(y, _mm512_fmadd_ps(ad, q32_codes16(t, b, 0), _mm512_loadu_ps(y)));
-        _mm512_storeu_ps(y + 16, _mm512_fmadd_ps(ad, q32_codes16(t, b, 1), _mm512_loadu_ps(y + 16)));
     }
 }
 
@@ -638,7 +614,7 @@ static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, cons
     if (t == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + c);
     if (t == DT_F16) return load_f16x16((const uint16_t *)(const void *)row + c, m);
     const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    return q32_codes16(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 16);
+    return q32_codes(t, row + (size_t)(c / 32) * bb, (int)(c % 32) / 16);
 }
 
 #define V_REDUCE_ROWS(v) reduce16(v)
