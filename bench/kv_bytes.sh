@@ -7,7 +7,7 @@
 # markdown row per run.
 #
 # usage: bench/kv_bytes.sh KVFOLD MODEL TEXT CTX CHUNKS THREADS "TYPES SPEC" ...
-#   TYPES: a type or KTYPE/VTYPE (f32 f16 q8_0 q4_0 q4_0h); SPEC: a --kv spec
+#   TYPES: a type or KTYPE/VTYPE (f32 f16 q8_0 q4_0 q4_0h; keys also q4_0s); SPEC: a --kv spec
 #   e.g. bench/kv_bytes.sh build/kvfold models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf F 1024 4 2 \
 #        "f16 full" "q4_0 full" "q4_0h full" "q8_0/q4_0h keydiff:budget=0.5"
 set -euo pipefail

@@ -382,9 +382,15 @@ struct kvf_session; /* opaque: KV cache, logits, scratch */
  * bits a value) need a head dimension that is a multiple of 32. Q4_0H is
  * Q4_0 of blocks rotated by the 32-point Hadamard transform (kvfold's own):
  * a value many times the rest of its block (keys have such channels) no
- * longer takes the block's 16 levels for itself. */
-enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H };
-/* "f32", "f16", "q8_0", "q4_0", "q4_0h" (static); NULL for a value outside the enum. */
+ * longer takes the block's 16 levels for itself. Q4_0S, for keys only, is
+ * Q4_0H of keys smoothed channel by channel (kvfold's own, after QServe's
+ * SmoothAttention and KIVI's per-channel keys): each (layer, kv head) takes
+ * a shift and a scale per channel from the first keys it caches -- the
+ * mean, and the square root of the largest distance from it -- so that a
+ * channel far larger than the rest (Qwen2.5's) no longer decides the
+ * levels of its block; two floats a channel per head on top of the rows. */
+enum kvf_kv_type { KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H, KVF_KV_Q4_0S };
+/* "f32", "f16", "q8_0", "q4_0", "q4_0h", "q4_0s" (static); NULL for a value outside the enum. */
 KVF_API const char *kvf_kv_type_name(enum kvf_kv_type type);
 /* The type of that name; otherwise KVF_ERR_INVALID_ARG with a message
  * listing the valid names. */
@@ -614,6 +620,15 @@ KVF_API void kvf_session_kv_peak_reset(struct kvf_session *session);
  * evicted after the prompt or never cached some positions (block-wise
  * prefill, reduce stages); for the full cache it is 1. */
 KVF_API size_t kvf_session_kv_full_bytes(const struct kvf_session *session);
+/* Bytes one position takes in a full cache of model m with keys stored as
+ * type_k and values as type_v: a key row, a value row and an entry's tag
+ * in every (layer, kv head) -- what kvf_session_kv_full_bytes grows by per
+ * position for the full cache, per-entry statistics aside; a
+ * sliding-window layer stops holding a position once its window has
+ * passed it. KVF_ERR_INVALID_ARG for an unknown type, KVF_ERR_UNSUPPORTED
+ * for a type the model's head dimension cannot take. */
+KVF_API enum kvf_status kvf_kv_position_bytes(const struct kvf_model *m, enum kvf_kv_type type_k,
+                                              enum kvf_kv_type type_v, size_t *out);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block
  * budget plus the largest block. */

@@ -159,6 +159,14 @@ class Sampler(_Handle):
         lib.kvf_sampler_accept(self.ptr, token)
 
 
+def _kv_types(kv_type: str, type_k: Optional[str], type_v: Optional[str]) -> tuple:
+    """enum kvf_kv_type of the keys and of the values: type_k or type_v where given, else kv_type."""
+    k, v = ctypes.c_int(), ctypes.c_int()
+    check(lib.kvf_kv_type_parse(_b(type_k or kv_type), ctypes.byref(k)), "type_k" if type_k else "kv_type")
+    check(lib.kvf_kv_type_parse(_b(type_v or kv_type), ctypes.byref(v)), "type_v" if type_v else "kv_type")
+    return k.value, v.value
+
+
 class Model(_Handle):
     """Model weights (a GGUF file, or a Hugging Face directory), shared by
     every session made from it.
@@ -280,6 +288,16 @@ class Model(_Handle):
                 i.close()
         return [Media(out[i]) for i in range(n.value)]
 
+    def kv_position_bytes(self, kv_type: str = "f16", type_k: Optional[str] = None,
+                          type_v: Optional[str] = None) -> int:
+        """Bytes one position takes in a full cache of this model stored as
+        kv_type (or type_k/type_v): a key row, a value row and a tag in every
+        layer and kv head."""
+        k, v = _kv_types(kv_type, type_k, type_v)
+        out = ctypes.c_size_t()
+        check(lib.kvf_kv_position_bytes(self.ptr, k, v, ctypes.byref(out)), "kv_position_bytes")
+        return out.value
+
     # ----------------------------------------------------------- sessions --
 
     def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,
@@ -289,7 +307,8 @@ class Model(_Handle):
         """A session (KV cache, logits) on this model. kv: a KV policy, a press
         (kvfold.presses) or a spec string ("snapkv:budget=0.2"); None: the
         full cache. kv_type: how keys and values are stored ("f16", "f32",
-        "q8_0", "q4_0", "q4_0h"); type_k, type_v: the keys' or the values' alone."""
+        "q8_0", "q4_0", "q4_0h"); type_k, type_v: the keys' or the values' alone
+        (keys also "q4_0s", q4_0h of keys smoothed per channel)."""
         return Session(self, kv, n_ctx, n_batch, threads, kv_type, kv_budget, kv_gather, kv_swa_full, type_k,
                        type_v)
 
@@ -344,10 +363,7 @@ class Session(_Handle):
         sp.n_ctx, sp.n_batch, sp.n_threads = n_ctx, n_batch, threads or 0
         self._spec = _b(str(kv)) if kv is not None else None
         sp.kv_spec = self._spec
-        k, v = ctypes.c_int(), ctypes.c_int()
-        check(lib.kvf_kv_type_parse(_b(type_k or kv_type), ctypes.byref(k)), "type_k" if type_k else "kv_type")
-        check(lib.kvf_kv_type_parse(_b(type_v or kv_type), ctypes.byref(v)), "type_v" if type_v else "kv_type")
-        sp.type_k, sp.type_v = k.value, v.value
+        sp.type_k, sp.type_v = _kv_types(kv_type, type_k, type_v)
         sp.kv_budget, sp.kv_gather, sp.kv_swa_full = kv_budget, kv_gather, kv_swa_full
         out = ctypes.c_void_p()
         check(lib.kvf_session_init(model.ptr, ctypes.byref(sp), ctypes.byref(out)), "session")

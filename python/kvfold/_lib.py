@@ -34,7 +34,7 @@ KVF_OK, KVF_ERR_INVALID_ARG, KVF_ERR_IO, KVF_ERR_FORMAT, KVF_ERR_UNSUPPORTED, KV
     KVF_ERR_NOMEM, KVF_ERR_INTERNAL, KVF_ERR_BUFFER = range(10)
 # enum kvf_modality, kvf_kv_type, kvf_rope_style
 KVF_MOD_TEXT, KVF_MOD_IMAGE, KVF_MOD_VIDEO = range(3)
-KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H = range(5)
+KVF_KV_F32, KVF_KV_F16, KVF_KV_Q8_0, KVF_KV_Q4_0, KVF_KV_Q4_0H, KVF_KV_Q4_0S = range(6)
 KVF_ROPE_NORM, KVF_ROPE_NEOX = range(2)
 
 
@@ -171,6 +171,7 @@ FUNCTIONS = {
     "kvf_session_kv_peak_bytes": (c_size_t, [p]),
     "kvf_session_kv_peak_reset": (None, [p]),
     "kvf_session_kv_full_bytes": (c_size_t, [p]),
+    "kvf_kv_position_bytes": (status, [p, c_int, c_int, POINTER(c_size_t)]),
     "kvf_session_kv_peak_entries": (c_int, [p]),
     "kvf_kv_policy_count": (c_int, []),
     "kvf_kv_policy_get": (status, [c_int, POINTER(KvPolicyInfo)]),

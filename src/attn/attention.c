@@ -108,6 +108,7 @@ static void head_pack_fill(struct head_pack *r, const struct kv_head *h, int d, 
         for (int j = r->n; j < n; j += TILE_PANEL) {
             const int m = KVF_MIN(TILE_PANEL, n - j);
             quant_dequant_row(h->type_k, (const uint8_t *)h->k + j * rb, r->stage, (int64_t)m * d);
+            kv_head_unsmooth(h, d, r->stage, m);
             tile_pack(d, r->stage, j, j + m, r->kp);
         }
     }
@@ -174,16 +175,29 @@ static float *blk_out(const struct blk *b, int hh, int i) {
     return b->out + (size_t)i * b->p->n_head * b->p->head_dim + (size_t)hh * b->p->head_dim;
 }
 
-/* The dot-product path's scores of entries [lo, hi), ATTN_CHUNK at a time. */
+/* The dot-product path's scores of entries [lo, hi), ATTN_CHUNK at a time.
+ * Against smoothed keys the kernels take the queries scaled channel by
+ * channel, and each score gets back the query's product with the shift:
+ * the same scores as against the keys kv_head_key_row gives. */
 static void blk_dots(const struct blk *b, int lo, int hi) {
-    const int d = b->p->head_dim;
+    const int d = b->p->head_dim, ng = b->h1 - b->h0;
     const size_t rb = dtype_row_bytes(b->h->type_k, d), ldo = (size_t)(b->i1 - b->i0) * b->lds;
+    float qs[QUANT_ROT_MAX], shift[QUANT_ROT_MAX / 32];
+    const int step = b->h->smooth ? QUANT_ROT_MAX / d : ng; /* query heads a kernel call takes */
     for (int c = lo; c < hi; c += ATTN_CHUNK)
         for (int i = b->i0; i < b->i1; i++) {
             const int a = KVF_MAX(b->jb[i - b->i0], c), e = KVF_MIN(KVF_MIN(b->je[i - b->i0], c + ATTN_CHUNK), hi);
-            if (a < e)
-                quant_kv_scores(b->h->type_k, d, (const uint8_t *)b->h->k + a * rb, e - a, blk_q(b, b->h0, i), d,
-                                b->h1 - b->h0, b->p->scale, blk_row(b, b->h0, i) + (a - b->j0), ldo);
+            for (int h0 = b->h0; a < e && h0 < b->h1; h0 += step) {
+                const int nh = KVF_MIN(step, b->h1 - h0);
+                const float *q = blk_q(b, h0, i);
+                float *out = blk_row(b, h0, i) + (a - b->j0);
+                for (int k = 0; b->h->smooth && k < nh; k++)
+                    shift[k] = b->p->scale * kv_head_smooth_query(b->h, d, q + k * d, qs + k * d);
+                quant_kv_scores(b->h->type_k, d, (const uint8_t *)b->h->k + a * rb, e - a, b->h->smooth ? qs : q, d,
+                                nh, b->p->scale, out, ldo);
+                for (int k = 0; b->h->smooth && k < nh; k++)
+                    for (int j = 0; j < e - a; j++) out[(size_t)k * ldo + j] += shift[k];
+            }
         }
 }
 

@@ -23,9 +23,10 @@
 _Static_assert(sizeof(long) == 8, "query statistics' counts are written as 64-bit integers");
 
 static const char MAGIC[8] = {'K', 'V', 'F', 'S', 'E', 'S', 'S', 0};
-/* Version 2 stores the types of keys and values apart; version 1, one type
- * for both, still loads. */
-#define STATE_VERSION 2
+/* Version 3 adds q4_0s keys and each head's smoothing of them; version 2
+ * stores the types of keys and values apart; version 1, one type for both.
+ * All three load. */
+#define STATE_VERSION 3
 #define SPEC_MAX 4096
 
 /* ------------------------------------------------------------- writing -- */
@@ -112,6 +113,10 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
         put_i32(w, h->n);
         put_i32(w, h->cap);
         put(w, h->k, s->kv.k_row * (size_t)h->n);
+        if (s->kv.smooth_k && h->cap > 0) {
+            put_i32(w, h->smooth_rows);
+            put(w, h->smooth, 2 * sizeof(float) * (size_t)hp->head_dim);
+        }
         put(w, h->v, s->kv.v_row * (size_t)h->n);
         put(w, h->tag, sizeof *h->tag * (size_t)h->n);
         if (s->kv.has_acc) put(w, h->acc, sizeof(float) * KV_ACC_N * (size_t)h->n);
@@ -248,6 +253,18 @@ static enum kvf_status read_model(struct rd *r, const struct kvf_model *m) {
     return KVF_OK;
 }
 
+/* A head's smoothing (kv_head.smooth): finite shifts, finite positive
+ * scales, a count of the entries they came from. */
+static bool smooth_ok(const float *smooth, int d, int32_t rows) {
+    for (int i = 0; i < d; i++) {
+        float mu, lam;
+        memcpy(&mu, smooth + i, sizeof mu); /* the file's bytes are not aligned */
+        memcpy(&lam, smooth + d + i, sizeof lam);
+        if (!isfinite(mu) || !isfinite(lam) || !(lam > 0)) return false;
+    }
+    return rows >= 0 && rows <= 1 << 30;
+}
+
 /* The session the file describes, empty: its parameters and policy. */
 static enum kvf_status read_session(struct rd *r, uint32_t version, const struct kvf_model *m, int n_threads,
                                     int n_ctx_max, struct kvf_session **out) {
@@ -282,8 +299,8 @@ static enum kvf_status read_session(struct rd *r, uint32_t version, const struct
     p.n_ctx = params[0], p.n_batch = params[1], p.kv_gather = params[4];
     p.type_k = (enum kvf_kv_type)params[2], p.type_v = (enum kvf_kv_type)params[3];
     p.kv_swa_full = swa_full, p.kv_budget = budget, p.kv_spec = spec, p.n_threads = n_threads;
-    /* version 1 knew f32, f16 and q8_0 */
-    const enum kvf_kv_type last = version == 1 ? KVF_KV_Q8_0 : KVF_KV_Q4_0H;
+    /* version 1 knew f32, f16 and q8_0; version 2 up to q4_0h */
+    const enum kvf_kv_type last = version == 1 ? KVF_KV_Q8_0 : version == 2 ? KVF_KV_Q4_0H : KVF_KV_Q4_0S;
     if (p.type_k < KVF_KV_F32 || p.type_k > last || p.type_v < KVF_KV_F32 || p.type_v > last)
         return bad("its cache type is unknown");
     const int32_t note_len = get_i32(r);
@@ -396,11 +413,17 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
              * eighth, shrinking past a quarter and 16: kv/cache.c), so what is allocated is what is read */
             if (r->short_read) return bad("truncated in its cache");
             if (n < 0 || n > np || cap < n || cap > n + n / 4 + 16) return bad("a head's size is out of range");
-            const void *k = take_n(r, s->kv.k_row, n), *v = take_n(r, s->kv.v_row, n);
-            const void *tag = take_n(r, sizeof(struct kvf_tag), n);
+            const void *k = take_n(r, s->kv.k_row, n);
+            const bool smoothed = s->kv.smooth_k && cap > 0;
+            const int32_t smooth_rows = smoothed ? get_i32(r) : 0;
+            const float *smooth = smoothed ? take_n(r, 2 * sizeof(float), s->kv.head_dim) : NULL;
+            const void *v = take_n(r, s->kv.v_row, n), *tag = take_n(r, sizeof(struct kvf_tag), n);
             const void *acc = s->kv.has_acc ? take_n(r, sizeof(float) * KV_ACC_N, n) : NULL;
-            if (!k || !v || !tag || (s->kv.has_acc && !acc)) return bad("truncated in its cache");
-            if ((st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc)) != KVF_OK) return st;
+            if (!k || !v || !tag || (s->kv.has_acc && !acc) || (smoothed && !smooth))
+                return bad("truncated in its cache");
+            if (smoothed && !smooth_ok(smooth, s->kv.head_dim, smooth_rows))
+                return bad("a head's smoothing of its keys is out of range");
+            if ((st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc, smooth, smooth_rows)) != KVF_OK) return st;
             const struct kvf_tag *t = kv_cache_head(&s->kv, l, g)->tag;
             for (int i = 0; i < n; i++)
                 if (!tag_ok(&t[i], np) || (i > 0 && t[i].pos <= t[i - 1].pos))

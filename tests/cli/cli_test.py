@@ -429,6 +429,12 @@ def case_generate_json(ctx):
     t = o["timings"]
     check(t["prefill_ms"] > 0 and t["decode_ms_per_token"] > 0, f"timings {t}")
     check(o["kv"]["bytes"] > 0 and o["peak_rss_bytes"] > 0, f"kv {o['kv']} rss {o['peak_rss_bytes']}")
+    # the full cache: every position's f16 key and value rows and tag in SmolLM2's 30 layers of 3 kv heads of 64
+    pos = o["kv"]["bytes_per_position"]
+    check(pos == 30 * 3 * (2 * 2 * 64 + 12) and o["kv"]["bytes_full"] == pos * o["n_prompt"], f"kv {o['kv']}")
+    rc, out, err = ctx.run("info", "-m", smol, "--json")
+    kb = json.loads(out)["kv_bytes_per_position"] if rc == 0 else {}
+    check(kb.get("f16") == pos and kb.get("q8_0/q4_0h") == 30 * 3 * (68 + 36 + 12), f"info: {rc} {err} {kb}")
     # Sampling: the same seed gives the same text, and the text differs from
     # greedy for at least one of a few seeds.
     base = ("generate", "-m", smol, "-p", "Once upon a time", "-n", "16", "-t", "1", "--json")

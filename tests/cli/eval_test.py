@@ -305,8 +305,8 @@ def case_eval_ruler(ctx):
     """kvfold eval ruler: every task's sample (--dump-samples) checked against RULER's construction, as long as
     --ctx-size allows and not much shorter; rows per task scored by string_match_all against the expected strings;
     the same seed gives the same samples, another seed others; --question after keeps the context apart;
-    --questions asks several questions of one context (a key each, a row each); bad task names, a missing word
-    list and --questions outside ruler --question after refused."""
+    --questions asks several questions of one context (a key each, a row each), --turns in the turns of one
+    conversation; bad task names, a missing word list and --questions outside ruler --question after refused."""
     smol = ctx.model(SMOL)
     words_path = "/usr/share/dict/words"
     if not os.path.isfile(words_path):
@@ -381,6 +381,34 @@ def case_eval_ruler(ctx):
     check(sorted((r["task"], r["kv"], r.get("question")) for r in qrows if r["task"] == "niah_single_1") ==
           sorted((t, kv, j) for t in ["niah_single_1"] for kv in ["full", "keydiff"] for j in range(3)),
           "--questions 3: niah_single_1's rows are not a row per question and run")
+    # --turns: the same questions in turn in one conversation, each a message after the last answer, the cache
+    # compressed after every message: the conversation grows by each question's message and answer, the full
+    # cache answers the first question as a copy of the context does, keydiff keeps half of what the cache saw
+    tout = os.path.join(ctx.tmp, "ruler-t")
+    shutil.rmtree(tout, ignore_errors=True)
+    rc, _, err = ctx.run("eval", "ruler", "-m", smol, "-t", "1", "-n", "4", "--ctx-size", "1024", "--kv", "keydiff",
+                         "--budgets", "0.5", "--question", "after", "--tasks", "niah_single_1", "--questions", "3",
+                         "--turns", "--out", tout)
+    check(rc == 0, f"eval ruler --turns: exit {rc}: {err}")
+    tsettings, trows = results(tout)
+    check(tsettings["settings"].get("--turns") is True, f"--turns is not in the settings: {tsettings}")
+    for kv in ["full", "keydiff"]:
+        t = sorted((r for r in trows if r["kv"] == kv), key=lambda r: r.get("question", 0))
+        check([r.get("question", 0) for r in t] == [0, 1, 2], f"--turns {kv}: questions {[r.get('question') for r in t]}")
+        for a, b in zip(t, t[1:]):
+            check(b["n_prompt"] >= a["n_prompt"] + 4 + 10 and b["kv_full_mib"] > a["kv_full_mib"],
+                  f"--turns {kv}: the conversation did not grow by a message and an answer: {a} then {b}")
+        for r in t:
+            i = first["niah_single_1"] + r.get("question", 0)
+            check(r["gt"].split("\n") == qs[i]["answers"], f"--turns question {r.get('question')}: gt {r['gt']!r}")
+            half = 0.5 * r["kv_full_mib"]
+            check(r["kv_mib"] == r["kv_full_mib"] if kv == "full" else 0.9 * half <= r["kv_mib"] <= 1.1 * half,
+                  f"--turns {kv}: {r['kv_mib']} MiB of {r['kv_full_mib']}")
+    fork0 = [r for r in qrows if r["task"] == "niah_single_1" and r["kv"] == "full" and not r.get("question")]
+    turn0 = [r for r in trows if r["kv"] == "full" and not r.get("question")]
+    check(fork0[0]["output"] == turn0[0]["output"], f"--turns: the full cache's first answer {turn0[0]['output']!r}, "
+          f"not {fork0[0]['output']!r}")
+    expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--questions", "2", "--turns"], "--turns without --question after")
     expect_error(ctx, 1, ["eval", "ruler", "-m", smol, "--questions", "2"], "--questions without --question after")
     expect_error(ctx, 1, ["eval", "needle", "-m", smol, "--questions", "2", "--question", "after"],
                  "--questions outside ruler")

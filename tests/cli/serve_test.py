@@ -352,16 +352,19 @@ def case_serve_cache(ctx):
             pos_f16 = s.metrics()["kvfold_kv_bytes_per_position"]
             s.stop()
     # Keys and values in other types: a position costs their rows (SmolLM2's 64 values: f16 128 bytes a row,
-    # q8_0 68, q4_0h 36; 12 bytes of tag and 12 of statistics an entry), and the budget holds in those bytes.
-    with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "2", "-ctk", "q8_0", "-ctv", "q4_0h",
+    # q4_0s and q4_0h 36; 12 bytes of tag and 12 of statistics an entry), a session's cache the smoothed keys'
+    # shift and scale a channel in each of its 30 x 3 heads, and the budget holds in those bytes.
+    with serving(ctx, "-m", model, "-t", "1", "--cache-sessions", "2", "-ctk", "q4_0s", "-ctv", "q4_0h",
                  "--kv-memory", "8MiB") as s:
         for text in (first, chat(QUESTION, max_tokens=4), chat(PASSAGE + " Who baked?", max_tokens=4)):
             status, o, _ = s.post("/v1/chat/completions", text)
-            check(status == 200 and o["kv"]["type_k"] == "q8_0" and o["kv"]["type_v"] == "q4_0h", f"typed: {o}")
+            check(status == 200 and o["kv"]["type_k"] == "q4_0s" and o["kv"]["type_v"] == "q4_0h", f"typed: {o}")
         m = s.metrics()
-        check(m["kvfold_kv_bytes_per_position"] * (128 + 128 + 24) == pos_f16 * (68 + 36 + 24) and
-              0 < m["kvfold_kv_bytes_reserved"] <= m["kvfold_kv_bytes_budget"] == 8 << 20,
-              f"q8_0 keys, q4_0h values: {m} (f16: {pos_f16} bytes a position)")
+        check(m["kvfold_kv_bytes_per_position"] * (128 + 128 + 24) == pos_f16 * (36 + 36 + 24) and
+              m["kvfold_kv_bytes_per_session"] == 30 * 3 * 2 * 64 * 4 and
+              0 < m["kvfold_kv_bytes_reserved"] <= m["kvfold_kv_bytes_budget"] == 8 << 20 and
+              m["kvfold_kv_reservation_overruns_total"] == 0,
+              f"q4_0s keys, q4_0h values: {m} (f16: {pos_f16} bytes a position)")
         s.stop()
     slots_fill_and_queue(ctx, model)
     plain, cached = answers[None]

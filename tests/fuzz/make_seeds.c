@@ -149,10 +149,11 @@ static void session_seeds(void) {
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         /* the cache types in turn, keys and values alike and not */
         static const enum kvf_kv_type types[][2] = {{KVF_KV_F16, KVF_KV_F16}, {KVF_KV_Q8_0, KVF_KV_Q4_0},
-                                                    {KVF_KV_Q4_0H, KVF_KV_Q4_0H}, {KVF_KV_F32, KVF_KV_F16}};
+                                                    {KVF_KV_Q4_0H, KVF_KV_Q4_0H}, {KVF_KV_F32, KVF_KV_F16},
+                                                    {KVF_KV_Q4_0S, KVF_KV_Q4_0H}};
         struct kvf_session_params sp = kvf_session_default_params();
         sp.n_ctx = 48, sp.n_batch = 8, sp.kv_spec = specs[i];
-        sp.type_k = types[i % 4][0], sp.type_v = types[i % 4][1];
+        sp.type_k = types[i % 5][0], sp.type_v = types[i % 5][1];
         struct kvf_session *s = NULL;
         uint8_t *buf = NULL;
         size_t n = 0;

@@ -37,10 +37,10 @@ foreach(tool kv_fork decode_batch prefill_parts session_file)
 endforeach()
 # The same on 4-bit caches (head_dim 32 takes the block types), keys and
 # values alike and not: every rule forks, decodes in a batch and prefills in
-# parts on Q4_0 and Q4_0H rows as it does on F16 ones (session_file runs
-# its own Q8_0 / Q4_0 / Q4_0H sessions).
+# parts on Q4_0, Q4_0H and smoothed Q4_0S rows as it does on F16 ones
+# (session_file runs its own Q8_0 / Q4_0 / Q4_0H / Q4_0S sessions).
 foreach(tool kv_fork decode_batch prefill_parts)
-  foreach(types q4_0 q4_0h/q4_0 q8_0/q4_0h)
+  foreach(types q4_0 q4_0h/q4_0 q8_0/q4_0h q4_0s/q4_0h)
     string(REPLACE "/" "_" suffix ${types})
     add_test(NAME ${tool}_gemma3v_${suffix} COMMAND ${tool} ${KVF_GEMMA3V_GGUF} ${KVF_GEMMA3V_MMPROJ})
     set_tests_properties(${tool}_gemma3v_${suffix} PROPERTIES FIXTURES_REQUIRED kvf_fixtures LABELS integration

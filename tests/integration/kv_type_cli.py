@@ -32,7 +32,10 @@ def main():
     for cmd in (["generate", "-m", gemma, "-p", "hi"], ["bench", "-m", gemma], ["perplexity", "-m", gemma, "-f", text]):
         for opt in ("--kv-type", "-ctk", "-ctv"):
             rc, _, err = run(*cmd, opt, "q8")
-            check(rc == 1 and "f32, f16, q8_0, q4_0, q4_0h" in err, f"{cmd[0]} {opt} q8: {rc} {err!r}")
+            check(rc == 1 and "f32, f16, q8_0, q4_0, q4_0h, q4_0s" in err, f"{cmd[0]} {opt} q8: {rc} {err!r}")
+        # q4_0s smooths keys' channels: a values' type it is not
+        rc, _, err = run(*cmd, "-ctv", "q4_0s")
+        check(rc == 2 and "for keys" in err, f"{cmd[0]} -ctv q4_0s: {rc} {err!r}")
     for opts in (["--kv-type", "q8_0"], ["-ctv", "q4_0"], ["-ctk", "q4_0h", "-ctv", "f16"]):
         rc, _, err = run("bench", "-m", llama, "-p", "16", "-n", "0", "-r", "1", *opts)
         check(rc == 2 and "multiple of 32" in err, f"{opts} with head_dim 16: {rc} {err!r}")
@@ -41,7 +44,7 @@ def main():
     cases = {("f32", "f32"): ["--kv-type", "f32"], ("f16", "f16"): [], ("q8_0", "q8_0"): ["--kv-type", "q8_0"],
              ("q4_0", "q4_0"): ["-ctk", "q4_0", "-ctv", "q4_0"], ("q8_0", "q4_0"): ["-ctk", "q8_0", "-ctv", "q4_0"],
              ("f16", "q4_0"): ["--kv-type", "q8_0", "-ctk", "f16", "--cache-type-v", "q4_0"],
-             ("q4_0h", "q4_0h"): ["--kv-type", "q4_0h"]}
+             ("q4_0h", "q4_0h"): ["--kv-type", "q4_0h"], ("q4_0s", "q4_0h"): ["-ctk", "q4_0s", "-ctv", "q4_0h"]}
     kv = {}
     for (k, v), opts in cases.items():
         name = k if k == v else f"{k}/{v}"
@@ -57,12 +60,13 @@ def main():
         check(rc == 0 and json.loads(out)["kv_type"] == name, f"perplexity {opts}: {rc} {err!r}")
     rc, out, _ = run("bench", "-m", gemma, "-p", "16", "-n", "0", "-r", "1", "-ctk", "q8_0", "-ctv", "q4_0")
     check(rc == 0 and "kv q8_0/q4_0" in out, f"bench text report names the types: {out!r}")
-    # head_dim 32: rows of 128 (f32), 64 (f16), 34 (q8_0), 18 (q4_0, q4_0h) bytes, a key's and a value's, plus
-    # the tag.
-    row = {"f32": 128, "f16": 64, "q8_0": 34, "q4_0": 18, "q4_0h": 18}
+    # head_dim 32: rows of 128 (f32), 64 (f16), 34 (q8_0), 18 (q4_0, q4_0h, q4_0s) bytes, a key's and a value's,
+    # plus the tag; smoothed keys add a shift and a scale a channel to each of the fixture's 6 layers x 2 kv heads.
+    row = {"f32": 128, "f16": 64, "q8_0": 34, "q4_0": 18, "q4_0h": 18, "q4_0s": 18}
     f32 = 2 * row["f32"] + 12
     for (k, v), n in kv.items():
         e = row[k] + row[v] + 12
+        n -= 6 * 2 * 2 * 32 * 4 if k == "q4_0s" else 0
         check(n * f32 == kv[("f32", "f32")] * e, f"kv bytes {kv}: {k}/{v} is not {e}/{f32} of f32")
     print(f"ok: kv bytes {kv}")
 

@@ -83,6 +83,15 @@ def test_cache_types(model):
     entry = [2 * 128 + 12, 2 * 68 + 12, 68 + 36 + 12, 128 + 36 + 12]
     b = list(got.values())
     assert all(b[i] * entry[0] == b[0] * entry[i] for i in range(4)), got
+    # a position in every one of SmolLM2's 30 layers of 3 kv heads
+    heads = 30 * 3
+    assert model.kv_position_bytes() == heads * entry[0]
+    assert model.kv_position_bytes(type_k="q8_0", type_v="q4_0") == heads * entry[2]
+    assert model.kv_position_bytes("q4_0", type_k="f16") == heads * entry[3]
+    assert model.kv_position_bytes(type_k="q4_0s", type_v="q4_0h") == heads * (36 + 36 + 12)
+    with pytest.raises(kvfold.KVFoldError) as e:
+        model.session(type_k="q4_0s", type_v="q4_0s")
+    assert e.value.status_name == "unsupported" and "for keys" in str(e.value)
     with pytest.raises(kvfold.KVFoldError) as e:
         model.session(type_v="q5")
     assert e.value.status_name == "invalid_arg" and "q4_0h" in str(e.value)

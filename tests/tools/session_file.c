@@ -215,11 +215,17 @@ static int check_version1(const struct kvf_model *m, const struct kvf_model_info
               kvf_session_kv_bytes(l) != kvf_session_kv_bytes(s) || same_state(s, l, mi, "v1", "a version 1 file");
         kvf_session_free(l);
         l = NULL;
-        v2[8] = 3;
+        /* version 2 is version 3 without q4_0s (whose heads add their smoothing) */
+        v2[8] = 2;
+        fix_crc(v2, n);
+        bad |= kvf_session_load_buffer(m, v2, n, 1, 0, &l) != KVF_OK || same_state(s, l, mi, "v2", "a version 2 file");
+        kvf_session_free(l);
+        l = NULL;
+        v2[8] = 4;
         fix_crc(v2, n);
         bad |= kvf_session_load_buffer(m, v2, n, 1, 0, &l) != KVF_ERR_UNSUPPORTED || l;
     }
-    printf("a version 1 file loads, version 3 is refused: %s\n", bad ? "FAIL" : "ok");
+    printf("versions 1 and 2 load, version 4 is refused: %s\n", bad ? "FAIL" : "ok");
     free(v1);
     free(v2);
     kvf_session_free(s);
@@ -292,6 +298,7 @@ int main(int argc, char **argv) {
         rc |= !rc && check_spec(m, &mi, pr, "keydiff:budget=0.3+decode=h2o", KVF_KV_Q8_0, KVF_KV_Q4_0, NULL, NULL);
         rc |= !rc && check_spec(m, &mi, pr, "kvzip:budget=0.3", KVF_KV_Q4_0, KVF_KV_Q4_0, NULL, NULL);
         rc |= !rc && check_spec(m, &mi, pr, "lookm:budget=0.3+decode=h2o", KVF_KV_Q4_0H, KVF_KV_Q4_0H, NULL, NULL);
+        rc |= !rc && check_spec(m, &mi, pr, "snapkv:budget=0.3+decode=h2o", KVF_KV_Q4_0S, KVF_KV_Q4_0H, NULL, NULL);
     }
     /* the file is the buffer, written whole */
     FILE *f = fopen(path, "rb");

@@ -22,6 +22,8 @@ static float *decoded(const struct kv_head *h, const void *rows, enum dtype type
     float *f = malloc(sizeof(float) * ((size_t)h->n * d + 1));
     if (h->n > 0) /* an empty head has no rows (NULL) */
         quant_dequant_row_ref(type, rows, f, (int64_t)h->n * d);
+    for (int j = 0; rows == h->k && h->smooth && j < h->n; j++) /* smoothed keys: scaled and shifted back */
+        for (int c = 0; c < d; c++) f[(size_t)j * d + c] = f[(size_t)j * d + c] * h->smooth[d + c] + h->smooth[c];
     return f;
 }
 
@@ -385,7 +387,7 @@ static void test_cache_keep(void **st) {
     kv_cache_free(&c);
 }
 
-/* F16, Q8_0, Q4_0 and Q4_0H caches, keys and values alike and not: the same
+/* F16, Q8_0, Q4_0, Q4_0H and Q4_0S caches, keys and values alike and not: the same
  * kernel against the naive computation on the keys and values as stored,
  * on every SIMD level (the decode path reads rows in place with the typed
  * kernels; blocks of >= 4 queries use the block products on float32
@@ -393,7 +395,7 @@ static void test_cache_keep(void **st) {
  * paths). */
 static const struct { enum kvf_kv_type k; int v; } typed[] = {
     {KVF_KV_F16, -1}, {KVF_KV_Q8_0, -1}, {KVF_KV_Q4_0, -1}, {KVF_KV_Q4_0H, -1}, {KVF_KV_Q8_0, KVF_KV_Q4_0},
-    {KVF_KV_F32, KVF_KV_Q4_0}, {KVF_KV_Q4_0H, KVF_KV_Q8_0},
+    {KVF_KV_F32, KVF_KV_Q4_0}, {KVF_KV_Q4_0H, KVF_KV_Q8_0}, {KVF_KV_Q4_0S, KVF_KV_Q4_0H}, {KVF_KV_Q4_0S, KVF_KV_F16},
 };
 #define N_TYPED ((int)(sizeof typed / sizeof *typed))
 
@@ -442,7 +444,7 @@ struct kv_pair {
 
 static enum dtype dtype_of(enum kvf_kv_type t) {
     return t == KVF_KV_F32 ? DT_F32 : t == KVF_KV_F16 ? DT_F16 : t == KVF_KV_Q8_0 ? DT_Q8_0
-         : t == KVF_KV_Q4_0 ? DT_Q4_0 : DT_Q4_0H;
+         : t == KVF_KV_Q4_0 ? DT_Q4_0 : DT_Q4_0H; /* Q4_0S: Q4_0H rows of smoothed keys */
 }
 
 /* Bytes per entry of a cache: key and value rows, tag, statistics. */
@@ -561,6 +563,99 @@ static void test_cache_types(void **st) {
         assert_int_equal(bytes[t] * entry_bytes(all[0], d, true), bytes[0] * entry_bytes(all[t], d, true));
 }
 
+/* Keys with a channel far off the others (as Qwen2.5's): each head's shift
+ * and scale are its keys' mean and the square root of their largest
+ * distance from it; a key reads back as Q4_0H of the smoothed key, scaled
+ * and shifted back, the same bits as that computed here; the channels
+ * beside the outlier come back far closer than plain Q4_0H leaves them. A
+ * head filled a key at a time takes its statistics again as it doubles,
+ * to 64 keys; copies carry them; their bytes are counted and returned. */
+static void test_smooth_keys(void **st) {
+    (void)st;
+    enum { D = 64, H = 2, N = 100 };
+    static float k[N * H * D], v[N * H * D];
+    struct kvf_tag tags[N];
+    unsigned seed = 11;
+    for (int i = 0; i < N * H * D; i++) k[i] = frand(&seed), v[i] = frand(&seed);
+    for (int t = 0; t < N; t++) k[(size_t)t * H * D + D + 5] = 60.0f + 4.0f * frand(&seed); /* head 1's channel 5 */
+    for (int i = 0; i < N; i++) tags[i] = (struct kvf_tag){.pos = i};
+    struct kv_cache c, plain;
+    assert_int_equal(kv_cache_init(&c, 1, H, D, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q4_0S, KVF_KV_F16), KVF_OK);
+    assert_int_equal(kv_cache_init(&plain, 1, H, D, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&plain, KVF_KV_Q4_0H, KVF_KV_F16), KVF_OK);
+    assert_int_equal(kv_cache_reserve(&c, 0, N), KVF_OK);
+    assert_int_equal(kv_cache_reserve(&plain, 0, N), KVF_OK);
+    kv_cache_append(&c, 0, k, v, tags, N);
+    kv_cache_append(&plain, 0, k, v, tags, N);
+    const struct kv_head *h = kv_cache_head(&c, 0, 1), *hp = kv_cache_head(&plain, 0, 1);
+    assert_int_equal(h->smooth_rows, N);
+    /* the statistics, computed apart */
+    float mu[D], lam[D], widest = 0;
+    for (int i = 0; i < D; i++) {
+        double sum = 0;
+        for (int t = 0; t < N; t++) sum += k[(size_t)t * H * D + D + i];
+        mu[i] = (float)(sum / N), lam[i] = 0;
+        for (int t = 0; t < N; t++) lam[i] = fmaxf(lam[i], fabsf(k[(size_t)t * H * D + D + i] - mu[i]));
+        widest = fmaxf(widest, lam[i]);
+    }
+    for (int i = 0; i < D; i++) lam[i] = sqrtf(fmaxf(lam[i], 1e-3f * widest));
+    assert_memory_equal(h->smooth, mu, sizeof mu);
+    assert_memory_equal(h->smooth + D, lam, sizeof lam);
+    double err_s = 0, err_p = 0;
+    for (int t = 0; t < N; t++) {
+        const float *x = k + (size_t)t * H * D + D;
+        float xs[D], want[D], got[D], other[D];
+        uint8_t enc[64];
+        for (int i = 0; i < D; i++) xs[i] = (x[i] - mu[i]) / lam[i];
+        quant_quantize_row(DT_Q4_0H, xs, enc, D);
+        quant_dequant_row_ref(DT_Q4_0H, enc, want, D);
+        for (int i = 0; i < D; i++) want[i] = want[i] * lam[i] + mu[i];
+        kv_head_key_row(h, D, t, got);
+        assert_memory_equal(got, want, sizeof got);
+        kv_head_key_row(hp, D, t, other);
+        for (int i = 0; i < 32; i++)
+            if (i != 5) err_s = fmax(err_s, fabs(got[i] - x[i])), err_p = fmax(err_p, fabs(other[i] - x[i]));
+    }
+    assert_true(err_s < 0.25 && err_s * 4 < err_p);
+    /* the storage: rows, tags and the two vectors of each head */
+    const size_t entry = dtype_row_bytes(DT_Q4_0H, D) + dtype_row_bytes(DT_F16, D) + sizeof(struct kvf_tag);
+    assert_int_equal(c.bytes, (size_t)2 * N * entry + 2 * 2 * D * sizeof(float));
+    /* a copy carries them */
+    struct kv_cache cp;
+    assert_int_equal(kv_cache_init(&cp, 1, H, D, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&cp, KVF_KV_Q4_0S, KVF_KV_F16), KVF_OK);
+    assert_int_equal(kv_cache_copy(&cp, &c), KVF_OK);
+    assert_memory_equal(kv_cache_head(&cp, 0, 1)->smooth, h->smooth, 2 * D * sizeof(float));
+    assert_int_equal(kv_cache_head(&cp, 0, 1)->smooth_rows, N);
+    assert_int_equal(cp.bytes, c.bytes);
+    kv_cache_free(&cp);
+    /* emptied, the head returns them; filled a key at a time, it takes them at 1, 2, 4, ..., 64 keys */
+    assert_int_equal(kv_cache_keep(&c, 0, 1, NULL, 0), KVF_OK);
+    assert_int_equal(c.bytes, (size_t)N * entry + 2 * D * sizeof(float));
+    assert_null(kv_cache_head(&c, 0, 1)->smooth);
+    kv_cache_free(&c);
+    assert_int_equal(kv_cache_init(&c, 1, H, D, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q4_0S, KVF_KV_F16), KVF_OK);
+    h = kv_cache_head(&c, 0, 1);
+    int taken = 0;
+    for (int t = 0; t < N; t++) {
+        assert_int_equal(kv_cache_reserve(&c, 0, 1), KVF_OK);
+        const int before = h->smooth_rows;
+        kv_cache_append(&c, 0, k + (size_t)t * H * D, v + (size_t)t * H * D, tags + t, 1);
+        taken += h->smooth_rows != before;
+    }
+    assert_int_equal(h->smooth_rows, 64);
+    assert_int_equal(taken, 7);
+    for (int t = 0; t < N; t++) {
+        float got[D];
+        kv_head_key_row(h, D, t, got);
+        for (int i = 0; i < D; i++) assert_true(fabs(got[i] - k[(size_t)t * H * D + D + i]) < (i == 5 ? 2.0 : 0.5));
+    }
+    kv_cache_free(&c);
+    kv_cache_free(&plain);
+}
+
 static void test_cache_type_errors(void **st) {
     (void)st;
     struct kv_cache c;
@@ -570,7 +665,7 @@ static void test_cache_type_errors(void **st) {
     assert_non_null(strstr(kvf_last_error(), "multiple of 32"));
     assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16, KVF_KV_Q4_0), KVF_ERR_UNSUPPORTED);
     assert_non_null(strstr(kvf_last_error(), "q4_0"));
-    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)5, KVF_KV_F16), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kv_cache_set_type(&c, (enum kvf_kv_type)6, KVF_KV_F16), KVF_ERR_INVALID_ARG);
     assert_int_equal(kv_cache_set_type(&c, KVF_KV_F16, (enum kvf_kv_type)-1), KVF_ERR_INVALID_ARG);
     assert_int_equal(c.type_k, DT_F32);
     assert_int_equal(c.type_v, DT_F32);
@@ -582,13 +677,20 @@ static void test_cache_type_errors(void **st) {
     kv_cache_free(&c);
 
     enum kvf_kv_type t;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         assert_int_equal(kvf_kv_type_parse(kvf_kv_type_name((enum kvf_kv_type)i), &t), KVF_OK);
         assert_int_equal(t, i);
     }
-    assert_null(kvf_kv_type_name((enum kvf_kv_type)5));
+    assert_null(kvf_kv_type_name((enum kvf_kv_type)6));
     assert_int_equal(kvf_kv_type_parse("q8", &t), KVF_ERR_INVALID_ARG);
-    assert_non_null(strstr(kvf_last_error(), "f32, f16, q8_0, q4_0, q4_0h"));
+    assert_non_null(strstr(kvf_last_error(), "f32, f16, q8_0, q4_0, q4_0h, q4_0s"));
+    /* smoothing is per channel, for keys: values are refused it */
+    assert_int_equal(kv_cache_init(&c, 1, 1, 64, false), KVF_OK);
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q4_0S, KVF_KV_Q4_0S), KVF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(kvf_last_error(), "for keys"));
+    assert_int_equal(kv_cache_set_type(&c, KVF_KV_Q4_0S, KVF_KV_Q4_0H), KVF_OK);
+    assert_true(c.smooth_k && c.type_k == DT_Q4_0H);
+    kv_cache_free(&c);
     assert_int_equal(kvf_kv_type_parse(NULL, &t), KVF_ERR_INVALID_ARG);
 }
 
@@ -611,6 +713,7 @@ int main(void) {
         cmocka_unit_test(test_typed_attention),
         cmocka_unit_test(test_typed_stats),
         cmocka_unit_test(test_cache_types),
+        cmocka_unit_test(test_smooth_keys),
         cmocka_unit_test(test_cache_type_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -71,6 +71,7 @@ struct eval_options {
     const char *words, *haystack; /* ruler: the word list, the essay haystack's text, */
     const char *dump_samples;     /* ... and where its samples are written */
     int questions;                /* ruler: questions asked of each NIAH context */
+    bool turns;                   /* ruler: ... one after another in one conversation */
 };
 
 /* Every option of every subcommand; each subcommand's table points into it. */
@@ -133,7 +134,7 @@ extern const struct command info_command, tokenize_command, generate_command, ch
 #define OPTS_KV_STORAGE \
     { "--kv-type", NULL, OPT_STR, &a->kv_type, 0, 0, "TYPE", \
     "how the KV cache stores keys and values: f16 (default), f32, q8_0, q4_0 or q4_0h (q4_0 of " \
-    "Hadamard-rotated blocks)" }, \
+    "Hadamard-rotated blocks); keys also q4_0s (q4_0h of keys smoothed per channel)" }, \
     { "--cache-type-k -ctk", NULL, OPT_STR, &a->type_k, 0, 0, "TYPE", "the keys' type alone (over --kv-type)" }, \
     { "--cache-type-v -ctv", NULL, OPT_STR, &a->type_v, 0, 0, "TYPE", "the values' type alone (over --kv-type)" }, \
     { "--swa-full", NULL, OPT_FLAG, &a->swa_full, 0, 0, NULL, "sliding-window layers (Gemma 3) keep every entry, " \
@@ -326,6 +327,15 @@ int build_prompt(const struct args *a, const struct kvf_model *m, const char *te
  * prefix after them when add_assistant; *out malloc'd. */
 int chat_text(const struct args *a, const struct kvf_model *m, const struct kvf_chat_message *msgs, int n,
                 bool add_assistant, char **out);
+
+/* The text the newest message (msgs[n - 1]) adds to a cache that holds the
+ * conversation before it: all of it formatted when no reply is in it yet;
+ * else the markup the template closes the last reply (msgs[n - 2]) with,
+ * then what the template writes after the closed conversation. The cache
+ * holds each reply as generated, so a template that trims or rewrites a
+ * reply's text never makes it go in twice. msgs[n - 2].content is swapped
+ * and put back; *out malloc'd. */
+int chat_next_text(const struct args *a, const struct kvf_model *m, struct kvf_chat_message *msgs, int n, char **out);
 
 void media_set_free(struct media_set *ms);
 /* Frees the items past the first n. */

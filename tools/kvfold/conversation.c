@@ -179,51 +179,6 @@ static int turn_close(struct chat *c, const struct reply *r) {
     return st == KVF_OK ? 0 : fail(st, "chat: decode");
 }
 
-/* Stands for the last reply when formatting, to find what the template
- * writes after a reply. */
-#define REPLY_MARK "KVFOLD_REPLY_MARK"
-
-/* The text the newest message (the last of c->msgs) adds to the cache: the
- * whole formatted conversation when no reply is in it yet; else the markup
- * the template closes the last reply with (found around REPLY_MARK), then
- * what the template writes after the closed conversation. The cache holds
- * each reply as generated, so a template that trims or rewrites a reply's
- * text never makes it go in twice. *out malloc'd. */
-static int turn_text(struct chat *c, char **out) {
-    const struct args *a = c->a;
-    const int n = c->n_msgs;
-    if (n < 2 || strcmp(c->msgs[n - 2].role, "assistant") != 0)
-        return chat_text(a, c->m, c->msgs, n, true, out);
-    char *closed = NULL, *marked = NULL, *full = NULL;
-    struct kvf_chat_message *last = &c->msgs[n - 2];
-    const char *reply = last->content;
-    int rc = chat_text(a, c->m, c->msgs, n - 1, false, &closed);
-    last->content = REPLY_MARK;
-    if (!rc)
-        rc = chat_text(a, c->m, c->msgs, n - 1, false, &marked);
-    last->content = reply;
-    if (!rc)
-        rc = chat_text(a, c->m, c->msgs, n, true, &full);
-    if (!rc) {
-        /* templates write the conversation so far the same way before a new message */
-        size_t k = 0;
-        while (closed[k] && closed[k] == full[k])
-            k++;
-        const char *mark = strstr(marked, REPLY_MARK);
-        const char *after = mark ? mark + strlen(REPLY_MARK) : "";
-        const size_t na = strlen(after), nf = strlen(full + k);
-        if ((*out = malloc(na + nf + 1))) {
-            memcpy(*out, after, na);
-            memcpy(*out + na, full + k, nf + 1);
-        } else {
-            rc = fail(KVF_ERR_NOMEM, "chat");
-        }
-    }
-    free(closed);
-    free(marked);
-    free(full);
-    return rc;
-}
 
 /* One exchange: the user's message through the model, the reply streamed. */
 static int chat_turn(struct chat *c, const char *text) {
@@ -231,7 +186,7 @@ static int chat_turn(struct chat *c, const char *text) {
     char *fmt = NULL;
     if (!chat_push(c, "user", user_content(c, text)))
         return fail(KVF_ERR_NOMEM, "chat");
-    int rc = turn_text(c, &fmt);
+    int rc = chat_next_text(a, c->m, c->msgs, c->n_msgs, &fmt);
     if (rc) {
         chat_pop(c);
         return rc;

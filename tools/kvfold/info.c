@@ -10,7 +10,25 @@ static int info_opts(struct args *a, struct opt *out) {
     OPTS_RETURN(out, t);
 }
 
-static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
+/* The KV types a position's bytes are listed for: each type for keys and
+ * values alike, 8-bit keys and smoothed 4-bit keys with rotated 4-bit
+ * values (the smoothing's per-head vectors come on top). */
+static const enum kvf_kv_type pos_types[][2] = {{KVF_KV_F32, KVF_KV_F32},   {KVF_KV_F16, KVF_KV_F16},
+                                                {KVF_KV_Q8_0, KVF_KV_Q8_0}, {KVF_KV_Q8_0, KVF_KV_Q4_0H},
+                                                {KVF_KV_Q4_0S, KVF_KV_Q4_0H}, {KVF_KV_Q4_0H, KVF_KV_Q4_0H},
+                                                {KVF_KV_Q4_0, KVF_KV_Q4_0}};
+#define N_POS_TYPES ((int)(sizeof pos_types / sizeof pos_types[0]))
+
+/* "f16" or "q8_0/q4_0h" and the bytes of a position in those types; false
+ * where the model's heads cannot take them. */
+static bool pos_bytes(const struct kvf_model *m, int i, char name[32], size_t *bytes) {
+    const enum kvf_kv_type k = pos_types[i][0], v = pos_types[i][1];
+    if (k == v) snprintf(name, 32, "%s", kvf_kv_type_name(k));
+    else snprintf(name, 32, "%s/%s", kvf_kv_type_name(k), kvf_kv_type_name(v));
+    return kvf_kv_position_bytes(m, k, v, bytes) == KVF_OK;
+}
+
+static cJSON *info_json(const struct kvf_model *m, const char *file, const struct kvf_model_info *in) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "file", file);
     cJSON_AddStringToObject(o, "name", in->name);
@@ -38,6 +56,12 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     cJSON_AddStringToObject(o, "weight_types", in->weight_types);
     cJSON_AddNumberToObject(o, "decode_bytes", (double)in->decode_bytes);
     cJSON_AddStringToObject(o, "kernels", in->kernels);
+    cJSON *kb = cJSON_AddObjectToObject(o, "kv_bytes_per_position");
+    for (int i = 0; i < N_POS_TYPES; i++) {
+        char name[32];
+        size_t b;
+        if (pos_bytes(m, i, name, &b)) cJSON_AddNumberToObject(kb, name, (double)b);
+    }
     cJSON_AddStringToObject(o, "tokenizer", in->tokenizer);
     cJSON_AddStringToObject(o, "chat_template", in->chat_template_name);
     cJSON_AddNumberToObject(o, "bos", in->bos);
@@ -62,7 +86,7 @@ static cJSON *info_json(const char *file, const struct kvf_model_info *in) {
     return o;
 }
 
-static void info_print(const char *file, const struct kvf_model_info *in) {
+static void info_print(const struct kvf_model *m, const char *file, const struct kvf_model_info *in) {
     printf("file            %s\n", file);
     printf("name            %s\n", in->name);
     printf("architecture    %s (%s)\n", in->arch, in->source);
@@ -96,6 +120,13 @@ static void info_print(const char *file, const struct kvf_model_info *in) {
         printf("decoding        %.1f MiB of weights streamed a token\n", (double)in->decode_bytes / MIB);
         printf("kernels         %s\n", in->kernels);
     }
+    printf("kv cache        bytes a position (keys, values, tags; -ctk/-ctv):");
+    for (int i = 0; i < N_POS_TYPES; i++) {
+        char name[32];
+        size_t b;
+        if (pos_bytes(m, i, name, &b)) printf("%s %s %zu", i ? "," : "", name, b);
+    }
+    printf("%s\n", in->sliding_window > 0 ? " (sliding-window layers hold only their window)" : "");
     printf("build           %s\n", kvf_build_info());
     if (in->has_vision && in->image_grid > 0)
         printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), image %d, patch %d, "
@@ -128,9 +159,9 @@ static int cmd_info(const struct args *a) {
     struct kvf_model_info in;
     kvf_model_get_info(m, &in);
     if (a->json)
-        rc = print_json(info_json(a->model, &in));
+        rc = print_json(info_json(m, a->model, &in));
     else
-        info_print(a->model, &in);
+        info_print(m, a->model, &in);
     kvf_model_free(m);
     return rc;
 }

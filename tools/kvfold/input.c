@@ -102,6 +102,44 @@ int chat_text(const struct args *a, const struct kvf_model *m, const struct kvf_
     return 0;
 }
 
+/* Stands for the last reply when formatting, to find what the template
+ * writes after a reply. */
+#define REPLY_MARK "KVFOLD_REPLY_MARK"
+
+int chat_next_text(const struct args *a, const struct kvf_model *m, struct kvf_chat_message *msgs, int n, char **out) {
+    if (n < 2 || strcmp(msgs[n - 2].role, "assistant") != 0)
+        return chat_text(a, m, msgs, n, true, out);
+    char *closed = NULL, *marked = NULL, *full = NULL;
+    struct kvf_chat_message *last = &msgs[n - 2];
+    const char *reply = last->content;
+    int rc = chat_text(a, m, msgs, n - 1, false, &closed);
+    last->content = REPLY_MARK;
+    if (!rc)
+        rc = chat_text(a, m, msgs, n - 1, false, &marked);
+    last->content = reply;
+    if (!rc)
+        rc = chat_text(a, m, msgs, n, true, &full);
+    if (!rc) {
+        /* templates write the conversation so far the same way before a new message */
+        size_t k = 0;
+        while (closed[k] && closed[k] == full[k])
+            k++;
+        const char *mark = strstr(marked, REPLY_MARK);
+        const char *after = mark ? mark + strlen(REPLY_MARK) : "";
+        const size_t na = strlen(after), nf = strlen(full + k);
+        if ((*out = malloc(na + nf + 1))) {
+            memcpy(*out, after, na);
+            memcpy(*out + na, full + k, nf + 1);
+        } else {
+            rc = fail(KVF_ERR_NOMEM, "chat");
+        }
+    }
+    free(closed);
+    free(marked);
+    free(full);
+    return rc;
+}
+
 int build_prompt(const struct args *a, const struct kvf_model *m, const char *text, char **out) {
     if (!wants_chat(a)) {
         *out = strdup(text);

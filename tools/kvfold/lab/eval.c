@@ -76,6 +76,9 @@ static int eval_opts(struct args *a, struct opt *out) {
         { "--questions", NULL, OPT_INT, &a->eval.questions, 1, RULER_MAX_QUESTIONS, "N",
           "ruler, --question after: each NIAH context compressed once, then asked N questions of a key each, the "
           "session copied per question (kvpress's questions=; default 1)" },
+        { "--turns", NULL, OPT_FLAG, &a->eval.turns, 0, 0, NULL,
+          "ruler, --question after: the questions asked in turn in one conversation, as chat and serve hold it: "
+          "each a message after the last answer, the cache compressed after every message" },
         { "--dump-samples", NULL, OPT_STR, &a->eval.dump_samples, 0, 0, "FILE",
           "ruler: write each sample as a JSON line {\"task\", \"context\", \"question\", \"answer_prefix\", "
           "\"answers\"} (kvpress's fields; a line per question)" },
@@ -396,6 +399,18 @@ static int run_prefill(const struct args *a, const struct kvf_model *m, const st
     return 0;
 }
 
+/* --turns: the cache compressed after a message, as chat and serve do;
+ * what the row records is the cache the answer reads. */
+static int turn_compress(struct kvf_session *s, struct row *r) {
+    const double t0 = now_ms();
+    const enum kvf_status st = kvf_session_compress(s);
+    if (st != KVF_OK) return fail(st, "eval: kv compression");
+    r->compress_ms = now_ms() - t0;
+    r->kv_mib = (double)kvf_session_kv_bytes(s) / MIB;
+    r->kv_full_mib = (double)kvf_session_kv_full_bytes(s) / MIB;
+    return 0;
+}
+
 /* --question after: the templated prompt cut where the sample's question
  * starts (text keeps what comes before), the rest tokenized on its own, as
  * kvpress tokenizes context and question apart. */
@@ -433,6 +448,34 @@ static int more_split(const struct args *ca, const struct kvf_model *m, const st
             !strbuf_put(&b, sq->prefix, strlen(sq->prefix)))
             rc = fail(KVF_ERR_NOMEM, "eval");
         if (!rc) rc = tokenize_text(m, b.s, b.n, false, ca->chat, &more[j].ids, &more[j].n);
+        free(b.s);
+    }
+    return rc;
+}
+
+/* --turns: the sample's further questions as the messages of a
+ * conversation, each after the answer to the one before: the markup the
+ * chat template closes that answer with, the question as the user's next
+ * message, the assistant's turn and the answer's start. Templates close a
+ * reply and open the next message whatever the reply says, so the texts are
+ * made before the answers exist, and the sessions are sized for them. */
+static int turns_split(const struct args *ca, const struct kvf_model *m, const struct sample *smp,
+                       struct after *more) {
+    struct kvf_chat_message msgs[2 + 2 * RULER_MAX_QUESTIONS];
+    int n = 0, rc = 0;
+    if (ca->system) msgs[n++] = (struct kvf_chat_message){"system", ca->system};
+    msgs[n++] = (struct kvf_chat_message){"user", smp->text};
+    for (int j = 0; !rc && j < smp->n_more; j++) {
+        const struct sample_question *sq = &smp->more[j];
+        msgs[n++] = (struct kvf_chat_message){"assistant", "The answer."};
+        msgs[n++] = (struct kvf_chat_message){"user", sq->text + strspn(sq->text, " \n")}; /* a message's start */
+        char *t = NULL;
+        struct strbuf b = {0};
+        rc = chat_next_text(ca, m, msgs, n, &t);
+        if (!rc && (!strbuf_put(&b, t, strlen(t)) || !strbuf_put(&b, sq->prefix, strlen(sq->prefix))))
+            rc = fail(KVF_ERR_NOMEM, "eval");
+        if (!rc) rc = tokenize_text(m, b.s, b.n, false, true, &more[j].ids, &more[j].n);
+        free(t);
         free(b.s);
     }
     return rc;
@@ -645,6 +688,7 @@ struct summary {
     const char *task, *metric; /* milebench, when summarised by task */
     const char *needle;        /* needle, when summarised by the needle's kind */
     double budget, score, ppl, kv_mib, kv_full_mib, ms_per_token, n_prompt;
+    double vs_f16; /* KV bytes against an F16 full cache of the same positions; NaN: no full cache's row */
     int n;
 };
 
@@ -660,9 +704,22 @@ static bool same_run(const struct row *x, const struct summary *s, bool by_group
            (!by_group || (same_str(x->task, s->task) && same_str(x->needle, s->needle)));
 }
 
+/* The full cache's row on r's sample and question (the first run of every
+ * sample), or NULL. */
+static const struct row *full_row(const struct rows *rs, const struct row *r) {
+    for (int i = 0; i < rs->n; i++) {
+        const struct row *f = &rs->r[i];
+        if (f->sample == r->sample && f->question == r->question && isnan(f->budget) && !strcmp(f->spec, "full"))
+            return f;
+    }
+    return NULL;
+}
+
 /* The mean over the samples of each run, and with by_group of each task
- * (milebench) or needle kind. */
-static int summarise(const struct rows *rs, bool by_group, struct summary **out) {
+ * (milebench) or needle kind. f16: the bytes of an F16 cache over those of
+ * the sweep's types, for a position (the full cache holds no per-entry
+ * statistics). */
+static int summarise(const struct rows *rs, bool by_group, double f16, struct summary **out) {
     struct summary *s = calloc((size_t)rs->n + 1, sizeof *s);
     int n = 0;
     if (!s) return -1;
@@ -676,10 +733,13 @@ static int summarise(const struct rows *rs, bool by_group, struct summary **out)
         struct summary *t = &s[k];
         t->score += r->score, t->ppl += r->ppl, t->kv_mib += r->kv_mib, t->kv_full_mib += r->kv_full_mib;
         t->ms_per_token += r->ms_per_token, t->n_prompt += r->n_prompt, t->n++;
+        const struct row *f = full_row(rs, r);
+        t->vs_f16 += f ? r->kv_mib / (f->kv_full_mib * f16) : NAN;
     }
     for (int k = 0; k < n; k++) {
         const double d = s[k].n;
         s[k].score /= d, s[k].ppl /= d, s[k].kv_mib /= d, s[k].kv_full_mib /= d, s[k].ms_per_token /= d;
+        s[k].vs_f16 /= d;
         s[k].n_prompt /= d;
     }
     *out = s;
@@ -698,13 +758,14 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
     bool yes_no = !strcmp(mode, "needle") && !csv;
     for (int k = 0; k < n; k++) yes_no &= s[k].n == 1;
     if (csv) {
-        fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,decode_ms_per_token,n_prompt,build\n",
+        fprintf(f, "%skv,budget,samples,%s%s,kv_mib,kv_full_mib,kv_vs_f16_full,decode_ms_per_token,n_prompt,build\n",
                 tasks ? "task,metric," : kinds ? "needle," : "", score_name(mode), ppl ? ",ppl" : "");
     } else {
-        fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | decode ms/token | prompt tokens |\n",
+        fprintf(f, "|%s kv | budget | samples | %s |%s KV MiB | full KV MiB | KV bytes vs F16 full | decode ms/token "
+                "| prompt tokens |\n",
                 tasks ? " task | metric |" : kinds ? " needle |" : "", yes_no ? "correct" : score_name(mode),
                 ppl ? " PPL of the reference |" : "");
-        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|\n",
+        fprintf(f, "|%s---|---|---|---|%s---|---|---|---|---|\n",
                 tasks       ? "---|---|"
                     : kinds ? "---|"
                             : "",
@@ -718,14 +779,14 @@ static void print_summary(FILE *f, const char *mode, const struct summary *s, in
         if (tasks) snprintf(t, sizeof t, csv ? "\"%s\",%s," : " %s | %s |", s[k].task, s[k].metric);
         else if (kinds) snprintf(t, sizeof t, csv ? "%s," : " %s |", s[k].needle);
         if (csv)
-            fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.3f,%.0f,\"%s\"\n", t, s[k].spec, b, s[k].n, s[k].score, p,
-                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt, kvf_build_info());
+            fprintf(f, "%s\"%s\",%s,%d,%.4f%s,%.3f,%.3f,%.4f,%.3f,%.0f,\"%s\"\n", t, s[k].spec, b, s[k].n, s[k].score,
+                    p, s[k].kv_mib, s[k].kv_full_mib, s[k].vs_f16, s[k].ms_per_token, s[k].n_prompt, kvf_build_info());
         else {
             char sc[16];
             if (yes_no) snprintf(sc, sizeof sc, "%s", s[k].score > 0 ? "yes" : "no");
             else snprintf(sc, sizeof sc, "%.3f", s[k].score);
-            fprintf(f, "|%s `%s` | %s | %d | %s |%s %.2f | %.2f | %.2f | %.0f |\n", t, s[k].spec, b, s[k].n, sc, p,
-                    s[k].kv_mib, s[k].kv_full_mib, s[k].ms_per_token, s[k].n_prompt);
+            fprintf(f, "|%s `%s` | %s | %d | %s |%s %.2f | %.2f | %.3f | %.2f | %.0f |\n", t, s[k].spec, b, s[k].n, sc,
+                    p, s[k].kv_mib, s[k].kv_full_mib, s[k].vs_f16, s[k].ms_per_token, s[k].n_prompt);
         }
     }
 }
@@ -770,6 +831,7 @@ struct sweep {
     char label[96];
     char model[256];          /* the model's file name, in the pictures' titles */
     long total, todo, done;   /* rows of the sweep; left to do at the start; done since */
+    double f16;               /* a position's bytes in F16 over those in the sweep's types */
     bool stopped;             /* Ctrl-C left rows undone */
 };
 
@@ -893,6 +955,7 @@ static cJSON *sweep_settings(const struct args *a, const char *mode, int n_gen) 
         add_name(o, "--words", a->eval.words);
         add_name(o, "--haystack", a->eval.haystack);
         if (a->eval.questions > 1) cJSON_AddNumberToObject(o, "--questions", a->eval.questions);
+        if (a->eval.turns) cJSON_AddBoolToObject(o, "--turns", true);
     }
     cJSON_AddNumberToObject(o, "--samples", a->eval.n_samples);
     if (synthetic) {
@@ -1243,7 +1306,7 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
                 break;
             }
     struct summary *by_kind = NULL;
-    const int n_by = n_kinds ? summarise(&sw->rows, true, &by_kind) : 0;
+    const int n_by = n_kinds ? summarise(&sw->rows, true, sw->f16, &by_kind) : 0;
     double *xs = calloc((size_t)(n_by + n_all + 1), sizeof *xs), *ys = calloc((size_t)(n_by + n_all + 1), sizeof *ys);
     struct svg_series series[2][PLOT_MAX_SPECS];
     int rc = xs && ys && n_by >= 0 ? 0 : fail(KVF_ERR_NOMEM, "eval");
@@ -1335,21 +1398,25 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         if (t) memcpy(t + n, smp->answer_prefix, p + 1), text = t;
         else rc = fail(KVF_ERR_NOMEM, "eval");
     }
-    if (!rc && smp->n_more) rc = more_split(&ca, m, smp, text, more);
+    const bool turns = a->eval.turns;
+    if (!rc && smp->n_more) rc = turns ? turns_split(&ca, m, smp, more) : more_split(&ca, m, smp, text, more);
     if (!rc && !strcmp(a->eval.question, "after")) rc = question_split(&ca, m, smp, text, &q);
-    int q_max = q.n; /* the longest question: the sessions' room after the context */
-    for (int j = 0; j < smp->n_more; j++) q_max = MAX(q_max, more[j].n);
+    const int n_gen = sw->n_gen;
+    /* the sessions' room after the context: the longest question and its answer; --turns: every question, every
+     * answer and the token each answer stopped on */
+    int room = q.n + n_gen;
+    for (int j = 0; j < smp->n_more; j++) room = turns ? room + more[j].n + n_gen + 1 : MAX(room, more[j].n + n_gen);
     if (!rc) rc = prompt_make(m, text, &smp->media, ca.chat, &pr);
     free(text);
     const bool consistency = !strcmp(sw->mode, "consistency");
-    const int n_gen = sw->n_gen;
     const struct run *runs = sw->runs;
-    int32_t *ref = calloc((size_t)n_gen + 1, sizeof *ref);
+    /* the reference's tokens (consistency), an answer's (--turns) */
+    int32_t *ref = calloc((size_t)n_gen + 1, sizeof *ref), *ids = calloc((size_t)n_gen + 1, sizeof *ids);
     char *ref_text = NULL;
     int n_ref = 0;
-    if (!rc && !ref) rc = fail(KVF_ERR_NOMEM, "eval");
+    if (!rc && (!ref || !ids)) rc = fail(KVF_ERR_NOMEM, "eval");
     struct shared sh = {0};
-    if (!rc) rc = shared_open(a, m, pr, n_gen + q_max, &sh);
+    if (!rc) rc = shared_open(a, m, pr, room, &sh);
     char what[400] = "";
     if (smp->task) snprintf(what, sizeof what, " (%s %s)", smp->task->name, smp->id);
     else if (smp->ruler) snprintf(what, sizeof what, " (%s)", smp->ruler);
@@ -1380,20 +1447,22 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
         }
         struct kvf_session *s = NULL, *base = NULL;
         struct strbuf out = { 0 };
-        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, smp->n_more ? &base : NULL, &r);
+        if (!rc) rc = run_prefill(a, m, pr, &sh, &runs[k], room, &q, &s, smp->n_more && !turns ? &base : NULL, &r);
+        if (!rc && turns) rc = turn_compress(s, &r);
         if (!rc && a->eval.kept_map && index == 0 && !ref_only)
             rc = write_kept_maps(a, m, s, pr, smp, &runs[k], sw->model);
-        if (!rc) rc = run_greedy(m, s, n_gen, &out, k == 0 ? ref : NULL, k == 0 ? &n_ref : NULL, &r);
-        kvf_session_free(s);
-        s = NULL;
+        int n_ids = 0;
+        if (!rc) rc = run_greedy(m, s, n_gen, &out, ids, &n_ids, &r);
+        if (k == 0) memcpy(ref, ids, sizeof *ref * (size_t)(n_ref = n_ids));
+        if (!turns) kvf_session_free(s), s = NULL;
         if (!rc && k == 0 && consistency && !(ref_text = strdup(out.s ? out.s : ""))) rc = fail(KVF_ERR_NOMEM, "eval");
         if (!rc && consistency && !ref_only) {
             r.score = metrics_rouge_l_f1(out.s ? out.s : "", ref_text);
             /* the reference continuation, teacher-forced under the policy */
             struct row forced = r;
-            rc = run_prefill(a, m, pr, &sh, &runs[k], n_gen + q_max, &q, &s, NULL, &forced);
+            rc = run_prefill(a, m, pr, &sh, &runs[k], room, &q, &s, NULL, &forced);
             if (!rc) rc = run_forced(m, s, ref, n_ref, &r.ppl);
-            kvf_session_free(s);
+            kvf_session_free(s), s = NULL;
         } else if (!rc && smp->task) {
             r.score = mb_score(smp, out.s ? out.s : "");
         } else if (!rc && smp->ruler) {
@@ -1402,7 +1471,8 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             r.score = metrics_contains(out.s ? out.s : "", smp->answer) ? 1.0 : 0.0;
         }
         r.output = out.s ? out.s : strdup("");
-        /* the further questions, each of a copy of the compressed context; the rows of a run added together */
+        /* the further questions, each of a copy of the compressed context (--turns: each a message of the
+         * conversation s holds); the rows of a run added together */
         struct row rq[RULER_MAX_QUESTIONS];
         int n_rq = 0;
         rq[n_rq++] = r;
@@ -1413,13 +1483,21 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
                               .task = r.task, .metric = r.metric, .kv_mib = r.kv_mib, .kv_full_mib = r.kv_full_mib,
                               .prefill_ms = r.prefill_ms, .compress_ms = r.compress_ms};
             snprintf(x->spec, sizeof x->spec, "%s", r.spec);
-            struct kvf_session *c = base;
-            enum kvf_status st = j + 1 < smp->n_more ? kvf_session_copy(base, &c) : KVF_OK;
+            struct kvf_session *c = turns ? s : base;
+            enum kvf_status st = KVF_OK;
+            /* --turns: the token the last answer stopped on goes in, as chat's reply does */
+            if (turns && n_ids == n_gen) st = kvf_session_decode(s, ids[n_gen - 1]);
+            else if (!turns && j + 1 < smp->n_more) st = kvf_session_copy(base, &c);
+            const double t0 = now_ms();
             if (st == KVF_OK) st = kvf_session_prefill(c, more[j].ids, more[j].n, NULL);
             rc = st != KVF_OK ? fail(st, "eval: a further question") : 0;
+            if (!rc && turns) {
+                x->prefill_ms = now_ms() - t0, x->n_prompt = kvf_session_n_past(s);
+                rc = turn_compress(s, x);
+            }
             struct strbuf o = { 0 };
-            if (!rc) rc = run_greedy(m, c, n_gen, &o, NULL, NULL, x);
-            if (c != base) kvf_session_free(c);
+            if (!rc) rc = run_greedy(m, c, n_gen, &o, turns ? ids : NULL, turns ? &n_ids : NULL, x);
+            if (c != base && c != s) kvf_session_free(c);
             x->score = metrics_match_all(o.s ? o.s : "", smp->more[j].answer);
             x->gt = strdup(smp->more[j].answer);
             x->output = o.s ? o.s : strdup("");
@@ -1427,6 +1505,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
             if (!rc && (!x->gt || !x->output)) rc = fail(KVF_ERR_NOMEM, "eval");
         }
         kvf_session_free(base);
+        kvf_session_free(s);
         for (int j = 0; j < n_rq; j++) {
             if (!rc && !ref_only) rc = sweep_add(sw, a, &rq[j]);
             else free(rq[j].output), free(rq[j].gt);
@@ -1436,6 +1515,7 @@ static int eval_sample(const struct args *a, const struct kvf_model *m, struct s
     kvf_session_free(sh.src);
     free(q.ids);
     free(ref);
+    free(ids);
     free(ref_text);
     kvf_prompt_free(pr);
     return rc;
@@ -1719,6 +1799,11 @@ static int cmd_eval(const struct args *a) {
         print_error("eval: --question '%s': want with or after", a->eval.question);
         return EXIT_USAGE;
     }
+    if (a->eval.turns && (strcmp(a->eval_mode, "ruler") || strcmp(a->eval.question, "after"))) {
+        print_error("eval: --turns asks the questions in the turns of a conversation: eval ruler with --question "
+                    "after");
+        return EXIT_USAGE;
+    }
     if (a->eval.questions > 1 && (strcmp(a->eval_mode, "ruler") || strcmp(a->eval.question, "after"))) {
         print_error("eval: --questions %d asks several questions of one compressed context: eval ruler with "
                     "--question after", a->eval.questions);
@@ -1741,6 +1826,11 @@ static int cmd_eval(const struct args *a) {
     if (!rc) rc = sweep_open(&sw, a);
     struct kvf_model *m = NULL;
     if (!rc) rc = load_model(a, &m);
+    size_t pos_f16 = 0, pos = 0;
+    if (!rc && (kvf_kv_position_bytes(m, KVF_KV_F16, KVF_KV_F16, &pos_f16) != KVF_OK ||
+                kvf_kv_position_bytes(m, a->type_k_id, a->type_v_id, &pos) != KVF_OK))
+        rc = fail_option(KVF_ERR_UNSUPPORTED, "eval: --kv-type");
+    sw.f16 = pos ? (double)pos_f16 / (double)pos : NAN;
     if (!rc)
         rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : ruler ? eval_ruler(a, m, &sw) : eval_samples(a, m, &sw);
     progress_end(&sw.prog);
@@ -1752,7 +1842,8 @@ static int cmd_eval(const struct args *a) {
     /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
     const bool by_group = mb || ruler || (!strcmp(mode, "needle") && !strcmp(a->eval.needle, "both"));
     struct summary *sum = NULL, *all = NULL;
-    const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, &sum), n_all = rc ? 0 : summarise(&sw.rows, false, &all);
+    const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, sw.f16, &sum),
+              n_all = rc ? 0 : summarise(&sw.rows, false, sw.f16, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
     if (!rc && !a->json) {
         if (sw.stopped) printf("%s\n\n", note);

@@ -154,7 +154,7 @@ static bool job_fill(struct server *srv, struct serve_job *j, int32_t *tok, bool
     if (!*done)
         return true;
     *kv_full = kvf_session_kv_full_bytes(j->s);
-    if (*kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s))
+    if (*kv_full > srv->pos_bytes * (size_t)kvf_session_n_past(j->s) + srv->head_bytes)
         fprintf(stderr, "kvfold: serve: warning: a position costs %zu bytes, over the %zu the KV budget assumes\n",
                 *kv_full / (size_t)kvf_session_n_past(j->s), srv->pos_bytes);
     if ((st = kvf_session_compress(j->s)) != KVF_OK)

@@ -10,7 +10,7 @@ size_t sched_reserve_bytes(const struct server *srv, int n) {
     /* A head's storage grows by 1/8 of itself, at least to 16 entries
      * (kvf_session_kv_bytes counts what is allocated): with at most n
      * positions it never holds storage for more than n + n/8 of them. */
-    return srv->pos_bytes * (size_t)MAX(n + n / 8, 16);
+    return srv->pos_bytes * (size_t)MAX(n + n / 8, 16) + srv->head_bytes;
 }
 
 /* The entries a session's cache holds, over all layers and kv heads (for
@@ -88,9 +88,11 @@ void budget_account(struct server *srv) {
 
 /* The KV bytes of one position, measured on a session that gathers every
  * statistic a policy can keep per entry (kv_gather), so no policy's costs
- * more. */
+ * more: what a second position adds to the first; what the first cost
+ * beyond that is what every head holds whatever its length (q4_0s keys'
+ * smoothing). */
 int budget_measure(struct server *srv) {
-    struct kvf_session_params sp = session_params(srv->a, 2);
+    struct kvf_session_params sp = session_params(srv->a, 3);
     sp.kv_spec = NULL;
     sp.kv_gather = 1;
     struct kvf_session *s;
@@ -98,8 +100,11 @@ int budget_measure(struct server *srv) {
     if (rc)
         return rc;
     const int32_t tok = srv->info.bos >= 0 ? srv->info.bos : 0;
-    const enum kvf_status st = kvf_session_prefill(s, &tok, 1, NULL);
-    srv->pos_bytes = kvf_session_kv_full_bytes(s);
+    enum kvf_status st = kvf_session_prefill(s, &tok, 1, NULL);
+    const size_t one = kvf_session_kv_full_bytes(s);
+    if (st == KVF_OK) st = kvf_session_decode(s, tok);
+    srv->pos_bytes = kvf_session_kv_full_bytes(s) - one;
+    srv->head_bytes = one - srv->pos_bytes;
     kvf_session_free(s);
     return st == KVF_OK ? 0 : fail(st, "serve: a first prefill");
 }

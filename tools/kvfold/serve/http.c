@@ -788,6 +788,8 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *
     metric(&b, "kvfold_kv_bytes_reserved", "gauge", "KV bytes reserved by admitted sessions", (double)srv->reserved);
     metric(&b, "kvfold_kv_bytes_budget", "gauge", "--kv-memory", (double)srv->budget);
     metric(&b, "kvfold_kv_bytes_per_position", "gauge", "KV bytes one position may cost", (double)srv->pos_bytes);
+    metric(&b, "kvfold_kv_bytes_per_session", "gauge", "KV bytes a session's cache takes whatever its length",
+           (double)srv->head_bytes);
     metric(&b, "kvfold_compressions_total", "counter", "KV compressions run", (double)srv->compressions);
     metric(&b, "kvfold_scheduler_turns_total", "counter",
            "scheduler turns (each: a request admitted, a prompt part, a decode step of every running session)",

@@ -98,7 +98,7 @@ bool sched_slot_adopt(struct server *srv, struct kvf_session *s, const struct se
         return serve_error_set(e, 400, "invalid_request", "the session was saved with a context of %d positions; this "
                                "server's is %d (--ctx-size)", kvf_session_n_ctx(s), srv->n_ctx);
     /* the admission rule's bytes per position must hold for it (another --kv-type's would not) */
-    if (kvf_session_kv_full_bytes(s) > (size_t)kvf_session_n_past(s) * srv->pos_bytes)
+    if (kvf_session_kv_full_bytes(s) > (size_t)kvf_session_n_past(s) * srv->pos_bytes + srv->head_bytes)
         return serve_error_set(e, 400, "invalid_request", "the session's positions cost more than this server's %zu "
                                "bytes each (saved with another --kv-type)", srv->pos_bytes);
     cJSON *o = cJSON_Parse(kvf_session_note(s));

@@ -46,7 +46,8 @@ size_t budget_after_compress(const struct server *srv, const struct serve_job *j
  * (srv->in_use, srv->peak_in_use), each session checked against its
  * reservation. Under the lock. */
 void budget_account(struct server *srv);
-/* srv->pos_bytes: the KV bytes of one position, for any policy. */
+/* srv->pos_bytes and srv->head_bytes: the KV bytes of one position, and
+ * those of a session's cache whatever its length, for any policy. */
 int budget_measure(struct server *srv);
 
 /* -------------------------------------------------------------- idle.c -- */

@@ -103,6 +103,7 @@ struct server {
     size_t max_body;          /* --max-body in bytes */
     unsigned max_conns;       /* connections at once (libmicrohttpd's limit) */
     size_t pos_bytes;         /* KV bytes one position costs at most (all layers, heads, statistics) */
+    size_t head_bytes;        /* ... and a session's cache whatever its length (q4_0s keys' smoothing) */
     pthread_mutex_t mu;
     pthread_cond_t wake;      /* the scheduler's: work arrived, a job was cancelled, stop */
     pthread_t thread;
