@@ -625,10 +625,12 @@ KVF_API size_t kvf_session_kv_full_bytes(const struct kvf_session *session);
  * in every (layer, kv head) -- what kvf_session_kv_full_bytes grows by per
  * position for the full cache, per-entry statistics aside; a
  * sliding-window layer stops holding a position once its window has
- * passed it. KVF_ERR_INVALID_ARG for an unknown type, KVF_ERR_UNSUPPORTED
- * for a type the model's head dimension cannot take. */
+ * passed it. per_cache (may be NULL): what such a cache holds whatever
+ * its length (Q4_0S keys' shift and scale in every head; else 0).
+ * KVF_ERR_INVALID_ARG for an unknown type, KVF_ERR_UNSUPPORTED for a type
+ * the model's head dimension cannot take. */
 KVF_API enum kvf_status kvf_kv_position_bytes(const struct kvf_model *m, enum kvf_kv_type type_k,
-                                              enum kvf_kv_type type_v, size_t *out);
+                                              enum kvf_kv_type type_v, size_t *per_position, size_t *per_cache);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block
  * budget plus the largest block. */

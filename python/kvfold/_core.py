@@ -295,7 +295,7 @@ class Model(_Handle):
         layer and kv head."""
         k, v = _kv_types(kv_type, type_k, type_v)
         out = ctypes.c_size_t()
-        check(lib.kvf_kv_position_bytes(self.ptr, k, v, ctypes.byref(out)), "kv_position_bytes")
+        check(lib.kvf_kv_position_bytes(self.ptr, k, v, ctypes.byref(out), None), "kv_position_bytes")
         return out.value
 
     # ----------------------------------------------------------- sessions --

@@ -82,14 +82,17 @@ static enum kvf_status type_row(const struct kv_cache *c, enum kvf_kv_type type,
 }
 
 enum kvf_status kv_cache_position_bytes(int n_layer, int n_head_kv, int head_dim, enum kvf_kv_type type_k,
-                                        enum kvf_kv_type type_v, size_t *out) {
+                                        enum kvf_kv_type type_v, size_t *per_position, size_t *per_cache) {
     const struct kv_cache c = {.head_dim = head_dim};
     enum dtype t;
     size_t k_row, v_row;
     enum kvf_status st = type_row(&c, type_k, false, &t, &k_row);
     if (st == KVF_OK) st = type_row(&c, type_v, true, &t, &v_row);
-    if (st == KVF_OK) *out = (size_t)n_layer * (size_t)n_head_kv * (k_row + v_row + sizeof(struct kvf_tag));
-    return st;
+    if (st != KVF_OK) return st;
+    const size_t heads = (size_t)n_layer * (size_t)n_head_kv;
+    *per_position = heads * (k_row + v_row + sizeof(struct kvf_tag));
+    if (per_cache) *per_cache = kv_types[type_k].smooth ? heads * 2 * sizeof(float) * (size_t)head_dim : 0;
+    return KVF_OK;
 }
 
 enum kvf_status kv_cache_set_type(struct kv_cache *c, enum kvf_kv_type type_k, enum kvf_kv_type type_v) {

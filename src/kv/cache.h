@@ -79,9 +79,10 @@ enum kvf_status kv_cache_fit(struct kv_cache *c);
 int kv_cache_most(const struct kv_cache *c);
 /* Bytes one position takes in a full cache of n_layer layers of n_head_kv
  * heads stored as type_k/type_v: its key and value rows and its tag in
- * every head (errors as kv_cache_set_type's). */
+ * every head; and (per_cache, optional) what the heads hold whatever
+ * their length, the keys' smoothing (errors as kv_cache_set_type's). */
 enum kvf_status kv_cache_position_bytes(int n_layer, int n_head_kv, int head_dim, enum kvf_kv_type type_k,
-                                        enum kvf_kv_type type_v, size_t *out);
+                                        enum kvf_kv_type type_v, size_t *per_position, size_t *per_cache);
 /* Bytes n entries take in every head of one layer (sized exactly). */
 size_t kv_cache_layer_bytes_for(const struct kv_cache *c, int n);
 /* Makes room for `extra` more entries in every head of a layer. */

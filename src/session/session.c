@@ -860,9 +860,10 @@ size_t kvf_session_kv_full_bytes(const struct kvf_session *s) {
     return bytes;
 }
 enum kvf_status kvf_kv_position_bytes(const struct kvf_model *m, enum kvf_kv_type type_k, enum kvf_kv_type type_v,
-                                      size_t *out) {
-    if (!m || !out) return err_set(KVF_ERR_INVALID_ARG, "kvf_kv_position_bytes: a NULL argument");
-    return kv_cache_position_bytes(m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, type_k, type_v, out);
+                                      size_t *per_position, size_t *per_cache) {
+    if (!m || !per_position) return err_set(KVF_ERR_INVALID_ARG, "kvf_kv_position_bytes: a NULL argument");
+    return kv_cache_position_bytes(m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, type_k, type_v, per_position,
+                                   per_cache);
 }
 int kvf_session_kv_peak_entries(const struct kvf_session *s) { return s->kv.peak_entries; }
 const struct kvf_tag *kvf_session_tags(const struct kvf_session *s) { return s->tags; }

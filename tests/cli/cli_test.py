@@ -529,13 +529,19 @@ def case_demo(ctx):
     p = subprocess.run(["bash", script, ctx.bin, smol], capture_output=True, timeout=300)
     out = p.stdout.decode("utf-8", "replace")
     check(p.returncode == 0, f"demo: exit {p.returncode}: {out!r} {p.stderr!r}")
-    # one table row per run: the full cache, then 2 methods at 2 budgets; accuracy over 2 prompts
+    # one table row per run: the full cache, then 2 methods at 2 budgets, in f16; then the full cache and keydiff
+    # at 0.2 in 4-bit keys and values; accuracy over 2 prompts, bytes against the f16 full cache
     rows = [ln.split("|")[1:-1] for ln in out.splitlines() if ln.startswith("| `")]
-    check(len(rows) == 5, f"demo: {len(rows)} table rows, want 5: {out!r}")
+    check(len(rows) == 7, f"demo: {len(rows)} table rows, want 7: {out!r}")
     acc = lambda r: {"yes": 1.0, "no": 0.0}.get(r[3].strip()) if r[3].strip() in ("yes", "no") else float(r[3])
     check(rows[0][0].strip() == "`full`" and acc(rows[0]) == 1.0, f"demo: the full cache missed a needle: {out!r}")
     for r in rows:
         check(0.0 <= acc(r) <= 1.0 and float(r[4]) <= float(r[5]) + 1e-9, f"demo row {r}")
+    # SmolLM2's 64-value rows: f16 128 + 128 + 12 bytes an entry, q4_0s / q4_0h 36 + 36 + 12 (and each head's
+    # smoothing, under 1% of 1,144 positions' worth)
+    small = 84 / 268
+    check(float(rows[0][6]) == 1.0 and rows[5][0].strip() == "`full`" and small <= float(rows[5][6]) <= 1.01 * small
+          and abs(float(rows[6][6]) - 0.2 * float(rows[5][6])) < 0.003, f"demo: the bytes column: {out!r}")
 
 
 def case_kv(ctx):

@@ -342,28 +342,33 @@ static void test_kv_position_bytes(void **state) {
     const struct kvf_model_info in = info();
     const size_t d = (size_t)in.head_dim, heads = (size_t)in.n_layer * in.n_head_kv;
     const size_t row[] = {[KVF_KV_F32] = 4 * d, [KVF_KV_F16] = 2 * d, [KVF_KV_Q8_0] = d / 32 * 34,
-                          [KVF_KV_Q4_0] = d / 32 * 18, [KVF_KV_Q4_0H] = d / 32 * 18};
+                          [KVF_KV_Q4_0] = d / 32 * 18, [KVF_KV_Q4_0H] = d / 32 * 18, [KVF_KV_Q4_0S] = d / 32 * 18};
     const enum kvf_kv_type pairs[][2] = {{KVF_KV_F32, KVF_KV_F32}, {KVF_KV_F16, KVF_KV_F16},
-                                         {KVF_KV_Q8_0, KVF_KV_Q4_0H}, {KVF_KV_Q4_0, KVF_KV_Q4_0}};
+                                         {KVF_KV_Q8_0, KVF_KV_Q4_0H}, {KVF_KV_Q4_0, KVF_KV_Q4_0},
+                                         {KVF_KV_Q4_0S, KVF_KV_Q4_0H}};
     int32_t n;
     int32_t *ids = tokens(TEXT, true, &n);
     for (size_t c = 0; c < sizeof pairs / sizeof *pairs; c++) {
         size_t pos = 0;
-        assert_int_equal(kvf_kv_position_bytes(model, pairs[c][0], pairs[c][1], &pos), KVF_OK);
+        size_t per_cache = 7;
+        assert_int_equal(kvf_kv_position_bytes(model, pairs[c][0], pairs[c][1], &pos, &per_cache), KVF_OK);
         assert_int_equal(pos, heads * (row[pairs[c][0]] + row[pairs[c][1]] + sizeof(struct kvf_tag)));
+        /* smoothed keys: a shift and a scale a channel in every head */
+        assert_int_equal(per_cache, pairs[c][0] == KVF_KV_Q4_0S ? heads * 2 * d * sizeof(float) : 0);
         struct kvf_session_params sp = kvf_session_default_params();
         sp.n_ctx = n + 1, sp.n_threads = 2, sp.type_k = pairs[c][0], sp.type_v = pairs[c][1];
         struct kvf_session *s = NULL;
         assert_int_equal(kvf_session_init(model, &sp, &s), KVF_OK);
         assert_int_equal(kvf_session_prefill(s, ids, n, NULL), KVF_OK);
         assert_int_equal(kvf_session_compress(s), KVF_OK);
-        assert_int_equal(kvf_session_kv_full_bytes(s), (size_t)n * pos);
-        assert_int_equal(kvf_session_kv_bytes(s), (size_t)n * pos);
+        assert_int_equal(kvf_session_kv_full_bytes(s), (size_t)n * pos + per_cache);
+        assert_int_equal(kvf_session_kv_bytes(s), (size_t)n * pos + per_cache);
         kvf_session_free(s);
     }
     size_t pos = 7;
-    assert_int_equal(kvf_kv_position_bytes(model, (enum kvf_kv_type)99, KVF_KV_F16, &pos), KVF_ERR_INVALID_ARG);
-    assert_int_equal(kvf_kv_position_bytes(NULL, KVF_KV_F16, KVF_KV_F16, &pos), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_position_bytes(model, (enum kvf_kv_type)99, KVF_KV_F16, &pos, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_position_bytes(NULL, KVF_KV_F16, KVF_KV_F16, &pos, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_position_bytes(model, KVF_KV_Q4_0H, KVF_KV_Q4_0S, &pos, NULL), KVF_ERR_UNSUPPORTED);
     assert_int_equal(pos, 7);
     free(ids);
 }

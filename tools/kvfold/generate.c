@@ -235,9 +235,11 @@ static cJSON *gen_kv_json(struct gen *g, size_t kv_bytes) {
     cJSON_AddStringToObject(kv, "policy", a->kv ? a->kv : "full");
     kv_types_json(kv, "type", a);
     cJSON_AddNumberToObject(kv, "bytes", (double)kv_bytes);
-    size_t pos = 0;
-    if (kvf_kv_position_bytes(g->m, a->type_k_id, a->type_v_id, &pos) == KVF_OK)
+    size_t pos = 0, per_cache = 0;
+    if (kvf_kv_position_bytes(g->m, a->type_k_id, a->type_v_id, &pos, &per_cache) == KVF_OK) {
         cJSON_AddNumberToObject(kv, "bytes_per_position", (double)pos);
+        cJSON_AddNumberToObject(kv, "bytes_per_cache", (double)per_cache);
+    }
     kv_kept_json(kv, g->kv_full, g->kv_kept);
     cJSON_AddNumberToObject(kv, "peak_bytes", (double)kvf_session_kv_peak_bytes(g->s));
     cJSON_AddNumberToObject(kv, "peak_entries", kvf_session_kv_peak_entries(g->s));

@@ -19,13 +19,14 @@ static const enum kvf_kv_type pos_types[][2] = {{KVF_KV_F32, KVF_KV_F32},   {KVF
                                                 {KVF_KV_Q4_0, KVF_KV_Q4_0}};
 #define N_POS_TYPES ((int)(sizeof pos_types / sizeof pos_types[0]))
 
-/* "f16" or "q8_0/q4_0h" and the bytes of a position in those types; false
- * where the model's heads cannot take them. */
-static bool pos_bytes(const struct kvf_model *m, int i, char name[32], size_t *bytes) {
+/* "f16" or "q8_0/q4_0h" and the bytes of a position in those types (and
+ * of the cache whatever its length); false where the model's heads cannot
+ * take them. */
+static bool pos_bytes(const struct kvf_model *m, int i, char name[32], size_t *bytes, size_t *per_cache) {
     const enum kvf_kv_type k = pos_types[i][0], v = pos_types[i][1];
     if (k == v) snprintf(name, 32, "%s", kvf_kv_type_name(k));
     else snprintf(name, 32, "%s/%s", kvf_kv_type_name(k), kvf_kv_type_name(v));
-    return kvf_kv_position_bytes(m, k, v, bytes) == KVF_OK;
+    return kvf_kv_position_bytes(m, k, v, bytes, per_cache) == KVF_OK;
 }
 
 static cJSON *info_json(const struct kvf_model *m, const char *file, const struct kvf_model_info *in) {
@@ -59,8 +60,8 @@ static cJSON *info_json(const struct kvf_model *m, const char *file, const struc
     cJSON *kb = cJSON_AddObjectToObject(o, "kv_bytes_per_position");
     for (int i = 0; i < N_POS_TYPES; i++) {
         char name[32];
-        size_t b;
-        if (pos_bytes(m, i, name, &b)) cJSON_AddNumberToObject(kb, name, (double)b);
+        size_t b, c;
+        if (pos_bytes(m, i, name, &b, &c)) cJSON_AddNumberToObject(kb, name, (double)b);
     }
     cJSON_AddStringToObject(o, "tokenizer", in->tokenizer);
     cJSON_AddStringToObject(o, "chat_template", in->chat_template_name);
@@ -123,8 +124,10 @@ static void info_print(const struct kvf_model *m, const char *file, const struct
     printf("kv cache        bytes a position (keys, values, tags; -ctk/-ctv):");
     for (int i = 0; i < N_POS_TYPES; i++) {
         char name[32];
-        size_t b;
-        if (pos_bytes(m, i, name, &b)) printf("%s %s %zu", i ? "," : "", name, b);
+        size_t b, c;
+        if (!pos_bytes(m, i, name, &b, &c)) continue;
+        printf("%s %s %zu", i ? "," : "", name, b);
+        if (c) printf(" (+ %zu a cache)", c);
     }
     printf("%s\n", in->sliding_window > 0 ? " (sliding-window layers hold only their window)" : "");
     printf("build           %s\n", kvf_build_info());

@@ -716,10 +716,11 @@ static const struct row *full_row(const struct rows *rs, const struct row *r) {
 }
 
 /* The mean over the samples of each run, and with by_group of each task
- * (milebench) or needle kind. f16: the bytes of an F16 cache over those of
- * the sweep's types, for a position (the full cache holds no per-entry
- * statistics). */
-static int summarise(const struct rows *rs, bool by_group, double f16, struct summary **out) {
+ * (milebench) or needle kind. The F16 full cache's bytes are the full
+ * cache's row's, less per_cache (MiB its cache holds whatever its length),
+ * times f16 (a position's bytes in F16 over those in the sweep's types;
+ * the full cache holds no per-entry statistics). */
+static int summarise(const struct rows *rs, bool by_group, double f16, double per_cache, struct summary **out) {
     struct summary *s = calloc((size_t)rs->n + 1, sizeof *s);
     int n = 0;
     if (!s) return -1;
@@ -734,7 +735,7 @@ static int summarise(const struct rows *rs, bool by_group, double f16, struct su
         t->score += r->score, t->ppl += r->ppl, t->kv_mib += r->kv_mib, t->kv_full_mib += r->kv_full_mib;
         t->ms_per_token += r->ms_per_token, t->n_prompt += r->n_prompt, t->n++;
         const struct row *f = full_row(rs, r);
-        t->vs_f16 += f ? r->kv_mib / (f->kv_full_mib * f16) : NAN;
+        t->vs_f16 += f ? r->kv_mib / ((f->kv_full_mib - per_cache) * f16) : NAN;
     }
     for (int k = 0; k < n; k++) {
         const double d = s[k].n;
@@ -832,6 +833,7 @@ struct sweep {
     char model[256];          /* the model's file name, in the pictures' titles */
     long total, todo, done;   /* rows of the sweep; left to do at the start; done since */
     double f16;               /* a position's bytes in F16 over those in the sweep's types */
+    double per_cache_mib;     /* ... and what a cache in those types holds whatever its length */
     bool stopped;             /* Ctrl-C left rows undone */
 };
 
@@ -1306,7 +1308,7 @@ static int write_plots(const struct args *a, const struct sweep *sw, const struc
                 break;
             }
     struct summary *by_kind = NULL;
-    const int n_by = n_kinds ? summarise(&sw->rows, true, sw->f16, &by_kind) : 0;
+    const int n_by = n_kinds ? summarise(&sw->rows, true, sw->f16, sw->per_cache_mib, &by_kind) : 0;
     double *xs = calloc((size_t)(n_by + n_all + 1), sizeof *xs), *ys = calloc((size_t)(n_by + n_all + 1), sizeof *ys);
     struct svg_series series[2][PLOT_MAX_SPECS];
     int rc = xs && ys && n_by >= 0 ? 0 : fail(KVF_ERR_NOMEM, "eval");
@@ -1826,11 +1828,12 @@ static int cmd_eval(const struct args *a) {
     if (!rc) rc = sweep_open(&sw, a);
     struct kvf_model *m = NULL;
     if (!rc) rc = load_model(a, &m);
-    size_t pos_f16 = 0, pos = 0;
-    if (!rc && (kvf_kv_position_bytes(m, KVF_KV_F16, KVF_KV_F16, &pos_f16) != KVF_OK ||
-                kvf_kv_position_bytes(m, a->type_k_id, a->type_v_id, &pos) != KVF_OK))
+    size_t pos_f16 = 0, pos = 0, per_cache = 0;
+    if (!rc && (kvf_kv_position_bytes(m, KVF_KV_F16, KVF_KV_F16, &pos_f16, NULL) != KVF_OK ||
+                kvf_kv_position_bytes(m, a->type_k_id, a->type_v_id, &pos, &per_cache) != KVF_OK))
         rc = fail_option(KVF_ERR_UNSUPPORTED, "eval: --kv-type");
     sw.f16 = pos ? (double)pos_f16 / (double)pos : NAN;
+    sw.per_cache_mib = (double)per_cache / MIB;
     if (!rc)
         rc = mb ? eval_milebench(a, m, tasks, n_tasks, &sw) : ruler ? eval_ruler(a, m, &sw) : eval_samples(a, m, &sw);
     progress_end(&sw.prog);
@@ -1842,8 +1845,8 @@ static int cmd_eval(const struct args *a) {
     /* the tables by task (milebench) or needle kind (both), the charts over every sample of a run */
     const bool by_group = mb || ruler || (!strcmp(mode, "needle") && !strcmp(a->eval.needle, "both"));
     struct summary *sum = NULL, *all = NULL;
-    const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, sw.f16, &sum),
-              n_all = rc ? 0 : summarise(&sw.rows, false, sw.f16, &all);
+    const int n_sum = rc ? 0 : summarise(&sw.rows, by_group, sw.f16, sw.per_cache_mib, &sum),
+              n_all = rc ? 0 : summarise(&sw.rows, false, sw.f16, sw.per_cache_mib, &all);
     if (!rc && (n_sum < 0 || n_all < 0)) rc = fail(KVF_ERR_NOMEM, "eval");
     if (!rc && !a->json) {
         if (sw.stopped) printf("%s\n\n", note);
