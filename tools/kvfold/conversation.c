@@ -179,7 +179,6 @@ static int turn_close(struct chat *c, const struct reply *r) {
     return st == KVF_OK ? 0 : fail(st, "chat: decode");
 }
 
-
 /* One exchange: the user's message through the model, the reply streamed. */
 static int chat_turn(struct chat *c, const char *text) {
     const struct args *a = c->a;
