@@ -341,10 +341,6 @@ void kv_head_unsmooth(const struct kv_head *h, int head_dim, float *rows, int n)
 }
 
 float kv_head_smooth_query(const struct kv_head *h, int head_dim, const float *q, float *qs) {
-    if (!h->smooth) {
-        memcpy(qs, q, sizeof(float) * (size_t)head_dim);
-        return 0;
-    }
     float shift = 0;
     for (int i = 0; i < head_dim; i++) qs[i] = q[i] * h->smooth[head_dim + i], shift += q[i] * h->smooth[i];
     return shift;

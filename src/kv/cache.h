@@ -125,9 +125,9 @@ void kv_head_set_row(struct kv_head *h, int head_dim, int j, const float *k, con
 /* Rows of keys as kv_head_key_row gives them, from what quant_dequant_row
  * gives for n stored rows (in place; nothing for a head without smooth). */
 void kv_head_unsmooth(const struct kv_head *h, int head_dim, float *rows, int n);
-/* A query against smoothed keys: q scaled channel by channel into qs, so
- * that qs . stored = q . key - q . shift; returns q . shift (0 and qs = q
- * for a head without smooth). */
+/* A query against a head's smoothed keys (h->smooth set): q scaled
+ * channel by channel into qs, so that qs . stored = q . key - q . shift;
+ * returns q . shift. */
 float kv_head_smooth_query(const struct kv_head *h, int head_dim, const float *q, float *qs);
 
 #endif

@@ -88,11 +88,14 @@ void budget_account(struct server *srv) {
 
 /* The KV bytes of one position, measured on a session that gathers every
  * statistic a policy can keep per entry (kv_gather), so no policy's costs
- * more: what a second position adds to the first; what the first cost
- * beyond that is what every head holds whatever its length (q4_0s keys'
- * smoothing). */
+ * more, less what its cache holds whatever its length (q4_0s keys'
+ * smoothing: kvf_kv_position_bytes). */
 int budget_measure(struct server *srv) {
-    struct kvf_session_params sp = session_params(srv->a, 3);
+    size_t rows; /* the rows and tags alone; the session below adds the statistics */
+    enum kvf_status st = kvf_kv_position_bytes(srv->m, srv->a->type_k_id, srv->a->type_v_id, &rows, &srv->head_bytes);
+    if (st != KVF_OK)
+        return fail_option(st, "serve: cannot create a session");
+    struct kvf_session_params sp = session_params(srv->a, 2);
     sp.kv_spec = NULL;
     sp.kv_gather = 1;
     struct kvf_session *s;
@@ -100,11 +103,8 @@ int budget_measure(struct server *srv) {
     if (rc)
         return rc;
     const int32_t tok = srv->info.bos >= 0 ? srv->info.bos : 0;
-    enum kvf_status st = kvf_session_prefill(s, &tok, 1, NULL);
-    const size_t one = kvf_session_kv_full_bytes(s);
-    if (st == KVF_OK) st = kvf_session_decode(s, tok);
-    srv->pos_bytes = kvf_session_kv_full_bytes(s) - one;
-    srv->head_bytes = one - srv->pos_bytes;
+    st = kvf_session_prefill(s, &tok, 1, NULL);
+    srv->pos_bytes = kvf_session_kv_full_bytes(s) - srv->head_bytes;
     kvf_session_free(s);
     return st == KVF_OK ? 0 : fail(st, "serve: a first prefill");
 }
