@@ -631,6 +631,14 @@ KVF_API size_t kvf_session_kv_full_bytes(const struct kvf_session *session);
  * the model's head dimension cannot take. */
 KVF_API enum kvf_status kvf_kv_position_bytes(const struct kvf_model *m, enum kvf_kv_type type_k,
                                               enum kvf_kv_type type_v, size_t *per_position, size_t *per_cache);
+/* The positions a cache of n_context positions holds beyond them while
+ * kv_spec's compression runs: KVzip's reconstruction repeats the context
+ * after it, a chunk (its key "chunk") at a time, each pass removed after
+ * it; 0 for a rule without such a pass. What a server reserves for a
+ * request is the context's positions and these. KVF_ERR_INVALID_ARG for a
+ * bad spec (as kvf_kv_policy_check). */
+KVF_API enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char *kv_spec, int32_t n_context,
+                                                  int32_t *n_extra);
 /* The most entries any one (layer, kv head) has held at any moment since the
  * session started or was reset: under block-wise prefill at most the block
  * budget plus the largest block. */

@@ -298,6 +298,15 @@ class Model(_Handle):
         check(lib.kvf_kv_position_bytes(self.ptr, k, v, ctypes.byref(out), None), "kv_position_bytes")
         return out.value
 
+    def kv_compress_positions(self, kv: Optional[str], n_context: int) -> int:
+        """Positions a cache of n_context positions holds beyond them while
+        kv's compression runs (KVzip's reconstruction repeats the context
+        after it, a chunk at a time); 0 for a rule without such a pass."""
+        out = ctypes.c_int32()
+        check(lib.kvf_kv_compress_positions(self.ptr, _b(kv), n_context, ctypes.byref(out)),
+              "kv_compress_positions")
+        return out.value
+
     # ----------------------------------------------------------- sessions --
 
     def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,

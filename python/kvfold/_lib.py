@@ -172,6 +172,7 @@ FUNCTIONS = {
     "kvf_session_kv_peak_reset": (None, [p]),
     "kvf_session_kv_full_bytes": (c_size_t, [p]),
     "kvf_kv_position_bytes": (status, [p, c_int, c_int, POINTER(c_size_t), POINTER(c_size_t)]),
+    "kvf_kv_compress_positions": (status, [p, c_char_p, c_int32, POINTER(c_int32)]),
     "kvf_session_kv_peak_entries": (c_int, [p]),
     "kvf_kv_policy_count": (c_int, []),
     "kvf_kv_policy_get": (status, [c_int, POINTER(KvPolicyInfo)]),

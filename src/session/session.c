@@ -667,11 +667,11 @@ static enum kvf_status recon_text(const struct kvf_session *s, const char *text,
 
 /* The chat template's end of a user turn and start of the assistant's
  * (kvpress: what follows the user's text), or "\n" without a template. */
-static enum kvf_status recon_turn(const struct kvf_session *s, char *buf, int cap) {
+static enum kvf_status recon_turn(const struct kvf_model *m, char *buf, int cap) {
     static const char mark[] = "\x01kvzip\x01";
     const struct kvf_chat_message msg = {"user", mark};
     int32_t len;
-    if (kvf_chat_apply(s->model, NULL, &msg, 1, true, buf, cap, &len) != KVF_OK) {
+    if (kvf_chat_apply(m, NULL, &msg, 1, true, buf, cap, &len) != KVF_OK) {
         snprintf(buf, (size_t)cap, "\n");
         return KVF_OK;
     }
@@ -707,6 +707,25 @@ static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int
     return st;
 }
 
+/* The longest pass over n_text tokens: instruction, overlap, turn and a
+ * chunk (the texts take fewer tokens than bytes). */
+static int recon_cap(int chunk, int n_text, const char *turn) {
+    return 128 + RECON_OVERLAP + (int)strlen(turn) + KVF_MIN(chunk, n_text);
+}
+
+enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char *kv_spec, int32_t n_context,
+                                          int32_t *n_extra) {
+    if (!m || !n_extra || n_context < 0)
+        return err_set(KVF_ERR_INVALID_ARG, "kvf_kv_compress_positions: a NULL model or result, or n_context < 0");
+    *n_extra = 0;
+    struct kv_policy p;
+    enum kvf_status st = kv_policy_parse(kv_spec, &p);
+    if (st != KVF_OK || !(kv_policy_scorer(&p)->needs & KV_NEEDS_RECON) || n_context == 0) return st;
+    char turn[512];
+    if ((st = recon_turn(m, turn, sizeof turn)) == KVF_OK) *n_extra = recon_cap(p.chunk, n_context, turn);
+    return st;
+}
+
 static enum kvf_status session_reconstruct(struct kvf_session *s) {
     const int L = s->kv.n_layer, H = s->kv.n_head_kv, chunk = s->policy.chunk;
     const int32_t bos = tok_bos(s->model->tok);
@@ -714,9 +733,8 @@ static enum kvf_status session_reconstruct(struct kvf_session *s) {
     int n_text = 0;
     for (int i = 0; i < s->n_past; i++) n_text += s->toks[i] >= 0 && s->toks[i] != bos;
     char turn[512];
-    enum kvf_status st = recon_turn(s, turn, sizeof turn);
-    /* The longest pass: instruction, overlap, turn and a chunk (the texts take fewer tokens than bytes). */
-    const int cap = 128 + RECON_OVERLAP + (int)strlen(turn) + KVF_MIN(chunk, n_text);
+    enum kvf_status st = recon_turn(s->model, turn, sizeof turn);
+    const int cap = recon_cap(chunk, n_text, turn);
     const size_t stride = (size_t)held + cap;
     int32_t *text = malloc(sizeof *text * ((size_t)n_text + 1)), *ids = malloc(sizeof *ids * (size_t)cap);
     int *had = malloc(sizeof *had * (size_t)L * H);

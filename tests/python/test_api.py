@@ -89,6 +89,9 @@ def test_cache_types(model):
     assert model.kv_position_bytes(type_k="q8_0", type_v="q4_0") == heads * entry[2]
     assert model.kv_position_bytes("q4_0", type_k="f16") == heads * entry[3]
     assert model.kv_position_bytes(type_k="q4_0s", type_v="q4_0h") == heads * (36 + 36 + 12)
+    # KVzip's reconstruction holds the context's text again, and its instruction, while it compresses
+    assert model.kv_compress_positions("snapkv", 100) == 0 and model.kv_compress_positions(None, 100) == 0
+    assert 100 < model.kv_compress_positions("kvzip", 100) < model.kv_compress_positions("kvzip", 200) < 400
     with pytest.raises(kvfold.KVFoldError) as e:
         model.session(type_k="q4_0s", type_v="q4_0s")
     assert e.value.status_name == "unsupported" and "for keys" in str(e.value)

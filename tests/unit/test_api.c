@@ -373,6 +373,43 @@ static void test_kv_position_bytes(void **state) {
     free(ids);
 }
 
+/* KVzip's reconstruction holds more than the context while it compresses
+ * (each pass is its instruction and a chunk of the context), never more
+ * than kvf_kv_compress_positions says; a rule without a pass holds nothing
+ * more. */
+static void test_kv_compress_positions(void **state) {
+    (void)state;
+    need_model();
+    int32_t n;
+    int32_t *ids = tokens(TEXT, true, &n);
+    int32_t extra = -1, whole = -1, small = -1;
+    assert_int_equal(kvf_kv_compress_positions(model, "snapkv:budget=0.5", n, &extra), KVF_OK);
+    assert_int_equal(extra, 0);
+    assert_int_equal(kvf_kv_compress_positions(model, NULL, n, &extra), KVF_OK);
+    assert_int_equal(extra, 0);
+    assert_int_equal(kvf_kv_compress_positions(model, "kvzip", n, &whole), KVF_OK);
+    assert_int_equal(kvf_kv_compress_positions(model, "kvzip:chunk=8", n, &small), KVF_OK);
+    const char *specs[] = {"kvzip:budget=0.5", "kvzip:budget=0.5,chunk=8"};
+    for (size_t c = 0; c < sizeof specs / sizeof *specs; c++) {
+        assert_int_equal(kvf_kv_compress_positions(model, specs[c], n, &extra), KVF_OK);
+        struct kvf_session_params sp = kvf_session_default_params();
+        sp.n_ctx = n + 1, sp.n_threads = 2, sp.kv_spec = specs[c];
+        struct kvf_session *s = NULL;
+        assert_int_equal(kvf_session_init(model, &sp, &s), KVF_OK);
+        assert_int_equal(kvf_session_prefill(s, ids, n, NULL), KVF_OK);
+        assert_int_equal(kvf_session_compress(s), KVF_OK);
+        const int peak = kvf_session_kv_peak_entries(s);
+        assert_true(peak > n + (c ? 8 : n - 1) && peak <= n + extra);
+        kvf_session_free(s);
+    }
+    assert_true(n > 8 && small > 8 && small < whole);
+    extra = 7;
+    assert_int_equal(kvf_kv_compress_positions(model, "kvzip:budget=2x", n, &extra), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_compress_positions(NULL, "kvzip", n, &extra), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kv_compress_positions(model, "kvzip", -1, &extra), KVF_ERR_INVALID_ARG);
+    free(ids);
+}
+
 /* The build is named in every results file: the version, then the commit. */
 static void test_build_info(void **state) {
     (void)state;
@@ -393,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_buffer_statuses),
         cmocka_unit_test(test_kv_budget),
         cmocka_unit_test(test_kv_position_bytes),
+        cmocka_unit_test(test_kv_compress_positions),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -79,12 +79,17 @@ static bool job_prepare(struct server *srv, struct serve_job *j, struct job_plan
                              "the prompt is %d tokens; the context holds %d (--ctx-size), one more is needed to "
                              "generate", n, srv->n_ctx);
     const int room = srv->n_ctx - n, n_ctx = n + (j->max_tokens > 0 ? MIN(j->max_tokens, room) : room);
-    const size_t need = sched_reserve_bytes(srv, n_ctx);
+    /* A rule's pass over the prompt (KVzip's reconstruction) holds its positions in the cache while it compresses. */
+    int32_t pass = 0;
+    if (ok && (st = kvf_kv_compress_positions(srv->m, j->kv ? j->kv : srv->a->kv, n, &pass)) != KVF_OK)
+        ok = error_kvf(e, st, "kv");
+    const size_t need = sched_reserve_bytes(srv, MAX(n_ctx, n + pass));
     if (ok && need > srv->budget)
         ok = serve_error_set(e, 413, "kv_memory_exceeded",
-                             "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, %zu bytes per "
-                             "position, storage growth included) and --kv-memory is %zu bytes: shorten the prompt "
-                             "or lower max_tokens", need, n, n_ctx - n, srv->pos_bytes, srv->budget);
+                             "the request may need %zu bytes of KV cache (%d prompt + %d new tokens, or %d positions "
+                             "of its KV rule's pass over the prompt; %zu bytes per position, storage growth "
+                             "included) and --kv-memory is %zu bytes: shorten the prompt or lower max_tokens", need,
+                             n, n_ctx - n, pass, srv->pos_bytes, srv->budget);
     if (ok && !(j->keys = malloc(sizeof *j->keys * (size_t)n_ctx)))
         ok = serve_error_set(e, 500, "server_error", "out of memory");
     for (int i = 0; ok && i < n; i++)

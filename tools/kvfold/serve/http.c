@@ -56,7 +56,8 @@ static int serve_opts(struct args *a, struct opt *out) {
         { "--kv", NULL, OPT_STR, &a->kv, 0, 0, "SPEC", "KV cache policy of requests without a \"kv\" field" },
         OPTS_KV_STORAGE,
         { "--kv-memory", NULL, OPT_STR, &a->serve.kv_memory, 0, 0, "SIZE",
-          "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts)" },
+          "KV cache bytes all sessions together may use, e.g. 512MiB (default: --parallel full contexts, "
+          "with --kv's pass over a prompt)" },
         { "--ctx-size", "-c", OPT_INT, &a->ctx, 16, 1 << 20, "N", "positions per session at most (default 4096)" },
         { "--chat-template", NULL, OPT_STR, &a->chat_template, 0, 0, "NAME", "llama2, vicuna, chatml or gemma" },
         { "--alias", "-a", OPT_STR, &a->serve.alias, 0, 0, "NAME",

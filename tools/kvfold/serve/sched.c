@@ -324,8 +324,12 @@ int sched_start(struct server *srv) {
     int rc = budget_measure(srv);
     if (rc)
         return rc;
-    if (srv->budget == 0) /* every slot can hold a whole context */
-        srv->budget = sched_reserve_bytes(srv, srv->n_ctx) * (size_t)srv->a->parallel;
+    int32_t pass = 0; /* every slot can hold a whole context, and the default rule's pass over it */
+    enum kvf_status st = kvf_kv_compress_positions(srv->m, srv->a->kv, srv->n_ctx, &pass);
+    if (st != KVF_OK)
+        return fail_option(st, "serve: --kv");
+    if (srv->budget == 0)
+        srv->budget = sched_reserve_bytes(srv, srv->n_ctx + pass) * (size_t)srv->a->parallel;
     srv->active = calloc((size_t)srv->a->parallel, sizeof *srv->active);
     srv->idle = calloc((size_t)srv->a->serve.cache_sessions + 1, sizeof *srv->idle);
     srv->gated = getenv("KVFOLD_SERVE_TURNS") != NULL;
