@@ -6,7 +6,12 @@
 # this machine reaches no other network) and is built once into CACHE_DIR
 # (CPU backend, -march=native, OpenMP); its commit is printed first.
 #
-# usage: bench/llama_cpp.sh KVFOLD CACHE_DIR "THREADS" MODEL...
+# With KV_TYPES="f16 q4_0 ..." (each a type, or KTYPE/VTYPE) the depth test
+# runs again for each cache type, both engines given -ctk and -ctv (and
+# llama.cpp flash attention, which its quantised V cache needs); a type
+# llama.cpp lacks (q4_0h, q4_0s) runs kvfold's alone.
+#
+# usage: [KV_TYPES=...] bench/llama_cpp.sh KVFOLD CACHE_DIR "THREADS" MODEL...
 #   e.g. bench/llama_cpp.sh build/kvfold /tmp/lcpp "1 2" models/smollm2-135m-instruct-q4_1.gguf \
 #        models/gemma3-270m-q4_k_m.gguf
 set -euo pipefail
@@ -34,6 +39,7 @@ for t in json.load(sys.stdin):
     name = "pp%d" % t["n_prompt"] if t["n_prompt"] else "tg%d" % t["n_gen"] + ("@%d" % t["n_depth"] if t.get("n_depth") else "")
     print(name, round(t["avg_ts"], 1))'; }
 
+llama_types=" f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 "
 echo "| model | threads | test | kvfold tok/s | llama.cpp tok/s | ratio |"
 echo "|---|---|---|---|---|---|"
 row() { # model threads kvfold-lines llama-lines
@@ -48,4 +54,13 @@ for model in "$@"; do
     last=$t
   done
   row "$model" "$last" "$(kv "$model" -p 0 -n 32 -d 4096 -t "$last")" "$(ll "$model" -p 0 -n 32 -d 4096 -t "$last")"
+  for types in ${KV_TYPES:-}; do
+    k=${types%/*} v=${types#*/}
+    a=$(kv "$model" -p 0 -n 32 -d 4096 -t "$last" -ctk "$k" -ctv "$v" | awk -v t="$types" '{print $1 "," t, $2}')
+    if [[ "$llama_types" == *" $k "* && "$llama_types" == *" $v "* ]]; then
+      row "$model" "$last" "$a" "$(ll "$model" -p 0 -n 32 -d 4096 -t "$last" -ctk "$k" -ctv "$v" -fa on)"
+    else
+      echo "$a" | while read -r name tps; do echo "| $(basename "$model") | $last | $name | $tps | - | - |"; done
+    fi
+  done
 done

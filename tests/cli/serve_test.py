@@ -846,18 +846,18 @@ def case_serve_load(ctx):
         rss0 = rss_bytes(s.p.pid)
         retained = budget + parallel * SESSION + 8 * MiB + n_clients * 256 * 1024
         rss_bound = rss0 + retained + 16 * MiB
-        # 64 streaming clients at once, mixed policies, a tight budget: those the queue (40, and the 4 free
-        # slots) cannot hold get 503 while the scheduler is held. Four of them hang up after their first event
-        # (and retry while the queue is full).
-        policies = [None, "h2o:budget=0.3", "streaming:budget=0.5", "snapkv:budget=0.2+decode=h2o"]
+        # 64 streaming clients at once, mixed policies (kvzip's pass over the prompt included), a tight budget:
+        # those the queue (40, and the 4 free slots) cannot hold get 503 while the scheduler is held. Four of them
+        # hang up after their first event (and retry while the queue is full).
+        policies = [None, "h2o:budget=0.3", "streaming:budget=0.5", "snapkv:budget=0.2+decode=h2o", "kvzip:budget=0.3"]
         leavers = {i for i in range(n_clients) if i % 16 == 15}
         outcomes = [None] * n_clients
 
         def client(i):
             body = chat(f"Story {i}: " + PASSAGE[: 80 + 7 * (i % 24)] + " Go on.", max_tokens=6 + i % 5, seed=i)
             body["temperature"] = 0.7
-            if policies[i % 4]:
-                body["kv"] = policies[i % 4]
+            if policies[i % len(policies)]:
+                body["kv"] = policies[i % len(policies)]
             if i in leavers:
                 outcomes[i] = ("left", leave_mid_stream(s, dict(body, max_tokens=40, ignore_eos=True),
                                                         time.time() + 60))
