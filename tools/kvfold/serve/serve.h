@@ -1,9 +1,11 @@
-/* What kvfold serve's files share: http.c speaks HTTP and JSON
- * (libmicrohttpd's epoll event loop on a few threads, which never wait for
- * the model: a connection whose answer is not ready is suspended, "parked",
- * and resumed by the scheduler), request.c turns a request body into a
- * serve_job, the scheduler (sched.h: sched.c, admit.c, budget.c, idle.c,
- * output.c) runs the model on one thread of its own. The HTTP
+/* What kvfold serve's files share: main.c is the command (options, start,
+ * signals, stop), http.c speaks HTTP and JSON (libmicrohttpd's epoll event
+ * loop on a few threads, which never wait for the model: a connection
+ * whose answer is not ready is suspended, "parked", and resumed by the
+ * scheduler; each route a handler), request.c turns a request body into a
+ * serve_job, conv.c keeps conversations on disk, the scheduler (sched.h:
+ * sched.c, admit.c, budget.c, idle.c, output.c) runs the model on one
+ * thread of its own. The HTTP
  * side and the scheduler meet under the server's lock, and the job is freed
  * by whichever side lets go of it last (refs). */
 #ifndef KVF_SERVE_H
@@ -14,6 +16,7 @@
 #include <pthread.h>
 
 struct MHD_Connection;
+struct MHD_Daemon;
 
 #define SERVE_STOP_MAX 4
 #define SERVE_ERR_MAX 512
@@ -191,6 +194,16 @@ void job_unref(struct serve_job *job);
 void job_wake(struct serve_job *job);
 /* Whether the client of a parked job hung up (http.c; under the lock). */
 bool job_client_gone(const struct serve_job *job);
+/* A conversation's session read back from --slot-save-path as a cached
+ * session, when this server holds none for it (a file that cannot be used
+ * is logged and left); the session its turn left (j->spill) written there
+ * once the answer is out (conv.c; without the lock). */
+void conv_restore(struct server *srv, const struct serve_job *j);
+void conv_spill(struct server *srv, struct serve_job *j);
+/* Listening on --host and --port with the request handlers (NULL, said,
+ * when it cannot); whether --host is an IPv4 or IPv6 address (http.c). */
+struct MHD_Daemon *http_start(struct server *srv);
+bool http_host_ok(const struct args *a);
 /* Ends a job with an error (under the lock). */
 void job_fail(struct serve_job *job, int status, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
