@@ -15,6 +15,7 @@
 #include "eval.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -639,5 +640,42 @@ int ruler_sample(const struct args *a, const struct kvf_model *m, const struct r
         o = (struct ruler_out){0};
     }
     out_free(&o);
+    return rc;
+}
+
+/* A RULER sample's question as a JSON line: the context, the question,
+ * the answer's start and the expected strings apart, as kvpress's RULER data
+ * holds them. */
+static int ruler_dump_one(FILE *f, const char *path, const struct sample *smp, const char *question,
+                          const char *prefix, const char *answer) {
+    cJSON *o = cJSON_CreateObject(), *answers = cJSON_AddArrayToObject(o, "answers");
+    char *context = strndup(smp->text, smp->question_at);
+    bool ok = o && answers && context && cJSON_AddStringToObject(o, "task", smp->ruler) &&
+              cJSON_AddStringToObject(o, "context", context) && cJSON_AddStringToObject(o, "question", question) &&
+              cJSON_AddStringToObject(o, "answer_prefix", prefix);
+    for (const char *c = answer; ok && *c;) {
+        const size_t w = strcspn(c, "\n");
+        char *one = strndup(c, w);
+        ok = one && cJSON_AddItemToArray(answers, cJSON_CreateString(one));
+        free(one);
+        c += w + (c[w] == '\n');
+    }
+    char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
+    int rc = line ? 0 : fail(KVF_ERR_NOMEM, "eval ruler");
+    if (line && (fprintf(f, "%s\n", line) < 0 || fflush(f) != 0)) {
+        print_error("eval ruler: cannot write '%s': %s", path, strerror(errno));
+        rc = EXIT_INPUT;
+    }
+    free(line);
+    free(context);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* A line per question (kvpress's rows that share a context). */
+int ruler_dump(FILE *f, const char *path, const struct sample *smp) {
+    int rc = ruler_dump_one(f, path, smp, smp->text + smp->question_at, smp->answer_prefix, smp->answer);
+    for (int j = 0; !rc && j < smp->n_more; j++)
+        rc = ruler_dump_one(f, path, smp, smp->more[j].text, smp->more[j].prefix, smp->more[j].answer);
     return rc;
 }
