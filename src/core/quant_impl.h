@@ -344,6 +344,13 @@ typedef void (*quant_ilv_fn)(int64_t n, const void *tiles, int nt, const void *a
 /* Codes of one 32-value block as quant_q8_0 makes them (scale d as fp16
  * bits); returns their sum. */
 int quant_q8_32(const float *x, uint16_t *d, int8_t qs[32]);
+/* quantize.c: the reference quantisers by type (NULL: none), and Q4_0H's
+ * rotation of every whole 32-value block of x (its own inverse). */
+extern const quant_quantize_fn quant_ref_quantize[DT_COUNT];
+void quant_rotate_blocks(float *x, int64_t n);
+/* The scalar absmax32 and codes32 of struct quant_kernels. */
+float quant_absmax32_ref(const float *x);
+int quant_codes32_ref(const float *x, float id, int8_t qs[32]);
 
 /* A rows kernel from its body for one weight row and up to four activation
  * rows (activation rows in fours, then the rest) and, when not NULL, a
