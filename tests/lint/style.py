@@ -4,7 +4,8 @@
 Every .c, .h and .def file under src/, include/, tools/, tests/ and bench/:
 lines of at most ColumnLimit characters (read from the repository's
 .clang-format, counted in characters, not bytes), spaces and no tabs, no
-trailing spaces, LF line ends and a final newline.
+trailing spaces, LF line ends and a final newline; and no file of src/ or
+tools/ over MAX_LINES lines (a file people can read in one sitting).
 `clang-format --lines=A:B` reformats a region to the configuration; the tree
 is not required to be clang-format's output as a whole (see
 docs/ARCHITECTURE.md §9). Usage: style.py REPO_ROOT
@@ -15,6 +16,8 @@ import sys
 
 FOLDERS = ["src", "include", "tools", "tests", "bench"]
 SUFFIXES = {".c", ".h", ".def"}
+MAX_LINES = 1000
+SHORT = ("src", "tools")  # the product; tests and benchmarks may run longer
 
 
 def config(root):
@@ -25,7 +28,7 @@ def config(root):
     return get("ColumnLimit"), get("IndentWidth")
 
 
-def check(path, limit, indent):
+def check(root, path, limit, indent):
     """The file's problems, as "path:line: what"."""
     raw = path.read_bytes()
     problems = []
@@ -37,6 +40,9 @@ def check(path, limit, indent):
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         return problems + [f"{path}: not UTF-8 ({e})"]
+    lines = text.count("\n")
+    if lines > MAX_LINES and path.relative_to(root).parts[0] in SHORT:
+        problems.append(f"{path}: {lines} lines, over {MAX_LINES}: split it by concern")
     for n, line in enumerate(text.split("\n"), 1):
         if len(line) > limit:
             problems.append(f"{path}:{n}: {len(line)} characters, over {limit}")
@@ -51,7 +57,7 @@ def main(root):
     root = pathlib.Path(root)
     limit, indent = config(root)
     files = sorted(f for d in FOLDERS for f in (root / d).rglob("*") if f.suffix in SUFFIXES and f.is_file())
-    problems = [p for f in files for p in check(f, limit, indent)]
+    problems = [p for f in files for p in check(root, f, limit, indent)]
     for p in problems:
         print(p)
     print(f"style: {len(problems)} problems in {len(files)} files" if problems
