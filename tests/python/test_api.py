@@ -127,6 +127,11 @@ def test_presses_map_to_specs():
         kvfold.check_spec(spec)
     with pytest.raises(ValueError):
         P.SnapKVPress(compression_ratio=1.0)
+    # dataclasses, as kvpress's presses are: the fields in repr, equal when the fields are
+    assert repr(P.SnapKVPress(0.8)) == "SnapKVPress(compression_ratio=0.8, window_size=64, kernel_size=5)"
+    assert P.SnapKVPress(0.8) == P.SnapKVPress(compression_ratio=0.8) != P.SnapKVPress(0.5)
+    ada = "AdaKVPress(press=KnormPress(compression_ratio=0.5), alpha_safeguard=0.2)"
+    assert repr(P.AdaKVPress(P.KnormPress(0.5))) == ada
 
 
 def test_errors(tmp_path):
