@@ -164,7 +164,7 @@ WEAK_KEYS = ("n",)
 DECODE_ONLY = ("decode_softmax",)
 # Merge modes that share the cosine assignment (they differ only in the
 # arithmetic of the merged rows, which the dump does not show; that is
-# test_kv_policy's test_merge).
+# test_rule_merge).
 COSINE = ("avg", "pivotal", "weighted")
 # Rules whose scores C computes exactly (integers, or the splitmix64 stream):
 # no tolerance.
@@ -1289,7 +1289,7 @@ def params_matter(name, ref, spec, rep):
     for key in spec_keys(spec):
         q = parse_spec(spec_without(spec, key))
         if q[key] == p[key] or (key == "merge" and p[key] in COSINE and q[key] in COSINE) or key in DECODE_ONLY:
-            continue  # a default; the same cosine assignment (test_kv_policy's test_merge checks the rest); or
+            continue  # a default; the same cosine assignment (test_rule_merge checks the rest); or
             #           a decoding key (run_cases checks it leaves the compressed prompt alone)
         if key in WEAK_KEYS:
             # heads where kvfold ignoring the key would fail the comparison
