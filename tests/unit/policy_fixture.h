@@ -50,8 +50,8 @@ static inline void naive_top(const double *x, int n, int keep, int *out) {
 }
 
 /* Runs a rule, keeps `keep` and checks that positions want[0..n_want) survive. */
-static inline void check_kept(struct kv_cache *c, const struct kv_policy *p, const float *win, int keep, const int *want,
-                       int n_want) {
+static inline void check_kept(struct kv_cache *c, const struct kv_policy *p, const float *win, int keep,
+                              const int *want, int n_want) {
     struct kv_head *h = kv_cache_head(c, 0, 0);
     const int n = h->n;
     float *score = malloc(sizeof(float) * n), *tmp = malloc(sizeof(float) * n);
