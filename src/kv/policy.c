@@ -165,7 +165,7 @@ struct key_def {
     double lo, hi;
 };
 
-_Static_assert(KV_KEY_COUNT <= 32, "kv_policy.given holds a bit per key");
+_Static_assert(KV_KEY_COUNT <= 64, "kv_policy.given holds a bit per key");
 #define AT(field) offsetof(struct kv_policy, field)
 static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_BUDGET] = {"budget", KEY_BUDGET, AT(budget), 0, 1e-6, 1e9},
@@ -333,7 +333,7 @@ static enum kvf_status set_key(const struct kv_rule *r, const char *what, struct
     case KEY_EVICTOR: *(enum kv_method *)field = (enum kv_method)x; break;
     default: break;
     }
-    p->given |= 1u << id;
+    p->given |= (uint64_t)1 << id;
     return KVF_OK;
 }
 

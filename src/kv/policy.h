@@ -54,7 +54,7 @@ enum kv_key {
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
     KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_FLOOR,
-    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_COUNT /* <= 32: kv_policy.given */
+    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_COUNT /* <= 64: kv_policy.given */
 };
 
 struct kv_policy {
@@ -80,7 +80,7 @@ struct kv_policy {
     enum kv_pool pool;  /* +pool=avg: scores averaged over `width` (odd) neighbouring entries */
     int width;
     double important;   /* lookm: the important share (recent = 1 - important when alone) */
-    uint32_t given;     /* bit k set: the spec gave key k (enum kv_key)                    */
+    uint64_t given;     /* bit k set: the spec gave key k (enum kv_key)                    */
     int text_prior;     /* lookm: enum kv_text_prior                                     */
     double cross_ratio; /* csp: share of the non-recent budget chosen by cross-modal attention */
     double nsm_n;       /* csp: the n of the n-softmax exp(x_j) / (n + sum_k exp(x_k))      */
