@@ -15,6 +15,8 @@
 #ifndef KVF_QUANT_H
 #define KVF_QUANT_H
 
+#include "core/cpu.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,23 +51,6 @@ uint16_t f32_to_fp16(float f);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 
-enum simd_level { SIMD_SCALAR = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 };
-/* The CPU features the SIMD levels need, as cpuid reports them and only
- * where the OS saves the registers they use (all false off x86). */
-struct cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni;
-};
-struct cpu_features cpu_features(void);
-/* "AuthenticAMD 25/1/1 AMD EPYC ...": vendor, family/model/stepping and
- * brand string as cpuid gives them ("unknown" off x86), for keying what
- * was measured on this CPU. */
-void cpu_identity(char *buf, size_t n);
-/* Best level this CPU supports (cpuid), capped by KVFOLD_SIMD=scalar|avx2. */
-enum simd_level simd_detect(void);
-/* Level used by the dispatching kernels below; tests force each level. */
-enum simd_level simd_get(void);
-void simd_set(enum simd_level level); /* clamps to what the CPU supports */
-const char *simd_name(enum simd_level level);
 
 /* n must be a multiple of the type's block size. */
 void quant_dequant_row(enum dtype type, const void *src, float *dst, int64_t n);
