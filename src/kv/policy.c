@@ -22,17 +22,43 @@ static const struct kv_rule *const presets[KV_METHOD_COUNT] = {
 };
 
 const struct kv_rule kv_rule_full = {
-    "preset", "full", "keep every entry (the reference)", "-", "", "",
-    {.method = KV_FULL, .budget = 1.0, KV_STAGE_DEFAULTS}, 0, NULL,
+    .stage = "preset",
+    .name = "full",
+    .summary = "keep every entry (the reference)",
+    .paper = "-",
+    .keys = "",
+    .shown = "",
+    .defaults = {.method = KV_FULL, .budget = 1.0, KV_STAGE_DEFAULTS},
 };
 
 /* The options that are the absence of a stage's work. */
-static const struct kv_rule budget_uniform = {"budget", "uniform", "every layer keeps the same share", "-", "", "",
-                                              {.alloc = KV_ALLOC_UNIFORM}, 0, NULL};
-static const struct kv_rule reduce_none = {"reduce", "none", "every vision token goes through every layer", "-", "", "",
-                                           {.reduce = KV_REDUCE_NONE}, 0, NULL};
-static const struct kv_rule schedule_bulk = {"schedule", "bulk", "the prompt in batches, evicted once it is all in",
-                                             "-", "", "", {.blocks = false}, 0, NULL};
+static const struct kv_rule budget_uniform = {
+    .stage = "budget",
+    .name = "uniform",
+    .summary = "every layer keeps the same share",
+    .paper = "-",
+    .keys = "",
+    .shown = "",
+    .defaults = {.alloc = KV_ALLOC_UNIFORM},
+};
+static const struct kv_rule reduce_none = {
+    .stage = "reduce",
+    .name = "none",
+    .summary = "every vision token goes through every layer",
+    .paper = "-",
+    .keys = "",
+    .shown = "",
+    .defaults = {.reduce = KV_REDUCE_NONE},
+};
+static const struct kv_rule schedule_bulk = {
+    .stage = "schedule",
+    .name = "bulk",
+    .summary = "the prompt in batches, evicted once it is all in",
+    .paper = "-",
+    .keys = "",
+    .shown = "",
+    .defaults = {.blocks = false},
+};
 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
@@ -43,8 +69,15 @@ static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {
 #include "kv/rules.def"
 };
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
-static const struct kv_rule pool_none = {"pool", "none", "each rule's own scores", "-", "", "", {.pool = KV_POOL_NONE},
-                                         0, NULL};
+static const struct kv_rule pool_none = {
+    .stage = "pool",
+    .name = "none",
+    .summary = "each rule's own scores",
+    .paper = "-",
+    .keys = "",
+    .shown = "",
+    .defaults = {.pool = KV_POOL_NONE},
+};
 static const struct kv_rule *const pool_options[KV_POOL_COUNT] = {&pool_none, &kv_rule_pool_avg};
 static const struct kv_rule *const decode_options[KV_DECODE_COUNT] = {
     &kv_decode_rules[0], &kv_decode_rules[1], &kv_decode_rules[2], &kv_decode_rules[3], &kv_decode_rules[4]};
@@ -477,7 +510,7 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     if (p->alloc == KV_ALLOC_GLOBAL && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global gives layers different shares, which "
                        "only decode=grow or decode=recompress keep", spec);
-    if ((scorer->needs & KV_NEEDS_RECON) && (p->blocks || p->reduce != KV_REDUCE_NONE || p->decode != KV_DECODE_GROW))
+    if (scorer->pass && (p->blocks || p->reduce != KV_REDUCE_NONE || p->decode != KV_DECODE_GROW))
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': kvzip repeats the whole context once it is in, and "
                        "scores nothing else; it does not compose with block-wise prefill, a reduce stage or a "
                        "decode stage", spec);

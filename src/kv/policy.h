@@ -129,8 +129,8 @@ struct kv_score_in {
     const float *win_layer; /* KV_NEEDS_WINDOW: every kv head's win_attn, [n_head_kv][win_stride] */
     int n_head_kv, win_stride;
     const float *layer_score; /* KV_NEEDS_LAYER: the layer's importance [h->n] (kv_score_layer) */
-    const float *recon;    /* KV_NEEDS_RECON: the most attention each entry received from a query of
-                              the context's reconstruction [h->n] (KVzip)                     */
+    const float *recon;    /* the rule's pass (kv_rule.pass): the most attention each entry received
+                              from a query of its runs [h->n] (KVzip: the context's reconstruction) */
     /* KV_NEEDS_QSTAT: the queries so far (qstat, layer; query heads g x group ...) and where the
      * next ones will be: the layer's RoPE (inv_freq [head_dim/2], mscale, style) at position
      * next_pos on; attn_scale multiplies q.k. */
@@ -154,12 +154,31 @@ typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 #define KV_NEEDS_LAYER 8u   /* one kept set per layer, scored by kv_score_layer */
 #define KV_NEEDS_EVICTOR 16u /* scores with the schedule stage's evictor (blockwise) */
 #define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
-#define KV_NEEDS_RECON 64u  /* the attention each entry receives while the model repeats the
-                               context (KVzip's reconstruction, session.c session_reconstruct) */
 #define KV_NEEDS_LAST_ROW 128u /* reduce: the attention the pass's last row pays each row at the step's
                                   layer (struct reduce_view's last_attn) */
 #define KV_NEEDS_QUESTION 256u /* reduce: weighs the image by the text after it, so by the question
                                   when it ends the prompt (kvf_kv_policy_info's question_aware) */
+
+/* A rule's pass over the context before it scores (KVzip's reconstruction,
+ * read back as kv_score_in.recon): runs of tokens the rule writes, which the
+ * session feeds the model after the context one at a time, removing each
+ * run's entries after it and keeping for every entry the most attention
+ * any query of any run paid it (session.c session_rule_pass). */
+struct tokenizer;
+struct kv_pass_in {
+    const struct kv_policy *p;
+    const struct tokenizer *tok;
+    const int32_t *text;   /* [n_text] the context's text tokens (BOS and media rows left out) */
+    int n_text;
+    const char *turn;      /* what the chat template puts after a user's text ("\n" without one) */
+};
+struct kv_pass_ops {
+    /* The most tokens one run takes, for a context of n_text tokens (what a
+     * server reserves beside the context: kvf_kv_compress_positions). */
+    int (*most)(const struct kv_policy *p, int n_text, const char *turn);
+    /* Run k (0, 1, ...) into ids[0..cap): *n tokens; *n = 0 once there are no more. */
+    enum kvf_status (*run)(const struct kv_pass_in *in, int k, int32_t *ids, int cap, int *n);
+};
 
 /* A rule's descriptor: a preset (one per src/kv/policy/ file, listed in
  * kv/rules.def) or an option of a stage ("decode=h2o"). Parsing, `kvfold
@@ -173,6 +192,7 @@ struct kv_rule {
     struct kv_policy defaults; /* preset: the whole policy; stage option: the values it sets */
     unsigned needs;       /* KV_NEEDS_* */
     kv_score_fn score;    /* presets: the score stage; NULL keeps every entry (full, the reduce presets) */
+    const struct kv_pass_ops *pass; /* a pass over the context before scoring; NULL: none */
 };
 
 /* The stage defaults every preset starts from (alloc, decode, reduce and

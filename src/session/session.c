@@ -640,34 +640,17 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     return st;
 }
 
-/* KVzip's reconstruction (src/kv/policy/kvzip.c). The context's text
- * tokens but BOS (media rows are not repeated; their entries are scored by
- * what the text's reconstruction reads of them) go in chunks of policy.chunk, each
- * after an instruction, as kvpress words it, and the chat template's turn
- * to the assistant:
- *   "\n\nRepeat the previous context exactly." <turn> chunk 1
- *   "\n\nRepeat the part of the previous context exactly, starting with"
- *     <the previous chunk's last RECON_OVERLAP tokens> <turn> chunk i
- * A chunk's pass attends to the whole cache and to itself, at the positions
- * after the context, and is removed after it, so the cache holds at most the
- * context plus one chunk and its instruction (past n_ctx if need be: the
- * attention scratch grows). cs.recon gets, for each entry, the most
- * attention any query of any pass paid it. */
-#define RECON_OVERLAP 8
-
-/* The token ids of text (special tokens parsed) appended to ids[*n..cap). */
-static enum kvf_status recon_text(const struct kvf_session *s, const char *text, bool special, int32_t *ids, int cap,
-                                  int *n) {
-    int32_t got = 0;
-    const enum kvf_status st = kvf_tokenize(s->model, text, strlen(text), ids + *n, cap - *n, false, special, &got);
-    if (st != KVF_OK) return st;
-    *n += got;
-    return KVF_OK;
-}
+/* A scoring rule's pass over the context (struct kv_pass_ops; KVzip's
+ * reconstruction, src/kv/policy/kvzip.c): the runs the rule writes go
+ * through the model one after the other at the positions after the
+ * context, each attending to the whole cache and to itself, and each is
+ * removed after it, so the cache holds at most the context and one run
+ * (past n_ctx if need be: the attention scratch grows). cs.recon gets, for
+ * each entry, the most attention any query of any run paid it. */
 
 /* The chat template's end of a user turn and start of the assistant's
  * (kvpress: what follows the user's text), or "\n" without a template. */
-static enum kvf_status recon_turn(const struct kvf_model *m, char *buf, int cap) {
+static enum kvf_status pass_turn(const struct kvf_model *m, char *buf, int cap) {
     static const char mark[] = "\x01kvzip\x01";
     const struct kvf_chat_message msg = {"user", mark};
     int32_t len;
@@ -676,14 +659,14 @@ static enum kvf_status recon_turn(const struct kvf_model *m, char *buf, int cap)
         return KVF_OK;
     }
     const char *after = strstr(buf, mark);
-    if (!after) return err_set(KVF_ERR_INTERNAL, "kvzip: the chat template lost the user's text");
+    if (!after) return err_set(KVF_ERR_INTERNAL, "the chat template lost the user's text");
     memmove(buf, after + sizeof mark - 1, strlen(after + sizeof mark - 1) + 1);
     return KVF_OK;
 }
 
-/* One pass of n ids at positions n0.. through the decoder, its queries'
+/* One run of n ids at positions n0.. through the decoder, its queries'
  * attention maxima folded into cs.recon; its entries removed after it. */
-static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int n, const int *had, float *logits) {
+static enum kvf_status pass_run(struct kvf_session *s, const int32_t *ids, int n, const int *had, float *logits) {
     const int L = s->kv.n_layer, H = s->kv.n_head_kv, n0 = s->n_past;
     struct kv_qwin off = {0};
     struct reduce_state none = {0};
@@ -707,12 +690,6 @@ static enum kvf_status recon_pass(struct kvf_session *s, const int32_t *ids, int
     return st;
 }
 
-/* The longest pass over n_text tokens: instruction, overlap, turn and a
- * chunk (the texts take fewer tokens than bytes). */
-static int recon_cap(int chunk, int n_text, const char *turn) {
-    return 128 + RECON_OVERLAP + (int)strlen(turn) + KVF_MIN(chunk, n_text);
-}
-
 enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char *kv_spec, int32_t n_context,
                                           int32_t *n_extra) {
     if (!m || !n_extra || n_context < 0)
@@ -720,21 +697,24 @@ enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char 
     *n_extra = 0;
     struct kv_policy p;
     enum kvf_status st = kv_policy_parse(kv_spec, &p);
-    if (st != KVF_OK || !(kv_policy_scorer(&p)->needs & KV_NEEDS_RECON) || n_context == 0) return st;
+    const struct kv_pass_ops *pass = st == KVF_OK ? kv_policy_scorer(&p)->pass : NULL;
+    if (!pass || n_context == 0) return st;
     char turn[512];
-    if ((st = recon_turn(m, turn, sizeof turn)) == KVF_OK) *n_extra = recon_cap(p.chunk, n_context, turn);
+    if ((st = pass_turn(m, turn, sizeof turn)) == KVF_OK) *n_extra = pass->most(&p, n_context, turn);
     return st;
 }
 
-static enum kvf_status session_reconstruct(struct kvf_session *s) {
-    const int L = s->kv.n_layer, H = s->kv.n_head_kv, chunk = s->policy.chunk;
+static enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass) {
+    const int L = s->kv.n_layer, H = s->kv.n_head_kv;
     const int32_t bos = tok_bos(s->model->tok);
     const int held = kv_cache_most(&s->kv);
+    /* The context's text tokens but BOS: media rows are not repeated (their
+     * entries are scored by what the runs over the text read of them). */
     int n_text = 0;
     for (int i = 0; i < s->n_past; i++) n_text += s->toks[i] >= 0 && s->toks[i] != bos;
     char turn[512];
-    enum kvf_status st = recon_turn(s->model, turn, sizeof turn);
-    const int cap = recon_cap(chunk, n_text, turn);
+    enum kvf_status st = pass_turn(s->model, turn, sizeof turn);
+    const int cap = pass->most(&s->policy, n_text, turn);
     const size_t stride = (size_t)held + cap;
     int32_t *text = malloc(sizeof *text * ((size_t)n_text + 1)), *ids = malloc(sizeof *ids * (size_t)cap);
     int *had = malloc(sizeof *had * (size_t)L * H);
@@ -743,29 +723,15 @@ static enum kvf_status session_reconstruct(struct kvf_session *s) {
     s->cs.recon = calloc((size_t)L * H * stride, sizeof(float));
     s->cs.recon_stride = stride;
     if (st == KVF_OK && (!text || !ids || !had || !logits || !s->cs.recon))
-        st = err_set(KVF_ERR_NOMEM, "kvzip: out of memory for the reconstruction of %d tokens", n_text);
+        st = err_set(KVF_ERR_NOMEM, "%s: out of memory for a pass over %d tokens", kv_policy_scorer(&s->policy)->name,
+                     n_text);
     if (st == KVF_OK) st = fwd_reserve_keys(&s->fw, s->model, (int)stride);
     for (int i = 0, k = 0; st == KVF_OK && i < s->n_past; i++)
         if (s->toks[i] >= 0 && s->toks[i] != bos) text[k++] = s->toks[i];
     for (int i = 0; st == KVF_OK && i < L * H; i++) had[i] = s->kv.heads[i].n;
-    for (int a = 0; st == KVF_OK && a < n_text; a += chunk) {
-        int n = 0;
-        if (a == 0) {
-            st = recon_text(s, "\n\nRepeat the previous context exactly.", false, ids, cap, &n);
-        } else {
-            st = recon_text(s, "\n\nRepeat the part of the previous context exactly, starting with", false, ids,
-                            cap, &n);
-            const int o = KVF_MIN(RECON_OVERLAP, a);
-            memcpy(ids + n, text + a - o, sizeof *ids * (size_t)o);
-            n += o;
-        }
-        if (st == KVF_OK) st = recon_text(s, turn, true, ids, cap, &n);
-        const int m = KVF_MIN(chunk, n_text - a);
-        if (st == KVF_OK && n + m > cap) st = err_set(KVF_ERR_INTERNAL, "kvzip: a pass of %d tokens", n + m);
-        if (st != KVF_OK) break;
-        memcpy(ids + n, text + a, sizeof *ids * (size_t)m);
-        st = recon_pass(s, ids, n + m, had, logits);
-    }
+    const struct kv_pass_in in = {.p = &s->policy, .tok = s->model->tok, .text = text, .n_text = n_text, .turn = turn};
+    for (int k = 0, n = 1; st == KVF_OK && n > 0; k++)
+        if ((st = pass->run(&in, k, ids, cap, &n)) == KVF_OK && n > 0) st = pass_run(s, ids, n, had, logits);
     free(text);
     free(ids);
     free(had);
@@ -783,7 +749,8 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
      * in the layers it evicts from (after their window queries' attention,
      * which still sees some of it), session_swa_free in the others. */
     const bool full = s->policy.method == KV_FULL;
-    enum kvf_status st = kv_policy_scorer(&s->policy)->needs & KV_NEEDS_RECON ? session_reconstruct(s) : KVF_OK;
+    const struct kv_pass_ops *pass = kv_policy_scorer(&s->policy)->pass;
+    enum kvf_status st = pass ? session_rule_pass(s, pass) : KVF_OK;
     if (st == KVF_OK && !full) st = session_evict(s, EVICT_COMPRESS);
     free(s->cs.recon); /* its entries' indices are those of the cache before this compression */
     s->cs.recon = NULL;

@@ -27,9 +27,9 @@ struct compress_state {
      * sizes and kept counts. */
     float *score, *tmp, *win, *win2, *out, *layer;
     int *idx, *into, *head_n, *head_keep;
-    /* KVzip: [n_layer][n_head_kv][recon_stride] the most attention each
-     * entry received while the model repeated the context, from
-     * session_reconstruct until the compression that reads it. */
+    /* A rule's pass (KVzip's reconstruction): [n_layer][n_head_kv][recon_stride]
+     * the most attention each entry received from a query of its runs,
+     * from session_rule_pass until the compression that reads it. */
     float *recon;
     size_t recon_stride;
     /* Expected Attention's work space [2 cap + 2 head_dim][head_dim]. */

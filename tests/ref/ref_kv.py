@@ -68,8 +68,8 @@ src/kv/policy/lookm.c, merge.c, prefixkv.c):
   tova      TOVA (src/kv/policy/tova.c): the prompt's last query's
             attention, averaged over every query head of the layer; the last
             entry kept.
-  kvzip     KVzip (src/kv/policy/kvzip.c, src/session/session.c
-            session_reconstruct): the prompt, then per chunk of its text
+  kvzip     KVzip (src/kv/policy/kvzip.c, its pass run by
+            src/session/session.c): the prompt, then per chunk of its text
             (BOS left out) the instruction, "\n" (the fixtures have no chat
             template) and the chunk run through RefModel as one sequence; an
             entry's score is the largest attention any query after the
@@ -147,7 +147,7 @@ PRESETS = {
 }
 INT_KEYS = ("sinks", "window", "kernel", "seed", "beta", "text_prior", "online", "decode_softmax", "protect",
             "future", "chunk")
-# KVzip's reconstruction prompt (src/session/session.c session_reconstruct); the
+# KVzip's reconstruction prompt (src/kv/policy/kvzip.c, kvzip_run); the
 # fixtures have no chat template, so the turn to the assistant is "\n".
 RECON_FIRST = "\n\nRepeat the previous context exactly."
 RECON_NEXT = "\n\nRepeat the part of the previous context exactly, starting with"

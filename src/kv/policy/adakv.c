@@ -30,10 +30,13 @@ int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, dou
 }
 
 const struct kv_rule kv_rule_budget_adaptive = {
-    "budget", "adaptive",
-    "the kv heads of a layer share its budget by score (each keeps at least `floor` of an even share); "
-    "heads hold different entry counts",
-    "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for Efficient LLM Inference "
-    "(Feng et al., NeurIPS 2025, arXiv:2407.11550)",
-    "floor", "floor=0.2", {.alloc = KV_ALLOC_ADAPTIVE, .head_floor = 0.2}, 0, NULL,
+    .stage = "budget",
+    .name = "adaptive",
+    .summary = "the kv heads of a layer share its budget by score (each keeps at least `floor` of an even share); "
+               "heads hold different entry counts",
+    .paper = "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget Allocation for Efficient LLM Inference (Feng et "
+             "al., NeurIPS 2025, arXiv:2407.11550)",
+    .keys = "floor",
+    .shown = "floor=0.2",
+    .defaults = {.alloc = KV_ALLOC_ADAPTIVE, .head_floor = 0.2},
 };

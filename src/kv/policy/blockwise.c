@@ -11,23 +11,28 @@
 #include "kv/policy.h"
 
 const struct kv_rule kv_rule_blockwise = {
-    "preset", "blockwise", "the prompt in blocks (block=N tokens, or block=image: one per image or frame), evicted "
-    "back to budget M entries after each, so the cache never exceeds M + block; evict=snapkv (window of the last "
-    "tokens seen, or with question=1 of the question run alone first) or keydiff",
-    "Reducing Peak Memory Usage for Modern Multimodal Large Language Model Pipelines (Kim & Bae, "
-    "Findings of ACL 2026, arXiv:2604.16734)",
-    "budget block evict first window kernel question",
-    "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5,question=0",
-    {.method = KV_BLOCKWISE, .budget = 1024, .blocks = true, .block = 256, .evict = KV_SNAPKV, .window = 32,
-     .kernel = 5, KV_STAGE_DEFAULTS},
-    KV_NEEDS_EVICTOR, NULL,
+    .stage = "preset",
+    .name = "blockwise",
+    .summary = "the prompt in blocks (block=N tokens, or block=image: one per image or frame), evicted back to budget "
+               "M entries after each, so the cache never exceeds M + block; evict=snapkv (window of the last tokens "
+               "seen, or with question=1 of the question run alone first) or keydiff",
+    .paper = "Reducing Peak Memory Usage for Modern Multimodal Large Language Model Pipelines (Kim & Bae, Findings of "
+             "ACL 2026, arXiv:2604.16734)",
+    .keys = "budget block evict first window kernel question",
+    .shown = "budget=1024,block=256,evict=snapkv,first=0,window=32,kernel=5,question=0",
+    .defaults = {.method = KV_BLOCKWISE, .budget = 1024, .blocks = true, .block = 256, .evict = KV_SNAPKV, .window = 32,
+                 .kernel = 5, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_EVICTOR,
 };
 
 const struct kv_rule kv_rule_schedule_blocks = {
-    "schedule", "blocks", "as the blockwise preset: evicted back to budget M entries (snapkv or keydiff) after every "
-    "block; the preset's own rule applies once the prompt is in",
-    "Reducing Peak Memory Usage for Modern Multimodal Large Language Model Pipelines (Kim & Bae, "
-    "Findings of ACL 2026, arXiv:2604.16734)",
-    "budget block evict first window question", "budget=1024,block=256,evict=snapkv,first=0,window=32,question=0",
-    {.blocks = true, .budget = 1024, .block = 256, .evict = KV_SNAPKV, .window = 32}, 0, NULL,
+    .stage = "schedule",
+    .name = "blocks",
+    .summary = "as the blockwise preset: evicted back to budget M entries (snapkv or keydiff) after every block; the "
+               "preset's own rule applies once the prompt is in",
+    .paper = "Reducing Peak Memory Usage for Modern Multimodal Large Language Model Pipelines (Kim & Bae, Findings of "
+             "ACL 2026, arXiv:2604.16734)",
+    .keys = "budget block evict first window question",
+    .shown = "budget=1024,block=256,evict=snapkv,first=0,window=32,question=0",
+    .defaults = {.blocks = true, .budget = 1024, .block = 256, .evict = KV_SNAPKV, .window = 32},
 };

@@ -54,13 +54,16 @@ void kv_score_csp(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_csp = {
-    "preset", "csp", "top entries by same-modality and by cross-modality n-softmax attention of the observation "
-    "window (window=0: as many queries as recent entries), their union, the recent window. The default window "
-    "is mostly prompt body; window=32+pool=avg keeps a detail for a later question as snapkv does",
-    "Cross-Self KV Cache Pruning for Efficient Vision-Language Inference, CSP (Pei et al., 2024, "
-    "arXiv:2412.04652)",
-    "budget recent important cross_ratio n window decode_softmax",
-    "budget=0.2,recent=0.5,cross_ratio=0.5,n=1,window=0,decode_softmax=0",
-    {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, KV_STAGE_DEFAULTS},
-    KV_NEEDS_WINDOW | KV_NEEDS_CROSS, kv_score_csp,
+    .stage = "preset",
+    .name = "csp",
+    .summary = "top entries by same-modality and by cross-modality n-softmax attention of the observation window "
+               "(window=0: as many queries as recent entries), their union, the recent window. The default window is "
+               "mostly prompt body; window=32+pool=avg keeps a detail for a later question as snapkv does",
+    .paper = "Cross-Self KV Cache Pruning for Efficient Vision-Language Inference, CSP (Pei et al., 2024, "
+             "arXiv:2412.04652)",
+    .keys = "budget recent important cross_ratio n window decode_softmax",
+    .shown = "budget=0.2,recent=0.5,cross_ratio=0.5,n=1,window=0,decode_softmax=0",
+    .defaults = {.method = KV_CSP, .budget = 0.2, .recent = 0.5, .cross_ratio = 0.5, .nsm_n = 1.0, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_WINDOW | KV_NEEDS_CROSS,
+    .score = kv_score_csp,
 };

@@ -32,25 +32,53 @@ void kv_decode_score(const struct kv_score_in *in, int n0, float *score) {
 }
 
 const struct kv_rule kv_decode_rules[KV_DECODE_COUNT] = {
-    [KV_DECODE_GROW] = {"decode", "grow", "decoded tokens are all kept (the cache grows)", "-", "", "",
-                        {.decode = KV_DECODE_GROW}, 0, NULL},
-    [KV_DECODE_WINDOW] = {"decode", "window", "over budget: evict the oldest entry after the sinks",
-                          "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., "
-                          "ICLR 2024, arXiv:2309.17453)",
-                          "sinks", "sinks=4", {.decode = KV_DECODE_WINDOW, .sinks = 4}, 0, NULL},
-    [KV_DECODE_H2O] = {"decode", "h2o", "over budget: evict the entry with the least attention so far, outside the "
-                       "recent share",
-                       "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models "
-                       "(Zhang et al., NeurIPS 2023, arXiv:2306.14048)",
-                       "recent", "recent=0.5",
-                       {.decode = KV_DECODE_H2O, .recent = 0.5}, KV_NEEDS_ACC, NULL},
-    [KV_DECODE_FIXED] = {"decode", "fixed-distance", "over budget: evict the entry `distance` before the end of the "
-                         "compressed prompt",
-                         "Efficient Inference of Vision Instruction-Following Models with Elastic Cache "
-                         "(Liu et al., ECCV 2024, arXiv:2407.18121)",
-                         "distance", "distance=25",
-                         {.decode = KV_DECODE_FIXED, .distance = 25}, 0, NULL},
-    [KV_DECODE_RECOMPRESS] = {"decode", "recompress", "every `every` steps, rerun the preset's rule down to budget",
-                              "kvpress's DecodingPress (NVIDIA kvpress, github.com/NVIDIA/kvpress; no paper)",
-                              "every", "every=32", {.decode = KV_DECODE_RECOMPRESS, .every = 32}, 0, NULL},
+    [KV_DECODE_GROW] = {
+        .stage = "decode",
+        .name = "grow",
+        .summary = "decoded tokens are all kept (the cache grows)",
+        .paper = "-",
+        .keys = "",
+        .shown = "",
+        .defaults = {.decode = KV_DECODE_GROW},
+    },
+    [KV_DECODE_WINDOW] = {
+        .stage = "decode",
+        .name = "window",
+        .summary = "over budget: evict the oldest entry after the sinks",
+        .paper = "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., ICLR 2024, "
+                 "arXiv:2309.17453)",
+        .keys = "sinks",
+        .shown = "sinks=4",
+        .defaults = {.decode = KV_DECODE_WINDOW, .sinks = 4},
+    },
+    [KV_DECODE_H2O] = {
+        .stage = "decode",
+        .name = "h2o",
+        .summary = "over budget: evict the entry with the least attention so far, outside the recent share",
+        .paper = "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al., "
+                 "NeurIPS 2023, arXiv:2306.14048)",
+        .keys = "recent",
+        .shown = "recent=0.5",
+        .defaults = {.decode = KV_DECODE_H2O, .recent = 0.5},
+        .needs = KV_NEEDS_ACC,
+    },
+    [KV_DECODE_FIXED] = {
+        .stage = "decode",
+        .name = "fixed-distance",
+        .summary = "over budget: evict the entry `distance` before the end of the compressed prompt",
+        .paper = "Efficient Inference of Vision Instruction-Following Models with Elastic Cache (Liu et al., ECCV "
+                 "2024, arXiv:2407.18121)",
+        .keys = "distance",
+        .shown = "distance=25",
+        .defaults = {.decode = KV_DECODE_FIXED, .distance = 25},
+    },
+    [KV_DECODE_RECOMPRESS] = {
+        .stage = "decode",
+        .name = "recompress",
+        .summary = "every `every` steps, rerun the preset's rule down to budget",
+        .paper = "kvpress's DecodingPress (NVIDIA kvpress, github.com/NVIDIA/kvpress; no paper)",
+        .keys = "every",
+        .shown = "every=32",
+        .defaults = {.decode = KV_DECODE_RECOMPRESS, .every = 32},
+    },
 };

@@ -14,14 +14,18 @@
 #include "kv/policy.h"
 
 const struct kv_rule kv_rule_elastic = {
-    "preset", "elastic", "attention received (mean over heads), one kept set per layer, the first `sinks` and the "
-    "last `protect` entries kept (protect=1: the authors' code); evicted entries merged into the kept entry nearest "
-    "in position. Summed attention, as h2o: weak at keeping a detail of a long prompt for a later question",
-    "Efficient Inference of Vision Instruction-Following Models with Elastic Cache (Liu et al., ECCV 2024, "
-    "arXiv:2407.18121)",
-    "budget sinks protect distance",
-    "budget=0.2,sinks=4,protect=32 +decode=fixed-distance:distance=25",
-    {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, KV_STAGE_DEFAULTS, .protect = 32,
-     .decode = KV_DECODE_FIXED},
-    KV_NEEDS_ACC | KV_NEEDS_LAYER, kv_score_from_layer,
+    .stage = "preset",
+    .name = "elastic",
+    .summary = "attention received (mean over heads), one kept set per layer, the first `sinks` and the last "
+               "`protect` entries kept (protect=1: the authors' code); evicted entries merged into the kept entry "
+               "nearest in position. Summed attention, as h2o: weak at keeping a detail of a long prompt for a later "
+               "question",
+    .paper = "Efficient Inference of Vision Instruction-Following Models with Elastic Cache (Liu et al., ECCV 2024, "
+             "arXiv:2407.18121)",
+    .keys = "budget sinks protect distance",
+    .shown = "budget=0.2,sinks=4,protect=32 +decode=fixed-distance:distance=25",
+    .defaults = {.method = KV_ELASTIC, .budget = 0.2, .merge = KV_MERGE_POSITION, KV_STAGE_DEFAULTS, .protect = 32,
+                 .decode = KV_DECODE_FIXED},
+    .needs = KV_NEEDS_ACC | KV_NEEDS_LAYER,
+    .score = kv_score_from_layer,
 };

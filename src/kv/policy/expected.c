@@ -71,10 +71,15 @@ void kv_score_expected(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_expected = {
-    "preset", "expected",
-    "attention expected from the next `future` queries (Gaussian queries, averaged RoPE), times the value norm",
-    "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution (Devoto et "
-    "al., 2025, arXiv:2510.00636); kvpress's ExpectedAttentionPress",
-    "budget sinks future", "budget=0.2,sinks=4,future=512",
-    {.method = KV_EXPECTED, .budget = 0.2, .future = 512, KV_STAGE_DEFAULTS}, KV_NEEDS_QSTAT, kv_score_expected,
+    .stage = "preset",
+    .name = "expected",
+    .summary = "attention expected from the next `future` queries (Gaussian queries, averaged RoPE), times the value "
+               "norm",
+    .paper = "Expected Attention: KV Cache Compression by Estimating Attention from Future Queries Distribution "
+             "(Devoto et al., 2025, arXiv:2510.00636); kvpress's ExpectedAttentionPress",
+    .keys = "budget sinks future",
+    .shown = "budget=0.2,sinks=4,future=512",
+    .defaults = {.method = KV_EXPECTED, .budget = 0.2, .future = 512, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_QSTAT,
+    .score = kv_score_expected,
 };

@@ -31,21 +31,26 @@ static float *fastv_step(const struct reduce_view *v, struct reduce_state *r, in
 const struct kv_reduce_ops kv_reduce_ops_fastv = {.step = fastv_step};
 
 const struct kv_rule kv_rule_fastv = {
-    "preset", "fastv", "after layer k - 1 the share r of image tokens the last prompt token attended to least is "
-    "dropped; layers k on neither compute nor cache them",
-    "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
-    "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
-    "k r", "k=2,r=0.5",
-    {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
-     .reduce_ratio = 0.5, KV_STAGE_DEFAULTS},
-    0, NULL,
+    .stage = "preset",
+    .name = "fastv",
+    .summary = "after layer k - 1 the share r of image tokens the last prompt token attended to least is dropped; "
+               "layers k on neither compute nor cache them",
+    .paper = "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
+             "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
+    .keys = "k r",
+    .shown = "k=2,r=0.5",
+    .defaults = {.method = KV_FASTV, .budget = 1.0, .reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2},
+                 .reduce_ratio = 0.5, KV_STAGE_DEFAULTS},
 };
 
 const struct kv_rule kv_rule_reduce_fastv = {
-    "reduce", "fastv", "as the fastv preset",
-    "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
-    "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
-    "k r", "k=2,r=0.5",
-    {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5},
-    KV_NEEDS_LAST_ROW | KV_NEEDS_QUESTION, NULL,
+    .stage = "reduce",
+    .name = "fastv",
+    .summary = "as the fastv preset",
+    .paper = "An Image is Worth 1/2 Tokens After Layer 2: Plug-and-Play Inference Acceleration for Large "
+             "Vision-Language Models, FastV (Chen et al., ECCV 2024, arXiv:2403.06764)",
+    .keys = "k r",
+    .shown = "k=2,r=0.5",
+    .defaults = {.reduce = KV_REDUCE_FASTV, .n_stages = 1, .stage_layer = {2}, .reduce_ratio = 0.5},
+    .needs = KV_NEEDS_LAST_ROW | KV_NEEDS_QUESTION,
 };

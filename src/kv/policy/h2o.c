@@ -14,12 +14,16 @@ void kv_score_h2o(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_h2o = {
-    "preset", "h2o", "heavy hitters (attention summed over every query so far) + the most recent entries; one "
-    "eviction per decode step. Summed attention favours early and haystack entries: weak at keeping a detail "
-    "of a long prompt (a number) for a later question, where snapkv or keydiff keep it",
-    "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al., "
-    "NeurIPS 2023, arXiv:2306.14048)",
-    "budget recent", "budget=0.2,recent=0.5 +decode=h2o",
-    {.method = KV_H2O, .budget = 0.2, .recent = 0.5, KV_STAGE_DEFAULTS, .decode = KV_DECODE_H2O}, KV_NEEDS_ACC,
-    kv_score_h2o,
+    .stage = "preset",
+    .name = "h2o",
+    .summary = "heavy hitters (attention summed over every query so far) + the most recent entries; one eviction per "
+               "decode step. Summed attention favours early and haystack entries: weak at keeping a detail of a long "
+               "prompt (a number) for a later question, where snapkv or keydiff keep it",
+    .paper = "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models (Zhang et al., "
+             "NeurIPS 2023, arXiv:2306.14048)",
+    .keys = "budget recent",
+    .shown = "budget=0.2,recent=0.5 +decode=h2o",
+    .defaults = {.method = KV_H2O, .budget = 0.2, .recent = 0.5, KV_STAGE_DEFAULTS, .decode = KV_DECODE_H2O},
+    .needs = KV_NEEDS_ACC,
+    .score = kv_score_h2o,
 };

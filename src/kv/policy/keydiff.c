@@ -28,8 +28,13 @@ void kv_score_keydiff(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_keydiff = {
-    "preset", "keydiff", "keys least similar (cosine) to the mean normalised key",
-    "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in Resource-Constrained "
-    "Environments (Park et al., NeurIPS 2025, arXiv:2504.15364)",
-    "budget", "budget=0.2", {.method = KV_KEYDIFF, .budget = 0.2, KV_STAGE_DEFAULTS}, 0, kv_score_keydiff,
+    .stage = "preset",
+    .name = "keydiff",
+    .summary = "keys least similar (cosine) to the mean normalised key",
+    .paper = "KeyDiff: Key Similarity-Based KV Cache Eviction for Long-Context LLM Inference in Resource-Constrained "
+             "Environments (Park et al., NeurIPS 2025, arXiv:2504.15364)",
+    .keys = "budget",
+    .shown = "budget=0.2",
+    .defaults = {.method = KV_KEYDIFF, .budget = 0.2, KV_STAGE_DEFAULTS},
+    .score = kv_score_keydiff,
 };

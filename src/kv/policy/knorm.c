@@ -16,9 +16,13 @@ void kv_score_knorm(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_knorm = {
-    "preset", "knorm", "keys of smallest L2 norm",
-    "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., EMNLP 2024, "
-    "arXiv:2406.11430); kvpress's KnormPress",
-    "budget", "budget=0.2",
-    {.method = KV_KNORM, .budget = 0.2, KV_STAGE_DEFAULTS}, 0, kv_score_knorm,
+    .stage = "preset",
+    .name = "knorm",
+    .summary = "keys of smallest L2 norm",
+    .paper = "A Simple and Effective L2 Norm-Based Strategy for KV Cache Compression (Devoto et al., EMNLP 2024, "
+             "arXiv:2406.11430); kvpress's KnormPress",
+    .keys = "budget",
+    .shown = "budget=0.2",
+    .defaults = {.method = KV_KNORM, .budget = 0.2, KV_STAGE_DEFAULTS},
+    .score = kv_score_knorm,
 };

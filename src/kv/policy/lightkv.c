@@ -69,18 +69,26 @@ static const char *lightkv_check(const struct kv_policy *p) {
 const struct kv_reduce_ops kv_reduce_ops_lightkv = {.step = lightkv_step, .check = lightkv_check};
 
 const struct kv_rule kv_rule_lightkv = {
-    "preset", "lightkv", "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 windows of its "
-    "grid (bipartite matching on hidden-state cosine, weighted by the attention text pays them), so later layers "
-    "see and cache fewer; the default layers are for 32 layers and are scaled to the model's depth "
-    "(round(l * layers / 32))",
-    "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
-    "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
-    {.method = KV_LIGHTKV, .budget = 1.0, .reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5, KV_STAGE_DEFAULTS}, 0, NULL,
+    .stage = "preset",
+    .name = "lightkv",
+    .summary = "after layers 12, 18 and 24 each image's tokens merge in 4x4, 2x2, then 1x1 windows of its grid "
+               "(bipartite matching on hidden-state cosine, weighted by the attention text pays them), so later "
+               "layers see and cache fewer; the default layers are for 32 layers and are scaled to the model's depth "
+               "(round(l * layers / 32))",
+    .paper = "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
+    .keys = "layers windows ratio",
+    .shown = "layers=12,18,24,windows=4,2,1,ratio=0.5",
+    .defaults = {.method = KV_LIGHTKV, .budget = 1.0, .reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5,
+                 KV_STAGE_DEFAULTS},
 };
 
 const struct kv_rule kv_rule_reduce_lightkv = {
-    "reduce", "lightkv", "as the lightkv preset",
-    "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
-    "layers windows ratio", "layers=12,18,24,windows=4,2,1,ratio=0.5",
-    {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5}, KV_NEEDS_QUESTION, NULL,
+    .stage = "reduce",
+    .name = "lightkv",
+    .summary = "as the lightkv preset",
+    .paper = "Make Your LVLM KV Cache More Lightweight, LightKV (Chen et al., TMLR 2026, arXiv:2605.00789)",
+    .keys = "layers windows ratio",
+    .shown = "layers=12,18,24,windows=4,2,1,ratio=0.5",
+    .defaults = {.reduce = KV_REDUCE_LIGHTKV, .reduce_ratio = 0.5},
+    .needs = KV_NEEDS_QUESTION,
 };

@@ -30,15 +30,18 @@ void kv_score_lookm(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_lookm = {
-    "preset", "lookm", "recent kept, then text (text_prior=1: within the budget; all: every text entry, past "
-    "it), then image entries by attention received; evicted entries merged into the most similar kept key "
-    "(merge=none|avg|pivotal|weighted). Summed attention, as h2o: weak at keeping a detail of a long prompt for "
-    "a later question",
-    "LOOK-M: Look-Once Optimization in KV Cache for Efficient Multimodal Long-Context Inference (Wan et al., "
-    "Findings of EMNLP 2024, arXiv:2406.18139)",
-    "budget recent important merge text_prior",
-    "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
-    {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL, .text_prior = KV_TEXT_FIRST,
-     KV_STAGE_DEFAULTS},
-    KV_NEEDS_ACC, kv_score_lookm,
+    .stage = "preset",
+    .name = "lookm",
+    .summary = "recent kept, then text (text_prior=1: within the budget; all: every text entry, past it), then image "
+               "entries by attention received; evicted entries merged into the most similar kept key "
+               "(merge=none|avg|pivotal|weighted). Summed attention, as h2o: weak at keeping a detail of a long "
+               "prompt for a later question",
+    .paper = "LOOK-M: Look-Once Optimization in KV Cache for Efficient Multimodal Long-Context Inference (Wan et al., "
+             "Findings of EMNLP 2024, arXiv:2406.18139)",
+    .keys = "budget recent important merge text_prior",
+    .shown = "budget=0.2,recent=0.5,merge=pivotal,text_prior=1",
+    .defaults = {.method = KV_LOOKM, .budget = 0.2, .recent = 0.5, .merge = KV_MERGE_PIVOTAL,
+                 .text_prior = KV_TEXT_FIRST, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_ACC,
+    .score = kv_score_lookm,
 };

@@ -22,8 +22,12 @@ void kv_pool_scores(float *score, int n, int width, float *tmp) {
 }
 
 const struct kv_rule kv_rule_pool_avg = {
-    "pool", "avg", "each finite score averaged over `width` neighbouring entries (zero padding), as SnapKV pools",
-    "SnapKV's pooling, for any rule: SnapKV: LLM Knows What You are Looking for Before Generation "
-    "(Li et al., NeurIPS 2024, arXiv:2404.14469)",
-    "width", "width=5", {.pool = KV_POOL_AVG, .width = 5}, 0, NULL,
+    .stage = "pool",
+    .name = "avg",
+    .summary = "each finite score averaged over `width` neighbouring entries (zero padding), as SnapKV pools",
+    .paper = "SnapKV's pooling, for any rule: SnapKV: LLM Knows What You are Looking for Before Generation (Li et "
+             "al., NeurIPS 2024, arXiv:2404.14469)",
+    .keys = "width",
+    .shown = "width=5",
+    .defaults = {.pool = KV_POOL_AVG, .width = 5},
 };

@@ -191,24 +191,30 @@ void kv_score_from_layer(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_prefixkv = {
-    "preset", "prefixkv", "per-layer budgets from the layers' cumulative priority curves (binary search), one kept "
-    "set per layer, the first `sinks` and the last `protect` entries kept (protect=1: the authors' code); "
-    "profile=FILE (kvfold profile) or online=1. Summed attention, as h2o: weak at keeping a detail of a long "
-    "prompt for a later question",
-    "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
-    "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
-    "budget profile online sinks protect distance",
-    "budget=0.2,online=1,sinks=4,protect=32 +budget=prefix +decode=fixed-distance:distance=25",
-    {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
-     .protect = 32, .decode = KV_DECODE_FIXED},
-    KV_NEEDS_ACC | KV_NEEDS_LAYER, kv_score_from_layer,
+    .stage = "preset",
+    .name = "prefixkv",
+    .summary = "per-layer budgets from the layers' cumulative priority curves (binary search), one kept set per "
+               "layer, the first `sinks` and the last `protect` entries kept (protect=1: the authors' code); "
+               "profile=FILE (kvfold profile) or online=1. Summed attention, as h2o: weak at keeping a detail of a "
+               "long prompt for a later question",
+    .paper = "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
+             "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
+    .keys = "budget profile online sinks protect distance",
+    .shown = "budget=0.2,online=1,sinks=4,protect=32 +budget=prefix +decode=fixed-distance:distance=25",
+    .defaults = {.method = KV_PREFIXKV, .budget = 0.2, .online = true, .alloc = KV_ALLOC_PREFIX, KV_STAGE_DEFAULTS,
+                 .protect = 32, .decode = KV_DECODE_FIXED},
+    .needs = KV_NEEDS_ACC | KV_NEEDS_LAYER,
+    .score = kv_score_from_layer,
 };
 
 const struct kv_rule kv_rule_budget_prefix = {
-    "budget", "prefix", "per-layer ratios where every layer keeps the same share of its attention (binary search), "
-    "online or from profile=FILE",
-    "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
-    "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
-    "profile online", "online=1",
-    {.alloc = KV_ALLOC_PREFIX, .online = true}, 0, NULL,
+    .stage = "budget",
+    .name = "prefix",
+    .summary = "per-layer ratios where every layer keeps the same share of its attention (binary search), online or "
+               "from profile=FILE",
+    .paper = "PrefixKV: Adaptive Prefix KV Cache is What Vision Instruction-Following Models Need for Efficient "
+             "Generation (Wang et al., NeurIPS 2025, arXiv:2412.03409)",
+    .keys = "profile online",
+    .shown = "online=1",
+    .defaults = {.alloc = KV_ALLOC_PREFIX, .online = true},
 };

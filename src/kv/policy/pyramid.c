@@ -16,18 +16,26 @@ int kv_pyramid_keep(const struct kv_policy *p, int n, int keep, int layer, int n
 
 /* PyramidKV is SnapKV's rule under this allocation. */
 const struct kv_rule kv_rule_pyramidkv = {
-    "preset", "pyramidkv", "SnapKV scores with more entries in lower layers (a linear pyramid)",
-    "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
-    "COLM 2025, arXiv:2406.02069)",
-    "budget window kernel beta", "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
-    {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS, .alloc = KV_ALLOC_PYRAMID},
-    KV_NEEDS_WINDOW, kv_score_snapkv,
+    .stage = "preset",
+    .name = "pyramidkv",
+    .summary = "SnapKV scores with more entries in lower layers (a linear pyramid)",
+    .paper = "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., COLM "
+             "2025, arXiv:2406.02069)",
+    .keys = "budget window kernel beta",
+    .shown = "budget=0.2,window=32,kernel=5 +budget=pyramid:beta=20",
+    .defaults = {.method = KV_PYRAMIDKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS,
+                 .alloc = KV_ALLOC_PYRAMID},
+    .needs = KV_NEEDS_WINDOW,
+    .score = kv_score_snapkv,
 };
 
 const struct kv_rule kv_rule_budget_pyramid = {
-    "budget", "pyramid", "a linear pyramid: lower layers keep more",
-    "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., "
-    "COLM 2025, arXiv:2406.02069)",
-    "beta", "beta=20",
-    {.alloc = KV_ALLOC_PYRAMID, .beta = 20}, 0, NULL,
+    .stage = "budget",
+    .name = "pyramid",
+    .summary = "a linear pyramid: lower layers keep more",
+    .paper = "PyramidKV: Dynamic KV Cache Compression based on Pyramidal Information Funneling (Cai et al., COLM "
+             "2025, arXiv:2406.02069)",
+    .keys = "beta",
+    .shown = "beta=20",
+    .defaults = {.alloc = KV_ALLOC_PYRAMID, .beta = 20},
 };

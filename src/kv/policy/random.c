@@ -17,12 +17,23 @@ void kv_score_random(const struct kv_score_in *in, float *score) { score_uniform
 void kv_score_imgrand(const struct kv_score_in *in, float *score) { score_uniform(in, true, score); }
 
 const struct kv_rule kv_rule_random = {
-    "preset", "random", "a uniform random subset (seeded)", "a baseline (no paper)", "budget seed", "budget=0.2,seed=1",
-    {.method = KV_RANDOM, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0, kv_score_random,
+    .stage = "preset",
+    .name = "random",
+    .summary = "a uniform random subset (seeded)",
+    .paper = "a baseline (no paper)",
+    .keys = "budget seed",
+    .shown = "budget=0.2,seed=1",
+    .defaults = {.method = KV_RANDOM, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS},
+    .score = kv_score_random,
 };
 
 const struct kv_rule kv_rule_imgrand = {
-    "preset", "imgrand", "every non-image entry; image entries dropped at random (seeded)", "a baseline (no paper)",
-    "budget seed", "budget=0.2,seed=1", {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS}, 0,
-    kv_score_imgrand,
+    .stage = "preset",
+    .name = "imgrand",
+    .summary = "every non-image entry; image entries dropped at random (seeded)",
+    .paper = "a baseline (no paper)",
+    .keys = "budget seed",
+    .shown = "budget=0.2,seed=1",
+    .defaults = {.method = KV_IMGRAND, .budget = 0.2, .seed = 1, KV_STAGE_DEFAULTS},
+    .score = kv_score_imgrand,
 };

@@ -51,10 +51,15 @@ void kv_score_roco(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_roco = {
-    "preset", "roco", "smallest mean attention received, among entries whose attention varies least. "
-    "Attention over every query, as h2o: weak at keeping a detail of a long prompt for a later question",
-    "On the Efficacy of Eviction Policy for Key-Value Constrained Generative Language Model Inference, "
-    "RoCo (Ren & Zhu, 2024, arXiv:2402.06262)",
-    "budget recent sinks", "budget=0.2,recent=0.3,sinks=4",
-    {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, KV_STAGE_DEFAULTS}, KV_NEEDS_ACC, kv_score_roco,
+    .stage = "preset",
+    .name = "roco",
+    .summary = "smallest mean attention received, among entries whose attention varies least. Attention over every "
+               "query, as h2o: weak at keeping a detail of a long prompt for a later question",
+    .paper = "On the Efficacy of Eviction Policy for Key-Value Constrained Generative Language Model Inference, RoCo "
+             "(Ren & Zhu, 2024, arXiv:2402.06262)",
+    .keys = "budget recent sinks",
+    .shown = "budget=0.2,recent=0.3,sinks=4",
+    .defaults = {.method = KV_ROCO, .budget = 0.2, .recent = 0.3, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_ACC,
+    .score = kv_score_roco,
 };

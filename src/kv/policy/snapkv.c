@@ -20,10 +20,13 @@ void kv_score_snapkv(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_snapkv = {
-    "preset", "snapkv", "attention of the last `window` prompt queries, average-pooled; window kept",
-    "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al., NeurIPS 2024, "
-    "arXiv:2404.14469)",
-    "budget window kernel", "budget=0.2,window=32,kernel=5",
-    {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS}, KV_NEEDS_WINDOW,
-    kv_score_snapkv,
+    .stage = "preset",
+    .name = "snapkv",
+    .summary = "attention of the last `window` prompt queries, average-pooled; window kept",
+    .paper = "SnapKV: LLM Knows What You are Looking for Before Generation (Li et al., NeurIPS 2024, arXiv:2404.14469)",
+    .keys = "budget window kernel",
+    .shown = "budget=0.2,window=32,kernel=5",
+    .defaults = {.method = KV_SNAPKV, .budget = 0.2, .window = 32, .kernel = 5, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_WINDOW,
+    .score = kv_score_snapkv,
 };

@@ -9,9 +9,13 @@ void kv_score_streaming(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_streaming = {
-    "preset", "streaming", "attention sinks + the most recent entries, also while decoding",
-    "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., ICLR 2024, "
-    "arXiv:2309.17453)",
-    "budget sinks", "budget=0.2,sinks=4 +decode=window",
-    {.method = KV_STREAMING, .budget = 0.2, KV_STAGE_DEFAULTS, .decode = KV_DECODE_WINDOW}, 0, kv_score_streaming,
+    .stage = "preset",
+    .name = "streaming",
+    .summary = "attention sinks + the most recent entries, also while decoding",
+    .paper = "Efficient Streaming Language Models with Attention Sinks, StreamingLLM (Xiao et al., ICLR 2024, "
+             "arXiv:2309.17453)",
+    .keys = "budget sinks",
+    .shown = "budget=0.2,sinks=4 +decode=window",
+    .defaults = {.method = KV_STREAMING, .budget = 0.2, KV_STAGE_DEFAULTS, .decode = KV_DECODE_WINDOW},
+    .score = kv_score_streaming,
 };

@@ -35,17 +35,23 @@ static float *tome_step(const struct reduce_view *v, struct reduce_state *r, int
 const struct kv_reduce_ops kv_reduce_ops_tome = {.metric = tome_metric, .step = tome_step};
 
 const struct kv_rule kv_rule_tome = {
-    "preset", "tome", "after layers 12, 18 and 24 (scaled to the model's depth as lightkv's) up to `ratio` of each "
-    "image's tokens merge: bipartite matching on keys averaged over heads, size-weighted means",
-    "Token Merging: Your ViT But Faster, ToMe (Bolya et al., ICLR 2023, arXiv:2210.09461), as LightKV's "
-    "ToMe (P) baseline",
-    "layers ratio", "layers=12,18,24,ratio=0.5",
-    {.method = KV_TOME, .budget = 1.0, .reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5, KV_STAGE_DEFAULTS}, 0, NULL,
+    .stage = "preset",
+    .name = "tome",
+    .summary = "after layers 12, 18 and 24 (scaled to the model's depth as lightkv's) up to `ratio` of each image's "
+               "tokens merge: bipartite matching on keys averaged over heads, size-weighted means",
+    .paper = "Token Merging: Your ViT But Faster, ToMe (Bolya et al., ICLR 2023, arXiv:2210.09461), as LightKV's ToMe "
+             "(P) baseline",
+    .keys = "layers ratio",
+    .shown = "layers=12,18,24,ratio=0.5",
+    .defaults = {.method = KV_TOME, .budget = 1.0, .reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5, KV_STAGE_DEFAULTS},
 };
 
 const struct kv_rule kv_rule_reduce_tome = {
-    "reduce", "tome", "as the tome preset",
-    "Token Merging: Your ViT But Faster, ToMe (Bolya et al., ICLR 2023, arXiv:2210.09461)", "layers ratio",
-    "layers=12,18,24,ratio=0.5",
-    {.reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5}, 0, NULL,
+    .stage = "reduce",
+    .name = "tome",
+    .summary = "as the tome preset",
+    .paper = "Token Merging: Your ViT But Faster, ToMe (Bolya et al., ICLR 2023, arXiv:2210.09461)",
+    .keys = "layers ratio",
+    .shown = "layers=12,18,24,ratio=0.5",
+    .defaults = {.reduce = KV_REDUCE_TOME, .reduce_ratio = 0.5},
 };

@@ -19,8 +19,13 @@ void kv_score_tova(const struct kv_score_in *in, float *score) {
 }
 
 const struct kv_rule kv_rule_tova = {
-    "preset", "tova", "attention of the prompt's last query, averaged over every head of the layer; last kept",
-    "Transformers are Multi-State RNNs, TOVA (Oren et al., EMNLP 2024, arXiv:2401.06104); kvpress's TOVAPress",
-    "budget", "budget=0.2",
-    {.method = KV_TOVA, .budget = 0.2, .window = 1, KV_STAGE_DEFAULTS}, KV_NEEDS_WINDOW, kv_score_tova,
+    .stage = "preset",
+    .name = "tova",
+    .summary = "attention of the prompt's last query, averaged over every head of the layer; last kept",
+    .paper = "Transformers are Multi-State RNNs, TOVA (Oren et al., EMNLP 2024, arXiv:2401.06104); kvpress's TOVAPress",
+    .keys = "budget",
+    .shown = "budget=0.2",
+    .defaults = {.method = KV_TOVA, .budget = 0.2, .window = 1, KV_STAGE_DEFAULTS},
+    .needs = KV_NEEDS_WINDOW,
+    .score = kv_score_tova,
 };
