@@ -249,6 +249,24 @@ class AdaKVPress(Press):
 
 
 @dataclass
+class ThresholdPress(Press):
+    """No budget: every entry whose score under press clears threshold is
+    kept, and the last sliding_window_size of every head (kvpress's
+    ThresholdPress; the scale is press's scores). With decoding, the
+    threshold is applied again every sliding_window_size decoded tokens
+    (kvfold's +decode=recompress)."""
+    press: ScorerPress
+    threshold: float = 0.0
+    sliding_window_size: int = 128
+    decoding: bool = False
+
+    def spec(self) -> str:
+        base = _spec(self.press.preset, **self.press.keys())
+        out = f"{base}+budget=threshold:tau={_fmt(float(self.threshold))},last={self.sliding_window_size}"
+        return out + (f"+decode=recompress:every={max(1, self.sliding_window_size)}" if self.decoding else "")
+
+
+@dataclass
 class DecodingPress(Press):
     """Compression while decoding too: base_press's rule run again every
     compression_interval tokens, back to target_size entries (None: the

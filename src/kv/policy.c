@@ -62,7 +62,8 @@ static const struct kv_rule schedule_bulk = {
 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
-    &budget_uniform, &kv_rule_budget_pyramid, &kv_rule_budget_prefix, &kv_rule_budget_adaptive, &kv_rule_budget_global};
+    &budget_uniform,          &kv_rule_budget_pyramid, &kv_rule_budget_prefix,
+    &kv_rule_budget_adaptive, &kv_rule_budget_global,  &kv_rule_budget_threshold};
 static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {
     [KV_REDUCE_NONE] = &reduce_none,
 #define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_rule_reduce_##name,
@@ -232,6 +233,9 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_FLOOR] = {"floor", KEY_SHARE, AT(head_floor), 0, 0, 1},
     [KV_KEY_FUTURE] = {"future", KEY_INT, AT(future), 0, 1, 1 << 20},
     [KV_KEY_CHUNK] = {"chunk", KEY_INT, AT(chunk), 0, 1, 1 << 20},
+    [KV_KEY_TAU] = {"tau", KEY_NUM, AT(tau), 0, -1e30, 1e30},
+    [KV_KEY_CEIL] = {"ceil", KEY_SHARE, AT(head_ceil), 0, 0, 1},
+    [KV_KEY_LAST] = {"last", KEY_INT, AT(last), 0, 0, 1 << 20},
 };
 #undef AT
 
@@ -436,6 +440,7 @@ static enum kvf_status parse_stage(char *item, const struct kv_rule *preset, str
         break;
     case STAGE_BUDGET:
         p->alloc = d->alloc, p->head_floor = d->head_floor;
+        p->head_ceil = d->head_ceil, p->tau = d->tau, p->last = d->last;
         if (d->alloc == KV_ALLOC_PREFIX && !has_name(preset->keys, "online"))
             p->online = d->online, p->profile[0] = '\0';
         break;
@@ -506,6 +511,18 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     if (p->alloc == KV_ALLOC_GLOBAL && why)
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global shares the model's budget among every kv "
                        "head by their scores; %s", spec, why);
+    if (p->alloc == KV_ALLOC_THRESHOLD && why)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold keeps the entries whose score clears "
+                       "tau; %s", spec, why);
+    if (p->alloc == KV_ALLOC_THRESHOLD && kv_policy_given(p, KV_KEY_BUDGET))
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold keeps what clears tau, so the cache "
+                       "has no budget: leave budget= out (floor= and ceil= bound each head's share)", spec);
+    if (p->alloc == KV_ALLOC_THRESHOLD && p->head_ceil < p->head_floor)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': ceil=%g is below floor=%g", spec, p->head_ceil,
+                       p->head_floor);
+    if (p->alloc == KV_ALLOC_THRESHOLD && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold has no budget for a decode stage to "
+                       "keep; decode=recompress applies the threshold again as the cache grows", spec);
     /* The decode stages keep each layer within its own share. */
     if (p->alloc == KV_ALLOC_GLOBAL && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global gives layers different shares, which "

@@ -20,9 +20,10 @@ enum kv_method {
 /* Budget stage: how the entries are spread over the layers (prefix:
  * PrefixKV's searched per-layer ratios, online or from a profile), over
  * the kv heads of a layer (adaptive: Ada-KV's, by score), or over every
- * head of every layer (global: KVzip's, by score). */
+ * head of every layer (global: KVzip's, by score); or no budget at all
+ * (threshold: every entry whose score clears tau, kvpress's ThresholdPress). */
 enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_ADAPTIVE, KV_ALLOC_GLOBAL,
-                KV_ALLOC_COUNT };
+                KV_ALLOC_THRESHOLD, KV_ALLOC_COUNT };
 /* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
 enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
 /* LOOK-M's text prior: none; text before images within the budget (text
@@ -54,7 +55,7 @@ enum kv_key {
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
     KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_FLOOR,
-    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_COUNT /* <= 64: kv_policy.given */
+    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_TAU, KV_KEY_CEIL, KV_KEY_LAST, KV_KEY_COUNT /* <= 64: kv_policy.given */
 };
 
 struct kv_policy {
@@ -71,7 +72,11 @@ struct kv_policy {
     uint64_t seed;      /* random, imgrand                                                */
     enum kv_alloc alloc;
     int beta;           /* alloc=pyramid: the top layer keeps (budget - window) / beta     */
-    double head_floor;  /* alloc=adaptive: share of the even per-head budget every kv head keeps */
+    double head_floor;  /* alloc=adaptive: share of the even per-head budget every kv head keeps;
+                           alloc=threshold: share of its entries every kv head keeps */
+    double head_ceil;   /* alloc=threshold: share of its entries a kv head keeps at most      */
+    double tau;         /* alloc=threshold: the score an entry must reach to stay            */
+    int last;           /* alloc=threshold: the last entries of every head always kept       */
     enum kv_decode decode;
     int distance;       /* decode=fixed-distance: the evicted index is this far from the end
                            of the compressed prompt                                        */
@@ -205,7 +210,8 @@ struct kv_rule {
 #include "kv/rules.def"
 /* Stage options defined next to their rules (the others are in policy.c). */
 extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive,
-    kv_rule_budget_global, kv_rule_schedule_blocks, kv_rule_pool_avg, kv_decode_rules[KV_DECODE_COUNT];
+    kv_rule_budget_global, kv_rule_budget_threshold, kv_rule_schedule_blocks, kv_rule_pool_avg,
+    kv_decode_rules[KV_DECODE_COUNT];
 
 const struct kv_rule *kv_rule_of(enum kv_method m);
 /* The reduce stage's option k ("none" for KV_REDUCE_NONE or out of range). */
@@ -281,6 +287,10 @@ int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, dou
  * past total). Budget stages adaptive (the heads of a layer) and global
  * (every head of every layer). Returns the entries kept. */
 int kv_heads_select(int n_head, const int *n, const float *score, long total, int *out, int *count);
+/* Threshold eviction (src/kv/policy/threshold.c): the entries one head of
+ * n keeps under p's threshold stage, its last p->last scores made
+ * INFINITY (kept) first; for kv_select. */
+int kv_threshold_keep(const struct kv_policy *p, float *score, int n);
 /* kv_select, then compacts the head to the kept entries. scratch: h->n ints. */
 enum kvf_status kv_select_keep(struct kv_cache *c, int layer, int head, const float *score, int keep, int *scratch);
 /* Layer importance (PrefixKV, Elastic Cache): the attention each entry

@@ -220,6 +220,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
      * Global: every head of every layer scored, one after the other, then ranked together. */
     const bool adaptive = bp.alloc == KV_ALLOC_ADAPTIVE && mode != EVICT_BLOCK;
     const bool global = bp.alloc == KV_ALLOC_GLOBAL && mode == EVICT_COMPRESS && rule->score;
+    /* Threshold: every head scored, each keeping what clears tau. */
+    const bool threshold = bp.alloc == KV_ALLOC_THRESHOLD && mode == EVICT_COMPRESS && rule->score;
     long total = 0;
     float *score = c->score;
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
@@ -232,6 +234,7 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         }
         if (adaptive) over = held > H * target;
         if (global) over = true, total += (long)H * target;
+        if (threshold) over = true;
         if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
         const bool window_sums = mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW);
         if (window_sums) {
@@ -260,7 +263,7 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         if (!global) score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
-            if (!adaptive && !global && h->n <= target) continue;
+            if (!adaptive && !global && !threshold && h->n <= target) continue;
             c->head_n[global ? l * H + g : g] = h->n;
             const struct kv_score_in in = score_in(s, &lp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
@@ -277,7 +280,8 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
                 score += h->n;
                 continue;
             }
-            const int n_keep = kv_select(h->n, score, target, c->idx);
+            const int keep = threshold ? kv_threshold_keep(&bp, score, h->n) : target;
+            const int n_keep = kv_select(h->n, score, keep, c->idx);
             if (n_keep < h->n) st = head_evict(s, l, g, c->idx, n_keep, mode == EVICT_COMPRESS);
         }
         if (!adaptive || st != KVF_OK) continue;

@@ -636,6 +636,24 @@ def case_kv(ctx):
                 check(fin[:keep - 8] == comp[:keep - 8] and fin[-len(new):] == new, f"{stage}: {fin}")
             elif stage == "decode=h2o":  # the recent half of the budget is kept
                 check(fin[-(want // 2):] == (comp + new)[-(want // 2):], f"{stage}: {fin}")
+    # Threshold eviction: no budget; every head keeps what scores at least tau and its last `last` entries, within
+    # floor and ceil of its entries (K-norm's score is minus the key's norm).
+    for tau, ceil in (("-1e30", 1), ("1e30", 1), ("-1e30", 0.5)):
+        spec = f"knorm+budget=threshold:tau={tau},last=8,ceil={ceil}"
+        rc, out, err = ctx.run(*base, "--kv", spec, "--dump-kv", dump)
+        check(rc == 0, f"{spec}: {err}")
+        kv = json.loads(out)["kv"]
+        with open(dump) as f:
+            heads = [pos for layer in json.load(f)["compressed"] for pos in layer]
+        tail = list(range(n_prompt - 8, n_prompt))
+        if tau == "-1e30" and ceil == 1:
+            check(kv["bytes_kept"] == kv["bytes_full"] and all(len(p) == n_prompt for p in heads), f"{spec}: {kv}")
+        elif ceil == 1:  # nothing clears it: the last 8 (and K-norm's sinks, which it always keeps)
+            check(all(p[-8:] == tail and 8 <= len(p) <= 12 for p in heads), f"{spec}: {heads[0]}")
+        else:
+            check(all(len(p) == n_prompt // 2 and p[-8:] == tail for p in heads), f"{spec}: {len(heads[0])}")
+    rc, out, err = ctx.run(*base, "--kv", "knorm:budget=0.2+budget=threshold")
+    check(rc != 0 and "no budget" in err, f"a threshold with a budget: {rc} {err}")
     rc, out, err = ctx.run(*base, "--kv", "knorm:budget=0.2+decode=recompress:every=2")
     check(rc == 0, f"recompress: {err}")
     o = json.loads(out)

@@ -121,6 +121,9 @@ def test_presses_map_to_specs():
         (P.LightKVPress(), "lightkv:ratio=0.5"),
         (P.FastVPress(k=3, r=0.75), "fastv:k=3,r=0.75"),
         (P.ToMePress(0.5), "tome:ratio=0.5"),
+        (P.ThresholdPress(P.KVzipPress(), threshold=0.01), "kvzip+budget=threshold:tau=0.01,last=128"),
+        (P.ThresholdPress(P.KeyDiffPress(), -0.2, 64, decoding=True),
+         "keydiff+budget=threshold:tau=-0.2,last=64+decode=recompress:every=64"),
     ]
     for press, spec in table:
         assert str(press) == spec

@@ -123,6 +123,7 @@ static bool parse_list(const char *s, double lo, double hi, double *x, int *n) {
 
 /* Whether the preset of a spec (its name, up to ':' or '+') takes a budget. */
 static bool spec_has_budget_key(const char *spec) {
+    if (strstr(spec, "+budget=threshold")) return false; /* what clears tau stays: no budget to sweep */
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(spec, ":+"), spec);
     for (int i = 0; i < kvf_kv_policy_count(); i++) {
