@@ -640,18 +640,10 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     return st;
 }
 
-/* A scoring rule's pass over the context (struct kv_pass_ops; KVzip's
- * reconstruction, src/kv/policy/kvzip.c): the runs the rule writes go
- * through the model one after the other at the positions after the
- * context, each attending to the whole cache and to itself, and each is
- * removed after it, so the cache holds at most the context and one run
- * (past n_ctx if need be: the attention scratch grows). cs.recon gets, for
- * each entry, the most attention any query of any run paid it. */
-
 /* The chat template's end of a user turn and start of the assistant's
  * (kvpress: what follows the user's text), or "\n" without a template. */
 static enum kvf_status pass_turn(const struct kvf_model *m, char *buf, int cap) {
-    static const char mark[] = "\x01kvzip\x01";
+    static const char mark[] = "\x01turn\x01";
     const struct kvf_chat_message msg = {"user", mark};
     int32_t len;
     if (kvf_chat_apply(m, NULL, &msg, 1, true, buf, cap, &len) != KVF_OK) {
@@ -704,6 +696,13 @@ enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char 
     return st;
 }
 
+/* A scoring rule's pass over the context (struct kv_pass_ops; KVzip's
+ * reconstruction, src/kv/policy/kvzip.c): the runs the rule writes go
+ * through the model one after the other at the positions after the
+ * context, each attending to the whole cache and to itself, and each is
+ * removed after it, so the cache holds at most the context and one run
+ * (past n_ctx if need be: the attention scratch grows). cs.recon gets, for
+ * each entry, the most attention any query of any run paid it. */
 static enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass) {
     const int L = s->kv.n_layer, H = s->kv.n_head_kv;
     const int32_t bos = tok_bos(s->model->tok);
