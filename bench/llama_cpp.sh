@@ -4,7 +4,9 @@
 # each thread count, then tg32 after a 4096-token context at the last one.
 # llama.cpp comes from PyPI (the llama-cpp-python source package vendors it;
 # this machine reaches no other network) and is built once into CACHE_DIR
-# (CPU backend, -march=native, OpenMP); its commit is printed first.
+# (CPU backend, -march=native, OpenMP) with llama-bench, and llama-server
+# and llama-perplexity for bench/llama_cpp_ruler.py and perplexity
+# neighbours; its commit is printed first.
 #
 # With KV_TYPES="f16 q4_0 ..." (each a type, or KTYPE/VTYPE) the depth test
 # runs again for each cache type, both engines given -ctk and -ctv (and
@@ -20,13 +22,15 @@ shift 3
 version=0.3.36
 src=$cache/llama_cpp_python-$version/vendor/llama.cpp
 bench=$src/build/bin/llama-bench
-if [ ! -x "$bench" ]; then
+if [ ! -x "$bench" ] || [ ! -x "$src/build/bin/llama-server" ] || [ ! -x "$src/build/bin/llama-perplexity" ]; then
   mkdir -p "$cache"
-  python3 -m pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$cache" >&2
-  tar xzf "$cache/llama_cpp_python-$version.tar.gz" -C "$cache"
+  if [ ! -d "$src" ]; then
+    python3 -m pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$cache" >&2
+    tar xzf "$cache/llama_cpp_python-$version.tar.gz" -C "$cache"
+  fi
   cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_CURL=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=OFF >&2
-  cmake --build "$src/build" -j "$(nproc)" --target llama-bench >&2
+        -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF >&2
+  cmake --build "$src/build" -j "$(nproc)" --target llama-bench llama-server llama-perplexity >&2
 fi
 echo "llama.cpp $(sed -n 's/.*LLAMA_COMMIT = "\(.*\)";/\1/p' "$src/build/common/build-info.cpp") (llama-cpp-python $version)"
 

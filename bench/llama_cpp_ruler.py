@@ -7,8 +7,9 @@
 A benchmark, not a test. SAMPLES.jsonl is what `kvfold eval ruler
 --dump-samples` wrote (a line per question: context, question,
 answer_prefix, answers); the kvfold rows to compare with are that eval's
-results.jsonl. llama-server is built by bench/llama_cpp.sh's recipe (the
-llama-cpp-python sdist's vendored llama.cpp) with the target llama-server.
+results.jsonl. llama-server is what bench/llama_cpp.sh builds (the
+llama-cpp-python sdist's vendored llama.cpp): CACHE_DIR/llama_cpp_python-
+VERSION/vendor/llama.cpp/build/bin/llama-server.
 
 Each question is the prompt kvfold's `--question after` reads: ChatML
 without a system message, the context and the question in one user turn,
