@@ -1006,7 +1006,9 @@ def case_kv_short(ctx):
             used = re.search(r"use it with (\w+)", err)
             if rc != 0 and used:
                 base = used.group(1)
-            specs += [(None, f"{base}+{stage}"), (None, f"{base}:budget=0.001+{stage}")]
+            # the tightest: a budget that rounds to nothing, or (threshold, which takes no budget) a tau nothing clears
+            tight = f"{base}+{stage}:tau=1e30,last=0" if p["name"] == "threshold" else f"{base}:budget=0.001+{stage}"
+            specs += [(None, f"{base}+{stage}"), (None, tight)]
     specs += [(None, "snapkv+schedule=blocks:budget=2,block=1,question=1")]
     for want, text in prompts.items():
         for name, spec in specs:
