@@ -44,6 +44,7 @@ static const struct shape shapes[] = {
     {"SmolLM2-135M", 30, 9, 3, 64},
     {"Gemma3-270M global", 18, 4, 1, 256}, /* every layer as a global one */
     {"Qwen2.5-0.5B", 24, 14, 2, 64},
+    {"Qwen2.5-1.5B", 28, 12, 2, 128},
 };
 
 /* Best of 3 passes over the layers, seconds a layer. */

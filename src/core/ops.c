@@ -48,11 +48,13 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
     for (int64_t c = 0; c < n_chunks; c++) {
         const int64_t r0 = c * chunk, nr = KVF_MIN(chunk, rows - r0);
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+        quant_prefetch_set(!w->no_prefetch);
         if (w->ilv)
             quant_gemm_ilv(w->type, w->cols, wr, (int)(nr / QUANT_ILV_ROWS), xb, n_tok, y + r0, (size_t)rows);
         else
             quant_gemm_rows_at(w->rows_level ? (enum simd_level)(w->rows_level - 1) : simd_get(), w->type, w->cols,
                                wr, w->row_bytes, (int)nr, xb, n_tok, y + r0, (size_t)rows);
+        quant_prefetch_set(true); /* the thread's other work as before */
     }
 }
 

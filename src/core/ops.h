@@ -18,8 +18,11 @@ struct weight {
     bool ilv;
     /* The decoding kernel, where not interleaved: 0 the rows kernel of the
      * SIMD level in use, else 1 + the level whose rows kernel measured
-     * fastest for this type on this CPU (model/kernels.c). */
+     * fastest for this type on this CPU (model/kernels.c). no_prefetch:
+     * its decoding kernel leaves the reads ahead to the hardware
+     * (quant_prefetch_set), measured faster so. */
     uint8_t rows_level;
+    bool no_prefetch;
 };
 
 /* Bytes of scratch ops_matmul needs for n_tok rows of `cols` inputs. */

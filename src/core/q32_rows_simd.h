@@ -22,7 +22,7 @@ static inline __attribute__((always_inline)) vf dot_q32_lanes(enum dtype t, int6
 }
 
 /* y += a * the row: each value the fmadd of a times its block's scale and
- * its code, as axpys_kv gives it (quant_kv_factor). */
+ * its code, as axpys_kv gives it (quant_kv_scale). */
 static inline __attribute__((always_inline)) void axpy_q32_row(enum dtype t, float *y, float a, const void *x,
                                                               int64_t n) {
     const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);

@@ -693,6 +693,10 @@ bool quant_rows_level_has(enum dtype type, enum simd_level level) {
            (!a->dot_rows[type] && a->dot[type] && a->dot[type] != b->dot[type]);
 }
 
+_Thread_local bool quant_prefetch_on = true;
+
+void quant_prefetch_set(bool on) { quant_prefetch_on = on; }
+
 void quant_gemm_rows_ref(enum dtype type, int64_t n, const void *w, size_t w_stride, int nw, const void *xb,
                          int nx, float *out, size_t os) {
     rows_run(&scalar_kernels, type, n, w, w_stride, nw, xb, nx, out, os);

@@ -85,6 +85,11 @@ void quant_gemm_rows(enum dtype type, int64_t n, const void *w, size_t w_stride,
 void quant_gemm_rows_at(enum simd_level level, enum dtype type, int64_t n, const void *w, size_t w_stride, int nw,
                         const void *xb, int nx, float *out, size_t out_stride);
 bool quant_rows_level_has(enum dtype type, enum simd_level level);
+/* Whether the calling thread's decoding kernels (rows and interleaved)
+ * prefetch the weights ahead of the hardware prefetcher (on until set
+ * off): a property of the matrix, chosen with its kernel. The results are
+ * the same bits either way. */
+void quant_prefetch_set(bool on);
 
 /* Prompt products in integers, for the K types where the CPU has AVX-512
  * VNNI. A tile of up to QUANT_TILE_ROWS weight rows is repacked so that one

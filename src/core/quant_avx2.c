@@ -358,12 +358,15 @@ static inline __m256 q8_0_codes8(const struct block_q8_0 *b, int k) {
 }
 
 /* Values 8k .. 8k+7 of a Q4_0 block as floats (code - 8, not yet scaled):
- * value j is byte j's low nibble, value j + 16 its high one. */
+ * value j is byte j's low nibble, value j + 16 its high one. Written on
+ * the whole block, so that a caller's four k share its load, shift and
+ * masks. */
 static inline __m256 q4_0_codes8(const struct block_q4_0 *b, int k) {
-    __m128i q = _mm_loadl_epi64((const __m128i *)(b->qs + 8 * (k & 1)));
+    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
     if (k >= 2) q = _mm_srli_epi16(q, 4);
-    q = _mm_and_si128(q, _mm_set1_epi8(0xf));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(q), _mm256_set1_epi32(8)));
+    q = _mm_sub_epi8(_mm_and_si128(q, _mm_set1_epi8(0xf)), _mm_set1_epi8(8));
+    if (k & 1) q = _mm_unpackhi_epi64(q, q);
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
 }
 
 static inline __attribute__((always_inline)) __m256 q32_codes(enum dtype t, const uint8_t *b, int k) {
@@ -610,7 +613,7 @@ static inline __attribute__((always_inline)) __m256 kv_dot_lanes(enum dtype t, c
 
 /* Values c .. c + 7 of a KV row (the first `left` of them when fewer
  * remain, the rest 0); Q8_0 and Q4_0 give their codes, the scale going into the
- * axpy's factor (quant_kv_factor). */
+ * axpy's factor (quant_kv_scale). */
 static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, const uint8_t *row, int64_t c,
                                                               int64_t left, __m256i m) {
     if (t == DT_F32) return _mm256_maskload_ps((const float *)(const void *)row + c, m);
@@ -626,6 +629,12 @@ static inline __attribute__((always_inline)) __m256 kv_values(enum dtype t, cons
 }
 
 #define V_REDUCE_ROWS(v) reduce8(v)
+/* 16 registers: 6 queries x 2 vectors of sums, and the row's 2; the
+ * fastest of the shapes tried on Zen 3 (bench/bench_attn.c, the 1.5B's 6
+ * heads a kv head). */
+#define KV_MIX_VECS 2
+#define KV_MIX_QN 6
+#define KV_DOT_QN 6
 #include "kv_rows_simd.h"
 
 KV_RUN_KERNELS(f32, DT_F32)

@@ -607,7 +607,7 @@ static inline __attribute__((always_inline)) __m512 kv_dot_lanes(enum dtype t, c
 
 /* Values c .. c + 15 of a KV row (masked to m, which says where the row
  * ends); Q8_0 and Q4_0 give their codes, the scale going into the axpy's factor
- * (quant_kv_factor). */
+ * (quant_kv_scale). */
 static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, const uint8_t *row, int64_t c,
                                                                int64_t left, __mmask16 m) {
     (void)left;
@@ -618,6 +618,12 @@ static inline __attribute__((always_inline)) __m512 kv_values(enum dtype t, cons
 }
 
 #define V_REDUCE_ROWS(v) reduce16(v)
+/* 32 registers: 4 queries x 4 vectors of sums (6 heads: passes of 3);
+ * 6 x 2 measured the same on Zen 4 (bench/bench_attn.c, within its
+ * noise). */
+#define KV_MIX_VECS 4
+#define KV_MIX_QN 4
+#define KV_DOT_QN 4
 #include "kv_rows_simd.h"
 
 KV_RUN_KERNELS(f32, DT_F32)

@@ -26,14 +26,20 @@
 
 /* Decoding streams every weight from memory once per token; the SIMD dot
  * kernels ask for the bytes this far ahead of the block they are on, which
- * keeps more reads in flight than the hardware prefetcher alone (one
- * thread over a 64 MiB Q8_0 matrix: about 6 -> 9 GB/s, bench/bench_quant.c).
+ * kept more reads in flight than the hardware prefetcher alone on the Intel
+ * Xeon (one thread over a 64 MiB Q8_0 matrix: about 6 -> 9 GB/s,
+ * bench/bench_quant.c) but cost AMD Zen 4 2-7% of its decoding: whether a
+ * thread prefetches is the matrix's (quant_prefetch_set), measured at load.
  * A prefetch past the end of the weights is harmless: it never faults. */
 #define QUANT_PREFETCH 2048
 
+extern _Thread_local bool quant_prefetch_on;
+
 /* Prefetches the line QUANT_PREFETCH bytes past each 64-byte step of the
- * `bytes` bytes at p (a kernel's weights for one step). */
+ * `bytes` bytes at p (a kernel's weights for one step), where this thread
+ * prefetches. */
 static inline void quant_prefetch(const void *p, size_t bytes) {
+    if (!quant_prefetch_on) return;
     for (size_t off = 0; off < bytes; off += 64)
         __builtin_prefetch((const char *)p + QUANT_PREFETCH + off);
 }
@@ -201,14 +207,13 @@ static inline int quant_kv_run_rows(size_t rb, int g) {
     return r < g ? g : r;
 }
 
-/* The factor an axpy of weight a multiplies a KV row's values c.. by: a
- * times the block's scale for Q8_0 and Q4_0 (whose values are their codes),
- * as axpy_q8_0_row and axpy_q4_0_row do; a for F32 / F16. */
-static inline __attribute__((always_inline)) float quant_kv_factor(enum dtype t, const uint8_t *row, int64_t c,
-                                                                   float a) {
-    if (t == DT_Q8_0) return a * QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d);
-    if (t == DT_Q4_0) return a * QUANT_H2F(((const struct block_q4_0 *)(const void *)row)[c / QK4_0].d);
-    return a;
+/* What an axpy multiplies its weight a by for a KV row's values c..: the
+ * block's scale for Q8_0 and Q4_0 (whose values are their codes), as
+ * axpy_q8_0_row and axpy_q4_0_row do; 1 for F32 / F16 (a * 1 is a). */
+static inline __attribute__((always_inline)) float quant_kv_scale(enum dtype t, const uint8_t *row, int64_t c) {
+    if (t == DT_Q8_0) return QUANT_H2F(((const struct block_q8_0 *)(const void *)row)[c / QK8_0].d);
+    if (t == DT_Q4_0) return QUANT_H2F(((const struct block_q4_0 *)(const void *)row)[c / QK4_0].d);
+    return 1.0f;
 }
 
 /* The scale of the Q8_0 or Q4_0 block at b (t a constant). */

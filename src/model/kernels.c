@@ -5,10 +5,12 @@
  * reports: on AMD Zen 4 (AVX-512 executed in two 256-bit halves) the VNNI
  * kernels on interleaved weights decoded the 1.5B at 26 tok/s where the
  * AVX-512 rows kernels on the file's layout gave 30 and the AVX2 ones 29,
- * the reverse of the Intel Xeon's order. So each type's candidates are
- * timed at load on the model's own matrices, on all the cores, and the
- * fastest is kept, whatever thread count sessions use (results must not
- * depend on it).
+ * the reverse of the Intel Xeon's order; and the software prefetch that
+ * gained the Xeon a third of its decoding cost Zen 4 some of it. So each
+ * type's candidates, each kernel with its prefetch and without, are timed
+ * at load on the model's own matrices, on all the cores, and the fastest
+ * is kept, whatever thread count sessions use (results must not depend on
+ * it).
  *
  * The choice is written to kernels.tsv in the user's cache directory
  * ($KVFOLD_CACHE_DIR, else $XDG_CACHE_HOME/kvfold, else ~/.cache/kvfold),
@@ -113,15 +115,19 @@ static enum kvf_status weight_interleave(struct kvf_model *m, struct weight *w) 
 }
 
 /* A candidate: interleaved at the level in use, or the rows kernel of a
- * SIMD level. */
+ * SIMD level; each SIMD one with its software prefetch and without
+ * (quant_prefetch_set): which keeps more reads in flight is the CPU's (the
+ * Xeon's decoding gained a third from it, Zen 4's lost 2-7%). */
 struct cand {
-    bool ilv;
+    bool ilv, no_prefetch;
     enum simd_level level;
     double gbps; /* weight bytes a second over the sample; 0: not timed */
 };
 
+#define CAND_MAX 8
+
 static const char *cand_name(const struct cand *c, char *buf, size_t n) {
-    snprintf(buf, n, "%s-%s", c->ilv ? "ilv" : "rows", simd_name(c->level));
+    snprintf(buf, n, "%s-%s%s", c->ilv ? "ilv" : "rows", simd_name(c->level), c->no_prefetch ? "-nopf" : "");
     return buf;
 }
 
@@ -134,6 +140,10 @@ static int cand_list(enum dtype type, bool tiles, bool repack, bool scalar, stru
     for (int lv = simd_get(); lv > SIMD_SCALAR; lv--)
         if (quant_rows_level_has(type, (enum simd_level)lv))
             out[n++] = (struct cand){.ilv = false, .level = (enum simd_level)lv};
+    for (int k = 0, simd = n; k < simd; k++) {
+        out[n] = out[k];
+        out[n++].no_prefetch = true;
+    }
     if (n == 0 || scalar) {
         const enum simd_level level = n == 0 ? simd_get() : SIMD_SCALAR;
         out[n++] = (struct cand){.ilv = false, .level = level};
@@ -162,8 +172,10 @@ static enum kvf_status time_candidates(struct weight *const *sample, int ns, str
             if (c[k].ilv && !(w->data = interleaved_copy(sample[i], false)))
                 st = err_set(KVF_ERR_NOMEM, "out of memory");
             w->ilv = c[k].ilv;
+            w->no_prefetch = c[k].no_prefetch;
         }
-    double best[4] = {1e30, 1e30, 1e30, 1e30};
+    double best[CAND_MAX];
+    for (int k = 0; k < nc; k++) best[k] = 1e30;
     for (int round = 0; round <= ROUNDS && st == KVF_OK; round++)
         for (int k = 0; k < nc; k++) {
             const double t0 = sys_time_ms();
@@ -398,7 +410,7 @@ enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack) {
         const enum dtype type = ws[i]->type;
         if (done[type]) continue;
         done[type] = true;
-        struct cand c[4];
+        struct cand c[CAND_MAX];
         /* interleaved where any matrix of the type is in whole tiles; the others stay as they are */
         bool tiles = false;
         for (int j = 0; j < nw; j++) tiles = tiles || (ws[j]->type == type && ws[j]->rows % QUANT_ILV_ROWS == 0);
@@ -409,6 +421,7 @@ enum kvf_status model_kernels_choose(struct kvf_model *m, bool repack) {
             if (ws[j]->type != type) continue;
             if (c[k].ilv) st = weight_interleave(m, ws[j]);
             if (!ws[j]->ilv) ws[j]->rows_level = (uint8_t)((c[k].ilv ? simd_get() : c[k].level) + 1);
+            ws[j]->no_prefetch = c[k].no_prefetch;
         }
     }
     if (tied) m->output = m->tok_embd;

@@ -61,7 +61,7 @@ struct kvf_model {
     char name[256], arch_name[32], source[16], weight_types[256], tok_kind[64];
     /* The decoding kernel chosen for each weight type and why, e.g.
      * "q4_K: rows-avx512 (measured at load ...: ilv-avx512 21.3 GB/s, ...)". */
-    char kernels[512];
+    char kernels[2048];
     int64_t decode_bytes;      /* kvf_model_info.decode_bytes */
     int64_t n_params, weight_bytes;
     /* CRC-32 of the decoder's tensors as bound (name, type, shape, in order):

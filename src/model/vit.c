@@ -220,7 +220,8 @@ static enum kvf_status bind_transposed(const struct vit_binder *b, struct weight
     }
     free(row);
     if ((st = model_keep(b->m, t)) != KVF_OK) return st;
-    *w = (struct weight){DT_F32, cols, rows, sizeof(float) * (size_t)rows, t, false, 0};
+    *w = (struct weight){.type = DT_F32, .rows = cols, .cols = rows, .row_bytes = sizeof(float) * (size_t)rows,
+                         .data = t};
     return KVF_OK;
 }
 

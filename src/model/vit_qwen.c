@@ -154,8 +154,10 @@ static enum kvf_status bind_patch(struct kvf_model *m, const struct tensor_src *
                 for (int64_t i = 0; i < pp; i++) d[c * pp + i] += f[(c * T + t) * pp + i];
     }
     free(row);
-    v->patch = (struct weight){DT_F32, H, 3 * pp, sizeof(float) * (size_t)(3 * pp), sum, false, 0};
-    v->patch_t = (struct weight){DT_F32, H, n, sizeof(float) * (size_t)n, full, false, 0};
+    v->patch = (struct weight){.type = DT_F32, .rows = H, .cols = 3 * pp,
+                               .row_bytes = sizeof(float) * (size_t)(3 * pp), .data = sum};
+    v->patch_t = (struct weight){.type = DT_F32, .rows = H, .cols = n, .row_bytes = sizeof(float) * (size_t)n,
+                                 .data = full};
     return KVF_OK;
 }
 
@@ -244,8 +246,10 @@ static const struct qvit_names names_mmproj_qwen3 = {
 
 /* Rows [i * rows, (i + 1) * rows) of w as a weight of their own. */
 static struct weight rows_of(const struct weight *w, int64_t rows, int i) {
-    return (struct weight){w->type, rows, w->cols, w->row_bytes,
-                           (const uint8_t *)w->data + (size_t)i * rows * w->row_bytes, w->ilv, w->rows_level};
+    struct weight r = *w;
+    r.rows = rows;
+    r.data = (const uint8_t *)w->data + (size_t)i * rows * w->row_bytes;
+    return r;
 }
 
 /* Qwen3-VL's DeepStack mergers, into the decoder's width E. */
@@ -288,8 +292,8 @@ static enum kvf_status bind_tower(struct kvf_model *m, const struct tensor_src *
                 return st;
             for (int i = 0; i < 3; i++) {
                 q->w[i] = rows_of(&qkv, H, i);
-                q->b[i] = (struct weight){ DT_F32, 1, H, sizeof(float) * (size_t)H, (const float *)qkv_b.data + i * H,
-                                           false, 0 };
+                q->b[i] = (struct weight){.type = DT_F32, .rows = 1, .cols = H, .row_bytes = sizeof(float) * (size_t)H,
+                                          .data = (const float *)qkv_b.data + i * H};
             }
         } else if ((st = W(w[0], nm->q, H, H)) || (st = V(b[0], nm->q_b, H)) || (st = W(w[1], nm->k, H, H)) ||
                    (st = V(b[1], nm->k_b, H)) || (st = W(w[2], nm->v, H, H)) || (st = V(b[2], nm->v_b, H))) {

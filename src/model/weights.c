@@ -85,7 +85,7 @@ enum kvf_status weight_bind_nd(struct kvf_model *m, const struct tensor_src *src
     if (rb == 0 || !size_mul(rb, (size_t)rows, &total) || total != r.nbytes)
         return err_set(KVF_ERR_SHAPE, "tensor '%s': %zu bytes do not hold [%lld, %lld] of %s", name, r.nbytes,
                        (long long)rows, (long long)cols, tr->name);
-    *w = (struct weight){(enum dtype)r.type, rows, cols, rb, r.data, false, 0};
+    *w = (struct weight){.type = (enum dtype)r.type, .rows = rows, .cols = cols, .row_bytes = rb, .data = r.data};
     if (src->bound && r.index >= 0) src->bound[r.index] = true;
     if (!m->vision) { /* vision towers bind after the decoder, once m->vision is there */
         const int64_t shape[3] = {(int64_t)r.type, rows, cols};

@@ -248,8 +248,9 @@ def case_bench_kernels(ctx):
 
     measured = kernels(bench("measure,scalar", "--json"))
     for t, why in measured.items():
-        check("measured at load" in why and re.search(r"rows-scalar [\d.]+ GB/s", why),
-              f"{t}: every candidate timed: {why!r}")
+        check("measured at load" in why and re.search(r"rows-scalar [\d.]+ GB/s", why) and
+              re.search(r"rows-[a-z0-9]+-nopf [\d.]+ GB/s", why) or not re.search(r"rows-avx", why),
+              f"{t}: every candidate timed, each SIMD one with and without its prefetch: {why!r}")
     with open(tsv) as f:
         lines = f.read().splitlines()
     check(len(lines) == 2 and all(len(ln.split("\t")) >= 8 for ln in lines), f"kernels.tsv: {lines}")

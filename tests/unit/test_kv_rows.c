@@ -139,7 +139,7 @@ static void test_other_types(void **st) {
  * vectors give the row-by-row calls' bits at every level: head sizes with
  * and without SIMD tails (and past the 128 values the SIMD forms keep in
  * registers), runs from 0 rows through partial 16-row groups to past the
- * AVX-512 kernels' runs of about 16 KiB (rb 128: 128 rows), 1 to 3 queries
+ * AVX-512 kernels' runs of about 16 KiB (rb 128: 128 rows), 1 to 7 queries
  * with strides wider than a row, weights with zeros (skipped); the axpys
  * also by 16- and 32-column slices of the rows (ldr wider than a slice). */
 static void test_runs(void **st) {
@@ -147,7 +147,7 @@ static void test_runs(void **st) {
     const enum simd_level top = simd_detect();
     static const int dims[] = {20, 32, 36, 40, 64, 96, 128, 160, 256, 288}; /* 20, 36: AVX2 tails too */
     static const int lens[] = {0, 1, 5, 15, 16, 17, 33, 129, 300};
-    enum { N_MAX = 300, NX_MAX = 3 };
+    enum { N_MAX = 300, NX_MAX = 7 }; /* 5 to 7: two passes of queries */
     for (int lv = SIMD_SCALAR; lv <= (int)top; lv++) {
         simd_set((enum simd_level)lv);
         for (size_t k = 0; k < N_KV_TYPES; k++)

@@ -30,7 +30,7 @@ static struct weight make_weight(enum dtype type, int rows, int cols, float **de
         quant_dequant_row_ref(type, data + r * rb, *deq + (size_t)r * cols, cols);
     }
     free(src);
-    return (struct weight){type, rows, cols, rb, data, false, 0};
+    return (struct weight){.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = data};
 }
 
 /* The weight interleaved by 16 rows (quant_ilv_pack), as models hold it

@@ -404,7 +404,9 @@ static void test_vec_dot_rows(void **state) {
                         for (int r = 0; r < nx; r++)
                             for (int j = 0; j < nw; j++) {
                                 float alone;
+                                quant_prefetch_set(r % 2 == 0); /* reading ahead or not: the same bits */
                                 quant_gemm_rows(ty, n, w + j * wb, 0, 1, x + r * rb, 1, &alone, 1);
+                                quant_prefetch_set(true);
                                 if (memcmp(&out[(NW + 1) * r + j], &alone, sizeof alone) != 0)
                                     fail_msg("%s %s n=%lld nw=%d nx=%d (%d, %d): %.9g, alone %.9g",
                                              dtype_get(ty)->name, simd_name(lv[k]), (long long)n, nw, nx, j, r,
@@ -590,7 +592,9 @@ static void test_ilv(void **state) {
                 assert_memory_equal(out, ref, sizeof out);
                 for (int r = 0; r < nx; r++) {
                     float alone[ROWS];
+                    quant_prefetch_set(r % 2 == 0); /* reading ahead or not: the same bits */
                     quant_gemm_ilv(ty, n, ilv, NT, act + r * ab, 1, alone, ROWS);
+                    quant_prefetch_set(true);
                     assert_memory_equal(alone, out + r * OS, sizeof alone);
                     for (int i = ROWS; i < OS; i++)
                         assert_true(out[r * OS + i] == -1234.5f);
