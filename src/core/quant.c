@@ -497,6 +497,7 @@ static void dequant_q4_0h(const void *src, float *dst, int64_t n) {
 /* ---- dispatch ------------------------------------------------------- */
 
 static const struct quant_kernels scalar_kernels = {
+    .rotate = quant_rotate_blocks,
     .dequant =
         {
             [DT_F32] = dequant_f32,   [DT_F16] = dequant_f16,   [DT_BF16] = dequant_bf16, [DT_Q4_0] = dequant_q4_0,
@@ -710,7 +711,7 @@ static float kv_dot(const struct quant_kernels *k, enum dtype type, int64_t n, c
         if (n > QUANT_ROT_MAX)
             return 0.0f;
         memcpy(xr, x, sizeof(float) * (size_t)n);
-        quant_rotate_blocks(xr, n);
+        k->rotate(xr, n);
         return k->dot_f32x[DT_Q4_0](n, w, xr);
     }
     const quant_dot_fn f = (unsigned)type < DT_COUNT ? k->dot_f32x[type] : NULL;
@@ -718,8 +719,8 @@ static float kv_dot(const struct quant_kernels *k, enum dtype type, int64_t n, c
 }
 
 /* y += rotated (the Q4_0 sum t, rotated in place). */
-static void add_rotated(float *y, float *t, int64_t n) {
-    quant_rotate_blocks(t, n);
+static void add_rotated(const struct quant_kernels *k, float *y, float *t, int64_t n) {
+    k->rotate(t, n);
     for (int64_t i = 0; i < n; i++)
         y[i] += t[i];
 }
@@ -731,7 +732,7 @@ static void kv_axpy(const struct quant_kernels *k, enum dtype type, float *y, fl
             return;
         memset(t, 0, sizeof(float) * (size_t)n);
         k->axpy[DT_Q4_0](t, a, w, n);
-        add_rotated(y, t, n);
+        add_rotated(k, y, t, n);
         return;
     }
     const quant_axpy_fn f = (unsigned)type < DT_COUNT ? k->axpy[type] : NULL;
@@ -766,7 +767,7 @@ void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const 
             const int m = nx - q0 < g ? nx - q0 : g;
             for (int q = 0; q < m; q++) {
                 memcpy(xr + q * d, x + (q0 + q) * ldx, sizeof(float) * (size_t)d);
-                quant_rotate_blocks(xr + q * d, d);
+                kernels()->rotate(xr + q * d, d);
             }
             quant_kv_scores(DT_Q4_0, d, rows, n, xr, (size_t)d, m, scale, out + q0 * ldo, ldo);
         }
@@ -796,7 +797,7 @@ void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t 
             memset(t, 0, sizeof(float) * (size_t)(m * d));
             quant_kv_mix(DT_Q4_0, t, (size_t)d, w + q0 * ldw, ldw, m, rows, ldr, n, d);
             for (int q = 0; q < m; q++)
-                add_rotated(y + (q0 + q) * ldy, t + q * d, d);
+                add_rotated(kernels(), y + (q0 + q) * ldy, t + q * d, d);
         }
         return;
     }

@@ -642,7 +642,36 @@ KV_RUN_KERNELS(f16, DT_F16)
 KV_RUN_KERNELS(q8_0, DT_Q8_0)
 KV_RUN_KERNELS(q4_0, DT_Q4_0)
 
+/* Lanes whose bit is in `set` (an immediate) get p - v, the others
+ * v + p: one butterfly stage of hadamard32 (quantize.c) on partners p. */
+#define BUTTERFLY(v, p, set) _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), set)
+
+/* quant_rotate_blocks: the stages of lengths 1, 2 and 4 within each
+ * vector, 8 and 16 between them, then the scale; every value the adds of
+ * the scalar form, in its order. */
+static void rotate_blocks(float *x, int64_t n) {
+    for (int64_t i = 0; i + 32 <= n; i += 32) {
+        __m256 v[4];
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + i + 8 * k);
+            v[k] = BUTTERFLY(v[k], _mm256_permute_ps(v[k], 0xb1), 0xaa);
+            v[k] = BUTTERFLY(v[k], _mm256_permute_ps(v[k], 0x4e), 0xcc);
+            v[k] = BUTTERFLY(v[k], _mm256_permute2f128_ps(v[k], v[k], 1), 0xf0);
+        }
+        for (int len = 1; len <= 2; len *= 2)
+            for (int k = 0; k < 4; k++)
+                if (!(k & len)) {
+                    const __m256 a = v[k], b = v[k + len];
+                    v[k] = _mm256_add_ps(a, b);
+                    v[k + len] = _mm256_sub_ps(a, b);
+                }
+        for (int k = 0; k < 4; k++)
+            _mm256_storeu_ps(x + i + 8 * k, _mm256_mul_ps(v[k], _mm256_set1_ps(0.17677669529663688f)));
+    }
+}
+
 void quant_kernels_avx2(struct quant_kernels *k) {
+    k->rotate = rotate_blocks;
     k->dots[DT_F32] = dots_f32;
     k->dots[DT_F16] = dots_f16;
     k->dots[DT_Q8_0] = dots_q8_0;

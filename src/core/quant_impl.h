@@ -430,6 +430,11 @@ struct quant_kernels {
     void (*scores_f32)(int64_t d, const float *q, size_t ldq, int nq, const float *panels, int n, float scale,
                        float *out, size_t ldo);
     void (*mix_f32)(int64_t d, const float *w, size_t ldw, int nq, const float *v, int n, float *y, size_t ldy);
+    /* quant_rotate_blocks, each value by the same adds in the same order
+     * (the same bits): Q4_0H's attention rotates its queries and value
+     * sums every chunk of rows, and the scalar butterflies were a fifth of
+     * its time. */
+    void (*rotate)(float *x, int64_t n);
 };
 
 /* e^r = 1 + r + r^2 p(r) on |r| <= ln2/2 (Cephes' expf polynomial: within

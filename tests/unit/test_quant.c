@@ -619,6 +619,41 @@ static void test_ilv(void **state) {
 
 /* The activation quantiser's SIMD paths give the scalar one's bytes: ties
  * rounded to even, values past the clamp, NaN, infinities, zeros. */
+/* Q4_0H's rows against a query are Q4_0's against the query rotated: at
+ * every level, the rotation the kernels use gives the reference's bits
+ * (quant_rotate_blocks), on values of every size, a NaN and infinities
+ * among them. */
+static void test_rotate_levels(void **state) {
+    (void)state;
+    enum { N = 32 * 6 };
+    float x[N], xr[N];
+    uint8_t row[N / 32 * 18];
+    for (int i = 0; i < N; i++)
+        x[i] = rnd_act() * (i % 7 == 0 ? 1e4f : 1.0f);
+    quant_quantize_row(DT_Q4_0H, x, row, N);
+    x[33] = NAN, x[70] = INFINITY, x[101] = -INFINITY, x[150] = 0.0f;
+    memcpy(xr, x, sizeof x);
+    quant_rotate_blocks(xr, N);
+    enum simd_level lv[3];
+    const int nl = levels(lv);
+    for (int k = 0; k < nl; k++) {
+        simd_set(lv[k]);
+        for (int64_t n = 32; n <= N; n += 32) {
+            float a = quant_kv_dot(DT_Q4_0H, n, row, x), b = quant_kv_dot(DT_Q4_0, n, row, xr);
+            if (memcmp(&a, &b, sizeof a) != 0 && !(isnan(a) && isnan(b)))
+                fail_msg("%s n=%lld: q4_0h %.9g, q4_0 on the rotated query %.9g", simd_name(lv[k]), (long long)n, a,
+                         b);
+        }
+        float y1[N] = {0}, y2[N] = {0}, t[N] = {0};
+        quant_kv_axpy(DT_Q4_0H, y1, 0.75f, row, 64);
+        quant_kv_axpy(DT_Q4_0, t, 0.75f, row, 64);
+        quant_rotate_blocks(t, 64);
+        for (int i = 0; i < 64; i++) y2[i] += t[i];
+        assert_memory_equal(y1, y2, sizeof y1);
+    }
+    simd_set(SIMD_AVX512);
+}
+
 static void test_quantize_levels(void **state) {
     (void)state;
     enum {N = 32 * 40};
@@ -1154,6 +1189,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot_rows),
         cmocka_unit_test(test_rows_at),
         cmocka_unit_test(test_quantize_levels),
+        cmocka_unit_test(test_rotate_levels),
         cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_quantize_error),
         cmocka_unit_test(test_activation_sums),
