@@ -9,8 +9,7 @@
  *                                     first `left`, under mask m); Q8_0 and
  *                                     Q4_0 their codes, the scale going into
  *                                     the axpy's factor (quant_kv_scale)
- *   q32_codes(t, b, k)                a 32-value block's codes VW k ..
- *                                     (q32_rows_simd.h's, included before)
+ *   dot_q32_lanes_n                   q32_rows_simd.h's, included before
  *   V_REDUCE_ROWS(v)                  the sums of VW vectors' lanes, lane r
  *                                     that of v[r], each by the one-row
  *                                     form's tree
@@ -56,21 +55,7 @@ static inline __attribute__((always_inline)) void kv_dot_lanes_n(enum dtype t, c
         _Pragma("GCC unroll 6") for (int q = 0; q < nq; q++) out[q] = V_ADD(s0[q], s1[q]);
         return;
     }
-    /* dot_q32_lanes: a block's codes . y, then times its scale */
-    const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    _Pragma("GCC unroll 6") for (int q = 0; q < nq; q++) out[q] = V_ZERO();
-    for (int64_t i = 0; i < d / 32; i++) {
-        const uint8_t *b = row + i * bb;
-        vf codes[32 / VW];
-        _Pragma("GCC unroll 6") for (int k = 0; k < 32 / VW; k++) codes[k] = q32_codes(t, b, k);
-        const vf sc = V_SET1(quant_q32_scale(t, b));
-        _Pragma("GCC unroll 6") for (int q = 0; q < nq; q++) {
-            const float *y = x + q * ldx + 32 * i;
-            vf s = V_MUL(codes[0], V_LOAD(y));
-            _Pragma("GCC unroll 6") for (int k = 1; k < 32 / VW; k++) s = V_FMA(codes[k], V_LOAD(y + VW * k), s);
-            out[q] = V_FMA(sc, s, out[q]);
-        }
-    }
+    dot_q32_lanes_n(t, d, row, x, ldx, nq, out);
 }
 
 /* Rows [j0, je) against nq queries (a constant): out[q * ldo + j] =

@@ -6,18 +6,30 @@
  *                        floats, its codes (the scale not applied)
  * No include guard: one inclusion per file. */
 
-/* The row against y, in lanes: each block's codes . y (a product, then
- * fmas in order), times the block's scale. */
-static inline __attribute__((always_inline)) vf dot_q32_lanes(enum dtype t, int64_t n, const void *w, const float *y) {
+/* The row against nq queries y + q ldy (nq a constant), in lanes: each
+ * block's codes, unpacked once for all of them, . y (a product, then fmas
+ * in order), times the block's scale. */
+static inline __attribute__((always_inline)) void dot_q32_lanes_n(enum dtype t, int64_t n, const void *w,
+                                                                  const float *y, size_t ldy, int nq, vf *out) {
     const size_t bb = t == DT_Q8_0 ? sizeof(struct block_q8_0) : sizeof(struct block_q4_0);
-    vf acc = V_ZERO();
-    for (int64_t i = 0; i < n / 32; i++, y += 32) {
+    _Pragma("GCC unroll 8") for (int q = 0; q < nq; q++) out[q] = V_ZERO();
+    for (int64_t i = 0; i < n / 32; i++) {
         const uint8_t *b = (const uint8_t *)w + i * bb;
-        vf s = V_MUL(q32_codes(t, b, 0), V_LOAD(y));
-        _Pragma("GCC unroll 4") for (int k = 1; k < 32 / VW; k++)
-            s = V_FMA(q32_codes(t, b, k), V_LOAD(y + VW * k), s);
-        acc = V_FMA(V_SET1(quant_q32_scale(t, b)), s, acc);
+        vf codes[32 / VW];
+        _Pragma("GCC unroll 4") for (int k = 0; k < 32 / VW; k++) codes[k] = q32_codes(t, b, k);
+        const vf sc = V_SET1(quant_q32_scale(t, b));
+        _Pragma("GCC unroll 8") for (int q = 0; q < nq; q++) {
+            const float *yq = y + q * ldy + 32 * i;
+            vf s = V_MUL(codes[0], V_LOAD(yq));
+            _Pragma("GCC unroll 4") for (int k = 1; k < 32 / VW; k++) s = V_FMA(codes[k], V_LOAD(yq + VW * k), s);
+            out[q] = V_FMA(sc, s, out[q]);
+        }
     }
+}
+
+static inline __attribute__((always_inline)) vf dot_q32_lanes(enum dtype t, int64_t n, const void *w, const float *y) {
+    vf acc;
+    dot_q32_lanes_n(t, n, w, y, 0, 1, &acc);
     return acc;
 }
 

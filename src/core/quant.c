@@ -763,11 +763,12 @@ void quant_kv_scores(enum dtype type, int64_t d, const void *rows, int n, const 
         /* the queries rotated, as many at a time as fit */
         float xr[QUANT_ROT_MAX];
         const int g = d > 0 && d <= QUANT_ROT_MAX ? (int)(QUANT_ROT_MAX / d) : 0;
+        const struct quant_kernels *k = kernels();
         for (int q0 = 0; g > 0 && q0 < nx; q0 += g) {
             const int m = nx - q0 < g ? nx - q0 : g;
             for (int q = 0; q < m; q++) {
                 memcpy(xr + q * d, x + (q0 + q) * ldx, sizeof(float) * (size_t)d);
-                kernels()->rotate(xr + q * d, d);
+                k->rotate(xr + q * d, d);
             }
             quant_kv_scores(DT_Q4_0, d, rows, n, xr, (size_t)d, m, scale, out + q0 * ldo, ldo);
         }
@@ -792,12 +793,13 @@ void quant_kv_mix(enum dtype type, float *y, size_t ldy, const float *w, size_t 
         /* Q4_0's sums, rotated once and added, as many queries at a time as fit */
         float t[QUANT_ROT_MAX];
         const int g = d > 0 && d <= QUANT_ROT_MAX ? (int)(QUANT_ROT_MAX / d) : 0;
+        const struct quant_kernels *k = kernels();
         for (int q0 = 0; g > 0 && q0 < ny; q0 += g) {
             const int m = ny - q0 < g ? ny - q0 : g;
             memset(t, 0, sizeof(float) * (size_t)(m * d));
             quant_kv_mix(DT_Q4_0, t, (size_t)d, w + q0 * ldw, ldw, m, rows, ldr, n, d);
             for (int q = 0; q < m; q++)
-                add_rotated(kernels(), y + (q0 + q) * ldy, t + q * d, d);
+                add_rotated(k, y + (q0 + q) * ldy, t + q * d, d);
         }
         return;
     }
