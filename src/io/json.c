@@ -5,7 +5,29 @@
 
 #include <stdlib.h>
 
+size_t json_values_bound(const char *text, size_t len) {
+    size_t n = 1;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++; /* the escaped character, whatever it is */
+            else if (c == '"')
+                in_string = false;
+        } else {
+            in_string = c == '"';
+            n += c == ',' || c == '[' || c == '{';
+        }
+    }
+    return n;
+}
+
 enum kvf_status json_parse_text(const char *label, const char *text, size_t len, cJSON **out) {
+    const size_t values = json_values_bound(text, len);
+    if (values > JSON_VALUES_MAX)
+        return err_set(KVF_ERR_FORMAT, "%s: JSON of up to %zu values is over the limit of %zu", label, values,
+                       JSON_VALUES_MAX);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
     if (!root) {

@@ -8,6 +8,7 @@
  *    get -INFINITY and are never formed by merging. */
 #include "tok/tok_impl.h"
 #include "core/sys.h"
+#include "io/json.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -32,11 +33,9 @@ static cJSON *parse_file(const char *dir, const char *name, bool required, enum 
     if ((*st = sys_read_file(path, HF_MAX_FILE, "a tokenizer file", &text, &len)) != KVF_OK) {
         return NULL;
     }
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON *j = NULL;
+    *st = json_parse_text(path, text, len, &j);
     free(text);
-    if (!j) {
-        *st = err_set(KVF_ERR_FORMAT, "tokenizer: %s is not valid JSON", path);
-    }
     return j;
 }
 

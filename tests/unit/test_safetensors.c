@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
 
@@ -422,6 +423,42 @@ static void test_byte_flips(void **state) {
     assert_true(accepted > 0);
     free(b);
     free(orig);
+}
+
+/* The items cJSON made of a tree. */
+static size_t json_items(const cJSON *j) {
+    size_t n = 1;
+    for (const cJSON *c = j->child; c; c = c->next) n += json_items(c);
+    return n;
+}
+
+/* json_values_bound is at least the items cJSON makes, exactly that for
+ * texts without empty containers; commas, brackets and escaped quotes
+ * inside strings count nothing. A text over JSON_VALUES_MAX is refused
+ * before it is parsed: 4M+1 zeros in an array. */
+static void test_json_values(void **state) {
+    (void)state;
+    const char *texts[] = {
+        "0", "\"a,[{\"", "[1,2,3]", "{\"a\":1,\"b\":[true,null,{\"c\":\"x\\\",y\"}]}",
+        "[[],{},[[]]]", "{\"k,\":\"[{,\",\"v\":[\"\\\\\",1]}", " [ 1 , { \"a\" : [ 2 ] } ] ",
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof *texts; i++) {
+        cJSON *j = NULL;
+        assert_int_equal(json_parse_text("t", texts[i], strlen(texts[i]), &j), KVF_OK);
+        const size_t items = json_items(j), bound = json_values_bound(texts[i], strlen(texts[i]));
+        assert_true(bound >= items);
+        if (!strstr(texts[i], "[]") && !strstr(texts[i], "{}")) assert_int_equal(bound, items);
+        cJSON_Delete(j);
+    }
+    const size_t n = JSON_VALUES_MAX + 1, len = 2 * n + 1;
+    char *big = malloc(len);
+    for (size_t i = 0; i < n; i++) big[2 * i] = i ? ',' : '[', big[2 * i + 1] = '0';
+    big[len - 1] = ']';
+    assert_int_equal(json_values_bound(big, len), n + 1);
+    cJSON *j = NULL;
+    assert_int_equal(json_parse_text("big", big, len, &j), KVF_ERR_FORMAT);
+    assert_null(j);
+    free(big);
 }
 
 static void test_hostile_headers(void **state) {
@@ -958,6 +995,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_truncation, test_teardown),
         cmocka_unit_test_teardown(test_byte_flips, test_teardown),
         cmocka_unit_test_teardown(test_hostile_headers, test_teardown),
+        cmocka_unit_test(test_json_values),
         cmocka_unit_test_teardown(test_config_llama, test_teardown),
         cmocka_unit_test_teardown(test_config_qwen2, test_teardown),
         cmocka_unit_test_teardown(test_config_qwen3, test_teardown),

@@ -5,6 +5,7 @@
  * layers; p is found by binary search so that the layer sizes add up to the
  * budget (Algorithm 1), then the sizes are scaled to the budget exactly. */
 #include "core/sys.h"
+#include "io/json.h"
 #include "kv/policy.h"
 
 #include <cjson/cJSON.h>
@@ -161,8 +162,10 @@ enum kvf_status kv_prefix_load_profile(const char *path, int n_layer, struct kv_
     size_t len;
     enum kvf_status st = sys_read_file(path, (size_t)16 << 20, "a PrefixKV profile", &buf, &len);
     if (st != KVF_OK) return st;
-    cJSON *o = cJSON_ParseWithLength(buf, len);
+    cJSON *o = NULL;
+    st = json_parse_text(path, buf, len, &o);
     free(buf);
+    if (st != KVF_OK) return st;
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
     const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"),
                 *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
