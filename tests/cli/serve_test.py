@@ -182,6 +182,13 @@ def case_serve_api(ctx):
         status, _, data = s.request("GET", "/v1/models")
         models = json.loads(data)
         check(status == 200 and models["data"][0]["id"] == SMOL, f"/v1/models: {data!r}")
+        # 200 KB of `[0,0,...]` would take cJSON 6.4 MB of items (80 bytes a value): over what a body's JSON
+        # may take (8 x its length + 1 MiB), refused before it is built; the same body without it is answered.
+        msgs = '{"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]'
+        status, _, data = s.request("POST", "/v1/chat/completions", msgs + ', "pad": [' + "0," * 100000 + '0]}')
+        check(status == 413 and json.loads(data)["error"]["code"] == "body_too_large", f"dense JSON: {status} {data!r}")
+        status, _, data = s.request("POST", "/v1/chat/completions", msgs + ', "pad": "' + "0," * 100000 + '0"}')
+        check(status == 200, f"the same bytes in a string: {status} {data[:200]!r}")
         # Plain answer: the OpenAI shape, usage and the kv extension.
         status, o, _ = s.post("/v1/chat/completions", chat(QUESTION, max_tokens=12, model=SMOL))
         check(status == 200 and o["object"] == "chat.completion", f"chat: {status} {o}")

@@ -485,6 +485,38 @@ bool path_is_file(const char *path) {
 
 /* ---------------------------------------------------------------- JSON -- */
 
+/* What cJSON may still allocate in json_parse on this thread (serve parses
+ * on its connection threads); SIZE_MAX outside it. */
+static _Thread_local size_t json_left = SIZE_MAX;
+static _Thread_local bool json_refused;
+
+static void *json_malloc(size_t n) {
+    if (json_left != SIZE_MAX) {
+        if (n > json_left) {
+            json_refused = true;
+            return NULL;
+        }
+        json_left -= n;
+    }
+    return malloc(n);
+}
+
+void json_hooks_init(void) {
+    cJSON_Hooks hooks = {json_malloc, free};
+    cJSON_InitHooks(&hooks);
+}
+
+cJSON *json_parse(const char *text, size_t len, bool *too_big) {
+    json_refused = false;
+    json_left = len > (SIZE_MAX - 2 * JSON_BYTES_EXTRA) / JSON_BYTES_PER_BYTE
+                    ? SIZE_MAX - 1
+                    : JSON_BYTES_PER_BYTE * len + JSON_BYTES_EXTRA;
+    cJSON *o = cJSON_ParseWithLength(text ? text : "", len);
+    json_left = SIZE_MAX;
+    if (too_big) *too_big = !o && json_refused;
+    return o;
+}
+
 int print_json(cJSON *obj) {
     char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
     cJSON_Delete(obj);

@@ -266,6 +266,17 @@ bool path_is_dir(const char *path);
 bool path_is_file(const char *path);
 /* Prints a cJSON object on stdout and frees it. */
 int print_json(cJSON *obj);
+/* cJSON's allocations go through json_parse's count from here on (main
+ * calls it once; other parses are not counted). */
+void json_hooks_init(void);
+/* text[0..len) parsed by cJSON in at most JSON_BYTES_PER_BYTE x len +
+ * JSON_BYTES_EXTRA bytes of tree, or NULL: *too_big (may be NULL) says
+ * whether that was the reason. cJSON takes about 80 bytes a value, 40 times
+ * the text of `[0,0,...]`; real request bodies, tasks and result lines are
+ * mostly strings, which take their own length. */
+#define JSON_BYTES_PER_BYTE 8
+#define JSON_BYTES_EXTRA ((size_t)1 << 20)
+cJSON *json_parse(const char *text, size_t len, bool *too_big);
 /* A float option as the user wrote it (0.7, not 0.699999988) in JSON. */
 double f32_json(float x);
 /* A copy of s[0..n) that is valid UTF-8 without NULs. */

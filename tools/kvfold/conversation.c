@@ -313,7 +313,8 @@ static int chat_load(struct chat *c, const char *path) {
     struct kvf_session *s = NULL;
     enum kvf_status st = kvf_session_load(c->m, path, c->a->threads, c->a->ctx, &s);
     if (st != KVF_OK) return fail(st, "chat: load");
-    cJSON *o = cJSON_Parse(kvf_session_note(s));
+    const char *note = kvf_session_note(s);
+    cJSON *o = json_parse(note, note ? strlen(note) : 0, NULL);
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     struct chat next = {.a = c->a, .s = s};
     bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_chat")) && cJSON_IsArray(msgs);

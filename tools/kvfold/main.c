@@ -89,6 +89,7 @@ static void command_names(char *out, size_t cap) {
 
 int main(int argc, char **argv) {
     env_defaults(argv);
+    json_hooks_init();
     if (argc < 2) {
         print_error("no command given (see kvfold --help)");
         return EXIT_USAGE;

@@ -605,7 +605,7 @@ static int eval_data(const struct args *a, const struct kvf_model *m, struct swe
         const size_t end = strcspn(ln, "\n");
         line++;
         if (strspn(ln, " \t\r") < end) {
-            items[n] = (struct data_line){cJSON_ParseWithLength(ln, end), line};
+            items[n] = (struct data_line){json_parse(ln, end, NULL), line};
             if (!data_line_ok(a, needle, items[n++].o, line)) rc = EXIT_INPUT;
         }
         ln += end + (ln[end] == '\n');

@@ -45,7 +45,7 @@ static int task_open(const char *dir, const char *name, struct mb_task *t) {
     size_t len;
     int rc = read_file(path, &text, &len);
     if (rc) return rc;
-    t->root = cJSON_ParseWithLength(text, len);
+    t->root = json_parse(text, len, NULL);
     free(text);
     const cJSON *meta = item(t->root, "meta_data") ? item(t->root, "meta_data") : item(t->root, "metadata");
     const cJSON *qt = item(meta, "question_type");

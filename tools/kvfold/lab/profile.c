@@ -41,7 +41,7 @@ struct profile {
  * added to the sums. */
 static int profile_sample(struct profile *p, const char *ln, int line) {
     const struct args *a = p->a;
-    cJSON *o = cJSON_Parse(ln);
+    cJSON *o = json_parse(ln, strlen(ln), NULL);
     const cJSON *pt = cJSON_GetObjectItemCaseSensitive(o, "prompt");
     const cJSON *media = cJSON_GetObjectItemCaseSensitive(o, "media");
     struct media_set ms = { 0 };

@@ -417,7 +417,7 @@ static int sweep_read(struct sweep *sw, const cJSON *settings, bool *any) {
     if (!rc && !(sw->old = cJSON_CreateArray())) rc = fail(KVF_ERR_NOMEM, "eval");
     for (size_t at = 0; !rc && at < keep; line++) {
         const size_t end = at + strcspn(text + at, "\n");
-        cJSON *o = cJSON_ParseWithLength(text + at, end - at);
+        cJSON *o = json_parse(text + at, end - at, NULL);
         at = end + 1;
         struct row r;
         if (o) cJSON_AddItemToArray(sw->old, o);

@@ -505,7 +505,7 @@ static enum MHD_Result handle_slot_action(struct MHD_Connection *c, struct reque
     if (!srv->a->serve.slot_save_path)
         return respond_error(c, r, 501, "not_supported",
                              "slot files are off: start the server with --slot-save-path DIR");
-    cJSON *body = cJSON_ParseWithLength(r->body.s ? r->body.s : "", r->body.n);
+    cJSON *body = json_parse(r->body.s, r->body.n, NULL);
     const cJSON *fn = cJSON_GetObjectItemCaseSensitive(body, "filename");
     char path[4096], name[256];
     const bool named = cJSON_IsString(fn) && slot_name_ok(fn->valuestring);

@@ -380,9 +380,13 @@ uint64_t serve_conv_hash(const char *key) {
 
 bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool chat, struct serve_job *j,
                      struct serve_error *e) {
-    cJSON *o = cJSON_ParseWithLength(body ? body : "", n);
+    bool too_big;
+    cJSON *o = json_parse(body, n, &too_big);
     bool ok;
-    if (!cJSON_IsObject(o)) {
+    if (too_big) {
+        ok = serve_error_set(e, 413, "body_too_large", "the body's JSON would take over %zu bytes to hold",
+                             JSON_BYTES_PER_BYTE * n + JSON_BYTES_EXTRA);
+    } else if (!cJSON_IsObject(o)) {
         ok = serve_error_set(e, 400, "invalid_json", "the body must be a JSON object");
     } else if (!(ok = common_parse(o, j, e))) {
     } else if (chat) {
