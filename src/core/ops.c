@@ -47,14 +47,13 @@ static void matmul_dot(const struct weight *w, const float *x, int n_tok, float 
      * not by its whole share. Up to 8 a thread, but none under
      * MATMUL_CHUNK_BYTES unless that leaves a thread without one: each chunk
      * is a new stream for the prefetchers to find. Whole 16-row tiles, as
-     * interleaved weights need. */
+     * interleaved weights need, shared out evenly (chunk c takes tiles
+     * [c T / n, (c + 1) T / n)), and never more chunks than tiles. */
     const int64_t n_want = KVF_MIN(8 * (int64_t)n_threads, (int64_t)(rows * w->row_bytes / MATMUL_CHUNK_BYTES));
-    const int64_t n_split = KVF_MAX((int64_t)n_threads, n_want);
-    const int64_t chunk = KVF_MAX(16, (rows + n_split - 1) / n_split + 15) / 16 * 16;
-    const int64_t n_chunks = (rows + chunk - 1) / chunk;
+    const int64_t tiles = (rows + 15) / 16, n_chunks = KVF_MIN(tiles, KVF_MAX((int64_t)n_threads, n_want));
     #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
     for (int64_t c = 0; c < n_chunks; c++) {
-        const int64_t r0 = c * chunk, nr = KVF_MIN(chunk, rows - r0);
+        const int64_t r0 = c * tiles / n_chunks * 16, nr = KVF_MIN((c + 1) * tiles / n_chunks * 16, rows) - r0;
         const uint8_t *wr = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
         quant_prefetch_set(!w->no_prefetch);
         if (w->ilv)

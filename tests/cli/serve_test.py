@@ -182,8 +182,8 @@ def case_serve_api(ctx):
         status, _, data = s.request("GET", "/v1/models")
         models = json.loads(data)
         check(status == 200 and models["data"][0]["id"] == SMOL, f"/v1/models: {data!r}")
-        # 200 KB of `[0,0,...]` would take cJSON 6.4 MB of items (80 bytes a value): over what a body's JSON
-        # may take (8 x its length + 1 MiB), refused before it is built; the same body without it is answered.
+        # 200 KB of `[0,0,...]` would take cJSON 6.4 MB of items (64 bytes a value): over what a body's JSON
+        # may take (8 x its length + 1 MiB), the parse stops there; the same bytes in a string are answered.
         msgs = '{"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]'
         status, _, data = s.request("POST", "/v1/chat/completions", msgs + ', "pad": [' + "0," * 100000 + '0]}')
         check(status == 413 and json.loads(data)["error"]["code"] == "body_too_large", f"dense JSON: {status} {data!r}")

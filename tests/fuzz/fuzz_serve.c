@@ -64,6 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static struct kvf_model *models[2]; /* [vision]; read only, but struct server's field is not const */
     static char media_dir[FUZZ_PATH_MAX];
     if (!models[0]) {
+        json_hooks_init(); /* as main() does: the parse under its allocation budget */
         models[0] = (struct kvf_model *)fuzz_fixed_model("llava-f32.gguf", NULL, false);
         models[1] = (struct kvf_model *)fuzz_fixed_model("llava-f32.gguf", "llava-mmproj-f32.gguf", false);
         fuzz_fixture_path("", media_dir);

@@ -106,32 +106,37 @@ static void test_matmul_all_types(void **st) {
 /* A decoding product is cut into chunks by bytes and thread count
  * (ops.c, MATMUL_CHUNK_BYTES): whatever the cut, every row is computed
  * once, whole, by one thread, so any thread count gives the same bits.
- * 2000 rows of 512 Q8_0 values are 1.1 MB, cut from 1 to 16 chunks. */
+ * Q8_0 rows of 512 values are 544 bytes: 576 rows (306 KiB) are cut into 2
+ * chunks on one or two threads, one a thread up to 16; 2000 rows (1.1 MB)
+ * into 8 up to 8 threads; 573 rows leave a last tile short. Outputs start
+ * as NaN, so a row no chunk computed is seen. */
 static void test_matmul_threads(void **st) {
     (void)st;
+    const int shapes[] = {576, 2000, 573}, threads[] = {1, 2, 3, 5, 9, 16};
     for (int ilv = 0; ilv <= 1; ilv++)
-        for (int n_tok = 1; n_tok <= 3; n_tok += 2) {
-            unsigned seed = 7u + (unsigned)n_tok;
-            const int rows = 2000, cols = 512;
-            float *deq;
-            struct weight w = make_weight(DT_Q8_0, rows, cols, &deq, &seed);
-            if (ilv && !quant_ilv_has(DT_Q8_0)) {
-                free((void *)w.data), free(deq);
-                continue;
+        for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++)
+            for (int n_tok = 1; n_tok <= 3; n_tok += 2) {
+                unsigned seed = 7u + (unsigned)n_tok;
+                const int rows = shapes[k], cols = 512;
+                if (ilv && (rows % 16 || !quant_ilv_has(DT_Q8_0))) continue;
+                float *deq;
+                struct weight w = make_weight(DT_Q8_0, rows, cols, &deq, &seed);
+                if (ilv) interleave(&w, deq);
+                float *x = malloc(sizeof(float) * n_tok * cols), *y1 = malloc(sizeof(float) * n_tok * rows),
+                      *y = malloc(sizeof(float) * n_tok * rows);
+                for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
+                void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok, 16));
+                memset(y1, 0xff, sizeof(float) * n_tok * rows);
+                ops_matmul(&w, x, n_tok, y1, scratch, 1);
+                for (int i = 0; i < n_tok * rows; i++)
+                    if (isnan(y1[i])) fail_msg("rows %d: output %d not written", rows, i);
+                for (size_t t = 1; t < sizeof threads / sizeof *threads; t++) {
+                    memset(y, 0xff, sizeof(float) * n_tok * rows);
+                    ops_matmul(&w, x, n_tok, y, scratch, threads[t]);
+                    assert_memory_equal(y, y1, sizeof(float) * n_tok * rows);
+                }
+                free((void *)w.data), free(deq), free(x), free(y1), free(y), free(scratch);
             }
-            if (ilv) interleave(&w, deq);
-            float *x = malloc(sizeof(float) * n_tok * cols), *y1 = malloc(sizeof(float) * n_tok * rows),
-                  *y = malloc(sizeof(float) * n_tok * rows);
-            for (int i = 0; i < n_tok * cols; i++) x[i] = frand(&seed);
-            void *scratch = malloc(ops_matmul_scratch_bytes(cols, n_tok, 5));
-            ops_matmul(&w, x, n_tok, y1, scratch, 1);
-            for (int t = 2; t <= 5; t++) {
-                memset(y, 0, sizeof(float) * n_tok * rows);
-                ops_matmul(&w, x, n_tok, y, scratch, t);
-                assert_memory_equal(y, y1, sizeof(float) * n_tok * rows);
-            }
-            free((void *)w.data), free(deq), free(x), free(y1), free(y), free(scratch);
-        }
 }
 
 static void test_rmsnorm(void **st) {

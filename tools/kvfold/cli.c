@@ -511,7 +511,7 @@ cJSON *json_parse(const char *text, size_t len, bool *too_big) {
     json_left = len > (SIZE_MAX - 2 * JSON_BYTES_EXTRA) / JSON_BYTES_PER_BYTE
                     ? SIZE_MAX - 1
                     : JSON_BYTES_PER_BYTE * len + JSON_BYTES_EXTRA;
-    cJSON *o = cJSON_ParseWithLength(text ? text : "", len);
+    cJSON *o = cJSON_ParseWithLength(text ? text : "", text ? len : 0);
     json_left = SIZE_MAX;
     if (too_big) *too_big = !o && json_refused;
     return o;

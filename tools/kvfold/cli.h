@@ -269,11 +269,12 @@ int print_json(cJSON *obj);
 /* cJSON's allocations go through json_parse's count from here on (main
  * calls it once; other parses are not counted). */
 void json_hooks_init(void);
-/* text[0..len) parsed by cJSON in at most JSON_BYTES_PER_BYTE x len +
- * JSON_BYTES_EXTRA bytes of tree, or NULL: *too_big (may be NULL) says
- * whether that was the reason. cJSON takes about 80 bytes a value, 40 times
- * the text of `[0,0,...]`; real request bodies, tasks and result lines are
- * mostly strings, which take their own length. */
+/* text[0..len) parsed by cJSON, which may allocate at most
+ * JSON_BYTES_PER_BYTE x len + JSON_BYTES_EXTRA bytes for it (the parse
+ * stops there), or NULL: *too_big (may be NULL) says whether that was the
+ * reason. cJSON asks 64 bytes a value (about 80 with the allocator's
+ * share), 32 times the text of `[0,0,...]`; real request bodies, tasks and
+ * result lines are mostly strings, which take their own length. */
 #define JSON_BYTES_PER_BYTE 8
 #define JSON_BYTES_EXTRA ((size_t)1 << 20)
 cJSON *json_parse(const char *text, size_t len, bool *too_big);

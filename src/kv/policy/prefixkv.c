@@ -169,7 +169,7 @@ enum kvf_status kv_prefix_load_profile(const char *path, int n_layer, struct kv_
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "ratios");
     const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "n_layer"),
                 *b = cJSON_GetObjectItemCaseSensitive(o, "budget");
-    if (!o || !cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
+    if (!cJSON_IsArray(r) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(b))
         st = err_set(KVF_ERR_FORMAT, "prefixkv profile '%s': not a profile (JSON with n_layer, budget, ratios)", path);
     else if (nl->valuedouble != n_layer || cJSON_GetArraySize(r) != n_layer)
         st = err_set(KVF_ERR_SHAPE, "prefixkv profile '%s' is for %g layers, the model has %d", path, nl->valuedouble,
