@@ -506,11 +506,14 @@ void json_hooks_init(void) {
     cJSON_InitHooks(&hooks);
 }
 
+size_t json_parse_limit(size_t len) {
+    if (len > (SIZE_MAX - 2 * JSON_BYTES_EXTRA) / JSON_BYTES_PER_BYTE) return SIZE_MAX - 1;
+    return JSON_BYTES_PER_BYTE * len + JSON_BYTES_EXTRA;
+}
+
 cJSON *json_parse(const char *text, size_t len, bool *too_big) {
     json_refused = false;
-    json_left = len > (SIZE_MAX - 2 * JSON_BYTES_EXTRA) / JSON_BYTES_PER_BYTE
-                    ? SIZE_MAX - 1
-                    : JSON_BYTES_PER_BYTE * len + JSON_BYTES_EXTRA;
+    json_left = json_parse_limit(len);
     cJSON *o = cJSON_ParseWithLength(text ? text : "", text ? len : 0);
     json_left = SIZE_MAX;
     if (too_big) *too_big = !o && json_refused;

@@ -278,6 +278,8 @@ void json_hooks_init(void);
 #define JSON_BYTES_PER_BYTE 8
 #define JSON_BYTES_EXTRA ((size_t)1 << 20)
 cJSON *json_parse(const char *text, size_t len, bool *too_big);
+/* The bytes json_parse lets cJSON allocate for len bytes of text. */
+size_t json_parse_limit(size_t len);
 /* A float option as the user wrote it (0.7, not 0.699999988) in JSON. */
 double f32_json(float x);
 /* A copy of s[0..n) that is valid UTF-8 without NULs. */

@@ -314,7 +314,7 @@ static int chat_load(struct chat *c, const char *path) {
     enum kvf_status st = kvf_session_load(c->m, path, c->a->threads, c->a->ctx, &s);
     if (st != KVF_OK) return fail(st, "chat: load");
     const char *note = kvf_session_note(s);
-    cJSON *o = json_parse(note, note ? strlen(note) : 0, NULL);
+    cJSON *o = json_parse(note, strlen(note), NULL); /* "" when the session has none */
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(o, "messages");
     struct chat next = {.a = c->a, .s = s};
     bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_chat")) && cJSON_IsArray(msgs);

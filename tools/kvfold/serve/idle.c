@@ -102,7 +102,7 @@ bool sched_slot_adopt(struct server *srv, struct kvf_session *s, const struct se
         return serve_error_set(e, 400, "invalid_request", "the session's positions cost more than this server's %zu "
                                "bytes each (saved with another --kv-type)", srv->pos_bytes);
     const char *note = kvf_session_note(s);
-    cJSON *o = json_parse(note, note ? strlen(note) : 0, NULL);
+    cJSON *o = json_parse(note, strlen(note), NULL); /* "" when the session has none */
     const cJSON *hex = cJSON_GetObjectItemCaseSensitive(o, "keys");
     const int n = kvf_session_n_past(s);
     bool ok = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "kvfold_serve")) && cJSON_IsString(hex) &&

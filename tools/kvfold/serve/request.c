@@ -385,7 +385,7 @@ bool serve_job_parse(const struct server *srv, const char *body, size_t n, bool 
     bool ok;
     if (too_big) {
         ok = serve_error_set(e, 413, "body_too_large", "the body's JSON would take over %zu bytes to hold",
-                             JSON_BYTES_PER_BYTE * n + JSON_BYTES_EXTRA);
+                             json_parse_limit(n));
     } else if (!cJSON_IsObject(o)) {
         ok = serve_error_set(e, 400, "invalid_json", "the body must be a JSON object");
     } else if (!(ok = common_parse(o, j, e))) {
