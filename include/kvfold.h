@@ -672,6 +672,54 @@ KVF_API enum kvf_status kvf_kv_policy_check(const char *spec);
  * as kvf_session_params.kv_budget does (budget 0: spec's own). */
 KVF_API enum kvf_status kvf_kv_policy_check_budget(const char *spec, double budget);
 
+/* ---------------------------------------------------------------- kvzap -- */
+
+/* KVzap's scorer (the policy kvzap) fitted for model m on the caller's
+ * text, written to `path` (a GGUF file that names the model's digest):
+ * spans of `span` tokens are drawn from texts[0..n_texts) (each a
+ * NUL-terminated UTF-8 text), each prefilled as a user's message and then
+ * repeated after it as KVzip does; for `per_span` positions of a span,
+ * each layer's attention input is paired with KVzip+'s log score of the
+ * position's entry in every kv head, and one ridge regression per layer
+ * (scikit-learn's Ridge, penalty alpha, intercept not penalised) is fitted
+ * on `samples` spans, then measured on `test` other spans (spans overlap
+ * none of those). */
+struct kvf_kvzap_params {
+    int samples;   /* spans fitted on (default 256) */
+    int test;      /* held-out spans measured on (default 8; 0: none) */
+    int span;      /* tokens a span (default 512) */
+    int per_span;  /* positions of a span paired (default 256; at most span) */
+    double alpha;  /* ridge penalty (default 1) */
+    uint64_t seed; /* draws the spans and their positions (default 0) */
+    int n_threads; /* 0: the model's */
+    /* Called after each span with the spans done and in all (fit, then
+     * test); returning false stops: the fit then uses the spans done, and
+     * the test is skipped. May be NULL. */
+    bool (*progress)(int done, int total, void *user);
+    void *user;
+};
+#define KVF_KVZAP_MAX_LAYERS 1024
+/* What a calibration measured. r2: held-out R^2 of each layer's fit
+ * (averaged over its kv heads, as scikit-learn's r2_score), spearman: the
+ * rank correlation of its scores with KVzip+'s (the same average); NaN
+ * without a test. */
+struct kvf_kvzap_report {
+    int n_layer, samples, test; /* the spans fitted on and measured on */
+    int64_t rows;               /* pairs fitted per layer */
+    float r2[KVF_KVZAP_MAX_LAYERS], spearman[KVF_KVZAP_MAX_LAYERS];
+};
+KVF_API struct kvf_kvzap_params kvf_kvzap_default_params(void);
+/* KVF_ERR_INVALID_ARG for parameters out of range or a corpus without a
+ * text of span tokens (or too few for the spans asked for); report may be
+ * NULL. */
+KVF_API enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const *texts, int n_texts,
+                                            const struct kvf_kvzap_params *params, const char *path,
+                                            struct kvf_kvzap_report *report);
+/* The scorer file KVzap reads for model m when its spec names none (a
+ * GGUF file's name with .kvzap for .gguf; a directory's model.kvzap): a
+ * string valid while m is. */
+KVF_API const char *kvf_kvzap_default_path(const struct kvf_model *m);
+
 /* -------------------------------------------------------------- sampler -- */
 
 struct kvf_sampler; /* opaque: parameters + RNG state */

@@ -38,13 +38,15 @@ static void add_row(float *a, const float *r, int n, float w) {
     for (int j = 0; j < n; j++) a[j] += w * r[j];
 }
 
-/* Adds query i's softmax row to kv head g's partial sums: r[0..n) are the
- * weights of the visible entries jb..jb+n; w = 1/group averages the query
- * heads sharing g. nsm: the row's n-softmax / softmax ratio,
- * S / (S + n e^-max). ktag: the entries' tags. */
-static void stats_row(const struct stats_part *sp, int g, int i, const float *r, int jb, int n, float w, float nsm,
+/* Adds query i's softmax row in query head hh to its kv head g's partial
+ * sums: r[0..n) are the weights of the visible entries jb..jb+n; w =
+ * 1/group averages the query heads sharing g. nsm: the row's n-softmax /
+ * softmax ratio, S / (S + n e^-max). ktag: the entries' tags. */
+static void stats_row(const struct stats_part *sp, int hh, int group, int i, const float *r, int jb, int n, float nsm,
                       const struct kvf_tag *ktag) {
     const struct attn_stats *st = sp->st;
+    const int g = hh / group;
+    const float w = 1.0f / group;
     if (st->a[ATTN_STAT_SUM]) add_row(part_array(sp, ATTN_STAT_SUM, g) + jb, r, n, w);
     if (st->a[ATTN_STAT_SQ]) {
         float *a = part_array(sp, ATTN_STAT_SQ, g) + jb;
@@ -58,10 +60,18 @@ static void stats_row(const struct stats_part *sp, int g, int i, const float *r,
     }
     const int mod = st->qtag ? ATTN_STAT_TEXT + st->qtag[i].modality : -1;
     if (mod >= 0 && st->a[mod]) add_row(part_array(sp, mod, g) + jb, r, n, w);
-    if (st->a[ATTN_STAT_MAX]) {
+    if (st->a[ATTN_STAT_MAX] && !st->max_escale) {
         float *a = part_array(sp, ATTN_STAT_MAX, g) + jb;
         #pragma omp simd
         for (int j = 0; j < n; j++) a[j] = r[j] > a[j] ? r[j] : a[j];
+    } else if (st->a[ATTN_STAT_MAX]) {
+        float *a = part_array(sp, ATTN_STAT_MAX, g) + jb;
+        const float qs = st->max_qscale[i], *es = st->max_escale + (size_t)hh * st->stride + jb;
+        #pragma omp simd
+        for (int j = 0; j < n; j++) {
+            const float x = r[j] * qs * es[j];
+            a[j] = x > a[j] ? x : a[j];
+        }
     }
     if (i < st->win_first) return;
     if (st->a[ATTN_STAT_WIN]) add_row(part_array(sp, ATTN_STAT_WIN, g) + jb, r, n, w);
@@ -225,7 +235,7 @@ static void blk_weights(const struct blk *b, int hh, int i, const struct stats_p
     if (sp) {
         const int group = p->n_head / p->n_head_kv;
         const float nsm = (float)(sum / (sum + sp->st->nsm_n * exp(-(double)mx)));
-        stats_row(sp, hh / group, i, r, b0, n, 1.0f / group, nsm, b->h->tag);
+        stats_row(sp, hh, group, i, r, b0, n, nsm, b->h->tag);
     }
     if (p->nsm_n > 0) {
         const float nsm = (float)(sum / (sum + p->nsm_n * exp(-(double)mx)));

@@ -39,6 +39,12 @@ struct attn_stats {
                                     MAX:   max_i of A[i,j] over every query and every query head
                                            of the kv head (KVzip; not a mean, and folded into the
                                            caller's array by max, not added) */
+    /* MAX weighted (KVzip+, arXiv:2601.07891): query i's weight of entry j in
+     * query head h times max_qscale[i] (1 / |x_i|, the query's attention
+     * input) and max_escale[h][j] (|W_o^h v_j|, what the entry's value adds
+     * to the output); both or neither */
+    const float *max_qscale;     /* [n_q]                                                  */
+    const float *max_escale;     /* [n_head][stride]                                       */
     const struct kvf_tag *qtag;  /* [n_q] query tags: needed for TEXT / IMAGE / VIDEO, SELF / CROSS */
     int win_first;               /* queries i >= win_first of the call form the window    */
     float nsm_n;                 /* n of the n-softmax                                    */

@@ -35,7 +35,7 @@ enum kvf_status kvf_kv_type_parse(const char *name, enum kvf_kv_type *out) {
 }
 
 static size_t head_bytes(const struct kv_cache *c, int cap) {
-    const size_t acc = c->has_acc ? KV_ACC_N * sizeof(float) : 0;
+    const size_t acc = (c->has_acc ? KV_ACC_N * sizeof(float) : 0) + (c->has_prior ? sizeof(float) : 0);
     const size_t smooth = cap > 0 && c->smooth_k ? 2 * sizeof(float) * (size_t)c->head_dim : 0;
     return (size_t)cap * (c->k_row + c->v_row + sizeof(struct kvf_tag) + acc) + smooth;
 }
@@ -115,6 +115,7 @@ static void head_release(struct kv_cache *c, struct kv_head *h) {
     free(h->v);
     free(h->tag);
     free(h->acc);
+    free(h->prior);
     free(h->smooth);
     bytes_add(c, 0, head_bytes(c, h->cap));
     *h = (struct kv_head){.type_k = c->type_k, .type_v = c->type_v};
@@ -143,11 +144,13 @@ static enum kvf_status head_grow(struct kv_cache *c, struct kv_head *h, int cap)
     if (t) h->tag = t;
     float *a = t && c->has_acc ? realloc(h->acc, (size_t)cap * KV_ACC_N * sizeof(float)) : NULL;
     if (a) h->acc = a;
+    float *pr = t && c->has_prior ? realloc(h->prior, (size_t)cap * sizeof(float)) : NULL;
+    if (pr) h->prior = pr;
     if (t && c->smooth_k && !h->smooth && (h->smooth = malloc(2 * sizeof(float) * (size_t)c->head_dim))) {
         for (int i = 0; i < c->head_dim; i++) h->smooth[i] = 0, h->smooth[c->head_dim + i] = 1;
         h->smooth_rows = 0;
     }
-    if (!t || (c->has_acc && !a) || (c->smooth_k && !h->smooth))
+    if (!t || (c->has_acc && !a) || (c->has_prior && !pr) || (c->smooth_k && !h->smooth))
         return err_set(KVF_ERR_NOMEM, "kv cache: cannot grow to %d entries", cap);
     bytes_add(c, head_bytes(c, cap), head_bytes(c, h->cap));
     h->cap = cap;
@@ -163,6 +166,7 @@ static void head_move(const struct kv_cache *c, struct kv_head *h, int to, int f
     if (h->acc)
         memmove(h->acc + (size_t)to * KV_ACC_N, h->acc + (size_t)from * KV_ACC_N,
                 (size_t)len * KV_ACC_N * sizeof(float));
+    if (h->prior) memmove(h->prior + to, h->prior + from, (size_t)len * sizeof(float));
 }
 
 /* A head now holding its first n entries: storage is freed when empty, and
@@ -224,7 +228,8 @@ enum kvf_status kv_cache_fit(struct kv_cache *c) {
 }
 
 enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
-                              const struct kvf_tag *tag, const float *acc, const float *smooth, int smooth_rows) {
+                              const struct kvf_tag *tag, const float *acc, const float *prior, const float *smooth,
+                              int smooth_rows) {
     struct kv_head *h = kv_cache_head(c, layer, head);
     if (h->cap || n < 0 || cap < n)
         return err_set(KVF_ERR_INTERNAL, "kv fill: %d entries in %d, head not empty", n, cap);
@@ -236,6 +241,8 @@ enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, in
     memcpy(h->tag, tag, (size_t)n * sizeof *h->tag);
     if (h->acc && acc) memcpy(h->acc, acc, (size_t)n * KV_ACC_N * sizeof(float));
     else if (h->acc) memset(h->acc, 0, (size_t)n * KV_ACC_N * sizeof(float));
+    if (h->prior && prior) memcpy(h->prior, prior, (size_t)n * sizeof(float));
+    else if (h->prior) memset(h->prior, 0, (size_t)n * sizeof(float));
     if (h->smooth && smooth) memcpy(h->smooth, smooth, 2 * sizeof(float) * (size_t)c->head_dim);
     if (h->smooth) h->smooth_rows = smooth_rows;
     h->n = n;
@@ -251,8 +258,8 @@ enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src) 
     for (int l = 0; l < src->n_layer && st == KVF_OK; l++)
         for (int g = 0; g < src->n_head_kv && st == KVF_OK; g++) {
             const struct kv_head *from = &src->heads[(size_t)l * src->n_head_kv + g];
-            st = kv_cache_fill(dst, l, g, from->n, from->cap, from->k, from->v, from->tag, from->acc, from->smooth,
-                               from->smooth_rows);
+            st = kv_cache_fill(dst, l, g, from->n, from->cap, from->k, from->v, from->tag, from->acc, from->prior,
+                               from->smooth, from->smooth_rows);
         }
     return st;
 }
@@ -324,6 +331,7 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
             kv_head_set_row(h, d, h->n + t, k + (size_t)t * stride + g * d, v + (size_t)t * stride + g * d);
         memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
         if (h->acc) memset(h->acc + (size_t)h->n * KV_ACC_N, 0, (size_t)n * KV_ACC_N * sizeof(float));
+        if (h->prior) memset(h->prior + h->n, 0, (size_t)n * sizeof(float));
         h->n += n;
         c->peak_entries = KVF_MAX(c->peak_entries, h->n);
     }

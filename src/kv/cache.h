@@ -22,6 +22,8 @@ struct kv_head {
     struct kvf_tag *tag; /* [cap] tag (true position first) of each entry */
     float *acc;          /* [cap][KV_ACC_N] attention each entry received so far
                             (online scores: H2O, RoCo); NULL unless the cache keeps them */
+    float *prior;        /* [cap] the score each entry was given as it was written, from its layer's
+                            input (KVzap's learned scorer, kv/kvzap.h); NULL unless the cache keeps them */
     float *smooth;       /* [2][head_dim] keys' channel shift, then scale (kvf_kv_type Q4_0S): a stored
                             key is (k - shift) / scale; taken from the head's first entries as they are
                             appended, kept with its storage; NULL: keys stored as they are */
@@ -41,6 +43,7 @@ struct kv_cache {
     size_t k_row, v_row;   /* bytes of one key row, of one value row */
     bool smooth_k;         /* keys smoothed per channel (Q4_0S): every head with storage has its smooth */
     bool has_acc;          /* entries carry KV_ACC_N running statistics */
+    bool has_prior;        /* entries carry a score from when they were written (set while empty) */
     struct kv_head *heads; /* [n_layer][n_head_kv] */
     size_t bytes;          /* allocated bytes of k, v, tags, statistics and smoothing over all heads */
     size_t peak_bytes;     /* the largest `bytes` so far */
@@ -62,16 +65,17 @@ static inline struct kv_head *kv_cache_head(struct kv_cache *c, int layer, int h
 }
 /* Makes dst, an empty cache of the same shape and types, hold src's
  * entries with src's capacities (so its bytes are what the same appends
- * would have allocated); their statistics when both carry them, the keys'
- * smoothing. */
+ * would have allocated); their statistics and written scores when both
+ * carry them, the keys' smoothing. */
 enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
 /* An empty head of c gets n entries in storage for cap (>= n): key and
  * value rows in the cache's types (n x k_row and n x v_row bytes), tags,
- * statistics [n][KV_ACC_N] when the cache carries them (acc NULL: zeros),
- * and the keys' smoothing [2][head_dim] (from smooth_rows entries) when
- * the cache smooths them. */
+ * statistics [n][KV_ACC_N] and written scores [n] when the cache carries
+ * them (acc, prior NULL: zeros), and the keys' smoothing [2][head_dim]
+ * (from smooth_rows entries) when the cache smooths them. */
 enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
-                              const struct kvf_tag *tag, const float *acc, const float *smooth, int smooth_rows);
+                              const struct kvf_tag *tag, const float *acc, const float *prior, const float *smooth,
+                              int smooth_rows);
 /* Sizes every head's storage to exactly the entries it holds (the slack
  * appends left is returned). */
 enum kvf_status kv_cache_fit(struct kv_cache *c);
@@ -99,8 +103,9 @@ enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int
 enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * float32 (the layout of the projection output), converted to the cache's
- * types; tags: [n]; statistics start at 0. Space must be reserved. An
- * empty head that smooths its keys takes its shift and scale from these. */
+ * types; tags: [n]; statistics and written scores start at 0 (the caller
+ * writes the scores). Space must be reserved. An empty head that smooths
+ * its keys takes its shift and scale from these. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);
 

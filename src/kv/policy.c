@@ -236,6 +236,7 @@ static const struct key_def keys[KV_KEY_COUNT] = {
     [KV_KEY_TAU] = {"tau", KEY_NUM, AT(tau), 0, -1e30, 1e30},
     [KV_KEY_CEIL] = {"ceil", KEY_SHARE, AT(head_ceil), 0, 0, 1},
     [KV_KEY_LAST] = {"last", KEY_INT, AT(last), 0, 0, 1 << 20},
+    [KV_KEY_SCORER] = {"scorer", KEY_PATH, AT(scorer), 0, 0, 0},
 };
 #undef AT
 

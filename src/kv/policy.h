@@ -55,7 +55,8 @@ enum kv_key {
     KV_KEY_BETA, KV_KEY_DISTANCE, KV_KEY_EVERY, KV_KEY_MERGE, KV_KEY_TEXT_PRIOR, KV_KEY_CROSS_RATIO, KV_KEY_N,
     KV_KEY_DECODE_SOFTMAX, KV_KEY_BLOCK, KV_KEY_FIRST, KV_KEY_EVICT, KV_KEY_QUESTION, KV_KEY_LAYERS, KV_KEY_WINDOWS,
     KV_KEY_K, KV_KEY_R, KV_KEY_RATIO, KV_KEY_ONLINE, KV_KEY_PROFILE, KV_KEY_PROTECT, KV_KEY_WIDTH, KV_KEY_FLOOR,
-    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_TAU, KV_KEY_CEIL, KV_KEY_LAST, KV_KEY_COUNT /* <= 64: kv_policy.given */
+    KV_KEY_FUTURE, KV_KEY_CHUNK, KV_KEY_TAU, KV_KEY_CEIL, KV_KEY_LAST, KV_KEY_SCORER,
+    KV_KEY_COUNT /* <= 64: kv_policy.given */
 };
 
 struct kv_policy {
@@ -118,6 +119,7 @@ struct kv_policy {
     int chunk;          /* kvzip: context tokens repeated per reconstruction pass          */
     bool online;        /* prefixkv: search the layer ratios on the prompt itself         */
     char profile[256];  /* prefixkv: JSON file of profiled layer ratios (kvfold profile)  */
+    char scorer[256];   /* kvzap: the scorer file (kvfold calibrate; "": the model's, kvf_model zap_path) */
 };
 
 /* One head's scores: higher is kept first; INFINITY marks entries that are
@@ -161,6 +163,7 @@ typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 #define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
 #define KV_NEEDS_LAST_ROW 128u /* reduce: the attention the pass's last row pays each row at the step's
                                   layer (struct reduce_view's last_attn) */
+#define KV_NEEDS_PRIOR 512u   /* a score each entry gets as it is written (kv_head.prior: KVzap's scorer) */
 #define KV_NEEDS_QUESTION 256u /* reduce: weighs the image by the text after it, so by the question
                                   when it ends the prompt (kvf_kv_policy_info's question_aware) */
 
@@ -262,6 +265,7 @@ void kv_score_keydiff(const struct kv_score_in *in, float *score);
 void kv_score_knorm(const struct kv_score_in *in, float *score);
 void kv_score_expected(const struct kv_score_in *in, float *score);
 void kv_score_kvzip(const struct kv_score_in *in, float *score);
+void kv_score_kvzap(const struct kv_score_in *in, float *score);
 void kv_score_tova(const struct kv_score_in *in, float *score);
 void kv_score_random(const struct kv_score_in *in, float *score);
 void kv_score_imgrand(const struct kv_score_in *in, float *score);

@@ -6,6 +6,8 @@
 #include "attn/attn.h"
 #include "core/ops.h"
 
+#include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,7 +86,42 @@ static struct reduce_view reduce_view_of(const struct decoder *d, const float *q
  * biases, norms and RoPE, the cache append, and attention over the
  * session's cache into att [n][n_head*head_dim]. Positions, tags and the
  * attention scratch are the session's (d->fw). */
-static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, float *k, float *v, int n, float *att) {
+/* KVzip+'s weights of the MAX statistic for layer l's call of n rows
+ * whose attention inputs are x [n][n_embd] (struct decoder_tap). */
+static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, int n, struct attn_stats *stats) {
+    const struct hparams *hp = &d->model->hp;
+    const struct decoder_tap *tp = d->tap;
+    const int hd = hp->head_dim, E = hp->n_embd, group = hp->n_head / hp->n_head_kv;
+    if (n > tp->rows) return err_set(KVF_ERR_INTERNAL, "calibration: %d rows in a call of at most %d", n, tp->rows);
+    for (int t = 0; t < n; t++) {
+        double sq = 0;
+        for (int e = 0; e < E; e++) sq += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
+        tp->qscale[t] = sq > 0 ? (float)(1.0 / sqrt(sq)) : 0.0f;
+    }
+    if (stats->stride > tp->entries)
+        return err_set(KVF_ERR_INTERNAL, "calibration: statistics of %d entries for %d", stats->stride, tp->entries);
+    for (int g = 0; g < hp->n_head_kv; g++) {
+        const struct kv_head *h = kv_cache_head(d->kv, l, g);
+        for (int j = 0; j < h->n; j++) kv_head_value_row(h, hd, j, tp->vrows + (size_t)j * hd);
+        for (int hh = g * group; hh < (g + 1) * group && h->n > 0; hh++) {
+            const float *G = tp->gram + ((size_t)l * hp->n_head + hh) * hd * hd;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, h->n, hd, hd, 1.0f, tp->vrows, hd, G, hd, 0.0f,
+                        tp->vg, hd);
+            float *es = tp->escale + (size_t)hh * stats->stride;
+            for (int j = 0; j < h->n; j++) {
+                double sq = 0;
+                for (int e = 0; e < hd; e++) sq += (double)tp->vg[(size_t)j * hd + e] * tp->vrows[(size_t)j * hd + e];
+                es[j] = (float)sqrt(fmax(sq, 0.0));
+            }
+        }
+    }
+    stats->max_qscale = tp->qscale;
+    stats->max_escale = tp->escale;
+    return KVF_OK;
+}
+
+static enum kvf_status layer_attend(const struct decoder *d, int l, const float *x, float *q, float *k, float *v,
+                                    int n, float *att) {
     const struct hparams *hp = &d->model->hp;
     const struct layer_weights *L = &d->model->layers[l];
     struct fwd_scratch *f = d->fw;
@@ -126,6 +163,14 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     enum kvf_status st = kv_cache_reserve(d->kv, l, n);
     if (st != KVF_OK) return st;
     kv_cache_append(d->kv, l, k, v, f->btag, n);
+    for (int g = 0; d->zap && g < hp->n_head_kv; g++) {
+        struct kv_head *h = kv_cache_head(d->kv, l, g);
+        kv_zap_score(d->zap, l, g, x, n, h->prior + h->n - n);
+    }
+    for (int t = 0; d->tap && d->tap->x && t < n; t++)
+        if (f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap)
+            memcpy(d->tap->x + ((size_t)l * d->tap->x_cap + f->pos[t]) * hp->n_embd, x + (size_t)t * hp->n_embd,
+                   sizeof(float) * hp->n_embd);
 
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,
@@ -143,6 +188,7 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, float *q, fl
     } else if (d->recon) {
         stats.stride = (int)d->recon_stride;
         stats.a[ATTN_STAT_MAX] = d->recon + (size_t)l * hp->n_head_kv * d->recon_stride;
+        if (d->tap && d->tap->gram && (st = tap_plus(d, l, x, n, &stats)) != KVF_OK) return st;
     }
     if ((st = attn_forward(&ap, q, f->pos, n, kv_cache_head(d->kv, l, 0), att, f->attn_scratch, f->n_threads,
                            acc || d->recon ? &stats : NULL)))
@@ -192,7 +238,7 @@ static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct
     layer_qkv(f, L, n);
     for (int i = 0; i < n_dec; i++) {
         const size_t r = (size_t)i * rows_each;
-        const enum kvf_status st = layer_attend(&ds[i], l, f->q + r * QD, f->k + r * KD, f->v + r * KD, rows_each,
+        const enum kvf_status st = layer_attend(&ds[i], l, f->xn + r * E, f->q + r * QD, f->k + r * KD, f->v + r * KD, rows_each,
                                                 f->att + r * QD);
         if (st != KVF_OK) return st;
     }

@@ -5,6 +5,7 @@
 #define KVF_MODEL_DECODER_H
 
 #include "kv/cache.h"
+#include "kv/kvzap.h"
 #include "kv/merge_log.h"
 #include "kv/qstat.h"
 #include "kv/qwin.h"
@@ -62,7 +63,27 @@ struct decoder {
     struct reduce_state *rd;      /* steps run after their layers (n_steps 0: none) */
     struct kv_merge_log *merges;  /* rows a reduce step merged are recorded here */
     bool gather;                  /* add the pass's attention to the entries' statistics (kv->has_acc) */
+    const struct kv_zap *zap;     /* each entry written gets its score (kv_head.prior) from its layer's
+                                     attention input (KVzap); NULL: none */
+    struct decoder_tap *tap;      /* KVzap's calibration; NULL: none */
     float nsm_n;                  /* > 0: n-softmax weights in attention (CSP once compressed) */
+};
+
+/* What KVzap's calibration (session/kvzap_fit.c) reads of a pass: each
+ * layer's attention input of the rows at positions below x_cap, copied to
+ * x [n_layer][x_cap][n_embd] by position (x NULL: not copied); and with
+ * gram set (and the decoder's recon), the MAX statistic weighted as KVzip+
+ * weighs it (attn.h max_qscale, max_escale), |W_o^h v_j| from the Gram
+ * matrices gram [n_layer][n_head][head_dim][head_dim] of W_o's columns for
+ * head h. The work space is for statistics of up to `entries` entries a
+ * head and `rows` rows a call: qscale [rows], escale [n_head][entries],
+ * vrows and vg [entries][head_dim]. */
+struct decoder_tap {
+    float *x;
+    int x_cap;
+    const float *gram;
+    int entries, rows;
+    float *qscale, *escale, *vrows, *vg;
 };
 
 /* Fills rows [at, at + n) of the pass: token ids (tokens, already checked)

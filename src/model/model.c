@@ -595,6 +595,13 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         return st;
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_str(m->hp.arch));
+    const size_t len = strlen(path);
+    if (S_ISDIR(sb.st_mode))
+        snprintf(m->zap_path, sizeof m->zap_path, "%s/model.kvzap", path);
+    else if (len > 5 && !strcmp(path + len - 5, ".gguf"))
+        snprintf(m->zap_path, sizeof m->zap_path, "%.*s.kvzap", (int)(len - 5), path);
+    else
+        snprintf(m->zap_path, sizeof m->zap_path, "%s.kvzap", path);
     describe_types(m);
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     *out = m;

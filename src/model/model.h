@@ -67,6 +67,9 @@ struct kvf_model {
     /* CRC-32 of the decoder's tensors as bound (name, type, shape, in order):
      * the identity a session file names (the vision tower's are not in it). */
     uint32_t digest;
+    /* The KVzap scorer file (kv/kvzap.h) read when a spec names none: a
+     * GGUF file's name with .kvzap for .gguf, a directory's model.kvzap. */
+    char zap_path[4096];
     bool vocab_only;           /* kvf_model_params.vocab_only: no weights, layers NULL */
     void **owned;              /* float copies of vectors (norms, biases), interleaved matrices */
     int n_owned, cap_owned;

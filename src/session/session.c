@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SESSION_MAX_CTX_DEFAULT 8192
 
@@ -23,6 +24,7 @@ struct kvf_session_params kvf_session_default_params(void) {
 void kvf_session_free(struct kvf_session *s) {
     if (!s) return;
     kv_cache_free(&s->kv);
+    kv_zap_free(&s->zap);
     fwd_free(&s->fw);
     kv_qwin_free(&s->qwin);
     kv_qwin_free(&s->qprox);
@@ -78,6 +80,15 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim,
                                        kv_policy_needs_acc(pol) || p->kv_gather > 0);
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->type_k, p->type_v);
+    if (st == KVF_OK && (kv_policy_scorer(pol)->needs & KV_NEEDS_PRIOR)) {
+        const char *path = pol->scorer[0] ? pol->scorer : s->model->zap_path;
+        if (access(path, F_OK) != 0)
+            st = err_set(KVF_ERR_IO, "kvzap: no scorer file '%s'; make one with `kvfold calibrate -m MODEL --corpus "
+                         "FILE...` (or name one: kvzap:scorer=FILE)", path);
+        else
+            st = kv_zap_load(path, hp->n_layer, hp->n_embd, hp->n_head_kv, s->model->digest, &s->zap);
+        s->kv.has_prior = true;
+    }
     fwd_init(&s->fw, p->n_batch, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
     if (st == KVF_OK)
@@ -305,6 +316,9 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     if (!prefill_plain(s))
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)",
                      kv_spec);
+    else if (s->kv.has_prior && (!src->kv.has_prior || !kv_zap_same(&s->zap, &src->zap)))
+        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' ranks by the scores KVzap wrote as the prompt ran; the session "
+                     "wrote none with its scorer", kv_spec);
     else if (s->kv.has_acc && !src->kv.has_acc)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
     else if (kv_qstat_on(&s->qstat) && (!kv_qstat_on(&src->qstat) || src->qstat.first != s->qstat.first))
@@ -404,6 +418,7 @@ static struct decoder session_decoder(struct kvf_session *s) {
         .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
         /* not the statistics of the question's trial run (block-wise question=1) */
         .gather = !s->probing, .qstat = s->probing ? NULL : &s->qstat,
+        .zap = s->zap.n_layer ? &s->zap : NULL, .tap = s->tap,
         .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
 }
@@ -663,7 +678,8 @@ static enum kvf_status pass_run(struct kvf_session *s, const int32_t *ids, int n
     struct kv_qwin off = {0};
     struct reduce_state none = {0};
     const struct decoder d = {.model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &off, .rd = &none,
-                              .merges = &s->merges, .recon = s->cs.recon, .recon_stride = s->cs.recon_stride};
+                              .merges = &s->merges, .recon = s->cs.recon, .recon_stride = s->cs.recon_stride,
+                              .zap = s->zap.n_layer ? &s->zap : NULL, .tap = s->tap};
     const int32_t rope0 = session_next_rope(s);
     enum kvf_status st = KVF_OK;
     for (int i = 0, nb; st == KVF_OK && i < n; i += nb) {
@@ -703,7 +719,7 @@ enum kvf_status kvf_kv_compress_positions(const struct kvf_model *m, const char 
  * removed after it, so the cache holds at most the context and one run
  * (past n_ctx if need be: the attention scratch grows). cs.recon gets, for
  * each entry, the most attention any query of any run paid it. */
-static enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass) {
+enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass) {
     const int L = s->kv.n_layer, H = s->kv.n_head_kv;
     const int32_t bos = tok_bos(s->model->tok);
     const int held = kv_cache_most(&s->kv);

@@ -72,6 +72,8 @@ struct kvf_session {
     int32_t prompt_rope0;
 
     struct kv_cache kv;
+    struct kv_zap zap;                /* KVzap's scorer when the policy needs KV_NEEDS_PRIOR (n_layer 0: none) */
+    struct decoder_tap *tap;          /* what KVzap's calibration reads of each pass (NULL: nothing) */
     struct fwd_scratch fw;
     /* The latest queries of every layer (policies scored by the prompt's
      * last queries); qprox: block-wise question=1's proxies, the question's
@@ -130,6 +132,10 @@ enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_
  * file is read (a session file carries the ratios instead). */
 enum kvf_status session_create(const struct kvf_model *m, const struct kvf_session_params *params, bool load_profile,
                                struct kvf_session **out);
+
+/* A scoring rule's pass over the context (KVzip's reconstruction), its
+ * maxima left in cs.recon for the compression (session.c). */
+enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass);
 
 /* session/compress.c */
 enum kvf_status compress_init(struct compress_state *c, const struct kvf_session *s);

@@ -120,6 +120,7 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
         put(w, h->v, s->kv.v_row * (size_t)h->n);
         put(w, h->tag, sizeof *h->tag * (size_t)h->n);
         if (s->kv.has_acc) put(w, h->acc, sizeof(float) * KV_ACC_N * (size_t)h->n);
+        if (s->kv.has_prior) put(w, h->prior, sizeof(float) * (size_t)h->n);
     }
     const uint64_t peak = s->kv.peak_bytes;
     put(w, &peak, sizeof peak);
@@ -419,11 +420,12 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
             const float *smooth = smoothed ? take_n(r, 2 * sizeof(float), s->kv.head_dim) : NULL;
             const void *v = take_n(r, s->kv.v_row, n), *tag = take_n(r, sizeof(struct kvf_tag), n);
             const void *acc = s->kv.has_acc ? take_n(r, sizeof(float) * KV_ACC_N, n) : NULL;
-            if (!k || !v || !tag || (s->kv.has_acc && !acc) || (smoothed && !smooth))
+            const void *prior = s->kv.has_prior ? take_n(r, sizeof(float), n) : NULL;
+            if (!k || !v || !tag || (s->kv.has_acc && !acc) || (s->kv.has_prior && !prior) || (smoothed && !smooth))
                 return bad("truncated in its cache");
             if (smoothed && !smooth_ok(smooth, s->kv.head_dim, smooth_rows))
                 return bad("a head's smoothing of its keys is out of range");
-            if ((st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc, smooth, smooth_rows)) != KVF_OK) return st;
+            if ((st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc, prior, smooth, smooth_rows)) != KVF_OK) return st;
             const struct kvf_tag *t = kv_cache_head(&s->kv, l, g)->tag;
             for (int i = 0; i < n; i++)
                 if (!tag_ok(&t[i], np) || (i > 0 && t[i].pos <= t[i - 1].pos))

@@ -20,13 +20,13 @@
 
 #define N_DECODE 6
 
-static const char *const specs[] = {
+static const char *specs[] = {
     "full", "streaming:budget=0.3", "h2o:budget=0.3", "snapkv:budget=0.3", "pyramidkv:budget=0.3", "roco:budget=0.3",
     "keydiff:budget=0.3", "knorm:budget=0.3", "random:budget=0.3", "imgrand:budget=0.3", "lookm:budget=0.3",
     "elastic:budget=0.3", "prefixkv:budget=0.3", "csp:budget=0.1,decode_softmax=1", "snapkv:budget=0.2+decode=h2o",
     "keydiff:budget=0.25+decode=recompress:every=2", "streaming:budget=24+decode=window",
     "snapkv:budget=0.2+budget=adaptive+decode=h2o", "blockwise:budget=64,block=32", "lightkv", "fastv:k=1",
-    "snapkv:budget=0.3+reduce=tome",
+    "snapkv:budget=0.3+reduce=tome", "kvzap" /* its scorer, fitted at the start (main) */,
 };
 #define N_SPECS ((int)(sizeof specs / sizeof *specs))
 
@@ -111,6 +111,9 @@ int main(int argc, char **argv) {
     struct kvf_media *media[FIXTURE_MEDIA];
     struct kvf_prompt *pr = NULL;
     if (fixture_open("decode_batch", argc, argv, &m, &mi, media, &pr)) return 2;
+    char zap_path[32], zap[96];
+    if (fixture_kvzap(m, zap_path, zap, sizeof zap)) return 2;
+    specs[N_SPECS - 1] = zap;
     struct kvf_session *alone[N_SPECS] = {NULL}, *together[N_SPECS] = {NULL};
     int rc = 0;
     for (int i = 0; i < N_SPECS && !rc; i++)
@@ -127,7 +130,7 @@ int main(int argc, char **argv) {
         snprintf(when, sizeof when, "at decode step %d", t + 1);
         for (int i = 0; i < N_SPECS && !rc; i++) rc |= same_state(alone[i], together[i], &mi, specs[i], when);
     }
-    printf("%-48s %s\n", "22 policies decoded together, 6 steps", rc ? "FAIL" : "ok  (bit for bit)");
+    printf("%-48s %s\n", "23 policies decoded together, 6 steps", rc ? "FAIL" : "ok  (bit for bit)");
     if (!rc) rc |= check_refusals(together[0], together[1], &mi);
     if (!rc) rc |= check_full(m, pr, together[0]);
     if (!rc) rc |= check_blas_rows(m, pr, &mi);
@@ -139,5 +142,6 @@ int main(int argc, char **argv) {
     kvf_prompt_free(pr);
     fixture_media_free(media);
     kvf_model_free(m);
+    unlink(zap_path);
     return rc;
 }

@@ -162,6 +162,15 @@ int main(int argc, char **argv) {
     static const char *const staged[] = { "lightkv", "fastv:k=1", "snapkv:budget=0.3+reduce=tome",
                                           "blockwise:budget=64,block=32",
                                           "h2o:budget=0.3+schedule=blocks:budget=64,block=32" };
+    /* KVzap: written scores travel with a copy; a fork needs a source that wrote them with the same scorer */
+    char zap_path[32], zap[96];
+    rc |= !rc && fixture_kvzap(m, zap_path, zap, sizeof zap);
+    struct kvf_session *srcz = rc ? NULL : prefilled(m, pr, zap, 0);
+    rc |= !rc && (!srcz || check_spec(m, &mi, pr, srcz, zap));
+    rc |= !rc && check_refused(src, zap, "no scores written");
+    rc |= !rc && check_copy(m, &mi, pr, zap);
+    kvf_session_free(srcz);
+    unlink(zap_path);
     for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++) rc |= check_copy(m, &mi, pr, specs[i]);
     for (size_t i = 0; !rc && i < sizeof staged / sizeof *staged; i++) rc |= check_copy(m, &mi, pr, staged[i]);
     printf("%s\n", rc ? "FAIL" : "ok: every fork equals a prefill of its own, every copy its session");

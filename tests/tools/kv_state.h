@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What a session holds, for comparison: bytes, kept tags, merges, budgets. */
 static inline int same_state(const struct kvf_session *a, const struct kvf_session *b, const struct kvf_model_info *mi,
@@ -133,6 +134,29 @@ static inline struct kvf_prompt *fixture_prompt(const struct kvf_model *m, struc
                                      "<image> The second one is darker. Which picture is brighter, and why? ASSISTANT:",
                              (const struct kvf_media *const *)media, n, true, false, &pr);
     return st == KVF_OK ? pr : NULL;
+}
+
+/* A KVzap scorer fitted for m (kvf_kvzap_calibrate) on spans of a fixed
+ * text, in a new temporary file path[] (the caller unlinks it), and the
+ * spec that reads it at budget 0.3 into spec[cap]: 0, or 1 after a
+ * message. */
+static inline int fixture_kvzap(const struct kvf_model *m, char path[32], char *spec, size_t cap) {
+    static const char text[] =
+        "The river runs past the mill and under the old stone bridge, where the children of the village throw "
+        "bread to the ducks every morning before school. In the afternoon the miller counts his sacks of flour, "
+        "writes the numbers in a ledger, and walks to the market to sell what the bakers have ordered. When the "
+        "rain comes in autumn the water rises, the wheel turns faster, and the whole house hums with its work.";
+    snprintf(path, 32, "/tmp/kvzap_fixture_XXXXXX");
+    const int fd = mkstemp(path);
+    if (fd < 0) return fprintf(stderr, "fixture_kvzap: no temporary file\n"), 1;
+    close(fd);
+    struct kvf_kvzap_params p = kvf_kvzap_default_params();
+    p.samples = 3, p.test = 0, p.span = 16, p.per_span = 8, p.seed = 5;
+    const char *texts[1] = {text};
+    if (kvf_kvzap_calibrate(m, texts, 1, &p, path, NULL) != KVF_OK)
+        return fprintf(stderr, "fixture_kvzap: %s\n", kvf_last_error()), 1;
+    snprintf(spec, cap, "kvzap:budget=0.3,scorer=%s", path);
+    return 0;
 }
 
 static inline void fixture_media_free(struct kvf_media *media[FIXTURE_MEDIA]) {

@@ -167,6 +167,9 @@ int main(int argc, char **argv) {
     if (fixture_open("prefill_parts", argc, argv, &m, &mi, media, &pr)) return 2;
     int rc = 0;
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) rc |= check_spec(m, &mi, pr, specs[i]);
+    char zap_path[32], zap[96]; /* KVzap: each part's entries scored as they are written */
+    rc |= fixture_kvzap(m, zap_path, zap, sizeof zap) || check_spec(m, &mi, pr, zap);
+    unlink(zap_path);
     rc |= check_refusals(m, pr);
     /* an earlier turn: the same first image and text, then another question */
     struct kvf_prompt *other = NULL;

@@ -293,6 +293,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; !rc && i < sizeof specs / sizeof *specs; i++)
         rc |= check_spec(m, &mi, pr, specs[i], KVF_KV_F32, KVF_KV_F32, i == 0 ? path : NULL, &file_size);
     rc |= !rc && check_spec(m, &mi, pr, "snapkv:budget=0.3+decode=h2o", KVF_KV_F16, KVF_KV_F16, NULL, NULL);
+    /* KVzap's written scores saved and loaded with their entries (its threshold stage too) */
+    char zap_path[32], zap[96], zap_tau[128];
+    rc |= !rc && fixture_kvzap(m, zap_path, zap, sizeof zap);
+    snprintf(zap_tau, sizeof zap_tau, "kvzap:scorer=%s+budget=threshold:tau=-8,last=4", zap_path);
+    rc |= !rc && check_spec(m, &mi, pr, zap, KVF_KV_F16, KVF_KV_F16, NULL, NULL);
+    rc |= !rc && check_spec(m, &mi, pr, zap_tau, KVF_KV_F16, KVF_KV_F16, NULL, NULL);
+    unlink(zap_path);
     if (!rc && mi.head_dim % 32 == 0) {
         rc |= check_spec(m, &mi, pr, "lookm:budget=0.3", KVF_KV_Q8_0, KVF_KV_Q8_0, NULL, NULL);
         rc |= !rc && check_spec(m, &mi, pr, "keydiff:budget=0.3+decode=h2o", KVF_KV_Q8_0, KVF_KV_Q4_0, NULL, NULL);

@@ -61,6 +61,7 @@ static void naive(const struct attn_params *p, const float *q, const int32_t *qp
 static float g_nsm_n; /* the attn_params.nsm_n check_mode runs with */
 static bool g_thin;   /* check_mode keeps every third entry of kv head 0 and none of the last (compressed heads) */
 static int g_type_v = -1; /* >= 0: check_mode's and check_stats_typed's values take this type, keys theirs */
+static bool g_max_weighted; /* check_stats_typed: MAX weighted per query and per (query head, entry), KVzip+ */
 
 static void check_mode(int n_head, int n_head_kv, int d, int n_ctx, int n_q, int window, int threads,
                        bool bidirectional, enum kvf_kv_type type) {
@@ -223,6 +224,10 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
     const int stride = n_ctx + 3;
     float *arrays = calloc((size_t)ATTN_STAT_N * n_head_kv * stride, sizeof(float));
     struct attn_stats st = {.stride = stride, .qtag = qtag, .win_first = n_q - W, .nsm_n = 1.0f};
+    float *qs = malloc(sizeof(float) * n_q), *es = malloc(sizeof(float) * n_head * stride);
+    for (int i = 0; i < n_q; i++) qs[i] = 0.5f + frand(&seed) * frand(&seed);
+    for (int i = 0; i < n_head * stride; i++) es[i] = 1.0f + frand(&seed);
+    if (g_max_weighted) st.max_qscale = qs, st.max_escale = es;
     for (int a = 0; a < ATTN_STAT_N; a++) st.a[a] = arrays + (size_t)a * n_head_kv * stride;
     const struct attn_params p = {.n_head = n_head, .n_head_kv = n_head_kv, .head_dim = d,
                                   .scale = 1.0f / sqrtf((float)d), .window = window};
@@ -261,7 +266,9 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
                 r[ATTN_STAT_SQ * A] += w * a * a;
                 r[ATTN_STAT_COUNT * A] += w;
                 r[(ATTN_STAT_TEXT + qtag[i].modality) * A] += w * a;
-                r[ATTN_STAT_MAX * A] = fmax(r[ATTN_STAT_MAX * A], a); /* over queries and the group's heads */
+                /* over queries and the group's heads */
+                const double mw = g_max_weighted ? (double)qs[i] * es[(size_t)h * stride + j] : 1.0;
+                r[ATTN_STAT_MAX * A] = fmax(r[ATTN_STAT_MAX * A], a * mw);
                 if (i >= n_q - W) {
                     r[ATTN_STAT_WIN * A] += w * a;
                     r[ATTN_STAT_WIN_NSM * A] += w * nsm;
@@ -277,6 +284,7 @@ static void check_stats_typed(int n_head, int n_head_kv, int d, int n_ctx, int n
             fail_msg("statistic %zu (array %zu): %g vs naive %g", e, e / ((size_t)n_head_kv * stride), arrays[e],
                      ref[e]);
     free(k); free(v); free(tags); free(pos); free(q); free(out); free(arrays); free(scratch); free(ref); free(x);
+    free(qs); free(es);
     kv_cache_free(&c);
 }
 
@@ -300,6 +308,18 @@ static void test_stats_decode(void **st) {
     check_stats(4, 1, 8, 650, 2, 290, 3);
 }
 static void test_stats_window(void **st) { (void)st; check_stats(4, 2, 16, 90, 40, 7, 2); }
+/* KVzip+'s MAX (attn.h max_qscale, max_escale): each query's weights and
+ * each query head's entries scaled before the maximum, in prefill and
+ * decoding blocks, split over threads or not. */
+static void test_stats_max_weighted(void **st) {
+    (void)st;
+    g_max_weighted = true;
+    check_stats(6, 2, 8, 100, 65, 0, 2);
+    check_stats(4, 4, 16, 70, 70, 0, 1);
+    check_stats(6, 3, 16, 600, 1, 0, 2);
+    check_stats(4, 2, 16, 60, 3, 0, 1);
+    g_max_weighted = false;
+}
 
 /* The same call gives the same statistics bit for bit, however the
  * threads happened to share the blocks (kept sets must not drift between
@@ -707,6 +727,7 @@ int main(void) {
         cmocka_unit_test(test_stats_gqa),
         cmocka_unit_test(test_stats_decode),
         cmocka_unit_test(test_stats_window),
+        cmocka_unit_test(test_stats_max_weighted),
         cmocka_unit_test(test_stats_repeatable),
         cmocka_unit_test(test_cache_bytes),
         cmocka_unit_test(test_cache_keep),

@@ -74,6 +74,13 @@ struct eval_options {
     bool turns;                   /* ruler: ... one after another in one conversation */
 };
 
+/* kvfold calibrate's own options. */
+struct calibrate_options {
+    struct str_list corpus;       /* every --corpus FILE */
+    int samples, test, span, per_span;
+    float alpha;
+};
+
 /* Every option of every subcommand; each subcommand's table points into it. */
 struct args {
     const char *model, *prompt, *file, *chat_template, *system, *mmproj, *kv, *dump_kv, *samples, *output;
@@ -97,6 +104,7 @@ struct args {
     const char *eval_mode;        /* consistency, needle or milebench (the word after "eval") */
     struct str_list kvs;          /* every --kv (eval, bench) */
     struct eval_options eval;
+    struct calibrate_options cal;
     const char *session_file;     /* kvfold chat, generate: --session FILE */
     struct serve_options serve;   /* --parallel is above, shared with bench */
     const char *bench_lists[4], *bench_format; /* kvfold bench: -p -n -t -d as given (comma lists), -o */
@@ -115,7 +123,7 @@ struct command {
 
 /* The commands (one file each), in the order --help lists them. */
 extern const struct command info_command, tokenize_command, generate_command, chat_command, perplexity_command,
-    bench_command, profile_command, eval_command, policies_command, serve_command;
+    bench_command, profile_command, calibrate_command, eval_command, policies_command, serve_command;
 
 #define OPT_MODEL { "--model", "-m", OPT_STR, &a->model, 0, 0, "FILE", "model: .gguf file or Hugging Face directory" }
 #define OPT_NO_REPACK { "--no-repack", "-nr", OPT_FLAG, &a->no_repack, 0, 0, NULL, \

@@ -67,7 +67,7 @@ static void env_defaults(char **argv) {
 
 static const struct command *const commands[] = {
     &info_command, &tokenize_command, &generate_command, &chat_command, &perplexity_command,
-    &bench_command, &profile_command, &eval_command, &policies_command, &serve_command,
+    &bench_command, &profile_command, &calibrate_command, &eval_command, &policies_command, &serve_command,
 };
 
 static void print_usage(FILE *f) {

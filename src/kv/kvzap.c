@@ -1,0 +1,284 @@
+#include "kv/kvzap.h"
+
+#include "core/quant.h"
+#include "io/gguf.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+enum kvf_status kv_zap_init(struct kv_zap *z, int n_layer, int n_embd, int n_head_kv, uint32_t digest) {
+    *z = (struct kv_zap){.n_layer = n_layer, .n_embd = n_embd, .n_head_kv = n_head_kv, .digest = digest};
+    const size_t heads = (size_t)n_layer * n_head_kv;
+    z->w = calloc(heads * n_embd, sizeof(float));
+    z->b = calloc(heads, sizeof(float));
+    z->r2 = malloc(sizeof(float) * (size_t)n_layer);
+    z->spearman = malloc(sizeof(float) * (size_t)n_layer);
+    if (!z->w || !z->b || !z->r2 || !z->spearman) {
+        kv_zap_free(z);
+        return err_set(KVF_ERR_NOMEM, "out of memory for a KVzap scorer");
+    }
+    for (int l = 0; l < n_layer; l++) z->r2[l] = z->spearman[l] = NAN;
+    return KVF_OK;
+}
+
+void kv_zap_free(struct kv_zap *z) {
+    free(z->w);
+    free(z->b);
+    free(z->r2);
+    free(z->spearman);
+    memset(z, 0, sizeof *z);
+}
+
+static uint32_t zap_crc(const struct kv_zap *z) {
+    const size_t heads = (size_t)z->n_layer * z->n_head_kv;
+    uLong c = crc32(0L, (const Bytef *)z->w, (uInt)(heads * z->n_embd * sizeof(float)));
+    return (uint32_t)crc32(c, (const Bytef *)z->b, (uInt)(heads * sizeof(float)));
+}
+
+static enum kvf_status bad(const char *why) { return err_set(KVF_ERR_FORMAT, "KVzap scorer file: %s", why); }
+
+/* A tensor of F32 values of exactly the given shape, or NULL. */
+static const float *tensor_f32(const struct gguf_file *f, const char *name, int n_dims, const int64_t *ne) {
+    const struct gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t || t->type != DT_F32 || t->n_dims != n_dims || !t->data) return NULL;
+    for (int i = 0; i < n_dims; i++)
+        if (t->ne[i] != ne[i]) return NULL;
+    return t->data;
+}
+
+/* A per-layer F32 array of the fit's record into out[n] (NaN when absent). */
+static void record_arr(const struct gguf_file *f, const char *key, int n, float *out) {
+    const struct gguf_value *a = gguf_get_arr(f, key, GGUF_F32);
+    for (int l = 0; l < n; l++) {
+        float x = NAN;
+        if (a && a->arr.n == (uint64_t)n) memcpy(&x, (const float *)a->arr.data + l, sizeof x);
+        out[l] = x;
+    }
+}
+
+static enum kvf_status zap_read(struct gguf_file *f, int n_layer, int n_embd, int n_head_kv, uint32_t digest,
+                                struct kv_zap *out) {
+    uint32_t version, layers, embd, heads, file_digest, crc;
+    if (!gguf_get_u32(f, "kvzap.version", &version)) return bad("no kvzap.version (not a scorer file)");
+    if (version != KVZAP_VERSION)
+        return err_set(KVF_ERR_UNSUPPORTED, "KVzap scorer file: version %u (this build reads %d)", version,
+                       KVZAP_VERSION);
+    if (!gguf_get_u32(f, "kvzap.layers", &layers) || !gguf_get_u32(f, "kvzap.embd", &embd) ||
+        !gguf_get_u32(f, "kvzap.heads_kv", &heads) || !gguf_get_u32(f, "kvzap.model.digest", &file_digest) ||
+        !gguf_get_u32(f, "kvzap.crc32", &crc))
+        return bad("a shape, the model's digest or the checksum is missing");
+    if (layers != (uint32_t)n_layer || embd != (uint32_t)n_embd || heads != (uint32_t)n_head_kv ||
+        file_digest != digest)
+        return err_set(KVF_ERR_INVALID_ARG,
+                       "KVzap scorer file: fitted on another model (%u layers, width %u, %u kv heads, digest %08x; "
+                       "this one: %d, %d, %d, %08x); make one with `kvfold calibrate`",
+                       layers, embd, heads, file_digest, n_layer, n_embd, n_head_kv, digest);
+    const int64_t wne[3] = {n_embd, n_head_kv, n_layer}, bne[2] = {n_head_kv, n_layer};
+    const float *w = tensor_f32(f, "kvzap.weight", 3, wne), *b = tensor_f32(f, "kvzap.bias", 2, bne);
+    if (!w || !b) return bad("kvzap.weight or kvzap.bias is missing or of the wrong type or shape");
+    enum kvf_status st = kv_zap_init(out, n_layer, n_embd, n_head_kv, digest);
+    if (st != KVF_OK) return st;
+    const size_t nh = (size_t)n_layer * n_head_kv;
+    memcpy(out->w, w, sizeof(float) * nh * n_embd);
+    memcpy(out->b, b, sizeof(float) * nh);
+    st = zap_crc(out) != crc ? bad("the checksum of its weights does not match (damaged)") : KVF_OK;
+    for (size_t i = 0; st == KVF_OK && i < nh * n_embd; i++)
+        if (!isfinite(out->w[i])) st = bad("a weight is not finite");
+    for (size_t i = 0; st == KVF_OK && i < nh; i++)
+        if (!isfinite(out->b[i])) st = bad("a bias is not finite");
+    if (st != KVF_OK) {
+        kv_zap_free(out);
+        return st;
+    }
+    uint32_t u;
+    int64_t rows;
+    float alpha;
+    out->samples = gguf_get_u32(f, "kvzap.samples", &u) ? (int)KVF_MIN(u, (uint32_t)INT32_MAX) : 0;
+    out->span = gguf_get_u32(f, "kvzap.span", &u) ? (int)KVF_MIN(u, (uint32_t)INT32_MAX) : 0;
+    out->rows = gguf_get_i64(f, "kvzap.rows", &rows) ? rows : 0;
+    out->alpha = gguf_get_f32(f, "kvzap.alpha", &alpha) ? alpha : NAN;
+    record_arr(f, "kvzap.r2", n_layer, out->r2);
+    record_arr(f, "kvzap.spearman", n_layer, out->spearman);
+    return KVF_OK;
+}
+
+enum kvf_status kv_zap_load(const char *path, int n_layer, int n_embd, int n_head_kv, uint32_t digest,
+                            struct kv_zap *out) {
+    memset(out, 0, sizeof *out);
+    struct gguf_file *f = NULL;
+    enum kvf_status st = gguf_open(path, &f);
+    if (st != KVF_OK) return st;
+    st = zap_read(f, n_layer, n_embd, n_head_kv, digest, out);
+    gguf_close(f);
+    return st;
+}
+
+enum kvf_status kv_zap_load_buffer(const void *buf, size_t size, int n_layer, int n_embd, int n_head_kv,
+                                   uint32_t digest, struct kv_zap *out) {
+    memset(out, 0, sizeof *out);
+    struct gguf_file *f = NULL;
+    enum kvf_status st = gguf_open_buffer(buf, size, &f);
+    if (st != KVF_OK) return st;
+    st = zap_read(f, n_layer, n_embd, n_head_kv, digest, out);
+    gguf_close(f);
+    return st;
+}
+
+enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path) {
+    struct gguf_writer *w = gguf_writer_init();
+    if (!w) return err_set(KVF_ERR_NOMEM, "out of memory");
+    gguf_writer_set_str(w, "general.type", "kvzap");
+    gguf_writer_set_u32(w, "kvzap.version", KVZAP_VERSION);
+    gguf_writer_set_u32(w, "kvzap.layers", (uint32_t)z->n_layer);
+    gguf_writer_set_u32(w, "kvzap.embd", (uint32_t)z->n_embd);
+    gguf_writer_set_u32(w, "kvzap.heads_kv", (uint32_t)z->n_head_kv);
+    gguf_writer_set_u32(w, "kvzap.model.digest", z->digest);
+    gguf_writer_set_u32(w, "kvzap.crc32", zap_crc(z));
+    gguf_writer_set_u32(w, "kvzap.samples", (uint32_t)z->samples);
+    gguf_writer_set_u32(w, "kvzap.span", (uint32_t)z->span);
+    gguf_writer_set_u32(w, "kvzap.rows", (uint32_t)KVF_MIN(z->rows, (int64_t)UINT32_MAX));
+    gguf_writer_set_f32(w, "kvzap.alpha", z->alpha);
+    gguf_writer_set_arr(w, "kvzap.r2", GGUF_F32, z->r2, (uint64_t)z->n_layer);
+    gguf_writer_set_arr(w, "kvzap.spearman", GGUF_F32, z->spearman, (uint64_t)z->n_layer);
+    const int64_t wne[3] = {z->n_embd, z->n_head_kv, z->n_layer}, bne[2] = {z->n_head_kv, z->n_layer};
+    gguf_writer_add_tensor(w, "kvzap.weight", DT_F32, 3, wne, z->w);
+    gguf_writer_add_tensor(w, "kvzap.bias", DT_F32, 2, bne, z->b);
+    const enum kvf_status st = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    return st;
+}
+
+bool kv_zap_same(const struct kv_zap *a, const struct kv_zap *b) {
+    const size_t heads = (size_t)a->n_layer * a->n_head_kv;
+    return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head_kv == b->n_head_kv &&
+           (heads == 0 || (!memcmp(a->w, b->w, sizeof(float) * heads * a->n_embd) &&
+                           !memcmp(a->b, b->b, sizeof(float) * heads)));
+}
+
+void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out) {
+    const size_t head = (size_t)l * z->n_head_kv + g;
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, z->n_embd, 1.0f, x, z->n_embd, z->w + head * z->n_embd, 1, 0.0f, out,
+                1);
+    for (int t = 0; t < n; t++) out[t] += z->b[head];
+}
+
+double kv_zap_r2(const float *y, const float *f, int64_t n) {
+    double mean = 0, res = 0, tot = 0;
+    for (int64_t i = 0; i < n; i++) mean += y[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++) res += ((double)y[i] - f[i]) * ((double)y[i] - f[i]);
+    for (int64_t i = 0; i < n; i++) tot += ((double)y[i] - mean) * ((double)y[i] - mean);
+    return tot > 0 ? 1.0 - res / tot : NAN;
+}
+
+static int by_value(const void *a, const void *b, void *v) {
+    const float x = ((const float *)v)[*(const int *)a], y = ((const float *)v)[*(const int *)b];
+    return (x > y) - (x < y);
+}
+
+/* The ranks (1-based, ties their mean) of v[0..n) into r; idx: [n]. */
+static void ranks(const float *v, int64_t n, float *r, int *idx) {
+    for (int64_t i = 0; i < n; i++) idx[i] = (int)i;
+    qsort_r(idx, (size_t)n, sizeof *idx, by_value, (void *)v);
+    for (int64_t i = 0, e; i < n; i = e) {
+        for (e = i + 1; e < n && v[idx[e]] == v[idx[i]];) e++;
+        for (int64_t k = i; k < e; k++) r[idx[k]] = (float)((double)(i + 1 + e) / 2.0);
+    }
+}
+
+double kv_zap_spearman(const float *y, const float *f, int64_t n, float *work, int *iwork) {
+    float *ry = work, *rf = work + n;
+    ranks(y, n, ry, iwork);
+    ranks(f, n, rf, iwork);
+    double my = 0, mf = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int64_t i = 0; i < n; i++) my += ry[i], mf += rf[i];
+    my /= (double)n, mf /= (double)n;
+    for (int64_t i = 0; i < n; i++) {
+        sxy += (ry[i] - my) * (rf[i] - mf);
+        sxx += (ry[i] - my) * (ry[i] - my);
+        syy += (rf[i] - mf) * (rf[i] - mf);
+    }
+    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
+}
+
+/* LAPACK (in OpenBLAS, which Debian's libopenblas ships; it has no header
+ * for it): solves A X = B for a symmetric positive definite A. */
+extern void dposv_(const char *uplo, const int *n, const int *nrhs, double *a, const int *lda, double *b,
+                   const int *ldb, int *info);
+
+enum kvf_status kv_ridge_init(struct kv_ridge *r, int E, int H) {
+    *r = (struct kv_ridge){.E = E, .H = H};
+    r->sxx = calloc((size_t)E * E, sizeof(double));
+    r->sx = calloc((size_t)E, sizeof(double));
+    r->sy = calloc((size_t)H, sizeof(double));
+    r->sxy = calloc((size_t)E * H, sizeof(double));
+    if (r->sxx && r->sx && r->sy && r->sxy) return KVF_OK;
+    kv_ridge_free(r);
+    return err_set(KVF_ERR_NOMEM, "out of memory for a regression of %d inputs (%zu MB)", E,
+                   (size_t)E * E * sizeof(double) >> 20);
+}
+
+void kv_ridge_free(struct kv_ridge *r) {
+    free(r->sxx);
+    free(r->sx);
+    free(r->sy);
+    free(r->sxy);
+    free(r->xd);
+    memset(r, 0, sizeof *r);
+}
+
+enum kvf_status kv_ridge_add(struct kv_ridge *r, const float *x, const float *y, int n) {
+    const int E = r->E, H = r->H;
+    if (n > r->rows) {
+        double *xd = realloc(r->xd, sizeof(double) * (size_t)n * E);
+        if (!xd) return err_set(KVF_ERR_NOMEM, "out of memory for a regression's rows");
+        r->xd = xd, r->rows = n;
+    }
+    for (size_t i = 0; i < (size_t)n * E; i++) r->xd[i] = x[i];
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, E, n, 1.0, r->xd, E, 1.0, r->sxx, E);
+    for (int i = 0; i < n; i++) {
+        const double *xi = r->xd + (size_t)i * E;
+        for (int e = 0; e < E; e++) r->sx[e] += xi[e];
+        for (int g = 0; g < H; g++) {
+            const double yg = y[(size_t)i * H + g];
+            r->sy[g] += yg;
+            for (int e = 0; e < E; e++) r->sxy[(size_t)e * H + g] += xi[e] * yg;
+        }
+    }
+    r->n += n;
+    return KVF_OK;
+}
+
+enum kvf_status kv_ridge_solve(const struct kv_ridge *r, double alpha, float *w, float *b) {
+    const int E = r->E, H = r->H;
+    const double n = (double)r->n;
+    if (r->n == 0) return err_set(KVF_ERR_INTERNAL, "a regression without data");
+    double *a = malloc(sizeof(double) * (size_t)E * E), *c = malloc(sizeof(double) * (size_t)E * H);
+    enum kvf_status st = a && c ? KVF_OK : err_set(KVF_ERR_NOMEM, "out of memory for a regression");
+    if (st == KVF_OK) {
+        /* Centred: X^T X - n mu mu^T + alpha I, and X^T y - n mu ybar^T (c column-major: [H][E]). */
+        for (int i = 0; i < E; i++)
+            for (int j = i; j < E; j++)
+                a[(size_t)i * E + j] = a[(size_t)j * E + i] =
+                    r->sxx[(size_t)i * E + j] - r->sx[i] * r->sx[j] / n + (i == j ? alpha : 0.0);
+        for (int g = 0; g < H; g++)
+            for (int e = 0; e < E; e++) c[(size_t)g * E + e] = r->sxy[(size_t)e * H + g] - r->sx[e] * r->sy[g] / n;
+        int info = 0;
+        dposv_("U", &E, &H, a, &E, c, &E, &info);
+        if (info != 0) st = err_set(KVF_ERR_INTERNAL, "a regression that could not be solved (LAPACK info %d)", info);
+    }
+    for (int g = 0; st == KVF_OK && g < H; g++) {
+        double dot = 0;
+        for (int e = 0; e < E; e++) {
+            w[(size_t)g * E + e] = (float)c[(size_t)g * E + e];
+            dot += c[(size_t)g * E + e] * r->sx[e] / n;
+        }
+        b[g] = (float)(r->sy[g] / n - dot);
+    }
+    free(a);
+    free(c);
+    return st;
+}
