@@ -5,7 +5,7 @@ BUILD ?= build
 MODEL ?= models/smollm2-135m-instruct-q4_1.gguf
 PREFIX ?= /usr/local
 
-.PHONY: all setup setup-hf models models-large build build-asan build-clang fuzz install python test test-unit demo bench clean
+.PHONY: all setup setup-hf models models-large scorers build build-asan build-clang fuzz install python test test-unit demo bench clean
 
 all: build
 
@@ -27,6 +27,11 @@ models: setup
 # 0.5B and 1.5B Instruct, Q4_K_M, ~1.6 GB together); not part of `make test`.
 models-large: setup
 	@bash scripts/models.sh --large
+
+# KVzap's scorer (MODEL.kvzap, for --kv kvzap) for every model under models/,
+# fitted by `kvfold calibrate` on text every machine has (scripts/scorers.sh).
+scorers: build
+	@bash scripts/scorers.sh $(BUILD)/kvfold
 
 build: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null

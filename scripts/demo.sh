@@ -7,7 +7,8 @@
 # surviving, to show the limit; then the best of them again with 4-bit keys
 # smoothed per channel and rotated 4-bit values (-ctk q4_0s -ctv q4_0h), where
 # the bytes column (against the F16 full cache) shows what storage and
-# eviction save together. With Qwen2.5-Coder-1.5B (`make models-large`) one
+# eviction save together; kvzap joins the rows where `make scorers` fitted the
+# model's scorer. With Qwen2.5-Coder-1.5B (`make models-large`) one
 # prompt of ~1.5K tokens; with SmolLM2-135M two of ~1.1K. About a minute and
 # a half on two cores either way.
 #   usage: scripts/demo.sh KVFOLD_BINARY MODEL
@@ -33,6 +34,10 @@ qwen2.5-coder-1.5b*)
     small=(--kv keydiff --budgets 0.2)
     about="8 segments (4 text of 120 words, 4 pseudo-images of 12x12 tokens), the password at depths 0.3 and 0.7" ;;
 esac
+# KVzap beside the others where the model's scorer is there (`make scorers`).
+if [ -f "${model%.gguf}.kvzap" ]; then
+    kv+=(--kv kvzap)
+fi
 echo "model:  $model"
 echo "prompt: $about;"
 echo "        the image segments are synthetic (word embeddings), as the model reads only text"

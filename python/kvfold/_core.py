@@ -307,6 +307,32 @@ class Model(_Handle):
               "kv_compress_positions")
         return out.value
 
+    def kvzap_calibrate(self, corpus: Sequence[str], path: Optional[str] = None, samples: int = 256, test: int = 8,
+                        span: int = 512, per_span: int = 256, alpha: float = 1.0, seed: int = 0,
+                        threads: int = 0, progress=None) -> dict:
+        """Fits KVzap's scorer for this model on the texts of corpus (the
+        policy kvzap reads it) and writes it to path (default: the model's
+        own, MODEL.kvzap beside it, where `kvzap` without scorer= looks).
+        progress(done, total), if given, is called after each span; a false
+        result stops, and the fit uses the spans done. Returns the file and
+        what was measured on held-out spans: R^2 and the rank correlation
+        with KVzip+'s scores, per layer (None without a test)."""
+        p = lib.kvf_kvzap_default_params()
+        p.samples, p.test, p.span, p.per_span, p.alpha, p.seed = samples, test, span, per_span, alpha, seed
+        p.n_threads = threads
+        if progress is not None:
+            p.progress = _lib.KVZAP_PROGRESS(lambda done, total, _user: bool(progress(done, total)))
+        texts = (ctypes.c_char_p * len(corpus))(*[t.encode("utf-8") for t in corpus])
+        out = path if path is not None else lib.kvf_kvzap_default_path(self.ptr).decode()
+        rep = _lib.KvzapReport()
+        check(lib.kvf_kvzap_calibrate(self.ptr, texts, len(corpus), ctypes.byref(p), _b(out), ctypes.byref(rep)),
+              "kvzap_calibrate")
+
+        def per_layer(a):
+            return [None if v != v else float(v) for v in a[:rep.n_layer]]
+        return {"scorer": out, "samples": rep.samples, "test": rep.test, "rows": rep.rows,
+                "r2": per_layer(rep.r2), "spearman": per_layer(rep.spearman)}
+
     # ----------------------------------------------------------- sessions --
 
     def session(self, kv: Union[str, "object", None] = None, n_ctx: int = 0, n_batch: int = 512,

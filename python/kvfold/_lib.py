@@ -87,9 +87,27 @@ class SamplerParams(Structure):
 
 
 # Every public struct, by its C name, for the layout test.
+# bool (*progress)(int done, int total, void *user) of struct kvf_kvzap_params
+KVZAP_PROGRESS = ctypes.CFUNCTYPE(c_bool, c_int, c_int, c_void_p)
+
+
+class KvzapParams(Structure):
+    _fields_ = [("samples", c_int), ("test", c_int), ("span", c_int), ("per_span", c_int), ("alpha", c_double),
+                ("seed", c_uint64), ("n_threads", c_int), ("progress", KVZAP_PROGRESS), ("user", c_void_p)]
+
+
+KVF_KVZAP_MAX_LAYERS = 1024
+
+
+class KvzapReport(Structure):
+    _fields_ = [("n_layer", c_int), ("samples", c_int), ("test", c_int), ("rows", c_int64),
+                ("r2", c_float * KVF_KVZAP_MAX_LAYERS), ("spearman", c_float * KVF_KVZAP_MAX_LAYERS)]
+
+
 STRUCTS = {"kvf_model_params": ModelParams, "kvf_model_info": ModelInfo, "kvf_chat_message": ChatMessage,
            "kvf_tag": Tag, "kvf_session_params": SessionParams, "kvf_kv_merge": KvMerge,
-           "kvf_kv_policy_info": KvPolicyInfo, "kvf_sampler_params": SamplerParams}
+           "kvf_kv_policy_info": KvPolicyInfo, "kvf_sampler_params": SamplerParams,
+           "kvf_kvzap_params": KvzapParams, "kvf_kvzap_report": KvzapReport}
 # Fields whose Python name differs from C's (a Python keyword).
 FIELD_NAMES = {("kvf_kv_merge", "from_"): "from"}
 
@@ -179,6 +197,10 @@ FUNCTIONS = {
     "kvf_kv_policy_question_aware": (status, [c_char_p, POINTER(c_bool)]),
     "kvf_kv_policy_check": (status, [c_char_p]),
     "kvf_kv_policy_check_budget": (status, [c_char_p, c_double]),
+    "kvf_kvzap_default_params": (KvzapParams, []),
+    "kvf_kvzap_calibrate": (status, [p, POINTER(c_char_p), c_int, POINTER(KvzapParams), c_char_p,
+                                     POINTER(KvzapReport)]),
+    "kvf_kvzap_default_path": (c_char_p, [p]),
     "kvf_sampler_default_params": (SamplerParams, []),
     "kvf_sampler_init": (status, [POINTER(SamplerParams), pp]),
     "kvf_sampler_free": (None, [p]),

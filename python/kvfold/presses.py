@@ -99,6 +99,17 @@ class KVzipPress(ScorerPress):
 
 
 @dataclass
+class KVzapPress(ScorerPress):
+    """KVzip's scores predicted from each layer's hidden state as entries are
+    written (kvpress's KVzapPress): a linear scorer per layer that `kvfold
+    calibrate` fits for the model; scorer None reads the model's own
+    (MODEL.kvzap beside it)."""
+    scorer: Optional[str] = None
+    preset: ClassVar[str] = "kvzap"
+    spec_keys: ClassVar[dict] = {"scorer": "scorer"}
+
+
+@dataclass
 class RandomPress(ScorerPress):
     seed: int = 1
     preset: ClassVar[str] = "random"

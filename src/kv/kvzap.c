@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 enum kvf_status kv_zap_init(struct kv_zap *z, int n_layer, int n_embd, int n_head_kv, uint32_t digest) {
-    *z = (struct kv_zap){.n_layer = n_layer, .n_embd = n_embd, .n_head_kv = n_head_kv, .digest = digest};
+    *z = (struct kv_zap){ .n_layer = n_layer, .n_embd = n_embd, .n_head_kv = n_head_kv, .digest = digest };
     const size_t heads = (size_t)n_layer * n_head_kv;
     z->w = calloc(heads * n_embd, sizeof(float));
     z->b = calloc(heads, sizeof(float));
@@ -76,7 +76,7 @@ static enum kvf_status zap_read(struct gguf_file *f, int n_layer, int n_embd, in
                        "KVzap scorer file: fitted on another model (%u layers, width %u, %u kv heads, digest %08x; "
                        "this one: %d, %d, %d, %08x); make one with `kvfold calibrate`",
                        layers, embd, heads, file_digest, n_layer, n_embd, n_head_kv, digest);
-    const int64_t wne[3] = {n_embd, n_head_kv, n_layer}, bne[2] = {n_head_kv, n_layer};
+    const int64_t wne[3] = { n_embd, n_head_kv, n_layer }, bne[2] = { n_head_kv, n_layer };
     const float *w = tensor_f32(f, "kvzap.weight", 3, wne), *b = tensor_f32(f, "kvzap.bias", 2, bne);
     if (!w || !b) return bad("kvzap.weight or kvzap.bias is missing or of the wrong type or shape");
     enum kvf_status st = kv_zap_init(out, n_layer, n_embd, n_head_kv, digest);
@@ -143,7 +143,7 @@ enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path) {
     gguf_writer_set_f32(w, "kvzap.alpha", z->alpha);
     gguf_writer_set_arr(w, "kvzap.r2", GGUF_F32, z->r2, (uint64_t)z->n_layer);
     gguf_writer_set_arr(w, "kvzap.spearman", GGUF_F32, z->spearman, (uint64_t)z->n_layer);
-    const int64_t wne[3] = {z->n_embd, z->n_head_kv, z->n_layer}, bne[2] = {z->n_head_kv, z->n_layer};
+    const int64_t wne[3] = { z->n_embd, z->n_head_kv, z->n_layer }, bne[2] = { z->n_head_kv, z->n_layer };
     gguf_writer_add_tensor(w, "kvzap.weight", DT_F32, 3, wne, z->w);
     gguf_writer_add_tensor(w, "kvzap.bias", DT_F32, 2, bne, z->b);
     const enum kvf_status st = gguf_writer_write(w, path);
@@ -154,8 +154,8 @@ enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path) {
 bool kv_zap_same(const struct kv_zap *a, const struct kv_zap *b) {
     const size_t heads = (size_t)a->n_layer * a->n_head_kv;
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head_kv == b->n_head_kv &&
-           (heads == 0 || (!memcmp(a->w, b->w, sizeof(float) * heads * a->n_embd) &&
-                           !memcmp(a->b, b->b, sizeof(float) * heads)));
+        (heads == 0 ||
+         (!memcmp(a->w, b->w, sizeof(float) * heads * a->n_embd) && !memcmp(a->b, b->b, sizeof(float) * heads)));
 }
 
 void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out) {
@@ -210,7 +210,7 @@ extern void dposv_(const char *uplo, const int *n, const int *nrhs, double *a, c
                    const int *ldb, int *info);
 
 enum kvf_status kv_ridge_init(struct kv_ridge *r, int E, int H) {
-    *r = (struct kv_ridge){.E = E, .H = H};
+    *r = (struct kv_ridge){ .E = E, .H = H };
     r->sxx = calloc((size_t)E * E, sizeof(double));
     r->sx = calloc((size_t)E, sizeof(double));
     r->sy = calloc((size_t)H, sizeof(double));

@@ -163,9 +163,9 @@ typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 #define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
 #define KV_NEEDS_LAST_ROW 128u /* reduce: the attention the pass's last row pays each row at the step's
                                   layer (struct reduce_view's last_attn) */
-#define KV_NEEDS_PRIOR 512u   /* a score each entry gets as it is written (kv_head.prior: KVzap's scorer) */
 #define KV_NEEDS_QUESTION 256u /* reduce: weighs the image by the text after it, so by the question
                                   when it ends the prompt (kvf_kv_policy_info's question_aware) */
+#define KV_NEEDS_PRIOR 512u   /* a score each entry gets as it is written (kv_head.prior: KVzap's scorer) */
 
 /* A rule's pass over the context before it scores (KVzip's reconstruction,
  * read back as kv_score_in.recon): runs of tokens the rule writes, which the

@@ -81,11 +81,6 @@ static struct reduce_view reduce_view_of(const struct decoder *d, const float *q
     };
 }
 
-/* The rest of layer l's self-attention for n rows of one session, whose
- * projections are q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
- * biases, norms and RoPE, the cache append, and attention over the
- * session's cache into att [n][n_head*head_dim]. Positions, tags and the
- * attention scratch are the session's (d->fw). */
 /* KVzip+'s weights of the MAX statistic for layer l's call of n rows
  * whose attention inputs are x [n][n_embd] (struct decoder_tap). */
 static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, int n, struct attn_stats *stats) {
@@ -120,6 +115,12 @@ static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, 
     return KVF_OK;
 }
 
+/* The rest of layer l's self-attention for n rows of one session, whose
+ * attention inputs (after the layer's input norm) are x [n][n_embd] and
+ * projections q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
+ * biases, norms and RoPE, the cache append (with KVzap's written scores),
+ * and attention over the session's cache into att [n][n_head*head_dim].
+ * Positions, tags and the attention scratch are the session's (d->fw). */
 static enum kvf_status layer_attend(const struct decoder *d, int l, const float *x, float *q, float *k, float *v,
                                     int n, float *att) {
     const struct hparams *hp = &d->model->hp;
@@ -238,8 +239,8 @@ static enum kvf_status layer_forward(const struct decoder *ds, int n_dec, struct
     layer_qkv(f, L, n);
     for (int i = 0; i < n_dec; i++) {
         const size_t r = (size_t)i * rows_each;
-        const enum kvf_status st = layer_attend(&ds[i], l, f->xn + r * E, f->q + r * QD, f->k + r * KD, f->v + r * KD, rows_each,
-                                                f->att + r * QD);
+        const enum kvf_status st = layer_attend(&ds[i], l, f->xn + r * E, f->q + r * QD, f->k + r * KD,
+                                                f->v + r * KD, rows_each, f->att + r * QD);
         if (st != KVF_OK) return st;
     }
     layer_attn_out(f, hp, L, n);

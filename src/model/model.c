@@ -573,6 +573,13 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
     if (stat(path, &sb) != 0) return err_set(KVF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct kvf_model *m = calloc(1, sizeof *m);
     if (!m) return err_set(KVF_ERR_NOMEM, "out of memory");
+    const size_t len = strlen(path);
+    if (S_ISDIR(sb.st_mode))
+        snprintf(m->zap_path, sizeof m->zap_path, "%s/model.kvzap", path);
+    else if (len > 5 && !strcmp(path + len - 5, ".gguf"))
+        snprintf(m->zap_path, sizeof m->zap_path, "%.*s.kvzap", (int)(len - 5), path);
+    else
+        snprintf(m->zap_path, sizeof m->zap_path, "%s.kvzap", path);
     if (p.vocab_only) {
         enum kvf_status st = load_vocab(m, path, S_ISDIR(sb.st_mode));
         if (st != KVF_OK) kvf_model_free(m);
@@ -595,13 +602,6 @@ enum kvf_status kvf_model_load(const char *path, const struct kvf_model_params *
         return st;
     }
     snprintf(m->arch_name, sizeof m->arch_name, "%s", arch_str(m->hp.arch));
-    const size_t len = strlen(path);
-    if (S_ISDIR(sb.st_mode))
-        snprintf(m->zap_path, sizeof m->zap_path, "%s/model.kvzap", path);
-    else if (len > 5 && !strcmp(path + len - 5, ".gguf"))
-        snprintf(m->zap_path, sizeof m->zap_path, "%.*s.kvzap", (int)(len - 5), path);
-    else
-        snprintf(m->zap_path, sizeof m->zap_path, "%s.kvzap", path);
     describe_types(m);
     m->n_threads = p.n_threads > 0 ? p.n_threads : omp_get_num_procs();
     *out = m;

@@ -28,7 +28,7 @@
 #include <string.h>
 
 struct kvf_kvzap_params kvf_kvzap_default_params(void) {
-    return (struct kvf_kvzap_params){.samples = 256, .test = 8, .span = 512, .per_span = 256, .alpha = 1.0};
+    return (struct kvf_kvzap_params){ .samples = 256, .test = 8, .span = 512, .per_span = 256, .alpha = 1.0 };
 }
 
 const char *kvf_kvzap_default_path(const struct kvf_model *m) { return m ? m->zap_path : ""; }
@@ -44,14 +44,14 @@ struct fit {
     const struct kvf_kvzap_params *p;
     struct kvf_session *s;
     int L, E, H, P;
-    int32_t *ids;          /* [n_prefix + span] the prompt of a span */
-    int n_prefix;          /* the template's tokens before the span (BOS included) */
+    int32_t *ids; /* [n_prefix + span] the prompt of a span */
+    int n_prefix; /* the template's tokens before the span (BOS included) */
     struct decoder_tap tap;
-    float *gram;           /* [L][n_head][head_dim][head_dim] */
-    int *pick;             /* [span] positions of the span, the first P drawn */
-    float *x, *y;          /* [P][E], [P][H]: one layer's pairs of a span */
+    float *gram;            /* [L][n_head][head_dim][head_dim] */
+    int *pick;              /* [span] positions of the span, the first P drawn */
+    float *x, *y;           /* [P][E], [P][H]: one layer's pairs of a span */
     struct kv_ridge *ridge; /* [L] */
-    int64_t n;             /* pairs gathered per layer */
+    int64_t n;              /* pairs gathered per layer */
     uint64_t rng;
 };
 
@@ -150,16 +150,18 @@ static void corpus_free(struct corpus *c) {
 
 static enum kvf_status corpus_init(struct corpus *c, const struct tokenizer *tok, const char *const *texts, int n,
                                    int span) {
-    *c = (struct corpus){.n = n, .toks = calloc((size_t)n, sizeof *c->toks), .len = calloc((size_t)n, sizeof(int))};
+    *c = (struct corpus){ .n = n, .toks = calloc((size_t)n, sizeof *c->toks), .len = calloc((size_t)n, sizeof(int)) };
     if (!c->toks || !c->len) return err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
     for (int i = 0; i < n; i++) {
         if (!texts[i]) return err_set(KVF_ERR_INVALID_ARG, "calibrate: text %d is NULL", i);
         const size_t bytes = strlen(texts[i]);
         /* No tokenizer makes more tokens than bytes plus a few specials. */
         if (bytes > (size_t)INT32_MAX / 2) return err_set(KVF_ERR_INVALID_ARG, "calibrate: text %d is too long", i);
-        if (!(c->toks[i] = malloc(sizeof(int32_t) * (bytes + 8)))) return err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
+        if (!(c->toks[i] = malloc(sizeof(int32_t) * (bytes + 8))))
+            return err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
         const int32_t got = tok_encode(tok, texts[i], bytes, c->toks[i], (int32_t)bytes + 8, false, false);
-        if (got < 0) return got == INT32_MIN ? KVF_ERR_NOMEM : err_set(KVF_ERR_INTERNAL, "calibrate: tokens of text %d", i);
+        if (got < 0)
+            return got == INT32_MIN ? KVF_ERR_NOMEM : err_set(KVF_ERR_INTERNAL, "calibrate: tokens of text %d", i);
         c->len[i] = got;
         if (got >= span) c->starts += got - span + 1;
     }
@@ -174,7 +176,7 @@ static struct span corpus_draw(const struct corpus *c, int span, uint64_t *rng) 
         if (u < here) break;
         u -= here;
     }
-    return (struct span){t, (int)u};
+    return (struct span){ t, (int)u };
 }
 
 static bool spans_overlap(struct span a, struct span b, int span) {
@@ -187,7 +189,7 @@ static enum kvf_status fit_prefix(struct fit *f) {
     static const char mark[] = "\x01user\x01";
     char buf[1024] = "";
     int32_t len;
-    const struct kvf_chat_message msg = {"user", mark};
+    const struct kvf_chat_message msg = { "user", mark };
     if (kvf_chat_apply(f->m, NULL, &msg, 1, true, buf, sizeof buf, &len) == KVF_OK) {
         char *at = strstr(buf, mark);
         if (!at) return err_set(KVF_ERR_INTERNAL, "calibrate: the chat template lost the user's text");
@@ -244,8 +246,10 @@ static enum kvf_status params_check(const struct kvf_model *m, const char *const
         return err_set(KVF_ERR_INVALID_ARG, "calibrate: %d spans to fit on (1..1000000) and %d to test (0..100000)",
                        p->samples, p->test);
     if (p->span < 16 || p->span > KVF_MIN(65536, m->hp.n_ctx_train / 2))
-        return err_set(KVF_ERR_INVALID_ARG, "calibrate: a span of %d tokens (16..%d: the context and its "
-                       "repetition fit in the model's trained context)", p->span, KVF_MIN(65536, m->hp.n_ctx_train / 2));
+        return err_set(KVF_ERR_INVALID_ARG,
+                       "calibrate: a span of %d tokens (16..%d: the context and its "
+                       "repetition fit in the model's trained context)",
+                       p->span, KVF_MIN(65536, m->hp.n_ctx_train / 2));
     if (p->per_span < 1 || p->per_span > p->span)
         return err_set(KVF_ERR_INVALID_ARG, "calibrate: %d positions a span (1..%d)", p->per_span, p->span);
     if (!(p->alpha > 0) || !isfinite(p->alpha))
@@ -259,8 +263,9 @@ static enum kvf_status params_check(const struct kvf_model *m, const char *const
 
 static enum kvf_status fit_init(struct fit *f, const struct kvf_model *m, const struct kvf_kvzap_params *p) {
     const struct hparams *hp = &m->hp;
-    *f = (struct fit){.m = m, .p = p, .L = hp->n_layer, .E = hp->n_embd, .H = hp->n_head_kv, .P = p->per_span,
-                      .rng = p->seed};
+    *f = (struct fit){
+        .m = m, .p = p, .L = hp->n_layer, .E = hp->n_embd, .H = hp->n_head_kv, .P = p->per_span, .rng = p->seed
+    };
     const size_t L = (size_t)f->L, E = (size_t)f->E, H = (size_t)f->H, P = (size_t)f->P, hd = (size_t)hp->head_dim;
     f->ids = malloc(sizeof(int32_t) * ((size_t)p->span + 256));
     enum kvf_status st = f->ids ? fit_prefix(f) : err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
@@ -300,9 +305,9 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
     const struct kvf_kvzap_params p = params ? *params : kvf_kvzap_default_params();
     enum kvf_status st = params_check(m, texts, n_texts, &p, path);
     if (st != KVF_OK) return st;
-    struct corpus c = {0};
-    struct fit f = {0};
-    struct kv_zap z = {0};
+    struct corpus c = { 0 };
+    struct fit f = { 0 };
+    struct kv_zap z = { 0 };
     struct span *spans = malloc(sizeof *spans * ((size_t)p.samples + p.test));
     const int64_t test_rows = (int64_t)p.test * p.per_span;
     float *yt = malloc(sizeof(float) * (size_t)KVF_MAX(1, test_rows) * m->hp.n_layer * m->hp.n_head_kv);
@@ -320,8 +325,10 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
             clash = false;
             for (int j = 0; i >= p.test && j < p.test; j++) clash |= spans_overlap(spans[i], spans[j], p.span);
             if (clash && tries == 1000)
-                st = err_set(KVF_ERR_INVALID_ARG, "calibrate: the corpus is too small to hold %d test spans of %d "
-                             "tokens apart from the others", p.test, p.span);
+                st = err_set(KVF_ERR_INVALID_ARG,
+                             "calibrate: the corpus is too small to hold %d test spans of %d "
+                             "tokens apart from the others",
+                             p.test, p.span);
         }
     }
     const int total = p.samples + p.test;
@@ -347,7 +354,8 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
             }
         }
         fit_span_done(&f);
-        if (p.progress && !p.progress(++done, total, p.user)) break;
+        done++;
+        if (p.progress && !p.progress(done, total, p.user)) break;
     }
     if (st == KVF_OK && !stopped && done == total && p.test > 0) fit_report(&f, yt, yp, test_rows, &z);
     if (st == KVF_OK) {
@@ -356,8 +364,9 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
         st = kv_zap_save(&z, path);
     }
     if (st == KVF_OK && report) {
-        *report = (struct kvf_kvzap_report){.n_layer = z.n_layer, .samples = z.samples, .rows = z.rows,
-                                            .test = done == total ? p.test : 0};
+        *report = (struct kvf_kvzap_report){
+            .n_layer = z.n_layer, .samples = z.samples, .rows = z.rows, .test = done == total ? p.test : 0
+        };
         for (int l = 0; l < z.n_layer; l++) report->r2[l] = z.r2[l], report->spearman[l] = z.spearman[l];
     }
     kv_zap_free(&z);

@@ -425,7 +425,8 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
                 return bad("truncated in its cache");
             if (smoothed && !smooth_ok(smooth, s->kv.head_dim, smooth_rows))
                 return bad("a head's smoothing of its keys is out of range");
-            if ((st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc, prior, smooth, smooth_rows)) != KVF_OK) return st;
+            st = kv_cache_fill(&s->kv, l, g, n, cap, k, v, tag, acc, prior, smooth, smooth_rows);
+            if (st != KVF_OK) return st;
             const struct kvf_tag *t = kv_cache_head(&s->kv, l, g)->tag;
             for (int i = 0; i < n; i++)
                 if (!tag_ok(&t[i], np) || (i > 0 && t[i].pos <= t[i - 1].pos))

@@ -977,6 +977,75 @@ def case_eval(ctx):
     expect_error(ctx, 1, ["eval", "needle", *plain, "--depths", "1.5"], "bad depth")
 
 
+def kvzap_scorer(ctx, model, name="fitted.kvzap", *extra):
+    """A KVzap scorer for model, fitted on the project's own ARCHITECTURE.md
+    (quickly: spans of 64 tokens), and calibrate's JSON report."""
+    corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "ARCHITECTURE.md")
+    path = os.path.join(ctx.tmp, name)
+    rc, out, err = ctx.run("calibrate", "-m", model, "--corpus", corpus, "--samples", "12", "--test", "3", "--span",
+                           "64", "--per-span", "64", "-o", path, "--json", *extra)
+    check(rc == 0, f"calibrate: {err[-400:]}")
+    return path, json.loads(out)
+
+
+def case_kvzap(ctx):
+    """kvfold calibrate fits KVzap's scorer and --kv kvzap ranks by it: held
+    out, its scores follow KVzip+'s order; a budget keeps its share, a
+    threshold what clears it; the scorer beside the model is found by
+    itself; a missing, damaged or foreign scorer and a bad corpus are
+    refused with what to do."""
+    smol = ctx.model(SMOL)
+    path, rep = kvzap_scorer(ctx, smol)
+    n_layer = len(rep["r2"])
+    check(rep["samples"] == 12 and rep["test"] == 3 and rep["rows"] == 12 * 64 and n_layer == 30, f"report: {rep}")
+    rho = sum(rep["spearman"]) / n_layer
+    check(all(r is not None and -1 <= r <= 1 for r in rep["spearman"]) and rho > 0.3,
+          f"held-out rank correlation with KVzip+: {rep['spearman']}")
+    # the same seed, the same file
+    again, _ = kvzap_scorer(ctx, smol, "again.kvzap")
+    with open(path, "rb") as a, open(again, "rb") as b:
+        check(a.read() == b.read(), "calibrate: the same seed gave another scorer")
+    passage = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppl_passage.txt")
+    base = ["generate", "-m", smol, "-f", passage, "-n", "4", "--json", "-c", "4096"]
+    rc, out, err = ctx.run(*base, "--kv", f"kvzap:budget=0.3,scorer={path}")
+    check(rc == 0, f"kvzap: {err[-300:]}")
+    kv = json.loads(out)["kv"]
+    check(abs(kv["ratio"] - 0.3) < 0.01 and kv["bytes"] < 0.4 * kv["bytes_full"], f"kvzap at 0.3: {kv}")
+    ratios = []
+    for tau in (-12, -6):
+        rc, out, err = ctx.run(*base, "--kv", f"kvzap:scorer={path}+budget=threshold:tau={tau},last=16")
+        check(rc == 0, f"kvzap, threshold {tau}: {err[-300:]}")
+        ratios.append(json.loads(out)["kv"]["ratio"])
+    check(1 >= ratios[0] > ratios[1] > 0, f"a higher threshold keeps less: {ratios}")
+    # beside the model: MODEL.kvzap
+    link = os.path.join(ctx.tmp, "smol.gguf")
+    if not os.path.exists(link):
+        os.symlink(os.path.abspath(smol), link)
+    rc, _, err = ctx.run("generate", "-m", link, "-p", "Hello", "-n", "1", "--kv", "kvzap")
+    check(rc == 2 and "kvfold calibrate" in err and "smol.kvzap" in err, f"no scorer: {rc} {err}")
+    shutil.copy(path, os.path.join(ctx.tmp, "smol.kvzap"))
+    rc, _, err = ctx.run("generate", "-m", link, "-p", "Hello", "-n", "1", "--kv", "kvzap")
+    check(rc == 0, f"the scorer beside the model: {err}")
+    # damaged, foreign, bad corpora and parameters
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 0x40
+    bad = os.path.join(ctx.tmp, "damaged.kvzap")
+    with open(bad, "wb") as f:
+        f.write(data)
+    expect_error(ctx, 2, ["generate", "-m", smol, "-p", "Hi", "--kv", f"kvzap:scorer={bad}"], "damaged scorer")
+    gemma = ctx.model(GEMMA)
+    rc, _, err = ctx.run("generate", "-m", gemma, "-p", "Hi", "--kv", f"kvzap:scorer={path}")
+    check(rc != 0 and "another model" in err, f"a scorer of another model: {rc} {err}")
+    short = os.path.join(ctx.tmp, "short.txt")
+    with open(short, "w") as f:
+        f.write("Too short to hold a span.")
+    expect_error(ctx, 1, ["calibrate", "-m", smol, "--corpus", short, "-o", bad], "a corpus without a span")
+    expect_error(ctx, 1, ["calibrate", "-m", smol, "-o", bad], "no corpus")
+    expect_error(ctx, 1, ["calibrate", "-m", smol, "--corpus", short, "--span", "8"], "span under 16")
+    expect_error(ctx, 2, ["calibrate", "-m", smol, "--corpus", os.path.join(ctx.tmp, "absent.txt")], "absent corpus")
+
+
 def case_kv_short(ctx):
     """Every preset, and every stage after snapkv, on prompts of 1, 2 and
     n_layer tokens, at its own budget and at one that rounds to no entry at
@@ -992,8 +1061,11 @@ def case_kv_short(ctx):
     n_layer = json.loads(out)["n_layer"]
     prompts = {1: "Hi", 2: "Hi there", n_layer: " ".join(["one"] * n_layer)}
     specs = []
+    zap, _ = kvzap_scorer(ctx, smol)
     for p in policies:
-        if p["stage"] == "preset":
+        if p["stage"] == "preset" and p["name"] == "kvzap":
+            specs += [("kvzap", f"kvzap:scorer={zap}"), ("kvzap", f"kvzap:scorer={zap},budget=0.001")]
+        elif p["stage"] == "preset":
             # the smallest budget: a ratio that rounds to nothing, or 2 entries where it is a count (1 reads as 100%)
             count = re.search(r"budget=(\d+)(,|$| )", p["defaults"])
             specs += [(p["name"], p["name"])]
@@ -1031,7 +1103,7 @@ def main():
         "usage": case_usage, "badfiles": case_badfiles, "badfiles_real": case_badfiles_real, "hostile": case_hostile,
         "tokenize": case_tokenize, "info": case_info, "generate": case_generate,
         "generate_json": case_generate_json, "bench": case_bench, "demo": case_demo, "kv": case_kv,
-        "kv_short": case_kv_short,
+        "kv_short": case_kv_short, "kvzap": case_kvzap,
         "kv_mm": case_kv_mm, "blockwise": case_blockwise, "reduce": case_reduce,
         "eval": case_eval,
         "perplexity": lambda c: case_perplexity(c, float(sys.argv[6])),

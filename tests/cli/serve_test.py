@@ -947,6 +947,7 @@ def case_serve_errors(ctx):
             (400, "n of 2", chat("x", n=2)),
             (400, "a bad kv spec", chat("x", kv="snapkv:budgett=0.2")),
             (400, "a kv naming a file of the server", chat("x", kv="prefixkv:profile=/etc/passwd")),
+            (400, "a kv naming a scorer file of the server", chat("x", kv="kvzap:scorer=/etc/passwd")),
             (400, "a media marker in the text", chat("what is in <image>?")),
             (400, "a media marker in a text part", {"messages": [{"role": "user", "content": [
                 {"type": "text", "text": "<video> frames"}]}]}),

@@ -280,6 +280,30 @@ static void image_seeds(void) {
     seed_text("image", "grey.pgm", "P2\n3 2\n15\n0 5 10\n15 3 7\n");
 }
 
+/* A KVzap scorer fitted for the tiny Gemma 3 (kvf_kvzap_calibrate) on a
+ * few spans of a fixed text. */
+static void kvzap_seeds(void) {
+    static const char text[] =
+        "The river runs past the mill and under the old stone bridge, where the children of the village throw "
+        "bread to the ducks every morning before school. In the afternoon the miller counts his sacks of flour.";
+    char path[4096], name[4200];
+    snprintf(path, sizeof path, "%s/gemma3-f32.gguf", fixtures);
+    struct kvf_model_params mp = kvf_model_default_params();
+    mp.n_threads = 1;
+    struct kvf_model *m = NULL;
+    struct kvf_kvzap_params p = kvf_kvzap_default_params();
+    p.samples = 3, p.test = 1, p.span = 16, p.per_span = 8;
+    const char *texts[1] = {text};
+    snprintf(name, sizeof name, "%s/kvzap", out);
+    mkdir(name, 0755);
+    snprintf(name, sizeof name, "%s/kvzap/fitted.kvzap", out);
+    if (kvf_model_load(path, &mp, &m) != KVF_OK || kvf_kvzap_calibrate(m, texts, 1, &p, name, NULL) != KVF_OK) {
+        fprintf(stderr, "make_seeds: kvzap seeds: %s\n", kvf_last_error());
+        exit(1);
+    }
+    kvf_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: make_seeds FIXTURES OUTDIR\n");
@@ -302,5 +326,6 @@ int main(int argc, char **argv) {
     image_seeds();
     serve_seeds();
     session_seeds();
+    kvzap_seeds();
     return 0;
 }

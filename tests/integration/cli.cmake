@@ -9,7 +9,8 @@
 # while kernel, threading and summation-order changes move it by far less.
 set(KVF_CLI_PPL_MAX 19.2)
 set(KVF_CLI_TEST ${CMAKE_CURRENT_SOURCE_DIR}/cli/cli_test.py)
-foreach(case usage badfiles badfiles_real hostile tokenize info generate generate_json perplexity bench demo kv kv_short kv_mm blockwise reduce eval)
+foreach(case usage badfiles badfiles_real hostile tokenize info generate generate_json perplexity bench demo kv kv_short kvzap kv_mm
+             blockwise reduce eval)
   set(extra)
   if(case STREQUAL "perplexity")
     set(extra ${KVF_CLI_PPL_MAX})

@@ -110,6 +110,9 @@ def test_presses_map_to_specs():
         (P.PyramidKVPress(0.5), "pyramidkv:budget=0.5,window=64,kernel=5,beta=20"),
         (P.ExpectedAttentionPress(0.5), "expected:budget=0.5,sinks=4,future=512"),
         (P.KVzipPress(0.9), "kvzip:budget=0.1"),
+        (P.KVzapPress(0.8), "kvzap:budget=0.2"),
+        (P.KVzapPress(0.5, scorer="/tmp/m.kvzap"), "kvzap:budget=0.5,scorer=/tmp/m.kvzap"),
+        (P.ThresholdPress(P.KVzapPress(), threshold=-4), "kvzap+budget=threshold:tau=-4,last=128"),
         (P.TOVAPress(0.5), "tova:budget=0.5"),
         (P.AdaKVPress(P.SnapKVPress(0.5)), "snapkv:budget=0.5,window=64,kernel=5+budget=adaptive:floor=0.2"),
         (P.DecodingPress(P.KnormPress(0.5), compression_interval=32, target_size=256),
@@ -239,6 +242,26 @@ def test_pipeline_questions_are_asked_after(model):
     one = [pipe(CONTEXT, question=q, press="snapkv:budget=0.5,window=64,kernel=5", max_new_tokens=12)["answer"]
            for q in qs]
     assert both == one and all(both)
+
+
+def test_kvzap_calibrate(model, tmp_path):
+    """A scorer fitted from Python reads back through the press; a callback
+    that says stop keeps the spans done; bad parameters raise."""
+    path = str(tmp_path / "smol.kvzap")
+    corpus = [open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "METHODS.md")).read()]
+    seen = []
+    rep = model.kvzap_calibrate(corpus, path, samples=6, test=2, span=32, per_span=16, threads=2,
+                                progress=lambda done, total: seen.append((done, total)) or done < 3)
+    assert rep["samples"] == 3 and rep["test"] == 0 and rep["rows"] == 48 and seen[-1] == (3, 8)
+    assert len(rep["r2"]) == 30 and rep["r2"][0] is None
+    rep = model.kvzap_calibrate(corpus, path, samples=6, test=2, span=32, per_span=16, threads=2)
+    assert rep["test"] == 2 and all(-1 <= r <= 1 for r in rep["spearman"])
+    pipe = kvfold.pipeline(model)
+    out = pipe(CONTEXT, question="Who keeps the key?", press=presses.KVzapPress(0.5, scorer=path), max_new_tokens=8)
+    assert out["answer"]
+    with pytest.raises(kvfold.KVFoldError) as e:
+        model.kvzap_calibrate(corpus, path, span=8)
+    assert e.value.status_name == "invalid_arg"
 
 
 def test_images_and_handles():

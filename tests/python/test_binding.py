@@ -67,6 +67,10 @@ def c_fields(name):
         decl = decl.strip()
         if not decl:
             continue
+        fn = re.search(r"\(\s*\*\s*(\w+)\s*\)\s*\(", decl)  # a function pointer: bool (*progress)(int, ...)
+        if fn:
+            names.append(fn.group(1))
+            continue
         first, *rest = decl.split(",")
         names.append(re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*$", first)[0])
         names += [re.findall(r"(\w+)\s*(?:\[[^\]]*\])?\s*$", r)[0] for r in rest]

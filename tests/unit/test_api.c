@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define SMOL KVF_MODELS_DIR "/smollm2-135m-instruct-q4_1.gguf"
 #define GPT2_VOCAB KVF_SHARED_DIR "/testdata/tokenizer/ggml-vocab-gpt-2.gguf"
@@ -411,6 +412,69 @@ static void test_kv_compress_positions(void **state) {
 }
 
 /* The build is named in every results file: the version, then the commit. */
+/* kvf_kvzap_calibrate: a fit written where asked and read back by the
+ * kvzap rule; its parameters, corpus and stop refused or honoured; the
+ * model's own scorer path. */
+static bool stop_after_two(int done, int total, void *user) {
+    (void)total;
+    *(int *)user = done;
+    return done < 2;
+}
+
+static void test_kvzap_calibrate(void **state) {
+    (void)state;
+    need_model();
+    const char *zap = kvf_kvzap_default_path(model);
+    assert_non_null(strstr(zap, "smollm2-135m-instruct-q4_1.kvzap"));
+    char path[] = "/tmp/test_api_kvzap_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const char *texts[2] = {TEXT " " TEXT " " TEXT " " TEXT " " TEXT " " TEXT, "too short"};
+    struct kvf_kvzap_params p = kvf_kvzap_default_params();
+    assert_true(p.samples == 256 && p.test == 8 && p.span == 512 && p.per_span == 256 && p.alpha == 1.0);
+    p.samples = 4, p.test = 1, p.span = 16, p.per_span = 8, p.n_threads = 2;
+    int calls = 0;
+    p.progress = stop_after_two, p.user = &calls;
+    struct kvf_kvzap_report rep;
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &p, path, &rep), KVF_OK);
+    assert_true(calls == 2 && rep.samples == 2 && rep.test == 0 && rep.rows == 16 && rep.n_layer == 30);
+    assert_true(isnan(rep.r2[0]) && isnan(rep.spearman[29]));
+    p.progress = NULL;
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &p, path, &rep), KVF_OK);
+    assert_true(rep.samples == 4 && rep.test == 1 && !isnan(rep.spearman[0]));
+    char spec[128];
+    snprintf(spec, sizeof spec, "kvzap:budget=0.5,scorer=%s", path);
+    struct kvf_session_params sp = kvf_session_default_params();
+    sp.kv_spec = spec, sp.n_threads = 2;
+    struct kvf_session *s = NULL;
+    int32_t n;
+    int32_t *ids = tokens(TEXT, true, &n);
+    assert_int_equal(kvf_session_init(model, &sp, &s), KVF_OK);
+    assert_int_equal(kvf_session_prefill(s, ids, n, NULL), KVF_OK);
+    assert_int_equal(kvf_session_compress(s), KVF_OK);
+    int kept;
+    kvf_session_kv_tags(s, 0, 0, &kept);
+    assert_true(kept > 0 && kept < n);
+    kvf_session_free(s);
+    free(ids);
+    /* refused: parameters out of range, a corpus without a span, no model or path */
+    struct kvf_kvzap_params bad = p;
+    bad.span = 8;
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &bad, path, NULL), KVF_ERR_INVALID_ARG);
+    bad = p, bad.per_span = 17;
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &bad, path, NULL), KVF_ERR_INVALID_ARG);
+    bad = p, bad.alpha = 0;
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &bad, path, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kvzap_calibrate(model, texts + 1, 1, &p, path, NULL), KVF_ERR_INVALID_ARG);
+    assert_non_null(strstr(kvf_last_error(), "no text of the corpus"));
+    assert_int_equal(kvf_kvzap_calibrate(NULL, texts, 2, &p, path, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &p, NULL, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 0, &p, path, NULL), KVF_ERR_INVALID_ARG);
+    assert_int_equal(kvf_kvzap_calibrate(model, texts, 2, &p, "/nonexistent/dir/x.kvzap", NULL), KVF_ERR_IO);
+    unlink(path);
+}
+
 static void test_build_info(void **state) {
     (void)state;
     const char *b = kvf_build_info();
@@ -431,6 +495,7 @@ int main(void) {
         cmocka_unit_test(test_kv_budget),
         cmocka_unit_test(test_kv_position_bytes),
         cmocka_unit_test(test_kv_compress_positions),
+        cmocka_unit_test(test_kvzap_calibrate),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -50,13 +50,13 @@ static void test_ridge(void **st) {
     assert_int_equal(kv_ridge_add(&r, x + 10 * E, y + 10 * H, 1), KVF_OK);
     assert_int_equal(kv_ridge_add(&r, x + 11 * E, y + 11 * H, N - 11), KVF_OK);
     assert_int_equal(kv_ridge_solve(&r, alpha, w, b), KVF_OK);
-    double mx[E] = {0}, my[H] = {0};
+    double mx[E] = { 0 }, my[H] = { 0 };
     for (int i = 0; i < N; i++) {
         for (int e = 0; e < E; e++) mx[e] += x[i * E + e] / (double)N;
         for (int g = 0; g < H; g++) my[g] += y[i * H + g] / (double)N;
     }
     for (int g = 0; g < H; g++) {
-        double a[E * E] = {0}, c[E] = {0};
+        double a[E * E] = { 0 }, c[E] = { 0 };
         for (int i = 0; i < N; i++)
             for (int e = 0; e < E; e++) {
                 c[e] += (x[i * E + e] - mx[e]) * (y[i * H + g] - my[g]);
@@ -74,7 +74,7 @@ static void test_ridge(void **st) {
     kv_ridge_free(&r);
 
     /* y = W x + b exactly, a tiny penalty: W and b come back */
-    const float W[H * E] = {1, -2, 0.5f, 0, 3, -1, 0, 0, 2, 0.25f}, B[H] = {-4, 0.5f};
+    const float W[H * E] = { 1, -2, 0.5f, 0, 3, -1, 0, 0, 2, 0.25f }, B[H] = { -4, 0.5f };
     for (int i = 0; i < N; i++)
         for (int g = 0; g < H; g++) {
             double v = B[g];
@@ -103,7 +103,8 @@ static double naive_rank(const float *v, int n, int i) {
 static double naive_pearson(const double *a, const double *b, int n) {
     double ma = 0, mb = 0, ab = 0, aa = 0, bb = 0;
     for (int i = 0; i < n; i++) ma += a[i] / n, mb += b[i] / n;
-    for (int i = 0; i < n; i++) ab += (a[i] - ma) * (b[i] - mb), aa += (a[i] - ma) * (a[i] - ma), bb += (b[i] - mb) * (b[i] - mb);
+    for (int i = 0; i < n; i++)
+        ab += (a[i] - ma) * (b[i] - mb), aa += (a[i] - ma) * (a[i] - ma), bb += (b[i] - mb) * (b[i] - mb);
     return ab / sqrt(aa * bb);
 }
 
@@ -121,7 +122,7 @@ static void test_statistics(void **st) {
     assert_true(fabs(kv_zap_r2(y, f, N) - (1 - res / tot)) < 1e-9);
     assert_true(fabs(kv_zap_spearman(y, f, N, work, iwork) - naive_pearson(ry, rf, N)) < 1e-6);
     /* a perfect fit, a reversed order, constants */
-    float up[5] = {1, 2, 3, 4, 5}, down[5] = {9, 7, 5, 3, 1}, flat[5] = {2, 2, 2, 2, 2};
+    float up[5] = { 1, 2, 3, 4, 5 }, down[5] = { 9, 7, 5, 3, 1 }, flat[5] = { 2, 2, 2, 2, 2 };
     assert_true(kv_zap_r2(up, up, 5) == 1.0);
     assert_true(fabs(kv_zap_spearman(up, down, 5, work, iwork) + 1.0) < 1e-12);
     assert_true(isnan(kv_zap_r2(flat, up, 5)) && isnan(kv_zap_spearman(up, flat, 5, work, iwork)));
@@ -238,24 +239,24 @@ static void test_rule(void **st) {
     const size_t before = kv_cache_layer_bytes_for(&c, N);
     c.has_prior = true;
     assert_int_equal(kv_cache_layer_bytes_for(&c, N), before + N * sizeof(float));
-    float k[N * D] = {0}, v[N * D] = {0};
-    struct kvf_tag t[N] = {0};
+    float k[N * D] = { 0 }, v[N * D] = { 0 };
+    struct kvf_tag t[N] = { 0 };
     for (int i = 0; i < N; i++) t[i].pos = i;
     assert_int_equal(kv_cache_reserve(&c, 0, N), KVF_OK);
     kv_cache_append(&c, 0, k, v, t, N);
     struct kv_head *h = kv_cache_head(&c, 0, 0);
-    const float prior[N] = {9, -1, 5, 2, NAN, 7, -3, 4, 0, 1, 8, 3};
+    const float prior[N] = { 9, -1, 5, 2, NAN, 7, -3, 4, 0, 1, 8, 3 };
     memcpy(h->prior, prior, sizeof prior);
     struct kv_policy p;
     assert_int_equal(kv_policy_parse("kvzap:budget=5,sinks=2", &p), KVF_OK);
     assert_true(p.alloc == KV_ALLOC_GLOBAL && (kv_policy_scorer(&p)->needs & KV_NEEDS_PRIOR));
     float score[N], tmp[N];
     int idx[N];
-    const struct kv_score_in in = {.p = &p, .h = h, .head_dim = D, .keep = 5, .scratch = tmp};
+    const struct kv_score_in in = { .p = &p, .h = h, .head_dim = D, .keep = 5, .scratch = tmp };
     kv_policy_scorer(&p)->score(&in, score);
     assert_true(isinf(score[0]) && isinf(score[1]) && score[4] == -INFINITY && score[2] == 5);
     assert_int_equal(kv_select_keep(&c, 0, 0, score, 5, idx), KVF_OK); /* sinks 0, 1; then 10 (8), 5 (7), 2 (5) */
-    const int want[5] = {0, 1, 2, 5, 10};
+    const int want[5] = { 0, 1, 2, 5, 10 };
     for (int i = 0; i < 5; i++) {
         assert_int_equal(h->tag[i].pos, want[i]);
         assert_true(h->prior[i] == prior[want[i]]);
@@ -277,8 +278,8 @@ static void test_rule(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ridge),       cmocka_unit_test(test_statistics), cmocka_unit_test(test_scorer_file),
-        cmocka_unit_test(test_score),       cmocka_unit_test(test_rule),
+        cmocka_unit_test(test_ridge), cmocka_unit_test(test_statistics), cmocka_unit_test(test_scorer_file),
+        cmocka_unit_test(test_score), cmocka_unit_test(test_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

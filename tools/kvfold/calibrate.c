@@ -14,7 +14,8 @@ static void calibrate_defaults(struct args *a) {
 
 static int calibrate_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
-        OPT_MODEL, OPT_NO_REPACK,
+        OPT_MODEL,
+        OPT_NO_REPACK,
         { "--corpus", NULL, OPT_LIST, &a->cal.corpus, 0, 0, "FILE",
           "text to calibrate on (repeatable; real prose or code, not the text evaluated on)" },
         { "--output", "-o", OPT_STR, &a->output, 0, 0, "FILE",
@@ -22,11 +23,12 @@ static int calibrate_opts(struct args *a, struct opt *out) {
         { "--samples", NULL, OPT_INT, &a->cal.samples, 1, 1000000, "N", "spans fitted on (default 256)" },
         { "--test", NULL, OPT_INT, &a->cal.test, 0, 100000, "N", "held-out spans measured on (default 8)" },
         { "--span", NULL, OPT_INT, &a->cal.span, 16, 65536, "N", "tokens a span (default 512)" },
-        { "--per-span", NULL, OPT_INT, &a->cal.per_span, 1, 65536, "N",
-          "positions of a span fitted on (default 256)" },
+        { "--per-span", NULL, OPT_INT, &a->cal.per_span, 1, 65536, "N", "positions of a span fitted on (default 256)" },
         { "--alpha", NULL, OPT_FLOAT, &a->cal.alpha, 1e-9, 1e9, "A", "ridge penalty (default 1)" },
         { "--seed", "-s", OPT_U64, &a->seed, 0, 0, "N", "draws the spans and positions (default 0)" },
-        OPT_THREADS, OPT_JSON, OPT_NO_PROGRESS,
+        OPT_THREADS,
+        OPT_JSON,
+        OPT_NO_PROGRESS,
     };
     OPTS_RETURN(out, t);
 }
@@ -47,7 +49,8 @@ static void print_report(const struct args *a, const char *path, const struct kv
     for (int l = 0; l < r->n_layer; l++) r2 += r->r2[l], rho += r->spearman[l];
     r2 /= r->n_layer, rho /= r->n_layer;
     if (a->json) {
-        cJSON *o = cJSON_CreateObject(), *lr = cJSON_AddArrayToObject(o, "r2"), *ls = cJSON_AddArrayToObject(o, "spearman");
+        cJSON *o = cJSON_CreateObject(), *lr = cJSON_AddArrayToObject(o, "r2"),
+              *ls = cJSON_AddArrayToObject(o, "spearman");
         cJSON_AddStringToObject(o, "scorer", path);
         cJSON_AddNumberToObject(o, "samples", r->samples);
         cJSON_AddNumberToObject(o, "test", r->test);
@@ -60,8 +63,8 @@ static void print_report(const struct args *a, const char *path, const struct kv
         print_json(o);
         return;
     }
-    printf("scorer: %s\nfitted on %d spans (%lld positions a layer) in %.1f s\n", path, r->samples,
-           (long long)r->rows, secs);
+    printf("scorer: %s\nfitted on %d spans (%lld positions a layer) in %.1f s\n", path, r->samples, (long long)r->rows,
+           secs);
     if (r->test == 0) {
         printf("not measured on held-out spans (--test 0, or stopped)\n");
         return;
@@ -78,7 +81,7 @@ static int cmd_calibrate(const struct args *a) {
         print_error("calibrate: no --corpus FILE (text to fit on: e.g. documentation, prose, code)");
         return EXIT_USAGE;
     }
-    char *texts[STR_LIST_MAX] = {0};
+    char *texts[STR_LIST_MAX] = { 0 };
     struct kvf_model *m = NULL;
     int rc = 0;
     for (int i = 0; !rc && i < files->n; i++) {
@@ -96,8 +99,8 @@ static int cmd_calibrate(const struct args *a) {
         const char *path = a->output ? a->output : kvf_kvzap_default_path(m);
         struct kvf_kvzap_report *r = malloc(sizeof *r);
         const double t0 = now_ms();
-        const enum kvf_status st = r ? kvf_kvzap_calibrate(m, (const char *const *)texts, files->n, &p, path, r)
-                                     : KVF_ERR_NOMEM;
+        const enum kvf_status st =
+            r ? kvf_kvzap_calibrate(m, (const char *const *)texts, files->n, &p, path, r) : KVF_ERR_NOMEM;
         progress_end(&run.bar);
         if (st != KVF_OK) rc = fail_option(st, "calibrate");
         else print_report(a, path, r, (now_ms() - t0) / 1000.0);

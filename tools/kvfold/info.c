@@ -2,6 +2,8 @@
  * chat template. */
 #include "cli.h"
 
+#include <unistd.h>
+
 static int info_opts(struct args *a, struct opt *out) {
     const struct opt t[] = {
         OPT_MODEL, OPT_NO_REPACK, OPT_JSON, OPT_THREADS,
@@ -57,6 +59,9 @@ static cJSON *info_json(const struct kvf_model *m, const char *file, const struc
     cJSON_AddStringToObject(o, "weight_types", in->weight_types);
     cJSON_AddNumberToObject(o, "decode_bytes", (double)in->decode_bytes);
     cJSON_AddStringToObject(o, "kernels", in->kernels);
+    const char *zap = kvf_kvzap_default_path(m);
+    if (access(zap, F_OK) == 0) cJSON_AddStringToObject(o, "kvzap_scorer", zap);
+    else cJSON_AddNullToObject(o, "kvzap_scorer");
     cJSON *kb = cJSON_AddObjectToObject(o, "kv_bytes_per_position");
     for (int i = 0; i < N_POS_TYPES; i++) {
         char name[32];
@@ -130,6 +135,9 @@ static void info_print(const struct kvf_model *m, const char *file, const struct
         if (c) printf(" (+ %zu a cache)", c);
     }
     printf("%s\n", in->sliding_window > 0 ? " (sliding-window layers hold only their window)" : "");
+    const char *zap = kvf_kvzap_default_path(m);
+    if (access(zap, F_OK) == 0) printf("kvzap scorer    %s\n", zap);
+    else printf("kvzap scorer    none (%s; `kvfold calibrate` fits one for --kv kvzap)\n", zap);
     printf("build           %s\n", kvf_build_info());
     if (in->has_vision && in->image_grid > 0)
         printf("vision          %s: %s, %d layers of width %d (%d heads, ff %d), image %d, patch %d, "

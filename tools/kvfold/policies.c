@@ -41,6 +41,10 @@ static const struct {
               "protocol): keeps every 1.5B text needle at 0.2 and 0.1 whether the question comes before or after "
               "compression. Costs about one more prefill of the context when it compresses (the model repeats it), "
               "the cache peaking at the context plus one chunk of the repetition meanwhile."},
+    {"kvzap", "kvzip's use (a cache compressed before its question exists) at the price of one prefill: KVzip's "
+              "scores predicted from each layer's input as entries are written, no second pass. Needs the model's "
+              "scorer, fitted once by `kvfold calibrate -m MODEL --corpus FILE...` (MODEL.kvzap beside the model, "
+              "or scorer=FILE); +budget=threshold:tau=T keeps what scores over T, so the share follows the context."},
     {"tova", "as snapkv with a window of one query averaged over every head of a layer (kvpress's TOVAPress, the "
              "same entries kept): question-aware, so the question must end the prompt; it loses what the question "
              "asks when the question comes after (RULER in docs/RESULTS.md)."},

@@ -30,7 +30,7 @@ const struct kv_rule kv_rule_kvzap = {
     .paper = "KVzap (Jegou and Jeblick, NVIDIA 2026, arXiv:2601.07891); kvpress's KVzapPress",
     .keys = "budget sinks scorer",
     .shown = "budget=0.2,sinks=4 +budget=global",
-    .defaults = {.method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS, .alloc = KV_ALLOC_GLOBAL},
+    .defaults = { .method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS, .alloc = KV_ALLOC_GLOBAL },
     .needs = KV_NEEDS_PRIOR,
     .score = kv_score_kvzap,
 };

@@ -362,10 +362,11 @@ static bool common_parse(const cJSON *o, struct serve_job *j, struct serve_error
             return serve_error_set(e, 400, "invalid_kv", "'kv' must be a policy string such as \"snapkv:budget=0.2\"");
         if (kvf_kv_policy_check(kv->valuestring) != KVF_OK)
             return serve_error_set(e, 400, "invalid_kv", "kv: %s", kvf_last_error());
-        /* the only key that names a file: a client must not make the server read its files */
-        if (strstr(kv->valuestring, "profile="))
+        /* the keys that name a file: a client must not make the server read its files (kvzap without
+         * scorer= reads the model's own, beside it) */
+        if (strstr(kv->valuestring, "profile=") || strstr(kv->valuestring, "scorer="))
             return serve_error_set(e, 400, "invalid_kv", "kv: a request cannot name a file of the server "
-                                   "(profile=); give the server its profile with --kv");
+                                   "(profile=, scorer=); give the server its files with --kv");
         if (!(j->kv = strdup(kv->valuestring)))
             return serve_error_set(e, 500, "server_error", "out of memory");
     }

@@ -1,0 +1,23 @@
+/* A KVzap scorer file (kv/kvzap.h: a GGUF of its own), read for the tiny
+ * Gemma 3 fixture as `--kv kvzap:scorer=FILE` reads one; a scorer that
+ * loads scores a row of every layer and kv head. */
+#include "fuzz.h"
+
+#include "kv/kvzap.h"
+#include "model/model.h"
+
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const struct kvf_model *m;
+    if (!m) m = fuzz_fixed_model("gemma3-f32.gguf", NULL, false);
+    const struct hparams *hp = &m->hp;
+    struct kv_zap z;
+    if (kv_zap_load_buffer(data, size, hp->n_layer, hp->n_embd, hp->n_head_kv, m->digest, &z) != KVF_OK) return 0;
+    float *x = calloc((size_t)hp->n_embd, sizeof(float)), out;
+    for (int l = 0; x && l < hp->n_layer; l++)
+        for (int g = 0; g < hp->n_head_kv; g++) kv_zap_score(&z, l, g, x, 1, &out);
+    free(x);
+    kv_zap_free(&z);
+    return 0;
+}
