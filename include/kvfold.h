@@ -705,7 +705,8 @@ struct kvf_kvzap_params {
  * without a test. */
 struct kvf_kvzap_report {
     int n_layer, samples, test; /* the spans fitted on and measured on */
-    int64_t rows;               /* pairs fitted per layer */
+    int64_t rows;               /* pairs fitted per layer (the most of any layer: a sliding-window layer
+                                   keeps only the positions its repetition saw) */
     float r2[KVF_KVZAP_MAX_LAYERS], spearman[KVF_KVZAP_MAX_LAYERS];
 };
 KVF_API struct kvf_kvzap_params kvf_kvzap_default_params(void);

@@ -86,7 +86,6 @@ class SamplerParams(Structure):
                 ("penalty_repeat", c_float), ("penalty_last_n", c_int)]
 
 
-# Every public struct, by its C name, for the layout test.
 # bool (*progress)(int done, int total, void *user) of struct kvf_kvzap_params
 KVZAP_PROGRESS = ctypes.CFUNCTYPE(c_bool, c_int, c_int, c_void_p)
 
@@ -104,6 +103,7 @@ class KvzapReport(Structure):
                 ("r2", c_float * KVF_KVZAP_MAX_LAYERS), ("spearman", c_float * KVF_KVZAP_MAX_LAYERS)]
 
 
+# Every public struct, by its C name, for the layout test.
 STRUCTS = {"kvf_model_params": ModelParams, "kvf_model_info": ModelInfo, "kvf_chat_message": ChatMessage,
            "kvf_tag": Tag, "kvf_session_params": SessionParams, "kvf_kv_merge": KvMerge,
            "kvf_kv_policy_info": KvPolicyInfo, "kvf_sampler_params": SamplerParams,

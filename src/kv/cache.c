@@ -241,8 +241,7 @@ enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, in
     memcpy(h->tag, tag, (size_t)n * sizeof *h->tag);
     if (h->acc && acc) memcpy(h->acc, acc, (size_t)n * KV_ACC_N * sizeof(float));
     else if (h->acc) memset(h->acc, 0, (size_t)n * KV_ACC_N * sizeof(float));
-    if (h->prior && prior) memcpy(h->prior, prior, (size_t)n * sizeof(float));
-    else if (h->prior) memset(h->prior, 0, (size_t)n * sizeof(float));
+    for (int j = 0; h->prior && j < n; j++) h->prior[j] = prior ? prior[j] : -INFINITY;
     if (h->smooth && smooth) memcpy(h->smooth, smooth, 2 * sizeof(float) * (size_t)c->head_dim);
     if (h->smooth) h->smooth_rows = smooth_rows;
     h->n = n;
@@ -331,7 +330,7 @@ void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float 
             kv_head_set_row(h, d, h->n + t, k + (size_t)t * stride + g * d, v + (size_t)t * stride + g * d);
         memcpy(h->tag + h->n, tags, (size_t)n * sizeof *tags);
         if (h->acc) memset(h->acc + (size_t)h->n * KV_ACC_N, 0, (size_t)n * KV_ACC_N * sizeof(float));
-        if (h->prior) memset(h->prior + h->n, 0, (size_t)n * sizeof(float));
+        for (int t = 0; h->prior && t < n; t++) h->prior[h->n + t] = -INFINITY;
         h->n += n;
         c->peak_entries = KVF_MAX(c->peak_entries, h->n);
     }

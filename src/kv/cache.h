@@ -23,7 +23,8 @@ struct kv_head {
     float *acc;          /* [cap][KV_ACC_N] attention each entry received so far
                             (online scores: H2O, RoCo); NULL unless the cache keeps them */
     float *prior;        /* [cap] the score each entry was given as it was written, from its layer's
-                            input (KVzap's learned scorer, kv/kvzap.h); NULL unless the cache keeps them */
+                            input (KVzap's learned scorer, kv/kvzap.h; -INFINITY: none, ranked last);
+                            NULL unless the cache keeps them */
     float *smooth;       /* [2][head_dim] keys' channel shift, then scale (kvf_kv_type Q4_0S): a stored
                             key is (k - shift) / scale; taken from the head's first entries as they are
                             appended, kept with its storage; NULL: keys stored as they are */
@@ -71,7 +72,7 @@ enum kvf_status kv_cache_copy(struct kv_cache *dst, const struct kv_cache *src);
 /* An empty head of c gets n entries in storage for cap (>= n): key and
  * value rows in the cache's types (n x k_row and n x v_row bytes), tags,
  * statistics [n][KV_ACC_N] and written scores [n] when the cache carries
- * them (acc, prior NULL: zeros), and the keys' smoothing [2][head_dim]
+ * them (acc NULL: zeros; prior NULL: -INFINITY), and the keys' smoothing [2][head_dim]
  * (from smooth_rows entries) when the cache smooths them. */
 enum kvf_status kv_cache_fill(struct kv_cache *c, int layer, int head, int n, int cap, const void *k, const void *v,
                               const struct kvf_tag *tag, const float *acc, const float *prior, const float *smooth,
@@ -103,8 +104,8 @@ enum kvf_status kv_cache_drop_front(struct kv_cache *c, int layer, int head, int
 enum kvf_status kv_cache_truncate(struct kv_cache *c, int layer, int head, int n);
 /* Appends n entries to every kv head of a layer. k, v: [n][n_head_kv*head_dim]
  * float32 (the layout of the projection output), converted to the cache's
- * types; tags: [n]; statistics and written scores start at 0 (the caller
- * writes the scores). Space must be reserved. An empty head that smooths
+ * types; tags: [n]; statistics start at 0 and written scores at -INFINITY
+ * (the caller writes the scores). Space must be reserved. An empty head that smooths
  * its keys takes its shift and scale from these. */
 void kv_cache_append(struct kv_cache *c, int layer, const float *k, const float *v,
                      const struct kvf_tag *tags, int n);

@@ -34,8 +34,8 @@ void kv_zap_free(struct kv_zap *z) {
 
 static uint32_t zap_crc(const struct kv_zap *z) {
     const size_t heads = (size_t)z->n_layer * z->n_head_kv;
-    uLong c = crc32(0L, (const Bytef *)z->w, (uInt)(heads * z->n_embd * sizeof(float)));
-    return (uint32_t)crc32(c, (const Bytef *)z->b, (uInt)(heads * sizeof(float)));
+    uLong c = crc32_z(0L, (const Bytef *)z->w, heads * z->n_embd * sizeof(float));
+    return (uint32_t)crc32_z(c, (const Bytef *)z->b, heads * sizeof(float));
 }
 
 static enum kvf_status bad(const char *why) { return err_set(KVF_ERR_FORMAT, "KVzap scorer file: %s", why); }
@@ -84,7 +84,8 @@ static enum kvf_status zap_read(struct gguf_file *f, int n_layer, int n_embd, in
     const size_t nh = (size_t)n_layer * n_head_kv;
     memcpy(out->w, w, sizeof(float) * nh * n_embd);
     memcpy(out->b, b, sizeof(float) * nh);
-    st = zap_crc(out) != crc ? bad("the checksum of its weights does not match (damaged)") : KVF_OK;
+    out->crc = zap_crc(out);
+    st = out->crc != crc ? bad("the checksum of its weights does not match (damaged)") : KVF_OK;
     for (size_t i = 0; st == KVF_OK && i < nh * n_embd; i++)
         if (!isfinite(out->w[i])) st = bad("a weight is not finite");
     for (size_t i = 0; st == KVF_OK && i < nh; i++)
@@ -127,7 +128,8 @@ enum kvf_status kv_zap_load_buffer(const void *buf, size_t size, int n_layer, in
     return st;
 }
 
-enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path) {
+enum kvf_status kv_zap_save(struct kv_zap *z, const char *path) {
+    z->crc = zap_crc(z);
     struct gguf_writer *w = gguf_writer_init();
     if (!w) return err_set(KVF_ERR_NOMEM, "out of memory");
     gguf_writer_set_str(w, "general.type", "kvzap");
@@ -136,7 +138,7 @@ enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path) {
     gguf_writer_set_u32(w, "kvzap.embd", (uint32_t)z->n_embd);
     gguf_writer_set_u32(w, "kvzap.heads_kv", (uint32_t)z->n_head_kv);
     gguf_writer_set_u32(w, "kvzap.model.digest", z->digest);
-    gguf_writer_set_u32(w, "kvzap.crc32", zap_crc(z));
+    gguf_writer_set_u32(w, "kvzap.crc32", z->crc);
     gguf_writer_set_u32(w, "kvzap.samples", (uint32_t)z->samples);
     gguf_writer_set_u32(w, "kvzap.span", (uint32_t)z->span);
     gguf_writer_set_u32(w, "kvzap.rows", (uint32_t)KVF_MIN(z->rows, (int64_t)UINT32_MAX));
@@ -156,6 +158,21 @@ bool kv_zap_same(const struct kv_zap *a, const struct kv_zap *b) {
     return a->n_layer == b->n_layer && a->n_embd == b->n_embd && a->n_head_kv == b->n_head_kv &&
         (heads == 0 ||
          (!memcmp(a->w, b->w, sizeof(float) * heads * a->n_embd) && !memcmp(a->b, b->b, sizeof(float) * heads)));
+}
+
+enum kvf_status kv_zap_copy(struct kv_zap *dst, const struct kv_zap *src) {
+    memset(dst, 0, sizeof *dst);
+    if (src->n_layer == 0) return KVF_OK;
+    enum kvf_status st = kv_zap_init(dst, src->n_layer, src->n_embd, src->n_head_kv, src->digest);
+    if (st != KVF_OK) return st;
+    const size_t heads = (size_t)src->n_layer * src->n_head_kv;
+    memcpy(dst->w, src->w, sizeof(float) * heads * src->n_embd);
+    memcpy(dst->b, src->b, sizeof(float) * heads);
+    memcpy(dst->r2, src->r2, sizeof(float) * (size_t)src->n_layer);
+    memcpy(dst->spearman, src->spearman, sizeof(float) * (size_t)src->n_layer);
+    dst->crc = src->crc, dst->samples = src->samples, dst->span = src->span, dst->rows = src->rows;
+    dst->alpha = src->alpha;
+    return KVF_OK;
 }
 
 void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out) {

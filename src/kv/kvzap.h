@@ -22,6 +22,7 @@
 struct kv_zap {
     int n_layer, n_embd, n_head_kv;
     uint32_t digest;  /* the model's it was fitted on */
+    uint32_t crc;     /* CRC-32 of w's and b's bytes (set by kv_zap_load, kv_zap_save): its identity */
     float *w;         /* [n_layer][n_head_kv][n_embd], owned */
     float *b;         /* [n_layer][n_head_kv], owned */
     /* The fit's record (written by the calibration, read back for `kvfold info`-like reports). */
@@ -43,9 +44,11 @@ enum kvf_status kv_zap_load(const char *path, int n_layer, int n_embd, int n_hea
 /* The same from a buffer (tests, fuzzing). */
 enum kvf_status kv_zap_load_buffer(const void *buf, size_t size, int n_layer, int n_embd, int n_head_kv,
                                    uint32_t digest, struct kv_zap *out);
-enum kvf_status kv_zap_save(const struct kv_zap *z, const char *path);
+enum kvf_status kv_zap_save(struct kv_zap *z, const char *path);
 /* Whether two scorers score alike (the same shape and weights). */
 bool kv_zap_same(const struct kv_zap *a, const struct kv_zap *b);
+/* dst gets a copy of src (an empty src: an empty dst). */
+enum kvf_status kv_zap_copy(struct kv_zap *dst, const struct kv_zap *src);
 /* Layer l's scores for kv head g of n rows x ([n][n_embd]) into out[n]. */
 void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out);
 

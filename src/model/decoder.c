@@ -91,7 +91,8 @@ static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, 
     for (int t = 0; t < n; t++) {
         double sq = 0;
         for (int e = 0; e < E; e++) sq += (double)x[(size_t)t * E + e] * x[(size_t)t * E + e];
-        tp->qscale[t] = sq > 0 ? (float)(1.0 / sqrt(sq)) : 0.0f;
+        const bool counts = d->fw->pos[t] >= tp->run_end - tp->q_span && d->fw->pos[t] < tp->run_end;
+        tp->qscale[t] = counts && sq > 0 ? (float)(1.0 / sqrt(sq)) : 0.0f;
     }
     if (stats->stride > tp->entries)
         return err_set(KVF_ERR_INTERNAL, "calibration: statistics of %d entries for %d", stats->stride, tp->entries);
@@ -168,10 +169,12 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, const float 
         struct kv_head *h = kv_cache_head(d->kv, l, g);
         kv_zap_score(d->zap, l, g, x, n, h->prior + h->n - n);
     }
-    for (int t = 0; d->tap && d->tap->x && t < n; t++)
-        if (f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap)
-            memcpy(d->tap->x + ((size_t)l * d->tap->x_cap + f->pos[t]) * hp->n_embd, x + (size_t)t * hp->n_embd,
+    for (int t = 0; d->tap && d->tap->x && t < n; t++) {
+        const int slot = f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap ? d->tap->x_slot[f->pos[t]] : -1;
+        if (slot >= 0)
+            memcpy(d->tap->x + ((size_t)l * d->tap->x_rows + slot) * hp->n_embd, x + (size_t)t * hp->n_embd,
                    sizeof(float) * hp->n_embd);
+    }
 
     const struct attn_params ap = {
         .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hd,

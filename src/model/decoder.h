@@ -70,18 +70,24 @@ struct decoder {
 };
 
 /* What KVzap's calibration (session/kvzap_fit.c) reads of a pass: each
- * layer's attention input of the rows at positions below x_cap, copied to
- * x [n_layer][x_cap][n_embd] by position (x NULL: not copied); and with
- * gram set (and the decoder's recon), the MAX statistic weighted as KVzip+
- * weighs it (attn.h max_qscale, max_escale), |W_o^h v_j| from the Gram
- * matrices gram [n_layer][n_head][head_dim][head_dim] of W_o's columns for
- * head h. The work space is for statistics of up to `entries` entries a
- * head and `rows` rows a call: qscale [rows], escale [n_head][entries],
- * vrows and vg [entries][head_dim]. */
+ * layer's attention input of the rows at the positions it keeps, copied to
+ * x [n_layer][x_rows][n_embd] at row x_slot[position] (positions below
+ * x_cap; -1: not kept; x NULL: nothing copied); and with gram set (and the
+ * decoder's recon), the MAX statistic weighted as KVzip+ weighs it (attn.h
+ * max_qscale, max_escale), |W_o^h v_j| from the Gram matrices gram
+ * [n_layer][n_head][head_dim][head_dim] of W_o's columns for head h, over
+ * the queries at positions run_end - q_span .. run_end - 1 only (the
+ * repeated text, not the instruction before it; run_end: set by the pass
+ * for each run). The work space is for statistics of up to `entries`
+ * entries a head and `rows` rows a call: qscale [rows], escale
+ * [n_head][entries], vrows and vg [entries][head_dim]. */
 struct decoder_tap {
     float *x;
-    int x_cap;
+    const int *x_slot;
+    int x_cap, x_rows;
     const float *gram;
+    int32_t run_end;
+    int q_span;
     int entries, rows;
     float *qscale, *escale, *vrows, *vg;
 };

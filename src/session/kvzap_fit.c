@@ -50,8 +50,8 @@ struct fit {
     float *gram;            /* [L][n_head][head_dim][head_dim] */
     int *pick;              /* [span] positions of the span, the first P drawn */
     float *x, *y;           /* [P][E], [P][H]: one layer's pairs of a span */
+    int *slot;              /* [n_prefix + span] a position's row among the P (-1: not drawn) */
     struct kv_ridge *ridge; /* [L] */
-    int64_t n;              /* pairs gathered per layer */
     uint64_t rng;
 };
 
@@ -73,22 +73,24 @@ static enum kvf_status fit_gram(struct fit *f) {
     return KVF_OK;
 }
 
-/* Runs one span: prefill, then KVzip's repetition; leaves the span's
- * inputs in tap.x and KVzip+'s maxima in the session's cs.recon, and draws
- * the span's P positions into pick. */
+/* Runs one span: draws its P positions into pick, then prefills it (their
+ * inputs copied to tap.x) and runs KVzip's repetition (KVzip+'s maxima
+ * left in the session's cs.recon). */
 static enum kvf_status fit_span(struct fit *f, const int32_t *toks) {
     const int span = f->p->span, n = f->n_prefix + span;
+    for (int i = 0; i < span; i++) f->pick[i] = f->n_prefix + i;
+    for (int i = 0; i < f->P; i++) { /* a partial Fisher-Yates shuffle */
+        const int j = i + (int)(rng_splitmix64(&f->rng) % (uint64_t)(span - i)), t = f->pick[i];
+        f->pick[i] = f->pick[j], f->pick[j] = t;
+    }
+    for (int i = 0; i < n; i++) f->slot[i] = -1;
+    for (int i = 0; i < f->P; i++) f->slot[f->pick[i]] = i;
     memcpy(f->ids + f->n_prefix, toks, sizeof(int32_t) * (size_t)span);
     kvf_session_reset(f->s);
     f->tap.gram = NULL;
     enum kvf_status st = kvf_session_prefill(f->s, f->ids, n, NULL);
     f->tap.gram = f->gram;
     if (st == KVF_OK) st = session_rule_pass(f->s, kv_rule_kvzip.pass);
-    for (int i = 0; i < span; i++) f->pick[i] = f->n_prefix + i;
-    for (int i = 0; i < f->P; i++) { /* a partial Fisher-Yates shuffle */
-        const int j = i + (int)(rng_splitmix64(&f->rng) % (uint64_t)(span - i)), t = f->pick[i];
-        f->pick[i] = f->pick[j], f->pick[j] = t;
-    }
     return st;
 }
 
@@ -98,32 +100,43 @@ static void fit_span_done(struct fit *f) {
     f->s->cs.recon = NULL;
 }
 
-/* Layer l's pairs of the span just run into f->x, f->y. */
-static void fit_pairs(struct fit *f, int l) {
+/* Layer l's pairs of the span just run into f->x, f->y; their count. A
+ * position some kv head's repetition never saw (its maximum 0: a
+ * sliding-window layer's entry out of every repeated query's window, or a
+ * weight that underflowed) has no log score and is left out (kvpress's
+ * would be -inf). */
+static int fit_pairs(struct fit *f, int l) {
     const struct compress_state *cs = &f->s->cs;
+    int m = 0;
     for (int i = 0; i < f->P; i++) {
         const int pos = f->pick[i];
-        memcpy(f->x + (size_t)i * f->E, f->tap.x + ((size_t)l * f->tap.x_cap + pos) * f->E, sizeof(float) * f->E);
+        bool seen = true;
         for (int g = 0; g < f->H; g++) {
             const float r = cs->recon[((size_t)l * f->H + g) * cs->recon_stride + pos];
-            f->y[(size_t)i * f->H + g] = logf(fmaxf(r, 1e-30f));
+            seen &= r > 0;
+            f->y[(size_t)m * f->H + g] = logf(r);
         }
+        if (!seen) continue;
+        memcpy(f->x + (size_t)m * f->E, f->tap.x + ((size_t)l * f->tap.x_rows + i) * f->E, sizeof(float) * f->E);
+        m++;
     }
+    return m;
 }
 
 static enum kvf_status fit_gather(struct fit *f) {
     enum kvf_status st = KVF_OK;
-    for (int l = 0; st == KVF_OK && l < f->L; l++) {
-        fit_pairs(f, l);
-        st = kv_ridge_add(&f->ridge[l], f->x, f->y, f->P);
-    }
-    f->n += f->P;
+    for (int l = 0; st == KVF_OK && l < f->L; l++) st = kv_ridge_add(&f->ridge[l], f->x, f->y, fit_pairs(f, l));
     return st;
 }
 
+/* Each layer's regression solved into z. A layer whose repetition saw none
+ * of the drawn positions (a sliding window shorter than the distance from
+ * a position to its repetition) has nothing to fit: its scorer stays 0, so
+ * its entries tie. */
 static enum kvf_status fit_solve(struct fit *f, struct kv_zap *z) {
     enum kvf_status st = KVF_OK;
     for (int l = 0; st == KVF_OK && l < f->L; l++) {
+        if (f->ridge[l].n == 0) continue;
         st = kv_ridge_solve(&f->ridge[l], f->p->alpha, z->w + (size_t)l * f->H * f->E, z->b + (size_t)l * f->H);
         if (st != KVF_OK) {
             char why[256];
@@ -204,16 +217,17 @@ static enum kvf_status fit_prefix(struct fit *f) {
 }
 
 /* R^2 and the rank correlation of each layer's held-out scores: yt, yp
- * [L][H][rows] (KVzip+'s and the fit's). */
-static void fit_report(const struct fit *f, const float *yt, const float *yp, int64_t rows, struct kv_zap *z) {
-    float *work = malloc(sizeof(float) * (size_t)rows * 2);
-    int *iwork = malloc(sizeof(int) * (size_t)rows);
+ * [L][H][cap] (KVzip+'s and the fit's), n[l] of them in layer l. */
+static void fit_report(const struct fit *f, const float *yt, const float *yp, int64_t cap, const int64_t *n,
+                       struct kv_zap *z) {
+    float *work = malloc(sizeof(float) * (size_t)cap * 2);
+    int *iwork = malloc(sizeof(int) * (size_t)cap);
     for (int l = 0; l < f->L; l++) {
         double r2 = 0, rho = 0;
         for (int g = 0; g < f->H; g++) {
-            const size_t at = ((size_t)l * f->H + g) * rows;
-            r2 += kv_zap_r2(yt + at, yp + at, rows);
-            rho += work && iwork ? kv_zap_spearman(yt + at, yp + at, rows, work, iwork) : NAN;
+            const size_t at = ((size_t)l * f->H + g) * cap;
+            r2 += n[l] > 1 ? kv_zap_r2(yt + at, yp + at, n[l]) : NAN;
+            rho += work && iwork && n[l] > 1 ? kv_zap_spearman(yt + at, yp + at, n[l], work, iwork) : NAN;
         }
         z->r2[l] = (float)(r2 / f->H), z->spearman[l] = (float)(rho / f->H);
     }
@@ -231,6 +245,7 @@ static void fit_free(struct fit *f) {
     free(f->tap.vg);
     free(f->gram);
     free(f->pick);
+    free(f->slot);
     free(f->x);
     free(f->y);
     for (int l = 0; f->ridge && l < f->L; l++) kv_ridge_free(&f->ridge[l]);
@@ -252,6 +267,9 @@ static enum kvf_status params_check(const struct kvf_model *m, const char *const
                        p->span, KVF_MIN(65536, m->hp.n_ctx_train / 2));
     if (p->per_span < 1 || p->per_span > p->span)
         return err_set(KVF_ERR_INVALID_ARG, "calibrate: %d positions a span (1..%d)", p->per_span, p->span);
+    if ((int64_t)p->samples * p->per_span > INT32_MAX)
+        return err_set(KVF_ERR_INVALID_ARG, "calibrate: %d spans of %d positions: over 2^31 pairs", p->samples,
+                       p->per_span);
     if (!(p->alpha > 0) || !isfinite(p->alpha))
         return err_set(KVF_ERR_INVALID_ARG, "calibrate: alpha %g (a positive number)", p->alpha);
     if (m->hp.n_layer > KVF_KVZAP_MAX_LAYERS)
@@ -275,12 +293,15 @@ static enum kvf_status fit_init(struct fit *f, const struct kvf_model *m, const 
     snprintf(spec, sizeof spec, "kvzip:chunk=%d", n_ctx); /* the whole context repeated in one run */
     struct kvf_session_params sp = kvf_session_default_params();
     sp.n_ctx = n_ctx, sp.kv_spec = spec, sp.n_threads = p->n_threads;
+    sp.kv_swa_full = true; /* entry j stays at index j, and the repetition reads what its windows see */
     if ((st = kvf_session_init(m, &sp, &f->s)) != KVF_OK) return st;
     /* The repetition: the context again after an instruction and the template's turn (kvzip.c's most). */
     f->tap.entries = 2 * n_ctx + 1024;
     f->tap.rows = f->s->params.n_batch;
-    f->tap.x_cap = n_ctx;
-    f->tap.x = malloc(sizeof(float) * L * (size_t)n_ctx * E);
+    f->tap.x_cap = n_ctx, f->tap.x_rows = f->P, f->tap.q_span = p->span;
+    f->tap.x = malloc(sizeof(float) * L * P * E);
+    f->slot = malloc(sizeof(int) * (size_t)n_ctx);
+    f->tap.x_slot = f->slot;
     f->tap.qscale = malloc(sizeof(float) * (size_t)f->tap.rows);
     f->tap.escale = malloc(sizeof(float) * (size_t)hp->n_head * (size_t)f->tap.entries);
     f->tap.vrows = malloc(sizeof(float) * (size_t)f->tap.entries * hd);
@@ -290,8 +311,8 @@ static enum kvf_status fit_init(struct fit *f, const struct kvf_model *m, const 
     f->x = malloc(sizeof(float) * P * E);
     f->y = malloc(sizeof(float) * P * H);
     f->ridge = calloc(L, sizeof *f->ridge);
-    if (!f->tap.x || !f->tap.qscale || !f->tap.escale || !f->tap.vrows || !f->tap.vg || !f->gram || !f->pick || !f->x ||
-        !f->y || !f->ridge)
+    if (!f->tap.x || !f->slot || !f->tap.qscale || !f->tap.escale || !f->tap.vrows || !f->tap.vg || !f->gram ||
+        !f->pick || !f->x || !f->y || !f->ridge)
         return err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
     for (size_t l = 0; l < L; l++)
         if ((st = kv_ridge_init(&f->ridge[l], f->E, f->H)) != KVF_OK) return st;
@@ -312,8 +333,9 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
     const int64_t test_rows = (int64_t)p.test * p.per_span;
     float *yt = malloc(sizeof(float) * (size_t)KVF_MAX(1, test_rows) * m->hp.n_layer * m->hp.n_head_kv);
     float *yp = malloc(sizeof(float) * (size_t)KVF_MAX(1, test_rows) * m->hp.n_layer * m->hp.n_head_kv);
+    int64_t *tn = calloc((size_t)m->hp.n_layer, sizeof *tn);
     if ((st = corpus_init(&c, m->tok, texts, n_texts, p.span)) == KVF_OK) st = fit_init(&f, m, &p);
-    if (st == KVF_OK && (!spans || !yt || !yp)) st = err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
+    if (st == KVF_OK && (!spans || !yt || !yp || !tn)) st = err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
     if (st == KVF_OK && c.starts == 0)
         st = err_set(KVF_ERR_INVALID_ARG, "calibrate: no text of the corpus holds a span of %d tokens", p.span);
     if (st == KVF_OK) st = kv_zap_init(&z, f.L, f.E, f.H, m->digest);
@@ -333,42 +355,46 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
     }
     const int total = p.samples + p.test;
     int done = 0;
-    for (int i = p.test; st == KVF_OK && i < total; i++) {
+    bool stop = false;
+    for (int i = p.test; st == KVF_OK && !stop && i < total; i++) {
         if ((st = fit_span(&f, c.toks[spans[i].text] + spans[i].start)) == KVF_OK) st = fit_gather(&f);
         fit_span_done(&f);
         done++;
-        if (p.progress && !p.progress(done, total, p.user)) break;
+        stop = p.progress && !p.progress(done, total, p.user);
     }
     const int fitted = done;
-    const bool stopped = fitted < p.samples;
-    if (st == KVF_OK && fitted == 0) st = err_set(KVF_ERR_INVALID_ARG, "calibrate: stopped before the first span");
     if (st == KVF_OK) st = fit_solve(&f, &z);
-    for (int i = 0; st == KVF_OK && !stopped && i < p.test; i++) {
+    for (int i = 0; st == KVF_OK && !stop && i < p.test; i++) {
         st = fit_span(&f, c.toks[spans[i].text] + spans[i].start);
         for (int l = 0; st == KVF_OK && l < f.L; l++) {
-            fit_pairs(&f, l);
+            const int got = fit_pairs(&f, l);
             for (int g = 0; g < f.H; g++) {
-                const size_t at = ((size_t)l * f.H + g) * test_rows + (size_t)i * f.P;
-                kv_zap_score(&z, l, g, f.x, f.P, yp + at);
-                for (int r = 0; r < f.P; r++) yt[at + r] = f.y[(size_t)r * f.H + g];
+                const size_t at = ((size_t)l * f.H + g) * test_rows + tn[l];
+                kv_zap_score(&z, l, g, f.x, got, yp + at);
+                for (int r = 0; r < got; r++) yt[at + r] = f.y[(size_t)r * f.H + g];
             }
+            tn[l] += got;
         }
         fit_span_done(&f);
         done++;
-        if (p.progress && !p.progress(done, total, p.user)) break;
+        stop = p.progress && !p.progress(done, total, p.user);
     }
-    if (st == KVF_OK && !stopped && done == total && p.test > 0) fit_report(&f, yt, yp, test_rows, &z);
+    const bool tested = st == KVF_OK && done == total && p.test > 0;
+    if (tested) fit_report(&f, yt, yp, test_rows, tn, &z);
     if (st == KVF_OK) {
-        z.samples = fitted, z.span = p.span, z.rows = f.n;
+        int64_t rows = 0; /* the most pairs of any layer (a sliding-window layer may see fewer) */
+        for (int l = 0; l < f.L; l++) rows = KVF_MAX(rows, f.ridge[l].n);
+        z.samples = fitted, z.span = p.span, z.rows = rows;
         z.alpha = (float)p.alpha;
         st = kv_zap_save(&z, path);
     }
     if (st == KVF_OK && report) {
         *report = (struct kvf_kvzap_report){
-            .n_layer = z.n_layer, .samples = z.samples, .rows = z.rows, .test = done == total ? p.test : 0
+            .n_layer = z.n_layer, .samples = z.samples, .rows = z.rows, .test = tested ? p.test : 0
         };
         for (int l = 0; l < z.n_layer; l++) report->r2[l] = z.r2[l], report->spearman[l] = z.spearman[l];
     }
+    free(tn);
     kv_zap_free(&z);
     fit_free(&f);
     corpus_free(&c);

@@ -81,11 +81,12 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
                                        kv_policy_needs_acc(pol) || p->kv_gather > 0);
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->type_k, p->type_v);
     if (st == KVF_OK && (kv_policy_scorer(pol)->needs & KV_NEEDS_PRIOR)) {
+        /* a copy's scorer comes with it (session_new); else the file the spec or the model names */
         const char *path = pol->scorer[0] ? pol->scorer : s->model->zap_path;
-        if (access(path, F_OK) != 0)
+        if (s->zap.n_layer == 0 && access(path, F_OK) != 0)
             st = err_set(KVF_ERR_IO, "kvzap: no scorer file '%s'; make one with `kvfold calibrate -m MODEL --corpus "
                          "FILE...` (or name one: kvzap:scorer=FILE)", path);
-        else
+        else if (s->zap.n_layer == 0)
             st = kv_zap_load(path, hp->n_layer, hp->n_embd, hp->n_head_kv, s->model->digest, &s->zap);
         s->kv.has_prior = true;
     }
@@ -104,7 +105,8 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
 }
 
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
-                            const struct kv_policy *policy, const char *spec, struct kvf_session **out) {
+                            const struct kv_policy *policy, const char *spec, const struct kv_zap *zap,
+                            struct kvf_session **out) {
     struct kvf_session *s = calloc(1, sizeof *s);
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
     s->model = m;
@@ -112,7 +114,9 @@ enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_
     s->policy = *policy;
     s->swa_lost = -1;
     s->spec = strdup(spec ? spec : "");
-    const enum kvf_status st = s->spec ? session_parts_init(s) : err_set(KVF_ERR_NOMEM, "out of memory");
+    enum kvf_status st = s->spec ? KVF_OK : err_set(KVF_ERR_NOMEM, "out of memory");
+    if (st == KVF_OK && zap) st = kv_zap_copy(&s->zap, zap);
+    if (st == KVF_OK) st = session_parts_init(s);
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -151,7 +155,7 @@ enum kvf_status session_create(const struct kvf_model *m, const struct kvf_sessi
     p.kv_spec = NULL; /* not kept: the caller owns the string (s->spec is a copy) */
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
     struct kvf_session *s;
-    if ((st = session_new(m, &p, &policy, spec, &s)) != KVF_OK) return st;
+    if ((st = session_new(m, &p, &policy, spec, NULL, &s)) != KVF_OK) return st;
     if (load_profile && policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] &&
         (st = compress_load_profile(s, policy.profile)) != KVF_OK) {
         kvf_session_free(s);
@@ -342,7 +346,7 @@ enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_sessi
     *out = NULL;
     if (!src) return err_set(KVF_ERR_INVALID_ARG, "copy: NULL session");
     struct kvf_session *s;
-    enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, &s);
+    enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, &src->zap, &s);
     if (st != KVF_OK) return st;
     st = kv_qwin_copy(&s->qwin, &src->qwin); /* first: session_take sizes the compression scratch to it */
     if (st == KVF_OK) st = session_take(s, src);
@@ -681,6 +685,7 @@ static enum kvf_status pass_run(struct kvf_session *s, const int32_t *ids, int n
                               .merges = &s->merges, .recon = s->cs.recon, .recon_stride = s->cs.recon_stride,
                               .zap = s->zap.n_layer ? &s->zap : NULL, .tap = s->tap};
     const int32_t rope0 = session_next_rope(s);
+    if (s->tap) s->tap->run_end = n0 + n;
     enum kvf_status st = KVF_OK;
     for (int i = 0, nb; st == KVF_OK && i < n; i += nb) {
         nb = KVF_MIN(s->params.n_batch, n - i);

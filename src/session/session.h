@@ -125,9 +125,12 @@ enum kvf_status session_reserve(struct kvf_session *s, int n);
 /* Room for n_pos positions and heads of n_keys entries (compress_reserve
  * sized to the query windows' rows too). */
 enum kvf_status session_room(struct kvf_session *s, int n_pos, int n_keys);
-/* A session of resolved params p under policy (parsed from spec), empty. */
+/* A session of resolved params p under policy (parsed from spec), empty;
+ * zap (may be NULL): its KVzap scorer, copied (a copy of a session), else
+ * read from the file the policy names. */
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
-                            const struct kv_policy *policy, const char *spec, struct kvf_session **out);
+                            const struct kv_policy *policy, const char *spec, const struct kv_zap *zap,
+                            struct kvf_session **out);
 /* kvf_session_init's checks and parse; load_profile: PrefixKV's profile
  * file is read (a session file carries the ratios instead). */
 enum kvf_status session_create(const struct kvf_model *m, const struct kvf_session_params *params, bool load_profile,

@@ -107,6 +107,8 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
         put_i32(w, s->merges.heads[i].n);
         put(w, s->merges.heads[i].m, sizeof *s->merges.heads[i].m * (size_t)s->merges.heads[i].n);
     }
+    /* KVzap's scorer, whose scores the entries carry */
+    if (s->kv.has_prior) put(w, &s->zap.crc, sizeof s->zap.crc);
     /* the cache, head by head, in its storage type */
     for (size_t i = 0; i < (size_t)L * H; i++) {
         const struct kv_head *h = &s->kv.heads[i];
@@ -406,6 +408,11 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
                 if (ml->m[i].from < 0 || ml->m[i].from >= np || ml->m[i].into < 0 || ml->m[i].into >= np)
                     return bad("a merge record's position is out of range");
         }
+    uint32_t zap_crc = s->zap.crc;
+    if (s->kv.has_prior) get(r, &zap_crc, sizeof zap_crc);
+    if (zap_crc != s->zap.crc)
+        return err_set(KVF_ERR_UNSUPPORTED, "session file: its entries were scored by another KVzap scorer (%08x) than "
+                       "the one its spec names now (%08x)", zap_crc, s->zap.crc);
     int most = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < H; g++) {

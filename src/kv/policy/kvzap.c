@@ -6,7 +6,9 @@
  * weight multiplied by the norm of what its value adds to the output, max
  * over the query heads of its kv head), scores an entry from its layer's
  * attention input as the entry is written (kv/kvzap.h; model/decoder.c), in
- * the prompt and while decoding; ranking reads those scores. The first
+ * the prompt and while decoding; compression ranks by those scores, and so
+ * does +decode=recompress (the other decode stages keep their own rules).
+ * The first
  * `sinks` entries are always kept; every head of every layer is ranked
  * together as KVzip's are (+budget=global), or by a threshold on the score
  * (+budget=threshold:tau=-4, kvpress's DMSPress), so the share kept follows
