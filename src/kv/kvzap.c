@@ -16,11 +16,17 @@ enum kvf_status kv_zap_init(struct kv_zap *z, int n_layer, int n_embd, int n_hea
     z->b = calloc(heads, sizeof(float));
     z->r2 = malloc(sizeof(float) * (size_t)n_layer);
     z->spearman = malloc(sizeof(float) * (size_t)n_layer);
-    if (!z->w || !z->b || !z->r2 || !z->spearman) {
+    z->layer = calloc((size_t)n_layer, sizeof *z->layer);
+    if (!z->w || !z->b || !z->r2 || !z->spearman || !z->layer) {
         kv_zap_free(z);
         return err_set(KVF_ERR_NOMEM, "out of memory for a KVzap scorer");
     }
-    for (int l = 0; l < n_layer; l++) z->r2[l] = z->spearman[l] = NAN;
+    for (int l = 0; l < n_layer; l++) {
+        z->r2[l] = z->spearman[l] = NAN;
+        z->layer[l] = (struct weight){.type = DT_F32, .rows = n_head_kv, .cols = n_embd,
+                                      .row_bytes = sizeof(float) * (size_t)n_embd,
+                                      .data = z->w + (size_t)l * n_head_kv * n_embd};
+    }
     return KVF_OK;
 }
 
@@ -29,6 +35,7 @@ void kv_zap_free(struct kv_zap *z) {
     free(z->b);
     free(z->r2);
     free(z->spearman);
+    free(z->layer);
     memset(z, 0, sizeof *z);
 }
 
@@ -175,11 +182,14 @@ enum kvf_status kv_zap_copy(struct kv_zap *dst, const struct kv_zap *src) {
     return KVF_OK;
 }
 
-void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out) {
-    const size_t head = (size_t)l * z->n_head_kv + g;
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, z->n_embd, 1.0f, x, z->n_embd, z->w + head * z->n_embd, 1, 0.0f, out,
-                1);
-    for (int t = 0; t < n; t++) out[t] += z->b[head];
+enum kvf_status kv_zap_score(const struct kv_zap *z, int l, const float *x, int n, float *out) {
+    void *scratch = malloc(ops_matmul_scratch_bytes(z->n_embd, n, 1));
+    if (!scratch) return err_set(KVF_ERR_NOMEM, "out of memory for KVzap's scores");
+    ops_matmul(&z->layer[l], x, n, out, scratch, 1);
+    free(scratch);
+    for (int t = 0; t < n; t++)
+        for (int g = 0; g < z->n_head_kv; g++) out[(size_t)t * z->n_head_kv + g] += z->b[(size_t)l * z->n_head_kv + g];
+    return KVF_OK;
 }
 
 double kv_zap_r2(const float *y, const float *f, int64_t n) {

@@ -16,6 +16,7 @@
 #define KVF_KV_KVZAP_H
 
 #include "core/common.h"
+#include "core/ops.h"
 
 #define KVZAP_VERSION 1
 
@@ -25,6 +26,7 @@ struct kv_zap {
     uint32_t crc;     /* CRC-32 of w's and b's bytes (set by kv_zap_load, kv_zap_save): its identity */
     float *w;         /* [n_layer][n_head_kv][n_embd], owned */
     float *b;         /* [n_layer][n_head_kv], owned */
+    struct weight *layer; /* [n_layer] each layer's w as an F32 weight of n_head_kv rows (ops_matmul), owned */
     /* The fit's record (written by the calibration, read back for `kvfold info`-like reports). */
     int samples, span;
     int64_t rows;
@@ -49,8 +51,10 @@ enum kvf_status kv_zap_save(struct kv_zap *z, const char *path);
 bool kv_zap_same(const struct kv_zap *a, const struct kv_zap *b);
 /* dst gets a copy of src (an empty src: an empty dst). */
 enum kvf_status kv_zap_copy(struct kv_zap *dst, const struct kv_zap *src);
-/* Layer l's scores for kv head g of n rows x ([n][n_embd]) into out[n]. */
-void kv_zap_score(const struct kv_zap *z, int l, int g, const float *x, int n, float *out);
+/* Layer l's scores of n rows x ([n][n_embd]) into out [n][n_head_kv]: the
+ * product of z->layer[l] (ops_matmul, as the decoder runs it, on one
+ * thread here), plus the biases. */
+enum kvf_status kv_zap_score(const struct kv_zap *z, int l, const float *x, int n, float *out);
 
 /* A ridge regression of H targets on E inputs, gathered pair by pair in
  * double precision and solved in closed form: scikit-learn's Ridge (the

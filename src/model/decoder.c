@@ -116,6 +116,27 @@ static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, 
     return KVF_OK;
 }
 
+/* KVzap's scores of the n entries layer l just appended, from their
+ * attention inputs x [n][n_embd]: the scorer's product (the weights' own
+ * kernel, on the pass's threads) into f->gate, free until the FFN, a batch
+ * at a time. */
+static enum kvf_status zap_write(const struct decoder *d, int l, const float *x, int n) {
+    const struct hparams *hp = &d->model->hp;
+    const struct fwd_scratch *f = d->fw;
+    const int H = hp->n_head_kv;
+    if (H > hp->n_ff) return err_set(KVF_ERR_UNSUPPORTED, "kvzap: %d kv heads over the feed-forward's %d", H, hp->n_ff);
+    for (int i = 0; i < n; i += f->n_batch) {
+        const int nb = KVF_MIN(f->n_batch, n - i);
+        matmul_rows(f, &d->zap->layer[l], x + (size_t)i * hp->n_embd, nb, f->gate);
+        for (int g = 0; g < H; g++) {
+            struct kv_head *h = kv_cache_head(d->kv, l, g);
+            float *prior = h->prior + h->n - n + i;
+            for (int t = 0; t < nb; t++) prior[t] = f->gate[(size_t)t * H + g] + d->zap->b[(size_t)l * H + g];
+        }
+    }
+    return KVF_OK;
+}
+
 /* The rest of layer l's self-attention for n rows of one session, whose
  * attention inputs (after the layer's input norm) are x [n][n_embd] and
  * projections q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
@@ -165,10 +186,7 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, const float 
     enum kvf_status st = kv_cache_reserve(d->kv, l, n);
     if (st != KVF_OK) return st;
     kv_cache_append(d->kv, l, k, v, f->btag, n);
-    for (int g = 0; d->zap && g < hp->n_head_kv; g++) {
-        struct kv_head *h = kv_cache_head(d->kv, l, g);
-        kv_zap_score(d->zap, l, g, x, n, h->prior + h->n - n);
-    }
+    if (d->zap && (st = zap_write(d, l, x, n)) != KVF_OK) return st;
     for (int t = 0; d->tap && d->tap->x && t < n; t++) {
         const int slot = f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap ? d->tap->x_slot[f->pos[t]] : -1;
         if (slot >= 0)

@@ -49,7 +49,7 @@ struct fit {
     struct decoder_tap tap;
     float *gram;            /* [L][n_head][head_dim][head_dim] */
     int *pick;              /* [span] positions of the span, the first P drawn */
-    float *x, *y;           /* [P][E], [P][H]: one layer's pairs of a span */
+    float *x, *y, *yp;      /* [P][E], [P][H], [P][H]: one layer's pairs of a span, the fit's scores */
     int *slot;              /* [n_prefix + span] a position's row among the P (-1: not drawn) */
     struct kv_ridge *ridge; /* [L] */
     uint64_t rng;
@@ -248,6 +248,7 @@ static void fit_free(struct fit *f) {
     free(f->slot);
     free(f->x);
     free(f->y);
+    free(f->yp);
     for (int l = 0; f->ridge && l < f->L; l++) kv_ridge_free(&f->ridge[l]);
     free(f->ridge);
 }
@@ -310,9 +311,10 @@ static enum kvf_status fit_init(struct fit *f, const struct kvf_model *m, const 
     f->pick = malloc(sizeof(int) * (size_t)p->span);
     f->x = malloc(sizeof(float) * P * E);
     f->y = malloc(sizeof(float) * P * H);
+    f->yp = malloc(sizeof(float) * P * H);
     f->ridge = calloc(L, sizeof *f->ridge);
     if (!f->tap.x || !f->slot || !f->tap.qscale || !f->tap.escale || !f->tap.vrows || !f->tap.vg || !f->gram ||
-        !f->pick || !f->x || !f->y || !f->ridge)
+        !f->pick || !f->x || !f->y || !f->yp || !f->ridge)
         return err_set(KVF_ERR_NOMEM, "calibrate: out of memory");
     for (size_t l = 0; l < L; l++)
         if ((st = kv_ridge_init(&f->ridge[l], f->E, f->H)) != KVF_OK) return st;
@@ -368,10 +370,11 @@ enum kvf_status kvf_kvzap_calibrate(const struct kvf_model *m, const char *const
         st = fit_span(&f, c.toks[spans[i].text] + spans[i].start);
         for (int l = 0; st == KVF_OK && l < f.L; l++) {
             const int got = fit_pairs(&f, l);
+            if (got && (st = kv_zap_score(&z, l, f.x, got, f.yp)) != KVF_OK) break;
             for (int g = 0; g < f.H; g++) {
                 const size_t at = ((size_t)l * f.H + g) * test_rows + tn[l];
-                kv_zap_score(&z, l, g, f.x, got, yp + at);
-                for (int r = 0; r < got; r++) yt[at + r] = f.y[(size_t)r * f.H + g];
+                for (int r = 0; r < got; r++)
+                    yt[at + r] = f.y[(size_t)r * f.H + g], yp[at + r] = f.yp[(size_t)r * f.H + g];
             }
             tn[l] += got;
         }

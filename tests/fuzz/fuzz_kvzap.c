@@ -14,10 +14,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const struct hparams *hp = &m->hp;
     struct kv_zap z;
     if (kv_zap_load_buffer(data, size, hp->n_layer, hp->n_embd, hp->n_head_kv, m->digest, &z) != KVF_OK) return 0;
-    float *x = calloc((size_t)hp->n_embd, sizeof(float)), out;
-    for (int l = 0; x && l < hp->n_layer; l++)
-        for (int g = 0; g < hp->n_head_kv; g++) kv_zap_score(&z, l, g, x, 1, &out);
+    float *x = calloc((size_t)hp->n_embd, sizeof(float)), *out = calloc((size_t)hp->n_head_kv, sizeof(float));
+    for (int l = 0; x && out && l < hp->n_layer; l++) kv_zap_score(&z, l, x, 1, out);
     free(x);
+    free(out);
     kv_zap_free(&z);
     return 0;
 }

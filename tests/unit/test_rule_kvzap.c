@@ -214,17 +214,17 @@ static void test_score(void **st) {
     assert_int_equal(kv_zap_init(&z, L, E, H, 0), KVF_OK);
     zap_fill(&z, 4);
     unsigned seed = 8;
-    float x[N * E], out[N];
+    float x[N * E], out[N * H];
     for (int i = 0; i < N * E; i++) x[i] = frand(&seed);
-    for (int l = 0; l < L; l++)
-        for (int g = 0; g < H; g++) {
-            kv_zap_score(&z, l, g, x, N, out);
+    for (int l = 0; l < L; l++) {
+        assert_int_equal(kv_zap_score(&z, l, x, N, out), KVF_OK);
+        for (int g = 0; g < H; g++)
             for (int t = 0; t < N; t++) {
                 double v = z.b[l * H + g];
                 for (int e = 0; e < E; e++) v += (double)z.w[(l * H + g) * E + e] * x[t * E + e];
-                assert_true(fabs(out[t] - v) < 1e-5);
+                assert_true(fabs(out[t * H + g] - v) < 1e-5);
             }
-        }
+    }
     kv_zap_free(&z);
 }
 

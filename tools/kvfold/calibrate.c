@@ -33,21 +33,18 @@ static int calibrate_opts(struct args *a, struct opt *out) {
     OPTS_RETURN(out, t);
 }
 
-struct cal_run {
-    struct progress bar;
-};
-
-static bool on_progress(int done, int total, void *user) {
-    struct cal_run *r = user;
-    progress_update(&r->bar, done, NULL);
+static bool on_progress(int done, int total, void *bar) {
+    progress_update(bar, done, NULL);
     (void)total;
     return !interrupted();
 }
 
 static void print_report(const struct args *a, const char *path, const struct kvf_kvzap_report *r, double secs) {
-    double r2 = 0, rho = 0;
-    for (int l = 0; l < r->n_layer; l++) r2 += r->r2[l], rho += r->spearman[l];
-    r2 /= r->n_layer, rho /= r->n_layer;
+    double r2 = 0, rho = 0; /* means over the layers measured (a sliding-window layer may have no pair) */
+    int measured = 0;
+    for (int l = 0; l < r->n_layer; l++)
+        if (!isnan(r->r2[l]) && !isnan(r->spearman[l])) r2 += r->r2[l], rho += r->spearman[l], measured++;
+    r2 /= measured, rho /= measured;
     if (a->json) {
         cJSON *o = cJSON_CreateObject(), *lr = cJSON_AddArrayToObject(o, "r2"),
               *ls = cJSON_AddArrayToObject(o, "spearman");
@@ -93,15 +90,15 @@ static int cmd_calibrate(const struct args *a) {
         struct kvf_kvzap_params p = kvf_kvzap_default_params();
         p.samples = a->cal.samples, p.test = a->cal.test, p.span = a->cal.span, p.per_span = a->cal.per_span;
         p.alpha = a->cal.alpha, p.seed = a->seed, p.n_threads = a->threads;
-        struct cal_run run;
-        progress_init(&run.bar, "calibrate", "span", p.samples + p.test, a);
-        p.progress = on_progress, p.user = &run;
+        struct progress bar;
+        progress_init(&bar, "calibrate", "span", p.samples + p.test, a);
+        p.progress = on_progress, p.user = &bar;
         const char *path = a->output ? a->output : kvf_kvzap_default_path(m);
         struct kvf_kvzap_report *r = malloc(sizeof *r);
         const double t0 = now_ms();
         const enum kvf_status st =
             r ? kvf_kvzap_calibrate(m, (const char *const *)texts, files->n, &p, path, r) : KVF_ERR_NOMEM;
-        progress_end(&run.bar);
+        progress_end(&bar);
         if (st != KVF_OK) rc = fail_option(st, "calibrate");
         else print_report(a, path, r, (now_ms() - t0) / 1000.0);
         if (!rc && interrupted()) rc = EXIT_INTERRUPTED;

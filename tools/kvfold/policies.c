@@ -42,9 +42,11 @@ static const struct {
               "compression. Costs about one more prefill of the context when it compresses (the model repeats it), "
               "the cache peaking at the context plus one chunk of the repetition meanwhile."},
     {"kvzap", "kvzip's use (a cache compressed before its question exists) at the price of one prefill: KVzip's "
-              "scores predicted from each layer's input as entries are written, no second pass. Needs the model's "
-              "scorer, fitted once by `kvfold calibrate -m MODEL --corpus FILE...` (MODEL.kvzap beside the model, "
-              "or scorer=FILE); +budget=threshold:tau=T keeps what scores over T, so the share follows the context."},
+              "scores predicted from each layer's input as entries are written, no second pass (36 ms of "
+              "compression against kvzip's 44 s on the 1.5B's 4K contexts). Needs the model's scorer, fitted once "
+              "by `kvfold calibrate -m MODEL --corpus FILE...` (MODEL.kvzap beside the model, or scorer=FILE). "
+              "Best with a threshold: kvzap+budget=threshold:tau=-3 answered 0.75 of RULER's 16 questions at 0.16 "
+              "of the bytes on the 1.5B (kvzip at 0.2: 0.80); under budget=0.2, 0.56."},
     {"tova", "as snapkv with a window of one query averaged over every head of a layer (kvpress's TOVAPress, the "
              "same entries kept): question-aware, so the question must end the prompt; it loses what the question "
              "asks when the question comes after (RULER in docs/RESULTS.md)."},
