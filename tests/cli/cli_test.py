@@ -1018,12 +1018,14 @@ def case_kvzap(ctx):
         ratios.append(json.loads(out)["kv"]["ratio"])
     check(1 >= ratios[0] > ratios[1] > 0, f"a higher threshold keeps less: {ratios}")
     # beside the model: MODEL.kvzap
-    link = os.path.join(ctx.tmp, "smol.gguf")
+    link, beside = os.path.join(ctx.tmp, "smol.gguf"), os.path.join(ctx.tmp, "smol.kvzap")
     if not os.path.exists(link):
         os.symlink(os.path.abspath(smol), link)
+    if os.path.exists(beside):  # an earlier run's
+        os.remove(beside)
     rc, _, err = ctx.run("generate", "-m", link, "-p", "Hello", "-n", "1", "--kv", "kvzap")
     check(rc == 2 and "kvfold calibrate" in err and "smol.kvzap" in err, f"no scorer: {rc} {err}")
-    shutil.copy(path, os.path.join(ctx.tmp, "smol.kvzap"))
+    shutil.copy(path, beside)
     rc, _, err = ctx.run("generate", "-m", link, "-p", "Hello", "-n", "1", "--kv", "kvzap")
     check(rc == 0, f"the scorer beside the model: {err}")
     # damaged, foreign, bad corpora and parameters

@@ -46,7 +46,7 @@ static const struct {
               "compression against kvzip's 44 s on the 1.5B's 4K contexts). Needs the model's scorer, fitted once "
               "by `kvfold calibrate -m MODEL --corpus FILE...` (MODEL.kvzap beside the model, or scorer=FILE). "
               "Best with a threshold: kvzap+budget=threshold:tau=-3 answered 0.75 of RULER's 16 questions at 0.16 "
-              "of the bytes on the 1.5B (kvzip at 0.2: 0.80); under budget=0.2, 0.56."},
+              "of the bytes on the 1.5B (kvzip at 0.2: 0.80); under budget=0.2, 0.69."},
     {"tova", "as snapkv with a window of one query averaged over every head of a layer (kvpress's TOVAPress, the "
              "same entries kept): question-aware, so the question must end the prompt; it loses what the question "
              "asks when the question comes after (RULER in docs/RESULTS.md)."},

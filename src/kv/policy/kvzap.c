@@ -8,11 +8,12 @@
  * attention input as the entry is written (kv/kvzap.h; model/decoder.c), in
  * the prompt and while decoding; compression ranks by those scores, and so
  * does +decode=recompress (the other decode stages keep their own rules).
- * The first
- * `sinks` entries are always kept; every head of every layer is ranked
- * together as KVzip's are (+budget=global), or by a threshold on the score
- * (+budget=threshold:tau=-4, kvpress's DMSPress), so the share kept follows
- * the context. */
+ * The first `sinks` entries are always kept. Each kv head keeps its share,
+ * as kvpress's KVzapPress under a compression ratio does: ranking every
+ * layer together (+budget=global, kvzip's) answered less on RULER, a
+ * linear scorer's errors differing by layer; a threshold on the score
+ * (+budget=threshold:tau=T, kvpress's DMSPress) answered the most, the
+ * share kept following the context. */
 #include "kv/policy.h"
 
 #include <math.h>
@@ -28,11 +29,11 @@ const struct kv_rule kv_rule_kvzap = {
     .stage = "preset",
     .name = "kvzap",
     .summary = "KVzip's scores predicted from each layer's input as entries are written (a scorer fitted by kvfold "
-               "calibrate; no second pass); heads ranked together",
+               "calibrate; no second pass)",
     .paper = "KVzap (Jegou and Jeblick, NVIDIA 2026, arXiv:2601.07891); kvpress's KVzapPress",
     .keys = "budget sinks scorer",
-    .shown = "budget=0.2,sinks=4 +budget=global",
-    .defaults = { .method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS, .alloc = KV_ALLOC_GLOBAL },
+    .shown = "budget=0.2,sinks=4",
+    .defaults = { .method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS },
     .needs = KV_NEEDS_PRIOR,
     .score = kv_score_kvzap,
 };
