@@ -199,17 +199,10 @@ static bool spans_overlap(struct span a, struct span b, int span) {
 /* The chat template's text before a user's message (BOS first when the
  * model adds one) into f->ids; the user's text is the span. */
 static enum kvf_status fit_prefix(struct fit *f) {
-    static const char mark[] = "\x01user\x01";
-    char buf[1024] = "";
-    int32_t len;
-    const struct kvf_chat_message msg = { "user", mark };
-    if (kvf_chat_apply(f->m, NULL, &msg, 1, true, buf, sizeof buf, &len) == KVF_OK) {
-        char *at = strstr(buf, mark);
-        if (!at) return err_set(KVF_ERR_INTERNAL, "calibrate: the chat template lost the user's text");
-        *at = '\0';
-    } else {
-        buf[0] = '\0';
-    }
+    char buf[1024];
+    const char *after;
+    const enum kvf_status st = session_user_template(f->m, buf, sizeof buf, &after);
+    if (st != KVF_OK) return st;
     const int32_t got = tok_encode(f->m->tok, buf, strlen(buf), f->ids, 256, true, true);
     if (got < 0) return err_set(KVF_ERR_INTERNAL, "calibrate: the chat template's prefix takes over 256 tokens");
     f->n_prefix = got;

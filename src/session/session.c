@@ -659,20 +659,29 @@ enum kvf_status kvf_session_prefill_prompt_part(struct kvf_session *s, const str
     return st;
 }
 
-/* The chat template's end of a user turn and start of the assistant's
- * (kvpress: what follows the user's text), or "\n" without a template. */
-static enum kvf_status pass_turn(const struct kvf_model *m, char *buf, int cap) {
-    static const char mark[] = "\x01turn\x01";
+enum kvf_status session_user_template(const struct kvf_model *m, char *buf, int cap, const char **after) {
+    static const char mark[] = "\x01user\x01";
     const struct kvf_chat_message msg = {"user", mark};
     int32_t len;
     if (kvf_chat_apply(m, NULL, &msg, 1, true, buf, cap, &len) != KVF_OK) {
-        snprintf(buf, (size_t)cap, "\n");
+        buf[0] = '\0';
+        *after = "\n";
         return KVF_OK;
     }
-    const char *after = strstr(buf, mark);
-    if (!after) return err_set(KVF_ERR_INTERNAL, "the chat template lost the user's text");
-    memmove(buf, after + sizeof mark - 1, strlen(after + sizeof mark - 1) + 1);
+    char *at = strstr(buf, mark);
+    if (!at) return err_set(KVF_ERR_INTERNAL, "the chat template lost the user's text");
+    *at = '\0';
+    *after = at + sizeof mark - 1;
     return KVF_OK;
+}
+
+/* The chat template's end of a user turn and start of the assistant's
+ * (kvpress: what follows the user's text), or "\n" without a template. */
+static enum kvf_status pass_turn(const struct kvf_model *m, char *buf, int cap) {
+    const char *after;
+    const enum kvf_status st = session_user_template(m, buf, cap, &after);
+    if (st == KVF_OK) memmove(buf, after, strlen(after) + 1);
+    return st;
 }
 
 /* One run of n ids at positions n0.. through the decoder, its queries'

@@ -136,6 +136,10 @@ enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_
 enum kvf_status session_create(const struct kvf_model *m, const struct kvf_session_params *params, bool load_profile,
                                struct kvf_session **out);
 
+/* The model's chat template around one user message: buf[cap] gets the
+ * text before the user's (BOS aside), *after points (into buf) at the text
+ * after it, the assistant's turn; without a template, "" and "\n". */
+enum kvf_status session_user_template(const struct kvf_model *m, char *buf, int cap, const char **after);
 /* A scoring rule's pass over the context (KVzip's reconstruction), its
  * maxima left in cs.recon for the compression (session.c). */
 enum kvf_status session_rule_pass(struct kvf_session *s, const struct kv_pass_ops *pass);
