@@ -1,8 +1,7 @@
 /* Decoding attention's runs of KV rows against a group's query heads
  * (quant_kv_scores, quant_kv_mix), written once for any vector width:
- * quant_avx2.c and quant_avx512.c include this body under their mapping
- * (simd_avx2.h, simd_avx512.h; the names are listed in vec_simd.h) after
- * defining what depends on the ISA's blocks:
+ * quant_simd.h includes this body (under the mapping of simd_avx2.h or
+ * simd_avx512.h; the names are listed in vec_simd.h) after defining
  *   kv_dot_lanes(t, row, x, d)        one row of type t against x, in lanes,
  *                                     as the one-row dot_f32x[t] sums them
  *   kv_values(t, row, c, left, m)     values c .. c + VW - 1 of a row (the
@@ -10,6 +9,7 @@
  *                                     Q4_0 their codes, the scale going into
  *                                     the axpy's factor (quant_kv_scale)
  *   dot_q32_lanes_n                   q32_rows_simd.h's, included before
+ * and quant_avx2.c / quant_avx512.c, before that, what is the ISA's:
  *   V_REDUCE_ROWS(v)                  the sums of VW vectors' lanes, lane r
  *                                     that of v[r], each by the one-row
  *                                     form's tree

@@ -1,7 +1,7 @@
 /* One KV cache row of a 32-value block type (Q8_0, Q4_0; t a constant)
- * against plain float32, written once for any vector width: quant_avx2.c
- * and quant_avx512.c include this body under their mapping (simd_avx2.h,
- * simd_avx512.h) after defining
+ * against plain float32, written once for any vector width: quant_simd.h
+ * includes this body, under the mapping of simd_avx2.h or simd_avx512.h,
+ * once quant_avx2.c or quant_avx512.c has defined
  *   q32_codes(t, b, k)   values VW k .. VW k + VW - 1 of the block at b as
  *                        floats, its codes (the scale not applied)
  * No include guard: one inclusion per file. */

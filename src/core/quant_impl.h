@@ -86,27 +86,6 @@ static_assert(sizeof(struct block_q8_K) == 292, "q8_K layout");
 #include <immintrin.h>
 /* One vcvtph2ps; identical to fp16_to_f32 for every input (tested). */
 #define QUANT_H2F(h) _cvtsh_ss(h)
-
-/* For the SIMD files' 32-value block kernels, which take a group of four
- * blocks 0, k1, k2, k3 at a time. */
-/* Four fp16 fields as floats. */
-static inline __m128 fp16x4(uint16_t f0, uint16_t f1, uint16_t f2, uint16_t f3) {
-    return _mm_cvtph_ps(_mm_setr_epi16((short)f0, (short)f1, (short)f2, (short)f3, 0, 0, 0, 0));
-}
-
-/* Q4_1's offsets m of blocks 0, k1, k2, k3; none for the other formats. */
-static inline __m128 m_q4_1(const struct block_q4_1 *p, int k1, int k2, int k3) {
-    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
-}
-
-static inline __m128 m_q5_1(const struct block_q5_1 *p, int k1, int k2, int k3) {
-    return fp16x4(p[0].m, p[k1].m, p[k2].m, p[k3].m);
-}
-
-static inline __m128 no_min(const void *p, int k1, int k2, int k3) {
-    (void)p, (void)k1, (void)k2, (void)k3;
-    return _mm_setzero_ps();
-}
 #else
 #define QUANT_H2F(h) fp16_to_f32(h)
 #endif
