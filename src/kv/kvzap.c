@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 enum kvf_status kv_zap_init(struct kv_zap *z, int n_layer, int n_embd, int n_head_kv, uint32_t digest) {
@@ -309,3 +310,88 @@ enum kvf_status kv_ridge_solve(const struct kv_ridge *r, double alpha, float *w,
     free(c);
     return st;
 }
+
+/* As the rule kvzap's statistic (kv/stat.h): the scorer, which writes each
+ * entry's score (kv_head.prior) as the decoder appends it, in the prompt,
+ * in a rule's pass and while decoding. */
+static enum kvf_status stat_init(void **st, const struct kv_stat_in *in) {
+    const char *path = in->scorer && in->scorer[0] ? in->scorer : in->beside;
+    if (!path || access(path, F_OK) != 0)
+        return err_set(KVF_ERR_IO,
+                       "kvzap: no scorer file '%s'; make one with `kvfold calibrate -m MODEL --corpus "
+                       "FILE...` (or name one: kvzap:scorer=FILE)",
+                       path ? path : "");
+    struct kv_zap *z = malloc(sizeof *z);
+    if (!z) return err_set(KVF_ERR_NOMEM, "out of memory for a KVzap scorer");
+    const enum kvf_status e = kv_zap_load(path, in->n_layer, in->n_embd, in->n_head_kv, in->digest, z);
+    if (e != KVF_OK) free(z);
+    else *st = z;
+    return e;
+}
+
+static enum kvf_status stat_dup(void **st, const void *src) {
+    struct kv_zap *z = malloc(sizeof *z);
+    if (!z) return err_set(KVF_ERR_NOMEM, "out of memory for a KVzap scorer");
+    const enum kvf_status e = kv_zap_copy(z, src);
+    if (e != KVF_OK) free(z);
+    else *st = z;
+    return e;
+}
+
+static void stat_free(void *st) {
+    if (st) kv_zap_free(st);
+    free(st);
+}
+
+/* The entries carry the scores: a fork keeps them when its scorer is the one that wrote them. */
+static bool stat_agrees(const void *st, const void *src) { return kv_zap_same(st, src); }
+static void stat_take(void *st, const void *src) { (void)st, (void)src; }
+
+/* The scorer's product into the call's work space, a batch at a time (the
+ * weights' own kernel on the pass's threads), plus the biases. */
+static enum kvf_status stat_written(const void *st, const struct kv_stat_rows *r) {
+    const struct kv_zap *z = st;
+    const int H = z->n_head_kv, l = r->layer;
+    if (H > r->work_cols)
+        return err_set(KVF_ERR_UNSUPPORTED, "kvzap: %d kv heads over %d columns of work space", H, r->work_cols);
+    for (int i = 0; i < r->n; i += r->batch) {
+        const int nb = KVF_MIN(r->batch, r->n - i);
+        r->matmul(r->ctx, &z->layer[l], r->x + (size_t)i * z->n_embd, nb, r->work);
+        for (int g = 0; g < H; g++) {
+            struct kv_head *h = kv_cache_head(r->kv, l, g);
+            float *prior = h->prior + h->n - r->n + i;
+            for (int t = 0; t < nb; t++) prior[t] = r->work[(size_t)t * H + g] + z->b[(size_t)l * H + g];
+        }
+    }
+    return KVF_OK;
+}
+
+static void stat_save(const void *st, const struct kv_stat_io *io) {
+    const struct kv_zap *z = st;
+    io->put(io->ctx, &z->crc, sizeof z->crc);
+}
+
+static enum kvf_status stat_load(void *st, const struct kv_stat_io *io) {
+    const struct kv_zap *z = st;
+    uint32_t crc;
+    if (!io->get(io->ctx, &crc, sizeof crc)) return err_set(KVF_ERR_FORMAT, "session file: truncated in its scorer");
+    if (crc != z->crc)
+        return err_set(KVF_ERR_UNSUPPORTED,
+                       "session file: its entries were scored by another KVzap scorer (%08x) than "
+                       "the one its spec names now (%08x)",
+                       crc, z->crc);
+    return KVF_OK;
+}
+
+const struct kv_stat_ops kv_stat_zap = {
+    .name = "the scores KVzap's scorer wrote as the prompt ran",
+    .prior = true,
+    .init = stat_init,
+    .dup = stat_dup,
+    .free = stat_free,
+    .agrees = stat_agrees,
+    .take = stat_take,
+    .written = stat_written,
+    .save = stat_save,
+    .load = stat_load,
+};

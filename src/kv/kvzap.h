@@ -17,6 +17,7 @@
 
 #include "core/common.h"
 #include "core/ops.h"
+#include "kv/stat.h"
 
 #define KVZAP_VERSION 1
 
@@ -80,5 +81,9 @@ enum kvf_status kv_ridge_solve(const struct kv_ridge *r, double alpha, float *w,
  * either is constant). work: [2n] floats, iwork: [n] ints. */
 double kv_zap_r2(const float *y, const float *f, int64_t n);
 double kv_zap_spearman(const float *y, const float *f, int64_t n, float *work, int *iwork);
+
+/* The rule kvzap's statistic: the scorer the policy names (or the one
+ * beside the model), writing each entry's score (kv/stat.h). */
+extern const struct kv_stat_ops kv_stat_zap;
 
 #endif

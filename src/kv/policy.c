@@ -32,7 +32,8 @@ const struct kv_rule kv_rule_full = {
 };
 
 /* The options that are the absence of a stage's work. */
-static const struct kv_rule budget_uniform = {
+static const struct kv_budget_ops uniform_ops = {.rank = KV_RANK_HEAD};
+const struct kv_rule kv_rule_budget_uniform = {
     .stage = "budget",
     .name = "uniform",
     .summary = "every layer keeps the same share",
@@ -40,6 +41,7 @@ static const struct kv_rule budget_uniform = {
     .keys = "",
     .shown = "",
     .defaults = {.alloc = KV_ALLOC_UNIFORM},
+    .budget = &uniform_ops,
 };
 static const struct kv_rule reduce_none = {
     .stage = "reduce",
@@ -62,15 +64,16 @@ static const struct kv_rule schedule_bulk = {
 
 /* Each stage's options, indexed by the stage's enum. */
 static const struct kv_rule *const budget_options[KV_ALLOC_COUNT] = {
-    &budget_uniform,          &kv_rule_budget_pyramid, &kv_rule_budget_prefix,
-    &kv_rule_budget_adaptive, &kv_rule_budget_global,  &kv_rule_budget_threshold};
+#define KV_BUDGET_RULE(ID, name) [KV_ALLOC_##ID] = &kv_rule_budget_##name,
+#include "kv/rules.def"
+};
 static const struct kv_rule *const reduce_options[KV_REDUCE_COUNT] = {
     [KV_REDUCE_NONE] = &reduce_none,
 #define KV_REDUCE_RULE(ID, name) [KV_REDUCE_##ID] = &kv_rule_reduce_##name,
 #include "kv/rules.def"
 };
 static const struct kv_rule *const schedule_options[KV_SCHEDULE_COUNT] = {&schedule_bulk, &kv_rule_schedule_blocks};
-static const struct kv_rule pool_none = {
+const struct kv_rule kv_rule_pool_none = {
     .stage = "pool",
     .name = "none",
     .summary = "each rule's own scores",
@@ -79,9 +82,14 @@ static const struct kv_rule pool_none = {
     .shown = "",
     .defaults = {.pool = KV_POOL_NONE},
 };
-static const struct kv_rule *const pool_options[KV_POOL_COUNT] = {&pool_none, &kv_rule_pool_avg};
+static const struct kv_rule *const pool_options[KV_POOL_COUNT] = {
+#define KV_POOL_RULE(ID, name) [KV_POOL_##ID] = &kv_rule_pool_##name,
+#include "kv/rules.def"
+};
 static const struct kv_rule *const decode_options[KV_DECODE_COUNT] = {
-    &kv_decode_rules[0], &kv_decode_rules[1], &kv_decode_rules[2], &kv_decode_rules[3], &kv_decode_rules[4]};
+#define KV_DECODE_RULE(ID, name) [KV_DECODE_##ID] = &kv_rule_decode_##name,
+#include "kv/rules.def"
+};
 
 /* The stages that may follow a preset after '+', in the order `kvfold
  * policies` lists their options. */
@@ -102,6 +110,18 @@ static const struct {
 
 const struct kv_rule *kv_rule_of(enum kv_method m) {
     return (unsigned)m < KV_METHOD_COUNT ? presets[m] : presets[KV_FULL];
+}
+
+const struct kv_rule *kv_budget_rule(enum kv_alloc k) {
+    return (unsigned)k < KV_ALLOC_COUNT ? budget_options[k] : &kv_rule_budget_uniform;
+}
+
+const struct kv_rule *kv_pool_rule(enum kv_pool k) {
+    return (unsigned)k < KV_POOL_COUNT ? pool_options[k] : &kv_rule_pool_none;
+}
+
+const struct kv_rule *kv_decode_rule(enum kv_decode k) {
+    return (unsigned)k < KV_DECODE_COUNT ? decode_options[k] : &kv_rule_decode_grow;
 }
 
 const struct kv_rule *kv_reduce_rule(enum kv_reduce k) {
@@ -479,9 +499,6 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
     else if (important) p->recent = 1.0 - p->important;
     /* A profile replaces the online search unless online=1 was asked too. */
     if (kv_policy_given(p, KV_KEY_PROFILE) && !kv_policy_given(p, KV_KEY_ONLINE)) p->online = false;
-    if (p->alloc == KV_ALLOC_PREFIX && p->online == (p->profile[0] != '\0'))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': PrefixKV's layer budgets need either profile=FILE or "
-                       "online=1", spec);
     if (kv_rule_of(p->method)->needs & KV_NEEDS_EVICTOR)
         p->block_budget = p->budget > 1.0 ? (int)p->budget : 0, p->block_window = p->window;
     if (p->blocks && p->block_budget <= 0)
@@ -495,39 +512,19 @@ static enum kvf_status policy_check(const char *spec, struct kv_policy *p) {
                        "(the text after an image weighs its tokens), so it does not compose with block-wise "
                        "prefill", spec);
     const struct kv_reduce_ops *reduce = kv_reduce_ops_of(p->reduce);
+    const struct kv_rule *budget = kv_budget_rule(p->alloc);
     const char *clash = reduce && reduce->check ? reduce->check(p) : NULL;
+    if (!clash && budget->check) clash = budget->check(p);
     if (clash) return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': %s", spec, clash);
-    if (p->alloc == KV_ALLOC_PREFIX && !kv_policy_needs_acc(p))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=prefix searches attention curves; use it with "
-                       "prefixkv, elastic, h2o or lookm", spec);
     /* Heads share by score: a rule must rank each head's entries on one scale. */
     const struct kv_rule *scorer = kv_policy_scorer(p);
     const char *why = p->method == KV_FULL || !scorer->score ? "this preset scores no entries"
                       : kv_policy_per_layer(p)              ? "this preset keeps one set per layer"
                       : scorer->needs & KV_NEEDS_CROSS      ? "csp chooses inside its rule, leaving no ranking"
                                                             : NULL;
-    if (p->alloc == KV_ALLOC_ADAPTIVE && why)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=adaptive shares a layer's budget among its kv "
-                       "heads by their scores; %s", spec, why);
-    if (p->alloc == KV_ALLOC_GLOBAL && why)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global shares the model's budget among every kv "
-                       "head by their scores; %s", spec, why);
-    if (p->alloc == KV_ALLOC_THRESHOLD && why)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold keeps the entries whose score clears "
-                       "tau; %s", spec, why);
-    if (p->alloc == KV_ALLOC_THRESHOLD && kv_policy_given(p, KV_KEY_BUDGET))
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold keeps what clears tau, so the cache "
-                       "has no budget: leave budget= out (floor= and ceil= bound each head's share)", spec);
-    if (p->alloc == KV_ALLOC_THRESHOLD && p->head_ceil < p->head_floor)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': ceil=%g is below floor=%g", spec, p->head_ceil,
-                       p->head_floor);
-    if (p->alloc == KV_ALLOC_THRESHOLD && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=threshold has no budget for a decode stage to "
-                       "keep; decode=recompress applies the threshold again as the cache grows", spec);
-    /* The decode stages keep each layer within its own share. */
-    if (p->alloc == KV_ALLOC_GLOBAL && p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
-        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=global gives layers different shares, which "
-                       "only decode=grow or decode=recompress keep", spec);
+    if (budget->budget->ranking && why)
+        return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': budget=%s %s; %s", spec, budget->name,
+                       budget->budget->ranking, why);
     if (scorer->pass && (p->blocks || p->reduce != KV_REDUCE_NONE || p->decode != KV_DECODE_GROW))
         return err_set(KVF_ERR_INVALID_ARG, "kv policy '%s': kvzip repeats the whole context once it is in, and "
                        "scores nothing else; it does not compose with block-wise prefill, a reduce stage or a "
@@ -590,7 +587,8 @@ int kv_policy_keep_count(const struct kv_policy *p, int n) {
 
 int kv_policy_layer_keep(const struct kv_policy *p, int n, int layer, int n_layer) {
     const int keep = kv_policy_keep_count(p, n);
-    return p->alloc == KV_ALLOC_PYRAMID ? kv_pyramid_keep(p, n, keep, layer, n_layer) : keep;
+    const struct kv_budget_ops *b = kv_budget_rule(p->alloc)->budget;
+    return b->layer_keep ? b->layer_keep(p, n, keep, layer, n_layer) : keep;
 }
 
 /* ----------------------------------------------------------- selection -- */

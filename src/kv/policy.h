@@ -9,7 +9,7 @@
 #define KVF_KV_POLICY_H
 
 #include "kv/cache.h"
-#include "kv/qstat.h"
+#include "kv/stat.h"
 
 /* Presets, one per line of kv/rules.def: KV_FULL, KV_STREAMING, ... */
 enum kv_method {
@@ -22,8 +22,11 @@ enum kv_method {
  * the kv heads of a layer (adaptive: Ada-KV's, by score), or over every
  * head of every layer (global: KVzip's, by score); or no budget at all
  * (threshold: every entry whose score clears tau, kvpress's ThresholdPress). */
-enum kv_alloc { KV_ALLOC_UNIFORM, KV_ALLOC_PYRAMID, KV_ALLOC_PREFIX, KV_ALLOC_ADAPTIVE, KV_ALLOC_GLOBAL,
-                KV_ALLOC_THRESHOLD, KV_ALLOC_COUNT };
+enum kv_alloc {
+#define KV_BUDGET_RULE(ID, name) KV_ALLOC_##ID,
+#include "kv/rules.def"
+    KV_ALLOC_COUNT
+};
 /* Merge stage: where evicted entries go (src/kv/policy/merge.c). */
 enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED, KV_MERGE_POSITION };
 /* LOOK-M's text prior: none; text before images within the budget (text
@@ -31,8 +34,11 @@ enum kv_merge { KV_MERGE_NONE, KV_MERGE_AVG, KV_MERGE_PIVOTAL, KV_MERGE_WEIGHTED
  * past the budget (the authors' released code). */
 enum kv_text_prior { KV_TEXT_NONE, KV_TEXT_FIRST, KV_TEXT_ALL };
 /* Decode stage: how the cache is kept within budget while generating. */
-enum kv_decode { KV_DECODE_GROW, KV_DECODE_WINDOW, KV_DECODE_H2O, KV_DECODE_FIXED, KV_DECODE_RECOMPRESS,
-                 KV_DECODE_COUNT };
+enum kv_decode {
+#define KV_DECODE_RULE(ID, name) KV_DECODE_##ID,
+#include "kv/rules.def"
+    KV_DECODE_COUNT
+};
 /* Reduce stage: vision tokens merged or dropped inside the decoder during
  * prefill (src/kv/reduce.h); its rules are the KV_REDUCE_RULE lines of
  * kv/rules.def. */
@@ -43,7 +49,11 @@ enum kv_reduce {
     KV_REDUCE_COUNT
 };
 /* Pool stage: any rule's scores smoothed over neighbouring entries. */
-enum kv_pool { KV_POOL_NONE, KV_POOL_AVG, KV_POOL_COUNT };
+enum kv_pool {
+#define KV_POOL_RULE(ID, name) KV_POOL_##ID,
+#include "kv/rules.def"
+    KV_POOL_COUNT
+};
 /* Schedule stage: the prompt in one pass, or in blocks under a fixed budget. */
 enum kv_schedule { KV_SCHEDULE_BULK, KV_SCHEDULE_BLOCKS, KV_SCHEDULE_COUNT };
 #define KV_REDUCE_MAX 8 /* reduce steps in one prefill */
@@ -138,34 +148,34 @@ struct kv_score_in {
     const float *layer_score; /* KV_NEEDS_LAYER: the layer's importance [h->n] (kv_score_layer) */
     const float *recon;    /* the rule's pass (kv_rule.pass): the most attention each entry received
                               from a query of its runs [h->n] (KVzip: the context's reconstruction) */
-    /* KV_NEEDS_QSTAT: the queries so far (qstat, layer; query heads g x group ...) and where the
-     * next ones will be: the layer's RoPE (inv_freq [head_dim/2], mscale, style) at position
-     * next_pos on; attn_scale multiplies q.k. */
-    const struct kv_qstat *qstat;
+    const void *stat;      /* the rule's own statistic (kv_rule.stat), as its ops made it */
+    /* Where the head is (layer; query heads g x group ...) and where the next
+     * queries will be: the layer's RoPE (inv_freq [head_dim/2], mscale,
+     * style) at position next_pos on; attn_scale multiplies q.k. */
     int layer, q_head, group; /* q_head: the kv head's first query head, of `group` */
     const double *rope_freq;
     float rope_mscale, attn_scale;
     int rope_style;        /* enum kvf_rope_style */
     int32_t next_pos;
-    float *rows;           /* KV_NEEDS_QSTAT: [2 h->n + 2 head_dim][head_dim] work space    */
+    float *rows;           /* kv_rule.rows(h->n, head_dim) floats of work space             */
+    int n0;                /* the head's size right after the last compression (decode stage) */
     uint64_t seed;         /* per (layer, head) stream for the random rules    */
     float *scratch;        /* [h->n] work space                                 */
     int *iscratch;         /* [h->n] work space                                 */
 };
 typedef void (*kv_score_fn)(const struct kv_score_in *in, float *score);
 
-/* What a rule's score reads, gathered while the prompt runs. */
+/* What a rule's score reads of what the engine gathers for every rule
+ * while the prompt runs (a statistic of the rule's own is kv_rule.stat). */
 #define KV_NEEDS_WINDOW 1u  /* the last queries of each layer (kv/qwin.h) and their attention */
 #define KV_NEEDS_CROSS 2u   /* that attention as n-softmax, split by the query's modality (csp) */
 #define KV_NEEDS_ACC 4u     /* the attention each entry received over every query (KV_ACC_*) */
 #define KV_NEEDS_LAYER 8u   /* one kept set per layer, scored by kv_score_layer */
 #define KV_NEEDS_EVICTOR 16u /* scores with the schedule stage's evictor (blockwise) */
-#define KV_NEEDS_QSTAT 32u  /* the mean and covariance of the queries before RoPE (kv/qstat.h) */
 #define KV_NEEDS_LAST_ROW 128u /* reduce: the attention the pass's last row pays each row at the step's
                                   layer (struct reduce_view's last_attn) */
 #define KV_NEEDS_QUESTION 256u /* reduce: weighs the image by the text after it, so by the question
                                   when it ends the prompt (kvf_kv_policy_info's question_aware) */
-#define KV_NEEDS_PRIOR 512u   /* a score each entry gets as it is written (kv_head.prior: KVzap's scorer) */
 
 /* A rule's pass over the context before it scores (KVzip's reconstruction,
  * read back as kv_score_in.recon): runs of tokens the rule writes, which the
@@ -188,6 +198,36 @@ struct kv_pass_ops {
     enum kvf_status (*run)(const struct kv_pass_in *in, int k, int32_t *ids, int cap, int *n);
 };
 
+/* The budget stage's work, on each of its options (kv_rule.budget). */
+enum kv_rank {
+    KV_RANK_HEAD,  /* each kv head to its layer's target (or its own count: head_keep) */
+    KV_RANK_LAYER, /* a layer's kv heads ranked together, to the layer's total */
+    KV_RANK_MODEL, /* every kv head of every layer ranked together, to the model's total */
+};
+struct kv_budget_ops {
+    /* What one ranking spans when the prompt is compressed and while
+     * decoding (block-wise eviction holds every head to the block budget). */
+    enum kv_rank rank;
+    /* A head's target in layer `layer` of n_layer, keep being the even
+     * share of the n entries it sees (NULL: keep). */
+    int (*layer_keep)(const struct kv_policy *p, int n, int keep, int layer, int n_layer);
+    /* KV_RANK_HEAD: a head's own count of n from its scores, which it may
+     * change (NULL: the target; set, every head is scored). */
+    int (*head_keep)(const struct kv_policy *p, float *score, int n);
+    /* KV_RANK_LAYER, KV_RANK_MODEL: the `total` best entries of n_head heads
+     * holding n[g] each (kv_heads_select's arguments). */
+    int (*select)(const struct kv_policy *p, int n_head, const int *n, float *score, long total, int *out, int *count,
+                  int *scratch);
+    /* Layer shares searched on the cache before anything is evicted
+     * (kv_prefix_search's arguments; NULL: none). */
+    enum kvf_status (*shares)(const struct kv_cache *kv, const struct kv_policy *p, const int *seen, const int *sinks,
+                              double *ratio, double *gini);
+    /* What it does with each head's ranking, for refusing a rule that
+     * ranks no entries on one scale ("shares a layer's budget among its kv
+     * heads by their scores"; NULL: it needs no ranking). */
+    const char *ranking;
+};
+
 /* A rule's descriptor: a preset (one per src/kv/policy/ file, listed in
  * kv/rules.def) or an option of a stage ("decode=h2o"). Parsing, `kvfold
  * policies` (kvf_kv_policy_get), the session and the fork checks read these. */
@@ -201,6 +241,20 @@ struct kv_rule {
     unsigned needs;       /* KV_NEEDS_* */
     kv_score_fn score;    /* presets: the score stage; NULL keeps every entry (full, the reduce presets) */
     const struct kv_pass_ops *pass; /* a pass over the context before scoring; NULL: none */
+    const struct kv_stat_ops *stat; /* a statistic of its own, gathered as the model runs; NULL: none */
+    /* Stage options' work (NULL: the stage's default, doing nothing). */
+    const struct kv_budget_ops *budget; /* budget */
+    /* pool: a head's n scores smoothed (tmp: [n]) */
+    void (*smooth)(const struct kv_policy *p, float *score, int n, float *tmp);
+    /* decode: whether the cache goes back within budget after this decoded
+     * token (*steps: the tokens since the last compression, the rule's to
+     * count); `score` then ranks the entries of each head over its target,
+     * or, NULL, the preset's own rule compresses again */
+    bool (*due)(const struct kv_policy *p, int *steps);
+    /* any stage option: why it does not compose with the rest of p (NULL: it does) */
+    const char *(*check)(const struct kv_policy *p);
+    size_t (*rows)(int n, int head_dim); /* floats of work space its score needs for a head of n
+                                            (kv_score_in.rows); NULL: none */
 };
 
 /* The stage defaults every preset starts from (alloc, decode, reduce and
@@ -210,13 +264,17 @@ struct kv_rule {
 /* The presets, defined in their files (kv_rule_<name>), indexed by enum kv_method. */
 #define KV_RULE(ID, name) extern const struct kv_rule kv_rule_##name;
 #define KV_REDUCE_RULE(ID, name) extern const struct kv_rule kv_rule_reduce_##name;
+#define KV_BUDGET_RULE(ID, name) extern const struct kv_rule kv_rule_budget_##name;
+#define KV_POOL_RULE(ID, name) extern const struct kv_rule kv_rule_pool_##name;
+#define KV_DECODE_RULE(ID, name) extern const struct kv_rule kv_rule_decode_##name;
 #include "kv/rules.def"
-/* Stage options defined next to their rules (the others are in policy.c). */
-extern const struct kv_rule kv_rule_budget_pyramid, kv_rule_budget_prefix, kv_rule_budget_adaptive,
-    kv_rule_budget_global, kv_rule_budget_threshold, kv_rule_schedule_blocks, kv_rule_pool_avg,
-    kv_decode_rules[KV_DECODE_COUNT];
+extern const struct kv_rule kv_rule_schedule_blocks;
 
 const struct kv_rule *kv_rule_of(enum kv_method m);
+/* The budget, pool and decode stages' option k. */
+const struct kv_rule *kv_budget_rule(enum kv_alloc k);
+const struct kv_rule *kv_pool_rule(enum kv_pool k);
+const struct kv_rule *kv_decode_rule(enum kv_decode k);
 /* The reduce stage's option k ("none" for KV_REDUCE_NONE or out of range). */
 const struct kv_rule *kv_reduce_rule(enum kv_reduce k);
 /* The rule that scores the entries of a policy: its preset's, or the
@@ -247,28 +305,17 @@ static inline bool kv_policy_needs_window(const struct kv_policy *p) {
 /* Whether cache entries carry the attention they received (KV_ACC_*): for
  * the scoring rule or the decode stage's. */
 static inline bool kv_policy_needs_acc(const struct kv_policy *p) {
-    return ((kv_policy_scorer(p)->needs | kv_decode_rules[p->decode].needs) & KV_NEEDS_ACC) != 0;
+    return ((kv_policy_scorer(p)->needs | kv_decode_rule(p->decode)->needs) & KV_NEEDS_ACC) != 0;
 }
 /* Whether one kept set is chosen per layer, shared by its kv heads. */
 static inline bool kv_policy_per_layer(const struct kv_policy *p) {
     return (kv_policy_scorer(p)->needs & KV_NEEDS_LAYER) != 0;
 }
 
-/* The score rules (src/kv/policy/<rule>.c). */
+/* Score rules other rule files reuse (each rule's own is its descriptor's). */
 void kv_score_streaming(const struct kv_score_in *in, float *score);
 void kv_score_h2o(const struct kv_score_in *in, float *score);
-void kv_score_roco(const struct kv_score_in *in, float *score);
-void kv_score_lookm(const struct kv_score_in *in, float *score);
-void kv_score_csp(const struct kv_score_in *in, float *score);
 void kv_score_snapkv(const struct kv_score_in *in, float *score);
-void kv_score_keydiff(const struct kv_score_in *in, float *score);
-void kv_score_knorm(const struct kv_score_in *in, float *score);
-void kv_score_expected(const struct kv_score_in *in, float *score);
-void kv_score_kvzip(const struct kv_score_in *in, float *score);
-void kv_score_kvzap(const struct kv_score_in *in, float *score);
-void kv_score_tova(const struct kv_score_in *in, float *score);
-void kv_score_random(const struct kv_score_in *in, float *score);
-void kv_score_imgrand(const struct kv_score_in *in, float *score);
 /* Elastic Cache and PrefixKV: every head of a layer takes the layer's score. */
 void kv_score_from_layer(const struct kv_score_in *in, float *score);
 
@@ -314,13 +361,6 @@ enum kvf_status kv_merge_head(const struct kv_policy *p, struct kv_head *h, int 
  * entries scored +-INFINITY keep their score and count as 0 for their
  * neighbours. tmp: [n]. */
 void kv_pool_scores(float *score, int n, int width, float *tmp);
-
-/* Decode stage: scores for one head that holds more than `target` entries
- * during decoding (window: StreamingLLM's; h2o: H2O's over the attention
- * accumulated so far; fixed-distance: everything but the entries at index
- * n0 - distance on, n0 being the head's size right after compression), for
- * kv_select_keep(..., target, ...). Not for decode=grow or recompress. */
-void kv_decode_score(const struct kv_score_in *in, int n0, float *score);
 
 /* PrefixKV's layer budgets (src/kv/policy/prefixkv.c). imp: [n_layer][n]
  * importance of each entry of each layer (>= 0), of which layer l has

@@ -90,3 +90,77 @@ bool kv_qstat_moments(const struct kv_qstat *s, int l, int h, float *mean, float
     for (int e = 0; e < d; e++) mean[e] = (float)(sum[e] * inv);
     return true;
 }
+
+/* As Expected Attention's statistic (kv/stat.h): from the first position
+ * past the policy's sinks, in every session that gathers for any policy. */
+static enum kvf_status stat_init(void **st, const struct kv_stat_in *in) {
+    struct kv_qstat *s = malloc(sizeof *s);
+    if (!s) return err_set(KVF_ERR_NOMEM, "out of memory for query statistics");
+    const enum kvf_status e = kv_qstat_init(s, in->n_layer, in->n_head, in->head_dim, in->sinks);
+    if (e != KVF_OK) free(s);
+    else *st = s;
+    return e;
+}
+
+static enum kvf_status stat_dup(void **st, const void *src) {
+    const struct kv_qstat *from = src;
+    const struct kv_stat_in in = {.n_layer = from->n_layer,
+                                  .n_head = from->n_head,
+                                  .head_dim = from->d,
+                                  .sinks = from->first};
+    const enum kvf_status e = stat_init(st, &in);
+    if (e == KVF_OK) kv_qstat_copy(*st, from);
+    return e;
+}
+
+static void stat_free(void *st) {
+    if (st) kv_qstat_free(st);
+    free(st);
+}
+
+static void stat_clear(void *st) { kv_qstat_clear(st); }
+
+static bool stat_agrees(const void *st, const void *src) {
+    const struct kv_qstat *a = st, *b = src;
+    return a->n_layer == b->n_layer && a->n_head == b->n_head && a->d == b->d && a->first == b->first;
+}
+
+static void stat_take(void *st, const void *src) { kv_qstat_copy(st, src); }
+
+static enum kvf_status stat_queries(void *st, int layer, const float *q, const int32_t *pos, int n) {
+    return kv_qstat_push(st, layer, q, pos, n);
+}
+
+static void stat_save(const void *st, const struct kv_stat_io *io) {
+    const struct kv_qstat *s = st;
+    const size_t heads = (size_t)s->n_layer * s->n_head, d = (size_t)s->d;
+    io->put(io->ctx, s->n, sizeof(long) * (size_t)s->n_layer);
+    io->put(io->ctx, s->sum, sizeof(double) * heads * d);
+    io->put(io->ctx, s->sq, sizeof(double) * heads * d * d);
+}
+
+static enum kvf_status stat_load(void *st, const struct kv_stat_io *io) {
+    struct kv_qstat *s = st;
+    const size_t heads = (size_t)s->n_layer * s->n_head, d = (size_t)s->d;
+    if (!io->get(io->ctx, s->n, sizeof(long) * (size_t)s->n_layer) ||
+        !io->get(io->ctx, s->sum, sizeof(double) * heads * d) ||
+        !io->get(io->ctx, s->sq, sizeof(double) * heads * d * d))
+        return err_set(KVF_ERR_FORMAT, "session file: truncated in its query statistics");
+    for (int l = 0; l < s->n_layer; l++) /* a count of queries run since the reset: truncations do not lower it */
+        if (s->n[l] < 0) return err_set(KVF_ERR_FORMAT, "session file: query statistics of a negative count");
+    return KVF_OK;
+}
+
+const struct kv_stat_ops kv_stat_qstat = {
+    .name = "query statistics",
+    .everywhere = true,
+    .init = stat_init,
+    .dup = stat_dup,
+    .free = stat_free,
+    .clear = stat_clear,
+    .agrees = stat_agrees,
+    .take = stat_take,
+    .queries = stat_queries,
+    .save = stat_save,
+    .load = stat_load,
+};

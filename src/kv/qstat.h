@@ -8,6 +8,7 @@
 #define KVF_KV_QSTAT_H
 
 #include "core/common.h"
+#include "kv/stat.h"
 
 struct kv_qstat {
     double *sum;  /* [n_layer][n_head][d] */
@@ -31,5 +32,8 @@ void kv_qstat_copy(struct kv_qstat *dst, const struct kv_qstat *src);
  * full matrix) of the queries counted, computed in double; false (nothing
  * written) when none. */
 bool kv_qstat_moments(const struct kv_qstat *s, int l, int h, float *mean, float *cov);
+
+/* Expected Attention's statistic, gathered too for every policy (kv/stat.h). */
+extern const struct kv_stat_ops kv_stat_qstat;
 
 #endif

@@ -116,31 +116,15 @@ static enum kvf_status tap_plus(const struct decoder *d, int l, const float *x, 
     return KVF_OK;
 }
 
-/* KVzap's scores of the n entries layer l just appended, from their
- * attention inputs x [n][n_embd]: the scorer's product (the weights' own
- * kernel, on the pass's threads) into f->gate, free until the FFN, a batch
- * at a time. */
-static enum kvf_status zap_write(const struct decoder *d, int l, const float *x, int n) {
-    const struct hparams *hp = &d->model->hp;
-    const struct fwd_scratch *f = d->fw;
-    const int H = hp->n_head_kv;
-    if (H > hp->n_ff) return err_set(KVF_ERR_UNSUPPORTED, "kvzap: %d kv heads over the feed-forward's %d", H, hp->n_ff);
-    for (int i = 0; i < n; i += f->n_batch) {
-        const int nb = KVF_MIN(f->n_batch, n - i);
-        matmul_rows(f, &d->zap->layer[l], x + (size_t)i * hp->n_embd, nb, f->gate);
-        for (int g = 0; g < H; g++) {
-            struct kv_head *h = kv_cache_head(d->kv, l, g);
-            float *prior = h->prior + h->n - n + i;
-            for (int t = 0; t < nb; t++) prior[t] = f->gate[(size_t)t * H + g] + d->zap->b[(size_t)l * H + g];
-        }
-    }
-    return KVF_OK;
+/* The weights' own product for the rules' statistics (kv_stat_rows). */
+static void stat_matmul(const void *ctx, const struct weight *w, const float *x, int n, float *out) {
+    matmul_rows(ctx, w, x, n, out);
 }
 
 /* The rest of layer l's self-attention for n rows of one session, whose
  * attention inputs (after the layer's input norm) are x [n][n_embd] and
  * projections q [n][n_head*head_dim], k, v [n][n_head_kv*head_dim]:
- * biases, norms and RoPE, the cache append (with KVzap's written scores),
+ * biases, norms and RoPE, the cache append (with what the rules' statistics write),
  * and attention over the session's cache into att [n][n_head*head_dim].
  * Positions, tags and the attention scratch are the session's (d->fw). */
 static enum kvf_status layer_attend(const struct decoder *d, int l, const float *x, float *q, float *k, float *v,
@@ -164,8 +148,8 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, const float 
         rv.x = NULL, rv.tag = NULL;
         d->rd->ops->metric(&rv, d->rd);
     }
-    if (d->qstat && kv_qstat_on(d->qstat)) {
-        const enum kvf_status st = kv_qstat_push(d->qstat, l, q, f->pos, n);
+    if (d->stats && d->gather) {
+        const enum kvf_status st = kv_stats_queries(d->stats, l, q, f->pos, n);
         if (st != KVF_OK) return st;
     }
     const double *freq = d->model->rope_freq[L->is_local];
@@ -186,7 +170,17 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, const float 
     enum kvf_status st = kv_cache_reserve(d->kv, l, n);
     if (st != KVF_OK) return st;
     kv_cache_append(d->kv, l, k, v, f->btag, n);
-    if (d->zap && (st = zap_write(d, l, x, n)) != KVF_OK) return st;
+    /* The FFN's gate rows are free until the FFN. */
+    const struct kv_stat_rows sr = {.layer = l,
+                                    .n = n,
+                                    .x = x,
+                                    .kv = d->kv,
+                                    .matmul = stat_matmul,
+                                    .ctx = f,
+                                    .work = f->gate,
+                                    .batch = f->n_batch,
+                                    .work_cols = hp->n_ff};
+    if (d->stats && (st = kv_stats_written(d->stats, &sr)) != KVF_OK) return st;
     for (int t = 0; d->tap && d->tap->x && t < n; t++) {
         const int slot = f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap ? d->tap->x_slot[f->pos[t]] : -1;
         if (slot >= 0)

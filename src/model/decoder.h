@@ -5,9 +5,8 @@
 #define KVF_MODEL_DECODER_H
 
 #include "kv/cache.h"
-#include "kv/kvzap.h"
+#include "kv/stat.h"
 #include "kv/merge_log.h"
-#include "kv/qstat.h"
 #include "kv/qwin.h"
 #include "kv/reduce.h"
 #include "model/model.h"
@@ -56,15 +55,14 @@ struct decoder {
     struct fwd_scratch *fw;
     struct kv_cache *kv;          /* each layer's keys and values are appended */
     struct kv_qwin *qwin;         /* each layer's queries pushed when kv_qwin_on */
-    struct kv_qstat *qstat;       /* each layer's queries before RoPE counted when kv_qstat_on (NULL: none) */
     float *recon;                 /* [n_layer][n_head_kv][recon_stride]: the most attention each entry
                                      gets from a query of the pass (ATTN_STAT_MAX) folded in (NULL: none) */
     size_t recon_stride;
     struct reduce_state *rd;      /* steps run after their layers (n_steps 0: none) */
     struct kv_merge_log *merges;  /* rows a reduce step merged are recorded here */
-    bool gather;                  /* add the pass's attention to the entries' statistics (kv->has_acc) */
-    const struct kv_zap *zap;     /* each entry written gets its score (kv_head.prior) from its layer's
-                                     attention input (KVzap); NULL: none */
+    bool gather;                  /* add the pass's attention to the entries' statistics (kv->has_acc) and
+                                     its queries to the rules' (kv_stat_ops.queries) */
+    const struct kv_stats *stats; /* the rules' own statistics, shown each layer's rows (NULL: none) */
     struct decoder_tap *tap;      /* KVzap's calibration; NULL: none */
     float nsm_n;                  /* > 0: n-softmax weights in attention (CSP once compressed) */
 };

@@ -42,17 +42,17 @@ enum kvf_status compress_reserve(struct compress_state *c, const struct kvf_sess
     }
     if (n > c->cap) {
         const size_t N = (size_t)n, heads = (size_t)hp->n_layer * hp->n_head_kv;
+        const struct kv_rule *scorer = kv_policy_scorer(p);
         if (kv_policy_needs_window(p)) {
             ok &= mem_resize(&c->win, hp->n_head_kv * N, sizeof *c->win);
-            if (kv_policy_scorer(p)->needs & KV_NEEDS_CROSS)
-                ok &= mem_resize(&c->win2, hp->n_head_kv * N, sizeof *c->win2);
+            if (scorer->needs & KV_NEEDS_CROSS) ok &= mem_resize(&c->win2, hp->n_head_kv * N, sizeof *c->win2);
         }
-        if (kv_policy_scorer(p)->needs & KV_NEEDS_QSTAT)
-            ok &= mem_resize(&c->rows, (2 * N + 2 * hp->head_dim) * hp->head_dim, sizeof *c->rows);
+        if (scorer->rows) ok &= mem_resize(&c->rows, scorer->rows(n, hp->head_dim), sizeof *c->rows);
         if (p->method != KV_FULL || p->blocks) {
-            const size_t ranked = N * (p->alloc == KV_ALLOC_GLOBAL     ? heads
-                                       : p->alloc == KV_ALLOC_ADAPTIVE ? (size_t)hp->n_head_kv
-                                                                       : 1);
+            const enum kv_rank rank = kv_budget_rule(p->alloc)->budget->rank;
+            const size_t ranked = N * (rank == KV_RANK_MODEL   ? heads
+                                       : rank == KV_RANK_LAYER ? (size_t)hp->n_head_kv
+                                                               : 1);
             ok &= mem_resize(&c->score, ranked, sizeof *c->score) && mem_resize(&c->idx, ranked, sizeof *c->idx);
             ok &= mem_resize(&c->tmp, N, sizeof *c->tmp) && mem_resize(&c->layer, N, sizeof *c->layer) &&
                   mem_resize(&c->into, N, sizeof *c->into);
@@ -137,15 +137,30 @@ static struct kv_score_in score_in(const struct kvf_session *s, const struct kv_
     const struct compress_state *c = &s->cs;
     const int group = hp->n_head / hp->n_head_kv, local = s->model->layers[l].is_local;
     return (struct kv_score_in){
-        .p = p, .h = &s->kv.heads[hi], .head_dim = s->kv.head_dim, .keep = keep,
+        .p = p,
+        .h = &s->kv.heads[hi],
+        .head_dim = s->kv.head_dim,
+        .keep = keep,
         .win_attn = c->win ? c->win + (size_t)g * c->cap : NULL,
-        .win_cross = c->win2 ? c->win2 + (size_t)g * c->cap : NULL, .layer_score = c->layer,
-        .win_layer = c->win, .n_head_kv = s->kv.n_head_kv, .win_stride = c->cap,
+        .win_cross = c->win2 ? c->win2 + (size_t)g * c->cap : NULL,
+        .layer_score = c->layer,
+        .win_layer = c->win,
+        .n_head_kv = s->kv.n_head_kv,
+        .win_stride = c->cap,
         .recon = c->recon ? c->recon + hi * c->recon_stride : NULL,
-        .qstat = &s->qstat, .layer = l, .q_head = g * group, .group = group,
-        .rope_freq = s->model->rope_freq[local], .rope_mscale = s->model->rope_mscale[local],
-        .attn_scale = hp->attn_scale, .rope_style = hp->rope_style, .next_pos = session_next_rope(s), .rows = c->rows,
-        .scratch = c->tmp, .iscratch = c->into,
+        .stat = kv_stats_get(&s->stats, kv_policy_scorer(p)->stat),
+        .layer = l,
+        .q_head = g * group,
+        .group = group,
+        .rope_freq = s->model->rope_freq[local],
+        .rope_mscale = s->model->rope_mscale[local],
+        .attn_scale = hp->attn_scale,
+        .rope_style = hp->rope_style,
+        .next_pos = session_next_rope(s),
+        .rows = c->rows,
+        .scratch = c->tmp,
+        .iscratch = c->into,
+        .n0 = c->n0 ? c->n0[hi] : 0,
         .seed = p->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(l * 4099 + g + 1)),
     };
 }
@@ -164,14 +179,15 @@ static int layer_target(const struct kvf_session *s, int l) {
     return KVF_MAX(1, KVF_MIN(k, seen));
 }
 
-/* PrefixKV online: the layer ratios searched on the prompt itself, each
- * layer over what it sees and above what its rule always keeps. */
-static enum kvf_status prefix_search(struct kvf_session *s) {
+/* The budget stage's layer shares (PrefixKV online: searched on the prompt
+ * itself), each layer over what it sees and above what its rule always
+ * keeps. */
+static enum kvf_status layer_shares(struct kvf_session *s, const struct kv_budget_ops *b) {
     struct compress_state *c = &s->cs;
     int *seen = c->head_n, *sinks = c->head_keep; /* free until heads are ranked */
     for (int l = 0; l < s->model->hp.n_layer; l++)
         seen[l] = session_layer_seen(s, l), sinks[l] = layer_sinks(s, l, s->policy.sinks);
-    const enum kvf_status st = kv_prefix_search(&s->kv, &s->policy, seen, sinks, c->layer_ratio, c->layer_gini);
+    const enum kvf_status st = b->shares(&s->kv, &s->policy, seen, sinks, c->layer_ratio, c->layer_gini);
     c->have_ratio = st == KVF_OK;
     return st;
 }
@@ -206,22 +222,38 @@ static enum kvf_status head_evict(struct kvf_session *s, int l, int g, const int
     return kv_cache_keep(&s->kv, l, g, keep, n_keep);
 }
 
+/* The n heads from head `first` (counted from layer 0's first: they may
+ * span layers), scored one after the other in cs.score, down to the
+ * `total` best entries between them. */
+static enum kvf_status heads_evict(struct kvf_session *s, const struct kv_budget_ops *b, int first, int n, long total,
+                                   enum evict_mode mode) {
+    struct compress_state *c = &s->cs;
+    const int H = s->kv.n_head_kv;
+    b->select(&s->policy, n, c->head_n, c->score, total, c->idx, c->head_keep, c->into);
+    const int *keep = c->idx;
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; st == KVF_OK && i < n; keep += c->head_keep[i++])
+        if (c->head_keep[i] < c->head_n[i])
+            st = head_evict(s, (first + i) / H, (first + i) % H, keep, c->head_keep[i], mode == EVICT_COMPRESS);
+    return st;
+}
+
 enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
     const struct hparams *hp = &s->model->hp;
     const int H = hp->n_head_kv;
     struct compress_state *c = &s->cs;
-    /* Block eviction scores with the evictor's own window. */
+    /* Block eviction scores with the evictor's own window, and holds every
+     * head to the block budget: the bound on peak memory is per head. */
     struct kv_policy bp = s->policy;
-    if (mode == EVICT_BLOCK) bp.method = bp.evict, bp.window = bp.block_window;
+    if (mode == EVICT_BLOCK) bp.method = bp.evict, bp.window = bp.block_window, bp.alloc = KV_ALLOC_UNIFORM;
     const struct kv_rule *rule = kv_policy_scorer(&bp);
-    enum kvf_status st = mode == EVICT_COMPRESS && bp.alloc == KV_ALLOC_PREFIX && bp.online && !c->have_ratio
-                             ? prefix_search(s) : KVF_OK;
-    /* Block eviction holds every head to the block budget: the bound on peak memory is per head.
-     * Global: every head of every layer scored, one after the other, then ranked together. */
-    const bool adaptive = bp.alloc == KV_ALLOC_ADAPTIVE && mode != EVICT_BLOCK;
-    const bool global = bp.alloc == KV_ALLOC_GLOBAL && mode == EVICT_COMPRESS && rule->score;
-    /* Threshold: every head scored, each keeping what clears tau. */
-    const bool threshold = bp.alloc == KV_ALLOC_THRESHOLD && mode == EVICT_COMPRESS && rule->score;
+    const struct kv_budget_ops *b = kv_budget_rule(bp.alloc)->budget;
+    const struct kv_rule *pool = kv_pool_rule(mode == EVICT_DECODE ? KV_POOL_NONE : bp.pool);
+    /* While decoding the decode stage's rule ranks (decode_maintain). */
+    const kv_score_fn score_fn = mode == EVICT_DECODE ? kv_decode_rule(bp.decode)->score : rule->score;
+    enum kvf_status st = mode == EVICT_COMPRESS && b->shares && !c->have_ratio ? layer_shares(s, b) : KVF_OK;
+    /* Every head is scored when heads are ranked together or count their own. */
+    const bool every = b->rank != KV_RANK_HEAD || b->head_keep;
     long total = 0;
     float *score = c->score;
     for (int l = 0; st == KVF_OK && l < hp->n_layer; l++) {
@@ -232,10 +264,10 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
             const int n = s->kv.heads[(size_t)l * H + g].n;
             over |= n > target, held += n;
         }
-        if (adaptive) over = held > H * target;
-        if (global) over = true, total += (long)H * target;
-        if (threshold) over = true;
-        if (!over || (mode != EVICT_DECODE && !rule->score)) continue; /* a rule without a score evicts nothing */
+        if (b->rank == KV_RANK_LAYER) over = held > H * target;
+        if (b->rank == KV_RANK_MODEL) total += (long)H * target;
+        if (b->rank == KV_RANK_MODEL || b->head_keep) over = true;
+        if (!over || !score_fn) continue; /* a rule without a score evicts nothing */
         const bool window_sums = mode != EVICT_DECODE && c->win && (rule->needs & KV_NEEDS_WINDOW);
         if (window_sums) {
             const int obs = bp.window > 0 ? bp.window : (int)floor(target * bp.recent + 0.5);
@@ -259,41 +291,31 @@ enum kvf_status session_evict(struct kvf_session *s, enum evict_mode mode) {
         /* The protected tail counts within the layer's budget (at least the last entry). */
         if (mode == EVICT_COMPRESS && (rule->needs & KV_NEEDS_LAYER))
             kv_score_layer(&s->kv, l, lp.sinks, KVF_MIN(lp.protect, KVF_MAX(1, target - lp.sinks)), c->layer);
-        /* Adaptive: the layer's heads' scores, one after the other, ranked together below. */
-        if (!global) score = c->score;
+        /* Heads ranked together: their scores one after the other, ranked below. */
+        if (b->rank != KV_RANK_MODEL) score = c->score;
         for (int g = 0; st == KVF_OK && g < H; g++) {
             const struct kv_head *h = &s->kv.heads[(size_t)l * H + g];
-            if (!adaptive && !global && !threshold && h->n <= target) continue;
-            c->head_n[global ? l * H + g : g] = h->n;
+            if (!every && h->n <= target) continue;
+            c->head_n[b->rank == KV_RANK_MODEL ? l * H + g : g] = h->n;
             const struct kv_score_in in = score_in(s, &lp, l, g, target);
             /* The pool stage smooths what a rule ranks by: CSP chooses inside its rule, from
-             * the window sums; the others' scores are pooled once written. */
-            const bool pool = mode != EVICT_DECODE && bp.pool == KV_POOL_AVG, inside = rule->needs & KV_NEEDS_CROSS;
-            if (pool && inside) {
-                kv_pool_scores(c->win + (size_t)g * c->cap, h->n, bp.width, c->tmp);
-                kv_pool_scores(c->win2 + (size_t)g * c->cap, h->n, bp.width, c->tmp);
+             * the window sums; the others' scores are smoothed once written. */
+            const bool inside = rule->needs & KV_NEEDS_CROSS;
+            if (pool->smooth && inside) {
+                pool->smooth(&bp, c->win + (size_t)g * c->cap, h->n, c->tmp);
+                pool->smooth(&bp, c->win2 + (size_t)g * c->cap, h->n, c->tmp);
             }
-            if (mode == EVICT_DECODE) kv_decode_score(&in, c->n0[(size_t)l * H + g], score);
-            else rule->score(&in, score);
-            if (pool && !inside) kv_pool_scores(score, h->n, bp.width, c->tmp);
-            if (adaptive || global) {
+            score_fn(&in, score);
+            if (pool->smooth && !inside) pool->smooth(&bp, score, h->n, c->tmp);
+            if (b->rank != KV_RANK_HEAD) {
                 score += h->n;
                 continue;
             }
-            const int keep = threshold ? kv_threshold_keep(&bp, score, h->n) : target;
+            const int keep = b->head_keep ? b->head_keep(&bp, score, h->n) : target;
             const int n_keep = kv_select(h->n, score, keep, c->idx);
             if (n_keep < h->n) st = head_evict(s, l, g, c->idx, n_keep, mode == EVICT_COMPRESS);
         }
-        if (!adaptive || st != KVF_OK) continue;
-        kv_adaptive_select(H, c->head_n, c->score, target, bp.head_floor, c->idx, c->head_keep, c->into);
-        const int *keep = c->idx;
-        for (int g = 0; st == KVF_OK && g < H; keep += c->head_keep[g++])
-            if (c->head_keep[g] < c->head_n[g]) st = head_evict(s, l, g, keep, c->head_keep[g], mode == EVICT_COMPRESS);
+        if (b->rank == KV_RANK_LAYER && st == KVF_OK) st = heads_evict(s, b, l * H, H, (long)H * target, mode);
     }
-    if (!global || st != KVF_OK) return st;
-    kv_heads_select(hp->n_layer * H, c->head_n, c->score, total, c->idx, c->head_keep);
-    const int *keep = c->idx;
-    for (int i = 0; st == KVF_OK && i < hp->n_layer * H; keep += c->head_keep[i++])
-        if (c->head_keep[i] < c->head_n[i]) st = head_evict(s, i / H, i % H, keep, c->head_keep[i], true);
-    return st;
+    return b->rank == KV_RANK_MODEL && st == KVF_OK ? heads_evict(s, b, 0, hp->n_layer * H, total, mode) : st;
 }

@@ -24,11 +24,10 @@ struct kvf_session_params kvf_session_default_params(void) {
 void kvf_session_free(struct kvf_session *s) {
     if (!s) return;
     kv_cache_free(&s->kv);
-    kv_zap_free(&s->zap);
     fwd_free(&s->fw);
     kv_qwin_free(&s->qwin);
     kv_qwin_free(&s->qprox);
-    kv_qstat_free(&s->qstat);
+    kv_stats_free(&s->stats);
     reduce_state_free(&s->rd);
     compress_free(&s->cs);
     kv_merge_log_free(&s->merges);
@@ -71,7 +70,7 @@ static int qwin_rows(const struct kv_policy *p, const struct kvf_session_params 
 }
 
 /* The parts a session owns, each allocated by its own init. */
-static enum kvf_status session_parts_init(struct kvf_session *s) {
+static enum kvf_status session_parts_init(struct kvf_session *s, const struct kvf_session *like) {
     const struct hparams *hp = &s->model->hp;
     const struct kvf_session_params *p = &s->params;
     const struct kv_policy *pol = &s->policy;
@@ -80,22 +79,24 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
     enum kvf_status st = kv_cache_init(&s->kv, hp->n_layer, hp->n_head_kv, hp->head_dim,
                                        kv_policy_needs_acc(pol) || p->kv_gather > 0);
     if (st == KVF_OK) st = kv_cache_set_type(&s->kv, p->type_k, p->type_v);
-    if (st == KVF_OK && (kv_policy_scorer(pol)->needs & KV_NEEDS_PRIOR)) {
-        /* a copy's scorer comes with it (session_new); else the file the spec or the model names */
-        const char *path = pol->scorer[0] ? pol->scorer : s->model->zap_path;
-        if (s->zap.n_layer == 0 && access(path, F_OK) != 0)
-            st = err_set(KVF_ERR_IO, "kvzap: no scorer file '%s'; make one with `kvfold calibrate -m MODEL --corpus "
-                         "FILE...` (or name one: kvzap:scorer=FILE)", path);
-        else if (s->zap.n_layer == 0)
-            st = kv_zap_load(path, hp->n_layer, hp->n_embd, hp->n_head_kv, s->model->digest, &s->zap);
-        s->kv.has_prior = true;
-    }
+    const struct kv_stat_in in = {
+        .n_layer = hp->n_layer,
+        .n_head = hp->n_head,
+        .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim,
+        .n_embd = hp->n_embd,
+        .sinks = pol->sinks,
+        .digest = s->model->digest,
+        .scorer = pol->scorer,
+        .beside = s->model->zap_path,
+    };
+    if (st == KVF_OK)
+        st = kv_stats_init(&s->stats, kv_policy_scorer(pol)->stat, p->kv_gather > 0, &in, like ? &like->stats : NULL);
+    s->kv.has_prior = kv_stats_prior(&s->stats);
     fwd_init(&s->fw, p->n_batch, p->n_threads, s->kv.has_acc);
     if (st == KVF_OK) st = kv_qwin_init(&s->qwin, hp->n_layer, cap, QD);
     if (st == KVF_OK)
         st = kv_qwin_init(&s->qprox, hp->n_layer, pol->question && kv_policy_needs_window(pol) ? cap : 0, QD);
-    const bool qstat = (kv_policy_scorer(pol)->needs & KV_NEEDS_QSTAT) || p->kv_gather > 0;
-    if (st == KVF_OK) st = kv_qstat_init(&s->qstat, qstat ? hp->n_layer : 0, hp->n_head, hp->head_dim, pol->sinks);
     if (st == KVF_OK) st = reduce_state_init(&s->rd, pol, hp->n_layer, hp->n_head_kv, hp->head_dim);
     if (st == KVF_OK) st = compress_init(&s->cs, s);
     if (st == KVF_OK) st = kv_merge_log_init(&s->merges, hp->n_layer, hp->n_head_kv, evicts);
@@ -105,7 +106,7 @@ static enum kvf_status session_parts_init(struct kvf_session *s) {
 }
 
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
-                            const struct kv_policy *policy, const char *spec, const struct kv_zap *zap,
+                            const struct kv_policy *policy, const char *spec, const struct kvf_session *like,
                             struct kvf_session **out) {
     struct kvf_session *s = calloc(1, sizeof *s);
     if (!s) return err_set(KVF_ERR_NOMEM, "out of memory");
@@ -115,8 +116,7 @@ enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_
     s->swa_lost = -1;
     s->spec = strdup(spec ? spec : "");
     enum kvf_status st = s->spec ? KVF_OK : err_set(KVF_ERR_NOMEM, "out of memory");
-    if (st == KVF_OK && zap) st = kv_zap_copy(&s->zap, zap);
-    if (st == KVF_OK) st = session_parts_init(s);
+    if (st == KVF_OK) st = session_parts_init(s, like);
     if (st != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -156,7 +156,7 @@ enum kvf_status session_create(const struct kvf_model *m, const struct kvf_sessi
     if (policy.blocks && policy.block > 0) p.n_batch = KVF_MIN(p.n_batch, policy.block); /* a batch is a block */
     struct kvf_session *s;
     if ((st = session_new(m, &p, &policy, spec, NULL, &s)) != KVF_OK) return st;
-    if (load_profile && policy.alloc == KV_ALLOC_PREFIX && policy.profile[0] &&
+    if (load_profile && kv_budget_rule(policy.alloc)->budget->shares && policy.profile[0] &&
         (st = compress_load_profile(s, policy.profile)) != KVF_OK) {
         kvf_session_free(s);
         return st;
@@ -171,7 +171,7 @@ void kvf_session_reset(struct kvf_session *s) {
     s->has_logits = false;
     kv_qwin_clear(&s->qwin);
     kv_qwin_clear(&s->qprox);
-    kv_qstat_clear(&s->qstat);
+    kv_stats_clear(&s->stats);
     compress_reset(&s->cs, &s->policy);
     kv_merge_log_clear(&s->merges);
     s->part_of = NULL;
@@ -286,15 +286,14 @@ static bool prefill_plain(const struct kvf_session *s) {
 }
 
 /* An empty session s (of src's shape) gets src's positions: the cache (its
- * capacities too), tags, token ids, rope positions, query statistics and
- * logits. */
+ * capacities too), tags, token ids, rope positions and logits (its rule
+ * statistics are taken apart: kv_stats_take, or copied by session_new). */
 static enum kvf_status session_take(struct kvf_session *s, const struct kvf_session *src) {
     enum kvf_status st = kv_cache_copy(&s->kv, &src->kv);
     if (st == KVF_OK) st = session_room(s, src->n_past, src->keys);
     if (st != KVF_OK) return st;
     memcpy(s->tags, src->tags, sizeof *s->tags * (size_t)src->n_past);
     memcpy(s->toks, src->toks, sizeof *s->toks * (size_t)src->n_past);
-    kv_qstat_copy(&s->qstat, &src->qstat);
     if (s->rope_next) memcpy(s->rope_next, src->rope_next, sizeof *s->rope_next * (size_t)src->n_past);
     memcpy(s->logits, src->logits, sizeof(float) * (size_t)s->model->hp.n_vocab);
     s->n_past = src->n_past;
@@ -320,18 +319,13 @@ enum kvf_status kvf_session_fork(const struct kvf_session *src, const char *kv_s
     if (!prefill_plain(s))
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' changes the prefill (reduce, schedule or question stage)",
                      kv_spec);
-    else if (s->kv.has_prior && (!src->kv.has_prior || !kv_zap_same(&s->zap, &src->zap)))
-        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' ranks by the scores KVzap wrote as the prompt ran; the session "
-                     "wrote none with its scorer", kv_spec);
     else if (s->kv.has_acc && !src->kv.has_acc)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' scores with attention sums the session did not gather", kv_spec);
-    else if (kv_qstat_on(&s->qstat) && (!kv_qstat_on(&src->qstat) || src->qstat.first != s->qstat.first))
-        st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs query statistics from position %d on, which the session "
-                     "did not gather", kv_spec, s->qstat.first);
     /* a prefill of its own would hold the last min(cap, n_past) queries of each layer */
     else if ((st = kv_qwin_copy_last(&s->qwin, &src->qwin, src->n_past)) == KVF_ERR_UNSUPPORTED)
         st = err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' needs the last %d queries, the session kept %d", kv_spec,
                      KVF_MIN(s->qwin.cap, src->n_past), src->qwin.n ? src->qwin.n[0] : 0);
+    if (st == KVF_OK) st = kv_stats_take(&s->stats, &src->stats, kv_spec);
     if (st == KVF_OK) st = session_take(s, src);
     if (st != KVF_OK) {
         kvf_session_free(s);
@@ -346,7 +340,7 @@ enum kvf_status kvf_session_copy(const struct kvf_session *src, struct kvf_sessi
     *out = NULL;
     if (!src) return err_set(KVF_ERR_INVALID_ARG, "copy: NULL session");
     struct kvf_session *s;
-    enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, &src->zap, &s);
+    enum kvf_status st = session_new(src->model, &src->params, &src->policy, src->spec, src, &s);
     if (st != KVF_OK) return st;
     st = kv_qwin_copy(&s->qwin, &src->qwin); /* first: session_take sizes the compression scratch to it */
     if (st == KVF_OK) st = session_take(s, src);
@@ -419,10 +413,16 @@ static enum kvf_status session_swa_free(struct kvf_session *s, int slack) {
 /* The session's parts, lent to one forward pass. */
 static struct decoder session_decoder(struct kvf_session *s) {
     return (struct decoder){
-        .model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &s->qwin, .rd = &s->rd, .merges = &s->merges,
+        .model = s->model,
+        .fw = &s->fw,
+        .kv = &s->kv,
+        .qwin = &s->qwin,
+        .rd = &s->rd,
+        .merges = &s->merges,
         /* not the statistics of the question's trial run (block-wise question=1) */
-        .gather = !s->probing, .qstat = s->probing ? NULL : &s->qstat,
-        .zap = s->zap.n_layer ? &s->zap : NULL, .tap = s->tap,
+        .gather = !s->probing,
+        .stats = &s->stats,
+        .tap = s->tap,
         .nsm_n = s->cs.compressed && s->policy.decode_softmax ? (float)s->policy.nsm_n : 0.0f,
     };
 }
@@ -690,9 +690,16 @@ static enum kvf_status pass_run(struct kvf_session *s, const int32_t *ids, int n
     const int L = s->kv.n_layer, H = s->kv.n_head_kv, n0 = s->n_past;
     struct kv_qwin off = {0};
     struct reduce_state none = {0};
-    const struct decoder d = {.model = s->model, .fw = &s->fw, .kv = &s->kv, .qwin = &off, .rd = &none,
-                              .merges = &s->merges, .recon = s->cs.recon, .recon_stride = s->cs.recon_stride,
-                              .zap = s->zap.n_layer ? &s->zap : NULL, .tap = s->tap};
+    const struct decoder d = {.model = s->model,
+                              .fw = &s->fw,
+                              .kv = &s->kv,
+                              .qwin = &off,
+                              .rd = &none,
+                              .merges = &s->merges,
+                              .recon = s->cs.recon,
+                              .recon_stride = s->cs.recon_stride,
+                              .stats = &s->stats,
+                              .tap = s->tap};
     const int32_t rope0 = session_next_rope(s);
     if (s->tap) s->tap->run_end = n0 + n;
     enum kvf_status st = KVF_OK;
@@ -793,14 +800,12 @@ enum kvf_status kvf_session_compress(struct kvf_session *s) {
     return st;
 }
 
-/* The decode stage, after each decoded token. */
+/* The decode stage, after each decoded token: its rule's eviction when
+ * due, or the preset's own compression again. */
 static enum kvf_status decode_maintain(struct kvf_session *s) {
-    switch (s->policy.decode) {
-    case KV_DECODE_GROW: return KVF_OK;
-    case KV_DECODE_RECOMPRESS:
-        return ++s->cs.decode_steps % s->policy.every ? KVF_OK : session_evict(s, EVICT_COMPRESS);
-    default: return session_evict(s, EVICT_DECODE);
-    }
+    const struct kv_rule *r = kv_decode_rule(s->policy.decode);
+    if (!r->due || !r->due(&s->policy, &s->cs.decode_steps)) return KVF_OK;
+    return session_evict(s, r->score ? EVICT_DECODE : EVICT_COMPRESS);
 }
 
 enum kvf_status kvf_session_decode(struct kvf_session *s, int32_t token) {

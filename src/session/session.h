@@ -72,7 +72,6 @@ struct kvf_session {
     int32_t prompt_rope0;
 
     struct kv_cache kv;
-    struct kv_zap zap;                /* KVzap's scorer when the policy needs KV_NEEDS_PRIOR (n_layer 0: none) */
     struct decoder_tap *tap;          /* what KVzap's calibration reads of each pass (NULL: nothing) */
     struct fwd_scratch fw;
     /* The latest queries of every layer (policies scored by the prompt's
@@ -80,9 +79,10 @@ struct kvf_session {
      * queries from a trial run of it alone, while `probing`. */
     struct kv_qwin qwin, qprox;
     bool probing;
-    /* The queries before RoPE of every position run since the reset
-     * (Expected Attention, or kv_gather); off otherwise. */
-    struct kv_qstat qstat;
+    /* The statistics rules gather for themselves (kv/stat.h): the scoring
+     * rule's, and with kv_gather every policy's that needs nothing but the
+     * model. */
+    struct kv_stats stats;
     struct reduce_state rd;
     struct compress_state cs;
     struct kv_merge_log merges;
@@ -126,10 +126,11 @@ enum kvf_status session_reserve(struct kvf_session *s, int n);
  * sized to the query windows' rows too). */
 enum kvf_status session_room(struct kvf_session *s, int n_pos, int n_keys);
 /* A session of resolved params p under policy (parsed from spec), empty;
- * zap (may be NULL): its KVzap scorer, copied (a copy of a session), else
- * read from the file the policy names. */
+ * like (may be NULL): a session of the same policy whose rule statistics
+ * are copied (a copy of a session: no scorer file read again), else made
+ * anew. */
 enum kvf_status session_new(const struct kvf_model *m, const struct kvf_session_params *p,
-                            const struct kv_policy *policy, const char *spec, const struct kv_zap *zap,
+                            const struct kv_policy *policy, const char *spec, const struct kvf_session *like,
                             struct kvf_session **out);
 /* kvf_session_init's checks and parse; load_profile: PrefixKV's profile
  * file is read (a session file carries the ratios instead). */

@@ -42,6 +42,15 @@ static void put(struct wr *w, const void *x, size_t n) {
     w->n += n;
 }
 static void put_i32(struct wr *w, int32_t x) { put(w, &x, sizeof x); }
+static void io_put(void *w, const void *x, size_t n) { put(w, x, n); }
+
+/* The rules' own statistics: those about the entries (their written
+ * scores) just before the cache, the others after the logits. */
+static void stats_write(struct wr *w, const struct kv_stats *s, bool entries) {
+    const struct kv_stat_io io = {.put = io_put, .ctx = w};
+    for (int i = 0; i < s->n; i++)
+        if (s->ops[i]->prior == entries) s->ops[i]->save(s->st[i], &io);
+}
 static void put_u8(struct wr *w, bool x) {
     const uint8_t b = x;
     put(w, &b, 1);
@@ -79,13 +88,8 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
     put(w, s->toks, sizeof *s->toks * (size_t)np);
     if (s->rope_next) put(w, s->rope_next, sizeof *s->rope_next * (size_t)np);
     put(w, s->logits, sizeof(float) * (size_t)hp->n_vocab);
-    /* query statistics (their presence and `first` follow from the policy) */
-    if (kv_qstat_on(&s->qstat)) {
-        const size_t heads = (size_t)L * s->qstat.n_head, d = (size_t)s->qstat.d;
-        put(w, s->qstat.n, sizeof(long) * (size_t)L);
-        put(w, s->qstat.sum, sizeof(double) * heads * d);
-        put(w, s->qstat.sq, sizeof(double) * heads * d * d);
-    }
+    /* the rules' own statistics (which ones follows from the policy and kv_gather) */
+    stats_write(w, &s->stats, false);
     /* the query window (its capacity follows from the policy) */
     for (int l = 0; kv_qwin_on(&s->qwin) && l < L; l++) {
         put_i32(w, s->qwin.n[l]);
@@ -107,8 +111,7 @@ static void state_write(const struct kvf_session *s, struct wr *w) {
         put_i32(w, s->merges.heads[i].n);
         put(w, s->merges.heads[i].m, sizeof *s->merges.heads[i].m * (size_t)s->merges.heads[i].n);
     }
-    /* KVzap's scorer, whose scores the entries carry */
-    if (s->kv.has_prior) put(w, &s->zap.crc, sizeof s->zap.crc);
+    stats_write(w, &s->stats, true);
     /* the cache, head by head, in its storage type */
     for (size_t i = 0; i < (size_t)L * H; i++) {
         const struct kv_head *h = &s->kv.heads[i];
@@ -219,6 +222,7 @@ static bool get(struct rd *r, void *x, size_t n) {
     if (p && n) memcpy(x, p, n); /* n 0: x may be NULL (nothing allocated for nothing) */
     return p != NULL;
 }
+static bool io_get(void *r, void *x, size_t n) { return get(r, x, n); }
 static int32_t get_i32(struct rd *r) {
     int32_t x = 0;
     get(r, &x, sizeof x);
@@ -333,6 +337,15 @@ static bool tag_ok(const struct kvf_tag *t, int32_t n_past) {
 }
 
 /* Everything after the parameters into s (fresh from read_session). */
+/* stats_write's parts back, each statistic checking its values. */
+static enum kvf_status stats_read(struct rd *r, const struct kv_stats *s, bool entries) {
+    const struct kv_stat_io io = {.get = io_get, .ctx = r};
+    enum kvf_status st = KVF_OK;
+    for (int i = 0; st == KVF_OK && i < s->n; i++)
+        if (s->ops[i]->prior == entries) st = s->ops[i]->load(s->st[i], &io);
+    return st;
+}
+
 static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
     const struct hparams *hp = &s->model->hp;
     const int L = hp->n_layer, H = s->kv.n_head_kv, n_ctx = s->params.n_ctx;
@@ -355,14 +368,7 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
         if (!tag_ok(&s->tags[i], np) || s->toks[i] < -1 || s->toks[i] >= hp->n_vocab)
             return bad("a position's tag or token is out of range");
     s->n_past = np, s->swa_lost = at[1], s->prompt_rope0 = at[2], s->has_logits = at[3];
-    if (kv_qstat_on(&s->qstat)) {
-        const size_t heads = (size_t)L * s->qstat.n_head, d = (size_t)s->qstat.d;
-        if (!get(r, s->qstat.n, sizeof(long) * (size_t)L) || !get(r, s->qstat.sum, sizeof(double) * heads * d) ||
-            !get(r, s->qstat.sq, sizeof(double) * heads * d * d))
-            return bad("truncated in its query statistics");
-        for (int l = 0; l < L; l++) /* a count of queries run since the reset: truncations do not lower it */
-            if (s->qstat.n[l] < 0) return bad("query statistics of a negative count");
-    }
+    if ((st = stats_read(r, &s->stats, false)) != KVF_OK) return st;
     for (int l = 0; kv_qwin_on(&s->qwin) && l < L; l++) {
         const int32_t n = get_i32(r);
         if (n < 0 || n > s->qwin.cap || n > np) return bad("a query window holds more than it can");
@@ -388,8 +394,10 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
         return bad("truncated in its compression state");
     if (r->short_read) return bad("truncated in its compression state");
     if (cs->decode_steps < 0) return bad("a negative count of decode steps");
-    if (cs->have_ratio && (!cs->layer_ratio || s->policy.alloc != KV_ALLOC_PREFIX))
-        return bad("layer budgets for a policy that has none");
+    const bool shares = kv_budget_rule(s->policy.alloc)->budget->shares;
+    if (cs->have_ratio && (!cs->layer_ratio || !shares)) return bad("layer budgets for a policy that has none");
+    /* a profile's shares are read with the session: a file carries them */
+    if (!cs->have_ratio && shares && s->policy.profile[0]) return bad("no layer budgets for a profile's policy");
     for (size_t i = 0; cs->n0 && i < (size_t)L * H; i++)
         if (cs->n0[i] < 0 || cs->n0[i] > n_ctx) return bad("a head's size after compression is out of range");
     for (int l = 0; cs->n0 && l < L; l++)
@@ -408,11 +416,7 @@ static enum kvf_status read_state(struct rd *r, struct kvf_session *s) {
                 if (ml->m[i].from < 0 || ml->m[i].from >= np || ml->m[i].into < 0 || ml->m[i].into >= np)
                     return bad("a merge record's position is out of range");
         }
-    uint32_t zap_crc = s->zap.crc;
-    if (s->kv.has_prior) get(r, &zap_crc, sizeof zap_crc);
-    if (zap_crc != s->zap.crc)
-        return err_set(KVF_ERR_UNSUPPORTED, "session file: its entries were scored by another KVzap scorer (%08x) than "
-                       "the one its spec names now (%08x)", zap_crc, s->zap.crc);
+    if ((st = stats_read(r, &s->stats, true)) != KVF_OK) return st;
     int most = 0;
     for (int l = 0; l < L; l++)
         for (int g = 0; g < H; g++) {

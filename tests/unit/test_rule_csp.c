@@ -21,7 +21,7 @@ static void test_csp(void **st) {
     assert_int_equal(kv_policy_parse("csp:budget=16,recent=0.25,cross_ratio=0.5", &p), KVF_OK);
     const struct kv_score_in in = {.p = &p, .h = h, .head_dim = 8, .keep = keep, .win_attn = self, .win_cross = cross,
                                    .scratch = tmp, .iscratch = iscr};
-    kv_score_csp(&in, score);
+    kv_rule_of(KV_CSP)->score(&in, score);
     /* Naive: recent 4, k = 12: 6 by cross, 6 by self, union, fill by sum. */
     const int body = n - 4;
     char chosen[40] = {0};

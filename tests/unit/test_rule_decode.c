@@ -1,6 +1,12 @@
 /* The decode stage's rules (src/kv/policy/decode.c). */
 #include "policy_fixture.h"
 
+/* A decode stage's scores for a head n0 entries long after compression. */
+static void decode_score(struct kv_score_in *in, int n0, float *score) {
+    in->n0 = n0;
+    kv_decode_rule(in->p->decode)->score(in, score);
+}
+
 /* Decode stage rules on one head, and that a few evictions (the linear
  * scan) choose what the full sort chooses. */
 static void test_decode_rules(void **st) {
@@ -15,7 +21,7 @@ static void test_decode_rules(void **st) {
     make_head(&c, n, 8, 1);
     struct kv_head *h = kv_cache_head(&c, 0, 0);
     struct kv_score_in in = {.p = &p, .h = h, .head_dim = 8, .keep = target, .scratch = tmp};
-    kv_decode_score(&in, 20, score);
+    decode_score(&in, 20, score);
     assert_int_equal(kv_select_keep(&c, 0, 0, score, target, idx), KVF_OK);
     assert_int_equal(h->n, target);
     assert_int_equal(h->tag[0].pos, 0);
@@ -27,7 +33,7 @@ static void test_decode_rules(void **st) {
     make_head(&c, n, 8, 1);
     h = kv_cache_head(&c, 0, 0);
     in.h = h;
-    kv_decode_score(&in, 20, score);
+    decode_score(&in, 20, score);
     assert_int_equal(kv_select_keep(&c, 0, 0, score, target, idx), KVF_OK);
     for (int i = 0; i < target; i++) assert_int_equal(h->tag[i].pos, i < 16 ? i : i + 3);
     kv_cache_free(&c);
@@ -46,7 +52,7 @@ static void test_decode_rules(void **st) {
         }
         int want[30];
         naive_top(x, n, n - evict, want);
-        kv_decode_score(&in, 0, score);
+        decode_score(&in, 0, score);
         assert_int_equal(kv_select_keep(&c, 0, 0, score, n - evict, idx), KVF_OK);
         assert_int_equal(h->n, n - evict);
         for (int i = 0; i < n - evict; i++)

@@ -249,7 +249,7 @@ static void test_rule(void **st) {
     memcpy(h->prior, prior, sizeof prior);
     struct kv_policy p;
     assert_int_equal(kv_policy_parse("kvzap:budget=5,sinks=2", &p), KVF_OK);
-    assert_true(p.alloc == KV_ALLOC_UNIFORM && (kv_policy_scorer(&p)->needs & KV_NEEDS_PRIOR));
+    assert_true(p.alloc == KV_ALLOC_UNIFORM && kv_policy_scorer(&p)->stat == &kv_stat_zap);
     float score[N], tmp[N];
     int idx[N];
     const struct kv_score_in in = { .p = &p, .h = h, .head_dim = D, .keep = 5, .scratch = tmp };

@@ -29,6 +29,17 @@ int kv_adaptive_select(int n_head, const int *n, float *score, int per_head, dou
     return kv_heads_select(n_head, n, score, (long)n_head * per_head, out, count);
 }
 
+static int adaptive_select(const struct kv_policy *p, int n_head, const int *n, float *score, long total, int *out,
+                           int *count, int *scratch) {
+    return kv_adaptive_select(n_head, n, score, (int)(total / n_head), p->head_floor, out, count, scratch);
+}
+
+static const struct kv_budget_ops adaptive_ops = {
+    .rank = KV_RANK_LAYER,
+    .select = adaptive_select,
+    .ranking = "shares a layer's budget among its kv heads by their scores",
+};
+
 const struct kv_rule kv_rule_budget_adaptive = {
     .stage = "budget",
     .name = "adaptive",
@@ -39,4 +50,5 @@ const struct kv_rule kv_rule_budget_adaptive = {
     .keys = "floor",
     .shown = "floor=0.2",
     .defaults = {.alloc = KV_ALLOC_ADAPTIVE, .head_floor = 0.2},
+    .budget = &adaptive_ops,
 };

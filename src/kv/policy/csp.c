@@ -28,7 +28,7 @@ static int take_best(const int *order, int n, int take, float *score) {
     return got;
 }
 
-void kv_score_csp(const struct kv_score_in *in, float *score) {
+static void kv_score_csp(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, recent = KVF_MIN(n, (int)floor(in->keep * in->p->recent + 0.5));
     const int body = n - recent, k = KVF_MAX(0, KVF_MIN(in->keep - recent, body));
     const int k_cross = (int)floor(k * in->p->cross_ratio + 0.5), k_self = k - k_cross;

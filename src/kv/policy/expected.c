@@ -13,12 +13,13 @@
 #include "kv/policy.h"
 
 #include "core/ops.h"
+#include "kv/qstat.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
-void kv_score_expected(const struct kv_score_in *in, float *score) {
+static void kv_score_expected(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, d = in->head_dim, half = d / 2, sinks = KVF_MIN(in->p->sinks, n);
     const enum kvf_rope_style style = (enum kvf_rope_style)in->rope_style;
     /* Work space: keys K [n][d], K R S R^T [n][d], two d x d matrices. */
@@ -37,7 +38,7 @@ void kv_score_expected(const struct kv_score_in *in, float *score) {
     memset(acc, 0, sizeof(float) * (size_t)n);
     const double s1 = in->attn_scale, s2 = 0.5 * in->attn_scale * in->attn_scale;
     for (int r = 0; r < in->group; r++) {
-        if (!kv_qstat_moments(in->qstat, in->layer, in->q_head + r, mu, A)) continue;
+        if (!kv_qstat_moments(in->stat, in->layer, in->q_head + r, mu, A)) continue;
         /* R mu; R S R^T: each row of S rotated (S R^T), transposed, rotated again. */
         ops_rope_rotate(mu, 1, d, cs, sn, style);
         ops_rope_rotate(A, d, d, cs, sn, style);
@@ -70,6 +71,9 @@ void kv_score_expected(const struct kv_score_in *in, float *score) {
     }
 }
 
+/* The score's work space: K, K R S R^T and two d x d matrices. */
+static size_t expected_rows(int n, int d) { return (2 * (size_t)n + 2 * (size_t)d) * (size_t)d; }
+
 const struct kv_rule kv_rule_expected = {
     .stage = "preset",
     .name = "expected",
@@ -80,6 +84,7 @@ const struct kv_rule kv_rule_expected = {
     .keys = "budget sinks future",
     .shown = "budget=0.2,sinks=4,future=512",
     .defaults = {.method = KV_EXPECTED, .budget = 0.2, .future = 512, KV_STAGE_DEFAULTS},
-    .needs = KV_NEEDS_QSTAT,
+    .stat = &kv_stat_qstat,
+    .rows = expected_rows,
     .score = kv_score_expected,
 };

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-void kv_score_keydiff(const struct kv_score_in *in, float *score) {
+static void kv_score_keydiff(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, d = in->head_dim;
     double anchor[1024] = {0}; /* head_dim <= 1024 is checked at load */
     float k[1024];

@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-void kv_score_knorm(const struct kv_score_in *in, float *score) {
+static void kv_score_knorm(const struct kv_score_in *in, float *score) {
     const int d = in->head_dim;
     float k[1024]; /* head_dim <= 1024 is checked at load */
     for (int j = 0; j < in->h->n; j++) {

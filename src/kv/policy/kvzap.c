@@ -16,9 +16,11 @@
  * share kept following the context. */
 #include "kv/policy.h"
 
+#include "kv/kvzap.h"
+
 #include <math.h>
 
-void kv_score_kvzap(const struct kv_score_in *in, float *score) {
+static void kv_score_kvzap(const struct kv_score_in *in, float *score) {
     for (int j = 0; j < in->h->n; j++) {
         const float x = in->h->prior[j];
         score[j] = j < in->p->sinks ? INFINITY : isfinite(x) ? x : -INFINITY;
@@ -33,7 +35,7 @@ const struct kv_rule kv_rule_kvzap = {
     .paper = "KVzap (Jegou and Jeblick, NVIDIA 2026, arXiv:2601.07891); kvpress's KVzapPress",
     .keys = "budget sinks scorer",
     .shown = "budget=0.2,sinks=4",
-    .defaults = { .method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS },
-    .needs = KV_NEEDS_PRIOR,
+    .defaults = {.method = KV_KVZAP, .budget = 0.2, KV_STAGE_DEFAULTS},
+    .stat = &kv_stat_zap,
     .score = kv_score_kvzap,
 };

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-void kv_score_kvzip(const struct kv_score_in *in, float *score) {
+static void kv_score_kvzip(const struct kv_score_in *in, float *score) {
     for (int j = 0; j < in->h->n; j++) score[j] = j < in->p->sinks ? INFINITY : in->recon[j];
 }
 
@@ -82,6 +82,25 @@ const struct kv_rule kv_rule_kvzip = {
     .pass = &kvzip_pass,
 };
 
+static int global_select(const struct kv_policy *p, int n_head, const int *n, float *score, long total, int *out,
+                         int *count, int *scratch) {
+    (void)p, (void)scratch;
+    return kv_heads_select(n_head, n, score, total, out, count);
+}
+
+/* The decode stages keep each layer within its own share. */
+static const char *global_check(const struct kv_policy *p) {
+    return p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS
+               ? "budget=global gives layers different shares, which only decode=grow or decode=recompress keep"
+               : NULL;
+}
+
+static const struct kv_budget_ops global_ops = {
+    .rank = KV_RANK_MODEL,
+    .select = global_select,
+    .ranking = "shares the model's budget among every kv head by their scores",
+};
+
 const struct kv_rule kv_rule_budget_global = {
     .stage = "budget",
     .name = "global",
@@ -91,4 +110,6 @@ const struct kv_rule kv_rule_budget_global = {
     .keys = "",
     .shown = "",
     .defaults = {.alloc = KV_ALLOC_GLOBAL},
+    .budget = &global_ops,
+    .check = global_check,
 };

@@ -14,7 +14,7 @@
 
 #include <math.h>
 
-void kv_score_lookm(const struct kv_score_in *in, float *score) {
+static void kv_score_lookm(const struct kv_score_in *in, float *score) {
     const int n = in->h->n, recent = KVF_MIN(n, (int)floor(in->keep * in->p->recent + 0.5));
     int text = 0; /* text entries before the recent window */
     for (int j = 0; j < n - recent; j++) text += in->h->tag[j].modality == KVF_MOD_TEXT;

@@ -21,6 +21,10 @@ void kv_pool_scores(float *score, int n, int width, float *tmp) {
     }
 }
 
+static void pool_avg(const struct kv_policy *p, float *score, int n, float *tmp) {
+    kv_pool_scores(score, n, p->width, tmp);
+}
+
 const struct kv_rule kv_rule_pool_avg = {
     .stage = "pool",
     .name = "avg",
@@ -30,4 +34,5 @@ const struct kv_rule kv_rule_pool_avg = {
     .keys = "width",
     .shown = "width=5",
     .defaults = {.pool = KV_POOL_AVG, .width = 5},
+    .smooth = pool_avg,
 };

@@ -210,6 +210,18 @@ const struct kv_rule kv_rule_prefixkv = {
     .score = kv_score_from_layer,
 };
 
+/* The layer shares need attention curves, and either a search or a profile. */
+static const char *prefix_check(const struct kv_policy *p) {
+    if (p->online == (p->profile[0] != '\0')) return "PrefixKV's layer budgets need either profile=FILE or online=1";
+    if (!kv_policy_needs_acc(p))
+        return "budget=prefix searches attention curves; use it with prefixkv, elastic, h2o or lookm";
+    return NULL;
+}
+
+/* The shares come from the search (online) or the profile, read with the
+ * session (kv_prefix_load_profile). */
+static const struct kv_budget_ops prefix_ops = {.rank = KV_RANK_HEAD, .shares = kv_prefix_search};
+
 const struct kv_rule kv_rule_budget_prefix = {
     .stage = "budget",
     .name = "prefix",
@@ -220,4 +232,6 @@ const struct kv_rule kv_rule_budget_prefix = {
     .keys = "profile online",
     .shown = "online=1",
     .defaults = {.alloc = KV_ALLOC_PREFIX, .online = true},
+    .budget = &prefix_ops,
+    .check = prefix_check,
 };

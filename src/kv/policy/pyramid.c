@@ -29,6 +29,8 @@ const struct kv_rule kv_rule_pyramidkv = {
     .score = kv_score_snapkv,
 };
 
+static const struct kv_budget_ops pyramid_ops = {.rank = KV_RANK_HEAD, .layer_keep = kv_pyramid_keep};
+
 const struct kv_rule kv_rule_budget_pyramid = {
     .stage = "budget",
     .name = "pyramid",
@@ -38,4 +40,5 @@ const struct kv_rule kv_rule_budget_pyramid = {
     .keys = "beta",
     .shown = "beta=20",
     .defaults = {.alloc = KV_ALLOC_PYRAMID, .beta = 20},
+    .budget = &pyramid_ops,
 };

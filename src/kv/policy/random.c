@@ -13,8 +13,8 @@ static void score_uniform(const struct kv_score_in *in, bool image_only, float *
     }
 }
 
-void kv_score_random(const struct kv_score_in *in, float *score) { score_uniform(in, false, score); }
-void kv_score_imgrand(const struct kv_score_in *in, float *score) { score_uniform(in, true, score); }
+static void kv_score_random(const struct kv_score_in *in, float *score) { score_uniform(in, false, score); }
+static void kv_score_imgrand(const struct kv_score_in *in, float *score) { score_uniform(in, true, score); }
 
 const struct kv_rule kv_rule_random = {
     .stage = "preset",

@@ -19,7 +19,7 @@ static int by_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-void kv_score_roco(const struct kv_score_in *in, float *score) {
+static void kv_score_roco(const struct kv_score_in *in, float *score) {
     const struct kv_head *h = in->h;
     const int n = h->n, protect = (int)floor(in->keep * in->p->recent + 0.5);
     float *sd = in->scratch;

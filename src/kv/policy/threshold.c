@@ -21,6 +21,23 @@ int kv_threshold_keep(const struct kv_policy *p, float *score, int n) {
     return KVF_MAX(lo, KVF_MIN(hi, keep));
 }
 
+static const char *threshold_check(const struct kv_policy *p) {
+    if (kv_policy_given(p, KV_KEY_BUDGET))
+        return "budget=threshold keeps what clears tau, so the cache has no budget: leave budget= out (floor= and "
+               "ceil= bound each head's share)";
+    if (p->head_ceil < p->head_floor) return "budget=threshold's ceil is below its floor";
+    if (p->decode != KV_DECODE_GROW && p->decode != KV_DECODE_RECOMPRESS)
+        return "budget=threshold has no budget for a decode stage to keep; decode=recompress applies the threshold "
+               "again as the cache grows";
+    return NULL;
+}
+
+static const struct kv_budget_ops threshold_ops = {
+    .rank = KV_RANK_HEAD,
+    .head_keep = kv_threshold_keep,
+    .ranking = "keeps the entries whose score clears tau",
+};
+
 const struct kv_rule kv_rule_budget_threshold = {
     .stage = "budget",
     .name = "threshold",
@@ -30,4 +47,6 @@ const struct kv_rule kv_rule_budget_threshold = {
     .keys = "tau floor ceil last",
     .shown = "tau=0,floor=0,ceil=1,last=128",
     .defaults = {.alloc = KV_ALLOC_THRESHOLD, .tau = 0, .head_floor = 0, .head_ceil = 1, .last = 128},
+    .budget = &threshold_ops,
+    .check = threshold_check,
 };

@@ -8,7 +8,7 @@
 
 #include <math.h>
 
-void kv_score_tova(const struct kv_score_in *in, float *score) {
+static void kv_score_tova(const struct kv_score_in *in, float *score) {
     const int n = in->h->n;
     for (int j = 0; j + 1 < n; j++) {
         double s = 0.0;
