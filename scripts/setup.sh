@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libstb-dev libcjson-dev libpcre2-dev
-      libcmocka-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libgif-dev libwebp-dev zlib1g-dev python3-venv clang libomp-dev haproxy
+      libcmocka-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libgif-dev libwebp-dev zlib1g-dev python3-venv clang clang-format libomp-dev haproxy
       wamerican)
 missing=()
 for p in "${pkgs[@]}"; do

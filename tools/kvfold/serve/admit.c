@@ -180,10 +180,10 @@ bool sched_admit(struct server *srv) {
     struct serve_job *j = srv->head;
     if (!j || srv->filling || srv->n_active + 1 > srv->a->parallel)
         return false;
-    struct serve_error e = { 0 };
+    struct serve_error e = {0};
     bool ok = true;
     if (!j->prepared) {
-        struct job_plan plan = { 0 };
+        struct job_plan plan = {0};
         pthread_mutex_unlock(&srv->mu);
         ok = job_prepare(srv, j, &plan, &e);
         pthread_mutex_lock(&srv->mu);
@@ -259,7 +259,7 @@ bool sched_fill(struct server *srv, char **piece, int32_t *cap) {
     struct serve_job *j = srv->filling;
     if (!j)
         return false;
-    struct serve_error e = { 0 };
+    struct serve_error e = {0};
     int32_t tok = 0;
     size_t kv_full = 0;
     bool done = false, restarted = false, ok = !j->cancelled;

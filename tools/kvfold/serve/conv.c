@@ -32,7 +32,7 @@ void conv_restore(struct server *srv, const struct serve_job *j) {
         return;
     const double t0 = now_ms();
     struct kvf_session *s = NULL;
-    struct serve_error e = { 0 };
+    struct serve_error e = {0};
     int id = 0;
     bool ok = kvf_session_load(srv->m, path, srv->a->threads, srv->a->ctx, &s) == KVF_OK;
     if (!ok)

@@ -344,7 +344,7 @@ static bool completion_submit(struct MHD_Connection *c, struct request *r, bool 
     j->id = ++srv->next_id;
     j->sampling.seed += (uint64_t)j->id; /* without a seed, requests draw differently */
     pthread_mutex_unlock(&srv->mu);
-    struct serve_error e = { 0 };
+    struct serve_error e = {0};
     const char *sid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id");
     if (sid && (!sid[0] || strlen(sid) > SERVE_CONV_MAX)) {
         *answer = respond_error(c, r, 400, "invalid_request", "X-Session-Id must be 1 to %d bytes", SERVE_CONV_MAX);
@@ -579,7 +579,7 @@ static void metric(struct strbuf *b, const char *name, const char *type, const c
 
 static enum MHD_Result handle_metrics(struct MHD_Connection *c, struct request *r) {
     struct server *srv = r->srv;
-    struct strbuf b = { 0 };
+    struct strbuf b = {0};
     char line[128];
     pthread_mutex_lock(&srv->mu);
     static const char head[] = "# HELP kvfold_requests_total HTTP requests answered, by status\n"

@@ -148,7 +148,7 @@ static bool image_from_file(const struct server *srv, const char *url, int nth, 
     close(fd);
     if (!ok) { /* the job holds only the images it took */
         free(img->data);
-        *img = (struct serve_image){ 0 };
+        *img = (struct serve_image){0};
     }
     return ok;
 }
@@ -241,7 +241,7 @@ static bool chat_prompt(const struct server *srv, const cJSON *msgs, struct serv
         return serve_error_set(e, 400, "invalid_messages",
                 "'messages' must be an array of 1 to %d messages", SERVE_MSG_MAX);
     struct kvf_chat_message cm[SERVE_MSG_MAX];
-    struct strbuf texts[SERVE_MSG_MAX] = { { 0 } };
+    struct strbuf texts[SERVE_MSG_MAX] = {{0}};
     bool ok = (j->images = calloc((size_t)srv->a->serve.max_images + 1, sizeof *j->images)) != NULL ||
               serve_error_set(e, 500, "server_error", "out of memory");
     for (int i = 0; ok && i < n; i++) {
