@@ -345,7 +345,6 @@ static void stat_free(void *st) {
 
 /* The entries carry the scores: a fork keeps them when its scorer is the one that wrote them. */
 static bool stat_agrees(const void *st, const void *src) { return kv_zap_same(st, src); }
-static void stat_take(void *st, const void *src) { (void)st, (void)src; }
 
 /* The scorer's product into the call's work space, a batch at a time (the
  * weights' own kernel on the pass's threads), plus the biases. */
@@ -390,7 +389,6 @@ const struct kv_stat_ops kv_stat_zap = {
     .dup = stat_dup,
     .free = stat_free,
     .agrees = stat_agrees,
-    .take = stat_take,
     .written = stat_written,
     .save = stat_save,
     .load = stat_load,

@@ -240,6 +240,8 @@ struct kv_rule {
     struct kv_policy defaults; /* preset: the whole policy; stage option: the values it sets */
     unsigned needs;       /* KV_NEEDS_* */
     kv_score_fn score;    /* presets: the score stage; NULL keeps every entry (full, the reduce presets) */
+    size_t (*rows)(int n, int head_dim); /* floats of work space its score needs for a head of n
+                                            (kv_score_in.rows); NULL: none */
     const struct kv_pass_ops *pass; /* a pass over the context before scoring; NULL: none */
     const struct kv_stat_ops *stat; /* a statistic of its own, gathered as the model runs; NULL: none */
     /* Stage options' work (NULL: the stage's default, doing nothing). */
@@ -253,8 +255,6 @@ struct kv_rule {
     bool (*due)(const struct kv_policy *p, int *steps);
     /* any stage option: why it does not compose with the rest of p (NULL: it does) */
     const char *(*check)(const struct kv_policy *p);
-    size_t (*rows)(int n, int head_dim); /* floats of work space its score needs for a head of n
-                                            (kv_score_in.rows); NULL: none */
 };
 
 /* The stage defaults every preset starts from (alloc, decode, reduce and

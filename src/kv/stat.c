@@ -71,6 +71,7 @@ enum kvf_status kv_stats_take(struct kv_stats *dst, const struct kv_stats *src, 
             return err_set(KVF_ERR_UNSUPPORTED, "fork: '%s' ranks by %s, which the session did not gather as it needs",
                            spec, dst->ops[i]->name);
     }
-    for (int i = 0; i < dst->n; i++) dst->ops[i]->take(dst->st[i], kv_stats_get(src, dst->ops[i]));
+    for (int i = 0; i < dst->n; i++)
+        if (dst->ops[i]->take) dst->ops[i]->take(dst->st[i], kv_stats_get(src, dst->ops[i]));
     return KVF_OK;
 }

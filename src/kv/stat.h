@@ -56,7 +56,8 @@ struct kv_stat_ops {
     void (*free)(void *st);
     void (*clear)(void *st); /* a new prompt; NULL: nothing to clear */
     /* Whether a session that gathered src can be ranked as if it had
-     * gathered st (a fork), and st takes what src gathered. */
+     * gathered st (a fork), and st takes what src gathered (take NULL:
+     * nothing to take, what was gathered is in the entries). */
     bool (*agrees)(const void *st, const void *src);
     void (*take)(void *st, const void *src);
     /* The decoder's calls: queries before RoPE [n][n_head*head_dim] at

@@ -170,17 +170,19 @@ static enum kvf_status layer_attend(const struct decoder *d, int l, const float 
     enum kvf_status st = kv_cache_reserve(d->kv, l, n);
     if (st != KVF_OK) return st;
     kv_cache_append(d->kv, l, k, v, f->btag, n);
-    /* The FFN's gate rows are free until the FFN. */
-    const struct kv_stat_rows sr = {.layer = l,
-                                    .n = n,
-                                    .x = x,
-                                    .kv = d->kv,
-                                    .matmul = stat_matmul,
-                                    .ctx = f,
-                                    .work = f->gate,
-                                    .batch = f->n_batch,
-                                    .work_cols = hp->n_ff};
-    if (d->stats && (st = kv_stats_written(d->stats, &sr)) != KVF_OK) return st;
+    if (d->stats && d->stats->n > 0) {
+        /* The FFN's gate rows are free until the FFN. */
+        const struct kv_stat_rows sr = {.layer = l,
+                                        .n = n,
+                                        .x = x,
+                                        .kv = d->kv,
+                                        .matmul = stat_matmul,
+                                        .ctx = f,
+                                        .work = f->gate,
+                                        .batch = f->n_batch,
+                                        .work_cols = hp->n_ff};
+        if ((st = kv_stats_written(d->stats, &sr)) != KVF_OK) return st;
+    }
     for (int t = 0; d->tap && d->tap->x && t < n; t++) {
         const int slot = f->pos[t] >= 0 && f->pos[t] < d->tap->x_cap ? d->tap->x_slot[f->pos[t]] : -1;
         if (slot >= 0)
